@@ -1,0 +1,57 @@
+"""Settings of the Lambda function and the CLI, read from the environment at the edge, once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tally.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+COUNTERS_TABLE = "TALLY_COUNTERS_TABLE"
+MARKERS_TABLE = "TALLY_MARKERS_TABLE"
+DLQ_URL = "TALLY_DLQ_URL"
+MARKER_TTL_DAYS = "TALLY_MARKER_TTL_DAYS"
+
+DEFAULT_MARKER_TTL_DAYS = 35
+"""Longer than SQS's 14-day maximum retention plus a 14-day dead-letter stay, with a week to spare."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything deployment-specific, named after the template's environment variables."""
+
+    counters_table: str
+    markers_table: str
+    dlq_url: str | None
+    marker_ttl_days: int = DEFAULT_MARKER_TTL_DAYS
+
+    @property
+    def marker_ttl_seconds(self) -> int:
+        return self.marker_ttl_days * 86_400
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], *, require_dlq: bool = True) -> Settings:
+        """Read the settings; the CLI's read paths do not need the dead-letter queue."""
+        missing = [name for name in (COUNTERS_TABLE, MARKERS_TABLE) if not env.get(name)]
+        if require_dlq and not env.get(DLQ_URL):
+            missing.append(DLQ_URL)
+        if missing:
+            raise ConfigurationError("missing environment variable(s): " + ", ".join(missing))
+        raw_ttl = env.get(MARKER_TTL_DAYS, str(DEFAULT_MARKER_TTL_DAYS))
+        try:
+            ttl_days = int(raw_ttl)
+        except ValueError as exc:
+            raise ConfigurationError(
+                f"{MARKER_TTL_DAYS} must be a whole number of days, not {raw_ttl!r}"
+            ) from exc
+        if ttl_days < 1:
+            raise ConfigurationError(f"{MARKER_TTL_DAYS} must be at least 1")
+        return cls(
+            counters_table=env[COUNTERS_TABLE],
+            markers_table=env[MARKERS_TABLE],
+            dlq_url=env.get(DLQ_URL) or None,
+            marker_ttl_days=ttl_days,
+        )

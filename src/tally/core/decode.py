@@ -1,0 +1,202 @@
+"""Decode and validate one message body into a ``Message``, or say precisely why it can never count.
+
+The wire format (README.md, "Event format") in one breath: a JSON object with a producer-assigned
+``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``) or a packed list
+``events``. Decoding is strict: unknown fields are refused rather than ignored, because a misspelled
+``"detla"`` silently counting nothing is worse than a dead-lettered message that says why.
+
+msgspec does the JSON parsing and the structural type checks in C; numbers come through as ``int`` or,
+for decimal and exponent literals, as ``Decimal`` built from the literal's text (``float_hook``), so no
+delta ever passes through a binary float.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+from tally.core.model import CounterEvent, Message, RejectCode, Rejection
+from tally.core.numbers import Number, storage_problem
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+DEFAULT_COUNTER = "count"
+"""The counter that ``"delta": n`` adds to: it is shorthand for ``"deltas": {"count": n}``."""
+
+_MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeLimits:
+    """Size limits a message must respect; the store adapter sets the key limit it can really hold."""
+
+    max_id_bytes: int = 512
+    max_key_bytes: int = 1024
+    max_counter_name_bytes: int = 255
+    max_counters_per_event: int = 100
+    max_events_per_message: int = 10_000
+
+
+class _WireEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    key: str | UnsetType = UNSET
+    delta: Any = UNSET
+    deltas: dict[str, Any] | UnsetType = UNSET
+    ts: int | str | UnsetType = UNSET
+
+
+class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
+    id: str | UnsetType = UNSET
+    events: list[_WireEvent] | UnsetType = UNSET
+
+
+_DECODER = msgspec.json.Decoder(_WireMessage, float_hook=Decimal)
+
+
+class _Invalid(Exception):
+    """Internal: carries a rejection out of the nested validation helpers."""
+
+    def __init__(self, code: RejectCode, detail: str) -> None:
+        super().__init__(detail)
+        self.rejection = Rejection(code, detail)
+
+
+def decode_message(body: str | bytes, limits: DecodeLimits = DecodeLimits()) -> Message | Rejection:
+    """Decode one message body; return the ``Message`` or the ``Rejection`` that explains the refusal."""
+    try:
+        return _decode(body, limits)
+    except _Invalid as invalid:
+        return invalid.rejection
+
+
+def _decode(body: str | bytes, limits: DecodeLimits) -> Message:
+    if isinstance(body, str):
+        try:
+            raw = body.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _Invalid(RejectCode.LONE_SURROGATE, f"body holds a lone surrogate at {exc.start}") from exc
+    else:
+        raw = body
+    wire = _parse(raw)
+    message_id = _check_id(wire.id, limits)
+    if wire.events is UNSET:
+        if wire.key is UNSET and wire.delta is UNSET and wire.deltas is UNSET:
+            raise _Invalid(RejectCode.MISSING_KEY, "a message needs a key and a delta, or events")
+        return Message(message_id, (_event(wire, limits, "$"),))
+    if wire.key is not UNSET or wire.delta is not UNSET or wire.deltas is not UNSET or wire.ts is not UNSET:
+        raise _Invalid(
+            RejectCode.AMBIGUOUS_SHAPE,
+            "a packed message carries only id and events; key, delta(s) and ts belong on each event",
+        )
+    if not wire.events:
+        raise _Invalid(RejectCode.EMPTY_MESSAGE, "events is empty")
+    if len(wire.events) > limits.max_events_per_message:
+        raise _Invalid(
+            RejectCode.TOO_MANY_EVENTS,
+            f"{len(wire.events)} events (at most {limits.max_events_per_message} per message)",
+        )
+    events = tuple(_event(event, limits, f"$.events[{i}]") for i, event in enumerate(wire.events))
+    return Message(message_id, events)
+
+
+def _parse(raw: bytes) -> _WireMessage:
+    try:
+        return _DECODER.decode(raw)
+    except msgspec.ValidationError as exc:
+        text = str(exc)
+        code = RejectCode.NUMBER_OUT_OF_RANGE if "out of range" in text else RejectCode.INVALID_FIELD
+        raise _Invalid(code, text) from exc
+    except msgspec.DecodeError as exc:
+        text = str(exc)
+        code = RejectCode.LONE_SURROGATE if "surrogate" in text else RejectCode.MALFORMED_JSON
+        raise _Invalid(code, text) from exc
+    except RecursionError as exc:
+        raise _Invalid(RejectCode.MALFORMED_JSON, "JSON nested too deeply") from exc
+
+
+def _check_id(message_id: str | UnsetType, limits: DecodeLimits) -> str:
+    if message_id is UNSET or not message_id:
+        raise _Invalid(RejectCode.MISSING_ID, "id is missing or empty")
+    if _utf8_len_over(message_id, limits.max_id_bytes):
+        raise _Invalid(RejectCode.ID_TOO_LONG, f"id is over {limits.max_id_bytes} bytes of UTF-8")
+    return message_id
+
+
+def _event(wire: _WireEvent, limits: DecodeLimits, where: str) -> CounterEvent:
+    key = wire.key
+    if key is UNSET or not key:
+        raise _Invalid(RejectCode.MISSING_KEY, f"key is missing or empty at `{where}`")
+    if _utf8_len_over(key, limits.max_key_bytes):
+        raise _Invalid(
+            RejectCode.KEY_TOO_LONG, f"key is over {limits.max_key_bytes} bytes of UTF-8 at `{where}`"
+        )
+    return CounterEvent(key, _deltas(wire, limits, where), _ts_ms(wire.ts, where))
+
+
+def _deltas(wire: _WireEvent, limits: DecodeLimits, where: str) -> Mapping[str, Number]:
+    if wire.delta is not UNSET:
+        if wire.deltas is not UNSET:
+            raise _Invalid(RejectCode.AMBIGUOUS_SHAPE, f"both delta and deltas at `{where}`")
+        return {DEFAULT_COUNTER: _number(wire.delta, f"{where}.delta")}
+    if wire.deltas is UNSET or not wire.deltas:
+        raise _Invalid(RejectCode.MISSING_DELTA, f"delta or a non-empty deltas is required at `{where}`")
+    if len(wire.deltas) > limits.max_counters_per_event:
+        raise _Invalid(
+            RejectCode.TOO_MANY_COUNTERS,
+            f"{len(wire.deltas)} counters at `{where}` (at most {limits.max_counters_per_event})",
+        )
+    deltas: dict[str, Number] = {}
+    for name, value in wire.deltas.items():
+        if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
+            raise _Invalid(
+                RejectCode.INVALID_COUNTER_NAME,
+                f"counter names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `{where}.deltas`",
+            )
+        deltas[name] = _number(value, f"{where}.deltas.{name}")
+    return deltas
+
+
+def _number(value: object, where: str) -> Number:
+    # bool is a subclass of int: test the exact type so `true` can never count as 1.
+    if type(value) is not int and type(value) is not Decimal:
+        kind = "boolean" if isinstance(value, bool) else type(value).__name__
+        raise _Invalid(RejectCode.INVALID_NUMBER, f"expected a JSON number, got {kind} at `{where}`")
+    problem = storage_problem(value)
+    if problem is not None:
+        raise _Invalid(RejectCode.NUMBER_OUT_OF_RANGE, f"{problem} at `{where}`")
+    return value
+
+
+def _ts_ms(ts: int | str | UnsetType, where: str) -> int | None:
+    if ts is UNSET:
+        return None
+    if isinstance(ts, int):
+        if not 0 <= ts <= _MAX_TS_MS:
+            raise _Invalid(RejectCode.INVALID_TS, f"epoch milliseconds out of range at `{where}.ts`")
+        return ts
+    try:
+        moment = datetime.fromisoformat(ts)
+    except ValueError as exc:
+        raise _Invalid(RejectCode.INVALID_TS, f"not ISO 8601 at `{where}.ts`") from exc
+    if moment.tzinfo is None:
+        raise _Invalid(RejectCode.INVALID_TS, f"ISO 8601 ts needs a UTC offset or Z at `{where}.ts`")
+    stamp = _exact_ms(moment)
+    if not 0 <= stamp <= _MAX_TS_MS:
+        raise _Invalid(RejectCode.INVALID_TS, f"ts out of range at `{where}.ts`")
+    return stamp
+
+
+def _exact_ms(moment: datetime) -> int:
+    """Milliseconds since the epoch without a float round trip (sub-millisecond digits are cut)."""
+    epoch_seconds = int(moment.replace(microsecond=0).timestamp())
+    return epoch_seconds * 1000 + moment.microsecond // 1000
+
+
+def _utf8_len_over(text: str, limit: int) -> bool:
+    # Every code point is at most 4 bytes of UTF-8: short strings skip the encode entirely.
+    return len(text) * 4 > limit and len(text.encode("utf-8")) > limit

@@ -1,0 +1,88 @@
+"""Values that flow through the core: decoded events and messages, and the reasons records are refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tally.core.numbers import Number
+
+
+class RejectCode(StrEnum):
+    """Stable machine-readable reasons a record is sent to the dead-letter queue (documented in README)."""
+
+    MALFORMED_JSON = "malformed_json"
+    LONE_SURROGATE = "lone_surrogate"
+    INVALID_FIELD = "invalid_field"
+    MISSING_ID = "missing_id"
+    ID_TOO_LONG = "id_too_long"
+    MISSING_KEY = "missing_key"
+    KEY_TOO_LONG = "key_too_long"
+    INVALID_COUNTER_NAME = "invalid_counter_name"
+    MISSING_DELTA = "missing_delta"
+    AMBIGUOUS_SHAPE = "ambiguous_shape"
+    INVALID_NUMBER = "invalid_number"
+    NUMBER_OUT_OF_RANGE = "number_out_of_range"
+    INVALID_TS = "invalid_ts"
+    EMPTY_MESSAGE = "empty_message"
+    TOO_MANY_EVENTS = "too_many_events"
+    TOO_MANY_COUNTERS = "too_many_counters"
+    TOO_MANY_KEYS = "too_many_keys"
+    TOO_OLD = "too_old"
+    COUNTER_OUT_OF_RANGE = "counter_out_of_range"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection:
+    """Why a record can never be counted: a stable code and a human-readable detail."""
+
+    code: RejectCode
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class CounterEvent:
+    """One validated event: deltas for one or more named counters of one key."""
+
+    key: str
+    deltas: Mapping[str, Number]
+    ts_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One validated message: the unit of idempotency, whether it carries one event or many."""
+
+    message_id: str
+    events: tuple[CounterEvent, ...]
+
+    @property
+    def earliest_ts_ms(self) -> int | None:
+        """The oldest event time in the message, if any event carries one."""
+        stamps = [event.ts_ms for event in self.events if event.ts_ms is not None]
+        return min(stamps) if stamps else None
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One record as the source delivered it, before decoding: the start of the one-way data flow."""
+
+    record_id: str
+    """What the source's partial-failure report names (an SQS messageId, a Kinesis sequence number)."""
+    body: str | bytes
+    received_ms: int
+    """When the source accepted the record (SQS ``SentTimestamp``, Kinesis arrival time), epoch ms."""
+    origin: Mapping[str, str] = field(default_factory=dict)
+    """Where it came from (source ARN, FIFO message group): copied onto its dead letter, if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that can never be counted, with the reason it goes to the dead-letter queue."""
+
+    record: SourceRecord
+    rejection: Rejection

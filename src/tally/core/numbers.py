@@ -1,0 +1,75 @@
+"""Exact decimal numbers, within what a DynamoDB Number can hold.
+
+Deltas are kept as Python ``int`` when the producer sent an integer literal (fast, exact) and as
+``Decimal`` otherwise (parsed from the literal's text, never through a binary float). Sums are taken in
+``EXACT``, a context wide enough that no sum of storable numbers is ever rounded, and that traps
+rounding anyway; whether a result still fits a DynamoDB Number is a separate, explicit check.
+"""
+
+from __future__ import annotations
+
+from decimal import Clamped, Context, Decimal, DivisionByZero, Inexact, InvalidOperation, Overflow, Rounded
+from typing import TypeAlias
+
+Number: TypeAlias = int | Decimal
+
+MAX_SIGNIFICANT_DIGITS = 38
+"""DynamoDB Numbers keep at most 38 significant digits (leading and trailing zeros do not count)."""
+MAX_ADJUSTED_EXPONENT = 125
+"""The largest storable magnitude is 9.99...E+125."""
+MIN_ADJUSTED_EXPONENT = -130
+"""The smallest non-zero storable magnitude is 1E-130."""
+
+# Any two storable numbers differ by at most 256 decimal places, so 1000 digits never rounds a batch sum;
+# Inexact and Rounded are trapped regardless, so a rounding would raise instead of silently miscounting.
+EXACT = Context(
+    prec=1000,
+    Emax=999_999,
+    Emin=-999_999,
+    traps=[InvalidOperation, DivisionByZero, Overflow, Inexact, Rounded, Clamped],
+)
+
+_INT_FAST_LIMIT = 10**MAX_SIGNIFICANT_DIGITS
+# An int of more than 420 bits has more than 126 digits: beyond 9.99E+125 whatever its digits.
+_INT_MAX_BITS = 420
+
+
+def storage_problem(value: Number) -> str | None:
+    """Say why ``value`` cannot be stored as a DynamoDB Number, or return ``None`` when it can."""
+    if type(value) is int:
+        if -_INT_FAST_LIMIT < value < _INT_FAST_LIMIT:
+            return None
+        if value.bit_length() > _INT_MAX_BITS:
+            return "magnitude above 9.99E+125"
+        value = Decimal(value)
+    assert isinstance(value, Decimal)
+    if not value.is_finite():
+        return "not a finite number"
+    if not value:
+        return None
+    _, digits, _ = value.as_tuple()
+    significant = len(digits)
+    for digit in reversed(digits):
+        if digit:
+            break
+        significant -= 1
+    if significant > MAX_SIGNIFICANT_DIGITS:
+        return f"{significant} significant digits (DynamoDB keeps {MAX_SIGNIFICANT_DIGITS})"
+    adjusted = value.adjusted()
+    if adjusted > MAX_ADJUSTED_EXPONENT:
+        return "magnitude above 9.99E+125"
+    if adjusted < MIN_ADJUSTED_EXPONENT:
+        return "non-zero magnitude below 1E-130"
+    return None
+
+
+def add(left: Number, right: Number) -> Number:
+    """Add exactly: ints stay ints, anything with a Decimal is summed in ``EXACT``."""
+    if type(left) is int and type(right) is int:
+        return left + right
+    return EXACT.add(left, right)
+
+
+def to_wire(value: Number) -> str:
+    """The DynamoDB ``N`` string of a storable number (``Decimal`` keeps its own exponent form)."""
+    return str(value)

@@ -1,0 +1,1 @@
+"""Lambda entry points: thin, one per event source."""

@@ -1,0 +1,133 @@
+"""One batch, end to end: source records -> messages -> aggregate -> write plan -> store.
+
+The pipeline is the only place that knows how those steps connect, and the only place that maps
+message-level outcomes back to source records, which is what the source's partial-failure report needs:
+
+- a record is *failed* (reported to the source for redelivery) when its message could not be applied
+  this time (time ran out under throttling), or when it is poison and the dead-letter queue refused it;
+- every other record is done: applied now, applied before, a duplicate of a message in this batch
+  (it shares the fate of the first record with its id), or poison safely in the dead-letter queue.
+
+Nothing here catches an unexpected exception: it propagates and fails the whole batch, which the source
+redelivers, rather than being turned into an empty failure list that would delete unprocessed records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from tally.core.aggregate import deduplicate, message_totals
+from tally.core.decode import DecodeLimits, decode_message
+from tally.core.model import DeadLetter, Message, RejectCode, Rejection
+from tally.core.plan import plan_transactions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from tally.apply import Applier
+    from tally.core.model import SourceRecord
+
+
+class DeadLetterQueue(Protocol):
+    """The port poison records go to; returns the record ids it could NOT accept."""
+
+    def send(self, letters: Sequence[DeadLetter]) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineSettings:
+    """What the pipeline needs to know besides its ports: input limits and the deduplication horizon."""
+
+    limits: DecodeLimits
+    dedup_horizon_ms: int
+    """How long markers live; a message older than this could be counted twice, so it is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """The batch's outcome: which records to report as failed, and the figures for metrics and logs."""
+
+    failed_record_ids: tuple[str, ...]
+    records: int
+    messages_applied: int
+    events_applied: int
+    duplicates_in_batch: int
+    already_applied: int
+    dead_letters: tuple[DeadLetter, ...]
+    dead_letter_failures: int
+    transactions: int
+    retries: int
+
+
+class BatchPipeline:
+    """Processes one delivered batch through the applier and the dead-letter queue."""
+
+    def __init__(self, applier: Applier, dead_letters: DeadLetterQueue, settings: PipelineSettings) -> None:
+        self._applier = applier
+        self._dead_letters = dead_letters
+        self._settings = settings
+
+    def process(
+        self, records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]
+    ) -> BatchResult:
+        """Count a batch exactly once; ``now_ms`` is the invocation's clock, read once by the caller."""
+        poison: list[DeadLetter] = []
+        valid_records: list[SourceRecord] = []
+        messages: list[Message] = []
+        for record in records:
+            decoded = decode_message(record.body, self._settings.limits)
+            if isinstance(decoded, Message):
+                decoded_or_old = self._refuse_if_too_old(decoded, record, now_ms)
+            else:
+                decoded_or_old = decoded
+            if isinstance(decoded_or_old, Rejection):
+                poison.append(DeadLetter(record, decoded_or_old))
+            else:
+                valid_records.append(record)
+                messages.append(decoded_or_old)
+
+        distinct = deduplicate(messages)
+        plan = plan_transactions([message_totals(messages[position]) for position in distinct.unique])
+        outcome = self._applier.apply(plan, now_ms, remaining_ms)
+
+        for position in distinct.unique:
+            rejection = outcome.rejected.get(messages[position].message_id)
+            if rejection is not None:
+                poison.append(DeadLetter(valid_records[position], rejection))
+        refused_by_dlq = self._dead_letters.send(poison) if poison else frozenset()
+
+        failed = [
+            record.record_id
+            for record, message in zip(valid_records, messages, strict=True)
+            if message.message_id in outcome.unapplied
+        ]
+        failed.extend(
+            letter.record.record_id for letter in poison if letter.record.record_id in refused_by_dlq
+        )
+        return BatchResult(
+            failed_record_ids=tuple(failed),
+            records=len(records),
+            messages_applied=len(outcome.applied),
+            events_applied=outcome.applied_events,
+            duplicates_in_batch=len(distinct.duplicate_of),
+            already_applied=len(outcome.already_applied),
+            dead_letters=tuple(poison),
+            dead_letter_failures=len(refused_by_dlq),
+            transactions=outcome.transactions,
+            retries=outcome.retries,
+        )
+
+    def _refuse_if_too_old(self, message: Message, record: SourceRecord, now_ms: int) -> Message | Rejection:
+        # The producer's own event time if it gave one, else when the source accepted the record.
+        # Either is no later than the first time this message could have been applied, so a message
+        # younger than the horizon is younger than any marker it could have left behind.
+        born_ms = message.earliest_ts_ms
+        if born_ms is None:
+            born_ms = record.received_ms
+        age_ms = now_ms - born_ms
+        if age_ms > self._settings.dedup_horizon_ms:
+            days = self._settings.dedup_horizon_ms / 86_400_000
+            detail = f"message is {age_ms / 86_400_000:.1f} days old; markers are kept {days:g} days"
+            return Rejection(RejectCode.TOO_OLD, detail)
+        return message

@@ -1,0 +1,82 @@
+"""Wiring for the Lambda handlers: build clients and adapters once, and report a batch's figures.
+
+Handlers call ``build_pipeline`` once per cold start (through a cached factory), so every invocation of
+a warm container reuses the same boto3 clients and connection pools. boto3 honours ``AWS_ENDPOINT_URL``
+(and ``AWS_ENDPOINT_URL_DYNAMODB`` / ``_SQS``), which is how local runs point at local endpoints.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import boto3
+from aws_lambda_powertools.metrics import MetricUnit
+from botocore.config import Config
+
+from tally.apply import Applier
+from tally.core.decode import DecodeLimits
+from tally.dlq import SqsDeadLetterQueue
+from tally.errors import ConfigurationError
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.dynamodb import DynamoDBCounterStore
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools import Logger, Metrics
+
+    from tally.config import Settings
+    from tally.pipeline import BatchResult
+
+# botocore retries throttling and 5xx on its own (reusing the transaction's ClientRequestToken); tally's
+# applier retries what is left (conflict cancellations, which botocore never retries) under its deadline.
+CLIENT_CONFIG = Config(
+    retries={"mode": "standard", "max_attempts": 3},
+    connect_timeout=3,
+    read_timeout=10,
+    tcp_keepalive=True,
+)
+
+
+def build_pipeline(settings: Settings) -> BatchPipeline:
+    """The production pipeline: DynamoDB store, SQS dead-letter queue, default limits."""
+    if settings.dlq_url is None:
+        raise ConfigurationError("the Lambda function needs a dead-letter queue URL")
+    session = boto3.session.Session()
+    store = DynamoDBCounterStore(
+        session.client("dynamodb", config=CLIENT_CONFIG),
+        settings.counters_table,
+        settings.markers_table,
+        settings.marker_ttl_seconds,
+    )
+    dead_letters = SqsDeadLetterQueue(session.client("sqs", config=CLIENT_CONFIG), settings.dlq_url)
+    limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
+    return BatchPipeline(
+        Applier(store),
+        dead_letters,
+        PipelineSettings(limits=limits, dedup_horizon_ms=settings.marker_ttl_seconds * 1000),
+    )
+
+
+def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
+    """Emit the batch's metrics and one summary log line; dead letters are logged by code, never by body."""
+    figures = {
+        "RecordsReceived": result.records,
+        "MessagesApplied": result.messages_applied,
+        "EventsApplied": result.events_applied,
+        "DuplicatesInBatch": result.duplicates_in_batch,
+        "DuplicatesAlreadyApplied": result.already_applied,
+        "PoisonRecords": len(result.dead_letters),
+        "DeadLetterFailures": result.dead_letter_failures,
+        "Transactions": result.transactions,
+        "TransactionRetries": result.retries,
+        "RecordsFailed": len(result.failed_record_ids),
+    }
+    for name, value in figures.items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for letter in result.dead_letters:
+        logger.warning(
+            "record dead-lettered",
+            record_id=letter.record.record_id,
+            error_code=str(letter.rejection.code),
+            error_message=letter.rejection.detail[:300],
+        )
+    logger.info("batch processed", extra=figures)

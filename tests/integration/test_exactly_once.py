@@ -1,0 +1,301 @@
+"""Exactly-once counting against DynamoDB Local, under the faults the AWS path can produce.
+
+Every test checks counters against a reference computed independently of tally's code. Faults are
+injected at the botocore layer (tests/support/faults.py), so the adapter and applier are the production
+code, unmodified.
+"""
+
+from __future__ import annotations
+
+import threading
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tally.apply import RetryPolicy
+from tally.core.model import SourceRecord
+from tally.errors import StoreError
+from tally.sources.sqs import records_from_event
+from tests.support.counts import nonzero, read_all
+from tests.support.events import load_event
+from tests.support.faults import DynamoDBFaults
+from tests.support.pipeline import make_pipeline, make_store
+from tests.support.workload import SENT_MS, generate
+
+if TYPE_CHECKING:
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+NOW_MS = SENT_MS + 60_000
+
+
+def plenty() -> int:
+    return 60_000
+
+
+SAMPLES = [
+    ("sqs-single.json", {"page:/home": {"count": Decimal(2)}, "page:/pricing": {"count": Decimal(1)}}),
+    (
+        "sqs-counters.json",
+        {"shop:42": {"orders": Decimal(1), "revenue": Decimal("0.01"), "units": Decimal(1)}},
+    ),
+    (
+        "sqs-packed.json",
+        {
+            "usage:acme": {"api_calls": Decimal(12), "cost": Decimal("1.2")},
+            "usage:globex": {"count": Decimal(5)},
+            "usage:initech": {"count": Decimal(7)},
+        },
+    ),
+    ("sqs-duplicates.json", {"likes:post-9": {"count": Decimal(2)}}),
+    ("sqs-poison.json", {"stock:sku-1": {"count": Decimal(8)}}),
+]
+
+
+@pytest.mark.parametrize(("event_file", "expected"), SAMPLES, ids=[name for name, _ in SAMPLES])
+def test_sample_events_count_exactly(
+    ddb_tables: DynamoDBTables, event_file: str, expected: dict[str, dict[str, Decimal]]
+) -> None:
+    # GIVEN the sample event file WHEN it is processed twice (a redelivery of the whole batch)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    records = records_from_event(load_event(event_file))
+    first = pipeline.process(records, NOW_MS, plenty)
+    second = pipeline.process(records, NOW_MS, plenty)
+    # THEN the counters equal the documented values, once
+    assert read_all(store, expected) == expected
+    assert first.failed_record_ids == ()
+    assert second.failed_record_ids == ()
+    assert second.messages_applied == 0
+
+
+def test_a_workload_redelivered_in_overlapping_batches_counts_each_message_once(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    workload = generate(seed=7, messages=400, keys=15)
+    records = workload.records
+    # Batches of 100 with every batch redelivered, then a sliding window overlapping every boundary.
+    for start in range(0, len(records), 100):
+        batch = records[start : start + 100]
+        assert pipeline.process(batch, NOW_MS, plenty).failed_record_ids == ()
+        assert pipeline.process(batch, NOW_MS, plenty).messages_applied == 0
+    for start in range(50, len(records), 100):
+        assert pipeline.process(records[start : start + 100], NOW_MS, plenty).messages_applied == 0
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+    assert dlq.letters == []
+
+
+def test_lost_response_after_commit_does_not_double_count(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a store whose first transaction commits on the server but whose response is lost
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    workload = generate(seed=11, messages=60, keys=5, resend_rate=0)
+    faults.lose_responses(1)
+    # WHEN the batch is processed (the applier retries the "failed" transaction)
+    result = pipeline.process(workload.records, NOW_MS, plenty)
+    # THEN the retry found the markers of the committed transaction and applied nothing twice
+    assert faults.injected == ["lose_response"]
+    assert result.failed_record_ids == ()
+    assert result.already_applied > 0
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+def test_responses_lost_until_attempts_run_out_then_redelivery_counts_once(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(
+        store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1)
+    )
+    workload = generate(seed=12, messages=30, keys=4, resend_rate=0)
+    faults.lose_responses(1)
+    first = pipeline.process(workload.records, NOW_MS, plenty)
+    # The first chunk committed but looked failed: its records are reported for redelivery ...
+    assert first.failed_record_ids
+    second = pipeline.process(
+        [r for r in workload.records if r.record_id in first.failed_record_ids], NOW_MS, plenty
+    )
+    # ... and the redelivery finds them applied.
+    assert second.failed_record_ids == ()
+    assert second.messages_applied == 0
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+def test_crash_after_commit_with_whole_batch_redelivered(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    workload = generate(seed=13, messages=150, keys=10)
+    pipeline.process(workload.records, NOW_MS, plenty)  # committed; the function "crashes" before replying
+    again = pipeline.process(workload.records, NOW_MS, plenty)
+    assert again.messages_applied == 0
+    assert again.already_applied == len({r.body for r in workload.records})
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+def test_same_batch_processed_twice_concurrently(ddb_tables: DynamoDBTables, dynamodb_local: object) -> None:
+    workload = generate(seed=14, messages=300, keys=6)
+    stores = [
+        make_store(client, ddb_tables.counters_table, ddb_tables.markers_table)
+        for client in (ddb_tables.client, dynamodb_local.client())
+    ]  # type: ignore[attr-defined]
+    pipelines = [make_pipeline(store)[0] for store in stores]
+    barrier = threading.Barrier(2)
+    results = []
+
+    def run(index: int) -> None:
+        barrier.wait()
+        results.append(pipelines[index].process(workload.records, NOW_MS, plenty))
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(result.failed_record_ids == () for result in results)
+    distinct = len({r.body for r in workload.records})
+    assert sum(result.messages_applied for result in results) == distinct
+    assert read_all(stores[0], workload.expected) == nonzero(workload.expected)
+
+
+def test_producer_resend_in_a_new_message_is_not_counted_again(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    body = '{"id":"invoice-9","key":"revenue:eu","deltas":{"amount":12.50,"count":1}}'
+    first = SourceRecord("sqs-message-1", body, SENT_MS)
+    resend = SourceRecord("sqs-message-2", body, SENT_MS + 5_000)  # new MessageId, same producer id
+    assert pipeline.process([first], NOW_MS, plenty).messages_applied == 1
+    second = pipeline.process([resend], NOW_MS, plenty)
+    assert (second.messages_applied, second.already_applied, second.failed_record_ids) == (0, 1, ())
+    assert store.read_counters("revenue:eu") == {"amount": Decimal("12.50"), "count": Decimal(1)}
+
+
+@pytest.mark.parametrize(
+    "reason", ["ThrottlingError", "TransactionConflict", "ProvisionedThroughputExceeded"]
+)
+def test_throttling_and_conflict_cancellations_are_retried(ddb_tables: DynamoDBTables, reason: str) -> None:
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    workload = generate(seed=15, messages=80, keys=8)
+    faults.cancel(reason, count=3)
+    result = pipeline.process(workload.records, NOW_MS, plenty)
+    assert result.retries == 3
+    assert result.failed_record_ids == ()
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+@pytest.mark.parametrize(
+    "code", ["ProvisionedThroughputExceededException", "ThrottlingException", "InternalServerError"]
+)
+def test_whole_request_throttling_is_retried(ddb_tables: DynamoDBTables, code: str) -> None:
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    workload = generate(seed=16, messages=40, keys=8)
+    faults.fail(code, count=2)
+    result = pipeline.process(workload.records, NOW_MS, plenty)
+    assert (result.retries, result.failed_record_ids) == (2, ())
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+def test_persistent_throttling_reports_exactly_the_unapplied_records(ddb_tables: DynamoDBTables) -> None:
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(
+        store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=3)
+    )
+    workload = generate(seed=17, messages=250, keys=40, resend_rate=0, packed_every=1000)
+    faults.cancel("ThrottlingError", count=3)  # the first chunk never gets through
+    result = pipeline.process(workload.records, NOW_MS, plenty)
+    assert 0 < len(result.failed_record_ids) < len(workload.records)
+    # WHEN only the reported records are redelivered THEN everything is counted exactly once
+    redelivered = [r for r in workload.records if r.record_id in set(result.failed_record_ids)]
+    assert pipeline.process(redelivered, NOW_MS, plenty).failed_record_ids == ()
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+def test_no_attempt_starts_when_the_invocation_is_out_of_time(ddb_tables: DynamoDBTables) -> None:
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    workload = generate(seed=18, messages=20, keys=3)
+    result = pipeline.process(workload.records, NOW_MS, lambda: 500)
+    assert sorted(result.failed_record_ids) == sorted(r.record_id for r in workload.records)
+    assert faults.calls == 0
+    assert read_all(store, workload.expected) == {}
+
+
+def test_poison_records_go_to_the_dead_letter_queue_and_good_ones_count(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    records = records_from_event(load_event("sqs-poison.json"))
+    result = pipeline.process(records, NOW_MS, plenty)
+    assert result.failed_record_ids == ()
+    assert sorted(dlq.codes().values()) == sorted(
+        ["malformed_json", "invalid_number", "number_out_of_range", "missing_id", "invalid_field"]
+    )
+    assert store.read_counters("stock:sku-1") == {"count": Decimal(8)}
+
+
+def test_poison_the_dead_letter_queue_refuses_is_reported_for_redelivery(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    records = records_from_event(load_event("sqs-poison.json"))
+    dlq.refuse = {records[1].record_id}
+    result = pipeline.process(records, NOW_MS, plenty)
+    assert result.failed_record_ids == (records[1].record_id,)
+
+
+def test_a_message_older_than_the_marker_ttl_is_dead_lettered_not_applied(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    old_ts = NOW_MS - 36 * 86_400_000
+    record = SourceRecord("r-old", f'{{"id":"old-1","key":"k","delta":1,"ts":{old_ts}}}', SENT_MS)
+    result = pipeline.process([record], NOW_MS, plenty)
+    assert result.failed_record_ids == ()
+    assert dlq.codes() == {"r-old": "too_old"}
+    assert store.read_counters("k") == {}
+
+
+def test_markers_carry_the_ttl_horizon(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    pipeline.process([SourceRecord("r1", '{"id":"ttl-1","key":"k","delta":1}', SENT_MS)], NOW_MS, plenty)
+    marker = store.read_marker("ttl-1")
+    assert marker is not None
+    assert marker.applied_at_ms == NOW_MS
+    assert marker.expires_at_s == NOW_MS // 1000 + 35 * 86_400
+
+
+def test_a_counter_dynamodb_refuses_dead_letters_only_the_culprit(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a counter already near the top of DynamoDB's Number range
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    seed = SourceRecord("r0", '{"id":"big-0","key":"huge","delta":9E+125}', SENT_MS)
+    assert pipeline.process([seed], NOW_MS, plenty).messages_applied == 1
+    # WHEN a batch would push it past 9.99E+125, alongside innocent messages in the same transaction
+    records = [
+        SourceRecord("r1", '{"id":"ok-1","key":"small","delta":1}', SENT_MS),
+        SourceRecord("r2", '{"id":"big-1","key":"huge","delta":9E+125}', SENT_MS),
+        SourceRecord("r3", '{"id":"ok-2","key":"small","delta":2}', SENT_MS),
+    ]
+    result = pipeline.process(records, NOW_MS, plenty)
+    # THEN only the culprit is dead-lettered, with the reason, and the rest is counted
+    assert result.failed_record_ids == ()
+    assert dlq.codes() == {"r2": "counter_out_of_range"}
+    assert store.read_counters("small") == {"count": Decimal(3)}
+    assert store.read_counters("huge") == {"count": Decimal("9E+125")}
+
+
+def test_a_missing_table_fails_the_whole_batch_instead_of_dropping_it(ddb_tables: DynamoDBTables) -> None:
+    store = make_store(ddb_tables.client, "no-such-table", ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    with pytest.raises(StoreError):
+        pipeline.process([SourceRecord("r1", '{"id":"x","key":"k","delta":1}', SENT_MS)], NOW_MS, plenty)
+    assert dlq.letters == []

@@ -1,0 +1,1 @@
+"""Test support: event-file loaders, fault injection, reference sums."""

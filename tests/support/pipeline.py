@@ -1,0 +1,60 @@
+"""Build the production pipeline around test tables, with a recording dead-letter queue."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from tally.apply import Applier, RetryPolicy
+from tally.core.decode import DecodeLimits
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.core.model import DeadLetter
+
+TTL_DAYS = 35
+FAST_RETRIES = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=8, reserve_ms=1_000)
+
+
+@dataclass
+class RecordingDeadLetterQueue:
+    """An in-memory dead-letter port; ``refuse`` names record ids it will not accept."""
+
+    letters: list[DeadLetter] = field(default_factory=list)
+    refuse: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, letters: Sequence[DeadLetter]) -> frozenset[str]:
+        refused = frozenset(
+            letter.record.record_id for letter in letters if letter.record.record_id in self.refuse
+        )
+        with self._lock:
+            self.letters.extend(letter for letter in letters if letter.record.record_id not in refused)
+        return refused
+
+    def codes(self) -> dict[str, str]:
+        """Source record id -> error code of every accepted letter."""
+        return {letter.record.record_id: str(letter.rejection.code) for letter in self.letters}
+
+
+def make_store(client: DynamoDBClient, counters_table: str, markers_table: str) -> DynamoDBCounterStore:
+    return DynamoDBCounterStore(client, counters_table, markers_table, TTL_DAYS * 86_400)
+
+
+def make_pipeline(
+    store: DynamoDBCounterStore,
+    dead_letters: RecordingDeadLetterQueue | None = None,
+    policy: RetryPolicy = FAST_RETRIES,
+) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
+    dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
+    settings = PipelineSettings(
+        limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
+        dedup_horizon_ms=TTL_DAYS * 86_400_000,
+    )
+    return BatchPipeline(Applier(store, policy, sleep=lambda _: None), dlq, settings), dlq
