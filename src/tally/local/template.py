@@ -1,0 +1,400 @@
+"""Read ``template.yaml`` so local stand-ins are built from the deployed definitions.
+
+Local DynamoDB tables, local SQS queues and the local event-source settings all come from the SAM
+template, never from a second copy of the key schema or the queue attributes: if the template
+changes, local tooling and tests follow.
+
+Only the shapes tally's template uses are understood. Values may be literals, ``!Ref`` to a
+Parameter (resolved to its ``Default``) or ``!FindInMap`` whose keys resolve the same way;
+anything else raises :class:`ValueError` naming the resource and property.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from cfn_flip import load_yaml
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = [
+    "AttributeDefinition",
+    "KeyElement",
+    "QueueDefinition",
+    "SqsEventSource",
+    "TableDefinition",
+    "function_event_sources",
+    "load_template",
+    "queue_definitions",
+    "table_definitions",
+]
+
+TABLE_TYPE = "AWS::DynamoDB::Table"
+QUEUE_TYPE = "AWS::SQS::Queue"
+FUNCTION_TYPE = "AWS::Serverless::Function"
+DEFAULT_FUNCTION = "CounterFunction"
+
+# SQS defaults that apply when the template leaves a property out.
+SQS_DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 30
+SQS_DEFAULT_MESSAGE_RETENTION_SECONDS = 345_600
+# Lambda SQS event-source defaults.
+ESM_DEFAULT_BATCH_SIZE = 10
+ESM_DEFAULT_BATCHING_WINDOW_SECONDS = 0
+
+# DynamoDB Local ignores these; they matter only in AWS and are checked by tests/template.
+_TABLE_PROPERTIES_IGNORED_LOCALLY = frozenset(
+    {
+        "BillingMode",
+        "SSESpecification",
+        "PointInTimeRecoverySpecification",
+        "DeletionProtectionEnabled",
+        "TimeToLiveSpecification",
+        "Tags",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyElement:
+    """One element of a table's key schema."""
+
+    attribute_name: str
+    key_type: str  # "HASH" or "RANGE"
+
+
+@dataclass(frozen=True, slots=True)
+class AttributeDefinition:
+    """A key attribute's name and scalar type ("S", "N" or "B")."""
+
+    attribute_name: str
+    attribute_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class TableDefinition:
+    """What a local DynamoDB needs to create a table exactly like the template's."""
+
+    logical_id: str
+    key_schema: tuple[KeyElement, ...]
+    attribute_definitions: tuple[AttributeDefinition, ...]
+    ttl_attribute: str | None
+
+    def create_table_kwargs(self, table_name: str) -> dict[str, Any]:
+        """Keyword arguments for boto3 ``create_table`` (SSE and PITR left out: local ignores them)."""
+        return {
+            "TableName": table_name,
+            "KeySchema": [
+                {"AttributeName": key.attribute_name, "KeyType": key.key_type} for key in self.key_schema
+            ],
+            "AttributeDefinitions": [
+                {"AttributeName": attr.attribute_name, "AttributeType": attr.attribute_type}
+                for attr in self.attribute_definitions
+            ],
+            "BillingMode": "PAY_PER_REQUEST",
+        }
+
+    def update_time_to_live_kwargs(self, table_name: str) -> dict[str, Any] | None:
+        """Keyword arguments for boto3 ``update_time_to_live``, or None when the table has no TTL."""
+        if self.ttl_attribute is None:
+            return None
+        return {
+            "TableName": table_name,
+            "TimeToLiveSpecification": {"AttributeName": self.ttl_attribute, "Enabled": True},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDefinition:
+    """What a local SQS endpoint needs to create a queue like the template's."""
+
+    logical_id: str
+    fifo: bool
+    visibility_timeout_seconds: int
+    message_retention_seconds: int
+    dead_letter_target: str | None  # logical id of the redrive target queue
+    max_receive_count: int | None
+
+    def create_queue_kwargs(
+        self, queue_name: str, dead_letter_target_arn: str | None = None
+    ) -> dict[str, Any]:
+        """Keyword arguments for boto3 ``create_queue``.
+
+        ``dead_letter_target_arn`` is the local ARN of :attr:`dead_letter_target` (create that queue
+        first); it is required exactly when the template gives this queue a redrive policy.
+        """
+        if self.fifo and not queue_name.endswith(".fifo"):
+            raise ValueError(f"{self.logical_id}: a FIFO queue name must end in '.fifo', got {queue_name!r}")
+        if (self.dead_letter_target is None) != (dead_letter_target_arn is None):
+            raise ValueError(
+                f"{self.logical_id}: dead_letter_target_arn must be given exactly when the template "
+                f"declares a redrive target (template target: {self.dead_letter_target!r})"
+            )
+        attributes = {
+            "VisibilityTimeout": str(self.visibility_timeout_seconds),
+            "MessageRetentionPeriod": str(self.message_retention_seconds),
+        }
+        if self.fifo:
+            attributes["FifoQueue"] = "true"
+        if dead_letter_target_arn is not None:
+            attributes["RedrivePolicy"] = json.dumps(
+                {
+                    "deadLetterTargetArn": dead_letter_target_arn,
+                    "maxReceiveCount": str(self.max_receive_count),
+                }
+            )
+        return {"QueueName": queue_name, "Attributes": attributes}
+
+
+@dataclass(frozen=True, slots=True)
+class SqsEventSource:
+    """One ``Type: SQS`` event of a function, with parameters resolved to their defaults."""
+
+    function_logical_id: str
+    event_name: str
+    queue_logical_id: str
+    batch_size: int
+    maximum_batching_window_seconds: int
+    function_response_types: tuple[str, ...]
+    maximum_concurrency: int | None
+
+
+def load_template(path: Path) -> dict[str, Any]:
+    """Parse a CloudFormation/SAM template (YAML or JSON, short-form tags included) into plain dicts."""
+    document = load_yaml(path.read_text(encoding="utf-8"))
+    # cfn_flip returns ODicts; a JSON round trip gives plain dicts and lists, and fails loudly on
+    # anything that is not JSON-shaped (dates, binary), which a CloudFormation template never has.
+    plain = json.loads(json.dumps(document))
+    if not isinstance(plain, dict) or not isinstance(plain.get("Resources"), dict):
+        raise ValueError(f"{path}: not a CloudFormation template (no Resources mapping)")
+    return plain
+
+
+def table_definitions(template: dict[str, Any]) -> dict[str, TableDefinition]:
+    """Every ``AWS::DynamoDB::Table`` of the template, keyed by logical id."""
+    tables: dict[str, TableDefinition] = {}
+    for logical_id, properties in _resources_of_type(template, TABLE_TYPE):
+        where = logical_id
+        unsupported = sorted(
+            set(properties) - _TABLE_PROPERTIES_IGNORED_LOCALLY - {"KeySchema", "AttributeDefinitions"}
+        )
+        if unsupported:
+            raise ValueError(f"{where}: table properties not supported locally: {', '.join(unsupported)}")
+        key_schema = tuple(
+            KeyElement(
+                attribute_name=_literal_str(element, "AttributeName", f"{where}.KeySchema"),
+                key_type=_literal_str(element, "KeyType", f"{where}.KeySchema"),
+            )
+            for element in _list(properties, "KeySchema", where)
+        )
+        attributes = tuple(
+            AttributeDefinition(
+                attribute_name=_literal_str(element, "AttributeName", f"{where}.AttributeDefinitions"),
+                attribute_type=_literal_str(element, "AttributeType", f"{where}.AttributeDefinitions"),
+            )
+            for element in _list(properties, "AttributeDefinitions", where)
+        )
+        key_names = {key.attribute_name for key in key_schema}
+        defined_names = {attr.attribute_name for attr in attributes}
+        if key_names != defined_names:
+            raise ValueError(
+                f"{where}: AttributeDefinitions {sorted(defined_names)} != KeySchema {sorted(key_names)}"
+            )
+        tables[logical_id] = TableDefinition(
+            logical_id=logical_id,
+            key_schema=key_schema,
+            attribute_definitions=attributes,
+            ttl_attribute=_ttl_attribute(properties, where),
+        )
+    return tables
+
+
+def queue_definitions(template: dict[str, Any]) -> dict[str, QueueDefinition]:
+    """Every ``AWS::SQS::Queue`` of the template, keyed by logical id."""
+    queues: dict[str, QueueDefinition] = {}
+    for logical_id, properties in _resources_of_type(template, QUEUE_TYPE):
+        where = logical_id
+        dead_letter_target: str | None = None
+        max_receive_count: int | None = None
+        if "RedrivePolicy" in properties:
+            redrive = _mapping(properties["RedrivePolicy"], f"{where}.RedrivePolicy")
+            dead_letter_target = _get_att_arn_target(
+                redrive.get("deadLetterTargetArn"), f"{where}.RedrivePolicy.deadLetterTargetArn"
+            )
+            max_receive_count = _resolve_int(
+                template, redrive.get("maxReceiveCount"), f"{where}.RedrivePolicy.maxReceiveCount"
+            )
+        queues[logical_id] = QueueDefinition(
+            logical_id=logical_id,
+            fifo=_resolve_bool(template, properties.get("FifoQueue", False), f"{where}.FifoQueue"),
+            visibility_timeout_seconds=_resolve_int(
+                template,
+                properties.get("VisibilityTimeout", SQS_DEFAULT_VISIBILITY_TIMEOUT_SECONDS),
+                f"{where}.VisibilityTimeout",
+            ),
+            message_retention_seconds=_resolve_int(
+                template,
+                properties.get("MessageRetentionPeriod", SQS_DEFAULT_MESSAGE_RETENTION_SECONDS),
+                f"{where}.MessageRetentionPeriod",
+            ),
+            dead_letter_target=dead_letter_target,
+            max_receive_count=max_receive_count,
+        )
+    return queues
+
+
+def function_event_sources(
+    template: dict[str, Any], function_logical_id: str = DEFAULT_FUNCTION
+) -> dict[str, SqsEventSource]:
+    """The ``Type: SQS`` events of one ``AWS::Serverless::Function``, keyed by event name."""
+    resource = _mapping(template["Resources"].get(function_logical_id), function_logical_id)
+    if resource.get("Type") != FUNCTION_TYPE:
+        raise ValueError(
+            f"{function_logical_id}: expected Type {FUNCTION_TYPE}, got {resource.get('Type')!r}"
+        )
+    properties = _mapping(resource.get("Properties", {}), f"{function_logical_id}.Properties")
+    events = _mapping(properties.get("Events", {}), f"{function_logical_id}.Events")
+    sources: dict[str, SqsEventSource] = {}
+    for event_name, raw_event in events.items():
+        where = f"{function_logical_id}.Events.{event_name}"
+        event = _mapping(raw_event, where)
+        if event.get("Type") != "SQS":
+            continue
+        event_properties = _mapping(event.get("Properties"), f"{where}.Properties")
+        scaling = _mapping(event_properties.get("ScalingConfig", {}), f"{where}.ScalingConfig")
+        response_types = event_properties.get("FunctionResponseTypes", [])
+        if not isinstance(response_types, list) or not all(isinstance(t, str) for t in response_types):
+            raise ValueError(
+                f"{where}.FunctionResponseTypes: expected a list of strings, got {response_types!r}"
+            )
+        sources[event_name] = SqsEventSource(
+            function_logical_id=function_logical_id,
+            event_name=event_name,
+            queue_logical_id=_get_att_arn_target(event_properties.get("Queue"), f"{where}.Queue"),
+            batch_size=_resolve_int(
+                template, event_properties.get("BatchSize", ESM_DEFAULT_BATCH_SIZE), f"{where}.BatchSize"
+            ),
+            maximum_batching_window_seconds=_resolve_int(
+                template,
+                event_properties.get("MaximumBatchingWindowInSeconds", ESM_DEFAULT_BATCHING_WINDOW_SECONDS),
+                f"{where}.MaximumBatchingWindowInSeconds",
+            ),
+            function_response_types=tuple(response_types),
+            maximum_concurrency=(
+                _resolve_int(
+                    template, scaling["MaximumConcurrency"], f"{where}.ScalingConfig.MaximumConcurrency"
+                )
+                if "MaximumConcurrency" in scaling
+                else None
+            ),
+        )
+    return sources
+
+
+# --- resolution helpers ---------------------------------------------------------------------------
+
+
+def _resources_of_type(template: dict[str, Any], resource_type: str) -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    for logical_id, raw in _mapping(template.get("Resources"), "Resources").items():
+        resource = _mapping(raw, logical_id)
+        if resource.get("Type") == resource_type:
+            found.append((logical_id, _mapping(resource.get("Properties", {}), f"{logical_id}.Properties")))
+    return found
+
+
+def _mapping(value: object, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where}: expected a mapping, got {value!r}")
+    return value
+
+
+def _list(properties: dict[str, Any], key: str, where: str) -> list[dict[str, Any]]:
+    value = properties.get(key)
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"{where}.{key}: expected a non-empty literal list, got {value!r}")
+    return [_mapping(item, f"{where}.{key}[]") for item in value]
+
+
+def _literal_str(element: dict[str, Any], key: str, where: str) -> str:
+    value = element.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"{where}.{key}: expected a literal string, got {value!r}")
+    return value
+
+
+def _ttl_attribute(properties: dict[str, Any], where: str) -> str | None:
+    if "TimeToLiveSpecification" not in properties:
+        return None
+    spec = _mapping(properties["TimeToLiveSpecification"], f"{where}.TimeToLiveSpecification")
+    if spec.get("Enabled") is not True:
+        return None
+    return _literal_str(spec, "AttributeName", f"{where}.TimeToLiveSpecification")
+
+
+def _get_att_arn_target(value: object, where: str) -> str:
+    """Logical id from ``!GetAtt X.Arn`` (short form) or ``{"Fn::GetAtt": ["X", "Arn"]}``."""
+    if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+        target = value["Fn::GetAtt"]
+        if isinstance(target, str):
+            target = target.split(".", 1)
+        if (
+            isinstance(target, list)
+            and len(target) == 2
+            and target[1] == "Arn"
+            and isinstance(target[0], str)
+        ):
+            return target[0]
+    raise ValueError(f"{where}: expected !GetAtt <LogicalId>.Arn, got {value!r}")
+
+
+def _resolve(template: dict[str, Any], value: object, where: str) -> object:
+    """Resolve a literal, ``!Ref Parameter`` (its Default) or ``!FindInMap`` of resolvable keys."""
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"Ref"}:
+        name = value["Ref"]
+        parameters = _mapping(template.get("Parameters", {}), "Parameters")
+        if not isinstance(name, str) or name not in parameters:
+            raise ValueError(f"{where}: !Ref {name!r} is not a template Parameter")
+        parameter = _mapping(parameters[name], f"Parameters.{name}")
+        if "Default" not in parameter:
+            raise ValueError(f"{where}: Parameter {name} has no Default to resolve locally")
+        return parameter["Default"]
+    if set(value) == {"Fn::FindInMap"}:
+        args = value["Fn::FindInMap"]
+        if not isinstance(args, list) or len(args) != 3:
+            raise ValueError(
+                f"{where}: !FindInMap needs [MapName, TopLevelKey, SecondLevelKey], got {args!r}"
+            )
+        map_name, top_key, second_key = (str(_resolve(template, arg, where)) for arg in args)
+        mappings = _mapping(template.get("Mappings", {}), "Mappings")
+        try:
+            return mappings[map_name][top_key][second_key]
+        except (KeyError, TypeError):
+            raise ValueError(
+                f"{where}: !FindInMap [{map_name}, {top_key}, {second_key}] is not in Mappings"
+            ) from None
+    raise ValueError(f"{where}: cannot resolve {value!r} locally (only literals, !Ref Parameter, !FindInMap)")
+
+
+def _resolve_int(template: dict[str, Any], value: object, where: str) -> int:
+    resolved = _resolve(template, value, where)
+    if isinstance(resolved, bool):
+        raise ValueError(f"{where}: expected an integer, got {resolved!r}")
+    if isinstance(resolved, int):
+        return resolved
+    if isinstance(resolved, str) and resolved.strip().isdigit():
+        return int(resolved)
+    raise ValueError(f"{where}: expected an integer, got {resolved!r}")
+
+
+def _resolve_bool(template: dict[str, Any], value: object, where: str) -> bool:
+    resolved = _resolve(template, value, where)
+    if isinstance(resolved, bool):
+        return resolved
+    if isinstance(resolved, str) and resolved.lower() in {"true", "false"}:
+        return resolved.lower() == "true"
+    raise ValueError(f"{where}: expected a boolean, got {resolved!r}")
