@@ -27,7 +27,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_ran
 
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, Chunk, plan_transactions
-from tally.errors import MarkersExistError, RetryableStoreError, WriteRejectedError
+from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -39,6 +39,8 @@ class CounterStore(Protocol):
     """The port the applier writes through (``tally.store.dynamodb.DynamoDBCounterStore`` in production)."""
 
     def apply(self, chunk: Chunk, now_ms: int) -> None: ...
+
+    def is_applied(self, message_id: str) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,8 @@ class Applier:
                         transactions += 1
                         self._store.apply(chunk, now_ms)
             except MarkersExistError as exists:
+                if not exists.message_ids & set(chunk.message_ids):
+                    raise StoreError("markers reported for messages outside the transaction") from exists
                 already.update(exists.message_ids)
                 rest = [message for message in chunk.messages if message.message_id not in exists.message_ids]
                 pending.extendleft(reversed(plan_transactions(rest, self._max_actions).chunks))
@@ -109,6 +113,10 @@ class Applier:
                 if len(chunk.messages) > 1:
                     singles = [plan_transactions([message], self._max_actions) for message in chunk.messages]
                     pending.extendleft(reversed([single.chunks[0] for single in singles]))
+                elif self._store.is_applied(chunk.message_ids[0]):
+                    # DynamoDB checks number ranges before conditions: a redelivered message that was
+                    # applied before can be refused for the range instead of cancelled by its marker.
+                    already.add(chunk.message_ids[0])
                 else:
                     detail = f"DynamoDB refused the increment: {refused.detail}"
                     rejected[chunk.message_ids[0]] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)

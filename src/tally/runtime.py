@@ -26,6 +26,9 @@ if TYPE_CHECKING:
     from tally.config import Settings
     from tally.pipeline import BatchResult
 
+METRICS_NAMESPACE = "Tally"
+"""The CloudWatch namespace of tally's metrics (set in code so every handler and test agrees)."""
+
 # botocore retries throttling and 5xx on its own (reusing the transaction's ClientRequestToken); tally's
 # applier retries what is left (conflict cancellations, which botocore never retries) under its deadline.
 CLIENT_CONFIG = Config(

@@ -299,3 +299,21 @@ def test_a_missing_table_fails_the_whole_batch_instead_of_dropping_it(ddb_tables
     with pytest.raises(StoreError):
         pipeline.process([SourceRecord("r1", '{"id":"x","key":"k","delta":1}', SENT_MS)], NOW_MS, plenty)
     assert dlq.letters == []
+
+
+def test_an_applied_message_redelivered_when_its_counter_is_full_is_not_dead_lettered(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN a message applied once, and a counter that later sits at the top of the Number range
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    applied = SourceRecord("r1", '{"id":"m-1","key":"huge","delta":5E+125}', SENT_MS)
+    pipeline.process([applied], NOW_MS, plenty)
+    pipeline.process(
+        [SourceRecord("r2", '{"id":"m-2","key":"huge","delta":4.9E+125}', SENT_MS)], NOW_MS, plenty
+    )
+    # WHEN the first message is redelivered (DynamoDB checks the range before the marker condition)
+    result = pipeline.process([SourceRecord("r3", applied.body, SENT_MS)], NOW_MS, plenty)
+    # THEN it is recognised as applied, not dead-lettered, and nothing changes
+    assert (result.already_applied, result.failed_record_ids, dlq.letters) == (1, (), [])
+    assert store.read_counters("huge") == {"count": Decimal("9.9E+125")}

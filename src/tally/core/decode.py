@@ -12,6 +12,7 @@ delta ever passes through a binary float.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -21,7 +22,7 @@ import msgspec
 from msgspec import UNSET, UnsetType
 
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
-from tally.core.numbers import Number, storage_problem
+from tally.core.numbers import Number, canonical, storage_problem
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -56,6 +57,9 @@ class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
 
 
 _DECODER = msgspec.json.Decoder(_WireMessage, float_hook=Decimal)
+_UTF8_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
+# A JSON escape: a backslash and what it escapes; scanning left to right keeps "\\\\" pairs together.
+_ESCAPE = re.compile(rb"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
 
 
 class _Invalid(Exception):
@@ -113,8 +117,18 @@ def _parse(raw: bytes) -> _WireMessage:
         raise _Invalid(code, text) from exc
     except msgspec.DecodeError as exc:
         text = str(exc)
-        code = RejectCode.LONE_SURROGATE if "surrogate" in text else RejectCode.MALFORMED_JSON
-        raise _Invalid(code, text) from exc
+        # msgspec names a lone surrogate escape, except near the end of the body, where it reads ahead
+        # for the low half and reports truncation instead: look for the escape ourselves then.
+        lone = "surrogate" in text or _has_lone_surrogate_escape(raw)
+        raise _Invalid(RejectCode.LONE_SURROGATE if lone else RejectCode.MALFORMED_JSON, text) from exc
+    except UnicodeDecodeError as exc:
+        # UTF-8-encoded surrogates (ED A0..BF xx) are how a lone surrogate looks in raw bytes.
+        encoded_surrogate = _UTF8_SURROGATE.search(raw) is not None
+        code = RejectCode.LONE_SURROGATE if encoded_surrogate else RejectCode.MALFORMED_JSON
+        raise _Invalid(code, f"body is not valid UTF-8: {exc.reason}") from exc
+    except ArithmeticError as exc:
+        # An exponent beyond even Python's Decimal range (1e1000000000000000000) fails in float_hook.
+        raise _Invalid(RejectCode.NUMBER_OUT_OF_RANGE, "number exponent out of range") from exc
     except RecursionError as exc:
         raise _Invalid(RejectCode.MALFORMED_JSON, "JSON nested too deeply") from exc
 
@@ -169,7 +183,8 @@ def _number(value: object, where: str) -> Number:
     problem = storage_problem(value)
     if problem is not None:
         raise _Invalid(RejectCode.NUMBER_OUT_OF_RANGE, f"{problem} at `{where}`")
-    return value
+    # Canonical form: every accepted number then has at most 38 digits between 1E-167 and 1E+126.
+    return canonical(value)
 
 
 def _ts_ms(ts: int | str | UnsetType, where: str) -> int | None:
@@ -195,6 +210,21 @@ def _exact_ms(moment: datetime) -> int:
     """Milliseconds since the epoch without a float round trip (sub-millisecond digits are cut)."""
     epoch_seconds = int(moment.replace(microsecond=0).timestamp())
     return epoch_seconds * 1000 + moment.microsecond // 1000
+
+
+def _has_lone_surrogate_escape(raw: bytes) -> bool:
+    """Whether the JSON text holds a ``\\uD800``-style escape without its other half."""
+    pending_high_end = -1  # end offset of a high-surrogate escape still waiting for its low half
+    for match in _ESCAPE.finditer(raw):
+        escaped = match.group(1)
+        unit = int(escaped[1:], 16) if len(escaped) == 5 else -1  # 5 bytes: a full u+4-hex-digit escape
+        is_high, is_low = 0xD800 <= unit <= 0xDBFF, 0xDC00 <= unit <= 0xDFFF
+        if pending_high_end >= 0 and not (is_low and match.start() == pending_high_end):
+            return True
+        if is_low and pending_high_end < 0:
+            return True
+        pending_high_end = match.end() if is_high else -1
+    return pending_high_end >= 0
 
 
 def _utf8_len_over(text: str, limit: int) -> bool:

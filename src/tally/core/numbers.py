@@ -8,7 +8,19 @@ rounding anyway; whether a result still fits a DynamoDB Number is a separate, ex
 
 from __future__ import annotations
 
-from decimal import Clamped, Context, Decimal, DivisionByZero, Inexact, InvalidOperation, Overflow, Rounded
+from decimal import (
+    MAX_EMAX,
+    MAX_PREC,
+    MIN_EMIN,
+    Clamped,
+    Context,
+    Decimal,
+    DivisionByZero,
+    Inexact,
+    InvalidOperation,
+    Overflow,
+    Rounded,
+)
 from typing import TypeAlias
 
 Number: TypeAlias = int | Decimal
@@ -20,15 +32,17 @@ MAX_ADJUSTED_EXPONENT = 125
 MIN_ADJUSTED_EXPONENT = -130
 """The smallest non-zero storable magnitude is 1E-130."""
 
-# Any two storable numbers differ by at most 256 decimal places, so 1000 digits never rounds a batch sum;
-# Inexact and Rounded are trapped regardless, so a rounding would raise instead of silently miscounting.
+# Unbounded precision: a sum is never rounded, whatever its operands. Inexact and Rounded are trapped
+# regardless, so a rounding would raise instead of silently miscounting. Decoded deltas are canonical
+# (``canonical``), so in practice sums stay within a few hundred digits.
 EXACT = Context(
-    prec=1000,
-    Emax=999_999,
-    Emin=-999_999,
+    prec=MAX_PREC,
+    Emax=MAX_EMAX,
+    Emin=MIN_EMIN,
     traps=[InvalidOperation, DivisionByZero, Overflow, Inexact, Rounded, Clamped],
 )
 
+_ZERO = Decimal(0)
 _INT_FAST_LIMIT = 10**MAX_SIGNIFICANT_DIGITS
 # An int of more than 420 bits has more than 126 digits: beyond 9.99E+125 whatever its digits.
 _INT_MAX_BITS = 420
@@ -61,6 +75,25 @@ def storage_problem(value: Number) -> str | None:
     if adjusted < MIN_ADJUSTED_EXPONENT:
         return "non-zero magnitude below 1E-130"
     return None
+
+
+def canonical(value: Number) -> Number:
+    """The same value without trailing zeros or a zero's exponent (``0E-999999`` becomes ``Decimal(0)``).
+
+    Applied to every accepted delta, so that an exponent far from the value's digits can never make an
+    exact sum enormous. Works on the digit tuple: no context, no rounding.
+    """
+    if type(value) is int:
+        return value
+    assert isinstance(value, Decimal)
+    if not value:
+        return _ZERO
+    sign, digits, exponent = value.as_tuple()
+    assert isinstance(exponent, int)
+    trailing = len(digits) - len(bytes(digits).rstrip(b"\x00"))
+    if trailing == 0:
+        return value
+    return Decimal((sign, digits[:-trailing], exponent + trailing))
 
 
 def add(left: Number, right: Number) -> Number:

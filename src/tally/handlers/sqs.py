@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from tally.config import Settings
-from tally.runtime import build_pipeline, report
+from tally.runtime import METRICS_NAMESPACE, build_pipeline, report
 from tally.sources.sqs import records_from_event
 
 if TYPE_CHECKING:
@@ -26,9 +26,9 @@ if TYPE_CHECKING:
 
     from tally.pipeline import BatchPipeline
 
-logger = Logger()
-metrics = Metrics()
-tracer = Tracer()
+logger = Logger(service="tally")
+metrics = Metrics(namespace=METRICS_NAMESPACE, service="tally")
+tracer = Tracer(service="tally")
 
 
 @cache

@@ -166,6 +166,10 @@ class DynamoDBCounterStore:
             raise StoreError(f"reading counters of {key!r} failed: {exc}") from exc
         return counters_from_item(response.get("Item", {}))
 
+    def is_applied(self, message_id: str) -> bool:
+        """Whether ``message_id`` has a marker, i.e. was applied (within the marker TTL)."""
+        return self.read_marker(message_id) is not None
+
     def read_marker(self, message_id: str) -> MarkerRecord | None:
         """The marker of ``message_id`` if that message was applied (and its marker has not expired away)."""
         try:

@@ -1,0 +1,405 @@
+"""Unit tests for ``tally.apply.Applier`` against an in-memory, scriptable counter store."""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+import pytest
+
+from tally.apply import Applier, ApplyOutcome, RetryPolicy
+from tally.core.aggregate import MessageTotals
+from tally.core.model import RejectCode, Rejection
+from tally.core.numbers import add
+from tally.core.plan import plan_transactions
+from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from tally.core.aggregate import Totals
+    from tally.core.numbers import Number
+    from tally.core.plan import Chunk, WritePlan
+
+NOW_MS = 1_704_067_200_000
+DEFAULT_POLICY = RetryPolicy()
+RESERVE_MS = DEFAULT_POLICY.reserve_ms
+PLENTY_MS = 600_000
+
+LOSE_RESPONSE: Literal["lose-response"] = "lose-response"
+"""Script step: the transaction commits, then the caller sees a retryable error (the response was lost)."""
+Step: TypeAlias = StoreError | Literal["lose-response"] | None
+"""What the store does on one call: raise this error before committing, commit and lose the response, or
+behave normally (commit, or MarkersExistError / WriteRejectedError as the data dictates)."""
+
+
+class Clock:
+    """The invocation's remaining time; sleeping and store calls spend it, no real time passes."""
+
+    def __init__(self, remaining_ms: int) -> None:
+        self.remaining = remaining_ms
+        self.sleeps: list[float] = []
+
+    def remaining_ms(self) -> int:
+        return self.remaining
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.remaining -= round(seconds * 1000)
+
+
+@dataclass
+class FakeCounterStore:
+    """In-memory ``CounterStore``: one idempotency marker per message, counters summed per key.
+
+    It refuses a chunk holding an already-marked message with ``MarkersExistError`` naming them, and a
+    chunk holding a ``poison`` message with ``WriteRejectedError`` (as DynamoDB would for a counter leaving
+    the Number range); with ``range_checked_first`` the range is checked before the markers, as DynamoDB
+    does. ``script`` overrides what happens on the next calls, in order.
+    """
+
+    clock: Clock = field(default_factory=lambda: Clock(PLENTY_MS))
+    script: deque[Step] = field(default_factory=deque)
+    poison: frozenset[str] = frozenset()
+    range_checked_first: bool = False
+    call_cost_ms: int = 0
+    markers: set[str] = field(default_factory=set)
+    counters: dict[str, dict[str, Number]] = field(default_factory=dict)
+    calls: list[Chunk] = field(default_factory=list)
+    remaining_at_call: list[int] = field(default_factory=list)
+    lookups: list[str] = field(default_factory=list)
+
+    def apply(self, chunk: Chunk, now_ms: int) -> None:
+        assert now_ms == NOW_MS
+        self.calls.append(chunk)
+        self.remaining_at_call.append(self.clock.remaining_ms())
+        self.clock.remaining -= self.call_cost_ms
+        step = self.script.popleft() if self.script else None
+        if isinstance(step, StoreError):
+            raise step
+        if self.range_checked_first:
+            self._check_range(chunk)
+        existing = self.markers.intersection(chunk.message_ids)
+        if existing:
+            raise MarkersExistError(frozenset(existing))
+        self._check_range(chunk)
+        self.markers.update(chunk.message_ids)
+        for key, counters in chunk.increments.items():
+            into = self.counters.setdefault(key, {})
+            for name, delta in counters.items():
+                into[name] = add(into.get(name, 0), delta)
+        if step == LOSE_RESPONSE:
+            raise RetryableStoreError("response lost after commit")
+
+    def is_applied(self, message_id: str) -> bool:
+        self.lookups.append(message_id)
+        return message_id in self.markers
+
+    def _check_range(self, chunk: Chunk) -> None:
+        if self.poison.intersection(chunk.message_ids):
+            raise WriteRejectedError("Number overflow", frozenset(chunk.increments))
+
+
+def mt(message_id: str, totals: Totals, event_count: int = 1) -> MessageTotals:
+    return MessageTotals(message_id, totals, event_count)
+
+
+def batch(*ids: str, shared_key: bool = False) -> list[MessageTotals]:
+    """Messages that each add 1 to their own key (or all to key ``shared``)."""
+    return [mt(mid, {"shared" if shared_key else f"key-{mid}": {"count": 1}}) for mid in ids]
+
+
+def expected_counters(messages: Iterable[MessageTotals]) -> dict[str, dict[str, Number]]:
+    total: dict[str, dict[str, Number]] = {}
+    for message in messages:
+        for key, counters in message.totals.items():
+            for name, delta in counters.items():
+                total.setdefault(key, {})
+                total[key][name] = add(total[key].get(name, 0), delta)
+    return {key: {n: v for n, v in counters.items() if v} for key, counters in total.items()}
+
+
+def run(
+    store: FakeCounterStore, plan: WritePlan, policy: RetryPolicy = DEFAULT_POLICY, max_actions: int = 100
+) -> ApplyOutcome:
+    applier = Applier(store, policy, sleep=store.clock.sleep, max_actions=max_actions)
+    outcome = applier.apply(plan, NOW_MS, store.clock.remaining_ms)
+    # Invariants of every run: no attempt starts inside the reserve, and every attempt is counted.
+    assert all(remaining >= policy.reserve_ms for remaining in store.remaining_at_call)
+    assert outcome.transactions == len(store.calls)
+    return outcome
+
+
+# --- the happy path ------------------------------------------------------------------------------------
+
+
+def test_applies_every_chunk_once() -> None:
+    # GIVEN five messages planned into chunks of at most 4 actions
+    messages = batch("a", "b", "c", "d", "e")
+    plan = plan_transactions(messages, max_actions=4)
+    store = FakeCounterStore()
+    # WHEN the plan is applied
+    outcome = run(store, plan, max_actions=4)
+    # THEN every message is applied exactly once, one transaction per chunk, without retries or sleeps
+    assert outcome == ApplyOutcome(
+        applied=frozenset("abcde"), applied_events=5, transactions=len(plan.chunks), retries=0
+    )
+    assert store.counters == expected_counters(messages)
+    assert store.clock.sleeps == []
+
+
+def test_plan_rejections_are_reported() -> None:
+    # GIVEN a plan that rejected a message before any I/O
+    plan = plan_transactions([*batch("a"), mt("wide", {f"k{i}": {"count": 1} for i in range(5)})], 3)
+    store = FakeCounterStore()
+    # WHEN it is applied
+    outcome = run(store, plan, max_actions=3)
+    # THEN the rejection is in the outcome and the rest is applied
+    assert outcome.applied == {"a"}
+    assert outcome.rejected["wide"].code == RejectCode.TOO_MANY_KEYS
+
+
+# --- messages applied before: dropped, the rest re-planned ---------------------------------------------
+
+ALREADY_APPLIED: list[object] = [
+    pytest.param(set(), 100, id="none"),
+    pytest.param({"b"}, 100, id="one-in-the-middle"),
+    pytest.param({"a", "c"}, 100, id="two"),
+    pytest.param({"a", "b", "c", "d"}, 100, id="all"),
+    pytest.param({"b"}, 3, id="one-with-small-chunks"),
+    pytest.param({"a", "d"}, 3, id="in-different-chunks"),
+]
+
+
+@pytest.mark.parametrize(("marked", "max_actions"), ALREADY_APPLIED)
+def test_already_applied_messages_are_dropped_and_the_rest_applied(
+    marked: set[str], max_actions: int
+) -> None:
+    # GIVEN a store holding markers of messages applied by an earlier batch
+    messages = batch("a", "b", "c", "d", shared_key=True)
+    store = FakeCounterStore(markers=set(marked))
+    # WHEN a plan with them is applied
+    outcome = run(store, plan_transactions(messages, max_actions), max_actions=max_actions)
+    # THEN they are reported as already applied, and only the others are counted
+    fresh = [message for message in messages if message.message_id not in marked]
+    assert outcome.already_applied == marked
+    assert outcome.applied == {message.message_id for message in fresh}
+    assert outcome.unapplied == frozenset()
+    assert outcome.applied_events == len(fresh)
+    assert store.counters == expected_counters(fresh)
+    # AND a message applied before is offered once, then dropped from every later attempt
+    for mid in marked:
+        assert sum(mid in chunk.message_ids for chunk in store.calls) == 1
+
+
+def test_replanned_chunk_carries_only_the_remaining_messages_deltas() -> None:
+    # GIVEN one chunk of three messages on one key, the second applied before
+    messages = [mt("a", {"k": {"count": 1}}), mt("b", {"k": {"count": 10}}), mt("c", {"k": {"count": 100}})]
+    store = FakeCounterStore(markers={"b"})
+    # WHEN it is applied
+    run(store, plan_transactions(messages))
+    # THEN the retry is re-planned without b's marker or its delta
+    assert [chunk.message_ids for chunk in store.calls] == [("a", "b", "c"), ("a", "c")]
+    assert store.calls[1].increments == {"k": {"count": 101}}
+    assert store.counters == {"k": {"count": 101}}
+
+
+# --- throttling and conflicts: retried with backoff ----------------------------------------------------
+
+RETRIES: list[object] = [
+    pytest.param([RetryableStoreError("throttled")], 1, id="one-throttle"),
+    pytest.param([RetryableStoreError("conflict")] * 3, 3, id="three-conflicts"),
+    pytest.param([RetryableStoreError("throttled")] * 7, 7, id="succeeds-on-the-last-attempt"),
+]
+
+
+@pytest.mark.parametrize(("script", "retries"), RETRIES)
+def test_retryable_errors_are_retried_with_backoff(script: list[Step], retries: int) -> None:
+    # GIVEN a store that throttles the first attempts
+    store = FakeCounterStore(script=deque(script))
+    policy = RetryPolicy(base_delay_s=0.05, max_delay_s=2.0, max_attempts=8)
+    # WHEN a chunk is applied
+    outcome = run(store, plan_transactions(batch("a", "b")), policy)
+    # THEN it is retried until it commits, sleeping before each retry within the backoff window
+    assert outcome.applied == {"a", "b"}
+    assert outcome.retries == retries
+    assert len(store.calls) == retries + 1
+    assert len(store.clock.sleeps) == retries
+    for attempt, delay in enumerate(store.clock.sleeps):
+        assert 0 <= delay <= min(policy.base_delay_s * 2**attempt, policy.max_delay_s)
+    assert store.counters == expected_counters(batch("a", "b"))
+
+
+def test_backoff_window_doubles_up_to_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN full jitter pinned to the top of its window, and a store that never stops throttling
+    monkeypatch.setattr("tenacity.wait.random.uniform", lambda low, high: high)
+    store = FakeCounterStore(script=deque([RetryableStoreError("throttled")] * 20))
+    policy = RetryPolicy(base_delay_s=0.05, max_delay_s=2.0, max_attempts=10)
+    # WHEN a chunk is applied
+    run(store, plan_transactions(batch("a")), policy)
+    # THEN the windows are 0.05, 0.1, 0.2 ... capped at 2 s
+    assert store.clock.sleeps == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0, 2.0])
+
+
+def test_exhausted_attempts_leave_the_chunk_unapplied_and_continue() -> None:
+    # GIVEN two chunks, and a store that throttles the first one on every attempt
+    policy = RetryPolicy(max_attempts=4)
+    store = FakeCounterStore(script=deque([RetryableStoreError("throttled")] * 4))
+    plan = plan_transactions(batch("a", "b", "c", "d"), max_actions=4)
+    assert [chunk.message_ids for chunk in plan.chunks] == [("a", "b"), ("c", "d")]
+    # WHEN the plan is applied
+    outcome = run(store, plan, policy, max_actions=4)
+    # THEN after max_attempts the first chunk's messages are unapplied (the source redelivers them) and the
+    # second chunk is still applied
+    assert outcome.unapplied == {"a", "b"}
+    assert outcome.applied == {"c", "d"}
+    assert outcome.retries == 3
+    assert len(store.calls) == 5
+    assert len(store.clock.sleeps) == 3
+    assert store.counters == expected_counters(batch("c", "d"))
+
+
+def test_time_running_out_stops_retrying() -> None:
+    # GIVEN just enough time for one attempt plus one worst-case wait, and store calls that take 100 ms
+    policy = RetryPolicy(base_delay_s=0.05, max_delay_s=2.0, max_attempts=8, reserve_ms=3_000)
+    clock = Clock(policy.reserve_ms + 2_000 + 150)
+    store = FakeCounterStore(
+        clock=clock, call_cost_ms=100, script=deque([RetryableStoreError("throttled")] * 8)
+    )
+    # WHEN a throttled chunk is applied
+    outcome = run(store, plan_transactions(batch("a")), policy)
+    # THEN it is tried again only while a worst-case wait still leaves the reserve, then handed back
+    assert len(store.calls) == 2
+    assert outcome.unapplied == {"a"}
+    assert outcome.applied == frozenset()
+
+
+def test_lost_response_is_not_counted_twice() -> None:
+    # GIVEN a store that commits the first attempt but loses its response
+    store = FakeCounterStore(script=deque([LOSE_RESPONSE]))
+    messages = batch("a", "b", shared_key=True)
+    # WHEN the chunk is applied
+    outcome = run(store, plan_transactions(messages))
+    # THEN the retry is cancelled by the markers: the messages are already applied, counted once
+    assert outcome.already_applied == {"a", "b"}
+    assert outcome.applied == frozenset()
+    assert store.counters == {"shared": {"count": 2}}
+    assert outcome.retries == 1
+
+
+# --- the reserve: no attempt starts inside it -----------------------------------------------------------
+
+RESERVE: list[object] = [
+    pytest.param(0, 0, id="no-time-left"),
+    pytest.param(RESERVE_MS - 1, 0, id="one-ms-inside-the-reserve"),
+    pytest.param(RESERVE_MS, 1, id="exactly-the-reserve-still-starts"),
+    pytest.param(PLENTY_MS, 1, id="plenty"),
+]
+
+
+@pytest.mark.parametrize(("remaining_ms", "calls"), RESERVE)
+def test_no_attempt_starts_inside_the_reserve(remaining_ms: int, calls: int) -> None:
+    # GIVEN the invocation's remaining time
+    store = FakeCounterStore(clock=Clock(remaining_ms))
+    # WHEN a chunk is applied
+    outcome = run(store, plan_transactions(batch("a", "b")))
+    # THEN no attempt starts when the remaining time is below the reserve, and its messages are unapplied
+    assert len(store.calls) == calls
+    if calls:
+        assert outcome.applied == {"a", "b"}
+    else:
+        assert outcome.unapplied == {"a", "b"}
+        assert outcome.applied == frozenset()
+        assert store.counters == {}
+
+
+def test_later_chunks_are_unapplied_once_time_runs_short() -> None:
+    # GIVEN three chunks and store calls that each spend 1 s of a budget that allows two
+    store = FakeCounterStore(clock=Clock(RESERVE_MS + 1_500), call_cost_ms=1_000)
+    plan = plan_transactions(batch("a", "b", "c"), max_actions=2)
+    # WHEN the plan is applied
+    outcome = run(store, plan, max_actions=2)
+    # THEN the chunks that would start inside the reserve are not attempted
+    assert outcome.applied == {"a", "b"}
+    assert outcome.unapplied == {"c"}
+
+
+# --- DynamoDB refusing an increment: isolate the culprit -------------------------------------------------
+
+WRITE_REJECTED: list[object] = [
+    pytest.param(["a", "b", "c"], {"b"}, 100, id="culprit-in-the-middle"),
+    pytest.param(["a", "b", "c"], {"a", "c"}, 100, id="two-culprits"),
+    pytest.param(["a"], {"a"}, 100, id="single-message-chunk"),
+    pytest.param(["a", "b", "c", "d"], {"d"}, 4, id="culprit-in-a-later-chunk"),
+    pytest.param(["a", "b", "c"], {"a", "b", "c"}, 100, id="all-culprits"),
+]
+
+
+@pytest.mark.parametrize(("ids", "culprits", "max_actions"), WRITE_REJECTED)
+def test_write_rejected_isolates_the_culprit(ids: list[str], culprits: set[str], max_actions: int) -> None:
+    # GIVEN a store that refuses any transaction holding a culprit's increment
+    messages = batch(*ids, shared_key=True)
+    store = FakeCounterStore(poison=frozenset(culprits))
+    # WHEN the plan is applied
+    outcome = run(store, plan_transactions(messages, max_actions), max_actions=max_actions)
+    # THEN only the culprits are rejected, as counter_out_of_range, and every other message is applied
+    assert set(outcome.rejected) == culprits
+    for rejection in outcome.rejected.values():
+        assert rejection.code == RejectCode.COUNTER_OUT_OF_RANGE
+        assert "Number overflow" in rejection.detail
+    innocent = [message for message in messages if message.message_id not in culprits]
+    assert outcome.applied == {message.message_id for message in innocent}
+    assert store.counters == expected_counters(innocent)
+    # AND a culprit is retried alone exactly once, never retried with backoff
+    assert store.clock.sleeps == []
+    assert outcome.retries == 0
+
+
+def test_write_rejected_splits_into_single_message_chunks() -> None:
+    # GIVEN one chunk of three messages, the second of which DynamoDB refuses
+    store = FakeCounterStore(poison=frozenset({"b"}))
+    # WHEN it is applied
+    outcome = run(store, plan_transactions(batch("a", "b", "c")))
+    # THEN the chunk is split into single-message transactions, in order
+    assert [chunk.message_ids for chunk in store.calls] == [("a", "b", "c"), ("a",), ("b",), ("c",)]
+    assert outcome.rejected == {"b": Rejection(RejectCode.COUNTER_OUT_OF_RANGE, outcome.rejected["b"].detail)}
+
+
+@pytest.mark.parametrize(
+    "range_checked_first", [pytest.param(True, id="range-first"), pytest.param(False, id="markers-first")]
+)
+def test_write_rejected_redelivered_message_is_already_applied_not_rejected(
+    range_checked_first: bool,
+) -> None:
+    # GIVEN a message applied before whose increment DynamoDB would now refuse (it may check the number
+    # range before the marker condition)
+    store = FakeCounterStore(markers={"b"}, poison=frozenset({"b"}), range_checked_first=range_checked_first)
+    # WHEN it is redelivered with others
+    outcome = run(store, plan_transactions(batch("a", "b", "c", shared_key=True)))
+    # THEN it is reported as already applied, never dead-lettered, and the others are applied
+    assert outcome.already_applied == {"b"}
+    assert outcome.rejected == {}
+    assert outcome.applied == {"a", "c"}
+    assert store.counters == {"shared": {"count": 2}}  # b was counted before this store was seeded
+
+
+# --- anything else propagates ----------------------------------------------------------------------------
+
+PROPAGATES: list[object] = [
+    pytest.param([StoreError("AccessDenied")], id="first-attempt"),
+    pytest.param([RetryableStoreError("throttled"), StoreError("ResourceNotFound")], id="after-a-retry"),
+]
+
+
+@pytest.mark.parametrize("script", PROPAGATES)
+def test_plain_store_error_propagates(script: list[Step]) -> None:
+    # GIVEN a store failing in a way no retry can fix (a missing table, a denied permission)
+    store = FakeCounterStore(script=deque(script))
+    applier = Applier(store, sleep=store.clock.sleep)
+    # WHEN a plan is applied
+    # THEN the error fails the whole batch instead of dead-lettering every message
+    with pytest.raises(StoreError, match=r"AccessDenied|ResourceNotFound") as raised:
+        applier.apply(plan_transactions(batch("a")), NOW_MS, store.clock.remaining_ms)
+    assert type(raised.value) is StoreError
+    assert store.counters == {}

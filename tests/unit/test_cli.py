@@ -1,0 +1,82 @@
+"""``tally get``: a table for people, exactly a JSON object for scripts."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+from click.testing import CliRunner
+from moto import mock_aws
+
+from tally.cli.main import cli, counters_json
+from tally.local.template import load_template, table_definitions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+@pytest.fixture
+def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "TALLY_COUNTERS_TABLE": "counters",
+        "TALLY_MARKERS_TABLE": "markers",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
+    with mock_aws():
+        client = boto3.client("dynamodb")
+        client.create_table(
+            **table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("counters")
+        )
+        client.put_item(
+            TableName="counters",
+            Item={
+                "pk": {"S": "shop:42"},
+                "sk": {"S": "all"},
+                "c#revenue": {"N": "0.1"},
+                "c#orders": {"N": "3"},
+            },
+        )
+        yield
+
+
+def test_get_json_prints_exactly_an_object_of_counter_to_exact_value(counters: None) -> None:
+    result = CliRunner().invoke(cli, ["get", "shop:42", "--json"])
+    assert result.exit_code == 0, result.output
+    assert result.output == '{"orders":3,"revenue":0.1}\n'
+    assert json.loads(result.output, parse_float=Decimal) == {"orders": 3, "revenue": Decimal("0.1")}
+
+
+def test_get_prints_a_table(counters: None) -> None:
+    result = CliRunner().invoke(cli, ["get", "shop:42"])
+    assert result.exit_code == 0, result.output
+    assert "revenue" in result.output
+    assert "0.1" in result.output
+
+
+def test_get_of_an_unknown_key_is_an_empty_object(counters: None) -> None:
+    assert CliRunner().invoke(cli, ["get", "nope", "--json"]).output == "{}\n"
+
+
+def test_get_without_configuration_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TALLY_COUNTERS_TABLE", raising=False)
+    monkeypatch.delenv("TALLY_MARKERS_TABLE", raising=False)
+    result = CliRunner().invoke(cli, ["get", "k"])
+    assert result.exit_code != 0
+    assert "TALLY_COUNTERS_TABLE" in result.output
+
+
+def test_counters_json_never_goes_through_float() -> None:
+    assert counters_json({"x": Decimal("0.30000000000000000000000000000000000001")}) == (
+        b'{"x":0.30000000000000000000000000000000000001}'
+    )

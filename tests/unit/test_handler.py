@@ -1,0 +1,131 @@
+"""The SQS handler end to end on moto, driven by the very files in ``events/``."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tally.errors import ConfigurationError
+from tally.handlers import sqs as sqs_handler
+from tally.local.context import LocalLambdaContext
+from tally.local.template import load_template, table_definitions
+from tally.store.dynamodb import DynamoDBCounterStore
+from tests.support.events import EVENTS_DIR, load_event
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+EXPECTED: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text())
+
+
+@dataclass(frozen=True)
+class MotoStack:
+    store: DynamoDBCounterStore
+    sqs: Any
+    dlq_url: str
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        while True:
+            batch = self.sqs.receive_message(
+                QueueUrl=self.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+            ).get("Messages", [])
+            if not batch:
+                return messages
+            messages.extend(batch)
+
+
+@pytest.fixture
+def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_SERVICE_NAME": "tally",
+        "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb")
+        definitions = table_definitions(load_template(TEMPLATE))
+        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
+            dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
+        sqs = boto3.client("sqs")
+        dlq_url = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
+        monkeypatch.setenv("TALLY_COUNTERS_TABLE", "counters")
+        monkeypatch.setenv("TALLY_MARKERS_TABLE", "markers")
+        monkeypatch.setenv("TALLY_DLQ_URL", dlq_url)
+        sqs_handler.pipeline.cache_clear()
+        yield MotoStack(DynamoDBCounterStore(dynamodb, "counters", "markers", 86_400), sqs, dlq_url)
+    sqs_handler.pipeline.cache_clear()
+
+
+def _counters(stack: MotoStack, expected: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
+    return {key: {n: str(v) for n, v in stack.store.read_counters(key).items()} for key in expected}
+
+
+@pytest.mark.parametrize("event_file", sorted(EXPECTED))
+def test_each_sample_event_counts_as_documented(stack: MotoStack, event_file: str) -> None:
+    # GIVEN a sample event WHEN the handler runs on it twice (a redelivery of the whole batch)
+    event = load_event(event_file)
+    first = sqs_handler.handler(event, LocalLambdaContext())
+    second = sqs_handler.handler(event, LocalLambdaContext())
+    # THEN nothing is reported failed, and counters and dead letters are exactly as documented
+    assert first == {"batchItemFailures": []}
+    assert second == {"batchItemFailures": []}
+    expected = EXPECTED[event_file]
+    assert _counters(stack, expected["counters"]) == expected["counters"]
+    letters = stack.dead_letters()
+    codes = [m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in letters]
+    # Poison is dead-lettered on every delivery (it never gets a marker): twice here.
+    assert sorted(codes) == sorted(expected["dead_letters"] * 2)
+
+
+def test_dead_letters_keep_the_original_body_and_say_why(stack: MotoStack) -> None:
+    event = load_event("sqs-poison.json")
+    sqs_handler.handler(event, LocalLambdaContext())
+    bodies = {r["messageId"]: r["body"] for r in event["Records"]}
+    for message in stack.dead_letters():
+        attributes = message["MessageAttributes"]
+        source_id = attributes["tally.source_record_id"]["StringValue"]
+        assert message["Body"] == bodies[source_id]
+        assert attributes["tally.error_message"]["StringValue"]
+        assert attributes["tally.source"]["StringValue"] == event["Records"][0]["eventSourceARN"]
+
+
+def test_poison_the_dead_letter_queue_cannot_take_is_reported_not_dropped(stack: MotoStack) -> None:
+    stack.sqs.delete_queue(QueueUrl=stack.dlq_url)
+    event = load_event("sqs-poison.json")
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    poison_ids = [r["messageId"] for r in event["Records"][1:6]]
+    assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == sorted(poison_ids)
+    assert stack.store.read_counters("stock:sku-1") == {"count": Decimal(8)}
+
+
+def test_out_of_time_reports_every_record_for_redelivery(stack: MotoStack) -> None:
+    event = load_event("sqs-single.json")
+    response = sqs_handler.handler(event, LocalLambdaContext(remaining_ms=100))
+    assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == sorted(
+        r["messageId"] for r in event["Records"]
+    )
+    assert stack.store.read_counters("page:/home") == {}
+
+
+def test_missing_configuration_fails_the_invocation(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TALLY_COUNTERS_TABLE")
+    sqs_handler.pipeline.cache_clear()
+    with pytest.raises(ConfigurationError):
+        sqs_handler.handler(load_event("sqs-single.json"), LocalLambdaContext())
