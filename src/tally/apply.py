@@ -1,62 +1,96 @@
-"""Run a write plan against the counter store, with the retry rules that keep counting exactly-once.
+"""Apply a batch's distinct messages to the store, exactly once, by the cheapest safe path.
 
-Per chunk (one transaction):
+``plan_batch`` (pure) splits the batch into units whose keys no other unit touches. A small unit is
+written in a **direct transaction** (markers and ADDs together, all or nothing); a large one goes through
+the **commit journal** (``tally.commit``), which writes one ADD per key for the whole unit across several
+transactions. Both are exactly-once; docs/journal.md explains the protocol.
 
-- committed: its messages are applied.
-- cancelled because some markers exist: those messages were applied before (a duplicate, or an earlier
-  attempt whose response was lost), so they are dropped as already applied and the rest is re-planned
-  and tried again at once.
-- throttled, conflicted or of unknown outcome: retried with exponential backoff and full jitter while
-  the invocation has time left; what is still unapplied when time runs short is reported as failed so
-  the source redelivers it (the markers make that redelivery safe).
-- rejected by DynamoDB itself (a counter would leave the Number range): the chunk is split into
-  single-message transactions so only the responsible message is dead-lettered.
+A message whose marker already exists is resolved through the batch its marker names: a direct marker or
+a DONE batch means applied; a COMMITTED batch is finished here and then counts as applied; a PREPARING
+batch with a live lease is left for later (its records are reported failed and redelivered); an expired
+one is aborted, and a marker of an ABORTED batch counts as absent, so the message is claimed again.
 
-Any other store error propagates and fails the whole batch: a missing table or a denied permission must
-not quietly dead-letter every message.
+Throttling, conflicts and unknown outcomes are retried with exponential backoff and full jitter
+(tenacity) while the invocation has time; what is still unapplied is reported for redelivery. Any other
+store error propagates and fails the whole batch: a missing table or a denied permission must not quietly
+dead-letter every message.
 """
 
 from __future__ import annotations
 
 import time
-from collections import deque
+import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from enum import Enum
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_random_exponential
 
+from tally.core.ledger import BatchState
 from tally.core.model import RejectCode, Rejection
-from tally.core.plan import MAX_TRANSACTION_ACTIONS, Chunk, plan_transactions
+from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch, plan_transactions
 from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Mapping, Sequence
 
-    from tally.core.plan import WritePlan
+    from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.ledger import BatchRecord, Claim, MarkerRecord
+    from tally.core.plan import Chunk
+
+T = TypeVar("T")
 
 
 class CounterStore(Protocol):
-    """The port the applier writes through (``tally.store.dynamodb.DynamoDBCounterStore`` in production)."""
+    """Direct transactions and marker reads (``tally.store.dynamodb.DynamoDBCounterStore``)."""
 
     def apply(self, chunk: Chunk, now_ms: int) -> None: ...
 
-    def is_applied(self, message_id: str) -> bool: ...
+    def read_marker(self, message_id: str) -> MarkerRecord | None: ...
+
+
+class JournalStore(Protocol):
+    """The journal steps (``tally.store.journal.DynamoDBJournal``)."""
+
+    def open(self, batch_id: str, lease_until_ms: int, claims: Sequence[Claim], now_ms: int) -> None: ...
+
+    def claim(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> None: ...
+
+    def commit_single(self, batch_id: str, increments: Totals) -> None: ...
+
+    def write_pages(self, batch_id: str, pages: Sequence[Totals], lease_until_ms: int) -> None: ...
+
+    def commit(self, batch_id: str, chunk_count: int, first_chunk: Totals, lease_until_ms: int) -> None: ...
+
+    def apply_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None: ...
+
+    def refuse_chunk(self, batch_id: str, index: int, reason: str, lease_until_ms: int) -> None: ...
+
+    def finish(self, batch_id: str) -> None: ...
+
+    def abort(self, batch_id: str, now_ms: int, *, expired_only: bool) -> bool: ...
+
+    def read(self, batch_id: str) -> BatchRecord | None: ...
+
+    def read_progress(self, batch_id: str, chunk_count: int) -> tuple[Sequence[Totals], set[int]]: ...
 
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """How hard to try a throttled or conflicted transaction before handing it back to the source."""
+    """How hard to try a throttled or conflicted request before handing the records back to the source."""
 
     base_delay_s: float = 0.05
     max_delay_s: float = 2.0
     max_attempts: int = 8
     reserve_ms: int = 3_000
-    """Time kept back for reporting and dead-lettering; no attempt starts inside it."""
+    """Time kept back for reporting and dead-lettering; no step starts inside it."""
+    lease_margin_ms: int = 60_000
+    """How long past the invocation's deadline its journal batch stays protected from abort."""
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyOutcome:
-    """What happened to each message of a plan."""
+    """What happened to each message."""
 
     applied: frozenset[str] = frozenset()
     already_applied: frozenset[str] = frozenset()
@@ -65,89 +99,223 @@ class ApplyOutcome:
     applied_events: int = 0
     transactions: int = 0
     retries: int = 0
+    journal_batches: int = 0
+    refused_chunks: int = 0
+
+
+class Resolution(Enum):
+    """What an existing marker means for its message."""
+
+    APPLIED = "applied"
+    PENDING = "pending"
+    REPLACEABLE = "replaceable"
+
+
+@dataclass
+class Run:
+    """The mutable record of one ``apply`` call (one invocation)."""
+
+    now_ms: int
+    remaining_ms: Callable[[], int]
+    applied: set[str] = field(default_factory=set)
+    already: set[str] = field(default_factory=set)
+    rejected: dict[str, Rejection] = field(default_factory=dict)
+    unapplied: set[str] = field(default_factory=set)
+    replaces: dict[str, str] = field(default_factory=dict)
+    """Messages whose marker names an aborted batch -> that batch (claimed by replacing the marker)."""
+    resolutions: dict[str, Resolution] = field(default_factory=dict)
+    applied_events: int = 0
+    requests: int = 0
+    retries: int = 0
+    journal_batches: int = 0
+    refused_chunks: int = 0
+
+    def mark_applied(self, messages: Sequence[MessageTotals]) -> None:
+        for message in messages:
+            self.applied.add(message.message_id)
+            self.applied_events += message.event_count
 
 
 class Applier:
-    """Applies write plans chunk by chunk through a ``CounterStore``."""
+    """Applies a batch's distinct messages through the direct path and the commit journal."""
 
     def __init__(
         self,
         store: CounterStore,
+        journal: JournalStore,
+        *,
         policy: RetryPolicy = RetryPolicy(),
         sleep: Callable[[float], None] = time.sleep,
         max_actions: int = MAX_TRANSACTION_ACTIONS,
+        new_batch_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+        use_journal: bool = True,
     ) -> None:
-        self._store = store
-        self._policy = policy
+        self.store = store
+        self.journal = journal
+        self.policy = policy
         self._sleep = sleep
-        self._max_actions = max_actions
+        self.max_actions = max_actions
+        self.new_batch_id = new_batch_id
+        self.use_journal = use_journal
+        """False: direct transactions only (the chunked path, kept for comparison in benchmarks)."""
 
-    def apply(self, plan: WritePlan, now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
-        """Apply every chunk of ``plan``; ``remaining_ms`` reports the invocation's time left."""
-        applied: set[str] = set()
-        already: set[str] = set()
-        rejected: dict[str, Rejection] = dict(plan.rejected)
-        unapplied: set[str] = set()
-        applied_events = transactions = retries = 0
-        pending = deque(plan.chunks)
-        while pending:
-            chunk = pending.popleft()
-            if remaining_ms() < self._policy.reserve_ms:
-                unapplied.update(chunk.message_ids)
-                continue
-            attempts = self._attempts(remaining_ms)
-            try:
-                for attempt in attempts:
-                    with attempt:
-                        transactions += 1
-                        self._store.apply(chunk, now_ms)
-            except MarkersExistError as exists:
-                if not exists.message_ids & set(chunk.message_ids):
-                    raise StoreError("markers reported for messages outside the transaction") from exists
-                already.update(exists.message_ids)
-                rest = [message for message in chunk.messages if message.message_id not in exists.message_ids]
-                pending.extendleft(reversed(plan_transactions(rest, self._max_actions).chunks))
-            except RetryableStoreError:
-                unapplied.update(chunk.message_ids)
-            except WriteRejectedError as refused:
-                if len(chunk.messages) > 1:
-                    singles = [plan_transactions([message], self._max_actions) for message in chunk.messages]
-                    pending.extendleft(reversed([single.chunks[0] for single in singles]))
-                elif self._store.is_applied(chunk.message_ids[0]):
-                    # DynamoDB checks number ranges before conditions: a redelivered message that was
-                    # applied before can be refused for the range instead of cancelled by its marker.
-                    already.add(chunk.message_ids[0])
-                else:
-                    detail = f"DynamoDB refused the increment: {refused.detail}"
-                    rejected[chunk.message_ids[0]] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)
-            else:
-                applied.update(chunk.message_ids)
-                applied_events += chunk.event_count
-            finally:
-                retries += attempts.statistics.get("attempt_number", 1) - 1
+    def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
+        """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
+        from tally.commit import JournalRunner  # noqa: PLC0415  (commit imports this module's types)
+
+        run = Run(now_ms, remaining_ms)
+        runner = JournalRunner(self, run)
+        pending = list(messages)
+        # Each round either settles messages or learns that some markers name aborted batches (which
+        # forces those messages into a journal claim next round); three rounds settle any batch.
+        for _ in range(3):
+            if not pending:
+                break
+            plan = plan_batch(pending, self.max_actions, frozenset(run.replaces), allow_journal=self.use_journal)
+            run.rejected.update(plan.rejected)
+            again: list[MessageTotals] = []
+            for chunk in plan.direct:
+                again.extend(self._direct(chunk, run))
+            for unit in plan.journals:
+                again.extend(runner.run(unit))
+            pending = again
+        run.unapplied.update(message.message_id for message in pending)
         return ApplyOutcome(
-            applied=frozenset(applied),
-            already_applied=frozenset(already),
-            rejected=rejected,
-            unapplied=frozenset(unapplied),
-            applied_events=applied_events,
-            transactions=transactions,
-            retries=retries,
+            applied=frozenset(run.applied),
+            already_applied=frozenset(run.already),
+            rejected=run.rejected,
+            unapplied=frozenset(run.unapplied - run.applied - run.already),
+            applied_events=run.applied_events,
+            transactions=run.requests,
+            retries=run.retries,
+            journal_batches=run.journal_batches,
+            refused_chunks=run.refused_chunks,
         )
 
-    def _attempts(self, remaining_ms: Callable[[], int]) -> Retrying:
-        policy = self._policy
+    # --------------------------------------------------------------------------------- direct path
+    def _direct(self, chunk: Chunk, run: Run) -> list[MessageTotals]:
+        """One direct transaction; returns the messages to plan again."""
+        if not self.has_time(run):
+            run.unapplied.update(chunk.message_ids)
+            return []
+        try:
+            self.attempt(run, lambda: self.store.apply(chunk, run.now_ms))
+        except MarkersExistError as exists:
+            if not exists.message_ids & set(chunk.message_ids):
+                raise StoreError("markers reported for messages outside the transaction") from exists
+            self.settle_existing(exists, run)
+            return [m for m in chunk.messages if m.message_id not in exists.message_ids]
+        except RetryableStoreError:
+            run.unapplied.update(chunk.message_ids)
+            return []
+        except WriteRejectedError as refused:
+            if len(chunk.messages) > 1:
+                for message in chunk.messages:
+                    (single,) = plan_transactions([message], self.max_actions).chunks
+                    self._direct(single, run)
+                return []
+            self._refused_alone(chunk.messages[0], refused, run)
+            return []
+        run.mark_applied(chunk.messages)
+        return []
+
+    def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError, run: Run) -> None:
+        # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
+        # can be refused for the range instead of being cancelled by its marker. Look before rejecting.
+        marker = self.store.read_marker(message.message_id)
+        if marker is not None:
+            resolution = Resolution.APPLIED if marker.batch_id is None else self.resolve(marker.batch_id, run)
+            if resolution is Resolution.APPLIED:
+                run.already.add(message.message_id)
+                return
+            if resolution is Resolution.PENDING:
+                run.unapplied.add(message.message_id)
+                return
+        detail = f"DynamoDB refused the increment: {refused.detail}"
+        run.rejected[message.message_id] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)
+
+    # --------------------------------------------------------------------------------- resolution
+    def settle_existing(self, exists: MarkersExistError, run: Run, own_batch: str | None = None) -> set[str]:
+        """Settle messages whose markers exist; returns those that are (now) claimable again."""
+        claimable: set[str] = set()
+        for message_id in exists.message_ids:
+            batch_id = exists.batches.get(message_id)
+            if batch_id is None:
+                run.already.add(message_id)
+                continue
+            if batch_id == own_batch:
+                continue  # our own claim, from an attempt whose response was lost: the caller keeps it
+            resolution = self.resolve(batch_id, run)
+            if resolution is Resolution.APPLIED:
+                run.already.add(message_id)
+            elif resolution is Resolution.PENDING:
+                run.unapplied.add(message_id)
+            else:
+                run.replaces[message_id] = batch_id
+                claimable.add(message_id)
+        return claimable
+
+    def resolve(self, batch_id: str, run: Run) -> Resolution:
+        """What a marker naming ``batch_id`` means now; finishes a COMMITTED batch on the way."""
+        known = run.resolutions.get(batch_id)
+        if known is not None:
+            return known
+        from tally.commit import JournalRunner  # noqa: PLC0415
+
+        record = self.attempt(run, lambda: self.journal.read(batch_id), counts_as_request=False)
+        if record is None:
+            # Journal items outlive the markers of their batch (TTL rule) and too-old messages are
+            # refused before any marker is consulted, so this cannot happen unless items were deleted.
+            raise StoreError(f"journal header of batch {batch_id} is missing")
+        state = record.state
+        if state is BatchState.PREPARING and record.lease_until_ms < run.now_ms:
+            if self.attempt(run, lambda: self.journal.abort(batch_id, run.now_ms, expired_only=True)):
+                state = BatchState.ABORTED
+            else:  # it moved on meanwhile (committed, or aborted by someone else): look again
+                record = self.attempt(run, lambda: self.journal.read(batch_id), counts_as_request=False)
+                if record is None:
+                    raise StoreError(f"journal header of batch {batch_id} vanished")
+                state = record.state
+        if state is BatchState.ABORTED:
+            resolution = Resolution.REPLACEABLE
+        elif state is BatchState.DONE:
+            resolution = Resolution.APPLIED
+        elif state is BatchState.COMMITTED:
+            finished = JournalRunner(self, run).finish(record, pages=None)
+            resolution = Resolution.APPLIED if finished else Resolution.PENDING
+        else:
+            resolution = Resolution.PENDING
+        if resolution is not Resolution.PENDING:
+            run.resolutions[batch_id] = resolution
+        return resolution
+
+    # ------------------------------------------------------------------------------------ retrying
+    def has_time(self, run: Run) -> bool:
+        return run.remaining_ms() >= self.policy.reserve_ms
+
+    def attempt(self, run: Run, step: Callable[[], T], *, counts_as_request: bool = True) -> T:
+        """Run one store step, retrying retryable failures with backoff while time allows."""
+        policy = self.policy
 
         def out_of_time_or_attempts(state: RetryCallState) -> bool:
             worst_wait_ms = policy.max_delay_s * 1000
             return state.attempt_number >= policy.max_attempts or (
-                remaining_ms() < policy.reserve_ms + worst_wait_ms
+                run.remaining_ms() < policy.reserve_ms + worst_wait_ms
             )
 
-        return Retrying(
+        retrying = Retrying(
             retry=retry_if_exception_type(RetryableStoreError),
             wait=wait_random_exponential(multiplier=policy.base_delay_s, max=policy.max_delay_s),
             stop=out_of_time_or_attempts,
             reraise=True,
             sleep=self._sleep,
         )
+        try:
+            for attempt in retrying:
+                with attempt:
+                    if counts_as_request:
+                        run.requests += 1
+                    return step()
+        finally:
+            run.retries += retrying.statistics.get("attempt_number", 1) - 1
+        raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover

@@ -44,9 +44,7 @@ class Settings:
         try:
             ttl_days = int(raw_ttl)
         except ValueError as exc:
-            raise ConfigurationError(
-                f"{MARKER_TTL_DAYS} must be a whole number of days, not {raw_ttl!r}"
-            ) from exc
+            raise ConfigurationError(f"{MARKER_TTL_DAYS} must be a whole number of days, not {raw_ttl!r}") from exc
         if ttl_days < 1:
             raise ConfigurationError(f"{MARKER_TTL_DAYS} must be at least 1")
         return cls(

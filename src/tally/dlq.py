@@ -77,9 +77,7 @@ class SqsDeadLetterQueue:
         }
         if self._fifo:
             entry["MessageGroupId"] = letter.record.origin.get("message_group_id") or "tally-dead-letters"
-            entry["MessageDeduplicationId"] = hashlib.sha256(
-                f"{source}|{letter.record.record_id}".encode()
-            ).hexdigest()
+            entry["MessageDeduplicationId"] = hashlib.sha256(f"{source}|{letter.record.record_id}".encode()).hexdigest()
         return entry
 
 

@@ -7,6 +7,13 @@ so the original stays attached for logs and traces.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tally.producer.result import PublishResult
+
 
 class TallyError(Exception):
     """Base class of every error tally raises on purpose."""
@@ -30,11 +37,28 @@ class RetryableStoreError(StoreError):
 
 
 class MarkersExistError(StoreError):
-    """The transaction was cancelled because some messages were already applied (their markers exist)."""
+    """The transaction was cancelled because some messages already have markers.
 
-    def __init__(self, message_ids: frozenset[str]) -> None:
-        super().__init__(f"{len(message_ids)} message(s) already applied")
+    ``batches`` names, for markers written by the commit journal, the batch each one belongs to; a
+    message absent from it has a direct marker, written together with its deltas: it is applied.
+    """
+
+    def __init__(self, message_ids: frozenset[str], batches: Mapping[str, str] | None = None) -> None:
+        super().__init__(f"{len(message_ids)} message(s) already have markers")
         self.message_ids = message_ids
+        self.batches: Mapping[str, str] = batches or {}
+
+
+class BatchStateError(StoreError):
+    """A journal batch was not in the state a conditional step required (e.g. it was aborted)."""
+
+    def __init__(self, batch_id: str) -> None:
+        super().__init__(f"batch {batch_id} is not in the expected state")
+        self.batch_id = batch_id
+
+
+class ChunkAppliedError(StoreError):
+    """A journal apply chunk had already been applied (by this invocation's lost attempt or another)."""
 
 
 class WriteRejectedError(StoreError):
@@ -51,3 +75,15 @@ class WriteRejectedError(StoreError):
 
 class DeadLetterError(TallyError):
     """Poison records could not be handed to the dead-letter queue (so they must stay in the source)."""
+
+
+class PublishError(TallyError):
+    """A producer could not hand some messages to SQS or Kinesis; ``result`` says which, and why.
+
+    Raised only on request (``PublishResult.raise_for_failures``): publishing itself reports failures in
+    its result, so that a partial success is never hidden behind an exception.
+    """
+
+    def __init__(self, detail: str, result: PublishResult) -> None:
+        super().__init__(detail)
+        self.result = result

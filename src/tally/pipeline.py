@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Protocol
 from tally.core.aggregate import deduplicate, message_totals
 from tally.core.decode import DecodeLimits, decode_message
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
-from tally.core.plan import plan_transactions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -58,6 +57,8 @@ class BatchResult:
     dead_letter_failures: int
     transactions: int
     retries: int
+    journal_batches: int = 0
+    refused_chunks: int = 0
 
 
 class BatchPipeline:
@@ -68,9 +69,7 @@ class BatchPipeline:
         self._dead_letters = dead_letters
         self._settings = settings
 
-    def process(
-        self, records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]
-    ) -> BatchResult:
+    def process(self, records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]) -> BatchResult:
         """Count a batch exactly once; ``now_ms`` is the invocation's clock, read once by the caller."""
         poison: list[DeadLetter] = []
         valid_records: list[SourceRecord] = []
@@ -88,8 +87,8 @@ class BatchPipeline:
                 messages.append(decoded_or_old)
 
         distinct = deduplicate(messages)
-        plan = plan_transactions([message_totals(messages[position]) for position in distinct.unique])
-        outcome = self._applier.apply(plan, now_ms, remaining_ms)
+        totals = [message_totals(messages[position]) for position in distinct.unique]
+        outcome = self._applier.apply(totals, now_ms, remaining_ms)
 
         for position in distinct.unique:
             rejection = outcome.rejected.get(messages[position].message_id)
@@ -102,9 +101,7 @@ class BatchPipeline:
             for record, message in zip(valid_records, messages, strict=True)
             if message.message_id in outcome.unapplied
         ]
-        failed.extend(
-            letter.record.record_id for letter in poison if letter.record.record_id in refused_by_dlq
-        )
+        failed.extend(letter.record.record_id for letter in poison if letter.record.record_id in refused_by_dlq)
         return BatchResult(
             failed_record_ids=tuple(failed),
             records=len(records),
@@ -116,6 +113,8 @@ class BatchPipeline:
             dead_letter_failures=len(refused_by_dlq),
             transactions=outcome.transactions,
             retries=outcome.retries,
+            journal_batches=outcome.journal_batches,
+            refused_chunks=outcome.refused_chunks,
         )
 
     def _refuse_if_too_old(self, message: Message, record: SourceRecord, now_ms: int) -> Message | Rejection:

@@ -19,6 +19,7 @@ from tally.dlq import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics
@@ -44,16 +45,13 @@ def build_pipeline(settings: Settings) -> BatchPipeline:
     if settings.dlq_url is None:
         raise ConfigurationError("the Lambda function needs a dead-letter queue URL")
     session = boto3.session.Session()
-    store = DynamoDBCounterStore(
-        session.client("dynamodb", config=CLIENT_CONFIG),
-        settings.counters_table,
-        settings.markers_table,
-        settings.marker_ttl_seconds,
-    )
+    dynamodb = session.client("dynamodb", config=CLIENT_CONFIG)
+    store = DynamoDBCounterStore(dynamodb, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds)
+    journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds)
     dead_letters = SqsDeadLetterQueue(session.client("sqs", config=CLIENT_CONFIG), settings.dlq_url)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
     return BatchPipeline(
-        Applier(store),
+        Applier(store, journal),
         dead_letters,
         PipelineSettings(limits=limits, dedup_horizon_ms=settings.marker_ttl_seconds * 1000),
     )
@@ -72,9 +70,13 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "Transactions": result.transactions,
         "TransactionRetries": result.retries,
         "RecordsFailed": len(result.failed_record_ids),
+        "JournalBatches": result.journal_batches,
+        "RefusedChunks": result.refused_chunks,
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    if result.refused_chunks:
+        logger.error("committed increments refused by DynamoDB (Number range); see the journal's applied-records")
     for letter in result.dead_letters:
         logger.warning(
             "record dead-lettered",

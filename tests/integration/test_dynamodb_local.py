@@ -44,9 +44,7 @@ def add_action(tables: DynamoDBTables, pk: str, amount: str) -> TransactWriteIte
     }
 
 
-def marker_action(
-    tables: DynamoDBTables, marker_id: str, *, return_old: bool = False
-) -> TransactWriteItemTypeDef:
+def marker_action(tables: DynamoDBTables, marker_id: str, *, return_old: bool = False) -> TransactWriteItemTypeDef:
     """Conditional put of an idempotency marker: fails if the marker already exists."""
     put: PutTypeDef = {
         "TableName": tables.markers_table,
@@ -78,9 +76,7 @@ def counter(tables: DynamoDBTables, pk: str) -> str | None:
 
 
 def marker_exists(tables: DynamoDBTables, marker_id: str) -> bool:
-    response = tables.client.get_item(
-        TableName=tables.markers_table, Key={"id": {"S": marker_id}}, ConsistentRead=True
-    )
+    response = tables.client.get_item(TableName=tables.markers_table, Key={"id": {"S": marker_id}}, ConsistentRead=True)
     return "Item" in response
 
 
@@ -225,9 +221,7 @@ def test_add_whose_result_needs_more_than_38_digits_is_rejected(
 
 
 @pytest.mark.parametrize(("start", "increment"), [(MAX_NUMBER, "1E+123"), ("-" + MAX_NUMBER, "-1E+125")])
-def test_add_beyond_the_magnitude_limit_is_rejected(
-    ddb_tables: DynamoDBTables, start: str, increment: str
-) -> None:
+def test_add_beyond_the_magnitude_limit_is_rejected(ddb_tables: DynamoDBTables, start: str, increment: str) -> None:
     add(ddb_tables, "huge", start)
 
     with pytest.raises(ClientError) as raised:

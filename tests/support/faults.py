@@ -63,6 +63,11 @@ class DynamoDBFaults:
         """The next ``count`` transactions fail with a whole-request error ``code`` (never sent)."""
         self._push(Fault("error", code), count)
 
+    def clear(self) -> None:
+        """Drop the faults not used yet."""
+        with self._lock:
+            self._faults.clear()
+
     def _push(self, fault: Fault, count: int) -> None:
         with self._lock:
             self._faults.extend([fault] * count)
@@ -72,9 +77,7 @@ class DynamoDBFaults:
             self.calls += 1
             return self._faults.popleft() if self._faults else None
 
-    def _before_call(
-        self, params: dict[str, Any], **_: Any
-    ) -> tuple[_FakeHttpResponse, dict[str, Any]] | None:
+    def _before_call(self, params: dict[str, Any], **_: Any) -> tuple[_FakeHttpResponse, dict[str, Any]] | None:
         fault = self._next()
         self._pending_loss.value = False
         if fault is None:

@@ -10,6 +10,7 @@ from tally.apply import Applier, RetryPolicy
 from tally.core.decode import DecodeLimits
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -31,9 +32,7 @@ class RecordingDeadLetterQueue:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, letters: Sequence[DeadLetter]) -> frozenset[str]:
-        refused = frozenset(
-            letter.record.record_id for letter in letters if letter.record.record_id in self.refuse
-        )
+        refused = frozenset(letter.record.record_id for letter in letters if letter.record.record_id in self.refuse)
         with self._lock:
             self.letters.extend(letter for letter in letters if letter.record.record_id not in refused)
         return refused
@@ -51,10 +50,14 @@ def make_pipeline(
     store: DynamoDBCounterStore,
     dead_letters: RecordingDeadLetterQueue | None = None,
     policy: RetryPolicy = FAST_RETRIES,
+    *,
+    use_journal: bool = True,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
         limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
         dedup_horizon_ms=TTL_DAYS * 86_400_000,
     )
-    return BatchPipeline(Applier(store, policy, sleep=lambda _: None), dlq, settings), dlq
+    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
+    applier = Applier(store, journal, policy=policy, sleep=lambda _: None, use_journal=use_journal)
+    return BatchPipeline(applier, dlq, settings), dlq

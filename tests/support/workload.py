@@ -46,9 +46,7 @@ def generate(
                 expected[key][name] += delta
         if len(events) == 1:
             key, deltas = events[0]
-            body = (
-                f'{{"id":{json.dumps(message_id)},"key":{json.dumps(key)},"deltas":{_deltas_json(deltas)}}}'
-            )
+            body = f'{{"id":{json.dumps(message_id)},"key":{json.dumps(key)},"deltas":{_deltas_json(deltas)}}}'
         else:
             packed = ",".join(f'{{"key":{json.dumps(k)},"deltas":{_deltas_json(ds)}}}' for k, ds in events)
             body = f'{{"id":{json.dumps(message_id)},"events":[{packed}]}}'

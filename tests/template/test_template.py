@@ -144,9 +144,7 @@ def test_transformed_template_passes_cfn_lint(transformed: dict[str, Any]) -> No
         ((COUNTERS, "Properties", "PointInTimeRecoverySpecification"), "PointInTimeRecoverySpec"),
     ],
 )
-def test_pipeline_catches_misspelled_property(
-    template: dict[str, Any], path: tuple[str, ...], misspelled: str
-) -> None:
+def test_pipeline_catches_misspelled_property(template: dict[str, Any], path: tuple[str, ...], misspelled: str) -> None:
     # GIVEN a copy of the template with one property name misspelled
     broken = copy.deepcopy(template)
     *parents, correct = path
@@ -439,9 +437,7 @@ def test_managed_policies_are_only_the_ones_sam_adds(resources: dict[str, Any]) 
     }
 
 
-def test_environment_references_stack_resources(
-    resources: dict[str, Any], parameters: dict[str, Any]
-) -> None:
+def test_environment_references_stack_resources(resources: dict[str, Any], parameters: dict[str, Any]) -> None:
     variables = resources[FUNCTION]["Properties"]["Environment"]["Variables"]
     assert variables["TALLY_COUNTERS_TABLE"] == {"Ref": COUNTERS}
     assert variables["TALLY_MARKERS_TABLE"] == {"Ref": MARKERS}
@@ -459,9 +455,7 @@ def test_no_fixed_physical_names(resources: dict[str, Any]) -> None:
     name_properties = {"TableName", "QueueName", "FunctionName", "LogGroupName", "RoleName", "AlarmName"}
     for logical_id, resource in resources.items():
         properties = resource.get("Properties", {})
-        literal_names = {
-            name for name in name_properties & set(properties) if isinstance(properties[name], str)
-        }
+        literal_names = {name for name in name_properties & set(properties) if isinstance(properties[name], str)}
         assert not literal_names, (logical_id, literal_names)
 
 
@@ -554,9 +548,7 @@ def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> Non
     }
 
 
-def test_queue_definitions_resolve_parameter_defaults(
-    template: dict[str, Any], parameters: dict[str, Any]
-) -> None:
+def test_queue_definitions_resolve_parameter_defaults(template: dict[str, Any], parameters: dict[str, Any]) -> None:
     queues = queue_definitions(template)
     assert set(queues) == {QUEUE, DLQ}
     events = queues[QUEUE]

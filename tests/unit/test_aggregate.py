@@ -65,9 +65,7 @@ def test_deduplicate_keeps_first_message_of_each_id(
 
 MESSAGE_TOTALS: list[object] = [
     pytest.param(msg("m", ("k", {"count": 1})), {"k": {"count": 1}}, id="single"),
-    pytest.param(
-        msg("m", ("k", {"count": 2}), ("k", {"count": 3})), {"k": {"count": 5}}, id="same-key-same-counter"
-    ),
+    pytest.param(msg("m", ("k", {"count": 2}), ("k", {"count": 3})), {"k": {"count": 5}}, id="same-key-same-counter"),
     pytest.param(
         msg("m", ("k", {"views": 1}), ("k", {"revenue": Decimal("49.99")})),
         {"k": {"views": 1, "revenue": Decimal("49.99")}},
@@ -78,12 +76,8 @@ MESSAGE_TOTALS: list[object] = [
         {"a": {"count": 3}, "b": {"count": -1}},
         id="several-keys",
     ),
-    pytest.param(
-        msg("m", ("k", {"count": 1}), ("k", {"count": -1})), {"k": {"count": 0}}, id="zero-net-is-kept-here"
-    ),
-    pytest.param(
-        msg("m", *[("k", {"count": Decimal("0.1")})] * 10), {"k": {"count": Decimal("1.0")}}, id="tenths"
-    ),
+    pytest.param(msg("m", ("k", {"count": 1}), ("k", {"count": -1})), {"k": {"count": 0}}, id="zero-net-is-kept-here"),
+    pytest.param(msg("m", *[("k", {"count": Decimal("0.1")})] * 10), {"k": {"count": Decimal("1.0")}}, id="tenths"),
     pytest.param(
         msg("m", ("k", {"count": 1}), ("k", {"count": Decimal("0.5")})),
         {"k": {"count": Decimal("1.5")}},
@@ -306,17 +300,13 @@ def reference_totals(message: WireMessage) -> tuple[Reference, dict[tuple[str, s
 def expected_rejection(reference: Reference, max_actions: int) -> RejectCode | None:
     if len(reference) > max_actions - 1:
         return RejectCode.TOO_MANY_KEYS
-    if any(
-        not independently_storable(total) for counters in reference.values() for total in counters.values()
-    ):
+    if any(not independently_storable(total) for counters in reference.values() for total in counters.values()):
         return RejectCode.NUMBER_OUT_OF_RANGE
     return None
 
 
 def as_fractions(totals: Totals) -> Reference:
-    return {
-        key: {name: Fraction(value) for name, value in counters.items()} for key, counters in totals.items()
-    }
+    return {key: {name: Fraction(value) for name, value in counters.items()} for key, counters in totals.items()}
 
 
 def nonzero(totals: Reference) -> Reference:

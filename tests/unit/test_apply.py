@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pytest
 
 from tally.apply import Applier, ApplyOutcome, RetryPolicy
 from tally.core.aggregate import MessageTotals
+from tally.core.ledger import MarkerRecord
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add
 from tally.core.plan import plan_transactions
@@ -92,13 +94,20 @@ class FakeCounterStore:
         if step == LOSE_RESPONSE:
             raise RetryableStoreError("response lost after commit")
 
-    def is_applied(self, message_id: str) -> bool:
+    def read_marker(self, message_id: str) -> MarkerRecord | None:
         self.lookups.append(message_id)
-        return message_id in self.markers
+        return MarkerRecord(message_id, NOW_MS, 0, None) if message_id in self.markers else None
 
     def _check_range(self, chunk: Chunk) -> None:
         if self.poison.intersection(chunk.message_ids):
             raise WriteRejectedError("Number overflow", frozenset(chunk.increments))
+
+
+class UnusedJournal:
+    """These tests plan only direct transactions: any journal call is a failure of the test's premise."""
+
+    def __getattr__(self, name: str) -> Any:
+        pytest.fail(f"journal.{name} called in a direct-path test")
 
 
 def mt(message_id: str, totals: Totals, event_count: int = 1) -> MessageTotals:
@@ -123,8 +132,9 @@ def expected_counters(messages: Iterable[MessageTotals]) -> dict[str, dict[str, 
 def run(
     store: FakeCounterStore, plan: WritePlan, policy: RetryPolicy = DEFAULT_POLICY, max_actions: int = 100
 ) -> ApplyOutcome:
-    applier = Applier(store, policy, sleep=store.clock.sleep, max_actions=max_actions)
-    outcome = applier.apply(plan, NOW_MS, store.clock.remaining_ms)
+    applier = Applier(store, UnusedJournal(), policy=policy, sleep=store.clock.sleep, max_actions=max_actions)  # type: ignore[arg-type]
+    messages = [message for chunk in plan.chunks for message in chunk.messages]
+    outcome = applier.apply(messages, NOW_MS, store.clock.remaining_ms)
     # Invariants of every run: no attempt starts inside the reserve, and every attempt is counted.
     assert all(remaining >= policy.reserve_ms for remaining in store.remaining_at_call)
     assert outcome.transactions == len(store.calls)
@@ -149,15 +159,21 @@ def test_applies_every_chunk_once() -> None:
     assert store.clock.sleeps == []
 
 
-def test_plan_rejections_are_reported() -> None:
-    # GIVEN a plan that rejected a message before any I/O
-    plan = plan_transactions([*batch("a"), mt("wide", {f"k{i}": {"count": 1} for i in range(5)})], 3)
+def test_unstorable_message_totals_are_rejected_before_any_io() -> None:
+    # GIVEN a message whose own net delta for a key needs more than 38 digits
+    huge = Decimal("9" * 38)
+    messages = [
+        *batch("a"),
+        mt("wide", {"k": {"count": huge, "other": 1}}),
+        mt("wide2", {"k2": {"count": Decimal("9" * 39)}}),
+    ]
     store = FakeCounterStore()
+    applier = Applier(store, UnusedJournal(), policy=DEFAULT_POLICY, sleep=store.clock.sleep)  # type: ignore[arg-type]
     # WHEN it is applied
-    outcome = run(store, plan, max_actions=3)
+    outcome = applier.apply(messages, NOW_MS, store.clock.remaining_ms)
     # THEN the rejection is in the outcome and the rest is applied
-    assert outcome.applied == {"a"}
-    assert outcome.rejected["wide"].code == RejectCode.TOO_MANY_KEYS
+    assert outcome.applied == {"a", "wide"}
+    assert outcome.rejected["wide2"].code == RejectCode.NUMBER_OUT_OF_RANGE
 
 
 # --- messages applied before: dropped, the rest re-planned ---------------------------------------------
@@ -173,9 +189,7 @@ ALREADY_APPLIED: list[object] = [
 
 
 @pytest.mark.parametrize(("marked", "max_actions"), ALREADY_APPLIED)
-def test_already_applied_messages_are_dropped_and_the_rest_applied(
-    marked: set[str], max_actions: int
-) -> None:
+def test_already_applied_messages_are_dropped_and_the_rest_applied(marked: set[str], max_actions: int) -> None:
     # GIVEN a store holding markers of messages applied by an earlier batch
     messages = batch("a", "b", "c", "d", shared_key=True)
     store = FakeCounterStore(markers=set(marked))
@@ -264,9 +278,7 @@ def test_time_running_out_stops_retrying() -> None:
     # GIVEN just enough time for one attempt plus one worst-case wait, and store calls that take 100 ms
     policy = RetryPolicy(base_delay_s=0.05, max_delay_s=2.0, max_attempts=8, reserve_ms=3_000)
     clock = Clock(policy.reserve_ms + 2_000 + 150)
-    store = FakeCounterStore(
-        clock=clock, call_cost_ms=100, script=deque([RetryableStoreError("throttled")] * 8)
-    )
+    store = FakeCounterStore(clock=clock, call_cost_ms=100, script=deque([RetryableStoreError("throttled")] * 8))
     # WHEN a throttled chunk is applied
     outcome = run(store, plan_transactions(batch("a")), policy)
     # THEN it is tried again only while a worst-case wait still leaves the reserve, then handed back
@@ -396,10 +408,10 @@ PROPAGATES: list[object] = [
 def test_plain_store_error_propagates(script: list[Step]) -> None:
     # GIVEN a store failing in a way no retry can fix (a missing table, a denied permission)
     store = FakeCounterStore(script=deque(script))
-    applier = Applier(store, sleep=store.clock.sleep)
-    # WHEN a plan is applied
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep)  # type: ignore[arg-type]
+    # WHEN a batch is applied
     # THEN the error fails the whole batch instead of dead-lettering every message
     with pytest.raises(StoreError, match=r"AccessDenied|ResourceNotFound") as raised:
-        applier.apply(plan_transactions(batch("a")), NOW_MS, store.clock.remaining_ms)
+        applier.apply(batch("a"), NOW_MS, store.clock.remaining_ms)
     assert type(raised.value) is StoreError
     assert store.counters == {}

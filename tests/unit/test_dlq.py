@@ -36,9 +36,9 @@ def letter(record_id: str, body: str | bytes, group: str | None = None) -> DeadL
 
 def drain(sqs: Any, url: str) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
-    while batch := sqs.receive_message(
-        QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
-    ).get("Messages", []):
+    while batch := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]).get(
+        "Messages", []
+    ):
         messages.extend(batch)
     return messages
 

@@ -122,9 +122,7 @@ def test_out_of_time_reports_every_record_for_redelivery(stack: MotoStack) -> No
     assert stack.store.read_counters("page:/home") == {}
 
 
-def test_missing_configuration_fails_the_invocation(
-    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_missing_configuration_fails_the_invocation(stack: MotoStack, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TALLY_COUNTERS_TABLE")
     sqs_handler.pipeline.cache_clear()
     with pytest.raises(ConfigurationError):

@@ -182,9 +182,7 @@ REJECTIONS: list[object] = [
     pytest.param(mt("x", keys(10)), 10, RejectCode.TOO_MANY_KEYS, id="keys-equal-to-limit"),
     pytest.param(mt("x", keys(100)), 100, RejectCode.TOO_MANY_KEYS, id="100-keys-default-limit"),
     pytest.param(mt("x", keys(3)), 3, RejectCode.TOO_MANY_KEYS, id="3-keys-limit-3"),
-    pytest.param(
-        mt("x", {"k": {"count": 2 * NINES_38}}), 10, RejectCode.NUMBER_OUT_OF_RANGE, id="own-net-39-digits"
-    ),
+    pytest.param(mt("x", {"k": {"count": 2 * NINES_38}}), 10, RejectCode.NUMBER_OUT_OF_RANGE, id="own-net-39-digits"),
     pytest.param(
         mt("x", {"k": {"count": 1}, "j": {"views": 2 * BIG}}),
         10,

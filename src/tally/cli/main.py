@@ -37,9 +37,7 @@ def counters_json(counters: Mapping[str, Decimal]) -> bytes:
 def _store() -> DynamoDBCounterStore:
     settings = Settings.from_env(os.environ, require_dlq=False)
     client = boto3.session.Session().client("dynamodb", config=CLIENT_CONFIG)
-    return DynamoDBCounterStore(
-        client, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds
-    )
+    return DynamoDBCounterStore(client, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds)
 
 
 @click.group()

@@ -146,9 +146,7 @@ def _event(wire: _WireEvent, limits: DecodeLimits, where: str) -> CounterEvent:
     if key is UNSET or not key:
         raise _Invalid(RejectCode.MISSING_KEY, f"key is missing or empty at `{where}`")
     if _utf8_len_over(key, limits.max_key_bytes):
-        raise _Invalid(
-            RejectCode.KEY_TOO_LONG, f"key is over {limits.max_key_bytes} bytes of UTF-8 at `{where}`"
-        )
+        raise _Invalid(RejectCode.KEY_TOO_LONG, f"key is over {limits.max_key_bytes} bytes of UTF-8 at `{where}`")
     return CounterEvent(key, _deltas(wire, limits, where), _ts_ms(wire.ts, where))
 
 

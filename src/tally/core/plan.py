@@ -56,9 +56,7 @@ class WritePlan:
     rejected: Mapping[str, Rejection] = field(default_factory=dict)
 
 
-def plan_transactions(
-    messages: Sequence[MessageTotals], max_actions: int = MAX_TRANSACTION_ACTIONS
-) -> WritePlan:
+def plan_transactions(messages: Sequence[MessageTotals], max_actions: int = MAX_TRANSACTION_ACTIONS) -> WritePlan:
     """Pack distinct messages into transactions of at most ``max_actions`` actions each."""
     chunks: list[Chunk] = []
     rejected: dict[str, Rejection] = {}
@@ -114,10 +112,200 @@ def _fits(sums: Mapping[str, Mapping[str, Number]], totals: Totals) -> bool:
     return True
 
 
-def _chunk(members: Sequence[MessageTotals], sums: Mapping[str, Mapping[str, Number]]) -> Chunk:
-    increments = {
+def _chunk(members: Sequence[MessageTotals], sums: Totals) -> Chunk:
+    return Chunk(tuple(members), nonzero_increments(sums))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Whole-batch planning: direct transactions where they are cheapest, the commit journal elsewhere.
+
+MAX_JOURNAL_CHUNK_KEYS = 98
+"""ADDs per journal apply transaction: 100 actions less the chunk's applied-record and a header update."""
+MAX_JOURNAL_PAGE_BYTES = 300_000
+"""Encoded increments per journal page: well inside DynamoDB's 400 KB item limit."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """How a batch is written: independent direct transactions, and units that go through the journal.
+
+    Messages are grouped into units whose keys no other unit touches (connected components of the
+    message-key graph). A unit small enough for one transaction is packed with other small units into
+    direct transactions; a larger unit goes through the commit journal (one ADD per key for the whole
+    unit) unless splitting it into direct transactions writes no more items than the journal would.
+    """
+
+    direct: tuple[Chunk, ...]
+    journals: tuple[tuple[MessageTotals, ...], ...]
+    rejected: Mapping[str, Rejection] = field(default_factory=dict)
+
+
+def plan_batch(
+    messages: Sequence[MessageTotals],
+    max_actions: int = MAX_TRANSACTION_ACTIONS,
+    force_journal: frozenset[str] = frozenset(),
+    *,
+    allow_journal: bool = True,
+) -> BatchPlan:
+    """Plan a batch of distinct messages; ``force_journal`` names messages that must be claimed there.
+
+    (A message whose marker names an aborted batch is such a message: only a journal claim can replace
+    that marker, because the replacement must check, in the same transaction, that the batch is aborted.)
+    ``allow_journal=False`` gives the chunked plan alone (for comparison: every unit split into direct
+    transactions, and a message with more keys than a transaction holds rejected).
+    """
+    rejected: dict[str, Rejection] = {}
+    writable: list[MessageTotals] = []
+    for message in messages:
+        problem = _unstorable(message)
+        if problem is None:
+            writable.append(message)
+        else:
+            rejected[message.message_id] = problem
+    small: list[tuple[MessageTotals, ...]] = []
+    direct: list[Chunk] = []
+    journals: list[tuple[MessageTotals, ...]] = []
+    for unit in _storable_units(_components(writable)):
+        keys = _action_count(unit) - len(unit)
+        forced = any(message.message_id in force_journal for message in unit)
+        if not forced and len(unit) + keys <= max_actions:
+            small.append(unit)
+            continue
+        split = plan_transactions(unit, max_actions)
+        if not allow_journal:
+            direct.extend(split.chunks)
+            rejected.update(split.rejected)
+            continue
+        direct_cost = sum(chunk.action_count for chunk in split.chunks)
+        if forced or split.rejected or direct_cost > len(unit) + keys + journal_overhead(len(unit), keys):
+            journals.append(unit)
+        else:
+            direct.extend(split.chunks)
+    direct.extend(_pack_small_units(small, max_actions))
+    return BatchPlan(tuple(direct), tuple(journals), rejected)
+
+
+def journal_overhead(messages: int, keys: int) -> int:
+    """Extra item writes of the journal over the floor (markers + ADDs), in ~1 KB write units.
+
+    Header, commit and finish updates, one applied-record per apply chunk, a header check per extra
+    claim transaction, and the pages. Only used to choose a path: both are exactly-once.
+    """
+    claim_transactions = -(-(messages + 1) // (MAX_TRANSACTION_ACTIONS - 1))
+    apply_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
+    return 3 + claim_transactions + 2 * apply_chunks
+
+
+def plan_apply_chunks(
+    increments: Totals, max_keys: int = MAX_JOURNAL_CHUNK_KEYS, max_bytes: int = MAX_JOURNAL_PAGE_BYTES
+) -> tuple[Totals, ...]:
+    """Split a unit's increments into apply chunks (one transaction and one journal page each)."""
+    chunks: list[dict[str, Mapping[str, Number]]] = []
+    current: dict[str, Mapping[str, Number]] = {}
+    size = 0
+    for key, counters in increments.items():
+        entry = len(key.encode("utf-8")) + sum(len(name.encode("utf-8")) + 48 for name in counters)
+        if current and (len(current) >= max_keys or size + entry > max_bytes):
+            chunks.append(current)
+            current, size = {}, 0
+        current[key] = counters
+        size += entry
+    if current:
+        chunks.append(current)
+    return tuple(chunks)
+
+
+def nonzero_increments(totals: Totals) -> dict[str, Mapping[str, Number]]:
+    """Drop counters that net to zero, and keys left with none: they would write nothing."""
+    return {
         key: nonzero
-        for key, counters in sums.items()
+        for key, counters in totals.items()
         if (nonzero := {name: delta for name, delta in counters.items() if delta})
     }
-    return Chunk(tuple(members), increments)
+
+
+def _unstorable(message: MessageTotals) -> Rejection | None:
+    for key, counters in message.totals.items():
+        for name, total in counters.items():
+            problem = storage_problem(total)
+            if problem is not None:
+                detail = f"net delta of {key!r}/{name!r} in this message: {problem}"
+                return Rejection(RejectCode.NUMBER_OUT_OF_RANGE, detail)
+    return None
+
+
+def _components(messages: Sequence[MessageTotals]) -> list[tuple[MessageTotals, ...]]:
+    """Messages grouped so that no two groups share a key (union-find over keys), in batch order."""
+    parent: dict[str, str] = {}
+
+    def find(key: str) -> str:
+        root = key
+        while parent[root] != root:
+            root = parent[root]
+        while parent[key] != root:
+            parent[key], key = root, parent[key]
+        return root
+
+    for message in messages:
+        keys = iter(message.totals)
+        first = next(keys, None)
+        if first is None:
+            continue
+        parent.setdefault(first, first)
+        for key in keys:
+            parent.setdefault(key, key)
+            parent[find(key)] = find(first)
+    groups: dict[str, list[MessageTotals]] = {}
+    keyless: list[MessageTotals] = []
+    for message in messages:
+        first = next(iter(message.totals), None)
+        if first is None:
+            keyless.append(message)  # every delta netted to zero: only a marker to write
+        else:
+            groups.setdefault(find(first), []).append(message)
+    return [tuple(group) for group in groups.values()] + [(message,) for message in keyless]
+
+
+def _storable_units(components: Sequence[tuple[MessageTotals, ...]]) -> list[tuple[MessageTotals, ...]]:
+    """Split a component where its per-key sums would leave the Number range (rare: 38-digit sums)."""
+    units: list[tuple[MessageTotals, ...]] = []
+    for component in components:
+        current: list[MessageTotals] = []
+        sums: dict[str, dict[str, Number]] = {}
+        for message in component:
+            if current and not _fits(sums, message.totals):
+                units.append(tuple(current))
+                current, sums = [], {}
+            current.append(message)
+            add_into(sums, message.totals)
+        if current:
+            units.append(tuple(current))
+    return units
+
+
+def _action_count(unit: Sequence[MessageTotals]) -> int:
+    return len(unit) + len({key for message in unit for key in message.totals})
+
+
+def _pack_small_units(units: Sequence[tuple[MessageTotals, ...]], max_actions: int) -> list[Chunk]:
+    """First-fit decreasing: small units (disjoint keys) share transactions, each key written once."""
+    sized = sorted(
+        ((len(unit) + len({key for m in unit for key in m.totals}), index, unit) for index, unit in enumerate(units)),
+        key=lambda item: (-item[0], item[1]),
+    )
+    bins: list[tuple[int, list[MessageTotals]]] = []
+    for actions, _, unit in sized:
+        for position, (used, members) in enumerate(bins):
+            if used + actions <= max_actions:
+                members.extend(unit)
+                bins[position] = (used + actions, members)
+                break
+        else:
+            bins.append((actions, list(unit)))
+    chunks = []
+    for _, members in bins:
+        sums: dict[str, dict[str, Number]] = {}
+        for message in members:
+            add_into(sums, message.totals)
+        chunks.append(_chunk(members, sums))
+    return chunks

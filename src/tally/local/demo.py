@@ -60,9 +60,7 @@ def main() -> int:
             {"TALLY_COUNTERS_TABLE": tables["CountersTable"], "TALLY_MARKERS_TABLE": tables["MarkersTable"]}
         )
         os.environ["TALLY_DLQ_URL"] = dlq_url
-        console.print(
-            f"DynamoDB Local at {ddb.endpoint_url}; SQS at {sqs_endpoint}; tables from template.yaml"
-        )
+        console.print(f"DynamoDB Local at {ddb.endpoint_url}; SQS at {sqs_endpoint}; tables from template.yaml")
 
         # Imported only now, as Lambda would at cold start: Powertools reads its settings on import.
         from tally.handlers import sqs as sqs_handler  # noqa: PLC0415
@@ -126,9 +124,7 @@ def _print_counters(console: Console, expected: dict[str, Any], store: DynamoDBC
                 got = counted.get(name)
                 match = got == Decimal(value)
                 ok = ok and match
-                table.add_row(
-                    event_file, key, name, value, str(got), "[green]ok[/]" if match else "[red]WRONG[/]"
-                )
+                table.add_row(event_file, key, name, value, str(got), "[green]ok[/]" if match else "[red]WRONG[/]")
     console.print(table)
     return ok
 
@@ -140,9 +136,7 @@ def _print_dead_letters(console: Console, expected: dict[str, Any], dlq_url: str
         QueueUrl=dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=300
     ).get("Messages", []):
         letters.extend(batch)
-    table = Table(
-        title="dead-letter queue (poison is dead-lettered on each delivery: it never gets a marker)"
-    )
+    table = Table(title="dead-letter queue (poison is dead-lettered on each delivery: it never gets a marker)")
     for column in ("error code", "reason", "body"):
         table.add_column(column)
     for letter in letters:

@@ -376,9 +376,7 @@ class DynamoDBLocal:
             for attempt in range(1, attempts + 1):
                 port = self._choose_port()
                 running = self._launch(
-                    build_command(
-                        java, install_dir, port, shared_db=self._shared_db, jvm_args=self._jvm_args
-                    ),
+                    build_command(java, install_dir, port, shared_db=self._shared_db, jvm_args=self._jvm_args),
                     port,
                 )
                 self._running = running

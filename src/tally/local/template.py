@@ -86,9 +86,7 @@ class TableDefinition:
         """Keyword arguments for boto3 ``create_table`` (SSE and PITR left out: local ignores them)."""
         return {
             "TableName": table_name,
-            "KeySchema": [
-                {"AttributeName": key.attribute_name, "KeyType": key.key_type} for key in self.key_schema
-            ],
+            "KeySchema": [{"AttributeName": key.attribute_name, "KeyType": key.key_type} for key in self.key_schema],
             "AttributeDefinitions": [
                 {"AttributeName": attr.attribute_name, "AttributeType": attr.attribute_type}
                 for attr in self.attribute_definitions
@@ -117,9 +115,7 @@ class QueueDefinition:
     dead_letter_target: str | None  # logical id of the redrive target queue
     max_receive_count: int | None
 
-    def create_queue_kwargs(
-        self, queue_name: str, dead_letter_target_arn: str | None = None
-    ) -> dict[str, Any]:
+    def create_queue_kwargs(self, queue_name: str, dead_letter_target_arn: str | None = None) -> dict[str, Any]:
         """Keyword arguments for boto3 ``create_queue``.
 
         ``dead_letter_target_arn`` is the local ARN of :attr:`dead_letter_target` (create that queue
@@ -199,9 +195,7 @@ def table_definitions(template: dict[str, Any]) -> dict[str, TableDefinition]:
         key_names = {key.attribute_name for key in key_schema}
         defined_names = {attr.attribute_name for attr in attributes}
         if key_names != defined_names:
-            raise ValueError(
-                f"{where}: AttributeDefinitions {sorted(defined_names)} != KeySchema {sorted(key_names)}"
-            )
+            raise ValueError(f"{where}: AttributeDefinitions {sorted(defined_names)} != KeySchema {sorted(key_names)}")
         tables[logical_id] = TableDefinition(
             logical_id=logical_id,
             key_schema=key_schema,
@@ -251,9 +245,7 @@ def function_event_sources(
     """The ``Type: SQS`` events of one ``AWS::Serverless::Function``, keyed by event name."""
     resource = _mapping(template["Resources"].get(function_logical_id), function_logical_id)
     if resource.get("Type") != FUNCTION_TYPE:
-        raise ValueError(
-            f"{function_logical_id}: expected Type {FUNCTION_TYPE}, got {resource.get('Type')!r}"
-        )
+        raise ValueError(f"{function_logical_id}: expected Type {FUNCTION_TYPE}, got {resource.get('Type')!r}")
     properties = _mapping(resource.get("Properties", {}), f"{function_logical_id}.Properties")
     events = _mapping(properties.get("Events", {}), f"{function_logical_id}.Events")
     sources: dict[str, SqsEventSource] = {}
@@ -266,9 +258,7 @@ def function_event_sources(
         scaling = _mapping(event_properties.get("ScalingConfig", {}), f"{where}.ScalingConfig")
         response_types = event_properties.get("FunctionResponseTypes", [])
         if not isinstance(response_types, list) or not all(isinstance(t, str) for t in response_types):
-            raise ValueError(
-                f"{where}.FunctionResponseTypes: expected a list of strings, got {response_types!r}"
-            )
+            raise ValueError(f"{where}.FunctionResponseTypes: expected a list of strings, got {response_types!r}")
         sources[event_name] = SqsEventSource(
             function_logical_id=function_logical_id,
             event_name=event_name,
@@ -283,9 +273,7 @@ def function_event_sources(
             ),
             function_response_types=tuple(response_types),
             maximum_concurrency=(
-                _resolve_int(
-                    template, scaling["MaximumConcurrency"], f"{where}.ScalingConfig.MaximumConcurrency"
-                )
+                _resolve_int(template, scaling["MaximumConcurrency"], f"{where}.ScalingConfig.MaximumConcurrency")
                 if "MaximumConcurrency" in scaling
                 else None
             ),
@@ -340,12 +328,7 @@ def _get_att_arn_target(value: object, where: str) -> str:
         target = value["Fn::GetAtt"]
         if isinstance(target, str):
             target = target.split(".", 1)
-        if (
-            isinstance(target, list)
-            and len(target) == 2
-            and target[1] == "Arn"
-            and isinstance(target[0], str)
-        ):
+        if isinstance(target, list) and len(target) == 2 and target[1] == "Arn" and isinstance(target[0], str):
             return target[0]
     raise ValueError(f"{where}: expected !GetAtt <LogicalId>.Arn, got {value!r}")
 
@@ -366,17 +349,13 @@ def _resolve(template: dict[str, Any], value: object, where: str) -> object:
     if set(value) == {"Fn::FindInMap"}:
         args = value["Fn::FindInMap"]
         if not isinstance(args, list) or len(args) != 3:
-            raise ValueError(
-                f"{where}: !FindInMap needs [MapName, TopLevelKey, SecondLevelKey], got {args!r}"
-            )
+            raise ValueError(f"{where}: !FindInMap needs [MapName, TopLevelKey, SecondLevelKey], got {args!r}")
         map_name, top_key, second_key = (str(_resolve(template, arg, where)) for arg in args)
         mappings = _mapping(template.get("Mappings", {}), "Mappings")
         try:
             return mappings[map_name][top_key][second_key]
         except (KeyError, TypeError):
-            raise ValueError(
-                f"{where}: !FindInMap [{map_name}, {top_key}, {second_key}] is not in Mappings"
-            ) from None
+            raise ValueError(f"{where}: !FindInMap [{map_name}, {top_key}, {second_key}] is not in Mappings") from None
     raise ValueError(f"{where}: cannot resolve {value!r} locally (only literals, !Ref Parameter, !FindInMap)")
 
 

@@ -1,0 +1,275 @@
+"""The commit journal on DynamoDB: each step of the batch protocol as one conditional request.
+
+The protocol itself (which step follows which, and why each condition is there) lives in
+``tally.commit`` and ``docs/journal.md``; this adapter only turns each step into items and conditions
+of the markers table, and the outcomes back into values and errors.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.core.ledger import BatchRecord, BatchState, Claim
+from tally.errors import BatchStateError, RetryableStoreError, StoreError
+from tally.store.schema import (
+    APPLIED_REFUSED,
+    EXPIRES_AT,
+    HEADER_CHUNKS,
+    HEADER_LEASE_UNTIL,
+    HEADER_STATE,
+    LEDGER_ID,
+    PAGE_DATA,
+    add_update,
+    applied_id,
+    batch_state_check,
+    decode_page,
+    encode_page,
+    header_id,
+    marker_put,
+    page_id,
+    translate,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from decimal import Decimal
+
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from tally.core.aggregate import Totals
+    from tally.store.schema import Role
+
+_BATCH_GET_LIMIT: Final = 100
+_BATCH_WRITE_LIMIT: Final = 25
+JOURNAL_GRACE_SECONDS: Final = 86_400
+"""Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
+
+
+class DynamoDBJournal:
+    """The journal steps on the markers table (counters are only touched by apply steps)."""
+
+    def __init__(
+        self, client: DynamoDBClient, counters_table: str, markers_table: str, marker_ttl_seconds: int
+    ) -> None:
+        self._client = client
+        self._counters = counters_table
+        self._markers = markers_table
+        self._ttl = marker_ttl_seconds
+
+    def _journal_expiry(self, lease_until_ms: int) -> int:
+        # Markers are claimed only while the header is PREPARING, i.e. before the lease ends, and expire
+        # ttl after their claim; journal items expire ttl + grace after the lease: always later.
+        return lease_until_ms // 1000 + self._ttl + JOURNAL_GRACE_SECONDS
+
+    # ------------------------------------------------------------------------------------ claiming
+    def open(self, batch_id: str, lease_until_ms: int, claims: Sequence[Claim], now_ms: int) -> None:
+        """Create the header (PREPARING) and claim the first messages, atomically."""
+        header: TransactWriteItemTypeDef = {
+            "Put": {
+                "TableName": self._markers,
+                "Item": {
+                    LEDGER_ID: {"S": header_id(batch_id)},
+                    HEADER_STATE: {"S": BatchState.PREPARING},
+                    HEADER_LEASE_UNTIL: {"N": str(lease_until_ms)},
+                    EXPIRES_AT: {"N": str(self._journal_expiry(lease_until_ms))},
+                },
+                "ConditionExpression": "attribute_not_exists(#id)",
+                "ExpressionAttributeNames": {"#id": LEDGER_ID},
+            }
+        }
+        self._transact([(header, ("batch", batch_id)), *self._claim_actions(batch_id, claims, now_ms)])
+
+    def claim(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> None:
+        """Claim more messages, on the condition that the batch is still PREPARING (not aborted)."""
+        check = batch_state_check(self._markers, batch_id, BatchState.PREPARING)
+        self._transact([check, *self._claim_actions(batch_id, claims, now_ms)])
+
+    def _claim_actions(
+        self, batch_id: str, claims: Sequence[Claim], now_ms: int
+    ) -> list[tuple[TransactWriteItemTypeDef, Role]]:
+        expires_at = now_ms // 1000 + self._ttl
+        actions = []
+        for claim in claims:
+            actions.append(
+                marker_put(
+                    self._markers, claim.message_id, now_ms, expires_at, batch_id=batch_id, replaces=claim.replaces
+                )
+            )
+            if claim.replaces is not None:
+                # The replaced marker counts as absent only because its batch is aborted: check it here.
+                actions.append(batch_state_check(self._markers, claim.replaces, BatchState.ABORTED))
+        return actions
+
+    # ---------------------------------------------------------------------------------- committing
+    def commit_single(self, batch_id: str, increments: Totals) -> None:
+        """PREPARING -> DONE together with every ADD of a batch that fits one transaction (no pages)."""
+        self._transact([self._transition(batch_id, BatchState.PREPARING, BatchState.DONE), *self._adds(increments)])
+
+    def write_pages(self, batch_id: str, pages: Sequence[Totals], lease_until_ms: int) -> None:
+        """Store every apply chunk's increments before the commit, so anyone can finish the batch."""
+        expires_at = str(self._journal_expiry(lease_until_ms))
+        requests: list[Any] = [
+            {
+                "PutRequest": {
+                    "Item": {
+                        LEDGER_ID: {"S": page_id(batch_id, index)},
+                        PAGE_DATA: {"B": encode_page(page)},
+                        EXPIRES_AT: {"N": expires_at},
+                    }
+                }
+            }
+            for index, page in enumerate(pages)
+        ]
+        for start in range(0, len(requests), _BATCH_WRITE_LIMIT):
+            # Rewriting a page is harmless (same content), so a throttled write is simply retried whole.
+            try:
+                response = self._client.batch_write_item(
+                    RequestItems={self._markers: requests[start : start + _BATCH_WRITE_LIMIT]}
+                )
+            except (ClientError, BotoCoreError) as exc:
+                raise translate(exc) from exc
+            if response.get("UnprocessedItems"):
+                raise RetryableStoreError("journal pages left unprocessed (throttled)")
+
+    def commit(self, batch_id: str, chunk_count: int, first_chunk: Totals, lease_until_ms: int) -> None:
+        """PREPARING -> COMMITTED, atomically with applying chunk 0 (and recording that it is applied)."""
+        transition = self._transition(batch_id, BatchState.PREPARING, BatchState.COMMITTED, chunks=chunk_count)
+        self._transact([transition, self._applied_put(batch_id, 0, lease_until_ms), *self._adds(first_chunk)])
+
+    def apply_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
+        """Apply chunk ``index`` of a COMMITTED batch once: raises ChunkAppliedError if it already was."""
+        self._transact([self._applied_put(batch_id, index, lease_until_ms), *self._adds(increments)])
+
+    def refuse_chunk(self, batch_id: str, index: int, reason: str, lease_until_ms: int) -> None:
+        """Record that DynamoDB refuses chunk ``index`` (a counter would leave the Number range)."""
+        self._transact([self._applied_put(batch_id, index, lease_until_ms, refused=reason[:1000] or "refused")])
+
+    def finish(self, batch_id: str) -> None:
+        """COMMITTED -> DONE once every chunk is applied (a batch already DONE is fine)."""
+        try:
+            self._transact([self._transition(batch_id, BatchState.COMMITTED, BatchState.DONE)])
+        except BatchStateError:
+            record = self.read(batch_id)
+            if record is None or record.state is not BatchState.DONE:
+                raise
+
+    def abort(self, batch_id: str, now_ms: int, *, expired_only: bool) -> bool:
+        """PREPARING -> ABORTED (another's batch only once its lease has expired); True if it is aborted."""
+        condition = "#state = :preparing" + (" AND #lease < :now" if expired_only else "")
+        values: dict[str, Any] = {":preparing": {"S": BatchState.PREPARING}, ":aborted": {"S": BatchState.ABORTED}}
+        names = {"#state": HEADER_STATE}
+        if expired_only:
+            values[":now"] = {"N": str(now_ms)}
+            names["#lease"] = HEADER_LEASE_UNTIL
+        try:
+            self._client.update_item(
+                TableName=self._markers,
+                Key={LEDGER_ID: {"S": header_id(batch_id)}},
+                UpdateExpression="SET #state = :aborted",
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise translate(exc) from exc
+            record = self.read(batch_id)
+            return record is not None and record.state is BatchState.ABORTED
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
+        return True
+
+    # --------------------------------------------------------------------------------------- reads
+    def read(self, batch_id: str) -> BatchRecord | None:
+        """The header of ``batch_id`` (strongly consistent), or None if there is none."""
+        try:
+            item = self._client.get_item(
+                TableName=self._markers, Key={LEDGER_ID: {"S": header_id(batch_id)}}, ConsistentRead=True
+            ).get("Item")
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc) from exc
+        if item is None:
+            return None
+        chunks = item.get(HEADER_CHUNKS)
+        return BatchRecord(
+            batch_id=batch_id,
+            state=BatchState(item[HEADER_STATE]["S"]),
+            lease_until_ms=int(item[HEADER_LEASE_UNTIL]["N"]),
+            chunks=int(chunks["N"]) if chunks is not None else 0,
+        )
+
+    def read_progress(self, batch_id: str, chunk_count: int) -> tuple[list[dict[str, dict[str, Decimal]]], set[int]]:
+        """The pages of a committed batch and the indexes of its chunks already applied (or refused)."""
+        ids = [page_id(batch_id, i) for i in range(chunk_count)] + [applied_id(batch_id, i) for i in range(chunk_count)]
+        found: dict[str, Mapping[str, Any]] = {}
+        for start in range(0, len(ids), _BATCH_GET_LIMIT):
+            keys: list[Any] = [{LEDGER_ID: {"S": item_id}} for item_id in ids[start : start + _BATCH_GET_LIMIT]]
+            request: Any = {self._markers: {"Keys": keys, "ConsistentRead": True}}
+            while request:
+                try:
+                    response = self._client.batch_get_item(RequestItems=request)
+                except (ClientError, BotoCoreError) as exc:
+                    raise translate(exc) from exc
+                for item in response.get("Responses", {}).get(self._markers, []):
+                    found[item[LEDGER_ID]["S"]] = item
+                request = response.get("UnprocessedKeys") or {}
+        pages = []
+        for index in range(chunk_count):
+            page = found.get(page_id(batch_id, index))
+            if page is None:
+                raise StoreError(f"journal page {index} of committed batch {batch_id} is missing")
+            pages.append(decode_page(page[PAGE_DATA]["B"]))
+        applied = {index for index in range(chunk_count) if applied_id(batch_id, index) in found}
+        return pages, applied
+
+    # ------------------------------------------------------------------------------------- helpers
+    def _transition(
+        self, batch_id: str, expected: BatchState, new: BatchState, chunks: int | None = None
+    ) -> tuple[TransactWriteItemTypeDef, Role]:
+        names = {"#state": HEADER_STATE}
+        values: dict[str, Any] = {":new": {"S": new}, ":expected": {"S": expected}}
+        expression = "SET #state = :new"
+        if chunks is not None:
+            expression += ", #chunks = :chunks"
+            names["#chunks"] = HEADER_CHUNKS
+            values[":chunks"] = {"N": str(chunks)}
+        return {
+            "Update": {
+                "TableName": self._markers,
+                "Key": {LEDGER_ID: {"S": header_id(batch_id)}},
+                "UpdateExpression": expression,
+                "ConditionExpression": "#state = :expected",
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+            }
+        }, ("batch", batch_id)
+
+    def _applied_put(
+        self, batch_id: str, index: int, lease_until_ms: int, refused: str | None = None
+    ) -> tuple[TransactWriteItemTypeDef, Role]:
+        item: dict[str, Any] = {
+            LEDGER_ID: {"S": applied_id(batch_id, index)},
+            EXPIRES_AT: {"N": str(self._journal_expiry(lease_until_ms))},
+        }
+        if refused is not None:
+            item[APPLIED_REFUSED] = {"S": refused}
+        return {
+            "Put": {
+                "TableName": self._markers,
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(#id)",
+                "ExpressionAttributeNames": {"#id": LEDGER_ID},
+            }
+        }, ("applied", batch_id)
+
+    def _adds(self, increments: Totals) -> list[tuple[TransactWriteItemTypeDef, Role]]:
+        return [add_update(self._counters, key, counters) for key, counters in increments.items()]
+
+    def _transact(self, actions: Sequence[tuple[TransactWriteItemTypeDef, Role]]) -> None:
+        try:
+            self._client.transact_write_items(TransactItems=[action for action, _ in actions])
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc, [role for _, role in actions]) from exc

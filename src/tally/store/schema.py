@@ -1,0 +1,253 @@
+"""The item schema of tally's two tables, and the one translation of DynamoDB errors.
+
+Counters table: one item per key, ``pk`` = the counter key, ``sk`` = ``"all"`` for all-time values; each
+named counter is a Number attribute ``c#<name>`` (the prefix keeps any user counter name clear of the key
+attributes).
+
+Markers table (the idempotency ledger), partition key ``id`` with a prefix per kind of item:
+
+- ``m#<message id>``: a message's marker. Without ``batch`` it was written in the same transaction as
+  the message's deltas (a direct transaction). With ``batch`` it belongs to that journal batch and counts
+  as applied exactly when that batch is COMMITTED or DONE.
+- ``b#<batch id>``: a journal header (``state``, ``lease_until``, ``chunks``).
+- ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i``.
+- ``b#<batch id>#a<i>``: the record that apply chunk ``i`` was applied.
+
+Every item carries ``expires_at`` (epoch seconds, the table's TTL attribute).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+from tally.core.numbers import to_wire
+from tally.errors import (
+    BatchStateError,
+    ChunkAppliedError,
+    MarkersExistError,
+    RetryableStoreError,
+    StoreError,
+    WriteRejectedError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from tally.core.aggregate import Totals
+
+PARTITION_KEY: Final = "pk"
+SORT_KEY: Final = "sk"
+ALL_TIME: Final = "all"
+COUNTER_PREFIX: Final = "c#"
+
+LEDGER_ID: Final = "id"
+EXPIRES_AT: Final = "expires_at"
+MARKER_APPLIED_AT: Final = "applied_at"
+MARKER_BATCH: Final = "batch"
+HEADER_STATE: Final = "state"
+HEADER_LEASE_UNTIL: Final = "lease_until"
+HEADER_CHUNKS: Final = "chunks"
+PAGE_DATA: Final = "data"
+APPLIED_REFUSED: Final = "refused"
+
+MAX_COUNTER_KEY_BYTES: Final = 2000
+"""DynamoDB allows 2,048 bytes of partition key; 48 stay reserved for suffixes such as shard numbers."""
+MAX_MESSAGE_ID_BYTES: Final = 1024
+"""Marker ids must fit the 2,048-byte partition key with room for the prefix."""
+
+# How DynamoDB words an ADD whose result leaves the Number range (magnitude or 38-digit precision).
+NUMBER_RANGE: Final = re.compile(r"Number overflow|Number underflow|significant digits|precision", re.IGNORECASE)
+
+# Cancellation reason codes that a retry can get past (DynamoDB documents these for TransactWriteItems).
+_RETRYABLE_REASONS: Final = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+)
+# Whole-request error codes that a retry can get past; botocore has already retried most of them.
+_RETRYABLE_ERRORS: Final = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
+
+
+def marker_id(message_id: str) -> str:
+    return "m#" + message_id
+
+
+def header_id(batch_id: str) -> str:
+    return "b#" + batch_id
+
+
+def page_id(batch_id: str, index: int) -> str:
+    return f"b#{batch_id}#p{index}"
+
+
+def applied_id(batch_id: str, index: int) -> str:
+    return f"b#{batch_id}#a{index}"
+
+
+# ------------------------------------------------------------------------------------------ actions
+# Each transaction action is paired with its role, so a cancellation can be read back by position.
+Role = tuple[str, str]
+"""("marker", message id) | ("add", counter key) | ("batch", batch id) | ("applied", batch id)."""
+
+
+def marker_put(
+    table: str,
+    message_id: str,
+    now_ms: int,
+    expires_at_s: int,
+    *,
+    batch_id: str | None = None,
+    replaces: str | None = None,
+) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A message's marker; conditional on no marker, or on one of the (aborted) batch it replaces."""
+    item: dict[str, Any] = {
+        LEDGER_ID: {"S": marker_id(message_id)},
+        MARKER_APPLIED_AT: {"N": str(now_ms)},
+        EXPIRES_AT: {"N": str(expires_at_s)},
+    }
+    if batch_id is not None:
+        item[MARKER_BATCH] = {"S": batch_id}
+    put: dict[str, Any] = {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    if replaces is None:
+        put.update(ConditionExpression="attribute_not_exists(#id)", ExpressionAttributeNames={"#id": LEDGER_ID})
+    else:
+        put.update(
+            ConditionExpression="#batch = :replaced",
+            ExpressionAttributeNames={"#batch": MARKER_BATCH},
+            ExpressionAttributeValues={":replaced": {"S": replaces}},
+        )
+    return {"Put": put}, ("marker", message_id)  # type: ignore[typeddict-item]
+
+
+def batch_state_check(table: str, batch_id: str, state: str) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A condition that a journal batch is in ``state`` (checked atomically with the other actions)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": {LEDGER_ID: {"S": header_id(batch_id)}},
+            "ConditionExpression": "#state = :state",
+            "ExpressionAttributeNames": {"#state": HEADER_STATE},
+            "ExpressionAttributeValues": {":state": {"S": state}},
+        }
+    }, ("batch", batch_id)
+
+
+def add_update(table: str, key: str, counters: Mapping[str, Any]) -> tuple[TransactWriteItemTypeDef, Role]:
+    """One atomic ``ADD`` of every counter of one key."""
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    clauses: list[str] = []
+    for index, (name, delta) in enumerate(counters.items()):
+        names[f"#c{index}"] = COUNTER_PREFIX + name
+        values[f":v{index}"] = {"N": to_wire(delta)}
+        clauses.append(f"#c{index} :v{index}")
+    return {
+        "Update": {
+            "TableName": table,
+            "Key": {PARTITION_KEY: {"S": key}, SORT_KEY: {"S": ALL_TIME}},
+            "UpdateExpression": "ADD " + ", ".join(clauses),
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+        }
+    }, ("add", key)
+
+
+def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Decode the counters of a raw counters-table item (also for operator tools that scan or query)."""
+    return {
+        name[len(COUNTER_PREFIX) :]: Decimal(value["N"])
+        for name, value in item.items()
+        if name.startswith(COUNTER_PREFIX)
+    }
+
+
+# ----------------------------------------------------------------------------------- journal pages
+_PAGE_ENCODER = msgspec.msgpack.Encoder()
+_PAGE_DECODER = msgspec.msgpack.Decoder(list[tuple[str, list[tuple[str, str]]]])
+
+
+def encode_page(increments: Totals) -> bytes:
+    """Compact, exact encoding of one apply chunk's increments (numbers as their decimal text)."""
+    return _PAGE_ENCODER.encode(
+        [(key, [(name, to_wire(delta)) for name, delta in counters.items()]) for key, counters in increments.items()]
+    )
+
+
+def decode_page(data: bytes) -> dict[str, dict[str, Decimal]]:
+    return {key: {name: Decimal(text) for name, text in counters} for key, counters in _PAGE_DECODER.decode(data)}
+
+
+# -------------------------------------------------------------------------------- error translation
+def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
+    """Turn a failed DynamoDB call into tally's errors, reading cancellation reasons by position."""
+    if not isinstance(exc, ClientError):
+        if isinstance(exc, BotoConnectionError | BotoCoreError):
+            # The request may or may not have committed; conditions make the retry safe either way.
+            return RetryableStoreError(f"outcome unknown: {exc}")
+        return StoreError(str(exc))
+    error = exc.response.get("Error", {})
+    code = error.get("Code", "")
+    message = error.get("Message", "")
+    if code != "TransactionCanceledException":
+        if code == "ValidationException" and NUMBER_RANGE.search(message):
+            # DynamoDB reports a counter leaving the Number range for the whole request, without naming
+            # the action; the caller isolates the culprit.
+            return WriteRejectedError(message, frozenset(name for role, name in roles if role == "add"))
+        if code in _RETRYABLE_ERRORS:
+            return RetryableStoreError(f"{code}: {message}")
+        return StoreError(f"{code}: {message}")
+    reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
+    markers: set[str] = set()
+    batches: dict[str, str] = {}
+    failed_batch: str | None = None
+    applied_failed = False
+    rejected_keys: set[str] = set()
+    details: list[str] = []
+    retryable = False
+    for (role, name), reason in zip(roles, reasons, strict=False):
+        reason_code = reason.get("Code") or "None"
+        if reason_code == "None":
+            continue
+        if reason_code == "ConditionalCheckFailed" and role == "marker":
+            markers.add(name)
+            existing = reason.get("Item", {}).get(MARKER_BATCH)
+            if existing is not None:
+                batches[name] = existing["S"]
+        elif reason_code == "ConditionalCheckFailed" and role == "batch":
+            failed_batch = name
+        elif reason_code == "ConditionalCheckFailed" and role == "applied":
+            applied_failed = True
+        elif reason_code in _RETRYABLE_REASONS:
+            retryable = True
+        elif reason_code == "ValidationError" and role == "add":
+            rejected_keys.add(name)
+            details.append(str(reason.get("Message", "")))
+        else:
+            details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
+    if markers:
+        return MarkersExistError(frozenset(markers), batches)
+    if failed_batch is not None:
+        return BatchStateError(failed_batch)
+    if applied_failed:
+        return ChunkAppliedError("apply chunk already applied")
+    if rejected_keys:
+        return WriteRejectedError("; ".join(details), frozenset(rejected_keys))
+    if retryable:
+        return RetryableStoreError("transaction cancelled by a conflict or throttling")
+    return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))

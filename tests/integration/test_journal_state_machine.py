@@ -1,0 +1,283 @@
+"""A Hypothesis state machine over the commit protocol, against DynamoDB Local and the real adapters.
+
+Steps: deliver a subset of messages; deliver with a crash after the n-th store call (so between every
+pair of protocol steps, as n varies); run two invocations over overlapping messages with the first one
+paused at its n-th store call while the second runs; lose a transaction's response after it committed;
+throttle; let time pass so leases expire.
+
+Invariant after every step, read from the tables themselves: each counter equals the sum over messages
+whose marker is direct or names a DONE batch, plus, for each COMMITTED batch, the pages of its chunks
+already applied. At the end, after every lease has expired and every message has been redelivered until
+none fails: each counter equals the sum over distinct messages, once, and no batch is left COMMITTED.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import uuid
+from collections import defaultdict
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
+
+from tally.apply import Applier, RetryPolicy
+from tally.core.decode import DecodeLimits
+from tally.core.model import SourceRecord
+from tally.local.template import load_template, table_definitions
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
+from tally.store.schema import decode_page
+from tests.conftest import TEMPLATE_PATH
+from tests.support.faults import DynamoDBFaults
+from tests.support.pipeline import RecordingDeadLetterQueue
+
+if TYPE_CHECKING:
+    from tally.local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+START_MS = 4_102_444_800_000
+TTL_S = 35 * 86_400
+KEYS = [f"k{i}" for i in range(4)]
+
+
+class Crash(BaseException):
+    """The process dies: nothing after this point of the invocation happens."""
+
+
+class Gate:
+    """Counts store calls of one invocation; crashes or pauses it at a chosen call."""
+
+    def __init__(self, crash_at: int | None = None, pause_at: int | None = None) -> None:
+        self.calls = 0
+        self.crash_at = crash_at
+        self.pause_at = pause_at
+        self.paused = threading.Event()
+        self.resume = threading.Event()
+
+    def before_call(self) -> None:
+        self.calls += 1
+        if self.pause_at == self.calls:
+            self.paused.set()
+            self.resume.wait(30)
+        if self.crash_at == self.calls:
+            raise Crash
+
+
+class Gated:
+    """Forwards to a store or journal, letting the gate act before every public call."""
+
+    def __init__(self, target: Any, gate: Gate) -> None:
+        self._target = target
+        self._gate = gate
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._target, name)
+        if name.startswith("_") or not callable(attribute):
+            return attribute
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            self._gate.before_call()
+            return attribute(*args, **kwargs)
+
+        return gated
+
+
+def message_pool(draw: st.DrawFn) -> list[tuple[str, str, dict[str, int]]]:
+    """(id, body, net deltas per key) for a small pool of single and packed messages."""
+    pool = []
+    for index in range(draw(st.integers(min_value=3, max_value=8))):
+        events = draw(st.lists(st.tuples(st.sampled_from(KEYS), st.integers(-5, 9)), min_size=1, max_size=4))
+        message_id = f"msg-{index}"
+        net: dict[str, int] = defaultdict(int)
+        for key, delta in events:
+            net[key] += delta
+        if len(events) == 1:
+            key, delta = events[0]
+            body = f'{{"id":"{message_id}","key":"{key}","delta":{delta}}}'
+        else:
+            packed = ",".join(f'{{"key":"{key}","delta":{delta}}}' for key, delta in events)
+            body = f'{{"id":"{message_id}","events":[{packed}]}}'
+        pool.append((message_id, body, dict(net)))
+    return pool
+
+
+class JournalMachine(RuleBasedStateMachine):
+    ddb: DynamoDBLocal
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.client = self.ddb.client()
+        self.faults = DynamoDBFaults(self.client)
+        suffix = uuid.uuid4().hex[:10]
+        definitions = table_definitions(load_template(TEMPLATE_PATH))
+        self.counters, self.markers = f"sm-counters-{suffix}", f"sm-markers-{suffix}"
+        self.client.create_table(**definitions["CountersTable"].create_table_kwargs(self.counters))
+        self.client.create_table(**definitions["MarkersTable"].create_table_kwargs(self.markers))
+        self.now_ms = START_MS
+        self.pool: list[tuple[str, str, dict[str, int]]] = []
+        self.deliveries = 0
+
+    def teardown(self) -> None:
+        try:
+            if self.pool:
+                self._drain_and_check()
+        finally:
+            for table in (self.counters, self.markers):
+                self.client.delete_table(TableName=table)
+
+    # ------------------------------------------------------------------------------------- helpers
+    def _pipeline(self, gate: Gate) -> BatchPipeline:
+        store = DynamoDBCounterStore(self.client, self.counters, self.markers, TTL_S)
+        journal = DynamoDBJournal(self.client, self.counters, self.markers, TTL_S)
+        policy = RetryPolicy(base_delay_s=0.0, max_delay_s=0.0, max_attempts=3, reserve_ms=0)
+        # Four actions per transaction: small pools then exercise multi-transaction claims and chunks.
+        applier = Applier(Gated(store, gate), Gated(journal, gate), policy=policy, sleep=lambda _: None, max_actions=4)
+        settings_ = PipelineSettings(DecodeLimits(), dedup_horizon_ms=TTL_S * 1000)
+        return BatchPipeline(applier, RecordingDeadLetterQueue(), settings_)
+
+    def _records(self, indexes: list[int]) -> list[SourceRecord]:
+        records = []
+        for index in indexes:
+            self.deliveries += 1
+            _, body, _ = self.pool[index % len(self.pool)]
+            records.append(SourceRecord(f"rec-{self.deliveries}", body, START_MS))
+        return records
+
+    def _invoke(self, indexes: list[int], gate: Gate) -> tuple[str, ...] | None:
+        try:
+            return self._pipeline(gate).process(self._records(indexes), self.now_ms, lambda: 60_000).failed_record_ids
+        except Crash:
+            return None
+
+    def _scan(self, table: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
+        while True:
+            page = self.client.scan(**kwargs)
+            items.extend(page["Items"])
+            if "LastEvaluatedKey" not in page:
+                return items
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _expected_from_ledger(self) -> dict[str, Decimal]:
+        ledger = {item["id"]["S"]: item for item in self._scan(self.markers)}
+        nets = {message_id: net for message_id, _, net in self.pool}
+        expected: dict[str, Decimal] = defaultdict(Decimal)
+        for item_id, item in ledger.items():
+            if item_id.startswith("m#"):
+                batch = item.get("batch")
+                state = None if batch is None else ledger["b#" + batch["S"]]["state"]["S"]
+                if batch is None or state == "DONE":
+                    for key, delta in nets[item_id[2:]].items():
+                        expected[key] += delta
+            elif item_id.startswith("b#") and "#" not in item_id[2:] and item["state"]["S"] == "COMMITTED":
+                batch_id = item_id[2:]
+                for index in range(int(item["chunks"]["N"])):
+                    if f"b#{batch_id}#a{index}" in ledger:
+                        page = decode_page(ledger[f"b#{batch_id}#p{index}"]["data"]["B"])
+                        for key, counters in page.items():
+                            expected[key] += counters["count"]
+        return {key: value for key, value in expected.items() if value}
+
+    def _counted(self) -> dict[str, Decimal]:
+        counted = {item["pk"]["S"]: Decimal(item.get("c#count", {"N": "0"})["N"]) for item in self._scan(self.counters)}
+        return {key: value for key, value in counted.items() if value}
+
+    def _drain_and_check(self) -> None:
+        self.now_ms += 10 * 60_000  # every lease has expired
+        indexes = list(range(len(self.pool)))
+        for _ in range(6):
+            failed = self._invoke(indexes, Gate())
+            assert failed is not None
+            if not failed:
+                break
+        else:
+            pytest.fail("messages still failing after six redeliveries")
+        total: dict[str, Decimal] = defaultdict(Decimal)
+        for _, _, net in self.pool:
+            for key, delta in net.items():
+                total[key] += delta
+        assert self._counted() == {key: value for key, value in total.items() if value}
+        states = [item["state"]["S"] for item in self._scan(self.markers) if "state" in item]
+        assert "COMMITTED" not in states
+
+    # --------------------------------------------------------------------------------------- rules
+    @rule(data=st.data())
+    def create_pool(self, data: st.DataObject) -> None:
+        if not self.pool:
+            self.pool = data.draw(st.composite(message_pool)())
+
+    @rule(indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10))
+    def deliver(self, indexes: list[int]) -> None:
+        if self.pool:
+            self._invoke(indexes, Gate())
+
+    @rule(indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10), crash_at=st.integers(1, 14))
+    def deliver_and_crash(self, indexes: list[int], crash_at: int) -> None:
+        if self.pool:
+            self._invoke(indexes, Gate(crash_at=crash_at))
+
+    @rule(
+        first=st.lists(st.integers(0, 7), min_size=1, max_size=10),
+        second=st.lists(st.integers(0, 7), min_size=1, max_size=10),
+        pause_at=st.integers(1, 10),
+        crash_first=st.booleans(),
+    )
+    def overlap(self, first: list[int], second: list[int], pause_at: int, crash_first: bool) -> None:
+        """Invocation A pauses at its n-th store call; B runs meanwhile; then A resumes (or dies)."""
+        if not self.pool:
+            return
+        gate = Gate(pause_at=pause_at, crash_at=pause_at if crash_first else None)
+        paused = threading.Thread(target=self._invoke, args=(first, gate))
+        paused.start()
+        gate.paused.wait(30)
+        self._invoke(second, Gate())
+        gate.resume.set()
+        paused.join(60)
+        assert not paused.is_alive()
+
+    @rule(indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10))
+    def deliver_with_lost_response(self, indexes: list[int]) -> None:
+        if self.pool:
+            self.faults.lose_responses(1)
+            self._invoke(indexes, Gate())
+            self.faults.clear()
+
+    @rule(
+        indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10),
+        reason=st.sampled_from(["ThrottlingError", "TransactionConflict"]),
+    )
+    def deliver_throttled(self, indexes: list[int], reason: str) -> None:
+        if self.pool:
+            self.faults.cancel(reason, count=2)
+            self._invoke(indexes, Gate())
+            self.faults.clear()
+
+    @rule(minutes=st.integers(1, 5))
+    def time_passes(self, minutes: int) -> None:
+        self.now_ms += minutes * 60_000
+
+    @invariant()
+    def counters_match_the_ledger(self) -> None:
+        if self.pool:
+            assert self._counted() == self._expected_from_ledger()
+
+
+def test_commit_protocol_state_machine(dynamodb_local: DynamoDBLocal) -> None:
+    JournalMachine.ddb = dynamodb_local
+    run_state_machine_as_test(
+        JournalMachine,
+        settings=settings(
+            max_examples=int(os.environ.get("TALLY_STATE_MACHINE_EXAMPLES", "15")),
+            stateful_step_count=8,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        ),
+    )
