@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tally.core.sharding import HotKeys, parse_hot_keys
+from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -14,6 +16,9 @@ COUNTERS_TABLE = "TALLY_COUNTERS_TABLE"
 MARKERS_TABLE = "TALLY_MARKERS_TABLE"
 DLQ_URL = "TALLY_DLQ_URL"
 MARKER_TTL_DAYS = "TALLY_MARKER_TTL_DAYS"
+WINDOWS = "TALLY_WINDOWS"
+WINDOW_RETENTION = "TALLY_WINDOW_RETENTION"
+HOT_KEYS = "TALLY_HOT_KEYS"
 
 DEFAULT_MARKER_TTL_DAYS = 35
 """Longer than SQS's 14-day maximum retention plus a 14-day dead-letter stay, with a week to spare."""
@@ -27,6 +32,10 @@ class Settings:
     markers_table: str
     dlq_url: str | None
     marker_ttl_days: int = DEFAULT_MARKER_TTL_DAYS
+    windows: WindowSpec = field(default_factory=WindowSpec)
+    """Time windows counted besides the all-time value (``TALLY_WINDOWS``, ``TALLY_WINDOW_RETENTION``)."""
+    hot_keys: HotKeys = field(default_factory=HotKeys)
+    """Keys whose writes are spread over shard items (``TALLY_HOT_KEYS``)."""
 
     @property
     def marker_ttl_seconds(self) -> int:
@@ -47,9 +56,16 @@ class Settings:
             raise ConfigurationError(f"{MARKER_TTL_DAYS} must be a whole number of days, not {raw_ttl!r}") from exc
         if ttl_days < 1:
             raise ConfigurationError(f"{MARKER_TTL_DAYS} must be at least 1")
+        try:
+            windows = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
+            hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
+        except ValueError as exc:
+            raise ConfigurationError(str(exc)) from exc
         return cls(
             counters_table=env[COUNTERS_TABLE],
             markers_table=env[MARKERS_TABLE],
             dlq_url=env.get(DLQ_URL) or None,
             marker_ttl_days=ttl_days,
+            windows=windows,
+            hot_keys=hot_keys,
         )

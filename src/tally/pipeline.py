@@ -14,12 +14,15 @@ redelivers, rather than being turned into an empty failure list that would delet
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import random
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
 from tally.core.aggregate import deduplicate, message_totals
 from tally.core.decode import DecodeLimits, decode_message
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
+from tally.core.sharding import HotKeys, assign_shards
+from tally.core.windows import WindowSpec
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -41,6 +44,8 @@ class PipelineSettings:
     limits: DecodeLimits
     dedup_horizon_ms: int
     """How long markers live; a message older than this could be counted twice, so it is refused."""
+    windows: WindowSpec = field(default_factory=WindowSpec)
+    hot_keys: HotKeys = field(default_factory=HotKeys)
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,15 +64,23 @@ class BatchResult:
     retries: int
     journal_batches: int = 0
     refused_chunks: int = 0
+    late_events: int = 0
 
 
 class BatchPipeline:
     """Processes one delivered batch through the applier and the dead-letter queue."""
 
-    def __init__(self, applier: Applier, dead_letters: DeadLetterQueue, settings: PipelineSettings) -> None:
+    def __init__(
+        self,
+        applier: Applier,
+        dead_letters: DeadLetterQueue,
+        settings: PipelineSettings,
+        rng: random.Random | None = None,
+    ) -> None:
         self._applier = applier
         self._dead_letters = dead_letters
         self._settings = settings
+        self._rng = rng or random.Random()
 
     def process(self, records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]) -> BatchResult:
         """Count a batch exactly once; ``now_ms`` is the invocation's clock, read once by the caller."""
@@ -87,7 +100,20 @@ class BatchPipeline:
                 messages.append(decoded_or_old)
 
         distinct = deduplicate(messages)
-        totals = [message_totals(messages[position]) for position in distinct.unique]
+        settings = self._settings
+        shard_of_key: dict[str, int] = {}  # one shard per hot key for the whole batch: one ADD per item
+
+        def pick(key: str, shards: int) -> int:
+            return shard_of_key.setdefault(key, self._rng.randrange(shards))
+
+        totals = []
+        late_events = 0
+        for position in distinct.unique:
+            net = message_totals(messages[position], settings.windows, valid_records[position].received_ms, now_ms)
+            late_events += net.late_events
+            if settings.hot_keys.rules:
+                net = replace(net, totals=assign_shards(net.totals, settings.hot_keys, pick))
+            totals.append(net)
         outcome = self._applier.apply(totals, now_ms, remaining_ms)
 
         for position in distinct.unique:
@@ -115,12 +141,17 @@ class BatchPipeline:
             retries=outcome.retries,
             journal_batches=outcome.journal_batches,
             refused_chunks=outcome.refused_chunks,
+            late_events=late_events,
         )
 
     def _refuse_if_too_old(self, message: Message, record: SourceRecord, now_ms: int) -> Message | Rejection:
         # The producer's own event time if it gave one, else when the source accepted the record.
         # Either is no later than the first time this message could have been applied, so a message
         # younger than the horizon is younger than any marker it could have left behind.
+        newest = max((event.ts_ms for event in message.events if event.ts_ms is not None), default=None)
+        if newest is not None and newest > now_ms + self._settings.windows.future_tolerance_ms:
+            ahead_s = (newest - now_ms) / 1000
+            return Rejection(RejectCode.TS_IN_FUTURE, f"ts is {ahead_s:.0f} s ahead of the clock (a unit mix-up?)")
         born_ms = message.earliest_ts_ms
         if born_ms is None:
             born_ms = record.received_ms

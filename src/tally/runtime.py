@@ -53,7 +53,12 @@ def build_pipeline(settings: Settings) -> BatchPipeline:
     return BatchPipeline(
         Applier(store, journal),
         dead_letters,
-        PipelineSettings(limits=limits, dedup_horizon_ms=settings.marker_ttl_seconds * 1000),
+        PipelineSettings(
+            limits=limits,
+            dedup_horizon_ms=settings.marker_ttl_seconds * 1000,
+            windows=settings.windows,
+            hot_keys=settings.hot_keys,
+        ),
     )
 
 
@@ -72,6 +77,7 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "RecordsFailed": len(result.failed_record_ids),
         "JournalBatches": result.journal_batches,
         "RefusedChunks": result.refused_chunks,
+        "LateEvents": result.late_events,
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

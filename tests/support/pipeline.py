@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 from tally.apply import Applier, RetryPolicy
 from tally.core.decode import DecodeLimits
+from tally.core.sharding import HotKeys
+from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -42,8 +44,10 @@ class RecordingDeadLetterQueue:
         return {letter.record.record_id: str(letter.rejection.code) for letter in self.letters}
 
 
-def make_store(client: DynamoDBClient, counters_table: str, markers_table: str) -> DynamoDBCounterStore:
-    return DynamoDBCounterStore(client, counters_table, markers_table, TTL_DAYS * 86_400)
+def make_store(
+    client: DynamoDBClient, counters_table: str, markers_table: str, hot_keys: HotKeys | None = None
+) -> DynamoDBCounterStore:
+    return DynamoDBCounterStore(client, counters_table, markers_table, TTL_DAYS * 86_400, hot_keys)
 
 
 def make_pipeline(
@@ -52,11 +56,15 @@ def make_pipeline(
     policy: RetryPolicy = FAST_RETRIES,
     *,
     use_journal: bool = True,
+    windows: WindowSpec | None = None,
+    hot_keys: HotKeys | None = None,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
         limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
         dedup_horizon_ms=TTL_DAYS * 86_400_000,
+        windows=windows or WindowSpec(),
+        hot_keys=hot_keys or HotKeys(),
     )
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
     applier = Applier(store, journal, policy=policy, sleep=lambda _: None, use_journal=use_journal)

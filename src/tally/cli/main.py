@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import sys
+import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import boto3
@@ -34,10 +36,36 @@ def counters_json(counters: Mapping[str, Decimal]) -> bytes:
     return _JSON.encode(dict(sorted(counters.items())))
 
 
-def _store() -> DynamoDBCounterStore:
-    settings = Settings.from_env(os.environ, require_dlq=False)
+def _settings() -> Settings:
+    return Settings.from_env(os.environ, require_dlq=False)
+
+
+def _store(settings: Settings | None = None) -> DynamoDBCounterStore:
+    settings = settings or _settings()
     client = boto3.session.Session().client("dynamodb", config=CLIENT_CONFIG)
-    return DynamoDBCounterStore(client, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds)
+    return DynamoDBCounterStore(
+        client, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds, settings.hot_keys
+    )
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds, or ISO 8601 with an offset or Z (the same rules as an event's ``ts``)."""
+    if text.isdigit():
+        return int(text)
+    moment = datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        raise click.BadParameter(f"{text!r} needs a UTC offset or Z")
+    return int(moment.timestamp()) * 1000 + moment.microsecond // 1000
+
+
+def series_json(series: list[tuple[int, dict[str, Decimal]]]) -> bytes:
+    """A JSON list of windows in order: start (ISO 8601, UTC) and counters (missing windows: {})."""
+    return _JSON.encode(
+        [
+            {"start": datetime.fromtimestamp(start / 1000, tz=UTC).isoformat().replace("+00:00", "Z"), "counters": c}
+            for start, c in series
+        ]
+    )
 
 
 @click.group()
@@ -48,13 +76,39 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("key")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly a JSON object of counter name to value.")
-def get(key: str, as_json: bool) -> None:
-    """Print the all-time counters of KEY (a strongly consistent read)."""
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: counter -> value (a list of windows with --window).")
+@click.option("--window", type=click.Choice(["minute", "hour", "day"]), help="Read a series of time windows.")
+@click.option("--from", "from_", help="Series start: epoch ms or ISO 8601 with offset (default: 24 windows back).")
+@click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
+def get(key: str, as_json: bool, window: str | None, from_: str | None, to: str | None) -> None:
+    """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
     try:
-        counters = _store().read_counters(key)
-    except TallyError as exc:
+        settings = _settings()
+        store = _store(settings)
+        if window is None:
+            _print_counters(key, store.read_counters(key), as_json)
+            return
+        unit = settings.windows.unit(window)
+        to_ms = parse_time_ms(to) if to else time.time_ns() // 1_000_000
+        from_ms = parse_time_ms(from_) if from_ else to_ms - 23 * unit.duration_ms
+        series = store.read_series(key, unit, from_ms, to_ms)
+    except (TallyError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
+    if as_json:
+        sys.stdout.buffer.write(series_json(series) + b"\n")
+        return
+    names = sorted({name for _, counters in series for name in counters})
+    table = Table(title=f"{key!r} per {window} (UTC)")
+    table.add_column("window start")
+    for name in names:
+        table.add_column(name, justify="right")
+    for start, counters in series:
+        label = datetime.fromtimestamp(start / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M")
+        table.add_row(label, *(str(counters.get(name, 0)) for name in names))
+    Console().print(table)
+
+
+def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> None:
     if as_json:
         sys.stdout.buffer.write(counters_json(counters) + b"\n")
         return

@@ -12,13 +12,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tally.core.items import CounterItem, ItemKey
 from tally.core.numbers import Number, add
 
 if TYPE_CHECKING:
     from tally.core.model import Message
+    from tally.core.windows import WindowSpec
 
-Totals = Mapping[str, Mapping[str, Number]]
-"""Net deltas: key -> counter name -> delta."""
+Totals = Mapping[ItemKey, Mapping[str, Number]]
+"""Net deltas: counter item (a key's all-time item, or a window or shard of it) -> counter name -> delta."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +30,8 @@ class MessageTotals:
     message_id: str
     totals: Totals
     event_count: int
+    late_events: int = 0
+    """Events that were not written to some window because that window's retention had passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,19 +58,37 @@ def deduplicate(messages: Sequence[Message]) -> Deduplicated:
     return Deduplicated(tuple(unique), duplicate_of)
 
 
-def message_totals(message: Message) -> MessageTotals:
-    """Net one message's events per key and counter."""
-    totals: dict[str, dict[str, Number]] = {}
+def message_totals(
+    message: Message, windows: WindowSpec | None = None, received_ms: int = 0, now_ms: int = 0
+) -> MessageTotals:
+    """Net one message's events per counter item: the all-time item, and each window it counts in.
+
+    An event's window comes from its ``ts``, or, without one, from ``received_ms`` (when the source
+    accepted the record).
+    """
+    totals: dict[ItemKey, dict[str, Number]] = {}
+    late = 0
     for event in message.events:
-        counters = totals.get(event.key)
-        if counters is None:
-            totals[event.key] = dict(event.deltas)
-        else:
-            _add_counters(counters, event.deltas)
-    return MessageTotals(message.message_id, totals, len(message.events))
+        _add_to_item(totals, event.key, event.deltas)
+        if windows is not None and windows.units:
+            ts_ms = event.ts_ms if event.ts_ms is not None else received_ms
+            spans, was_late = windows.windows_of(ts_ms, now_ms)
+            late += was_late
+            for unit, start in spans:
+                window = CounterItem(event.key, unit.window_id(start), 0, unit.expires_at_s(start))
+                _add_to_item(totals, window, event.deltas)
+    return MessageTotals(message.message_id, totals, len(message.events), late)
 
 
-def add_into(target: dict[str, dict[str, Number]], totals: Totals) -> None:
+def _add_to_item(totals: dict[ItemKey, dict[str, Number]], item: ItemKey, deltas: Mapping[str, Number]) -> None:
+    counters = totals.get(item)
+    if counters is None:
+        totals[item] = dict(deltas)
+    else:
+        _add_counters(counters, deltas)
+
+
+def add_into(target: dict[ItemKey, dict[str, Number]], totals: Totals) -> None:
     """Add a net-delta map into ``target`` in place (keys and counters it lacks start from zero)."""
     for key, counters in totals.items():
         into = target.get(key)
@@ -76,9 +98,9 @@ def add_into(target: dict[str, dict[str, Number]], totals: Totals) -> None:
             _add_counters(into, counters)
 
 
-def merge_totals(parts: Iterable[Totals]) -> dict[str, dict[str, Number]]:
+def merge_totals(parts: Iterable[Totals]) -> dict[ItemKey, dict[str, Number]]:
     """Sum several net-delta maps into one (the batch aggregate, or one transaction's share of it)."""
-    merged: dict[str, dict[str, Number]] = {}
+    merged: dict[ItemKey, dict[str, Number]] = {}
     for part in parts:
         add_into(merged, part)
     return merged

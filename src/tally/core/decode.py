@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from tally.core.items import SHARD_SEPARATOR
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.numbers import Number, canonical, storage_problem
 
@@ -147,6 +148,8 @@ def _event(wire: _WireEvent, limits: DecodeLimits, where: str) -> CounterEvent:
         raise _Invalid(RejectCode.MISSING_KEY, f"key is missing or empty at `{where}`")
     if _utf8_len_over(key, limits.max_key_bytes):
         raise _Invalid(RejectCode.KEY_TOO_LONG, f"key is over {limits.max_key_bytes} bytes of UTF-8 at `{where}`")
+    if SHARD_SEPARATOR in key:
+        raise _Invalid(RejectCode.INVALID_KEY, f"keys may not contain U+001F (it separates shard numbers) at `{where}`")
     return CounterEvent(key, _deltas(wire, limits, where), _ts_ms(wire.ts, where))
 
 

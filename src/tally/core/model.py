@@ -22,6 +22,7 @@ class RejectCode(StrEnum):
     ID_TOO_LONG = "id_too_long"
     MISSING_KEY = "missing_key"
     KEY_TOO_LONG = "key_too_long"
+    INVALID_KEY = "invalid_key"
     INVALID_COUNTER_NAME = "invalid_counter_name"
     MISSING_DELTA = "missing_delta"
     AMBIGUOUS_SHAPE = "ambiguous_shape"
@@ -33,6 +34,7 @@ class RejectCode(StrEnum):
     TOO_MANY_COUNTERS = "too_many_counters"
     TOO_MANY_KEYS = "too_many_keys"
     TOO_OLD = "too_old"
+    TS_IN_FUTURE = "ts_in_future"
     COUNTER_OUT_OF_RANGE = "counter_out_of_range"
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tally.core.aggregate import MessageTotals, Totals, add_into
+from tally.core.items import ItemKey, item_label, item_parts
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import Number, add, storage_problem
 
@@ -61,7 +62,7 @@ def plan_transactions(messages: Sequence[MessageTotals], max_actions: int = MAX_
     chunks: list[Chunk] = []
     rejected: dict[str, Rejection] = {}
     members: list[MessageTotals] = []
-    sums: dict[str, dict[str, Number]] = {}
+    sums: dict[ItemKey, dict[str, Number]] = {}
 
     def close() -> None:
         if members:
@@ -100,7 +101,7 @@ def _unwritable(message: MessageTotals, max_actions: int) -> Rejection | None:
     return None
 
 
-def _fits(sums: Mapping[str, Mapping[str, Number]], totals: Totals) -> bool:
+def _fits(sums: Mapping[ItemKey, Mapping[str, Number]], totals: Totals) -> bool:
     for key, counters in totals.items():
         into = sums.get(key)
         if into is None:
@@ -200,11 +201,16 @@ def plan_apply_chunks(
     increments: Totals, max_keys: int = MAX_JOURNAL_CHUNK_KEYS, max_bytes: int = MAX_JOURNAL_PAGE_BYTES
 ) -> tuple[Totals, ...]:
     """Split a unit's increments into apply chunks (one transaction and one journal page each)."""
-    chunks: list[dict[str, Mapping[str, Number]]] = []
-    current: dict[str, Mapping[str, Number]] = {}
+    chunks: list[dict[ItemKey, Mapping[str, Number]]] = []
+    current: dict[ItemKey, Mapping[str, Number]] = {}
     size = 0
     for key, counters in increments.items():
-        entry = len(key.encode("utf-8")) + sum(len(name.encode("utf-8")) + 48 for name in counters)
+        parts = item_parts(key)
+        entry = (
+            len(parts.key.encode("utf-8"))
+            + len(parts.window)
+            + sum(len(name.encode("utf-8")) + 48 for name in counters)
+        )
         if current and (len(current) >= max_keys or size + entry > max_bytes):
             chunks.append(current)
             current, size = {}, 0
@@ -215,7 +221,7 @@ def plan_apply_chunks(
     return tuple(chunks)
 
 
-def nonzero_increments(totals: Totals) -> dict[str, Mapping[str, Number]]:
+def nonzero_increments(totals: Totals) -> dict[ItemKey, Mapping[str, Number]]:
     """Drop counters that net to zero, and keys left with none: they would write nothing."""
     return {
         key: nonzero
@@ -229,16 +235,16 @@ def _unstorable(message: MessageTotals) -> Rejection | None:
         for name, total in counters.items():
             problem = storage_problem(total)
             if problem is not None:
-                detail = f"net delta of {key!r}/{name!r} in this message: {problem}"
+                detail = f"net delta of {item_label(key)!r}/{name!r} in this message: {problem}"
                 return Rejection(RejectCode.NUMBER_OUT_OF_RANGE, detail)
     return None
 
 
 def _components(messages: Sequence[MessageTotals]) -> list[tuple[MessageTotals, ...]]:
     """Messages grouped so that no two groups share a key (union-find over keys), in batch order."""
-    parent: dict[str, str] = {}
+    parent: dict[ItemKey, ItemKey] = {}
 
-    def find(key: str) -> str:
+    def find(key: ItemKey) -> ItemKey:
         root = key
         while parent[root] != root:
             root = parent[root]
@@ -255,7 +261,7 @@ def _components(messages: Sequence[MessageTotals]) -> list[tuple[MessageTotals, 
         for key in keys:
             parent.setdefault(key, key)
             parent[find(key)] = find(first)
-    groups: dict[str, list[MessageTotals]] = {}
+    groups: dict[ItemKey, list[MessageTotals]] = {}
     keyless: list[MessageTotals] = []
     for message in messages:
         first = next(iter(message.totals), None)
@@ -271,7 +277,7 @@ def _storable_units(components: Sequence[tuple[MessageTotals, ...]]) -> list[tup
     units: list[tuple[MessageTotals, ...]] = []
     for component in components:
         current: list[MessageTotals] = []
-        sums: dict[str, dict[str, Number]] = {}
+        sums: dict[ItemKey, dict[str, Number]] = {}
         for message in component:
             if current and not _fits(sums, message.totals):
                 units.append(tuple(current))
@@ -304,7 +310,7 @@ def _pack_small_units(units: Sequence[tuple[MessageTotals, ...]], max_actions: i
             bins.append((actions, list(unit)))
     chunks = []
     for _, members in bins:
-        sums: dict[str, dict[str, Number]] = {}
+        sums: dict[ItemKey, dict[str, Number]] = {}
         for message in members:
             add_into(sums, message.totals)
         chunks.append(_chunk(members, sums))

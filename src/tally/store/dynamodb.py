@@ -7,11 +7,15 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.items import make_item
 from tally.core.ledger import MarkerRecord
+from tally.core.sharding import MAX_SHARDS, HotKeys
+from tally.errors import StoreError
 from tally.store.schema import (
     ALL_TIME,
     EXPIRES_AT,
@@ -24,17 +28,19 @@ from tally.store.schema import (
     SORT_KEY,
     add_update,
     counters_from_item,
+    item_key,
     marker_id,
     marker_put,
     translate,
 )
 
 if TYPE_CHECKING:
-    from decimal import Decimal
+    from collections.abc import Iterable, Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
     from tally.core.plan import Chunk
+    from tally.core.windows import WindowUnit
 
 __all__ = [
     "ALL_TIME",
@@ -50,6 +56,16 @@ __all__ = [
 
 from tally.store.schema import COUNTER_PREFIX
 
+MAX_SERIES_WINDOWS: Final = 10_000
+
+
+def _summed(parts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for counters in parts:
+        for name, value in counters.items():
+            total[name] = total.get(name, Decimal(0)) + value
+    return total
+
 
 class DynamoDBCounterStore:
     """Counter store on two DynamoDB tables; the client is injected so tests and local runs can point it."""
@@ -63,7 +79,9 @@ class DynamoDBCounterStore:
         counters_table: str,
         markers_table: str,
         marker_ttl_seconds: int,
+        hot_keys: HotKeys | None = None,
     ) -> None:
+        self.hot_keys = hot_keys or HotKeys()
         self.client = client
         self.counters_table = counters_table
         self.markers_table = markers_table
@@ -85,16 +103,72 @@ class DynamoDBCounterStore:
             raise translate(exc, [role for _, role in actions]) from exc
 
     def read_counters(self, key: str) -> dict[str, Decimal]:
-        """The all-time counters of ``key`` (a strongly consistent read); empty if it was never counted."""
+        """The all-time counters of ``key`` (strongly consistent), summed over its shards if it is hot."""
+        if not self.hot_keys.is_hot(key):
+            return counters_from_item(self._get(item_key(key)))
+        items = [make_item(key, shard=shard) for shard in range(MAX_SHARDS)]
+        return _summed(counters_from_item(item) for item in self._batch_get([item_key(item) for item in items]))
+
+    def read_series(self, key: str, unit: WindowUnit, from_ms: int, to_ms: int) -> list[tuple[int, dict[str, Decimal]]]:
+        """The counters of every ``unit`` window of ``key`` from ``from_ms`` to ``to_ms``, in order.
+
+        One ``Query`` per partition (one, or one per shard of a hot key) on the sort-key range; windows
+        with no counts come back as empty maps, so the series has no gaps.
+        """
+        first, last = unit.start_ms(from_ms), unit.start_ms(to_ms)
+        if last < first:
+            return []
+        if (last - first) // unit.duration_ms >= MAX_SERIES_WINDOWS:
+            raise StoreError(f"at most {MAX_SERIES_WINDOWS} windows per read")
+        shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
+        found: dict[str, dict[str, Decimal]] = {}
+        for shard in shards:
+            partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
+            for item in self._query(partition, unit.window_id(first), unit.window_id(last)):
+                window = item[SORT_KEY]["S"]
+                found[window] = _summed([found.get(window, {}), counters_from_item(item)])
+        return [
+            (start, found.get(unit.window_id(start), {}))
+            for start in range(first, last + unit.duration_ms, unit.duration_ms)
+        ]
+
+    def _get(self, key: Mapping[str, Any]) -> Mapping[str, Any]:
         try:
-            response = self.client.get_item(
-                TableName=self.counters_table,
-                Key={PARTITION_KEY: {"S": key}, SORT_KEY: {"S": ALL_TIME}},
-                ConsistentRead=True,
-            )
+            response = self.client.get_item(TableName=self.counters_table, Key=key, ConsistentRead=True)
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc) from exc
-        return counters_from_item(response.get("Item", {}))
+        return response.get("Item", {})
+
+    def _batch_get(self, keys: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        items: list[Mapping[str, Any]] = []
+        request: Any = {self.counters_table: {"Keys": list(keys), "ConsistentRead": True}}
+        while request:
+            try:
+                response = self.client.batch_get_item(RequestItems=request)
+            except (ClientError, BotoCoreError) as exc:
+                raise translate(exc) from exc
+            items.extend(response.get("Responses", {}).get(self.counters_table, []))
+            request = response.get("UnprocessedKeys") or None
+        return items
+
+    def _query(self, partition: Mapping[str, Any], first: str, last: str) -> list[Mapping[str, Any]]:
+        items: list[Mapping[str, Any]] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.counters_table,
+            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
+            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
+            "ExpressionAttributeValues": {":pk": partition, ":first": {"S": first}, ":last": {"S": last}},
+            "ConsistentRead": True,
+        }
+        while True:
+            try:
+                response = self.client.query(**kwargs)
+            except (ClientError, BotoCoreError) as exc:
+                raise translate(exc) from exc
+            items.extend(response.get("Items", []))
+            if "LastEvaluatedKey" not in response:
+                return items
+            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def read_marker(self, message_id: str) -> MarkerRecord | None:
         """The marker of ``message_id``, if it has one (strongly consistent)."""

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
     from tally.core.aggregate import Totals
+    from tally.core.items import ItemKey
     from tally.store.schema import Role
 
 _BATCH_GET_LIMIT: Final = 100
@@ -201,7 +202,9 @@ class DynamoDBJournal:
             chunks=int(chunks["N"]) if chunks is not None else 0,
         )
 
-    def read_progress(self, batch_id: str, chunk_count: int) -> tuple[list[dict[str, dict[str, Decimal]]], set[int]]:
+    def read_progress(
+        self, batch_id: str, chunk_count: int
+    ) -> tuple[list[dict[ItemKey, dict[str, Decimal]]], set[int]]:
         """The pages of a committed batch and the indexes of its chunks already applied (or refused)."""
         ids = [page_id(batch_id, i) for i in range(chunk_count)] + [applied_id(batch_id, i) for i in range(chunk_count)]
         found: dict[str, Mapping[str, Any]] = {}

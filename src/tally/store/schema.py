@@ -26,6 +26,7 @@ import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from tally.core.items import ALL_TIME, SHARD_SEPARATOR, ItemKey, item_label, item_parts, make_item
 from tally.core.numbers import to_wire
 from tally.errors import (
     BatchStateError,
@@ -43,9 +44,10 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
 
+__all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
+
 PARTITION_KEY: Final = "pk"
 SORT_KEY: Final = "sk"
-ALL_TIME: Final = "all"
 COUNTER_PREFIX: Final = "c#"
 
 LEDGER_ID: Final = "id"
@@ -148,8 +150,15 @@ def batch_state_check(table: str, batch_id: str, state: str) -> tuple[TransactWr
     }, ("batch", batch_id)
 
 
-def add_update(table: str, key: str, counters: Mapping[str, Any]) -> tuple[TransactWriteItemTypeDef, Role]:
-    """One atomic ``ADD`` of every counter of one key."""
+def item_key(item: ItemKey) -> dict[str, Any]:
+    """The primary key of a counter item: shards get their own partition key, windows their sort key."""
+    parts = item_parts(item)
+    partition = parts.key if parts.shard == 0 else f"{parts.key}{SHARD_SEPARATOR}{parts.shard}"
+    return {PARTITION_KEY: {"S": partition}, SORT_KEY: {"S": parts.window}}
+
+
+def add_update(table: str, item: ItemKey, counters: Mapping[str, Any]) -> tuple[TransactWriteItemTypeDef, Role]:
+    """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet)."""
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
     clauses: list[str] = []
@@ -157,15 +166,21 @@ def add_update(table: str, key: str, counters: Mapping[str, Any]) -> tuple[Trans
         names[f"#c{index}"] = COUNTER_PREFIX + name
         values[f":v{index}"] = {"N": to_wire(delta)}
         clauses.append(f"#c{index} :v{index}")
+    expression = "ADD " + ", ".join(clauses)
+    expires_at_s = item_parts(item).expires_at_s
+    if expires_at_s is not None:
+        names["#expires"] = EXPIRES_AT
+        values[":expires"] = {"N": str(expires_at_s)}
+        expression += " SET #expires = if_not_exists(#expires, :expires)"
     return {
         "Update": {
             "TableName": table,
-            "Key": {PARTITION_KEY: {"S": key}, SORT_KEY: {"S": ALL_TIME}},
-            "UpdateExpression": "ADD " + ", ".join(clauses),
+            "Key": item_key(item),
+            "UpdateExpression": expression,
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": values,
         }
-    }, ("add", key)
+    }, ("add", item_label(item))
 
 
 def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -179,18 +194,24 @@ def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
 
 # ----------------------------------------------------------------------------------- journal pages
 _PAGE_ENCODER = msgspec.msgpack.Encoder()
-_PAGE_DECODER = msgspec.msgpack.Decoder(list[tuple[str, list[tuple[str, str]]]])
+_PAGE_DECODER = msgspec.msgpack.Decoder(list[tuple[str, str, int, int | None, list[tuple[str, str]]]])
 
 
 def encode_page(increments: Totals) -> bytes:
     """Compact, exact encoding of one apply chunk's increments (numbers as their decimal text)."""
-    return _PAGE_ENCODER.encode(
-        [(key, [(name, to_wire(delta)) for name, delta in counters.items()]) for key, counters in increments.items()]
-    )
+    rows = []
+    for item, counters in increments.items():
+        parts = item_parts(item)
+        values = [(name, to_wire(delta)) for name, delta in counters.items()]
+        rows.append((parts.key, parts.window, parts.shard, parts.expires_at_s, values))
+    return _PAGE_ENCODER.encode(rows)
 
 
-def decode_page(data: bytes) -> dict[str, dict[str, Decimal]]:
-    return {key: {name: Decimal(text) for name, text in counters} for key, counters in _PAGE_DECODER.decode(data)}
+def decode_page(data: bytes) -> dict[ItemKey, dict[str, Decimal]]:
+    return {
+        make_item(key, window, shard, expires): {name: Decimal(text) for name, text in counters}
+        for key, window, shard, expires, counters in _PAGE_DECODER.decode(data)
+    }
 
 
 # -------------------------------------------------------------------------------- error translation

@@ -1,0 +1,47 @@
+"""Which DynamoDB item a delta lands in: a key's all-time item, one of its time windows, one of its shards.
+
+A plain ``str`` stands for a key's all-time, unsharded item (the common case stays cheap and readable);
+a ``CounterItem`` names a window (``window`` is a window id, see ``tally.core.windows``) and/or a shard.
+The store adapter turns either into partition and sort keys.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, TypeAlias
+
+ALL_TIME = "all"
+"""The window id of the all-time value."""
+SHARD_SEPARATOR = "\x1f"
+"""Separates a key from its shard number in a shard item's partition key; keys may not contain it."""
+
+
+class CounterItem(NamedTuple):
+    """A counter item other than a key's plain all-time item."""
+
+    key: str
+    window: str = ALL_TIME
+    shard: int = 0
+    expires_at_s: int | None = None
+    """When a window's counters may be deleted (TTL); None keeps them."""
+
+
+ItemKey: TypeAlias = str | CounterItem
+
+
+def item_parts(item: ItemKey) -> CounterItem:
+    """The (key, window, shard) of any item key."""
+    return CounterItem(item) if isinstance(item, str) else item
+
+
+def make_item(key: str, window: str = ALL_TIME, shard: int = 0, expires_at_s: int | None = None) -> ItemKey:
+    """The canonical item key: the plain ``str`` for an unsharded all-time item."""
+    if window == ALL_TIME and shard == 0 and expires_at_s is None:
+        return key
+    return CounterItem(key, window, shard, expires_at_s)
+
+
+def item_label(item: ItemKey) -> str:
+    """A readable name for logs and rejection details."""
+    parts = item_parts(item)
+    label = parts.key if parts.window == ALL_TIME else f"{parts.key}@{parts.window}"
+    return label if parts.shard == 0 else f"{label}#shard{parts.shard}"

@@ -1,0 +1,135 @@
+"""Window assignment, expiry and late events, and hot-key shard assignment: pure functions."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+
+from tally.core.aggregate import message_totals
+from tally.core.decode import decode_message
+from tally.core.items import CounterItem, item_parts
+from tally.core.model import Message
+from tally.core.sharding import HotKeys, assign_shards, parse_hot_keys
+from tally.core.windows import DAY_MS, HOUR_MS, MINUTE_MS, parse_window_spec
+
+SPEC = parse_window_spec("minute,hour,day", "minute=7,hour=90,day=0")
+
+
+def ms(text: str) -> int:
+    return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    ("ts", "minute", "hour", "day"),
+    [
+        pytest.param(
+            "2026-11-22T03:59:59.999Z", "m#2026-11-22T03:59Z", "h#2026-11-22T03:00Z", "d#2026-11-22", id="last-ms"
+        ),
+        pytest.param(
+            "2026-11-22T04:00:00.000Z", "m#2026-11-22T04:00Z", "h#2026-11-22T04:00Z", "d#2026-11-22", id="first-ms"
+        ),
+        pytest.param(
+            "2026-11-22T23:59:59.999Z", "m#2026-11-22T23:59Z", "h#2026-11-22T23:00Z", "d#2026-11-22", id="end-of-day"
+        ),
+        pytest.param(
+            "2026-11-23T00:30:00+01:00",
+            "m#2026-11-22T23:30Z",
+            "h#2026-11-22T23:00Z",
+            "d#2026-11-22",
+            id="offset-is-utc",
+        ),
+        pytest.param(
+            "2026-11-22T05:30:00-05:00",
+            "m#2026-11-22T10:30Z",
+            "h#2026-11-22T10:00Z",
+            "d#2026-11-22",
+            id="negative-offset",
+        ),
+    ],
+)
+def test_an_event_lands_in_the_half_open_utc_window_of_its_ts(ts: str, minute: str, hour: str, day: str) -> None:
+    ts_ms = ms(ts.replace("Z", "+00:00"))
+    assert [unit.window_id(unit.start_ms(ts_ms)) for unit in SPEC.units] == [minute, hour, day]
+
+
+@pytest.mark.parametrize("ts_text", ['"2026-11-22T03:15:00Z"', "1795317300000"], ids=["iso", "epoch-ms"])
+def test_iso_and_epoch_timestamps_give_the_same_windows(ts_text: str) -> None:
+    message = decode_message(f'{{"id":"m","key":"k","delta":2,"ts":{ts_text}}}')
+    assert isinstance(message, Message)
+    totals = message_totals(message, SPEC, received_ms=0, now_ms=ms("2026-11-22T04:00:00+00:00")).totals
+    windows = sorted(item_parts(item).window for item in totals)
+    assert windows == ["all", "d#2026-11-22", "h#2026-11-22T03:00Z", "m#2026-11-22T03:15Z"]
+    assert all(counters == {"count": 2} for counters in totals.values())
+
+
+def test_without_ts_the_window_comes_from_the_time_the_source_received_it() -> None:
+    message = decode_message('{"id":"m","key":"k","delta":1}')
+    assert isinstance(message, Message)
+    received = ms("2026-11-22T03:15:00+00:00")
+    totals = message_totals(message, parse_window_spec("hour"), received_ms=received, now_ms=received).totals
+    assert CounterItem("k", "h#2026-11-22T03:00Z", 0, None) in totals
+
+
+def test_window_expiry_is_window_end_plus_retention_and_day_is_kept() -> None:
+    start = ms("2026-11-22T03:00:00+00:00")
+    minute, hour, day = SPEC.units
+    assert minute.expires_at_s(start) == (start + MINUTE_MS + 7 * DAY_MS) // 1000
+    assert hour.expires_at_s(start) == (start + HOUR_MS + 90 * DAY_MS) // 1000
+    assert day.expires_at_s(start) is None
+
+
+def test_a_late_event_counts_all_time_and_in_the_windows_still_kept() -> None:
+    # GIVEN an event 10 days old: its minute window (7 days) has expired, its hour window (90) has not
+    now = ms("2026-11-22T03:00:00+00:00")
+    message = decode_message(f'{{"id":"m","key":"k","delta":1,"ts":{now - 10 * DAY_MS}}}')
+    assert isinstance(message, Message)
+    net = message_totals(message, SPEC, received_ms=now, now_ms=now)
+    units = sorted(item_parts(item).window[:1] for item in net.totals)
+    assert units == ["a", "d", "h"]
+    assert net.late_events == 1
+
+
+def test_events_of_one_message_in_one_window_are_summed() -> None:
+    body = '{"id":"m","events":[{"key":"k","delta":1,"ts":"2026-11-22T03:01:00Z"},{"key":"k","delta":2,"ts":"2026-11-22T03:59:00Z"}]}'
+    message = decode_message(body)
+    assert isinstance(message, Message)
+    totals = message_totals(message, parse_window_spec("hour"), now_ms=ms("2026-11-22T04:00:00+00:00")).totals
+    assert totals["k"] == {"count": 3}
+    assert totals[CounterItem("k", "h#2026-11-22T03:00Z", 0, None)] == {"count": 3}
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [("week", "unknown window"), ("hour", None), ("", None)],
+)
+def test_window_config_is_checked(text: str, problem: str | None) -> None:
+    if problem is None:
+        parse_window_spec(text)
+    else:
+        with pytest.raises(ValueError, match=problem):
+            parse_window_spec(text)
+
+
+def test_hot_key_rules_match_exact_keys_and_prefixes() -> None:
+    hot = parse_hot_keys("page:/home=8,tenant:*=4")
+    assert (hot.shards_for("page:/home"), hot.shards_for("tenant:7"), hot.shards_for("page:/x")) == (8, 4, 1)
+    with pytest.raises(ValueError, match="KEY=N"):
+        parse_hot_keys("page=99")
+
+
+def test_assign_shards_moves_only_hot_items_with_their_windows() -> None:
+    hot = HotKeys((("hot", 4),))
+    window = CounterItem("hot", "h#2026-11-22T03:00Z", 0, 123)
+    moved = assign_shards({"hot": {"count": 1}, "cold": {"count": 2}, window: {"count": 1}}, hot, lambda _, n: n - 1)
+    assert moved == {
+        CounterItem("hot", "all", 3): {"count": 1},
+        "cold": {"count": 2},
+        CounterItem("hot", "h#2026-11-22T03:00Z", 3, 123): {"count": 1},
+    }
+
+
+def test_keys_may_not_contain_the_shard_separator() -> None:
+    rejection = decode_message('{"id":"m","key":"a\\u001fb","delta":1}')
+    assert not isinstance(rejection, Message)
+    assert rejection.code == "invalid_key"
