@@ -9,7 +9,7 @@ SAM_VENV := .venv-sam
 export TALLY_SAM_BIN := $(CURDIR)/$(SAM_VENV)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo test lint typecheck unit integration install sam clean
+.PHONY: demo test lint typecheck unit integration install sam clean bench-hot-key
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -51,3 +51,7 @@ $(SAM_VENV)/.installed:
 
 clean:
 	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam
+
+# One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
+bench-hot-key: install
+	$(BIN)/python -m bench.hot_key --events 20000 --consumers 4 --shards 8

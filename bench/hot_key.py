@@ -1,0 +1,251 @@
+"""One hot key under concurrent consumers, with and without write sharding, on DynamoDB Local.
+
+DynamoDB Local serialises transactions and never reports ``TransactionConflict``; DynamoDB does, when
+two transactions touch the same item at once. ``ConflictEmulator`` restores that rule at the botocore
+layer: a ``TransactWriteItems`` whose items overlap a transaction still in flight (on any consumer) is
+cancelled with ``TransactionConflict`` on the overlapping actions, exactly as the service reports it, and
+tally's applier retries it with backoff like any conflict. Everything else is the production code.
+
+Run: ``python -m bench.hot_key [--events 20000] [--consumers 4] [--shards 8]`` (``make bench-hot-key``).
+Prints conflicts per batch and events per second for both runs and their ratio; checks exact counts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+from queue import Empty, Queue
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tally.apply import Applier, RetryPolicy
+from tally.core.decode import DecodeLimits
+from tally.core.model import SourceRecord
+from tally.core.sharding import HotKeys, parse_hot_keys
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.local.template import load_template, table_definitions
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.core.model import DeadLetter
+
+TTL_S = 35 * 86_400
+SENT_MS = 4_102_444_800_000
+HOT_KEY = "page:/home"
+
+
+@dataclass
+class _Response:
+    status_code: int = 400
+    headers: dict[str, str] | None = None
+
+
+class ConflictEmulator:
+    """DynamoDB's rule that concurrent transactions on one item conflict, shared by all consumers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, set[str]] = {}
+        self._mine = threading.local()
+        self.conflicts = 0
+        self.transactions = 0
+
+    def attach(self, client: DynamoDBClient) -> None:
+        client.meta.events.register("before-call.dynamodb.TransactWriteItems", self._before)
+        client.meta.events.register("after-call.dynamodb.TransactWriteItems", self._after)
+
+    def _before(self, params: dict[str, Any], **_: Any) -> tuple[_Response, dict[str, Any]] | None:
+        actions = json.loads(params["body"])["TransactItems"]
+        items = [self._item(action) for action in actions]
+        with self._lock:
+            self.transactions += 1
+            busy = set().union(*self._in_flight.values()) if self._in_flight else set()
+            overlapping = [index for index, item in enumerate(items) if item in busy]
+            if not overlapping:
+                token = id(items)
+                self._in_flight[token] = set(items)
+                self._mine.token = token
+                return None
+            self.conflicts += 1
+        self._mine.token = None
+        reasons = [
+            {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
+            if index in overlapping
+            else {"Code": "None"}
+            for index in range(len(items))
+        ]
+        body = {
+            "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled [TransactionConflict]"},
+            "CancellationReasons": reasons,
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
+        return _Response(), body
+
+    def _after(self, **_: Any) -> None:
+        token = getattr(self._mine, "token", None)
+        if token is not None:
+            with self._lock:
+                self._in_flight.pop(token, None)
+            self._mine.token = None
+
+    @staticmethod
+    def _item(action: dict[str, Any]) -> str:
+        (kind,) = action
+        body = action[kind]
+        key = body.get("Key") or {name: value for name, value in body["Item"].items() if name in ("pk", "sk", "id")}
+        return body["TableName"] + json.dumps(key, sort_keys=True)
+
+
+class _DropDeadLetters:
+    def send(self, letters: Sequence[DeadLetter]) -> frozenset[str]:
+        raise AssertionError(f"unexpected dead letters: {[letter.rejection for letter in letters]}")
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    label: str
+    events: int
+    batches: int
+    conflicts: int
+    transactions: int
+    seconds: float
+    counted: Decimal
+
+    @property
+    def conflicts_per_batch(self) -> float:
+        return self.conflicts / self.batches
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds
+
+
+def run_case(
+    ddb: DynamoDBLocal, label: str, hot: HotKeys, *, events: int, consumers: int, batch_size: int = 100
+) -> RunFigures:
+    """Feed ``events`` single-event messages on one key to ``consumers`` concurrent pipelines."""
+    client = ddb.client()
+    definitions = table_definitions(load_template(_template()))
+    suffix = uuid.uuid4().hex[:8]
+    counters, markers = f"bench-hot-counters-{suffix}", f"bench-hot-markers-{suffix}"
+    client.create_table(**definitions["CountersTable"].create_table_kwargs(counters))
+    client.create_table(**definitions["MarkersTable"].create_table_kwargs(markers))
+    emulator = ConflictEmulator()
+    batches: Queue[list[SourceRecord]] = Queue()
+    for start in range(0, events, batch_size):
+        batches.put(
+            [
+                SourceRecord(f"r{i}", f'{{"id":"{label}-{i}","key":"{HOT_KEY}","delta":1}}', SENT_MS)
+                for i in range(start, min(events, start + batch_size))
+            ]
+        )
+    batch_count = batches.qsize()
+    errors: list[BaseException] = []
+
+    def consume() -> None:
+        consumer_client = ddb.client()
+        emulator.attach(consumer_client)
+        store = DynamoDBCounterStore(consumer_client, counters, markers, TTL_S, hot)
+        journal = DynamoDBJournal(consumer_client, counters, markers, TTL_S)
+        policy = RetryPolicy(base_delay_s=0.01, max_delay_s=0.2, max_attempts=50, reserve_ms=0)
+        pipeline = BatchPipeline(
+            Applier(store, journal, policy=policy),
+            _DropDeadLetters(),
+            PipelineSettings(DecodeLimits(), TTL_S * 1000, hot_keys=hot),
+        )
+        while True:
+            try:
+                batch = batches.get_nowait()
+            except Empty:
+                return
+            try:
+                pending = batch
+                while pending:  # what a consumer could not apply comes back, as SQS would redeliver it
+                    failed = set(pipeline.process(pending, SENT_MS + 1000, lambda: 60_000).failed_record_ids)
+                    pending = [record for record in pending if record.record_id in failed]
+            except BaseException as exc:
+                errors.append(exc)
+                return
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=consume) for _ in range(consumers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    seconds = time.perf_counter() - started
+    if errors:
+        raise errors[0]
+    counted = (
+        DynamoDBCounterStore(client, counters, markers, TTL_S, hot).read_counters(HOT_KEY).get("count", Decimal(0))
+    )
+    for table in (counters, markers):
+        client.delete_table(TableName=table)
+    return RunFigures(label, events, batch_count, emulator.conflicts, emulator.transactions, seconds, counted)
+
+
+def _template() -> Any:
+    from pathlib import Path  # noqa: PLC0415
+
+    return Path(__file__).resolve().parents[1] / "template.yaml"
+
+
+def compare(ddb: DynamoDBLocal, events: int, consumers: int, shards: int) -> tuple[RunFigures, RunFigures]:
+    plain = run_case(ddb, "unsharded", HotKeys(), events=events, consumers=consumers)
+    sharded = run_case(
+        ddb, f"{shards}-shards", parse_hot_keys(f"{HOT_KEY}={shards}"), events=events, consumers=consumers
+    )
+    return plain, sharded
+
+
+def print_figures(figures: Sequence[RunFigures], console: Console) -> None:
+    table = Table(title="one hot key, concurrent consumers (DynamoDB Local + conflict emulation)")
+    for column in ("case", "events", "batches", "conflicts/batch", "transactions", "events/s", "exact"):
+        table.add_column(column, justify="left" if column == "case" else "right")
+    for run in figures:
+        exact = "yes" if run.counted == run.events else f"NO ({run.counted})"
+        table.add_row(
+            run.label,
+            f"{run.events:,}",
+            f"{run.batches:,}",
+            f"{run.conflicts_per_batch:.2f}",
+            f"{run.transactions:,}",
+            f"{run.events_per_second:,.0f}",
+            exact,
+        )
+    console.print(table)
+    plain, sharded = figures
+    console.print(
+        f"sharded vs unsharded: {sharded.events_per_second / plain.events_per_second:.2f}x events/s, "
+        f"conflicts per batch {plain.conflicts_per_batch:.2f} -> {sharded.conflicts_per_batch:.2f}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--shards", type=int, default=8)
+    args = parser.parse_args(argv)
+    console = Console()
+    with DynamoDBLocal() as ddb:
+        figures = compare(ddb, args.events, args.consumers, args.shards)
+    print_figures(figures, console)
+    return 0 if all(run.counted == run.events for run in figures) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
