@@ -23,7 +23,7 @@ from msgspec import UNSET, UnsetType
 
 from tally.core.items import SHARD_SEPARATOR
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
-from tally.core.numbers import Number, canonical, storage_problem
+from tally.core.numbers import Number, checked_canonical, storage_problem
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -178,14 +178,19 @@ def _deltas(wire: _WireEvent, limits: DecodeLimits, where: str) -> Mapping[str, 
 
 def _number(value: object, where: str) -> Number:
     # bool is a subclass of int: test the exact type so `true` can never count as 1.
-    if type(value) is not int and type(value) is not Decimal:
+    if type(value) is int:
+        problem = storage_problem(value)
+        if problem is None:
+            return value
+    elif type(value) is Decimal:
+        # Canonical form: every accepted number then has at most 38 digits between 1E-167 and 1E+126.
+        problem, number = checked_canonical(value)
+        if problem is None:
+            return number
+    else:
         kind = "boolean" if isinstance(value, bool) else type(value).__name__
         raise _Invalid(RejectCode.INVALID_NUMBER, f"expected a JSON number, got {kind} at `{where}`")
-    problem = storage_problem(value)
-    if problem is not None:
-        raise _Invalid(RejectCode.NUMBER_OUT_OF_RANGE, f"{problem} at `{where}`")
-    # Canonical form: every accepted number then has at most 38 digits between 1E-167 and 1E+126.
-    return canonical(value)
+    raise _Invalid(RejectCode.NUMBER_OUT_OF_RANGE, f"{problem} at `{where}`")
 
 
 def _ts_ms(ts: int | str | UnsetType, where: str) -> int | None:

@@ -77,6 +77,38 @@ def storage_problem(value: Number) -> str | None:
     return None
 
 
+def checked_canonical(value: Decimal) -> tuple[str | None, Decimal]:
+    """``storage_problem`` and ``canonical`` of a Decimal in one pass, fast for plain literals.
+
+    A literal without an exponent (``49.99``, the common case) is judged from its text, which CPython's
+    decimal formats in C: no digit tuple is built. Anything else takes the general path.
+    """
+    text = str(value)
+    if "E" in text or "N" in text or "n" in text or "I" in text:
+        return storage_problem(value), value if not value.is_finite() else _canonical_decimal(value)
+    digits = text.lstrip("-").replace(".", "").lstrip("0")
+    if not digits:
+        return None, _ZERO
+    fraction_zeros = len(text) - len(text.rstrip("0")) if "." in text else 0
+    significant = len(digits.rstrip("0"))
+    if significant > MAX_SIGNIFICANT_DIGITS:
+        return f"{significant} significant digits (DynamoDB keeps {MAX_SIGNIFICANT_DIGITS})", value
+    adjusted = value.adjusted()
+    if adjusted > MAX_ADJUSTED_EXPONENT:
+        return "magnitude above 9.99E+125", value
+    if adjusted < MIN_ADJUSTED_EXPONENT:
+        return "non-zero magnitude below 1E-130", value
+    if fraction_zeros:
+        return None, Decimal(text.rstrip("0").rstrip("."))
+    return None, value
+
+
+def _canonical_decimal(value: Decimal) -> Decimal:
+    result = canonical(value)
+    assert isinstance(result, Decimal)
+    return result
+
+
 def canonical(value: Number) -> Number:
     """The same value without trailing zeros or a zero's exponent (``0E-999999`` becomes ``Decimal(0)``).
 
