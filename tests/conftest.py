@@ -88,3 +88,24 @@ def ddb_tables(dynamodb_local: DynamoDBLocal) -> Iterator[DynamoDBTables]:
         for name in names.values():
             with contextlib.suppress(client.exceptions.ResourceNotFoundException):
                 client.delete_table(TableName=name)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> Iterator[str]:
+    """One moto server (SQS, Kinesis, CloudFormation, ...) on 127.0.0.1 and a port the kernel picks.
+
+    Started on first use and stopped at the end of the session (per xdist worker); tests share it, so
+    each creates its own uniquely named queues and streams.
+    """
+    import logging  # noqa: PLC0415 - only sessions that use moto's server pay for importing it
+
+    from moto.server import ThreadedMotoServer  # noqa: PLC0415
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield f"http://{host}:{port}"
+    finally:
+        server.stop()

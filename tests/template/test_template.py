@@ -31,6 +31,7 @@ from tally.local.template import (
     queue_definitions,
     table_definitions,
 )
+from tests.template.conditions import parameter_values, prune
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -57,6 +58,7 @@ class StaticManagedPolicyLoader:
         names = [
             "service-role/AWSLambdaBasicExecutionRole",
             "service-role/AWSLambdaSQSQueueExecutionRole",
+            "service-role/AWSLambdaKinesisExecutionRole",
             "AWSXrayWriteOnlyAccess",
         ]
         return {name.rsplit("/", 1)[-1]: f"arn:aws:iam::aws:policy/{name}" for name in names}
@@ -73,8 +75,10 @@ def transformed(template: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def resources(transformed: dict[str, Any]) -> dict[str, Any]:
-    resources: dict[str, Any] = transformed["Resources"]
+def resources(template: dict[str, Any], transformed: dict[str, Any]) -> dict[str, Any]:
+    """What a stack with the default parameters (Source=SQS) contains; tests/template/test_sources.py
+    checks the other sources."""
+    resources: dict[str, Any] = prune(transformed, parameter_values(template))["Resources"]
     return resources
 
 
@@ -470,8 +474,8 @@ def test_dead_letter_queue_alarm(resources: dict[str, Any]) -> None:
     assert alarm["Threshold"] == 0
 
 
-def test_outputs(transformed: dict[str, Any]) -> None:
-    outputs = transformed["Outputs"]
+def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
+    outputs = prune(transformed, parameter_values(template))["Outputs"]
     assert set(outputs) == {
         "EventsQueueUrl",
         "EventsQueueArn",
@@ -539,8 +543,7 @@ def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> Non
         ("pk", "HASH"),
         ("sk", "RANGE"),
     ]
-    assert tables[COUNTERS].ttl_attribute is None
-    assert tables[COUNTERS].update_time_to_live_kwargs("c") is None
+    assert tables[COUNTERS].ttl_attribute == "expires_at"  # fine time windows expire
     assert tables[MARKERS].ttl_attribute == "expires_at"
     assert tables[MARKERS].update_time_to_live_kwargs("m") == {
         "TableName": "m",
@@ -658,3 +661,20 @@ def test_parameter_without_default_is_rejected(template: dict[str, Any]) -> None
     del changed["Parameters"]["BatchSize"]["Default"]
     with pytest.raises(ValueError, match="has no Default"):
         function_event_sources(changed)
+
+
+def test_windows_and_hot_keys_are_deployment_parameters(resources: dict[str, Any], parameters: dict[str, Any]) -> None:
+    # GIVEN the template WHEN its function environment and counters table are read
+    env = resources["CounterFunction"]["Properties"].get("Environment") or {}
+    variables = env.get("Variables") or {}
+    template_text = TEMPLATE_PATH.read_text()
+    # THEN windows, their retention and hot keys come from Parameters, and window items can expire
+    for name, parameter in (
+        ("TALLY_WINDOWS", "Windows"),
+        ("TALLY_WINDOW_RETENTION", "WindowRetentionDays"),
+        ("TALLY_HOT_KEYS", "HotKeys"),
+    ):
+        assert f"{name}: !Ref {parameter}" in template_text or variables.get(name) == {"Ref": parameter}
+        assert parameter in parameters
+    ttl = resources["CountersTable"]["Properties"]["TimeToLiveSpecification"]
+    assert ttl == {"AttributeName": "expires_at", "Enabled": True}

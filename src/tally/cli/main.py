@@ -19,6 +19,7 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from tally.cli.publish import publish
 from tally.config import Settings
 from tally.errors import TallyError
 from tally.runtime import CLIENT_CONFIG
@@ -123,6 +124,8 @@ def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> No
     else:
         console.print(f"no counters for {key!r} yet")
 
+
+cli.add_command(publish)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

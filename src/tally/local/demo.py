@@ -1,12 +1,13 @@
-"""The local demo: the real SQS handler on the sample events, against DynamoDB Local.
+"""The local demo: the real SQS and Kinesis handlers on the sample events, against DynamoDB Local.
 
 What it does, with no AWS account and no Docker:
 
 1. starts DynamoDB Local (AWS's emulator) and an SQS endpoint (moto's server) for the dead-letter queue;
 2. creates the tables and the dead-letter queue from ``template.yaml`` (same keys, TTL, queue settings);
-3. invokes ``tally.handlers.sqs.handler`` on every ``events/sqs-*.json`` file, then again on each (a
-   redelivery of the whole batch, as SQS does after a crash), with boto3 pointed at the local endpoints
-   through ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_SQS``;
+3. invokes ``tally.handlers.sqs.handler`` on every ``events/sqs-*.json`` file and
+   ``tally.handlers.kinesis.handler`` on every ``events/kinesis-*.json`` file (``source`` in
+   ``expected.json``), then again on each (a redelivery of the whole batch, as after a crash), with
+   boto3 pointed at the local endpoints through ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_SQS``;
 4. reads every counter back through the same read path as ``tally get`` and compares it with
    ``events/expected.json``; lists the dead letters with their reasons;
 5. stops everything (also on Ctrl-C) and exits non-zero if any count is wrong.
@@ -63,13 +64,16 @@ def main() -> int:
         console.print(f"DynamoDB Local at {ddb.endpoint_url}; SQS at {sqs_endpoint}; tables from template.yaml")
 
         # Imported only now, as Lambda would at cold start: Powertools reads its settings on import.
+        from tally.handlers import kinesis as kinesis_handler  # noqa: PLC0415
         from tally.handlers import sqs as sqs_handler  # noqa: PLC0415
+
+        handlers = {"sqs": sqs_handler.handler, "kinesis": kinesis_handler.handler}
 
         failures = 0
         for event_file in track(sorted(expected), description="invoking the handler", console=console):
             event = json.loads((EVENTS / event_file).read_text())
             for _delivery in range(2):  # the second delivery is a redelivery of the same batch
-                response = sqs_handler.handler(event, LocalLambdaContext())
+                response = handlers[expected[event_file]["source"]](event, LocalLambdaContext())
                 failures += len(response["batchItemFailures"])
 
         store = DynamoDBCounterStore(

@@ -11,31 +11,45 @@ anything else raises :class:`ValueError` naming the resource and property.
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cfn_flip import load_yaml
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from pathlib import Path
 
 __all__ = [
     "AttributeDefinition",
+    "FunctionDefinition",
     "KeyElement",
+    "KinesisEventSource",
     "QueueDefinition",
     "SqsEventSource",
+    "StreamDefinition",
     "TableDefinition",
+    "condition_values",
+    "function_definition",
     "function_event_sources",
     "load_template",
     "queue_definitions",
+    "resource_created",
+    "stream_definitions",
+    "stream_event_sources",
     "table_definitions",
+    "with_parameters",
 ]
 
 TABLE_TYPE = "AWS::DynamoDB::Table"
 QUEUE_TYPE = "AWS::SQS::Queue"
+STREAM_TYPE = "AWS::Kinesis::Stream"
 FUNCTION_TYPE = "AWS::Serverless::Function"
 DEFAULT_FUNCTION = "CounterFunction"
+DEFAULT_STREAM_FUNCTION = "StreamCounterFunction"
 
 # SQS defaults that apply when the template leaves a property out.
 SQS_DEFAULT_VISIBILITY_TIMEOUT_SECONDS = 30
@@ -43,6 +57,13 @@ SQS_DEFAULT_MESSAGE_RETENTION_SECONDS = 345_600
 # Lambda SQS event-source defaults.
 ESM_DEFAULT_BATCH_SIZE = 10
 ESM_DEFAULT_BATCHING_WINDOW_SECONDS = 0
+# Lambda Kinesis event-source defaults (-1: retry / keep records until they expire from the stream).
+KINESIS_ESM_DEFAULT_BATCH_SIZE = 100
+KINESIS_ESM_DEFAULT_RETRY_ATTEMPTS = -1
+KINESIS_ESM_DEFAULT_RECORD_AGE_SECONDS = -1
+# Kinesis and SAM defaults.
+KINESIS_DEFAULT_RETENTION_HOURS = 24
+SAM_DEFAULT_TIMEOUT_SECONDS = 3
 
 # DynamoDB Local ignores these; they matter only in AWS and are checked by tests/template.
 _TABLE_PROPERTIES_IGNORED_LOCALLY = frozenset(
@@ -281,6 +302,271 @@ def function_event_sources(
     return sources
 
 
+# --- parameters, conditions, streams and functions --------------------------------------------------
+
+
+def with_parameters(template: dict[str, Any], overrides: Mapping[str, str]) -> dict[str, Any]:
+    """A copy of ``template`` deployed with ``overrides`` (as ``sam deploy --parameter-overrides``).
+
+    Each override becomes its parameter's ``Default``, so every resolver here sees it; it is checked
+    against the parameter's ``AllowedValues``, ``MinValue``/``MaxValue`` and ``AllowedPattern`` first,
+    as CloudFormation would, so a local stack never runs with a value a deployment would refuse.
+    """
+    copied = copy.deepcopy(template)
+    parameters = _mapping(copied.get("Parameters", {}), "Parameters")
+    for name, value in overrides.items():
+        if name not in parameters:
+            raise ValueError(f"{name} is not a template Parameter")
+        parameter = _mapping(parameters[name], f"Parameters.{name}")
+        _check_parameter(name, parameter, str(value))
+        parameter["Default"] = str(value)
+    return copied
+
+
+def _check_parameter(name: str, parameter: dict[str, Any], value: str) -> None:
+    allowed = parameter.get("AllowedValues")
+    if isinstance(allowed, list) and value not in {str(item) for item in allowed}:
+        raise ValueError(f"{name}={value!r} is not one of {allowed}")
+    pattern = parameter.get("AllowedPattern")
+    if isinstance(pattern, str) and not re.fullmatch(pattern, value):
+        raise ValueError(f"{name}={value!r} does not match {pattern}")
+    if parameter.get("Type") == "Number":
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"{name}={value!r} is not a number") from None
+        low, high = parameter.get("MinValue"), parameter.get("MaxValue")
+        if (low is not None and number < float(low)) or (high is not None and number > float(high)):
+            raise ValueError(f"{name}={value!r} is outside [{low}, {high}]")
+
+
+def condition_values(template: dict[str, Any]) -> dict[str, bool]:
+    """Every entry of ``Conditions``, evaluated with the parameters' Defaults (see ``with_parameters``)."""
+    conditions = _mapping(template.get("Conditions", {}), "Conditions")
+    resolved: dict[str, bool] = {}
+
+    def condition(name: str) -> bool:
+        if name not in conditions:
+            raise ValueError(f"Condition {name!r} is not defined")
+        if name not in resolved:
+            resolved[name] = bool(evaluate(conditions[name], f"Conditions.{name}"))
+        return resolved[name]
+
+    def evaluate(node: object, where: str) -> object:
+        if not isinstance(node, dict):
+            return node
+        if len(node) != 1:
+            raise ValueError(f"{where}: expected one condition function, got {node!r}")
+        ((function, args),) = node.items()
+        if function == "Condition" and isinstance(args, str):
+            return condition(args)
+        if function == "Ref":
+            return _resolve(template, node, where)
+        if not isinstance(args, list):
+            raise ValueError(f"{where}: {function} needs a list, got {args!r}")
+        if function == "Fn::Equals" and len(args) == 2:
+            left, right = (evaluate(arg, where) for arg in args)
+            return str(left) == str(right)
+        if function == "Fn::Not" and len(args) == 1:
+            return not evaluate(args[0], where)
+        if function == "Fn::And":
+            return all(evaluate(arg, where) for arg in args)
+        if function == "Fn::Or":
+            return any(evaluate(arg, where) for arg in args)
+        raise ValueError(f"{where}: condition function {function} not understood locally")
+
+    return {name: condition(name) for name in conditions}
+
+
+def resource_created(template: dict[str, Any], logical_id: str) -> bool:
+    """Whether a stack of this template (with its Defaults) creates the resource: its Condition holds."""
+    resource = _mapping(_mapping(template.get("Resources"), "Resources").get(logical_id), logical_id)
+    name = resource.get("Condition")
+    return name is None or condition_values(template)[str(name)]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDefinition:
+    """What a local Kinesis endpoint needs to create a stream like the template's (encryption ignored)."""
+
+    logical_id: str
+    on_demand: bool
+    shard_count: int | None
+    """Shards of a provisioned stream; None on demand (the service decides; moto starts with 4)."""
+    retention_hours: int
+
+    def create_stream_kwargs(self, stream_name: str) -> dict[str, Any]:
+        """Keyword arguments for boto3 ``create_stream``."""
+        if self.on_demand:
+            return {"StreamName": stream_name, "StreamModeDetails": {"StreamMode": "ON_DEMAND"}}
+        return {
+            "StreamName": stream_name,
+            "ShardCount": self.shard_count,
+            "StreamModeDetails": {"StreamMode": "PROVISIONED"},
+        }
+
+
+def stream_definitions(template: dict[str, Any]) -> dict[str, StreamDefinition]:
+    """Every ``AWS::Kinesis::Stream`` of the template, keyed by logical id (whatever its Condition)."""
+    streams: dict[str, StreamDefinition] = {}
+    for logical_id, properties in _resources_of_type(template, STREAM_TYPE):
+        where = logical_id
+        details = _mapping(properties.get("StreamModeDetails", {}), f"{where}.StreamModeDetails")
+        mode = str(_resolve(template, details.get("StreamMode", "PROVISIONED"), f"{where}.StreamMode"))
+        if mode not in {"ON_DEMAND", "PROVISIONED"}:
+            raise ValueError(f"{where}.StreamMode: expected ON_DEMAND or PROVISIONED, got {mode!r}")
+        raw_shards = _resolve(template, properties.get("ShardCount"), f"{where}.ShardCount")
+        shard_count = None if raw_shards is None else _resolve_int(template, raw_shards, f"{where}.ShardCount")
+        if mode == "PROVISIONED" and shard_count is None:
+            raise ValueError(f"{where}: a PROVISIONED stream needs a ShardCount")
+        streams[logical_id] = StreamDefinition(
+            logical_id=logical_id,
+            on_demand=mode == "ON_DEMAND",
+            shard_count=None if mode == "ON_DEMAND" else shard_count,
+            retention_hours=_resolve_int(
+                template,
+                properties.get("RetentionPeriodHours", KINESIS_DEFAULT_RETENTION_HOURS),
+                f"{where}.RetentionPeriodHours",
+            ),
+        )
+    return streams
+
+
+@dataclass(frozen=True, slots=True)
+class KinesisEventSource:
+    """One ``Type: Kinesis`` event of a function, with parameters resolved to their defaults."""
+
+    function_logical_id: str
+    event_name: str
+    stream_logical_id: str
+    starting_position: str
+    batch_size: int
+    maximum_batching_window_seconds: int
+    parallelization_factor: int
+    bisect_batch_on_function_error: bool
+    maximum_retry_attempts: int
+    """-1: retry until the record expires from the stream."""
+    maximum_record_age_seconds: int
+    """-1: no limit but the stream's retention."""
+    function_response_types: tuple[str, ...]
+    on_failure_destination: str | None
+    """Logical id of the queue that receives a given-up batch's metadata."""
+
+
+def stream_event_sources(
+    template: dict[str, Any], function_logical_id: str = DEFAULT_STREAM_FUNCTION
+) -> dict[str, KinesisEventSource]:
+    """The ``Type: Kinesis`` events of one ``AWS::Serverless::Function``, keyed by event name."""
+    sources: dict[str, KinesisEventSource] = {}
+    for event_name, properties, where in _function_events(template, function_logical_id, "Kinesis"):
+        destination = _mapping(properties.get("DestinationConfig", {}), f"{where}.DestinationConfig")
+        on_failure = _mapping(destination.get("OnFailure", {}), f"{where}.DestinationConfig.OnFailure")
+        sources[event_name] = KinesisEventSource(
+            function_logical_id=function_logical_id,
+            event_name=event_name,
+            stream_logical_id=_get_att_arn_target(properties.get("Stream"), f"{where}.Stream"),
+            starting_position=str(_resolve(template, properties.get("StartingPosition"), f"{where}.StartingPosition")),
+            batch_size=_resolve_int(
+                template, properties.get("BatchSize", KINESIS_ESM_DEFAULT_BATCH_SIZE), f"{where}.BatchSize"
+            ),
+            maximum_batching_window_seconds=_resolve_int(
+                template,
+                properties.get("MaximumBatchingWindowInSeconds", ESM_DEFAULT_BATCHING_WINDOW_SECONDS),
+                f"{where}.MaximumBatchingWindowInSeconds",
+            ),
+            parallelization_factor=_resolve_int(
+                template, properties.get("ParallelizationFactor", 1), f"{where}.ParallelizationFactor"
+            ),
+            bisect_batch_on_function_error=_resolve_bool(
+                template, properties.get("BisectBatchOnFunctionError", False), f"{where}.BisectBatchOnFunctionError"
+            ),
+            maximum_retry_attempts=_resolve_int(
+                template,
+                properties.get("MaximumRetryAttempts", KINESIS_ESM_DEFAULT_RETRY_ATTEMPTS),
+                f"{where}.MaximumRetryAttempts",
+            ),
+            maximum_record_age_seconds=_resolve_int(
+                template,
+                properties.get("MaximumRecordAgeInSeconds", KINESIS_ESM_DEFAULT_RECORD_AGE_SECONDS),
+                f"{where}.MaximumRecordAgeInSeconds",
+            ),
+            function_response_types=_string_list(properties, "FunctionResponseTypes", where),
+            on_failure_destination=(
+                _get_att_arn_target(on_failure["Destination"], f"{where}.DestinationConfig.OnFailure.Destination")
+                if "Destination" in on_failure
+                else None
+            ),
+        )
+    return sources
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionDefinition:
+    """What a local runtime needs to run a function like Lambda would: its handler, timeout and environment."""
+
+    logical_id: str
+    handler: str
+    timeout_seconds: int
+    environment: dict[str, str]
+
+
+def function_definition(
+    template: dict[str, Any], logical_id: str, physical_ids: Mapping[str, str]
+) -> FunctionDefinition:
+    """The function with ``Globals.Function`` applied; ``!Ref Resource`` in its environment becomes
+    ``physical_ids[Resource]`` (the local table name, queue URL or stream name)."""
+    resource = _mapping(template["Resources"].get(logical_id), logical_id)
+    if resource.get("Type") != FUNCTION_TYPE:
+        raise ValueError(f"{logical_id}: expected Type {FUNCTION_TYPE}, got {resource.get('Type')!r}")
+    properties = _mapping(resource.get("Properties", {}), f"{logical_id}.Properties")
+    globals_ = _mapping(_mapping(template.get("Globals", {}), "Globals").get("Function", {}), "Globals.Function")
+    variables: dict[str, Any] = {}
+    for source, where in ((globals_, "Globals.Function"), (properties, f"{logical_id}.Properties")):
+        environment = _mapping(source.get("Environment", {}), f"{where}.Environment")
+        variables.update(_mapping(environment.get("Variables", {}), f"{where}.Environment.Variables"))
+    resources = _mapping(template.get("Resources"), "Resources")
+    environment_values: dict[str, str] = {}
+    for name, value in variables.items():
+        where = f"{logical_id}.Environment.Variables.{name}"
+        if isinstance(value, dict) and set(value) == {"Ref"} and value["Ref"] in resources:
+            if value["Ref"] not in physical_ids:
+                raise ValueError(f"{where}: no local resource for !Ref {value['Ref']}")
+            environment_values[name] = physical_ids[value["Ref"]]
+        else:
+            environment_values[name] = str(_resolve(template, value, where))
+    timeout = properties.get("Timeout", globals_.get("Timeout", SAM_DEFAULT_TIMEOUT_SECONDS))
+    return FunctionDefinition(
+        logical_id=logical_id,
+        handler=_literal_str(properties, "Handler", f"{logical_id}.Properties"),
+        timeout_seconds=_resolve_int(template, timeout, f"{logical_id}.Timeout"),
+        environment=environment_values,
+    )
+
+
+def _function_events(
+    template: dict[str, Any], function_logical_id: str, event_type: str
+) -> list[tuple[str, dict[str, Any], str]]:
+    resource = _mapping(template["Resources"].get(function_logical_id), function_logical_id)
+    if resource.get("Type") != FUNCTION_TYPE:
+        raise ValueError(f"{function_logical_id}: expected Type {FUNCTION_TYPE}, got {resource.get('Type')!r}")
+    properties = _mapping(resource.get("Properties", {}), f"{function_logical_id}.Properties")
+    events = _mapping(properties.get("Events", {}), f"{function_logical_id}.Events")
+    found: list[tuple[str, dict[str, Any], str]] = []
+    for event_name, raw_event in events.items():
+        where = f"{function_logical_id}.Events.{event_name}"
+        event = _mapping(raw_event, where)
+        if event.get("Type") == event_type:
+            found.append((event_name, _mapping(event.get("Properties"), f"{where}.Properties"), where))
+    return found
+
+
+def _string_list(properties: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = properties.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{where}.{key}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
 # --- resolution helpers ---------------------------------------------------------------------------
 
 
@@ -337,6 +623,14 @@ def _resolve(template: dict[str, Any], value: object, where: str) -> object:
     """Resolve a literal, ``!Ref Parameter`` (its Default) or ``!FindInMap`` of resolvable keys."""
     if not isinstance(value, dict):
         return value
+    if value == {"Ref": "AWS::NoValue"}:
+        return None
+    if set(value) == {"Fn::If"}:
+        args = value["Fn::If"]
+        if not isinstance(args, list) or len(args) != 3 or not isinstance(args[0], str):
+            raise ValueError(f"{where}: !If needs [Condition, ValueIfTrue, ValueIfFalse], got {args!r}")
+        chosen = args[1] if condition_values(template)[args[0]] else args[2]
+        return _resolve(template, chosen, where)
     if set(value) == {"Ref"}:
         name = value["Ref"]
         parameters = _mapping(template.get("Parameters", {}), "Parameters")
@@ -356,7 +650,7 @@ def _resolve(template: dict[str, Any], value: object, where: str) -> object:
             return mappings[map_name][top_key][second_key]
         except (KeyError, TypeError):
             raise ValueError(f"{where}: !FindInMap [{map_name}, {top_key}, {second_key}] is not in Mappings") from None
-    raise ValueError(f"{where}: cannot resolve {value!r} locally (only literals, !Ref Parameter, !FindInMap)")
+    raise ValueError(f"{where}: cannot resolve {value!r} locally (only literals, !Ref Parameter, !FindInMap, !If)")
 
 
 def _resolve_int(template: dict[str, Any], value: object, where: str) -> int:
@@ -365,7 +659,7 @@ def _resolve_int(template: dict[str, Any], value: object, where: str) -> int:
         raise ValueError(f"{where}: expected an integer, got {resolved!r}")
     if isinstance(resolved, int):
         return resolved
-    if isinstance(resolved, str) and resolved.strip().isdigit():
+    if isinstance(resolved, str) and resolved.strip().removeprefix("-").isdigit():
         return int(resolved)
     raise ValueError(f"{where}: expected an integer, got {resolved!r}")
 

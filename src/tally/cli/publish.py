@@ -1,0 +1,266 @@
+"""``tally publish``: send counter events to an SQS queue or a Kinesis stream, with the producer library.
+
+Events come from the arguments (``tally publish KEY [DELTA]``, ``--event SPEC``), from JSON lines
+(``--file PATH``, ``-`` for stdin) or from a synthetic load (``--generate N``); they go to ``--queue-url``,
+``--stream-name`` or the queue or stream of a deployed stack (``--stack NAME``, read from its Outputs).
+A progress bar shows the sending and a table sums it up; the exit status is 1 if anything failed, and
+``--failed-out`` keeps the failed messages, ids and all, to be sent again with ``--file``.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import click
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tally.cli.publish_input import InputError, Parsed, event_from_spec, number, parse_lines
+from tally.cli.stack import Kind, Target, stack_outputs, target_from_outputs
+from tally.cli.synthetic import generate
+from tally.errors import TallyError
+from tally.producer import Event, KinesisPublisher, PublishResult, SqsPublisher
+from tally.producer.kinesis import DEFAULT_MAX_MESSAGE_BYTES as KINESIS_MAX_MESSAGE_BYTES
+from tally.producer.sqs import DEFAULT_MAX_MESSAGE_BYTES
+from tally.runtime import CLIENT_CONFIG
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import TextIO
+
+    from tally.producer.wire import OutgoingMessage
+
+Publisher = SqsPublisher | KinesisPublisher
+
+_CHUNK_MESSAGES = 500
+"""Messages handed to the publisher at a time: the progress bar moves once per chunk."""
+_JSON = msgspec.json.Encoder(decimal_format="number")
+
+
+@click.command()
+@click.argument("key", required=False)
+@click.argument("delta", required=False)
+@click.option("--counter", default="count", show_default=True, help="The counter KEY DELTA adds to.")
+@click.option(
+    "--event",
+    "event_specs",
+    multiple=True,
+    metavar="SPEC",
+    help="One event, repeatable: key=shop:42,orders=1,revenue=49.99[,ts=EPOCH_MS|ISO][,id=ID] or a JSON object.",
+)
+@click.option(
+    "--file",
+    "input_file",
+    type=click.File("r", encoding="utf-8"),
+    help="JSON lines of events ({key, delta|deltas, ts?, id?}) or whole messages ({id, events}); - is stdin.",
+)
+@click.option(
+    "--generate", "generate_count", type=click.IntRange(min=1), metavar="N", help="Publish N synthetic events."
+)
+@click.option("--keys", type=click.IntRange(min=1), default=100, show_default=True, help="Distinct keys of --generate.")
+@click.option(
+    "--skew",
+    type=click.FloatRange(min=0),
+    default=1.1,
+    show_default=True,
+    help="Zipf exponent of --generate (0: uniform).",
+)
+@click.option(
+    "--duplicate-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    show_default=True,
+    help="With --generate: send this fraction of the messages a second time, as producer re-sends (same ids).",
+)
+@click.option("--seed", type=int, default=None, help="Seed of --generate (random if not given).")
+@click.option("--queue-url", help="Publish to this SQS queue (standard or .fifo).")
+@click.option("--stream-name", help="Publish to this Kinesis stream (a name or an ARN).")
+@click.option("--stack", "stack_name", help="Publish to the queue or stream of this deployed tally stack.")
+@click.option("--to", "kind", type=click.Choice(["sqs", "kinesis"]), help="With --stack: which source, if it has both.")
+@click.option("--pack/--no-pack", default=True, show_default=True, help="Many events per message (cheap exactly-once).")
+@click.option(
+    "--max-message-bytes",
+    type=click.IntRange(min=1024),
+    default=None,
+    help=f"Largest message to build: SQS default {DEFAULT_MAX_MESSAGE_BYTES} (set the queue's MaximumMessageSize "
+    "if lower), Kinesis default just under 1 MiB.",
+)
+@click.option(
+    "--failed-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write messages that could not be sent (exact bodies, ids kept) as JSON lines, for --file later.",
+)
+@click.option(
+    "--expected-out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="With --generate: write the exact totals per key as JSON, to compare with `tally get`.",
+)
+def publish(  # click passes every option by name
+    *,
+    key: str | None,
+    delta: str | None,
+    counter: str,
+    event_specs: tuple[str, ...],
+    input_file: TextIO | None,
+    generate_count: int | None,
+    keys: int,
+    skew: float,
+    duplicate_rate: float,
+    seed: int | None,
+    queue_url: str | None,
+    stream_name: str | None,
+    stack_name: str | None,
+    kind: str | None,
+    pack: bool,
+    max_message_bytes: int | None,
+    failed_out: Path | None,
+    expected_out: Path | None,
+) -> None:
+    """Publish counter events (KEY [DELTA] adds DELTA, default 1, to KEY's --counter)."""
+    modes = [bool(key or event_specs), input_file is not None, generate_count is not None]
+    if sum(modes) != 1:
+        raise click.UsageError("give events one way: KEY [DELTA] / --event, --file, or --generate")
+    if sum(x is not None for x in (queue_url, stream_name, stack_name)) != 1:
+        raise click.UsageError("give exactly one target: --queue-url, --stream-name or --stack")
+    if (duplicate_rate or expected_out) and generate_count is None:
+        raise click.UsageError("--duplicate-rate and --expected-out go with --generate")
+    rng = random.Random(seed)
+    try:
+        parsed = _read_events(key, delta, counter, event_specs, input_file)
+        if generate_count is not None:
+            load = generate(
+                generate_count, keys, seed=rng.randrange(2**32), now_ms=time.time_ns() // 1_000_000, skew=skew
+            )
+            parsed = Parsed(events=load.events)
+            if expected_out is not None:
+                expected_out.write_bytes(_JSON.encode(dict(sorted(load.totals.items()))) + b"\n")
+    except (InputError, OSError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        target = _target(queue_url, stream_name, stack_name, kind)
+    except TallyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    publisher = _publisher(target, pack, max_message_bytes)
+    messages = publisher.prepare(parsed.events) + list(parsed.messages)
+    resends = rng.sample(messages, round(duplicate_rate * len(messages))) if duplicate_rate else []
+
+    console = Console(stderr=True)
+    started = time.perf_counter()
+    result = _send(publisher, messages, console, "publishing")
+    resent = _send(publisher, resends, console, "re-sending duplicates") if resends else PublishResult()
+    elapsed = time.perf_counter() - started
+
+    total = result + resent
+    if total.failed and failed_out is not None:
+        failed_out.write_bytes(b"".join(message.body + b"\n" for message in total.failed_messages))
+    summary = _summary(
+        target=target,
+        pack=pack,
+        result=result,
+        resent=resent,
+        events=parsed.event_count,
+        elapsed=elapsed,
+        failed_out=failed_out,
+    )
+    Console().print(summary)
+    if total.failed:
+        sys.exit(1)
+
+
+def _read_events(
+    key: str | None, delta: str | None, counter: str, specs: tuple[str, ...], input_file: TextIO | None
+) -> Parsed:
+    if input_file is not None:
+        return parse_lines(input_file, input_file.name)
+    events: list[Event] = []
+    if key is not None:
+        try:
+            events.append(Event(key, {counter: number(delta, "DELTA") if delta is not None else 1}))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{key!r}: {exc}") from None
+    events.extend(event_from_spec(spec) for spec in specs)
+    return Parsed(events=tuple(events))
+
+
+def _target(queue_url: str | None, stream_name: str | None, stack_name: str | None, kind: str | None) -> Target:
+    if queue_url is not None:
+        return Target("sqs", queue_url)
+    if stream_name is not None:
+        return Target("kinesis", stream_name)
+    assert stack_name is not None
+    cloudformation = boto3.session.Session().client("cloudformation", config=CLIENT_CONFIG)
+    chosen: Kind | None = "sqs" if kind == "sqs" else "kinesis" if kind == "kinesis" else None
+    return target_from_outputs(stack_outputs(cloudformation, stack_name), stack_name, chosen)
+
+
+def _publisher(target: Target, pack: bool, max_message_bytes: int | None) -> Publisher:
+    session = boto3.session.Session()
+    if target.kind == "sqs":
+        return SqsPublisher(
+            session.client("sqs", config=CLIENT_CONFIG),
+            target.address,
+            pack=pack,
+            max_message_bytes=max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
+        )
+    kinesis = session.client("kinesis", config=CLIENT_CONFIG)
+    size = max_message_bytes or KINESIS_MAX_MESSAGE_BYTES
+    if target.address.startswith("arn:"):
+        return KinesisPublisher(kinesis, stream_arn=target.address, pack=pack, max_message_bytes=size)
+    return KinesisPublisher(kinesis, stream_name=target.address, pack=pack, max_message_bytes=size)
+
+
+def _send(publisher: Publisher, messages: Sequence[OutgoingMessage], console: Console, what: str) -> PublishResult:
+    result = PublishResult()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"))
+    with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
+        task = progress.add_task(what, total=sum(len(m.events) for m in messages))
+        for start in range(0, len(messages), _CHUNK_MESSAGES):
+            chunk = messages[start : start + _CHUNK_MESSAGES]
+            result += publisher.send(chunk)
+            progress.advance(task, sum(len(m.events) for m in chunk))
+    return result
+
+
+def _summary(
+    *,
+    target: Target,
+    pack: bool,
+    result: PublishResult,
+    resent: PublishResult,
+    events: int,
+    elapsed: float,
+    failed_out: Path | None,
+) -> Table:
+    table = Table(title=f"published to {target.kind}: {target.address}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows: list[tuple[str, Any]] = [
+        ("events", f"{events:,}"),
+        ("messages sent", f"{result.sent_messages:,}" + (" (packed)" if pack else "")),
+        ("events per message", f"{result.sent_events / result.sent_messages:,.1f}" if result.sent_messages else "-"),
+        ("bytes sent", f"{result.sent_bytes:,}"),
+        ("API calls", f"{result.calls + resent.calls:,}"),
+        ("entries retried", f"{result.retried + resent.retried:,}"),
+    ]
+    if resent.calls:
+        rows.append(
+            ("duplicates re-sent (same ids)", f"{resent.sent_messages:,} messages, {resent.sent_events:,} events")
+        )
+    failed = result + resent
+    rows.append(("failed", f"{len(failed.failed):,} messages, {failed.failed_events:,} events"))
+    if failed.failed:
+        codes = sorted({f"{f.code}: {f.reason[:60]}" for f in failed.failed})
+        rows.append(("failure reasons", "; ".join(codes[:3])))
+        rows.append(("failed messages written to", str(failed_out) if failed_out else "(not kept: use --failed-out)"))
+    rows.append(("elapsed", f"{elapsed:.2f} s"))
+    rows.append(("events/s", f"{result.sent_events / elapsed:,.0f}" if elapsed > 0 else "-"))
+    for name, value in rows:
+        table.add_row(name, value)
+    return table

@@ -1,0 +1,127 @@
+"""``Event``: one counter event as a producer states it, checked before it is ever sent.
+
+Checked here, at the producer, is what no retry can fix: the shape of an event and the exactness of its
+numbers. A delta is an ``int`` or a finite ``Decimal``, never a ``float`` (``0.1`` as a float is not 0.1,
+and ten of them would not add up to 1), so what the consumer adds is exactly what the caller wrote.
+Size limits mirror the consumer's (``WireLimits``), and numbers and keys go through the consumer's own
+rules (``tally.core.numbers`` and ``tally.core.items``, pure standard library), so an event the
+consumer could never count fails at the call, with a reason, instead of in the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Final
+
+from tally.core.items import SHARD_SEPARATOR
+from tally.core.numbers import storage_problem
+
+DEFAULT_COUNTER: Final = "count"
+"""The counter a bare ``delta`` adds to (the wire format's ``"delta": n`` shorthand)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WireLimits:
+    """The consumer's limits on one message (README, "Event format"); tests pin them to the decoder's."""
+
+    max_id_bytes: int = 1024
+    max_key_bytes: int = 2000
+    max_counter_name_bytes: int = 255
+    max_counters_per_event: int = 100
+    max_events_per_message: int = 10_000
+
+
+LIMITS: Final = WireLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Deltas for one or more named counters of one key, with an optional event time and id.
+
+    ``ts`` is epoch milliseconds or a timezone-aware ``datetime`` (a naive one is refused, as the
+    consumer refuses a naive ISO time); it is kept, and sent, as epoch milliseconds (``ts_ms``).
+    ``id`` is optional: an event given an id is sent alone as a message with exactly that id, so
+    re-publishing it later (after a crash, from a log) is recognised as the same message; events
+    without one get a fresh id when they are prepared, and may be packed together.
+    """
+
+    key: str
+    deltas: Mapping[str, int | Decimal]
+    ts: int | datetime | None = None
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_text(self.key, "key", LIMITS.max_key_bytes)
+        if SHARD_SEPARATOR in self.key:
+            raise ValueError("key may not contain U+001F: the consumer uses it to separate shard numbers")
+        if not isinstance(self.deltas, Mapping) or not self.deltas:
+            raise ValueError(f"event of {self.key!r} has no deltas")
+        if len(self.deltas) > LIMITS.max_counters_per_event:
+            raise ValueError(f"{len(self.deltas)} counters on {self.key!r} (at most {LIMITS.max_counters_per_event})")
+        deltas: dict[str, int | Decimal] = {}
+        for name, value in self.deltas.items():
+            _check_text(name, "counter name", LIMITS.max_counter_name_bytes)
+            deltas[name] = _check_number(name, value)
+        object.__setattr__(self, "deltas", deltas)  # a private copy: later changes by the caller are not sent
+        if self.ts is not None:
+            object.__setattr__(self, "ts", _epoch_ms(self.ts))
+        if self.id is not None:
+            _check_text(self.id, "id", LIMITS.max_id_bytes)
+
+    @classmethod
+    def count(
+        cls,
+        key: str,
+        delta: int | Decimal = 1,
+        *,
+        counter: str = DEFAULT_COUNTER,
+        ts: int | datetime | None = None,
+        id: str | None = None,
+    ) -> Event:
+        """One counter of one key: ``Event.count("page:/home")`` adds 1 to ``count``."""
+        return cls(key, {counter: delta}, ts=ts, id=id)
+
+    @property
+    def ts_ms(self) -> int | None:
+        """The event time as epoch milliseconds (a ``datetime`` given as ``ts`` is converted exactly)."""
+        return _epoch_ms(self.ts) if self.ts is not None else None
+
+
+def _check_text(value: object, what: str, max_bytes: int) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{what} must be a non-empty string, got {value!r}")
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} holds a lone surrogate at {exc.start}") from exc
+    if size > max_bytes:
+        raise ValueError(f"{what} is {size} bytes of UTF-8 (at most {max_bytes})")
+
+
+def _check_number(name: str, value: object) -> int | Decimal:
+    if isinstance(value, bool) or not isinstance(value, int | Decimal):
+        hint = " (use Decimal('...') or an int: a float is not exact)" if isinstance(value, float) else ""
+        raise TypeError(f"delta of {name!r} must be an int or a Decimal, got {type(value).__name__}{hint}")
+    if isinstance(value, Decimal) and not value.is_finite():
+        raise ValueError(f"delta of {name!r} must be finite, got {value}")
+    problem = storage_problem(value)
+    if problem is not None:
+        raise ValueError(f"delta of {name!r} cannot be stored: {problem}")
+    return value
+
+
+_MAX_TS_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the consumer's bound
+
+
+def _epoch_ms(ts: object) -> int:
+    if isinstance(ts, datetime):
+        if ts.tzinfo is None or ts.utcoffset() is None:
+            raise ValueError("ts must be timezone-aware: a naive time is refused rather than guessed")
+        # Whole seconds through timestamp() are exact; the milliseconds are added without a float.
+        ts = int(ts.replace(microsecond=0).timestamp()) * 1000 + ts.microsecond // 1000
+    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _MAX_TS_MS:
+        raise ValueError(f"ts must be epoch milliseconds from 1970 to 9999 or an aware datetime, got {ts!r}")
+    return ts

@@ -1,0 +1,131 @@
+"""``KinesisPublisher``: counter events to a Kinesis data stream with ``PutRecords``.
+
+A call holds at most 500 records and 5 MiB, a record at most 1 MiB (data and partition key together).
+``PutRecords`` is not atomic: each record succeeds or fails on its own (``ProvisionedThroughputExceeded``
+on a hot shard, ``InternalFailure``), and only the failed ones are sent again, with backoff. A retried
+record gets a new sequence number; the consumer recognises it by the message id inside the data.
+
+Partition key: the counter key for a single-event message, so one key's events stay on one shard; the
+message id for a packed message, which spreads packs evenly over the shards. Keys longer than Kinesis's
+256 characters are replaced by their SHA-256, which keeps the same key on the same shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from typing import TYPE_CHECKING, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
+from tally.producer.packing import PackLimits, build_messages, new_message_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from mypy_boto3_kinesis.client import KinesisClient
+    from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
+
+    from tally.producer.event import Event
+    from tally.producer.result import PublishResult
+    from tally.producer.wire import OutgoingMessage
+
+MAX_BATCH_RECORDS: Final = 500
+MAX_BATCH_BYTES: Final = 5 * 1024 * 1024
+MAX_RECORD_BYTES: Final = 1024 * 1024
+"""Data plus partition key of one record."""
+MAX_PARTITION_KEY_CHARS: Final = 256
+DEFAULT_MAX_MESSAGE_BYTES: Final = MAX_RECORD_BYTES - 4 * MAX_PARTITION_KEY_CHARS
+"""The largest packed message: a record's 1 MiB less room for any partition key (256 characters of UTF-8)."""
+
+
+def bounded_partition_key(value: str) -> str:
+    """``value`` if Kinesis accepts it as a partition key (1-256 characters), else its SHA-256."""
+    if 0 < len(value) <= MAX_PARTITION_KEY_CHARS:
+        return value
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def default_partition_key(message: OutgoingMessage) -> str:
+    """The counter key of a single-event message, the message id of a packed one."""
+    key = message.single_key if not message.packed else None
+    return key if key is not None else message.message_id
+
+
+class KinesisPublisher:
+    """Publishes counter events to one stream, named by ``stream_name`` or ``stream_arn``."""
+
+    def __init__(
+        self,
+        client: KinesisClient,
+        *,
+        stream_name: str | None = None,
+        stream_arn: str | None = None,
+        pack: bool = True,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        policy: RetryPolicy | None = None,
+        partition_key: Callable[[OutgoingMessage], str] = default_partition_key,
+        new_id: Callable[[], str] = new_message_id,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if (stream_name is None) == (stream_arn is None):
+            raise ValueError("give exactly one of stream_name and stream_arn")
+        if max_message_bytes > DEFAULT_MAX_MESSAGE_BYTES:
+            raise ValueError(
+                f"max_message_bytes above {DEFAULT_MAX_MESSAGE_BYTES} would not fit a record with its partition key"
+            )
+        self.stream_name = stream_name
+        self.stream_arn = stream_arn
+        self.limits = PackLimits(max_bytes=max_message_bytes) if pack else None
+        self._client = client
+        self._partition_key = partition_key
+        self._new_id = new_id
+        self._delivery = Delivery(self, policy or RetryPolicy(), sleep, rng or random.Random())
+
+    def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:
+        """Build the messages for ``events``, assigning each its id now, once, before any attempt."""
+        return build_messages(events, self.limits, self._new_id)
+
+    def publish(self, events: Iterable[Event]) -> PublishResult:
+        """Prepare and send ``events``; see ``PublishResult`` for what was sent, retried and failed."""
+        return self.send(self.prepare(events))
+
+    def send(self, messages: Sequence[OutgoingMessage]) -> PublishResult:
+        """Send prepared messages (for example ``result.failed_messages``), unchanged: same ids, same data."""
+        return self._delivery.run(messages)
+
+    # --- BatchChannel ------------------------------------------------------------------------------
+
+    def batches(self, messages: Sequence[OutgoingMessage]) -> Iterator[Sequence[OutgoingMessage]]:
+        return group(messages, MAX_BATCH_RECORDS, MAX_BATCH_BYTES, self._record_bytes)
+
+    def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[EntryFailure]:
+        records: list[PutRecordsRequestEntryTypeDef] = [
+            {"Data": message.body, "PartitionKey": self._key(message)} for message in batch
+        ]
+        try:
+            if self.stream_arn is not None:
+                response = self._client.put_records(Records=records, StreamARN=self.stream_arn)
+            else:
+                response = self._client.put_records(Records=records, StreamName=self.stream_name or "")
+        except (ClientError, BotoCoreError) as exc:
+            code, reason, retryable = call_failure(exc)
+            return [EntryFailure(index, code, reason, retryable) for index in range(len(batch))]
+        if not response.get("FailedRecordCount"):
+            return []
+        # Results come back in request order; a failed one has an ErrorCode. Both documented codes
+        # (ProvisionedThroughputExceededException, InternalFailure) are transient.
+        return [
+            EntryFailure(index, outcome["ErrorCode"], outcome.get("ErrorMessage", ""), retryable=True)
+            for index, outcome in enumerate(response["Records"])
+            if outcome.get("ErrorCode")
+        ]
+
+    def _key(self, message: OutgoingMessage) -> str:
+        return bounded_partition_key(self._partition_key(message))
+
+    def _record_bytes(self, message: OutgoingMessage) -> int:
+        return message.size + len(self._key(message).encode("utf-8"))

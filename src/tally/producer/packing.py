@@ -1,0 +1,97 @@
+"""Turn events into messages: ids assigned once, many events per message where allowed.
+
+Packing is what makes exactly-once cheap: the consumer writes one idempotency marker per *message*, so
+a message of 2,000 events costs one marker where 2,000 single messages cost 2,000. Packs are filled
+greedily, in order, up to the service's size limit and the consumer's limits on events and distinct keys.
+
+An event that carries its own ``id`` is never packed: its id names exactly that event, and folding it
+into a message with another id would make a later re-send of it count again.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tally.producer.event import LIMITS
+from tally.producer.wire import OutgoingMessage, event_json, packed_body, packed_overhead, single_message
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from tally.producer.event import Event
+
+DEFAULT_MAX_KEYS_PER_MESSAGE = 99
+"""Distinct keys in one packed message: what the consumer can commit in one transaction with its
+marker (100 actions). A larger message is still exactly-once (it goes through the commit journal) but
+costs more writes; raise it deliberately."""
+
+
+def new_message_id() -> str:
+    """A fresh message id: a random UUID, 32 hex digits (valid as an SQS FIFO deduplication id)."""
+    return uuid.uuid4().hex
+
+
+@dataclass(frozen=True, slots=True)
+class PackLimits:
+    """How big a packed message may get: bytes (the service's limit), events and distinct keys."""
+
+    max_bytes: int
+    max_events: int = LIMITS.max_events_per_message
+    max_keys: int = DEFAULT_MAX_KEYS_PER_MESSAGE
+
+    def __post_init__(self) -> None:
+        if self.max_bytes < 256 or self.max_events < 1 or self.max_keys < 1:
+            raise ValueError(f"pack limits too small to hold an event: {self}")
+        if self.max_events > LIMITS.max_events_per_message:
+            raise ValueError(f"max_events above the consumer's {LIMITS.max_events_per_message} per message")
+
+
+def build_messages(
+    events: Iterable[Event],
+    limits: PackLimits | None,
+    new_id: Callable[[], str] = new_message_id,
+) -> list[OutgoingMessage]:
+    """Messages for ``events``: packed under ``limits``, or one per event when ``limits`` is None."""
+    messages: list[OutgoingMessage] = []
+    pack: list[Event] = []
+    fragments: list[str] = []
+    keys: set[str] = set()
+    size = 0
+    pack_id = ""
+
+    def close() -> None:
+        nonlocal size
+        if len(pack) == 1:
+            messages.append(single_message(pack[0], pack_id))
+        elif pack:
+            messages.append(OutgoingMessage(pack_id, tuple(pack), packed_body(pack_id, fragments), packed=True))
+        pack.clear()
+        fragments.clear()
+        keys.clear()
+        size = 0
+
+    for event in events:
+        if event.id is not None or limits is None:
+            messages.append(single_message(event, event.id if event.id is not None else new_id()))
+            continue
+        fragment = event_json(event)
+        added = len(fragment) + (1 if pack else 0)  # ASCII: characters are bytes; a comma between events
+        new_key = event.key not in keys
+        if pack and (
+            size + added > limits.max_bytes
+            or len(pack) == limits.max_events
+            or (new_key and len(keys) == limits.max_keys)
+        ):
+            close()
+            added = len(fragment)
+        if not pack:
+            pack_id = new_id()
+            size = packed_overhead(pack_id)
+        pack.append(event)
+        fragments.append(fragment)
+        keys.add(event.key)
+        size += added
+    close()
+    return messages

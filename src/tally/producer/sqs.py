@@ -1,0 +1,120 @@
+"""``SqsPublisher``: counter events to an SQS queue (standard or FIFO) with ``SendMessageBatch``.
+
+Batches hold at most 10 entries and 256 KiB of bodies (a larger message, on a queue that allows it,
+goes alone). Only the entries SQS reports failed are retried: those it blames on itself; an entry with
+``SenderFault`` (too large, invalid) would fail again and is reported at once.
+
+FIFO queues: ``MessageDeduplicationId`` is the message id, so SQS itself drops a producer retry within
+its 5-minute window (the consumer's markers cover every later one), and ``MessageGroupId`` is the counter
+key of a single-event message or the id of a packed one: counting needs no ordering, so groups only
+spread the load, and a hot key stays in one group as it would in one Kinesis shard.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+import time
+from typing import TYPE_CHECKING, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
+from tally.producer.packing import PackLimits, build_messages, new_message_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Sequence
+
+    from mypy_boto3_sqs.client import SQSClient
+    from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
+
+    from tally.producer.event import Event
+    from tally.producer.result import PublishResult
+    from tally.producer.wire import OutgoingMessage
+
+MAX_BATCH_ENTRIES: Final = 10
+MAX_BATCH_BYTES: Final = 256 * 1024
+"""SendMessageBatch's payload limit as every queue accepts it (the sum of the batch's bodies)."""
+DEFAULT_MAX_MESSAGE_BYTES: Final = 256 * 1024
+"""A queue's default ``MaximumMessageSize``; pass the queue's own value if it differs."""
+_FIFO_TOKEN: Final = re.compile(r"[!-~]{1,128}")  # SQS: 1-128 printable ASCII characters
+
+
+def fifo_token(value: str) -> str:
+    """``value`` if SQS accepts it as a group or deduplication id, else its SHA-256 (64 hex digits)."""
+    if _FIFO_TOKEN.fullmatch(value):
+        return value
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
+
+
+def default_group_id(message: OutgoingMessage) -> str:
+    """The counter key of a single-event message, the message id of a packed one."""
+    key = message.single_key if not message.packed else None
+    return key if key is not None else message.message_id
+
+
+class SqsPublisher:
+    """Publishes counter events to one queue; a FIFO queue is recognised by its ``.fifo`` URL."""
+
+    def __init__(
+        self,
+        client: SQSClient,
+        queue_url: str,
+        *,
+        pack: bool = True,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        policy: RetryPolicy | None = None,
+        group_id: Callable[[OutgoingMessage], str] = default_group_id,
+        new_id: Callable[[], str] = new_message_id,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.queue_url = queue_url
+        self.fifo = queue_url.endswith(".fifo")
+        self.limits = PackLimits(max_bytes=max_message_bytes) if pack else None
+        self._client = client
+        self._group_id = group_id
+        self._new_id = new_id
+        self._delivery = Delivery(self, policy or RetryPolicy(), sleep, rng or random.Random())
+
+    def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:
+        """Build the messages for ``events``, assigning each its id now, once, before any attempt."""
+        return build_messages(events, self.limits, self._new_id)
+
+    def publish(self, events: Iterable[Event]) -> PublishResult:
+        """Prepare and send ``events``; see ``PublishResult`` for what was sent, retried and failed."""
+        return self.send(self.prepare(events))
+
+    def send(self, messages: Sequence[OutgoingMessage]) -> PublishResult:
+        """Send prepared messages (for example ``result.failed_messages``), unchanged: same ids, same bodies."""
+        return self._delivery.run(messages)
+
+    # --- BatchChannel ------------------------------------------------------------------------------
+
+    def batches(self, messages: Sequence[OutgoingMessage]) -> Iterator[Sequence[OutgoingMessage]]:
+        return group(messages, MAX_BATCH_ENTRIES, MAX_BATCH_BYTES, lambda message: message.size)
+
+    def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[EntryFailure]:
+        entries = [self._entry(str(index), message) for index, message in enumerate(batch)]
+        try:
+            response = self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
+        except (ClientError, BotoCoreError) as exc:
+            code, reason, retryable = call_failure(exc)
+            return [EntryFailure(index, code, reason, retryable) for index in range(len(batch))]
+        return [
+            EntryFailure(
+                index=int(failure["Id"]),
+                code=failure.get("Code", "Failed"),
+                reason=failure.get("Message", ""),
+                retryable=not failure.get("SenderFault", False),
+            )
+            for failure in response.get("Failed", [])
+        ]
+
+    def _entry(self, entry_id: str, message: OutgoingMessage) -> SendMessageBatchRequestEntryTypeDef:
+        entry: SendMessageBatchRequestEntryTypeDef = {"Id": entry_id, "MessageBody": message.body.decode("utf-8")}
+        if self.fifo:
+            entry["MessageGroupId"] = fifo_token(self._group_id(message))
+            entry["MessageDeduplicationId"] = fifo_token(message.message_id)
+        return entry

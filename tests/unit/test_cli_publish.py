@@ -1,0 +1,221 @@
+"""``tally publish`` against moto's server: arguments, JSON lines, synthetic load, stacks, failures."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from click.testing import CliRunner
+
+from tally.cli.main import cli
+from tally.core.decode import DecodeLimits, decode_message
+from tally.core.model import Message
+from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+LIMITS = DecodeLimits(max_key_bytes=2000, max_id_bytes=1024)
+
+
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name, value in {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return moto_endpoint
+
+
+def run(*args: str, stdin: str | None = None) -> Any:
+    return CliRunner().invoke(cli, ["publish", *args], input=stdin)
+
+
+def messages_in(bodies: list[bytes]) -> list[Message]:
+    decoded = [decode_message(body, LIMITS) for body in bodies]
+    assert all(isinstance(m, Message) for m in decoded), decoded
+    return decoded  # type: ignore[return-value]
+
+
+def totals(messages: list[Message]) -> dict[str, dict[str, Decimal]]:
+    """Exact sums over DISTINCT message ids (what the consumer will count)."""
+    distinct = {m.message_id: m for m in messages}
+    sums: dict[str, dict[str, Decimal]] = {}
+    for message in distinct.values():
+        for event in message.events:
+            for name, value in event.deltas.items():
+                sums.setdefault(event.key, {}).setdefault(name, Decimal(0))
+                sums[event.key][name] += value
+    return sums
+
+
+def queue_bodies(endpoint: str, url: str) -> list[bytes]:
+    return [m["Body"].encode() for m in drain_queue(client("sqs", endpoint), url)]
+
+
+def stream_bodies(endpoint: str, stream: str) -> list[bytes]:
+    return [r["Data"] for records in read_stream(client("kinesis", endpoint), stream).values() for r in records]
+
+
+def test_key_and_delta_from_arguments(aws: str) -> None:
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("page:/home", "3", "--queue-url", url)
+    assert result.exit_code == 0, result.output
+    assert "messages sent" in result.output
+    (message,) = messages_in(queue_bodies(aws, url))
+    assert [(e.key, dict(e.deltas)) for e in message.events] == [("page:/home", {"count": 3})]
+
+
+def test_events_from_specs_are_exact_and_an_id_is_kept(aws: str) -> None:
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run(
+        "--event",
+        "key=shop:42,orders=1,revenue=49.99,ts=2026-11-21T10:15:00Z",
+        "--event",
+        '{"key": "shop:42", "deltas": {"revenue": 0.01}, "id": "order-7"}',
+        "--queue-url",
+        url,
+    )
+    assert result.exit_code == 0, result.output
+    messages = {m.message_id: m for m in messages_in(queue_bodies(aws, url))}
+    assert messages["order-7"].events[0].deltas == {"revenue": Decimal("0.01")}
+    assert totals(list(messages.values())) == {"shop:42": {"orders": 1, "revenue": Decimal("50.00")}}
+    (other,) = [m for mid, m in messages.items() if mid != "order-7"]
+    assert other.events[0].ts_ms == 1_795_256_100_000
+
+
+def test_json_lines_with_events_and_whole_messages_to_a_stream(aws: str, tmp_path: Path) -> None:
+    stream, _ = create_stream(client("kinesis", aws))
+    lines = tmp_path / "events.jsonl"
+    lines.write_text(
+        '{"key": "a", "delta": 1}\n'
+        "\n"
+        '{"key": "b", "deltas": {"x": 2.50}, "ts": 1790000000000}\n'
+        '{"id": "pack-from-log", "events": [{"key": "a", "delta": 5}, {"key": "c", "delta": -1}]}\n'
+    )
+    result = run("--file", str(lines), "--stream-name", stream)
+    assert result.exit_code == 0, result.output
+    messages = messages_in(stream_bodies(aws, stream))
+    assert "pack-from-log" in {m.message_id for m in messages}
+    assert totals(messages) == {"a": {"count": 6}, "b": {"x": Decimal("2.5")}, "c": {"count": -1}}
+
+
+def test_stdin(aws: str) -> None:
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("--file", "-", "--queue-url", url, stdin='{"key": "k", "delta": 4}\n{"key": "k", "delta": 6}\n')
+    assert result.exit_code == 0, result.output
+    assert totals(messages_in(queue_bodies(aws, url))) == {"k": {"count": 10}}
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        ('{"key": "k", "delta": 0.1e400000}', "cannot be stored"),
+        ('{"key": "k", "detla": 1}', "unknown field"),
+        ('{"key": "k", "delta": NaN}', "not valid JSON"),
+        ('{"key": "k", "delta": true}', "int or a Decimal"),
+        ('{"key": "k", "delta": 1, "ts": "2026-11-21T10:15:00"}', "timezone-aware"),
+        ('{"events": [{"key": "k", "delta": 1}]}', "needs its id"),
+        ("[1, 2]", "expected a JSON object"),
+    ],
+)
+def test_a_bad_line_refuses_the_whole_input_before_anything_is_sent(
+    aws: str, tmp_path: Path, line: str, reason: str
+) -> None:
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    lines = tmp_path / "events.jsonl"
+    lines.write_text('{"key": "good", "delta": 1}\n' + line + "\n")
+    result = run("--file", str(lines), "--queue-url", url)
+    assert result.exit_code == 2
+    assert f"{lines}:2" in result.output
+    assert reason in result.output
+    assert queue_bodies(aws, url) == []
+
+
+def test_generated_load_with_duplicates_sums_to_the_expected_totals(aws: str, tmp_path: Path) -> None:
+    # GIVEN a stream WHEN 3,000 skewed events are published with 20% of the messages re-sent
+    stream, _ = create_stream(client("kinesis", aws), shards=2)
+    expected_path = tmp_path / "expected.json"
+    result = run(
+        "--generate", "3000", "--keys", "40", "--duplicate-rate", "0.2", "--seed", "5",
+        "--stream-name", stream, "--max-message-bytes", "4096", "--expected-out", str(expected_path),
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "duplicates re-sent" in result.output
+    # THEN the stream holds duplicates (same ids), and the distinct messages add up exactly to the totals
+    messages = messages_in(stream_bodies(aws, stream))
+    assert len(messages) > len({m.message_id for m in messages})
+    expected = json.loads(expected_path.read_text(), parse_float=Decimal)
+    assert totals(messages) == expected
+    hottest = max(expected.values(), key=lambda counters: counters["count"])["count"]
+    assert hottest > 3000 / 40 * 3  # Zipf skew: the hottest key has many times its fair share
+
+
+def test_stack_outputs_choose_the_target(aws: str) -> None:
+    # GIVEN stacks exposing the template's output names (created through moto's CloudFormation)
+    cloudformation = client("cloudformation", aws)
+    sqs_stack, both_stack = unique("tally-sqs"), unique("tally-both")
+    queue = {"Q": {"Type": "AWS::SQS::Queue"}}
+    stream = {"S": {"Type": "AWS::Kinesis::Stream", "Properties": {"ShardCount": 1}}}
+    outputs = {"EventsQueueUrl": {"Value": {"Ref": "Q"}}}
+    cloudformation.create_stack(StackName=sqs_stack, TemplateBody=json.dumps({"Resources": queue, "Outputs": outputs}))
+    cloudformation.create_stack(
+        StackName=both_stack,
+        TemplateBody=json.dumps(
+            {"Resources": queue | stream, "Outputs": outputs | {"EventStreamName": {"Value": {"Ref": "S"}}}}
+        ),
+    )
+    # WHEN publishing by stack name THEN the stack's queue receives the event
+    assert run("k", "--stack", sqs_stack).exit_code == 0
+    (output,) = cloudformation.describe_stacks(StackName=sqs_stack)["Stacks"][0]["Outputs"]
+    assert len(queue_bodies(aws, output["OutputValue"])) == 1
+    # ... and a stack with both sources needs --to
+    ambiguous = run("k", "--stack", both_stack)
+    assert ambiguous.exit_code == 1
+    assert "--to" in ambiguous.output
+    assert run("k", "--stack", both_stack, "--to", "kinesis").exit_code == 0
+    missing = run("k", "--stack", unique("no-such-stack"))
+    assert missing.exit_code == 1
+    assert "cannot read stack" in missing.output
+
+
+def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(aws: str, tmp_path: Path) -> None:
+    # GIVEN a queue URL that does not exist
+    missing = f"{aws}/123456789012/{unique('missing')}"
+    failed = tmp_path / "failed.jsonl"
+    # WHEN publishing to it THEN the command fails and keeps the exact messages
+    result = run("--event", "key=a,count=1", "--event", "key=b,count=2,id=order-1", "--queue-url", missing,
+                 "--failed-out", str(failed))  # fmt: skip
+    assert result.exit_code == 1
+    assert "failed" in result.output
+    kept = failed.read_bytes().splitlines()
+    assert len(kept) == 2
+    # WHEN they are published again from that file to a working queue THEN the ids are the same
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    assert run("--file", str(failed), "--queue-url", url).exit_code == 0
+    assert sorted(m.message_id for m in messages_in(queue_bodies(aws, url))) == sorted(
+        m.message_id for m in messages_in(kept)
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--queue-url", "http://x"),
+        ("k", "--file", "-", "--queue-url", "http://x"),
+        ("k",),
+        ("k", "--queue-url", "http://x", "--stream-name", "s"),
+        ("k", "--queue-url", "http://x", "--duplicate-rate", "0.1"),
+        ("k", "not-a-number", "--queue-url", "http://x"),
+    ],
+)
+def test_usage_errors(aws: str, args: tuple[str, ...]) -> None:
+    result = run(*args)
+    assert result.exit_code == 2, result.output
