@@ -37,7 +37,7 @@ OUTPUTS = {
     "Kinesis": {"EventStreamName", "EventStreamArn", "StreamCounterFunctionName"},
 }
 OUTPUTS["Both"] = OUTPUTS["SQS"] | OUTPUTS["Kinesis"]
-COMMON_OUTPUTS = {"DeadLetterQueueUrl", "DeadLetterQueueArn", "CountersTableName", "MarkersTableName"}
+COMMON_OUTPUTS = {"DeadLetterQueueUrl", "DeadLetterQueueArn", "CountersTableName", "MarkersTableName", "DashboardName"}
 STREAM_FUNCTION = "StreamCounterFunction"
 
 

@@ -464,9 +464,7 @@ def test_no_fixed_physical_names(resources: dict[str, Any]) -> None:
 
 
 def test_dead_letter_queue_alarm(resources: dict[str, Any]) -> None:
-    alarms = [r["Properties"] for r in resources.values() if r["Type"] == "AWS::CloudWatch::Alarm"]
-    assert len(alarms) == 1
-    alarm = alarms[0]
+    alarm = resources["DeadLetterQueueAlarm"]["Properties"]
     assert alarm["Namespace"] == "AWS/SQS"
     assert alarm["MetricName"] == "ApproximateNumberOfMessagesVisible"
     assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": {"Fn::GetAtt": [DLQ, "QueueName"]}}]
@@ -484,6 +482,7 @@ def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
         "CountersTableName",
         "MarkersTableName",
         "CounterFunctionName",
+        "DashboardName",
     }
     assert outputs["EventsQueueUrl"]["Value"] == {"Ref": QUEUE}
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [DLQ, "Arn"]}
@@ -678,3 +677,23 @@ def test_windows_and_hot_keys_are_deployment_parameters(resources: dict[str, Any
         assert parameter in parameters
     ttl = resources["CountersTable"]["Properties"]["TimeToLiveSpecification"]
     assert ttl == {"AttributeName": "expires_at", "Enabled": True}
+
+
+def test_alarms_for_what_needs_a_person_notify_the_alarm_topic(resources: dict[str, Any]) -> None:
+    # GIVEN the default (SQS) stack WHEN its alarms are listed
+    alarms = {name: r["Properties"] for name, r in resources.items() if r["Type"] == "AWS::CloudWatch::Alarm"}
+    # THEN dead letters, function errors and throttles, DynamoDB throttling and conflicts are watched
+    assert {
+        "DeadLetterQueueAlarm",
+        "FunctionErrorsAlarm",
+        "FunctionThrottlesAlarm",
+        "DynamoDBThrottlingAlarm",
+        "DynamoDBConflictAlarm",
+    } <= set(alarms)
+    for name, alarm in alarms.items():
+        assert "AlarmActions" in alarm, name
+        assert alarm["AlarmDescription"], name
+    # AND the runbook says what to do for each of them
+    runbook = (REPO_ROOT / "docs" / "runbook.md").read_text()
+    for name in alarms:
+        assert name in runbook or name.removeprefix("Stream") in runbook, name
