@@ -313,3 +313,23 @@ def test_an_applied_message_redelivered_when_its_counter_is_full_is_not_dead_let
     # THEN it is recognised as applied, not dead-lettered, and nothing changes
     assert (result.already_applied, result.failed_record_ids, dlq.letters) == (1, (), [])
     assert store.read_counters("huge") == {"count": Decimal("9.9E+125")}
+
+
+def test_re_sends_are_found_by_reading_markers_first_so_no_transaction_is_wasted(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN 100 applied single-event messages, then a batch of 50 of them re-sent plus 50 new ones
+    cancelled: list[int] = []
+    ddb_tables.client.meta.events.register(
+        "after-call.dynamodb.TransactWriteItems",
+        lambda http_response, **_: cancelled.append(1) if http_response.status_code != 200 else None,
+    )
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    bodies = [f'{{"id":"s-{i}","key":"k-{i % 7}","delta":1}}' for i in range(150)]
+    pipeline.process([SourceRecord(f"a{i}", b, SENT_MS) for i, b in enumerate(bodies[:100])], NOW_MS, plenty)
+    # WHEN the mixed batch is processed
+    result = pipeline.process([SourceRecord(f"b{i}", b, SENT_MS) for i, b in enumerate(bodies[50:])], NOW_MS, plenty)
+    # THEN the re-sends were settled by the read, and no transaction was cancelled (wasting its writes)
+    assert (result.already_applied, result.messages_applied, cancelled) == (50, 50, [])
+    assert sum(store.read_counters(f"k-{i}")["count"] for i in range(7)) == 150
