@@ -105,13 +105,17 @@ def test_late_and_future_events(ddb_tables: DynamoDBTables) -> None:
 
 
 def test_a_hot_key_spreads_over_shards_and_reads_sum_them_even_as_n_changes(ddb_tables: DynamoDBTables) -> None:
-    # GIVEN a hot key written with 8 shards, then 2, then 16 (its shard count changed twice)
+    # GIVEN a hot key written with 8 shards, then 2, then 16 (its shard count changed twice), under
+    # lost responses and transaction conflicts
+    faults = DynamoDBFaults(ddb_tables.client)
     counts = Decimal(0)
     partitions: set[str] = set()
     for phase, shards in enumerate((8, 2, 16)):
         hot = parse_hot_keys(f"hot:*={shards}")
         store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
         pipeline, _ = make_pipeline(store, windows=WINDOWS, hot_keys=hot)
+        faults.lose_responses(2)
+        faults.cancel("TransactionConflict", count=2)
         for batch in range(12):
             bodies = [f'{{"id":"h{phase}-{batch}-{i}","key":"hot:page","delta":1,"ts":{DAY0}}}' for i in range(50)]
             records = [SourceRecord(f"r{phase}-{batch}-{i}", body, NOW_MS) for i, body in enumerate(bodies)]
