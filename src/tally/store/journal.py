@@ -93,14 +93,17 @@ class DynamoDBJournal:
     ) -> list[tuple[TransactWriteItemTypeDef, Role]]:
         expires_at = now_ms // 1000 + self._ttl
         actions = []
+        checked: set[str] = set()
         for claim in claims:
             actions.append(
                 marker_put(
                     self._markers, claim.message_id, now_ms, expires_at, batch_id=batch_id, replaces=claim.replaces
                 )
             )
-            if claim.replaces is not None:
-                # The replaced marker counts as absent only because its batch is aborted: check it here.
+            if claim.replaces is not None and claim.replaces not in checked:
+                # The replaced marker counts as absent only because its batch is aborted: check it here,
+                # once per batch (DynamoDB refuses two operations on one item in a transaction).
+                checked.add(claim.replaces)
                 actions.append(batch_state_check(self._markers, claim.replaces, BatchState.ABORTED))
         return actions
 
