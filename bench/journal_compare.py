@@ -1,0 +1,125 @@
+"""The commit journal against the chunked path on workload U (packed), same DynamoDB Local, same run.
+
+Issue 5's measurement: write units and requests per event (billed from item sizes by ``bench.meter``),
+events per second, and the most ADDs any (key, batch) received, for the packed U stream delivered in
+Lambda-style batches of 100 records, with the journal on and off (``Applier.use_journal``).
+
+Run: ``python -m bench.journal_compare [--events 50000]`` (``make bench-journal``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.peers.tally_pipeline import TallyCounter
+from bench.suite import run_peer
+from bench.workloads import WorkloadSpec, deliver, usage_events
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.runtime import CLIENT_CONFIG
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+
+class AddsPerBatch:
+    """Counts, per handler call (one batch), the ADDs each counter item receives."""
+
+    def __init__(self, counters_prefix: str) -> None:
+        self.prefix = counters_prefix
+        self.current: Counter[str] = Counter()
+        self.max_per_item = 0
+
+    def attach(self, client: DynamoDBClient) -> None:
+        client.meta.events.register("before-call.dynamodb.TransactWriteItems", self._count)
+
+    def next_batch(self) -> None:
+        if self.current:
+            self.max_per_item = max(self.max_per_item, *self.current.values())
+        self.current = Counter()
+
+    def _count(self, params: dict[str, Any], **_: Any) -> None:
+        for action in json.loads(params["body"])["TransactItems"]:
+            update = action.get("Update")
+            if update and update["TableName"].startswith(self.prefix):
+                self.current[json.dumps(update["Key"], sort_keys=True)] += 1
+
+
+def measure(events: int) -> list[dict[str, Any]]:
+    spec = WorkloadSpec(events=events)
+    stream = deliver("U", usage_events(spec), spec, packed=True)
+    rows = []
+    with DynamoDBLocal() as ddb:
+        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+        for label, use_journal in (("journal (one ADD per key per batch)", True), ("chunked path", False)):
+            adds = AddsPerBatch("bench-tally-counters-")
+            adds.attach(client)
+
+            def factory(
+                c: DynamoDBClient,
+                a: DynamoDBClient,
+                suffix: str,
+                journal: bool = use_journal,
+                adds: AddsPerBatch = adds,
+            ) -> TallyCounter:
+                counter = TallyCounter(c, a, suffix, packed=True)
+                counter._pipeline._applier.use_journal = journal  # type: ignore[attr-defined]
+                original = counter.handle
+
+                def handle(event: Any, context: Any) -> Any:
+                    adds.next_batch()
+                    return original(event, context)
+
+                counter.handle = handle  # type: ignore[method-assign]
+                return counter
+
+            run = run_peer(factory, stream, client=client, admin=admin, batch_size=100)
+            adds.next_batch()
+            rows.append(
+                {
+                    "path": label,
+                    "events": run.events,
+                    "events_per_s": run.events_per_second,
+                    "write_units_per_event": run.write_units_per_event,
+                    "requests_per_event": run.requests_per_event,
+                    "max_adds_per_item_per_batch": adds.max_per_item,
+                    "exact": run.correctness.exact,
+                }
+            )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="journal vs chunked path on workload U, packed")
+    parser.add_argument("--events", type=int, default=50_000)
+    args = parser.parse_args()
+    rows = measure(args.events)
+    table = Table(title=f"workload U, packed messages of 100 events, {args.events:,} events, batches of 100")
+    for column in ("path", "events/s", "write units/event", "requests/event", "max ADDs per (item, batch)", "exact"):
+        table.add_column(column, justify="left" if column == "path" else "right")
+    for row in rows:
+        table.add_row(
+            row["path"],
+            f"{row['events_per_s']:,.0f}",
+            f"{row['write_units_per_event']:.4f}",
+            f"{row['requests_per_event']:.5f}",
+            str(row["max_adds_per_item_per_batch"]),
+            "yes" if row["exact"] else "NO",
+        )
+    Console().print(table)
+    journal, chunked = rows
+    Console().print(
+        f"journal vs chunked: {chunked['write_units_per_event'] / journal['write_units_per_event']:.2f}x fewer write "
+        f"units, {chunked['requests_per_event'] / journal['requests_per_event']:.1f}x fewer requests, "
+        f"{journal['events_per_s'] / chunked['events_per_s']:.2f}x events/s"
+    )
+    return 0 if all(row["exact"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,290 @@
+"""Count every DynamoDB request a peer makes and bill it, through botocore's event hooks.
+
+The hooks sit on one boto3 client (the one the peer under test was given), so the code under test is
+unmodified and every peer is measured the same way, Powertools' own idempotency-table reads and writes
+included:
+
+- ``before-parameter-build``: keeps the request's parameters for the bill, and asks DynamoDB Local for
+  its own ``ConsumedCapacity`` (``ReturnConsumedCapacity=TOTAL``; it changes no write or read), kept
+  beside the computed figure as a cross-check;
+- ``before-send``: counts HTTP attempts (botocore's own retries included);
+- ``after-call``: bills the call from its parameters, its outcome and the shadow of the items
+  (``bench.shadow``), then applies a successful write to the shadow.
+
+A cancelled transaction wrote nothing but was prepared: it is billed one write unit per item per
+started KB (the prepare half of a transactional write; AWS does not document the charge) and reported
+apart, so a reader can re-bill it either way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from bench.capacity import item_size, read_units, transactional_write_units, write_units
+from bench.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.capacity import Item
+
+_CONTEXT_KEY: Final = "bench_meter_request"
+_DATA_PLANE: Final = frozenset(
+    {"GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "Query", "Scan"}
+)
+_SINGLE_ITEM: Final = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem"})
+_TOLERANCE: Final = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """What a peer's run cost, in requests and capacity units."""
+
+    calls: Mapping[str, int]
+    """API calls per operation (after botocore's retries)."""
+    attempts: int
+    """HTTP requests sent (one per call, plus botocore's retries)."""
+    write_units: float
+    """Committed writes plus failed conditional writes plus the prepare half of cancelled transactions."""
+    read_units: float
+    cancelled_transactions: int
+    cancelled_write_units: float
+    """The share of ``write_units`` billed for cancelled transactions (their prepare phase)."""
+    conditional_failures: int
+    transaction_items: int
+    transaction_write_units: float
+    """Write units of committed transactions (2 per item per KB)."""
+    largest_item_bytes: int
+    local_reported_single_item: float
+    """DynamoDB Local's own ``ConsumedCapacity`` for single-item calls: it should equal the next figure."""
+    computed_single_item: float
+    single_item_mismatches: int
+    """Single-item calls where DynamoDB Local's figure and the computed one differ (should be 0)."""
+    local_reported_transactions: float
+    """DynamoDB Local's figure for ``TransactWriteItems`` (known to be wrong: shown, never used)."""
+    cancellation_reasons: Mapping[str, int] = field(default_factory=dict)
+    """Why transactions were cancelled: ``"<reason code> on <table alias>"`` -> how many actions."""
+
+    @property
+    def requests(self) -> int:
+        return self.attempts
+
+
+class DynamoDBMeter:
+    """Bills the DynamoDB calls of the clients it is attached to."""
+
+    def __init__(self) -> None:
+        self.shadow = ShadowTables()
+        self._aliases: dict[str, str] = {}
+        self.reset()
+
+    def track(self, table: str, key_names: Sequence[str], alias: str | None = None) -> None:
+        """Bill calls on ``table`` (key attribute names, partition key first); ``alias`` names it in reports."""
+        self.shadow.track(table, key_names)
+        self._aliases[table] = alias or table
+
+    def reset(self) -> None:
+        """Zero the counters (the shadow keeps the items: it mirrors the tables, not the run)."""
+        self._calls: Counter[str] = Counter()
+        self._attempts = 0
+        self._write_units = 0.0
+        self._read_units = 0.0
+        self._cancelled = 0
+        self._cancelled_units = 0.0
+        self._conditional_failures = 0
+        self._transaction_items = 0
+        self._transaction_units = 0.0
+        self._largest = 0
+        self._reported_single = 0.0
+        self._computed_single = 0.0
+        self._mismatches = 0
+        self._reported_transactions = 0.0
+        self._reasons: Counter[str] = Counter()
+        self.unsupported: list[str] = []  # requests the meter could not bill: the run is then invalid
+        self.overhead_s = 0.0  # time spent billing inside the hooks: the suite subtracts it from the handler's
+
+    def usage(self) -> Usage:
+        return Usage(
+            calls=dict(self._calls),
+            attempts=self._attempts,
+            write_units=self._write_units,
+            read_units=self._read_units,
+            cancelled_transactions=self._cancelled,
+            cancelled_write_units=self._cancelled_units,
+            conditional_failures=self._conditional_failures,
+            transaction_items=self._transaction_items,
+            transaction_write_units=self._transaction_units,
+            largest_item_bytes=self._largest,
+            local_reported_single_item=self._reported_single,
+            computed_single_item=self._computed_single,
+            single_item_mismatches=self._mismatches,
+            local_reported_transactions=self._reported_transactions,
+            cancellation_reasons=dict(self._reasons),
+        )
+
+    # ------------------------------------------------------------------------------ botocore hooks
+    def attach(self, client: DynamoDBClient) -> None:
+        events = client.meta.events
+        for event, handler in self._hooks():
+            events.register(event, handler, unique_id=f"bench-meter-{id(self)}-{event}")
+
+    def detach(self, client: DynamoDBClient) -> None:
+        events = client.meta.events
+        for event, _ in self._hooks():
+            events.unregister(event, unique_id=f"bench-meter-{id(self)}-{event}")
+
+    def _hooks(self) -> list[tuple[str, Any]]:
+        return [
+            ("before-parameter-build.dynamodb", self._before_parameter_build),
+            ("before-send.dynamodb", self._before_send),
+            ("after-call.dynamodb", self._after_call),
+        ]
+
+    def _before_parameter_build(self, params: dict[str, Any], model: Any, context: dict[str, Any], **_: Any) -> None:
+        operation = model.name
+        if operation not in _DATA_PLANE:
+            return
+        # A shallow copy suffices: botocore only reads the parameters, and the callers build fresh ones per call.
+        context[_CONTEXT_KEY] = (operation, dict(params))
+        params["ReturnConsumedCapacity"] = "TOTAL"
+
+    def _before_send(self, **_: Any) -> None:
+        self._attempts += 1
+
+    def _after_call(self, parsed: Mapping[str, Any], context: Mapping[str, Any], **_: Any) -> None:
+        request = context.get(_CONTEXT_KEY)
+        if request is None:
+            return
+        started = time.perf_counter()
+        try:
+            self._account(request, parsed)
+        except UnsupportedRequest as exc:
+            # Kept as well as raised: a peer that catches exceptions per record (Powertools) must not hide it.
+            self.unsupported.append(str(exc))
+            raise
+        finally:
+            self.overhead_s += time.perf_counter() - started
+
+    def _account(self, request: tuple[str, Mapping[str, Any]], parsed: Mapping[str, Any]) -> None:
+        operation, params = request
+        self._calls[operation] += 1
+        error = parsed.get("Error", {}).get("Code")
+        computed = self._bill(operation, params, parsed, error)
+        if operation in _SINGLE_ITEM:
+            reported = parsed.get("ConsumedCapacity", {}).get("CapacityUnits")
+            if reported is not None:
+                self._reported_single += float(reported)
+                self._computed_single += computed
+                if abs(float(reported) - computed) > _TOLERANCE:
+                    self._mismatches += 1
+        elif operation == "TransactWriteItems":
+            self._reported_transactions += sum(
+                float(entry.get("CapacityUnits", 0)) for entry in parsed.get("ConsumedCapacity", [])
+            )
+
+    # ------------------------------------------------------------------------------------- billing
+    def _bill(self, operation: str, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> float:
+        """Bill one call; returns its units (write or read) for the cross-check."""
+        if operation == "GetItem":
+            return self._read(params["TableName"], [params["Key"]], consistent=bool(params.get("ConsistentRead")))
+        if operation == "BatchGetItem":
+            return self._batch_get(params, parsed, error)
+        if operation in ("PutItem", "UpdateItem", "DeleteItem"):
+            return self._single_write(operation, params, error)
+        if operation == "TransactWriteItems":
+            return self._transaction(params, parsed, error)
+        raise UnsupportedRequest(f"{operation} is not billed by the meter")
+
+    def _read(self, table: str, keys: Sequence[Item], *, consistent: bool) -> float:
+        units = sum(read_units(item_size(self.shadow.get(table, key)), consistent=consistent) for key in keys)
+        self._read_units += units
+        return units
+
+    def _batch_get(self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> float:
+        if error is not None:
+            return 0.0
+        unprocessed = parsed.get("UnprocessedKeys", {})
+        units = 0.0
+        for table, request in params["RequestItems"].items():
+            skipped = unprocessed.get(table, {}).get("Keys", [])
+            keys = [key for key in request["Keys"] if key not in skipped]
+            units += self._read(table, keys, consistent=bool(request.get("ConsistentRead")))
+        return units
+
+    def _single_write(self, operation: str, params: Mapping[str, Any], error: str | None) -> float:
+        table = params["TableName"]
+        before, after = self._before_after(operation, params, table)
+        size = max(item_size(before), item_size(after))
+        self._largest = max(self._largest, size)
+        if error is None:
+            self._store(table, operation, params, after)
+        elif error == "ConditionalCheckFailedException":
+            self._conditional_failures += 1
+        else:
+            return 0.0  # refused before it touched the item (validation, throttling): not billed
+        units = float(write_units(size))
+        self._write_units += units
+        return units
+
+    def _transaction(self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> float:
+        actions: list[tuple[str, str, dict[str, Any] | None, int]] = []
+        for entry in params["TransactItems"]:
+            ((kind, action),) = entry.items()
+            table = action["TableName"]
+            operation = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem"}.get(kind)
+            if operation is None:  # ConditionCheck: billed on the item it checks, nothing written
+                before = self.shadow.get(table, action["Key"])
+                actions.append((table, kind, None, item_size(before)))
+                continue
+            before, after = self._before_after(operation, action, table)
+            actions.append((table, operation, after, max(item_size(before), item_size(after))))
+        self._transaction_items += len(actions)
+        if error is None:
+            units = float(sum(transactional_write_units(size) for *_, size in actions))
+            for (table, operation, after, size), entry in zip(actions, params["TransactItems"], strict=True):
+                self._largest = max(self._largest, size)
+                if after is not None or operation == "DeleteItem":
+                    ((_, action),) = entry.items()
+                    self._store(table, operation, action, after)
+            self._write_units += units
+            self._transaction_units += units
+            return units
+        if error == "TransactionCanceledException":
+            for (table, *_), reason in zip(actions, parsed.get("CancellationReasons", []), strict=False):
+                code = reason.get("Code") or "None"
+                if code != "None":
+                    self._reasons[f"{code} on {self._aliases.get(table, table)}"] += 1
+            prepared = float(sum(write_units(size) for *_, size in actions))
+            self._cancelled += 1
+            self._cancelled_units += prepared
+            self._write_units += prepared
+            return prepared
+        return 0.0
+
+    def _before_after(
+        self, operation: str, params: Mapping[str, Any], table: str
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        if operation == "PutItem":
+            item = params["Item"]
+            return self.shadow.get(table, self.shadow.key_of(table, item)), dict(item)
+        key = params["Key"]
+        before = self.shadow.get(table, key)
+        if operation == "DeleteItem":
+            return before, None
+        placeholders = Expression(
+            params.get("ExpressionAttributeNames", {}), params.get("ExpressionAttributeValues", {})
+        )
+        if "UpdateExpression" not in params:
+            raise UnsupportedRequest("UpdateItem without an UpdateExpression (AttributeUpdates) is not supported")
+        return before, apply_update(before, key, params["UpdateExpression"], placeholders)
+
+    def _store(self, table: str, operation: str, params: Mapping[str, Any], after: dict[str, Any] | None) -> None:
+        if operation == "DeleteItem" or after is None:
+            self.shadow.delete(table, params["Key"])
+        else:
+            self.shadow.put(table, after)

@@ -1,0 +1,48 @@
+"""Create and delete the peers' tables on DynamoDB Local (control plane, through the unmetered client)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.local.template import TableDefinition
+
+
+def create_table(
+    admin: DynamoDBClient, name: str, keys: Sequence[tuple[str, Literal["S", "N", "B"]]], ttl_attribute: str | None
+) -> None:
+    """An on-demand table with ``keys`` (attribute name, type; partition key first) and an optional TTL."""
+    admin.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": attribute, "KeyType": "HASH" if index == 0 else "RANGE"}
+            for index, (attribute, _) in enumerate(keys)
+        ],
+        AttributeDefinitions=[{"AttributeName": attribute, "AttributeType": kind} for attribute, kind in keys],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    admin.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
+    if ttl_attribute is not None:
+        admin.update_time_to_live(
+            TableName=name, TimeToLiveSpecification={"AttributeName": ttl_attribute, "Enabled": True}
+        )
+
+
+def create_from_template(admin: DynamoDBClient, definition: TableDefinition, name: str) -> None:
+    """A table exactly as ``template.yaml`` declares it (tally's own tables, as the tests build them)."""
+    admin.create_table(**definition.create_table_kwargs(name))
+    admin.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
+    ttl_kwargs = definition.update_time_to_live_kwargs(name)
+    if ttl_kwargs is not None:
+        admin.update_time_to_live(**ttl_kwargs)
+
+
+def drop_tables(admin: DynamoDBClient, names: Sequence[str]) -> None:
+    for name in names:
+        with contextlib.suppress(admin.exceptions.ResourceNotFoundException):
+            admin.delete_table(TableName=name)

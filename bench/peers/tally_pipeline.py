@@ -1,0 +1,171 @@
+"""Peers 3 and 4, tally: the real batch pipeline, fed single-event or packed messages.
+
+``handle`` is ``tally.handlers.sqs.handler`` without its Powertools logger, metrics and tracer
+decorators (the other peers log nothing either): read the clock once, turn the event into records, run
+``BatchPipeline.process``, answer with the records to redeliver. The pipeline is wired the way
+``tally.runtime.build_pipeline`` wires it (counter store, commit journal, applier, decode limits, dedup
+horizon, windows, hot keys), from the settings a default deployment of ``template.yaml`` runs with
+(``bench.deployment``), but on the metered client and with a dead-letter port that keeps the letters in
+memory: keep ``build_pipeline`` below in step with the runtime.
+
+By default the time windows are switched off (``TALLY_WINDOWS`` empty): the peers count all-time totals
+only, and so does tally then. ``windows=True`` keeps the template's default windows (more counter items
+per key, each written once per batch).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from bench.deployment import TEMPLATE, default_settings
+from bench.peers.tables import create_from_template, drop_tables
+from tally.apply import Applier
+from tally.config import WINDOWS
+from tally.core.decode import DecodeLimits
+from tally.local.template import load_template, table_definitions
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.sources.sqs import records_from_event
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+    from decimal import Decimal
+
+    from aws_lambda_powertools.utilities.typing import LambdaContext
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.meter import DynamoDBMeter
+    from tally.config import Settings
+    from tally.core.model import DeadLetter
+    from tally.local.template import TableDefinition
+    from tally.pipeline import BatchResult
+
+
+@cache
+def _definitions() -> dict[str, TableDefinition]:
+    return table_definitions(load_template(TEMPLATE))
+
+
+@dataclass
+class RecordingDeadLetterQueue:
+    """The dead-letter port, in memory: a benchmark workload has no poison, so any letter is a finding."""
+
+    letters: list[DeadLetter] = field(default_factory=list)
+
+    def send(self, letters: Sequence[DeadLetter]) -> frozenset[str]:
+        self.letters.extend(letters)
+        return frozenset()
+
+
+@dataclass
+class PipelineTotals:
+    """``BatchResult`` figures summed over the run (the pipeline's own account of what it did)."""
+
+    batches: int = 0
+    records: int = 0
+    messages_applied: int = 0
+    events_applied: int = 0
+    duplicates_in_batch: int = 0
+    already_applied: int = 0
+    dead_letters: int = 0
+    failed_records: int = 0
+    transactions: int = 0
+    retries: int = 0
+
+    def add(self, result: BatchResult) -> None:
+        self.batches += 1
+        self.records += result.records
+        self.messages_applied += result.messages_applied
+        self.events_applied += result.events_applied
+        self.duplicates_in_batch += result.duplicates_in_batch
+        self.already_applied += result.already_applied
+        self.dead_letters += len(result.dead_letters)
+        self.failed_records += len(result.failed_record_ids)
+        self.transactions += result.transactions
+        self.retries += result.retries
+
+    def as_dict(self) -> dict[str, int]:
+        return {item.name: getattr(self, item.name) for item in fields(self)}
+
+
+def build_pipeline(client: DynamoDBClient, settings: Settings) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
+    """tally's production wiring (``tally.runtime.build_pipeline``) on ``client``, dead letters in memory."""
+    ttl_s = settings.marker_ttl_seconds
+    store = DynamoDBCounterStore(client, settings.counters_table, settings.markers_table, ttl_s)
+    journal = DynamoDBJournal(client, settings.counters_table, settings.markers_table, ttl_s)
+    dead_letters = RecordingDeadLetterQueue()
+    limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
+    pipeline = BatchPipeline(
+        Applier(store, journal),
+        dead_letters,
+        PipelineSettings(
+            limits=limits,
+            dedup_horizon_ms=ttl_s * 1000,
+            windows=settings.windows,
+            hot_keys=settings.hot_keys,
+        ),
+    )
+    return pipeline, dead_letters
+
+
+class TallyCounter:
+    """tally's SQS handler over fresh tables built from ``template.yaml``."""
+
+    def __init__(
+        self, client: DynamoDBClient, admin: DynamoDBClient, suffix: str, *, packed: bool, windows: bool = False
+    ) -> None:
+        self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}"
+        self._admin = admin
+        definitions = _definitions()
+        self.counters_table = f"bench-tally-counters-{suffix}"
+        self.markers_table = f"bench-tally-markers-{suffix}"
+        self.settings = default_settings(self.counters_table, self.markers_table, None if windows else {WINDOWS: ""})
+        create_from_template(admin, definitions["CountersTable"], self.counters_table)
+        create_from_template(admin, definitions["MarkersTable"], self.markers_table)
+        self._key_names = {
+            table: [key.attribute_name for key in sorted(definitions[logical].key_schema, key=_hash_first)]
+            for table, logical in ((self.counters_table, "CountersTable"), (self.markers_table, "MarkersTable"))
+        }
+        self._pipeline, self._dead_letters = build_pipeline(client, self.settings)
+        self.totals = PipelineTotals()
+
+    @property
+    def items_per_key(self) -> int:
+        """Counter items one key's events write per batch: the all-time item and one per window."""
+        return 1 + len(self.settings.windows.units)
+
+    def handle(self, event: Mapping[str, Any], context: LambdaContext) -> Mapping[str, Any]:
+        now_ms = time.time_ns() // 1_000_000
+        result = self._pipeline.process(records_from_event(event), now_ms, context.get_remaining_time_in_millis)
+        self.totals.add(result)
+        return {"batchItemFailures": [{"itemIdentifier": record_id} for record_id in result.failed_record_ids]}
+
+    @property
+    def dead_letters(self) -> int:
+        return len(self._dead_letters.letters)
+
+    def read_counters(self, keys: Iterable[str]) -> dict[str, dict[str, Decimal]]:
+        store = DynamoDBCounterStore(
+            self._admin,
+            self.counters_table,
+            self.markers_table,
+            self.settings.marker_ttl_seconds,
+            hot_keys=self.settings.hot_keys,
+        )
+        return {key: store.read_counters(key) for key in keys}
+
+    def track(self, meter: DynamoDBMeter) -> None:
+        aliases = {self.counters_table: "counters", self.markers_table: "markers"}
+        for table, names in self._key_names.items():
+            meter.track(table, names, aliases[table])
+
+    def drop(self) -> None:
+        drop_tables(self._admin, [self.counters_table, self.markers_table])
+
+
+def _hash_first(key: Any) -> int:
+    return 0 if key.key_type == "HASH" else 1

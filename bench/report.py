@@ -1,0 +1,728 @@
+"""Turn a run's figures into the targets' verdicts, a rich table, ``docs/benchmarks.md``, a PNG chart and JSON.
+
+Nothing here measures: it only divides, compares and draws. Prices are DynamoDB on-demand in us-east-1
+(since November 2024): $0.625 per million write request units, $0.125 per million read request units.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import asdict, dataclass, fields
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+import matplotlib as mpl
+
+mpl.use("Agg")  # headless: the chart is a file, never a window
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+    from pathlib import Path
+
+    from bench.suite import PeerRun, SuiteConfig
+
+WRITE_PRICE_PER_MILLION: Final = 0.625
+READ_PRICE_PER_MILLION: Final = 0.125
+PRICE_NOTE: Final = (
+    "DynamoDB on-demand, us-east-1, prices in force since November 2024: "
+    "$0.625 per million write request units, $0.125 per million read request units"
+)
+PEER_ORDER: Final = (
+    "naive",
+    "powertools",
+    "powertools-body-id",
+    "tally-single",
+    "tally-packed",
+    "tally-single-windows",
+    "tally-packed-windows",
+)
+PEER_LABELS: Final = {
+    "naive": "naive UpdateItem ADD per event",
+    "powertools": "Powertools BatchProcessor + idempotent_function (messageId)",
+    "powertools-body-id": "Powertools, keyed on the body's id",
+    "tally-single": "tally, single-event messages",
+    "tally-packed": "tally, packed messages (100 events)",
+    "tally-single-windows": "tally, single-event, + template's default windows (hour, day)",
+    "tally-packed-windows": "tally, packed, + template's default windows (hour, day)",
+}
+CPU_TALLY_SINGLE: Final = "tally core, single-event records"
+CPU_TALLY_PACKED: Final = "tally core, packed records"
+CPU_POWERTOOLS: Final = "powertools loop + json_body sum, single-event records"
+
+
+@dataclass(frozen=True, slots=True)
+class SuiteResults:
+    """Everything one run measured, and where and when."""
+
+    label: str
+    started_utc: str
+    seconds: float
+    machine: Mapping[str, str]
+    config: SuiteConfig
+    runs: Sequence[PeerRun]
+    cpu: Mapping[str, Any]
+    memory: Mapping[str, Any]
+    profile: str = ""
+
+    def run(self, peer: str, workload: str) -> PeerRun | None:
+        return next((r for r in self.runs if r.peer == peer and r.workload == workload), None)
+
+    def cpu_rate(self, path: str) -> float:
+        for figure in self.cpu.get("figures", []):
+            if figure["path"] == path:
+                return float(figure["events"] / figure["best_s"])
+        return 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One target of issue 6: what it asks, what was measured, whether it is met."""
+
+    target: str
+    goal: str
+    measured: str
+    met: bool
+
+
+def cost_per_million_events(run: PeerRun) -> float:
+    """Dollars per million events: units per event times the price per million units."""
+    return run.write_units_per_event * WRITE_PRICE_PER_MILLION + run.read_units_per_event * READ_PRICE_PER_MILLION
+
+
+def speedup(results: SuiteResults, peer: str, workload: str) -> float | None:
+    """Events per second of ``peer`` over the naive counter's, same workload, same run."""
+    run, naive = results.run(peer, workload), results.run("naive", workload)
+    if run is None or naive is None or not naive.events_per_second:
+        return None
+    return run.events_per_second / naive.events_per_second
+
+
+def _committed(run: PeerRun) -> float:
+    """Committed write units (without cancelled transactions) over the floor."""
+    return (run.usage.write_units - run.usage.cancelled_write_units) / run.floor_write_units
+
+
+def verdicts(results: SuiteResults) -> list[Verdict]:
+    """Each target of issue 6 against the measured values."""
+    out: list[Verdict] = []
+    tally = [r for r in results.runs if r.peer.startswith("tally")]
+    wrong = [f"{r.workload} {r.stream}" for r in tally if not r.correctness.exact]
+    out.append(
+        Verdict(
+            "Exact counts on every workload",
+            "every tally run exact",
+            f"{len(tally) - len(wrong)}/{len(tally)} exact" + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
+            bool(tally) and not wrong,
+        )
+    )
+    ratios = [(r, r.usage.write_units / r.floor_write_units) for r in tally if r.floor_write_units]
+    out.append(
+        Verdict(
+            "No wasted writes: write units within 5% of the floor",
+            "<= 1.05 x floor, 2 x (new messages + distinct items) per batch",
+            "; ".join(
+                f"{r.workload} {r.peer} {ratio:.2f}x (committed only {_committed(r):.2f}x)" for r, ratio in ratios
+            ),
+            bool(ratios) and all(ratio <= 1.05 for _, ratio in ratios),
+        )
+    )
+    packed, single, powertools = (
+        results.run("tally-packed", "U"),
+        results.run("tally-single", "U"),
+        results.run("powertools", "U"),
+    )
+    if packed is not None:
+        out.append(
+            Verdict(
+                "U packed: write units per event",
+                "<= 0.25",
+                f"{packed.write_units_per_event:.4f}",
+                packed.write_units_per_event <= 0.25,
+            )
+        )
+        out.append(
+            Verdict(
+                "U packed: DynamoDB requests per event",
+                "<= 0.002",
+                f"{packed.requests_per_event:.5f}",
+                packed.requests_per_event <= 0.002,
+            )
+        )
+    if single is not None and powertools is not None:
+        out.append(
+            Verdict(
+                "U single: write units per event",
+                f"<= Powertools ({powertools.write_units_per_event:.3f})",
+                f"{single.write_units_per_event:.3f}",
+                single.write_units_per_event <= powertools.write_units_per_event,
+            )
+        )
+    if single is not None:
+        out.append(
+            Verdict(
+                "U single: DynamoDB requests per event",
+                "<= 0.02",
+                f"{single.requests_per_event:.4f}",
+                single.requests_per_event <= 0.02,
+            )
+        )
+    for peer, floor in (("tally-single", 3.0), ("tally-packed", 30.0)):
+        for workload in ("U", "H"):
+            ratio = speedup(results, peer, workload)
+            if ratio is not None:
+                out.append(
+                    Verdict(
+                        f"{workload} {peer.removeprefix('tally-')}: events/s vs naive, same run",
+                        f">= {floor:g}x",
+                        f"{ratio:.1f}x",
+                        ratio >= floor,
+                    )
+                )
+    for peer in ("tally-single", "tally-packed"):
+        u, h = results.run(peer, "U"), results.run(peer, "H")
+        if u is not None and h is not None:
+            out.append(
+                Verdict(
+                    f"H at least as fast as U ({peer.removeprefix('tally-')})",
+                    "H events/s >= U events/s",
+                    f"H {h.events_per_second:,.0f} vs U {u.events_per_second:,.0f}",
+                    h.events_per_second >= u.events_per_second,
+                )
+            )
+    cpu_single, cpu_packed, cpu_powertools = (
+        results.cpu_rate(p) for p in (CPU_TALLY_SINGLE, CPU_TALLY_PACKED, CPU_POWERTOOLS)
+    )
+    if cpu_single:
+        out.append(
+            Verdict(
+                "Handler CPU, single-event records (one core, no I/O)",
+                ">= 750,000 events/s",
+                f"{cpu_single:,.0f}",
+                cpu_single >= 750_000,
+            )
+        )
+    if cpu_packed:
+        out.append(
+            Verdict(
+                "Handler CPU, packed records (one core, no I/O)",
+                ">= 2,000,000 events/s",
+                f"{cpu_packed:,.0f}",
+                cpu_packed >= 2_000_000,
+            )
+        )
+    if cpu_single and cpu_powertools:
+        ratio = cpu_single / cpu_powertools
+        out.append(
+            Verdict(
+                "Handler CPU vs Powertools' record loop",
+                ">= 5x",
+                f"{ratio:.2f}x ({cpu_single:,.0f} vs {cpu_powertools:,.0f})",
+                ratio >= 5,
+            )
+        )
+    pipeline = results.memory.get("pipeline")
+    if pipeline:
+        peak = float(pipeline["max_rss_mb"])
+        out.append(
+            Verdict(
+                f"Peak memory, one {results.memory['records']:,}-record batch",
+                "<= 128 MB",
+                f"{peak:.1f} MB (process max RSS)",
+                peak <= 128,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------- console
+def console_tables(results: SuiteResults) -> list[Table]:
+    """The results and the verdicts, as rich tables."""
+    runs = Table(title=f"tally bench: {results.label}")
+    for column in (
+        "workload",
+        "peer",
+        "events",
+        "events/s",
+        "vs naive",
+        "req/event",
+        "WCU/event",
+        "floor",
+        "RCU/event",
+        "$/M events",
+        "count error",
+        "exact",
+    ):
+        runs.add_column(column, justify="left" if column in ("workload", "peer") else "right")
+    for run in _ordered(results.runs):
+        ratio = speedup(results, run.peer, run.workload)
+        runs.add_row(
+            run.workload,
+            run.peer,
+            f"{run.events:,}",
+            f"{run.events_per_second:,.0f}",
+            f"{ratio:.1f}x" if ratio is not None else "-",
+            f"{run.requests_per_event:.4f}",
+            f"{run.write_units_per_event:.4f}",
+            f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-",
+            f"{run.read_units_per_event:.4f}",
+            f"{cost_per_million_events(run):.3f}",
+            f"{run.correctness.error_pct:+.2f}%",
+            "yes" if run.correctness.exact else "[red]no[/]",
+        )
+    targets = Table(title="issue 6 targets")
+    for column in ("target", "goal", "measured", "met"):
+        targets.add_column(column)
+    for verdict in verdicts(results):
+        targets.add_row(
+            verdict.target, verdict.goal, verdict.measured, "[green]yes[/]" if verdict.met else "[red]NO[/]"
+        )
+    return [runs, targets]
+
+
+# -------------------------------------------------------------------------------------------- markdown
+def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 1) -> list[str]:
+    """A markdown table; columns from ``numeric_from`` on are right-aligned."""
+    align = ["---" if index < numeric_from else "---:" for index in range(len(header))]
+    return ["| " + " | ".join(row) + " |" for row in (header, align, *rows)]
+
+
+def markdown(results: SuiteResults, chart_name: str) -> str:
+    """``docs/benchmarks.md``: figures, verdicts, method."""
+    lines = [
+        "# Benchmarks: tally against the peers",
+        "",
+        f"> Generated by `{results.machine.get('command', 'make bench')}` ({results.started_utc}, "
+        f"{results.seconds / 60:.1f} min). Do not edit by hand: re-run the command.",
+        "",
+        *_header_lines(results),
+        "",
+        f"![benchmark chart]({chart_name})",
+        "",
+        "## Results",
+        "",
+        _workload_intro(results),
+        "",
+        *md_table(RESULT_COLUMNS, [_result_row(results, run) for run in _ordered(results.runs)], numeric_from=2),
+        "",
+        f"Prices: {PRICE_NOTE}. The Powertools idempotency table's reads and writes are included.",
+        "",
+        "## Targets (issue 6)",
+        "",
+        *md_table(
+            ("target", "goal", "measured", "met"),
+            [(v.target, v.goal, v.measured, "yes" if v.met else "**no**") for v in verdicts(results)],
+            numeric_from=4,
+        ),
+        "",
+        "## Reading the figures",
+        "",
+        *_findings(results),
+        "",
+        "## Handler CPU, no I/O, one core",
+        "",
+        _cpu_intro(results),
+        "",
+        *md_table(
+            ("path", "records", "events", "best of", "best time", "events/s"),
+            [
+                (
+                    f["path"],
+                    f"{f['records']:,}",
+                    f"{f['events']:,}",
+                    str(f["repeats"]),
+                    f"{f['best_s'] * 1000:.1f} ms",
+                    f"{f['events'] / f['best_s']:,.0f}",
+                )
+                for f in results.cpu.get("figures", [])
+            ],
+        ),
+        "",
+        "## Peak memory, one batch",
+        "",
+        *_memory_lines(results),
+        "",
+        "## Pipeline counters (tally's own account of each run)",
+        "",
+        *_pipeline_lines(results),
+        "",
+        "## Accounting cross-check",
+        "",
+        *_cross_check_lines(results),
+        "",
+        "## How it is measured",
+        "",
+        *METHOD,
+    ]
+    if results.profile:
+        lines += [
+            "",
+            "## Where tally's handler CPU goes",
+            "",
+            "pyinstrument, `python -m bench.cpu --profile single` (the `tally core` path on single-event records):",
+            "",
+            "```",
+            results.profile.strip(),
+            "```",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+RESULT_COLUMNS: Final = (
+    "workload",
+    "peer",
+    "events",
+    "records",
+    "events/s",
+    "vs naive",
+    "requests/event",
+    "write units/event",
+    "of which cancelled",
+    "floor",
+    "read units/event",
+    "$ per million events",
+    "counted vs expected (`units`)",
+    "exact",
+)
+
+
+def _result_row(results: SuiteResults, run: PeerRun) -> list[str]:
+    ratio = speedup(results, run.peer, run.workload)
+    c = run.correctness
+    return [
+        run.workload,
+        PEER_LABELS.get(run.peer, run.peer),
+        f"{run.events:,}",
+        f"{run.records:,}",
+        f"{run.events_per_second:,.0f}",
+        f"{ratio:.1f}x" if ratio is not None else "-",
+        f"{run.requests_per_event:.4f}",
+        f"{run.write_units_per_event:.4f}",
+        f"{run.usage.cancelled_write_units / run.events:.4f}",
+        f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-",
+        f"{run.read_units_per_event:.4f}",
+        f"{cost_per_million_events(run):.3f}",
+        f"{c.counted['units']:,} vs {c.expected['units']:,} ({c.error_pct:+.2f}%)",
+        "yes" if c.exact else "**no**",
+    ]
+
+
+def _header_lines(results: SuiteResults) -> list[str]:
+    m = results.machine
+    return [
+        f"**Code measured:** {results.label}.  ",
+        f"**Machine:** {m.get('cpu_model', '?')}, `nproc` = {m.get('nproc', '?')}, {m.get('memory', '?')}, "
+        f"Python {m.get('python', '?')}, {m.get('platform', '?')}; load average {m.get('load_before', '?')} before, "
+        f"{m.get('load_after', '?')} after (a machine shared with other work: absolute times are noisy, ratios "
+        "within one run less so).  ",
+        f"**Stack:** DynamoDB Local {m.get('dynamodb_local', '?')} (in memory, one JVM for every peer), "
+        f"boto3 {m.get('boto3', '?')}, Powertools {m.get('powertools', '?')}, msgspec {m.get('msgspec', '?')}.",
+    ]
+
+
+def _workload_intro(results: SuiteResults) -> str:
+    config = results.config
+    spec = config.spec
+    return (
+        f"Workloads: **U** = {spec.events:,} events over {spec.keys:,} keys drawn Zipf (s = {spec.zipf_s}); "
+        f"**H** = the same volume on one key. Integer (`units`) and decimal (`cost`) deltas; "
+        f"{spec.resend_rate:.0%} of the messages are re-sent by the producer (same id, new SQS record, within "
+        f"{spec.resend_window:,} records). Lambda-style batches of {config.batch_size} records. The naive and "
+        f"Powertools peers run on the first {config.per_event_prefix:,} events of the same stream; tally on all of "
+        f"it, as single-event messages and packed ({spec.pack} events per message). Per-event figures divide by the "
+        "events of the distinct messages."
+    )
+
+
+def _findings(results: SuiteResults) -> list[str]:
+    """Facts computed from this run that explain the verdicts (no opinion, no constant)."""
+    lines = []
+    for run in _ordered(results.runs):
+        if run.pipeline is None or not run.usage.calls.get("TransactWriteItems"):
+            continue
+        usage = run.usage
+        transactions = usage.calls["TransactWriteItems"]
+        share = usage.cancelled_write_units / usage.write_units if usage.write_units else 0.0
+        reasons = ", ".join(f"{code} x {count:,}" for code, count in sorted(usage.cancellation_reasons.items()))
+        lines.append(
+            f"- {run.workload} {run.peer}: {usage.cancelled_transactions:,} of {transactions:,} transactions "
+            f"({usage.cancelled_transactions / transactions:.0%}) were cancelled"
+            + (f" (reasons by action: {reasons})" if reasons else "")
+            + f"; tally counted {run.pipeline['already_applied']:,} messages as already applied (producer re-sends "
+            f"applied in an earlier batch). The cancelled transactions are {share:.0%} of its write units and "
+            f"{usage.cancelled_transactions / run.batches:.2f} requests per batch. Committed writes are "
+            f"{_committed(run):.2f}x the floor. DynamoDB Local ran {transactions / run.seconds:.1f} transactions/s "
+            f"for it ({transactions / run.batches:.2f} per batch of {results.config.batch_size} records)."
+        )
+    rates = {figure["path"]: figure["events"] / figure["best_s"] for figure in results.cpu.get("figures", [])}
+    core = rates.get(CPU_TALLY_SINGLE)
+    if core:
+        comparisons = [
+            (CPU_POWERTOOLS, "Powertools' loop summing `json_body`"),
+            ("stdlib json, single-event records", "stdlib `json.loads` + a dict sum"),
+            ("msgspec typed decode, single-event records", "msgspec's typed decode alone"),
+        ]
+        parts = [f"{core / rates[path]:.2f}x {what}" for path, what in comparisons if rates.get(path)]
+        lines.append(
+            f"- Handler CPU: tally's decode + validate + aggregate runs at {core:,.0f} events/s on single-event "
+            f"records, {', '.join(parts)}. The profile at the end shows where the time goes."
+        )
+    return lines
+
+
+def _cpu_intro(results: SuiteResults) -> str:
+    return (
+        f"Each path processes the same {results.config.cpu_events:,} U events, best of N runs "
+        f"(`time.perf_counter`), in a subprocess pinned to core {results.cpu.get('core', '?')}. "
+        "`tally core` = decode + validate + aggregate from the bodies; `tally handler` adds `records_from_event` "
+        "(Powertools' SQS data classes); the Powertools rows are its `BatchProcessor` loop with a record handler "
+        "that sums `record.json_body` per key, and with an empty one."
+    )
+
+
+def _memory_lines(results: SuiteResults) -> list[str]:
+    memory = results.memory
+    if not memory:
+        return ["(not measured)"]
+    rows = []
+    for mode, title in (
+        ("pipeline", "handler: decode, aggregate, plan, write to DynamoDB Local"),
+        ("core", "decode + validate + aggregate, no I/O"),
+    ):
+        plain, traced = memory.get(mode), memory.get(f"{mode}-traced")
+        if plain and traced:
+            rows.append(
+                (
+                    title,
+                    f"{plain['max_rss_before_mb']:.1f} MB",
+                    f"{plain['max_rss_mb']:.1f} MB",
+                    f"{traced['tracemalloc_peak_mb']:.1f} MB",
+                )
+            )
+    return [
+        f"One Lambda event of {memory['records']:,} single-event U records, loaded from JSON in a fresh process "
+        "that imports what the deployed handler imports. `max RSS` is the process's peak resident set (what a "
+        "Lambda memory size must hold); `tracemalloc` is the peak of Python allocations during the batch alone "
+        "(a separate run, since tracing costs memory itself).",
+        "",
+        *md_table(("path", "max RSS before the batch", "max RSS", "tracemalloc peak during the batch"), rows),
+    ]
+
+
+def _pipeline_lines(results: SuiteResults) -> list[str]:
+    header = (
+        "workload",
+        "peer",
+        "batches",
+        "records",
+        "messages applied",
+        "duplicates in batch",
+        "already applied",
+        "transactions",
+        "retries",
+        "cancelled transactions",
+        "dead letters",
+        "failed records",
+    )
+    rows = []
+    for run in _ordered(results.runs):
+        if run.pipeline is not None:
+            p = run.pipeline
+            counts = [p[name] for name in ("batches", "records", "messages_applied", "duplicates_in_batch")]
+            counts += [p[name] for name in ("already_applied", "transactions", "retries")]
+            counts += [run.usage.cancelled_transactions, p["dead_letters"], p["failed_records"]]
+            rows.append([run.workload, run.peer, *(f"{count:,}" for count in counts)])
+    return md_table(header, rows, numeric_from=2)
+
+
+def _cross_check_lines(results: SuiteResults) -> list[str]:
+    header = (
+        "workload",
+        "peer",
+        "single-item: computed",
+        "single-item: DynamoDB Local",
+        "mismatches",
+        "transactions: computed (committed)",
+        "transactions: DynamoDB Local",
+        "largest item",
+    )
+    rows = [
+        [
+            run.workload,
+            run.peer,
+            f"{run.usage.computed_single_item:,.1f}",
+            f"{run.usage.local_reported_single_item:,.1f}",
+            str(run.usage.single_item_mismatches),
+            f"{run.usage.transaction_write_units:,.1f}",
+            f"{run.usage.local_reported_transactions:,.1f}",
+            f"{run.usage.largest_item_bytes:,} B",
+        ]
+        for run in _ordered(results.runs)
+    ]
+    return [
+        "Computed units against DynamoDB Local's own `ConsumedCapacity` (requested on every call). Single-item "
+        "calls must agree; for `TransactWriteItems` DynamoDB Local's figure is known to be wrong (shown, not used).",
+        "",
+        *md_table(header, rows, numeric_from=2),
+    ]
+
+
+METHOD: Final = [
+    "- **Peers** (`bench/peers/`): the naive counter is the seed articles' one `UpdateItem ... ADD` per event "
+    "(`ReturnValues=UPDATED_NEW`); Powertools is its documented batch + idempotency pattern (`BatchProcessor`, "
+    '`idempotent_function(data_keyword_argument="record")`, `DynamoDBPersistenceLayer` on its own table, '
+    '`event_key_jmespath="messageId"`) with one ADD per event in the record handler; tally is '
+    "`BatchPipeline.process` wired as `tally.runtime.build_pipeline` wires it (the SQS handler without its "
+    "logger, metrics and tracer). Each peer gets fresh tables; all share one DynamoDB Local; every peer is warmed up "
+    "first on a small stream.",
+    "- **Requests** are HTTP requests to DynamoDB (botocore `before-send` on the peer's client), retries included.",
+    "- **Write and read units** are computed, never read from DynamoDB Local, by the same rules for every peer "
+    "(`bench/capacity.py`, `bench/meter.py`): item size = attribute names + values (numbers: 1 byte per two "
+    "significant digits + 1), 1 write unit per started KB on the larger of the item before and after (a model of "
+    "every item written supplies the sizes), failed conditional writes billed too, 2 units per item per KB in "
+    "`TransactWriteItems` (`ConditionCheck` included), reads 1 unit per started 4 KB (half if eventually consistent).",
+    "- **Cancelled transactions** (a marker that already exists cancels the whole `TransactWriteItems`) are billed "
+    "one write unit per item per KB, the prepare half of a transactional write: AWS does not document the charge for "
+    "a cancelled transaction. They are in the write units above and shown apart (`of which cancelled`), so the "
+    "figures can be re-billed either way.",
+    "- **Floor** = 2 x (new messages + distinct counter items they touch), summed over the batches as delivered: one "
+    "marker per message and one ADD per key per batch, each a transactional write of an item under 1 KB.",
+    "- **Correctness**: every key's counters are read back after the run and compared with sums computed from the "
+    "workload itself (each distinct message once). A counter that counts every delivery shows the re-sent share too.",
+    "- **Throughput** = distinct events / the handler's own time (`time.perf_counter` around each invocation, less the "
+    "meter's bookkeeping), against DynamoDB Local on this machine: a stand-in, not AWS's latency.",
+    "- Re-run: `make bench` (full size, several minutes) or `make bench-smoke` (seconds; CI runs it through "
+    "`tests/bench/test_bench_smoke.py`). `python -m bench.cpu --profile single|packed` profiles the handler CPU.",
+]
+
+
+# ----------------------------------------------------------------------------------------------- chart
+def chart(results: SuiteResults, path: Path) -> None:
+    """A PNG of the headline figures: throughput, write units, requests and cost per event, CPU."""
+    figure, axes = plt.subplots(2, 3, figsize=(18, 9))
+    panels: list[tuple[str, Callable[[PeerRun], float], bool]] = [
+        ("events/s through the handler (log)", lambda r: r.events_per_second, True),
+        ("write units per event", lambda r: r.write_units_per_event, False),
+        ("DynamoDB requests per event (log)", lambda r: r.requests_per_event, True),
+        ("$ per million events (on-demand)", cost_per_million_events, False),
+        ("count error, % of units", lambda r: r.correctness.error_pct, False),
+    ]
+    peers = [peer for peer in PEER_ORDER if any(run.peer == peer for run in results.runs)]
+    width = 0.8 / max(len(peers), 1)
+    for axis, (title, value, log) in zip(axes.flat, panels, strict=False):
+        for index, peer in enumerate(peers):
+            heights = []
+            for workload in ("U", "H"):
+                run = results.run(peer, workload)
+                heights.append(value(run) if run is not None else 0.0)
+            axis.bar([x + index * width for x in (0, 1)], heights, width, label=peer)
+        axis.set_xticks(
+            [0.4 - width / 2, 1.4 - width / 2], [f"U (Zipf, {results.config.spec.keys:,} keys)", "H (one hot key)"]
+        )
+        axis.set_title(title)
+        if log:
+            axis.set_yscale("log")
+        axis.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    cpu_axis = axes.flat[5]
+    figures = results.cpu.get("figures", [])
+    labels = [
+        f["path"].replace(", single-event records", " (single)").replace(", packed records", " (packed)")
+        for f in figures
+    ]
+    cpu_axis.barh(labels, [f["events"] / f["best_s"] for f in figures], color="tab:gray")
+    cpu_axis.set_title("handler CPU, events/s, one core, no I/O")
+    cpu_axis.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value / 1000:,.0f}k"))
+    cpu_axis.tick_params(axis="y", labelsize=7)
+    cpu_axis.grid(axis="x", alpha=0.3)
+    title = textwrap.fill(f"tally bench, {results.started_utc}: {results.label}", width=230)
+    figure.suptitle(title, fontsize=9)
+    figure.tight_layout(rect=(0, 0, 1, 1 - 0.025 * title.count("\n") - 0.02))
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# ------------------------------------------------------------------------------------------------ json
+def as_json(results: SuiteResults) -> str:
+    """Every figure of the run, for the record, for tooling, and to re-render (``results_from_json``)."""
+    payload: dict[str, Any] = {
+        "label": results.label,
+        "started_utc": results.started_utc,
+        "seconds": results.seconds,
+        "machine": dict(results.machine),
+        "config": asdict(results.config),
+        "prices": PRICE_NOTE,
+        "runs": [
+            {
+                **{k: v for k, v in asdict(run).items() if k not in ("usage", "correctness")},
+                "usage": asdict(run.usage),
+                "correctness": {
+                    "keys": run.correctness.keys,
+                    "keys_wrong": run.correctness.keys_wrong,
+                    **{
+                        name: {counter: str(value) for counter, value in getattr(run.correctness, name).items()}
+                        for name in ("expected", "counted", "delivered")
+                    },
+                },
+                "events_per_second": run.events_per_second,
+                "requests_per_event": run.requests_per_event,
+                "write_units_per_event": run.write_units_per_event,
+                "read_units_per_event": run.read_units_per_event,
+                "floor_per_event": run.floor_per_event,
+                "cost_per_million_events": cost_per_million_events(run),
+            }
+            for run in results.runs
+        ],
+        "cpu": results.cpu,
+        "memory": results.memory,
+        "profile": results.profile,
+        "verdicts": [asdict(v) for v in verdicts(results)],
+    }
+    return json.dumps(payload, indent=1, default=str) + "\n"
+
+
+def results_from_json(text: str) -> SuiteResults:
+    """The results ``as_json`` wrote, to re-render the report without measuring again."""
+    from bench.meter import Usage  # noqa: PLC0415 - runtime imports kept out of the rendering path
+    from bench.suite import Correctness, PeerRun, SuiteConfig  # noqa: PLC0415
+    from bench.workloads import WorkloadSpec  # noqa: PLC0415
+
+    payload = json.loads(text)
+    config = SuiteConfig(**{**payload["config"], "spec": WorkloadSpec(**payload["config"]["spec"])})
+    run_fields = {f.name for f in fields(PeerRun)} - {"usage", "correctness"}
+    runs = []
+    for raw in payload["runs"]:
+        correctness = raw["correctness"]
+        runs.append(
+            PeerRun(
+                **{name: raw[name] for name in run_fields},
+                usage=Usage(**raw["usage"]),
+                correctness=Correctness(
+                    keys=int(correctness["keys"]),
+                    keys_wrong=int(correctness["keys_wrong"]),
+                    **{
+                        name: {counter: Decimal(value) for counter, value in correctness[name].items()}
+                        for name in ("expected", "counted", "delivered")
+                    },
+                ),
+            )
+        )
+    return SuiteResults(
+        label=payload["label"],
+        started_utc=payload["started_utc"],
+        seconds=payload["seconds"],
+        machine=payload["machine"],
+        config=config,
+        runs=runs,
+        cpu=payload["cpu"],
+        memory=payload["memory"],
+        profile=payload.get("profile", ""),
+    )
+
+
+def _ordered(runs: Sequence[PeerRun]) -> list[PeerRun]:
+    rank = {peer: index for index, peer in enumerate(PEER_ORDER)}
+    return sorted(runs, key=lambda r: (r.workload != "U", rank.get(r.peer, len(rank))))

@@ -1,0 +1,112 @@
+"""The meter against DynamoDB Local: known calls, known bills, and DynamoDB Local's own single-item figures."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.meter import DynamoDBMeter
+from bench.peers.tables import create_table, drop_tables
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+BIG = "x" * 1_490  # with its name and key, an item of about 1.5 KB: two write units
+
+
+@pytest.fixture
+def metered(dynamodb_local: DynamoDBLocal) -> Iterator[tuple[DynamoDBClient, str, DynamoDBMeter]]:
+    admin = dynamodb_local.client()
+    table = f"bench-meter-{uuid.uuid4().hex[:10]}"
+    create_table(admin, table, [("id", "S")], ttl_attribute=None)
+    client = dynamodb_local.client()
+    meter = DynamoDBMeter()
+    meter.track(table, ["id"], "things")
+    meter.attach(client)
+    try:
+        yield client, table, meter
+    finally:
+        meter.detach(client)
+        drop_tables(admin, [table])
+
+
+def test_single_item_calls_are_billed_by_size_and_agree_with_dynamodb_local(
+    metered: tuple[DynamoDBClient, str, DynamoDBMeter],
+) -> None:
+    client, table, meter = metered
+    # GIVEN a small item, a 1.5 KB item, an ADD to the large one, and reads of both and of a missing key
+    client.put_item(TableName=table, Item={"id": {"S": "small"}, "n": {"N": "1"}})
+    client.put_item(TableName=table, Item={"id": {"S": "big"}, "blob": {"S": BIG}})
+    client.update_item(
+        TableName=table,
+        Key={"id": {"S": "big"}},
+        UpdateExpression="ADD #n :v",
+        ExpressionAttributeNames={"#n": "n"},
+        ExpressionAttributeValues={":v": {"N": "5"}},
+    )
+    client.get_item(TableName=table, Key={"id": {"S": "big"}}, ConsistentRead=True)
+    client.get_item(TableName=table, Key={"id": {"S": "small"}})
+    client.get_item(TableName=table, Key={"id": {"S": "missing"}}, ConsistentRead=True)
+    usage = meter.usage()
+    # THEN writes are 1 + 2 + 2 units, reads 1 + 0.5 + 1 units, and DynamoDB Local says the same
+    assert usage.write_units == 5
+    assert usage.read_units == 2.5
+    assert usage.calls == {"PutItem": 2, "UpdateItem": 1, "GetItem": 3}
+    assert usage.attempts == 6
+    assert usage.single_item_mismatches == 0
+    assert usage.local_reported_single_item == usage.computed_single_item == 7.5
+
+
+def test_a_failed_conditional_write_is_still_billed(metered: tuple[DynamoDBClient, str, DynamoDBMeter]) -> None:
+    client, table, meter = metered
+    client.put_item(TableName=table, Item={"id": {"S": "big"}, "blob": {"S": BIG}})
+    meter.reset()
+    # GIVEN an existing 1.5 KB item WHEN a conditional put on its key fails
+    with pytest.raises(client.exceptions.ConditionalCheckFailedException):
+        client.put_item(
+            TableName=table,
+            Item={"id": {"S": "big"}},
+            ConditionExpression="attribute_not_exists(id)",
+        )
+    # THEN it costs the larger of the two items, and nothing changed in the model
+    usage = meter.usage()
+    assert usage.conditional_failures == 1
+    assert usage.write_units == 2
+
+
+def test_transactions_cost_two_units_per_item_and_a_cancelled_one_its_prepare(
+    metered: tuple[DynamoDBClient, str, DynamoDBMeter],
+) -> None:
+    client, table, meter = metered
+    # GIVEN a transaction of three small puts, then one of two actions that a condition cancels
+    client.transact_write_items(
+        TransactItems=[{"Put": {"TableName": table, "Item": {"id": {"S": f"t{i}"}}}} for i in range(3)]
+    )
+    with pytest.raises(client.exceptions.TransactionCanceledException):
+        client.transact_write_items(
+            TransactItems=[
+                {
+                    "Put": {
+                        "TableName": table,
+                        "Item": {"id": {"S": "t0"}},
+                        "ConditionExpression": "attribute_not_exists(id)",
+                    }
+                },
+                {"Put": {"TableName": table, "Item": {"id": {"S": "t9"}}}},
+            ]
+        )
+    usage = meter.usage()
+    # THEN the committed one costs 3 x 2, the cancelled one 2 x 1 (shown apart), and nothing else
+    assert usage.transaction_write_units == 6
+    assert usage.cancelled_transactions == 1
+    assert usage.cancelled_write_units == 2
+    assert usage.write_units == 8
+    assert usage.transaction_items == 5
+    assert usage.cancellation_reasons == {"ConditionalCheckFailed on things": 1}
