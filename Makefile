@@ -1,5 +1,5 @@
 # tally: the two commands of the README, and what they need.
-#   make demo   set up everything, run the real handler on events/ against DynamoDB Local, check the counts
+#   make demo   set up everything, run 100,000 events through the local stack and the real handlers, check every count
 #   make test   set up everything, lint, type-check, run every test (unit, moto, DynamoDB Local, template)
 
 PYTHON ?= python3
@@ -9,17 +9,21 @@ SAM_VENV := .venv-sam
 export TALLY_SAM_BIN := $(CURDIR)/$(SAM_VENV)/bin/sam
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo test lint typecheck unit integration install sam clean bench-hot-key
+.PHONY: demo demo-smoke test lint typecheck unit integration install sam clean bench-hot-key bench-journal bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
+
+# The same at 5,000 events, in about a minute (tests/integration/test_demo.py runs it smaller still).
+demo-smoke: install
+	$(BIN)/python -m tally.local.demo --events 5000
 
 test: install sam lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: install
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 typecheck: install
 	$(BIN)/mypy
@@ -55,3 +59,25 @@ clean:
 # One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
 bench-hot-key: install
 	$(BIN)/python -m bench.hot_key --events 20000 --consumers 4 --shards 8
+
+# tally against the naive counter and Powertools idempotency, on one DynamoDB Local it starts and stops
+# (docs/benchmarks.md). Full size: several minutes; writes docs/benchmarks.{md,png,json}.
+bench: install
+	$(BIN)/python -m bench.run --size full
+
+# The same at a tiny size, in seconds, written under .bench/ (tests/bench/test_bench_smoke.py runs it in CI).
+bench-smoke: install
+	$(BIN)/python -m bench.run --size smoke
+
+# Exactly-once under faults (docs/reliability.md): >= 100,000 events from SQS and Kinesis through the real
+# pipeline on DynamoDB Local, >= 1,000 injected faults, two DLQ redrives; exits 1 if anything is lost or doubled.
+chaos: install
+	$(BIN)/python -m bench.chaos --config full --json-out docs/chaos.json
+
+# The same at a small size, in seconds (tests/integration/test_chaos.py runs it in the test suite).
+chaos-smoke: install
+	$(BIN)/python -m bench.chaos --config smoke
+
+# The commit journal against the chunked path on workload U, packed (docs/journal.md).
+bench-journal: install
+	$(BIN)/python -m bench.journal_compare --events 20000

@@ -109,3 +109,14 @@ def moto_endpoint() -> Iterator[str]:
         yield f"http://{host}:{port}"
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def serial_moto_endpoint() -> Iterator[str]:
+    """A moto server that handles one request at a time (``tally.local.moto_server``), for tests where
+    producers and pollers call it concurrently: moto's models are not thread-safe (concurrent Kinesis
+    puts can get the same sequence number, and one record then replaces the other)."""
+    from tally.local.moto_server import SerialMotoServer  # noqa: PLC0415
+
+    with SerialMotoServer() as server:
+        yield server.endpoint_url

@@ -87,3 +87,7 @@ class PublishError(TallyError):
     def __init__(self, detail: str, result: PublishResult) -> None:
         super().__init__(detail)
         self.result = result
+
+
+class OperatorError(TallyError):
+    """An operator tool (``tally dlq``, ``tally top``, ``tally stack``) could not read or move what it was asked to."""

@@ -19,7 +19,11 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from tally.cli.dlq import dlq
+from tally.cli.locate import Locator, stack_option
 from tally.cli.publish import publish
+from tally.cli.stack_command import stack
+from tally.cli.top import top
 from tally.config import Settings
 from tally.errors import TallyError
 from tally.runtime import CLIENT_CONFIG
@@ -37,8 +41,9 @@ def counters_json(counters: Mapping[str, Decimal]) -> bytes:
     return _JSON.encode(dict(sorted(counters.items())))
 
 
-def _settings() -> Settings:
-    return Settings.from_env(os.environ, require_dlq=False)
+def _settings(stack_name: str | None = None) -> Settings:
+    """The environment's settings; with a stack, its Outputs and Parameters fill in what is not set."""
+    return Settings.from_env(Locator(stack_name).environment(os.environ), require_dlq=False)
 
 
 def _store(settings: Settings | None = None) -> DynamoDBCounterStore:
@@ -81,10 +86,13 @@ def cli() -> None:
 @click.option("--window", type=click.Choice(["minute", "hour", "day"]), help="Read a series of time windows.")
 @click.option("--from", "from_", help="Series start: epoch ms or ISO 8601 with offset (default: 24 windows back).")
 @click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
-def get(key: str, as_json: bool, window: str | None, from_: str | None, to: str | None) -> None:
+@stack_option
+def get(
+    *, key: str, as_json: bool, window: str | None, from_: str | None, to: str | None, stack_name: str | None
+) -> None:
     """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
     try:
-        settings = _settings()
+        settings = _settings(stack_name)
         store = _store(settings)
         if window is None:
             _print_counters(key, store.read_counters(key), as_json)
@@ -126,6 +134,9 @@ def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> No
 
 
 cli.add_command(publish)
+cli.add_command(top)
+cli.add_command(dlq)
+cli.add_command(stack)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

@@ -1,162 +1,406 @@
-"""The local demo: the real SQS and Kinesis handlers on the sample events, against DynamoDB Local.
+"""``make demo``: the whole pipeline on one machine, with no AWS account and no Docker.
 
-What it does, with no AWS account and no Docker:
+1. **Local stack** (``tally.local.stack``): DynamoDB Local and a moto server, with the tables, queues
+   and stream of ``template.yaml`` (``Source=Both``, a provisioned stream of two shards, one hot key),
+   and the event source pollers of ``tally.local.mappings`` driving the real handlers, each function in
+   its own execution environments.
+2. **Sample events**: every ``events/*.json`` through its handler, twice (the second delivery is a
+   redelivery of the same batch), checked against ``events/expected.json``.
+3. **Load**: ``--events`` events (100,000 by default) from several concurrent producers (the producer
+   library: packed and single messages, a few percent re-sent with the same ids) on SQS and Kinesis,
+   with poison among them, processed by concurrent pollers while they publish (progress bars).
+4. **Check**: every key, read back two ways (``read_counters`` as ``tally get`` does, and the scan
+   behind ``tally top``), against totals computed independently when the events were generated;
+   events counted, duplicates dropped, poison in the dead-letter queue with its reasons, DynamoDB
+   writes per event (measured in the functions by a botocore hook).
+5. **Redrive**: copies of messages already counted are added to the dead-letter queue (as SQS leaves
+   them after a consumer outage), then ``tally dlq redrive``'s logic sends everything back: no counter
+   may change, and the poison must come back to the dead-letter queue with its reasons.
 
-1. starts DynamoDB Local (AWS's emulator) and an SQS endpoint (moto's server) for the dead-letter queue;
-2. creates the tables and the dead-letter queue from ``template.yaml`` (same keys, TTL, queue settings);
-3. invokes ``tally.handlers.sqs.handler`` on every ``events/sqs-*.json`` file and
-   ``tally.handlers.kinesis.handler`` on every ``events/kinesis-*.json`` file (``source`` in
-   ``expected.json``), then again on each (a redelivery of the whole batch, as after a crash), with
-   boto3 pointed at the local endpoints through ``AWS_ENDPOINT_URL_DYNAMODB`` / ``AWS_ENDPOINT_URL_SQS``;
-4. reads every counter back through the same read path as ``tally get`` and compares it with
-   ``events/expected.json``; lists the dead letters with their reasons;
-5. stops everything (also on Ctrl-C) and exits non-zero if any count is wrong.
+Everything started is stopped at the end, also on Ctrl-C or SIGTERM. The exit status is 1 if any
+count or check is wrong.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
+import random
 import sys
+import tempfile
+import threading
 import time
 from contextlib import ExitStack
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
-import boto3
-from moto.server import ThreadedMotoServer
+import click
 from rich.console import Console
-from rich.progress import track
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from tally.config import DEFAULT_MARKER_TTL_DAYS
-from tally.local.context import LocalLambdaContext
-from tally.local.dynamodb_local import DynamoDBLocal
-from tally.local.template import load_template, queue_definitions, table_definitions
+from tally.config import Settings
+from tally.local.demo_report import (
+    OK,
+    WRONG,
+    KeyCheck,
+    dead_letter_table,
+    figures_table,
+    key_table,
+    sample_keys,
+    totals_table,
+    writes_rows,
+)
+from tally.local.load import plan_load
+from tally.local.mappings import EventSourceMappings
+from tally.local.produce import Producer
+from tally.local.stack import LocalStack, handle_termination
+from tally.ops.dead_letters import list_letters, redrive
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.queries import all_time_totals
 
-ROOT = Path(__file__).resolve().parents[3]
-EVENTS = ROOT / "events"
-TEMPLATE = ROOT / "template.yaml"
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tally.local.load import DemoLoad, Source
+    from tally.local.meter import DynamoDBWrites
+    from tally.local.poller import SourceStats
+    from tally.local.stack import LocalResources
+
+ROOT: Final = Path(__file__).resolve().parents[3]
+EVENTS: Final = ROOT / "events"
+HOT_KEY: Final = "demo:000"
+DEMO_PARAMETERS: Final = {
+    "Source": "Both",
+    "StreamMode": "PROVISIONED",
+    "ShardCount": "2",
+    "HotKeys": f"{HOT_KEY}=4",
+}
+"""Template parameter overrides (as ``sam deploy --parameter-overrides``): both sources, two shards so
+two shard pollers run side by side, and the busiest key written to four shard items."""
+VISIBILITY_TIMEOUT_S: Final = 30
+"""The template's queue visibility timeout (6 x the function timeout + 60 s) would hold a retried
+record for minutes; the demo's queue uses this instead, still above any local invocation's duration."""
+SQS_SOURCE: Final = "EventsQueueBatch"
+KINESIS_SOURCE: Final = "EventStreamBatch"
+REDRIVE_COPIES: Final = 20
+DRAIN_TIMEOUT_S: Final = 900
 
 
-def main() -> int:
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # moto's server logs every request otherwise
+@dataclass
+class Verdict:
+    """Every check of the run, in order; the run is good only if all are."""
+
+    checks: list[tuple[str, bool]] = field(default_factory=list)
+
+    def add(self, name: str, ok: bool) -> bool:
+        self.checks.append((name, ok))
+        return ok
+
+    @property
+    def ok(self) -> bool:
+        return all(ok for _, ok in self.checks)
+
+
+@click.command()
+@click.option("--events", type=click.IntRange(min=100), default=100_000, show_default=True, help="Events to publish.")
+@click.option("--keys", type=click.IntRange(min=2), default=200, show_default=True, help="Distinct counter keys.")
+@click.option("--producers", type=click.IntRange(min=2), default=4, show_default=True, help="Concurrent producers.")
+@click.option("--seed", type=int, default=None, help="Seed of the load (random if not given; printed).")
+@click.option("--logs", type=click.Path(file_okay=False, path_type=Path), help="Keep the functions' logs here.")
+def main(events: int, keys: int, producers: int, seed: int | None, logs: Path | None) -> None:
+    """The whole pipeline on one machine: publish, poll, count, check, redrive."""
+    logging.basicConfig(level=logging.ERROR)
     console = Console()
-    expected: dict[str, Any] = json.loads((EVENTS / "expected.json").read_text())
+    seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+    started = time.monotonic()
+    try:
+        with handle_termination():
+            ok = run(console, events=events, keys=keys, producers=producers, seed=seed, logs=logs)
+    except KeyboardInterrupt:
+        console.print("[yellow]interrupted: everything started was stopped[/]")
+        sys.exit(130)
+    console.print(f"finished in {time.monotonic() - started:.0f} s (seed {seed})")
+    sys.exit(0 if ok else 1)
+
+
+def run(console: Console, *, events: int, keys: int, producers: int, seed: int, logs: Path | None) -> bool:
+    verdict = Verdict()
+    sources: list[Source] = ["sqs" if index % 2 == 0 else "kinesis" for index in range(producers)]
+    load = plan_load(events, sources, keys=keys, seed=seed, now_ms=time.time_ns() // 1_000_000)
+    console.rule("[bold]tally: the whole pipeline on one machine")
     with ExitStack() as stack:
-        console.print("[bold]tally local demo[/]: starting DynamoDB Local and a local SQS endpoint ...")
-        ddb = stack.enter_context(DynamoDBLocal())
-        sqs_server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-        sqs_server.start()
-        stack.callback(sqs_server.stop)
-        host, port = sqs_server.get_host_and_port()
-        sqs_endpoint = f"http://{host}:{port}"
-        env = _local_environment(ddb.endpoint_url, sqs_endpoint)
-        os.environ.update(env)
-        tables, dlq_url = _create_resources(ddb.client(), sqs_endpoint)
-        os.environ.update(
-            {"TALLY_COUNTERS_TABLE": tables["CountersTable"], "TALLY_MARKERS_TABLE": tables["MarkersTable"]}
+        log_dir = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tally-demo-logs-")))
+        console.print("starting DynamoDB Local and a moto server (SQS, Kinesis, CloudFormation) ...")
+        resources = stack.enter_context(LocalStack(DEMO_PARAMETERS))
+        sqs = resources.client("sqs")
+        sqs.set_queue_attributes(
+            QueueUrl=resources.queue_url or "", Attributes={"VisibilityTimeout": str(VISIBILITY_TIMEOUT_S)}
         )
-        os.environ["TALLY_DLQ_URL"] = dlq_url
-        console.print(f"DynamoDB Local at {ddb.endpoint_url}; SQS at {sqs_endpoint}; tables from template.yaml")
+        mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
+        _print_stack(console, resources, mappings, log_dir)
 
-        # Imported only now, as Lambda would at cold start: Powertools reads its settings on import.
-        from tally.handlers import kinesis as kinesis_handler  # noqa: PLC0415
-        from tally.handlers import sqs as sqs_handler  # noqa: PLC0415
+        console.rule("[bold]1. sample events (events/*.json), each delivered twice")
+        verdict.add("sample events", _sample_events(console, resources, mappings))
 
-        handlers = {"sqs": sqs_handler.handler, "kinesis": kinesis_handler.handler}
+        console.rule(f"[bold]2. {load.events:,} events from {producers} concurrent producers")
+        elapsed = _publish_and_process(console, resources, mappings, load)
 
-        failures = 0
-        for event_file in track(sorted(expected), description="invoking the handler", console=console):
-            event = json.loads((EVENTS / event_file).read_text())
-            for _delivery in range(2):  # the second delivery is a redelivery of the same batch
-                response = handlers[expected[event_file]["source"]](event, LocalLambdaContext())
-                failures += len(response["batchItemFailures"])
-
+        console.rule("[bold]3. check every counter")
+        settings = Settings.from_env(resources.settings, require_dlq=False)
         store = DynamoDBCounterStore(
-            ddb.client(), tables["CountersTable"], tables["MarkersTable"], DEFAULT_MARKER_TTL_DAYS * 86_400
+            resources.client("dynamodb"),
+            resources.counters_table,
+            resources.markers_table,
+            settings.marker_ttl_seconds,
+            settings.hot_keys,
         )
-        ok = _print_counters(console, expected, store) and failures == 0
-        ok = _print_dead_letters(console, expected, dlq_url, sqs_endpoint) and ok
-        verdict = "[bold green]EXACT[/]: every counter matches" if ok else "[bold red]WRONG COUNTS[/]"
-        console.print(verdict + (" (redelivered batches counted once)" if ok else ""))
-        return 0 if ok else 1
+        check = _check_counters(console, resources, store, load, random.Random(seed))
+        verdict.add("every counter exact", check.ok)
+        verdict.add("events counted = events published", _events_counted(mappings) == load.events)
+        dropped = sum(
+            stats.metric(name)
+            for stats in mappings.stats.values()
+            for name in ("DuplicatesInBatch", "DuplicatesAlreadyApplied")
+        )
+        verdict.add("every producer re-send dropped as a duplicate", dropped >= load.resent_messages)
+        verdict.add("poison dead-lettered with its reasons", _report(console, resources, mappings, load, elapsed))
+
+        console.rule("[bold]4. redrive the dead-letter queue")
+        verdict.add("redrive changed no counter", _redrive(console, resources, mappings, load))
+
+        console.rule("[bold]verdict")
+        table = Table(show_header=False)
+        for name, ok in verdict.checks:
+            table.add_row(name, OK if ok else WRONG)
+        console.print(table)
+        if verdict.ok:
+            console.print("[bold green]EXACT[/]: every count matches; duplicates, re-sends and redrives counted once")
+        else:
+            console.print("[bold red]WRONG COUNTS[/]: see the tables above")
+        console.print("stopping everything ...")
+    return verdict.ok
 
 
-def _local_environment(dynamodb_endpoint: str, sqs_endpoint: str) -> dict[str, str]:
-    return {
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_endpoint,
-        "AWS_ENDPOINT_URL_SQS": sqs_endpoint,
-        "POWERTOOLS_LOG_LEVEL": "ERROR",
-        "POWERTOOLS_METRICS_DISABLED": "true",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-    }
+def _print_stack(console: Console, resources: LocalResources, mappings: EventSourceMappings, log_dir: Path) -> None:
+    table = Table(title=f"local stack {resources.stack_name} (from template.yaml)", show_header=False)
+    table.add_column("what")
+    table.add_column("value")
+    overrides = " ".join(f"{name}={value}" for name, value in DEMO_PARAMETERS.items())
+    table.add_row("parameter overrides", overrides)
+    table.add_row("DynamoDB Local", resources.dynamodb_endpoint)
+    table.add_row("moto (SQS, Kinesis, CloudFormation)", resources.aws_endpoint)
+    for key, value in sorted(resources.outputs.items()):
+        table.add_row(f"output {key}", value)
+    sources = ", ".join(
+        f"{name}: {sum(1 for p in mappings.pollers if p.name.startswith(name))} pollers" for name in mappings.stats
+    )
+    table.add_row("event source pollers", sources)
+    table.add_row("queue visibility timeout", f"{VISIBILITY_TIMEOUT_S} s (template: 6 x function timeout + 60 s)")
+    table.add_row("function logs", str(log_dir))
+    console.print(table)
 
 
-def _create_resources(dynamodb: Any, sqs_endpoint: str) -> tuple[dict[str, str], str]:
-    template = load_template(TEMPLATE)
-    suffix = time.strftime("%Y%m%d%H%M%S")
-    tables = {}
-    for logical_id, definition in table_definitions(template).items():
-        name = f"tally-{logical_id}-{suffix}"
-        dynamodb.create_table(**definition.create_table_kwargs(name))
-        ttl = definition.update_time_to_live_kwargs(name)
-        if ttl is not None:
-            dynamodb.update_time_to_live(**ttl)
-        tables[logical_id] = name
-    sqs = boto3.client("sqs", endpoint_url=sqs_endpoint)
-    dead_letter = queue_definitions(template)["EventsDeadLetterQueue"]
-    dlq_url = sqs.create_queue(**dead_letter.create_queue_kwargs(f"tally-dlq-{suffix}"))["QueueUrl"]
-    return tables, dlq_url
-
-
-def _print_counters(console: Console, expected: dict[str, Any], store: DynamoDBCounterStore) -> bool:
-    table = Table(title="counters: expected vs counted (read back from DynamoDB Local)")
+def _sample_events(console: Console, resources: LocalResources, mappings: EventSourceMappings) -> bool:
+    expected: dict[str, Any] = json.loads((EVENTS / "expected.json").read_text())
+    functions = {"sqs": mappings.functions["CounterFunction"], "kinesis": mappings.functions["StreamCounterFunction"]}
+    failures = 0
+    for event_file, spec in sorted(expected.items()):
+        event = json.loads((EVENTS / event_file).read_text())
+        for _delivery in range(2):
+            invocation = functions[spec["source"]].invoke(event)
+            failures += 1 if invocation.error else len((invocation.response or {}).get("batchItemFailures", []))
+    settings = Settings.from_env(resources.settings, require_dlq=False)
+    store = DynamoDBCounterStore(
+        resources.client("dynamodb"), resources.counters_table, resources.markers_table, settings.marker_ttl_seconds
+    )
+    table = Table(title="sample events: expected vs counted")
     for column in ("event file", "key", "counter", "expected", "counted", ""):
         table.add_column(column, justify="right" if column in ("expected", "counted") else "left")
-    ok = True
+    ok = failures == 0
     for event_file, spec in sorted(expected.items()):
         for key, counters in spec["counters"].items():
             counted = store.read_counters(key)
             for name, value in counters.items():
-                got = counted.get(name)
-                match = got == Decimal(value)
+                match = counted.get(name) == Decimal(value)
                 ok = ok and match
-                table.add_row(event_file, key, name, value, str(got), "[green]ok[/]" if match else "[red]WRONG[/]")
+                table.add_row(event_file, key, name, value, str(counted.get(name)), OK if match else WRONG)
     console.print(table)
-    return ok
-
-
-def _print_dead_letters(console: Console, expected: dict[str, Any], dlq_url: str, sqs_endpoint: str) -> bool:
-    sqs = boto3.client("sqs", endpoint_url=sqs_endpoint)
-    letters: list[Any] = []
-    while batch := sqs.receive_message(
-        QueueUrl=dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"], VisibilityTimeout=300
-    ).get("Messages", []):
-        letters.extend(batch)
-    table = Table(title="dead-letter queue (poison is dead-lettered on each delivery: it never gets a marker)")
-    for column in ("error code", "reason", "body"):
-        table.add_column(column)
-    for letter in letters:
-        attributes = letter["MessageAttributes"]
-        table.add_row(
-            attributes["tally.error_code"]["StringValue"],
-            attributes["tally.error_message"]["StringValue"][:70],
-            letter["Body"][:50],
-        )
-    console.print(table)
+    letters = list_letters(resources.client("sqs"), resources.dead_letter_queue_url)
     want = sorted(code for spec in expected.values() for code in spec["dead_letters"] * 2)
-    got = sorted(letter["MessageAttributes"]["tally.error_code"]["StringValue"] for letter in letters)
-    if got != want:
-        console.print(f"[red]dead letters differ[/]: expected {want}, got {got}")
-    return got == want
+    got = sorted(letter.error_code or "-" for letter in letters)
+    console.print(
+        f"dead letters: {len(got)} (each poison record once per delivery: it never gets a marker) "
+        + (OK if got == want else f"{WRONG}: expected {want}, got {got}")
+    )
+    resources.client("sqs").purge_queue(QueueUrl=resources.dead_letter_queue_url)  # the load starts with none
+    return ok and got == want
+
+
+def _publish_and_process(
+    console: Console, resources: LocalResources, mappings: EventSourceMappings, load: DemoLoad
+) -> float:
+    stop = threading.Event()
+    producers = [Producer(plan, resources, stop) for plan in load.producers]
+    started = time.monotonic()
+    columns = (
+        TextColumn("{task.description:<34}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    try:
+        with Progress(*columns, console=console) as progress:
+            tasks = _progress_tasks(progress, load)
+            for producer in producers:
+                producer.start()
+            deadline = time.monotonic() + DRAIN_TIMEOUT_S
+            published_at: float | None = None
+            while True:
+                _update(progress, tasks, producers, mappings)
+                failed = [p for p in producers if p.progress.error is not None]
+                if failed:
+                    raise RuntimeError(f"producer {failed[0].name} failed") from failed[0].progress.error
+                if published_at is None and all(p.progress.done for p in producers):
+                    published_at = time.monotonic()
+                if published_at is not None and mappings.drained(published_at):
+                    _update(progress, tasks, producers, mappings)
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"not drained after {DRAIN_TIMEOUT_S} s: {mappings.stats}")
+                time.sleep(0.3)
+    finally:
+        stop.set()
+        for producer in producers:
+            producer.join()
+    return time.monotonic() - started
+
+
+def _progress_tasks(progress: Progress, load: DemoLoad) -> dict[str, TaskID]:
+    return {
+        "publish-sqs": progress.add_task("publish → SQS (messages)", total=load.records("sqs")),
+        "publish-kinesis": progress.add_task("publish → Kinesis (records)", total=load.records("kinesis")),
+        "poll-sqs": progress.add_task("SQS pollers: messages done", total=load.records("sqs")),
+        "poll-kinesis": progress.add_task("Kinesis pollers: records done", total=load.records("kinesis")),
+        "counted": progress.add_task("events counted (exactly once)", total=load.events),
+    }
+
+
+def _update(
+    progress: Progress, tasks: dict[str, TaskID], producers: Sequence[Producer], mappings: EventSourceMappings
+) -> None:
+    for source in ("sqs", "kinesis"):
+        sent = sum(p.progress.records for p in producers if p.plan.source == source)
+        progress.update(tasks[f"publish-{source}"], completed=sent)
+    progress.update(tasks["poll-sqs"], completed=_stats(mappings, SQS_SOURCE).records_done)
+    progress.update(tasks["poll-kinesis"], completed=_stats(mappings, KINESIS_SOURCE).records_done)
+    progress.update(tasks["counted"], completed=_events_counted(mappings))
+
+
+def _stats(mappings: EventSourceMappings, name: str) -> SourceStats:
+    return mappings.stats[name]
+
+
+def _events_counted(mappings: EventSourceMappings) -> int:
+    return sum(stats.metric("EventsApplied") for stats in mappings.stats.values())
+
+
+def _check_counters(
+    console: Console, resources: LocalResources, store: DynamoDBCounterStore, load: DemoLoad, rng: random.Random
+) -> KeyCheck:
+    counted = {key: store.read_counters(key) for key in load.expected}
+    scanned = {
+        key: counters
+        for key, counters in all_time_totals(resources.client("dynamodb"), resources.counters_table).items()
+        if key.startswith("demo:")
+    }
+    check = KeyCheck(expected=load.expected, counted=counted, scanned=scanned)
+    console.print(key_table(check, sample_keys(load.expected, [HOT_KEY], rng), [HOT_KEY]))
+    console.print(totals_table(check))
+    if check.wrong_keys:
+        console.print(f"[bold red]{len(check.wrong_keys)} key(s) wrong[/], e.g. {check.wrong_keys[:5]}")
+    return check
+
+
+def _report(
+    console: Console, resources: LocalResources, mappings: EventSourceMappings, load: DemoLoad, elapsed: float
+) -> bool:
+    sqs, kinesis = _stats(mappings, SQS_SOURCE), _stats(mappings, KINESIS_SOURCE)
+    letters = list_letters(resources.client("sqs"), resources.dead_letter_queue_url)
+    reasons = {letter.error_code or letter.kind: letter.error_message or "" for letter in letters}
+    expected_codes = [poison.code for poison in load.poison]
+    found_codes = [letter.error_code or letter.kind for letter in letters]
+    console.print(dead_letter_table(expected_codes, found_codes, reasons))
+
+    def metric(name: str) -> int:
+        return sqs.metric(name) + kinesis.metric(name)
+
+    messages = sum(len(plan.messages) for plan in load.producers)
+    writes: DynamoDBWrites = sqs.writes + kinesis.writes
+    rows = [
+        ("events published (distinct)", f"{load.events:,}"),
+        ("messages published (packed and single)", f"{messages:,}"),
+        ("producer re-sends (same ids)", f"{load.resent_messages:,} messages, {load.resent_events:,} events"),
+        ("poison published", f"{len(load.poison):,}"),
+        ("events counted (EventsApplied)", f"{metric('EventsApplied'):,}"),
+        ("messages applied (MessagesApplied)", f"{metric('MessagesApplied'):,}"),
+        ("duplicates dropped in a batch (DuplicatesInBatch)", f"{metric('DuplicatesInBatch'):,}"),
+        ("duplicates dropped, already applied (DuplicatesAlreadyApplied)", f"{metric('DuplicatesAlreadyApplied'):,}"),
+        ("poison dead-lettered (PoisonRecords)", f"{metric('PoisonRecords'):,}"),
+        ("records redelivered after a failure report (RecordsFailed)", f"{metric('RecordsFailed'):,}"),
+        ("invocations: SQS / Kinesis", f"{sqs.invocations:,} / {kinesis.invocations:,}"),
+        ("function errors", f"{sqs.function_errors + kinesis.function_errors:,}"),
+        ("service errors the pollers retried", f"{sqs.service_errors + kinesis.service_errors:,}"),
+        *writes_rows(writes, load.events, messages),
+        ("publish + process, wall clock", f"{elapsed:.1f} s"),
+        ("events per second, end to end", f"{load.events / elapsed:,.0f}"),
+    ]
+    console.print(figures_table(rows, "what happened (from the functions' metrics and the botocore hook)"))
+    return sorted(expected_codes) == sorted(found_codes)
+
+
+def _redrive(console: Console, resources: LocalResources, mappings: EventSourceMappings, load: DemoLoad) -> bool:
+    sqs = resources.client("sqs")
+    applied = [message for plan in load.producers if plan.source == "sqs" for message in plan.messages]
+    copies = random.Random(len(applied)).sample(applied, min(REDRIVE_COPIES, len(applied)))
+    for message in copies:  # as SQS moves a message after maxReceiveCount: the original body, no tally attributes
+        sqs.send_message(QueueUrl=resources.dead_letter_queue_url, MessageBody=message.body.decode("utf-8"))
+    before_letters = list_letters(sqs, resources.dead_letter_queue_url)
+    console.print(
+        f"dead-letter queue: {len(before_letters)} messages = {len(load.poison)} poison + {len(copies)} copies of "
+        "messages already counted (as SQS leaves them after a consumer outage)"
+    )
+    duplicates_before = sum(stats.metric("DuplicatesAlreadyApplied") for stats in mappings.stats.values())
+    before = all_time_totals(resources.client("dynamodb"), resources.counters_table)
+    result = redrive(
+        sqs,
+        resources.dead_letter_queue_url,
+        kinesis=resources.client("kinesis"),
+        default_queue_url=resources.queue_url,
+    )
+    mappings.wait_until_drained(DRAIN_TIMEOUT_S)
+    after = all_time_totals(resources.client("dynamodb"), resources.counters_table)
+    after_letters = list_letters(sqs, resources.dead_letter_queue_url)
+    duplicates = sum(stats.metric("DuplicatesAlreadyApplied") for stats in mappings.stats.values()) - duplicates_before
+    changed = sorted(key for key in set(before) | set(after) if before.get(key) != after.get(key))
+    poison_back = sorted(letter.error_code or "-" for letter in after_letters) == sorted(p.code for p in load.poison)
+    rows = [
+        ("redriven (sent back to their source, then deleted)", f"{len(result.redriven):,}"),
+        ("left in the dead-letter queue (could not be sent)", f"{len(result.skipped):,}"),
+        ("copies already counted: dropped as duplicates", f"{duplicates:,} of {len(copies)}"),
+        ("keys whose counters changed", f"{len(changed):,} of {len(before):,}"),
+        (
+            "poison back in the dead-letter queue, same reasons",
+            f"{len(after_letters):,} " + (OK if poison_back else WRONG),
+        ),
+    ]
+    console.print(figures_table(rows, "redrive: idempotency markers make it a no-op for what was counted"))
+    if changed:
+        console.print(f"[bold red]counters changed by the redrive[/]: {changed[:5]}")
+    return result.ok and not changed and duplicates == len(copies) and poison_back
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,0 +1,173 @@
+"""``tally dlq list`` and ``tally dlq redrive``: what is in the dead-letter queue and why; send it back.
+
+``list`` reads without consuming (each message is made visible again at once). ``redrive`` re-sends
+every body unchanged to where it came from (``tally.source``), to ``--to-queue`` / ``--to-stream``, or,
+for a message SQS moved there after ``maxReceiveCount``, to the stack's source queue; a Kinesis batch
+Lambda gave up on is replayed from the stream. The idempotency markers make all of it safe: nothing
+already counted is counted again. Poison redriven unchanged is dead-lettered again, with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import click
+import msgspec
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.table import Table
+
+from tally.cli.locate import Locator, client, stack_option
+from tally.errors import TallyError
+from tally.ops.dead_letters import Destination, list_letters, redrive
+
+if TYPE_CHECKING:
+    from mypy_boto3_kinesis.client import KinesisClient
+    from mypy_boto3_sqs.client import SQSClient
+
+    from tally.ops.dead_letters import Letter, RedriveResult
+
+_PREVIEW = 60
+
+
+@click.group()
+def dlq() -> None:
+    """Inspect and redrive the dead-letter queue."""
+
+
+@dlq.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line (bodies in full).")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
+@stack_option
+@click.option("--dlq-url", envvar="TALLY_DLQ_URL", help="The dead-letter queue (or $TALLY_DLQ_URL).")
+def list_command(as_json: bool, limit: int | None, stack_name: str | None, dlq_url: str | None) -> None:
+    """List each dead letter with its reason (tally.error_code / tally.error_message), oldest first."""
+    url = Locator(stack_name).required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
+    sqs: SQSClient = client("sqs")
+    try:
+        letters = list_letters(sqs, url, limit=limit)
+    except TallyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if as_json:
+        for letter in letters:
+            sys.stdout.buffer.write(msgspec.json.encode(letter_json(letter)) + b"\n")
+        return
+    console = Console()
+    console.print(letters_table(letters, url))
+    codes = Counter(letter.error_code or letter.kind for letter in letters)
+    if codes:
+        console.print("by reason: " + ", ".join(f"{code} {count}" for code, count in codes.most_common()))
+
+
+@dlq.command("redrive")
+@click.option("--to-queue", help="Send every body to this queue instead of where it came from.")
+@click.option("--to-stream", help="Put every body into this stream (name or ARN) instead.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
+@stack_option
+@click.option("--dlq-url", envvar="TALLY_DLQ_URL", help="The dead-letter queue (or $TALLY_DLQ_URL).")
+@click.option(
+    "--queue-url",
+    envvar="TALLY_QUEUE_URL",
+    help="Where messages without a tally.source go (SQS moved them): the source queue (or $TALLY_QUEUE_URL).",
+)
+def redrive_command(  # click passes every option by name
+    *,
+    to_queue: str | None,
+    to_stream: str | None,
+    limit: int | None,
+    stack_name: str | None,
+    dlq_url: str | None,
+    queue_url: str | None,
+) -> None:
+    """Send the dead letters back to their source (markers make it safe), deleting each once accepted."""
+    if to_queue and to_stream:
+        raise click.UsageError("give --to-queue or --to-stream, not both")
+    locator = Locator(stack_name)
+    url = locator.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
+    default_queue = locator.optional("TALLY_QUEUE_URL", queue_url)
+    sqs: SQSClient = client("sqs")
+    kinesis: KinesisClient = client("kinesis")
+    console = Console(stderr=True)
+    columns = (TextColumn("redriving"), BarColumn(), MofNCompleteColumn(), TextColumn("messages"))
+    try:
+        with Progress(*columns, console=console, transient=True) as progress:
+            task = progress.add_task("redrive", total=limit)
+            result = redrive(
+                sqs,
+                url,
+                kinesis=kinesis,
+                destination=Destination(queue_url=to_queue, stream=to_stream),
+                default_queue_url=default_queue,
+                limit=limit,
+                progress=lambda _letter: progress.advance(task),
+            )
+    except TallyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    Console().print(redrive_table(result))
+    if not result.ok:
+        sys.exit(1)
+
+
+def letter_json(letter: Letter) -> dict[str, Any]:
+    document: dict[str, Any] = {
+        "message_id": letter.message_id,
+        "kind": letter.kind,
+        "error_code": letter.error_code,
+        "error_message": letter.error_message,
+        "source": letter.source,
+        "source_record_id": letter.source_record_id,
+        "body_encoding": letter.body_encoding,
+        "sent_ms": letter.sent_ms,
+        "receive_count": letter.receive_count,
+        "body": letter.body,
+    }
+    batch = letter.kinesis_batch
+    if batch is not None:
+        document["kinesis_batch"] = dataclasses.asdict(batch)
+    return document
+
+
+def letters_table(letters: list[Letter], url: str) -> Table:
+    table = Table(title=f"dead-letter queue {url.rsplit('/', 1)[-1]}: {len(letters)} message(s)")
+    for column in ("sent (UTC)", "reason", "detail", "source", "body"):
+        table.add_column(column, overflow="fold")
+    for letter in letters:
+        batch = letter.kinesis_batch
+        if batch is not None:
+            reason = f"kinesis batch given up ({batch.condition})"
+            detail = (
+                f"{batch.shard_id} {batch.start_sequence_number}..{batch.end_sequence_number} ({batch.size} records)"
+            )
+            source = batch.stream_arn.rsplit("/", 1)[-1]
+        else:
+            reason = letter.error_code or "moved by SQS (maxReceiveCount)"
+            detail = (letter.error_message or "")[:80]
+            source = (letter.source or "").rsplit(":", 1)[-1].rsplit("/", 1)[-1]
+        body = letter.body if len(letter.body) <= _PREVIEW else letter.body[:_PREVIEW] + "…"
+        table.add_row(_time(letter.sent_ms), reason, detail, source, body)
+    return table
+
+
+def redrive_table(result: RedriveResult) -> Table:
+    table = Table(title="redrive", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    kinds = Counter(letter.kind for letter in result.redriven)
+    table.add_row("redriven", f"{len(result.redriven):,}")
+    for kind, count in sorted(kinds.items()):
+        table.add_row(f"  {kind}", f"{count:,}")
+    if result.replayed_records:
+        table.add_row("Kinesis records replayed from the stream", f"{result.replayed_records:,}")
+    table.add_row("sent to", ", ".join(sorted(result.destinations)) or "-")
+    table.add_row("left in the dead-letter queue", f"{len(result.skipped):,}")
+    for skipped in result.skipped[:5]:
+        table.add_row(f"  {skipped.letter.message_id}", skipped.reason[:100])
+    return table
+
+
+def _time(epoch_ms: int) -> str:
+    return datetime.fromtimestamp(epoch_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,187 @@
+"""Lambda's side of an event source mapping, as data: the events it builds and how it reads the answer.
+
+Pure functions, no I/O: the pollers (``tally.local.poller``) call the services, these shape what the
+function receives and decide, from what it returned, which records count as processed. The shapes
+are those of ``events/*.json`` (and of AWS's documented SQS and Kinesis events); the reading of a
+partial batch response follows the documented rules (FACTS.md):
+
+- no list, ``None``, or an empty ``batchItemFailures``: every record succeeded;
+- a response that is not an object, a list that is not a list of objects, an empty or null
+  ``itemIdentifier``, or one that names no record of the batch: the WHOLE batch failed;
+- for Kinesis, the checkpoint is the LOWEST reported sequence number: that record and every one
+  after it are delivered again, including those that succeeded.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+SQS_ATTRIBUTES: Final = ("ApproximateReceiveCount", "SentTimestamp", "SenderId", "ApproximateFirstReceiveTimestamp")
+"""The system attributes Lambda puts in every SQS record (FIFO queues add their own)."""
+FIFO_ATTRIBUTES: Final = ("SequenceNumber", "MessageGroupId", "MessageDeduplicationId")
+LOCAL_ROLE_ARN: Final = "arn:aws:iam::123456789012:role/tally-local-function-role"
+
+
+def sqs_event(messages: Sequence[Mapping[str, Any]], queue_arn: str, region: str) -> dict[str, Any]:
+    """A Lambda SQS event for ``ReceiveMessage`` messages (received with all attributes)."""
+    return {"Records": [sqs_record(message, queue_arn, region) for message in messages]}
+
+
+def sqs_record(message: Mapping[str, Any], queue_arn: str, region: str) -> dict[str, Any]:
+    """One record, as Lambda shapes it: camelCase keys, message attributes with their list fields."""
+    attributes = message.get("Attributes", {})
+    record: dict[str, Any] = {
+        "messageId": message["MessageId"],
+        "receiptHandle": message["ReceiptHandle"],
+        "body": message["Body"],
+        "attributes": {name: attributes[name] for name in (*SQS_ATTRIBUTES, *FIFO_ATTRIBUTES) if name in attributes},
+        "messageAttributes": {
+            name: _message_attribute(value) for name, value in message.get("MessageAttributes", {}).items()
+        },
+        "md5OfBody": message["MD5OfBody"],
+        "eventSource": "aws:sqs",
+        "eventSourceARN": queue_arn,
+        "awsRegion": region,
+    }
+    if "MD5OfMessageAttributes" in message:
+        record["md5OfMessageAttributes"] = message["MD5OfMessageAttributes"]
+    return record
+
+
+def _message_attribute(value: Mapping[str, Any]) -> dict[str, Any]:
+    attribute: dict[str, Any] = {"stringListValues": [], "binaryListValues": [], "dataType": value["DataType"]}
+    if "StringValue" in value:
+        attribute["stringValue"] = value["StringValue"]
+    if "BinaryValue" in value:
+        attribute["binaryValue"] = base64.b64encode(value["BinaryValue"]).decode("ascii")
+    return attribute
+
+
+def kinesis_event(records: Sequence[Mapping[str, Any]], stream_arn: str, shard_id: str, region: str) -> dict[str, Any]:
+    """A Lambda Kinesis event for ``GetRecords`` records of one shard, in sequence order."""
+    return {"Records": [kinesis_record(record, stream_arn, shard_id, region) for record in records]}
+
+
+def kinesis_record(record: Mapping[str, Any], stream_arn: str, shard_id: str, region: str) -> dict[str, Any]:
+    """One record: data base64-encoded, arrival time in epoch seconds with a millisecond fraction."""
+    arrival: datetime = record["ApproximateArrivalTimestamp"]
+    return {
+        "kinesis": {
+            "kinesisSchemaVersion": "1.0",
+            "partitionKey": record["PartitionKey"],
+            "sequenceNumber": record["SequenceNumber"],
+            "data": base64.b64encode(record["Data"]).decode("ascii"),
+            "approximateArrivalTimestamp": round(arrival.timestamp(), 3),
+        },
+        "eventSource": "aws:kinesis",
+        "eventVersion": "1.0",
+        "eventID": f"{shard_id}:{record['SequenceNumber']}",
+        "eventName": "aws:kinesis:record",
+        "invokeIdentityArn": LOCAL_ROLE_ARN,
+        "awsRegion": region,
+        "eventSourceARN": stream_arn,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class BatchOutcome:
+    """What the event source mapping makes of one invocation's answer."""
+
+    failed: frozenset[str]
+    """Record ids (SQS message ids, Kinesis sequence numbers) to deliver again."""
+    whole_batch: bool
+    """The whole batch failed: a function error or a response Lambda cannot read."""
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+def read_response(response: object, record_ids: Sequence[str]) -> BatchOutcome:
+    """Read a partial batch response (``ReportBatchItemFailures``) for a batch of ``record_ids``."""
+    everything = frozenset(record_ids)
+    if response is None:
+        return BatchOutcome(frozenset(), whole_batch=False)
+    if not isinstance(response, dict):
+        return BatchOutcome(everything, whole_batch=True, reason=f"response is not an object: {response!r:.80}")
+    failures = response.get("batchItemFailures")
+    if failures is None:
+        return BatchOutcome(frozenset(), whole_batch=False)
+    if not isinstance(failures, list):
+        return BatchOutcome(everything, whole_batch=True, reason="batchItemFailures is not a list")
+    failed: set[str] = set()
+    for item in failures:
+        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
+        if not isinstance(identifier, str) or not identifier:
+            return BatchOutcome(everything, whole_batch=True, reason=f"invalid itemIdentifier in {item!r:.80}")
+        if identifier not in everything:
+            return BatchOutcome(everything, whole_batch=True, reason=f"itemIdentifier {identifier!r} not in the batch")
+        failed.add(identifier)
+    return BatchOutcome(frozenset(failed), whole_batch=False)
+
+
+def function_error(record_ids: Sequence[str], error: str) -> BatchOutcome:
+    """The outcome of an invocation that raised (or timed out): the whole batch failed."""
+    return BatchOutcome(frozenset(record_ids), whole_batch=True, reason=error)
+
+
+def kinesis_checkpoint(outcome: BatchOutcome, sequence_numbers: Sequence[str]) -> int | None:
+    """Index in the batch from which Kinesis delivers again (None: the batch is done).
+
+    After a partial failure it is the position of the LOWEST reported sequence number (they compare
+    as integers); after a whole-batch failure, the start of the batch.
+    """
+    if outcome.ok:
+        return None
+    if outcome.whole_batch:
+        return 0
+    lowest = min(outcome.failed, key=int)
+    return list(sequence_numbers).index(lowest)
+
+
+def on_failure_record(
+    *,
+    function_arn: str,
+    condition: str,
+    invoke_count: int,
+    shard_id: str,
+    stream_arn: str,
+    records: Sequence[Mapping[str, Any]],
+    function_error_kind: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """What Lambda sends a Kinesis event source's on-failure destination: metadata, never the data."""
+
+    def iso(moment: datetime) -> str:
+        return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+    response_context: dict[str, Any] = {"statusCode": 200, "executedVersion": "$LATEST"}
+    if function_error_kind is not None:
+        response_context["functionError"] = function_error_kind
+    return {
+        "requestContext": {
+            "requestId": f"local-{shard_id}-{records[0]['SequenceNumber']}",
+            "functionArn": function_arn,
+            "condition": condition,
+            "approximateInvokeCount": invoke_count,
+        },
+        "responseContext": response_context,
+        "version": "1.0",
+        "timestamp": iso(now),
+        "KinesisBatchInfo": {
+            "shardId": shard_id,
+            "startSequenceNumber": records[0]["SequenceNumber"],
+            "endSequenceNumber": records[-1]["SequenceNumber"],
+            "approximateArrivalOfFirstRecord": iso(records[0]["ApproximateArrivalTimestamp"]),
+            "approximateArrivalOfLastRecord": iso(records[-1]["ApproximateArrivalTimestamp"]),
+            "batchSize": len(records),
+            "streamArn": stream_arn,
+        },
+    }

@@ -1,0 +1,356 @@
+"""The local stack: AWS's DynamoDB emulator and a moto server, with the resources of ``template.yaml``.
+
+``LocalStack`` starts DynamoDB Local (``tally.local.dynamodb_local``) and one moto server on 127.0.0.1
+for SQS, Kinesis and CloudFormation (``tally.local.moto_server``: one request at a time, as moto's
+models are not thread-safe), then creates what ``sam deploy`` would, read from the template
+with ``tally.local.template`` (so local never drifts from the deployment): the tables with the
+template's key schemas and TTL, the dead-letter queue, the source queue with the template's redrive
+policy, and the stream, for the resources the template's Conditions create with the given parameter
+overrides (``Source=Both`` creates the queue and the stream). It also registers a CloudFormation stack
+on the moto server whose Outputs are the template's Outputs with the local names, so ``tally stack``,
+``--stack`` and every tool that finds resources by stack name work locally exactly as against AWS.
+
+Either endpoint may be given instead of started (tests share one per session). Whatever it starts it
+stops in ``stop`` (``finally`` of the ``with`` block), also on Ctrl-C; ``handle_termination`` turns
+SIGTERM into the same clean exit. ``python -m tally.local.stack`` runs the stack with its event source
+pollers until Ctrl-C and prints the variables that point ``tally`` at it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import logging
+import secrets
+import shlex
+import signal
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+import click
+
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.local.function import LOCAL_REGION
+from tally.local.moto_server import SerialMotoServer
+from tally.local.template import (
+    KINESIS_DEFAULT_RETENTION_HOURS,
+    condition_values,
+    function_definition,
+    load_template,
+    queue_definitions,
+    resource_created,
+    stream_definitions,
+    table_definitions,
+    with_parameters,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from types import FrameType, TracebackType
+
+
+logger = logging.getLogger(__name__)
+
+TEMPLATE: Final = Path(__file__).resolve().parents[3] / "template.yaml"
+LOCAL_CREDENTIALS: Final = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
+COUNTERS: Final = "CountersTable"
+MARKERS: Final = "MarkersTable"
+SOURCE_QUEUE: Final = "EventsQueue"
+DEAD_LETTER_QUEUE: Final = "EventsDeadLetterQueue"
+STREAM: Final = "EventStream"
+_MARKER_RESOURCE: Final = "LocalStackMarker"
+_MOTO_CLOUDFORMATION: Final = "moto.cloudformation.parsing"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalResources:
+    """Endpoints and the names the local stack gave the template's resources."""
+
+    stack_name: str
+    template: dict[str, Any]
+    """The template with the stack's parameter overrides applied (see ``with_parameters``)."""
+    dynamodb_endpoint: str
+    aws_endpoint: str
+    """The moto server: SQS, Kinesis and CloudFormation."""
+    physical_ids: dict[str, str]
+    """Logical id -> what ``!Ref`` gives in CloudFormation: table name, queue URL, stream name."""
+    arns: dict[str, str]
+    outputs: dict[str, str]
+    settings: dict[str, str] = field(default_factory=dict)
+    """The function's ``TALLY_*`` environment (tables, DLQ, windows, hot keys), as the template sets it."""
+    region: str = LOCAL_REGION
+
+    @property
+    def counters_table(self) -> str:
+        return self.physical_ids[COUNTERS]
+
+    @property
+    def markers_table(self) -> str:
+        return self.physical_ids[MARKERS]
+
+    @property
+    def dead_letter_queue_url(self) -> str:
+        return self.physical_ids[DEAD_LETTER_QUEUE]
+
+    @property
+    def queue_url(self) -> str | None:
+        return self.physical_ids.get(SOURCE_QUEUE)
+
+    @property
+    def stream_name(self) -> str | None:
+        return self.physical_ids.get(STREAM)
+
+    def client_environment(self) -> dict[str, str]:
+        """What points boto3 (and so the handler and ``tally``) at the local endpoints."""
+        return {
+            **LOCAL_CREDENTIALS,
+            "AWS_DEFAULT_REGION": self.region,
+            "AWS_REGION": self.region,
+            "AWS_ENDPOINT_URL": self.aws_endpoint,
+            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb_endpoint,
+        }
+
+    def cli_environment(self) -> dict[str, str]:
+        """The variables for ``tally`` commands: endpoints, credentials, and the function's ``TALLY_*`` settings
+        (tables, dead-letter queue, windows, hot keys), plus the source queue and stream."""
+        environment = {**self.client_environment(), **self.settings, "TALLY_STACK": self.stack_name}
+        if self.queue_url is not None:
+            environment["TALLY_QUEUE_URL"] = self.queue_url
+        if self.stream_name is not None:
+            environment["TALLY_STREAM_NAME"] = self.stream_name
+        return environment
+
+    def client(self, service: str) -> Any:
+        """A boto3 client on the local endpoint of ``service`` (dummy credentials)."""
+        endpoint = self.dynamodb_endpoint if service == "dynamodb" else self.aws_endpoint
+        session = boto3.session.Session(
+            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=self.region,
+        )
+        return session.client(service, endpoint_url=endpoint)  # type: ignore[call-overload]
+
+
+class LocalStack:
+    """Starts the endpoints it was not given, creates the template's resources, stops what it started."""
+
+    def __init__(
+        self,
+        parameters: Mapping[str, str] | None = None,
+        *,
+        template_path: Path = TEMPLATE,
+        dynamodb_endpoint: str | None = None,
+        aws_endpoint: str | None = None,
+        stack_name: str | None = None,
+    ) -> None:
+        self.template = with_parameters(load_template(template_path), parameters or {})
+        self.stack_name = stack_name or f"tally-local-{secrets.token_hex(3)}"
+        self._dynamodb_endpoint = dynamodb_endpoint
+        self._aws_endpoint = aws_endpoint
+        self._stack = contextlib.ExitStack()
+        self.resources: LocalResources | None = None
+
+    def start(self) -> LocalResources:
+        try:
+            aws_endpoint = self._aws_endpoint or self._start_moto()
+            # moto imports its CloudFormation engine (every service's models, seconds) on the first
+            # CreateStack: do it while DynamoDB Local's JVM boots.
+            warm_up = threading.Thread(target=importlib.import_module, args=(_MOTO_CLOUDFORMATION,), daemon=True)
+            warm_up.start()
+            dynamodb_endpoint = self._dynamodb_endpoint or self._stack.enter_context(DynamoDBLocal()).endpoint_url
+            warm_up.join()
+            self.resources = _create_resources(self.template, self.stack_name, dynamodb_endpoint, aws_endpoint)
+        except BaseException:
+            self._stack.close()
+            raise
+        return self.resources
+
+    def stop(self) -> None:
+        """Stop the endpoints this stack started (resources on shared endpoints are left to their owner)."""
+        self.resources = None
+        self._stack.close()
+
+    def __enter__(self) -> LocalResources:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _start_moto(self) -> str:
+        server = self._stack.enter_context(SerialMotoServer())
+        return server.endpoint_url
+
+
+def _create_resources(
+    template: dict[str, Any], stack_name: str, dynamodb_endpoint: str, aws_endpoint: str
+) -> LocalResources:
+    physical: dict[str, str] = {}
+    arns: dict[str, str] = {}
+    resources = LocalResources(stack_name, template, dynamodb_endpoint, aws_endpoint, physical, arns, {})
+    dynamodb = resources.client("dynamodb")
+    for logical_id, table in table_definitions(template).items():
+        if not resource_created(template, logical_id):
+            continue
+        name = f"{stack_name}-{logical_id}"
+        dynamodb.create_table(**table.create_table_kwargs(name))
+        ttl = table.update_time_to_live_kwargs(name)
+        if ttl is not None:
+            dynamodb.update_time_to_live(**ttl)
+        physical[logical_id] = name
+        arns[logical_id] = dynamodb.describe_table(TableName=name)["Table"]["TableArn"]
+    sqs = resources.client("sqs")
+    queues = queue_definitions(template)
+    # Redrive targets first: a queue's RedrivePolicy needs its dead-letter queue's ARN.
+    for logical_id in sorted(queues, key=lambda name: queues[name].dead_letter_target is not None):
+        queue = queues[logical_id]
+        if not resource_created(template, logical_id):
+            continue
+        suffix = ".fifo" if queue.fifo else ""
+        target = arns[queue.dead_letter_target] if queue.dead_letter_target else None
+        url = sqs.create_queue(**queue.create_queue_kwargs(f"{stack_name}-{logical_id}{suffix}", target))["QueueUrl"]
+        physical[logical_id] = url
+        arns[logical_id] = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    kinesis = resources.client("kinesis")
+    for logical_id, stream in stream_definitions(template).items():
+        if not resource_created(template, logical_id):
+            continue
+        name = f"{stack_name}-{logical_id}"
+        kinesis.create_stream(**stream.create_stream_kwargs(name))
+        kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
+        if stream.retention_hours != KINESIS_DEFAULT_RETENTION_HOURS:
+            kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=stream.retention_hours)
+        physical[logical_id] = name
+        arns[logical_id] = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    functions = [
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource.get("Type") == "AWS::Serverless::Function" and resource_created(template, logical_id)
+    ]
+    physical.update({logical_id: f"tally-local-{logical_id}" for logical_id in functions})
+    settings = {
+        name: value
+        for name, value in function_definition(template, functions[0], physical).environment.items()
+        if name.startswith("TALLY_")
+    }
+    outputs = _outputs(template, physical, arns)
+    _register_stack(resources.client("cloudformation"), stack_name, template, outputs)
+    logger.info("local stack %s: %s", stack_name, outputs)
+    return LocalResources(stack_name, template, dynamodb_endpoint, aws_endpoint, physical, arns, outputs, settings)
+
+
+def _outputs(template: dict[str, Any], physical: Mapping[str, str], arns: Mapping[str, str]) -> dict[str, str]:
+    """The template's Outputs (those its Conditions create) with local values: ``!Ref`` and ``!GetAtt .Arn`` of
+    the resources the local stack has; outputs of resources it does not emulate (alarms, dashboards) are left out."""
+    conditions = condition_values(template)
+    outputs: dict[str, str] = {}
+    for key, output in template.get("Outputs", {}).items():
+        if "Condition" in output and not conditions[output["Condition"]]:
+            continue
+        value = output.get("Value")
+        if isinstance(value, dict) and set(value) == {"Ref"}:
+            found = physical.get(value["Ref"])
+        elif isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
+            target = value["Fn::GetAtt"]
+            logical_id, attribute = target.split(".", 1) if isinstance(target, str) else target
+            found = arns.get(logical_id) if attribute == "Arn" else None
+        else:
+            found = None
+        if found is None:
+            logger.info("output %s has no local value: %r", key, value)
+            continue
+        outputs[key] = found
+    return outputs
+
+
+def _register_stack(cloudformation: Any, stack_name: str, template: dict[str, Any], outputs: Mapping[str, str]) -> None:
+    """A stack on the moto server holding the Outputs, and the Parameters it was "deployed" with, so tools
+    that look a stack up (``--stack``: resources, and settings such as ``HotKeys``) work locally."""
+    values = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
+    body = {
+        "Description": "tally local stack: Outputs and Parameters only (the resources live in DynamoDB Local and moto)",
+        "Parameters": {name: {"Type": "String"} for name in values},
+        "Resources": {
+            _MARKER_RESOURCE: {
+                "Type": "AWS::SSM::Parameter",
+                "Properties": {"Name": f"/{stack_name}/local", "Type": "String", "Value": "tally local stack"},
+            }
+        },
+        "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+    }
+    cloudformation.create_stack(
+        StackName=stack_name,
+        TemplateBody=json.dumps(body),
+        Parameters=[{"ParameterKey": name, "ParameterValue": value} for name, value in values.items()],
+    )
+
+
+@contextlib.contextmanager
+def handle_termination() -> Iterator[None]:
+    """Within the block, SIGTERM ends the program like Ctrl-C: ``KeyboardInterrupt``, so every
+    ``finally`` and ``with`` block stops what it started. Only in the main thread (signals go there)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@click.command()
+@click.option(
+    "--param",
+    "parameters",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A template parameter override, repeatable (default: Source=Both).",
+)
+@click.option("--logs", type=click.Path(file_okay=False, path_type=Path), help="Keep the functions' logs here.")
+def main(parameters: tuple[str, ...], logs: Path | None) -> None:
+    """Run the local stack and its event source pollers until Ctrl-C; print what points ``tally`` at it."""
+    from tally.local.mappings import EventSourceMappings  # noqa: PLC0415 - mappings import this module
+
+    overrides = {"Source": "Both"}
+    for parameter in parameters:
+        name, separator, value = parameter.partition("=")
+        if not separator:
+            raise click.BadParameter(f"{parameter!r}: expected NAME=VALUE", param_hint="--param")
+        overrides[name] = value
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        with handle_termination(), contextlib.ExitStack() as stack:
+            log_dir = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tally-local-logs-")))
+            resources = stack.enter_context(LocalStack(overrides))
+            mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
+            click.echo(f"local stack {resources.stack_name} is up ({len(mappings.pollers)} pollers); in another shell:")
+            for name, value in sorted(resources.cli_environment().items()):
+                click.echo(f"export {name}={shlex.quote(value)}")
+            click.echo(
+                f"then: tally publish KEY --stack {resources.stack_name}; tally get KEY; tally top; tally dlq list"
+            )
+            click.echo(f"function logs: {log_dir}")
+            click.echo("press Ctrl-C to stop", nl=True)
+            sys.stdout.flush()
+            while True:
+                mappings.check()
+                time.sleep(0.5)
+    except KeyboardInterrupt:
+        click.echo("stopped")
+
+
+if __name__ == "__main__":
+    main()

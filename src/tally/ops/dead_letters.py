@@ -1,0 +1,392 @@
+"""The dead-letter queue, for operators: list what is in it and why, and send it back to be counted.
+
+Three kinds of message end up in tally's dead-letter queue:
+
+- **poison**, dead-lettered by the function itself with its original body and ``tally.error_code`` /
+  ``tally.error_message`` / ``tally.source`` (the ARN of the queue or stream it came from) /
+  ``tally.source_record_id`` (and ``tally.body_encoding`` when the body had to be base64-encoded);
+- **messages SQS moved** after ``maxReceiveCount`` receives (the function kept failing them, say while
+  DynamoDB was unreachable): the producer's original message, without tally attributes;
+- **Kinesis batches Lambda gave up on**: metadata only (shard and sequence range), as Lambda's
+  on-failure destination receives it; the records are still in the stream until it trims them.
+
+``list_letters`` reads them all without consuming them (they are made visible again at once).
+``redrive`` re-sends each body, unchanged, to where it came from (``tally.source``), or to a given
+queue or stream, and deletes it from the dead-letter queue once the source accepted it; a Kinesis batch
+is replayed from the stream (its records re-put with their data and partition keys). Nothing can count
+twice: the producer's id inside the body is the unit of idempotency, and every message already applied
+has its marker. A poison message that is redriven unchanged is dead-lettered again (a new message),
+which this function recognises and leaves alone, so a redrive always terminates.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.dlq import BODY_ENCODING, ERROR_CODE, ERROR_MESSAGE, SOURCE, SOURCE_RECORD_ID
+from tally.errors import OperatorError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Sequence
+
+    from mypy_boto3_kinesis.client import KinesisClient
+    from mypy_boto3_sqs.client import SQSClient
+
+_RECEIVE_MAX: Final = 10
+_LIST_VISIBILITY_S: Final = 30
+"""How long a listed message stays hidden at most (each is made visible again as soon as it is read)."""
+_REDRIVE_VISIBILITY_S: Final = 120
+"""Hides a message while it is being redriven; a re-dead-lettered one stays hidden this long, so the
+redrive never meets it again."""
+_MAX_REPLAY_RECORDS: Final = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class KinesisBatch:
+    """A Kinesis batch Lambda gave up on (its on-failure record)."""
+
+    stream_arn: str
+    shard_id: str
+    start_sequence_number: str
+    end_sequence_number: str
+    size: int
+    condition: str
+
+
+@dataclass(frozen=True, slots=True)
+class Letter:
+    """One message of the dead-letter queue."""
+
+    message_id: str
+    receipt_handle: str
+    body: str
+    sent_ms: int
+    receive_count: int
+    error_code: str | None = None
+    error_message: str | None = None
+    source: str | None = None
+    """ARN of the queue or stream the record came from (poison only)."""
+    source_record_id: str | None = None
+    body_encoding: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``poison``, ``kinesis-batch`` (metadata of a given-up batch) or ``message`` (moved by SQS)."""
+        if self.error_code is not None:
+            return "poison"
+        if self.kinesis_batch is not None:
+            return "kinesis-batch"
+        return "message"
+
+    @property
+    def payload(self) -> bytes:
+        """The original body as the producer sent it (base64 decoded when ``tally.body_encoding`` says so)."""
+        if self.body_encoding == "base64":
+            try:
+                return base64.b64decode(self.body, validate=True)
+            except binascii.Error as exc:
+                raise OperatorError(f"dead letter {self.message_id}: body is not valid base64") from exc
+        if self.body_encoding == "empty":
+            return b""
+        return self.body.encode("utf-8")
+
+    @property
+    def kinesis_batch(self) -> KinesisBatch | None:
+        if self.error_code is not None or not self.body.startswith("{"):
+            return None
+        try:
+            document = json.loads(self.body)
+            info = document["KinesisBatchInfo"]
+            return KinesisBatch(
+                stream_arn=info["streamArn"],
+                shard_id=info["shardId"],
+                start_sequence_number=info["startSequenceNumber"],
+                end_sequence_number=info["endSequenceNumber"],
+                size=int(info["batchSize"]),
+                condition=str(document.get("requestContext", {}).get("condition", "")),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+def list_letters(sqs: SQSClient, dlq_url: str, *, limit: int | None = None) -> list[Letter]:
+    """Every message of the dead-letter queue (up to ``limit``), oldest first, left in the queue."""
+    letters: list[Letter] = []
+    seen: set[str] = set()
+    try:
+        while limit is None or len(letters) < limit:
+            batch = _receive(sqs, dlq_url, _LIST_VISIBILITY_S)
+            if not batch:
+                break
+            fresh = [letter for letter in batch if letter.message_id not in seen]
+            seen.update(letter.message_id for letter in batch)
+            letters.extend(fresh)
+            if not fresh:
+                break
+        _release(sqs, dlq_url, letters)
+    except (ClientError, BotoCoreError) as exc:
+        raise OperatorError(f"cannot read the dead-letter queue {dlq_url}: {exc}") from exc
+    letters.sort(key=lambda letter: letter.sent_ms)
+    return letters if limit is None else letters[:limit]
+
+
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where a redrive sends bodies: a queue URL or a stream (name or ARN)."""
+
+    queue_url: str | None = None
+    stream: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.queue_url is not None and self.stream is not None:
+            raise ValueError("a redrive destination is a queue or a stream, not both")
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    letter: Letter
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedriveResult:
+    """What a redrive did: letters re-sent (by kind), records replayed, and what stayed and why."""
+
+    redriven: tuple[Letter, ...] = ()
+    replayed_records: int = 0
+    skipped: tuple[Skipped, ...] = ()
+    destinations: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def ok(self) -> bool:
+        return not self.skipped
+
+
+@dataclass
+class _Redrive:
+    sqs: SQSClient
+    kinesis: KinesisClient | None
+    dlq_url: str
+    destination: Destination
+    default_queue_url: str | None
+    redriven: list[Letter] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+    sent_ids: set[str] = field(default_factory=set)
+    """Source record ids of what this redrive sent: a dead letter naming one was redriven and refused again."""
+    replayed: int = 0
+    destinations: set[str] = field(default_factory=set)
+    _queue_urls: dict[str, str] = field(default_factory=dict)
+
+
+def redrive(
+    sqs: SQSClient,
+    dlq_url: str,
+    *,
+    kinesis: KinesisClient | None = None,
+    destination: Destination | None = None,
+    default_queue_url: str | None = None,
+    limit: int | None = None,
+    progress: Callable[[Letter], None] | None = None,
+) -> RedriveResult:
+    """Send the dead letters back to be counted, deleting each once its destination accepted it.
+
+    Each goes to ``destination`` if given, else to its ``tally.source``; a message SQS moved (no tally
+    attributes) goes to ``default_queue_url`` (the stack's source queue). What cannot be sent stays in
+    the queue and is reported in ``RedriveResult.skipped``.
+    """
+    run = _Redrive(sqs, kinesis, dlq_url, destination or Destination(), default_queue_url)
+    handled: set[str] = set()
+    refused_again: list[Letter] = []
+    try:
+        while limit is None or len(run.redriven) + len(run.skipped) < limit:
+            received = _receive(sqs, dlq_url, _REDRIVE_VISIBILITY_S)
+            batch = [letter for letter in received if letter.message_id not in handled]
+            # Letters seen before (left in the queue and visible again): this pass is over.
+            _release(sqs, dlq_url, [letter for letter in received if letter.message_id in handled])
+            if not batch:
+                break
+            for letter in batch:
+                handled.add(letter.message_id)
+                if limit is not None and len(run.redriven) + len(run.skipped) >= limit:
+                    _release(sqs, dlq_url, [letter])
+                    continue
+                if letter.source_record_id is not None and letter.source_record_id in run.sent_ids:
+                    refused_again.append(letter)  # redriven by this run and dead-lettered again: it stays
+                    continue
+                _redrive_one(run, letter)
+                if progress is not None:
+                    progress(letter)
+        _release(sqs, dlq_url, refused_again)
+    except (ClientError, BotoCoreError) as exc:
+        raise OperatorError(f"redrive from {dlq_url} stopped: {exc}") from exc
+    return RedriveResult(tuple(run.redriven), run.replayed, tuple(run.skipped), frozenset(run.destinations))
+
+
+def _redrive_one(run: _Redrive, letter: Letter) -> None:
+    batch = letter.kinesis_batch
+    try:
+        sent = _replay(run, batch) if batch is not None else _resend(run, letter)
+    except (ClientError, BotoCoreError, OperatorError) as exc:
+        run.skipped.append(Skipped(letter, str(exc)))
+        _release(run.sqs, run.dlq_url, [letter])
+        return
+    if isinstance(sent, Skipped):
+        run.skipped.append(sent)
+        _release(run.sqs, run.dlq_url, [letter])
+        return
+    run.sqs.delete_message(QueueUrl=run.dlq_url, ReceiptHandle=letter.receipt_handle)
+    run.redriven.append(letter)
+
+
+def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
+    queue_url, stream = _destination_of(run, letter)
+    payload = letter.payload
+    if not payload:
+        return Skipped(letter, "empty body: nothing to count")
+    if queue_url is not None:
+        if letter.body_encoding == "base64":
+            return Skipped(letter, "the body is not text SQS can carry (tally.body_encoding=base64): use --to-stream")
+        response = run.sqs.send_message(QueueUrl=queue_url, MessageBody=payload.decode("utf-8"))
+        run.sent_ids.add(response["MessageId"])
+        run.destinations.add(queue_url)
+        return None
+    if stream is None or run.kinesis is None:
+        return Skipped(letter, "no destination: give a queue or a stream to redrive to")
+    put = run.kinesis.put_record(
+        Data=payload, PartitionKey=partition_key(payload, letter), StreamName=stream_name(stream)
+    )
+    run.sent_ids.add(put["SequenceNumber"])
+    run.destinations.add(stream)
+    return None
+
+
+def _destination_of(run: _Redrive, letter: Letter) -> tuple[str | None, str | None]:
+    if run.destination.queue_url is not None or run.destination.stream is not None:
+        return run.destination.queue_url, run.destination.stream
+    source = letter.source or ""
+    if source.startswith("arn:") and ":sqs:" in source:
+        return _queue_url(run, source), None
+    if source.startswith("arn:") and ":kinesis:" in source:
+        return None, source
+    return run.default_queue_url, None
+
+
+def _queue_url(run: _Redrive, queue_arn: str) -> str:
+    if queue_arn not in run._queue_urls:
+        parts = queue_arn.split(":")
+        if len(parts) != 6:
+            raise OperatorError(f"not a queue ARN: {queue_arn!r}")
+        account, name = parts[4], parts[5]
+        run._queue_urls[queue_arn] = run.sqs.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)["QueueUrl"]
+    return run._queue_urls[queue_arn]
+
+
+def _replay(run: _Redrive, batch: KinesisBatch) -> Skipped | None:
+    """Re-put the given-up batch's records (same data, same partition keys) into its stream."""
+    if run.kinesis is None:
+        raise OperatorError("a Kinesis client is needed to replay a Kinesis batch")
+    stream = run.destination.stream or batch.stream_arn
+    iterator = run.kinesis.get_shard_iterator(
+        StreamName=stream_name(batch.stream_arn),
+        ShardId=batch.shard_id,
+        ShardIteratorType="AT_SEQUENCE_NUMBER",
+        StartingSequenceNumber=batch.start_sequence_number,
+    )["ShardIterator"]
+    end = int(batch.end_sequence_number)
+    records: list[dict[str, Any]] = []
+    while iterator and len(records) < _MAX_REPLAY_RECORDS:
+        response = run.kinesis.get_records(ShardIterator=iterator, Limit=1000)
+        fetched = response["Records"]
+        records.extend(record for record in fetched if int(record["SequenceNumber"]) <= end)  # type: ignore[misc]
+        if not fetched or int(fetched[-1]["SequenceNumber"]) >= end:
+            break
+        iterator = response.get("NextShardIterator", "")
+    if not records or records[0]["SequenceNumber"] != batch.start_sequence_number:
+        raise OperatorError(
+            f"records {batch.start_sequence_number}..{batch.end_sequence_number} of {batch.shard_id} are no longer "
+            "in the stream (trimmed after its retention)"
+        )
+    for start in range(0, len(records), 500):
+        chunk = records[start : start + 500]
+        put = run.kinesis.put_records(
+            Records=[{"Data": record["Data"], "PartitionKey": record["PartitionKey"]} for record in chunk],
+            StreamName=stream_name(stream),
+        )
+        if put.get("FailedRecordCount"):
+            raise OperatorError(f"{put['FailedRecordCount']} record(s) not accepted by {stream}")
+    run.replayed += len(records)
+    run.destinations.add(stream)
+    return None
+
+
+def partition_key(payload: bytes, letter: Letter) -> str:
+    """As the producer library chooses it: the key of a single-event message, else the message id."""
+    try:
+        document = json.loads(payload)
+    except ValueError:
+        document = None
+    if isinstance(document, dict):
+        for field_name in ("key", "id"):
+            value = document.get(field_name)
+            if isinstance(value, str) and 0 < len(value) <= 256:
+                return value
+    return (letter.source_record_id or letter.message_id)[:256]
+
+
+def stream_name(stream: str) -> str:
+    """The name of a stream given by name or ARN (``arn:aws:kinesis:<region>:<account>:stream/<name>``)."""
+    return stream.rsplit(":stream/", 1)[-1]
+
+
+def _receive(sqs: SQSClient, queue_url: str, visibility_s: int) -> list[Letter]:
+    response = sqs.receive_message(
+        QueueUrl=queue_url,
+        MaxNumberOfMessages=_RECEIVE_MAX,
+        VisibilityTimeout=visibility_s,
+        WaitTimeSeconds=1,
+        AttributeNames=["All"],
+        MessageAttributeNames=["All"],
+    )
+    return [_letter(message) for message in response.get("Messages", [])]
+
+
+def _letter(message: Any) -> Letter:
+    attributes = message.get("MessageAttributes", {})
+
+    def text(name: str) -> str | None:
+        value = attributes.get(name, {}).get("StringValue")
+        return str(value) if value is not None else None
+
+    system = message.get("Attributes", {})
+    return Letter(
+        message_id=message["MessageId"],
+        receipt_handle=message["ReceiptHandle"],
+        body=message["Body"],
+        sent_ms=int(system.get("SentTimestamp", 0)),
+        receive_count=int(system.get("ApproximateReceiveCount", 0)),
+        error_code=text(ERROR_CODE),
+        error_message=text(ERROR_MESSAGE),
+        source=text(SOURCE),
+        source_record_id=text(SOURCE_RECORD_ID),
+        body_encoding=text(BODY_ENCODING),
+    )
+
+
+def _release(sqs: SQSClient, queue_url: str, letters: Iterable[Letter]) -> None:
+    """Make the letters visible again at once (they were only being read)."""
+    pending: Sequence[Letter] = list(letters)
+    for start in range(0, len(pending), _RECEIVE_MAX):
+        chunk = pending[start : start + _RECEIVE_MAX]
+        sqs.change_message_visibility_batch(
+            QueueUrl=queue_url,
+            Entries=[
+                {"Id": str(index), "ReceiptHandle": letter.receipt_handle, "VisibilityTimeout": 0}
+                for index, letter in enumerate(chunk)
+            ],
+        )

@@ -1,0 +1,137 @@
+"""The local stack builds what ``sam deploy`` would, from template.yaml, and stops what it started."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tally.local.template import function_event_sources, queue_definitions, table_definitions
+from tests.support.local_stack import running_stack, tally, tally_json
+
+if TYPE_CHECKING:
+    from tally.local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+
+def test_resources_are_those_of_the_template(
+    dynamodb_local: DynamoDBLocal, serial_moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parameters = {
+        "Source": "Both",
+        "StreamMode": "PROVISIONED",
+        "ShardCount": "3",
+        "StreamRetentionHours": "48",
+        "MaxReceiveCount": "7",
+    }
+    with running_stack(dynamodb_local, serial_moto_endpoint, monkeypatch, parameters) as stack:
+        template = stack.template
+        dynamodb, sqs, kinesis = stack.client("dynamodb"), stack.client("sqs"), stack.client("kinesis")
+        # THEN each table has the template's key schema and TTL attribute
+        for logical_id, definition in table_definitions(template).items():
+            described = dynamodb.describe_table(TableName=stack.physical_ids[logical_id])["Table"]
+            assert described["KeySchema"] == definition.create_table_kwargs("x")["KeySchema"]
+            ttl = dynamodb.describe_time_to_live(TableName=stack.physical_ids[logical_id])["TimeToLiveDescription"]
+            assert ttl.get("AttributeName") == definition.ttl_attribute
+        # AND the source queue redrives to the dead-letter queue after the overridden MaxReceiveCount
+        queue = queue_definitions(template)["EventsQueue"]
+        attributes = sqs.get_queue_attributes(QueueUrl=stack.queue_url, AttributeNames=["All"])["Attributes"]
+        assert json.loads(attributes["RedrivePolicy"]) == {
+            "deadLetterTargetArn": stack.arns["EventsDeadLetterQueue"],
+            "maxReceiveCount": 7,
+        }
+        assert int(attributes["VisibilityTimeout"]) == queue.visibility_timeout_seconds
+        assert int(attributes["MessageRetentionPeriod"]) == queue.message_retention_seconds
+        # AND the stream has the provisioned shards and the retention
+        assert len(kinesis.list_shards(StreamName=stack.stream_name)["Shards"]) == 3
+        summary = kinesis.describe_stream_summary(StreamName=stack.stream_name)["StreamDescriptionSummary"]
+        assert summary["RetentionPeriodHours"] == 48
+        # AND a CloudFormation stack holds the template's outputs with the local names, for --stack
+        assert tally_json("stack", stack.stack_name, "--json") == stack.outputs
+        assert stack.outputs["CountersTableName"] == stack.counters_table
+        assert stack.outputs["EventsQueueUrl"] == stack.queue_url
+        assert stack.outputs["EventStreamName"] == stack.stream_name
+        exports = tally("stack", stack.stack_name, "--env")
+        assert f"export TALLY_COUNTERS_TABLE={stack.counters_table}\n" in exports
+        assert f"export TALLY_QUEUE_URL={stack.queue_url}\n" in exports
+        # AND the event source the pollers will use is the template's
+        (source,) = function_event_sources(template).values()
+        assert source.maximum_concurrency == int(template["Parameters"]["MaximumConcurrency"]["Default"])
+
+
+def test_only_what_the_source_parameter_creates_exists(
+    dynamodb_local: DynamoDBLocal, serial_moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with running_stack(dynamodb_local, serial_moto_endpoint, monkeypatch, {"Source": "SQS"}) as stack:
+        assert stack.stream_name is None
+        assert "EventStreamName" not in stack.outputs
+        assert set(stack.outputs) >= {"EventsQueueUrl", "DeadLetterQueueUrl", "CountersTableName", "MarkersTableName"}
+
+
+def test_commands_find_resources_and_settings_by_stack_name(
+    dynamodb_local: DynamoDBLocal, serial_moto_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parameters = {"Source": "SQS", "HotKeys": "hot:*=4"}
+    with running_stack(dynamodb_local, serial_moto_endpoint, monkeypatch, parameters) as stack:
+        # GIVEN no table, queue or setting in the environment, only the stack's name
+        for name in (
+            "TALLY_COUNTERS_TABLE",
+            "TALLY_MARKERS_TABLE",
+            "TALLY_DLQ_URL",
+            "TALLY_QUEUE_URL",
+            "TALLY_HOT_KEYS",
+            "TALLY_STACK",
+        ):
+            monkeypatch.delenv(name)
+        # AND a hot key written to its base item and to one of its shard items
+        for partition, value in (("hot:a", "3"), ("hot:a\x1f2", "4")):
+            stack.client("dynamodb").put_item(
+                TableName=stack.counters_table,
+                Item={"pk": {"S": partition}, "sk": {"S": "all"}, "c#count": {"N": value}},
+            )
+        # THEN tally get finds the table AND the HotKeys parameter through --stack, and sums the shards
+        assert tally_json("get", "hot:a", "--stack", stack.stack_name, "--json") == {"count": 7}
+        # AND tally top and tally dlq list find their resources the same way
+        assert tally_json("top", "--stack", stack.stack_name, "--json") == [
+            {"key": "hot:a", "counter": "count", "value": 7}
+        ]
+        assert tally("dlq", "list", "--stack", stack.stack_name, "--json") == ""
+        # AND tally stack --env says so, parameters included
+        exports = tally("stack", stack.stack_name, "--env")
+        assert "export TALLY_HOT_KEYS='hot:*=4'\n" in exports
+
+
+def test_python_m_tally_local_stack_prints_exports_and_stops_on_sigterm() -> None:
+    # GIVEN the local stack run as a program
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tally.local.stack", "--param", "Source=SQS"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        lines: list[str] = []
+        deadline = time.monotonic() + 120
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            lines.append(line)
+            if "press Ctrl-C" in line or not line:
+                break
+        # THEN it printed the variables that point tally at it
+        output = "".join(lines)
+        assert "export AWS_ENDPOINT_URL=http://127.0.0.1:" in output, output
+        assert "export TALLY_COUNTERS_TABLE=" in output, output
+        # WHEN it gets SIGTERM THEN it stops everything and exits cleanly
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

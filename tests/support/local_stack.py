@@ -1,0 +1,67 @@
+"""The local stack on the session's endpoints, and ``tally`` commands pointed at it, for end-to-end tests."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from click.testing import CliRunner
+
+from tally.cli.main import cli
+from tally.local.mappings import EventSourceMappings
+from tally.local.stack import LocalStack
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
+    from pathlib import Path
+
+    import pytest
+
+    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally.local.stack import LocalResources
+
+
+@contextmanager
+def running_stack(
+    dynamodb_local: DynamoDBLocal,
+    moto_endpoint: str,
+    monkeypatch: pytest.MonkeyPatch,
+    parameters: Mapping[str, str],
+) -> Iterator[LocalResources]:
+    """A local stack (its own tables, queues, stream and CloudFormation stack) on the shared endpoints,
+    with the environment ``tally`` commands read set to it."""
+    with LocalStack(parameters, dynamodb_endpoint=dynamodb_local.endpoint_url, aws_endpoint=moto_endpoint) as resources:
+        for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_CLOUDFORMATION"):
+            monkeypatch.delenv(name, raising=False)
+        for name, value in resources.cli_environment().items():
+            monkeypatch.setenv(name, value)
+        yield resources
+
+
+@contextmanager
+def pollers(
+    resources: LocalResources,
+    log_dir: Path,
+    *,
+    environment: Mapping[str, str] | None = None,
+    handlers: Mapping[str, str] | None = None,
+) -> Iterator[EventSourceMappings]:
+    with EventSourceMappings(resources, log_dir=log_dir, environment=environment, handlers=handlers) as mappings:
+        yield mappings
+
+
+def tally(*args: str) -> str:
+    """Run a ``tally`` command in-process; its output (it must succeed)."""
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def tally_json(*args: str) -> Any:
+    return json.loads(tally(*args), parse_float=Decimal)
+
+
+def tally_lines(*args: str) -> list[Any]:
+    return [json.loads(line, parse_float=Decimal) for line in tally(*args).splitlines() if line]

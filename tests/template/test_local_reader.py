@@ -1,0 +1,135 @@
+"""The template reader's view of parameters, conditions, the stream, its event source and the functions.
+
+The local stack builds everything from these, so each is checked against the template itself.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tally.local.template import (
+    KinesisEventSource,
+    StreamDefinition,
+    condition_values,
+    function_definition,
+    load_template,
+    resource_created,
+    stream_definitions,
+    stream_event_sources,
+    with_parameters,
+)
+
+TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"
+LOCAL_NAMES = {
+    "CountersTable": "c-table",
+    "MarkersTable": "m-table",
+    "EventsDeadLetterQueue": "http://dlq",
+    "EventsQueue": "http://q",
+    "EventStream": "s",
+}
+
+
+@pytest.fixture(scope="module")
+def template() -> dict[str, Any]:
+    return load_template(TEMPLATE_PATH)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"NoSuchParameter": "1"}, "not a template Parameter"),
+        ({"Source": "Kafka"}, "is not one of"),
+        ({"MaxReceiveCount": "2"}, "outside"),
+        ({"BatchSize": "ten"}, "not a number"),
+        ({"HotKeys": "no shard count"}, "does not match"),
+    ],
+)
+def test_overrides_a_deployment_would_refuse_are_refused(
+    template: dict[str, Any], overrides: dict[str, str], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        with_parameters(template, overrides)
+
+
+def test_overrides_leave_the_template_itself_alone(template: dict[str, Any]) -> None:
+    # WHEN a copy is made with Source=Both
+    both = with_parameters(template, {"Source": "Both"})
+    # THEN the copy has the new Default and the original keeps its own
+    assert both["Parameters"]["Source"]["Default"] == "Both"
+    assert template["Parameters"]["Source"]["Default"] == "SQS"
+
+
+@pytest.mark.parametrize(
+    ("source", "queue", "stream"),
+    [("SQS", True, False), ("Kinesis", False, True), ("Both", True, True)],
+)
+def test_the_source_parameter_decides_what_is_created(
+    template: dict[str, Any], source: str, queue: bool, stream: bool
+) -> None:
+    deployed = with_parameters(template, {"Source": source})
+    assert condition_values(deployed)["UseSqs"] is queue
+    assert resource_created(deployed, "EventsQueue") is queue
+    assert resource_created(deployed, "CounterFunction") is queue
+    assert resource_created(deployed, "EventStream") is stream
+    assert resource_created(deployed, "StreamCounterFunction") is stream
+    # the tables and the dead-letter queue always are
+    assert all(resource_created(deployed, name) for name in ("CountersTable", "MarkersTable", "EventsDeadLetterQueue"))
+
+
+def test_stream_is_on_demand_by_default_and_takes_its_shards_when_provisioned(template: dict[str, Any]) -> None:
+    retention = int(template["Parameters"]["StreamRetentionHours"]["Default"])
+    assert stream_definitions(template) == {
+        "EventStream": StreamDefinition("EventStream", on_demand=True, shard_count=None, retention_hours=retention)
+    }
+    provisioned = stream_definitions(with_parameters(template, {"StreamMode": "PROVISIONED", "ShardCount": "3"}))
+    assert provisioned["EventStream"].shard_count == 3
+    assert provisioned["EventStream"].create_stream_kwargs("s") == {
+        "StreamName": "s",
+        "ShardCount": 3,
+        "StreamModeDetails": {"StreamMode": "PROVISIONED"},
+    }
+
+
+def test_kinesis_event_source_is_read_with_the_parameters_defaults(template: dict[str, Any]) -> None:
+    parameters = template["Parameters"]
+    events = template["Resources"]["StreamCounterFunction"]["Properties"]["Events"]
+    (name,) = events
+    declared = events[name]["Properties"]
+    assert stream_event_sources(template) == {
+        name: KinesisEventSource(
+            function_logical_id="StreamCounterFunction",
+            event_name=name,
+            stream_logical_id="EventStream",
+            starting_position=declared["StartingPosition"],
+            batch_size=int(parameters["StreamBatchSize"]["Default"]),
+            maximum_batching_window_seconds=int(parameters["StreamBatchingWindowSeconds"]["Default"]),
+            parallelization_factor=int(parameters["ParallelizationFactor"]["Default"]),
+            bisect_batch_on_function_error=declared["BisectBatchOnFunctionError"],
+            maximum_retry_attempts=int(parameters["StreamMaximumRetryAttempts"]["Default"]),
+            maximum_record_age_seconds=int(parameters["StreamMaximumRecordAgeSeconds"]["Default"]),
+            function_response_types=tuple(declared["FunctionResponseTypes"]),
+            on_failure_destination="EventsDeadLetterQueue",
+        )
+    }
+
+
+def test_function_environment_resolves_references_to_local_names(template: dict[str, Any]) -> None:
+    # WHEN the function is read with local names for the resources
+    function = function_definition(template, "CounterFunction", LOCAL_NAMES)
+    # THEN its handler and timeout are the template's, and !Ref Resource became the local name
+    assert function.handler == "tally.handlers.sqs.handler"
+    assert function.timeout_seconds == int(template["Parameters"]["FunctionTimeoutSeconds"]["Default"])
+    assert function.environment["TALLY_COUNTERS_TABLE"] == "c-table"
+    assert function.environment["TALLY_MARKERS_TABLE"] == "m-table"
+    assert function.environment["TALLY_DLQ_URL"] == "http://dlq"
+    # AND !Ref Parameter became the parameter's value
+    hot = with_parameters(template, {"HotKeys": "page:/home=8"})
+    assert function_definition(hot, "CounterFunction", LOCAL_NAMES).environment["TALLY_HOT_KEYS"] == "page:/home=8"
+
+
+def test_function_environment_without_a_local_resource_is_refused(template: dict[str, Any]) -> None:
+    with pytest.raises(ValueError, match="no local resource for !Ref CountersTable"):
+        function_definition(template, "CounterFunction", {"MarkersTable": "m", "EventsDeadLetterQueue": "d"})

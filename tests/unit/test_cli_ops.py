@@ -1,0 +1,124 @@
+"""``tally top``, ``tally dlq`` and ``tally stack`` for people (tables) and scripts (JSON), on moto."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from click.testing import CliRunner
+from moto import mock_aws
+
+from tally.cli.main import cli
+from tally.local.template import load_template, table_definitions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "TALLY_STACK"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+        dynamodb.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
+        for pk, counters in {
+            "a": {"count": "5", "revenue": "0.10"},
+            "b": {"count": "12"},
+            "b\x1f3": {"count": "1"},
+        }.items():
+            item = {"pk": {"S": pk}, "sk": {"S": "all"}} | {f"c#{n}": {"N": v} for n, v in counters.items()}
+            dynamodb.put_item(TableName="c", Item=item)
+        dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+        target = sqs.create_queue(QueueName="target")["QueueUrl"]
+        monkeypatch.setenv("TALLY_COUNTERS_TABLE", "c")
+        monkeypatch.setenv("TALLY_MARKERS_TABLE", "m")
+        monkeypatch.setenv("TALLY_DLQ_URL", dlq)
+        yield {"sqs": sqs, "dlq": dlq, "target": target}
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args), catch_exceptions=False)
+
+
+def test_top_prints_the_largest_counters_with_shards_summed(aws: dict[str, Any]) -> None:
+    result = run("top", "2")
+    assert result.exit_code == 0, result.output
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.output.splitlines() if "│" in line]
+    assert cells == [["1", "b", "count", "13"], ["2", "a", "count", "5"]]  # b: 12 on the base item + 1 on shard 3
+    as_json = json.loads(run("top", "--counter", "revenue", "--json").output, parse_float=Decimal)
+    assert as_json == [{"key": "a", "counter": "revenue", "value": Decimal("0.10")}]
+
+
+def test_top_without_a_table_says_how_to_give_one(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TALLY_COUNTERS_TABLE")
+    result = run("top")
+    assert result.exit_code == 2
+    assert "--stack NAME" in result.output
+
+
+def test_dlq_list_shows_each_reason_and_redrive_empties_it(aws: dict[str, Any]) -> None:
+    sqs = aws["sqs"]
+    attributes = {
+        "tally.error_code": {"DataType": "String", "StringValue": "invalid_field"},
+        "tally.error_message": {"DataType": "String", "StringValue": "Object contains unknown field `detla`"},
+    }
+    sqs.send_message(QueueUrl=aws["dlq"], MessageBody='{"id":"x","key":"k","detla":1}', MessageAttributes=attributes)
+    # WHEN listed THEN the table shows the code and the message
+    listed = run("dlq", "list")
+    assert listed.exit_code == 0, listed.output
+    assert "invalid_field" in listed.output
+    assert "unknown field" in listed.output
+    assert "by reason: invalid_field 1" in listed.output
+    # WHEN redriven to a queue THEN it is there, unchanged, and the dead-letter queue is empty
+    redriven = run("dlq", "redrive", "--to-queue", aws["target"])
+    assert redriven.exit_code == 0, redriven.output
+    (message,) = sqs.receive_message(QueueUrl=aws["target"])["Messages"]
+    assert message["Body"] == '{"id":"x","key":"k","detla":1}'
+    assert run("dlq", "list", "--json").output == ""
+
+
+def test_redrive_with_nowhere_to_send_exits_1_and_keeps_the_message(aws: dict[str, Any]) -> None:
+    aws["sqs"].send_message(QueueUrl=aws["dlq"], MessageBody='{"id":"y","key":"k","delta":1}')
+    result = run("dlq", "redrive")
+    assert result.exit_code == 1
+    assert "left in the dead-letter queue" in result.output
+    assert len(run("dlq", "list", "--json").output.splitlines()) == 1
+
+
+def test_stack_shows_outputs_and_the_variables_they_set(aws: dict[str, Any]) -> None:
+    # GIVEN a stack with tally's outputs and a HotKeys parameter
+    body = {
+        "Parameters": {"HotKeys": {"Type": "String"}},
+        "Resources": {
+            "P": {"Type": "AWS::SSM::Parameter", "Properties": {"Name": "/s1/p", "Type": "String", "Value": "v"}}
+        },
+        "Outputs": {"CountersTableName": {"Value": "c"}, "DeadLetterQueueUrl": {"Value": aws["dlq"]}},
+    }
+    boto3.client("cloudformation").create_stack(
+        StackName="s1", TemplateBody=json.dumps(body), Parameters=[{"ParameterKey": "HotKeys", "ParameterValue": "b=4"}]
+    )
+    # THEN the table names each output's variable, and --env exports them
+    table = run("stack", "s1")
+    assert table.exit_code == 0, table.output
+    assert "TALLY_COUNTERS_TABLE" in table.output
+    assert run("stack", "s1", "--env").output.splitlines() == [
+        "export TALLY_COUNTERS_TABLE=c",
+        f"export TALLY_DLQ_URL={aws['dlq']}",
+        "export TALLY_HOT_KEYS=b=4",
+    ]
+    missing = run("stack", "nope")
+    assert missing.exit_code == 1
+    assert "cannot read stack 'nope'" in missing.output

@@ -1,0 +1,237 @@
+"""``tally dlq``'s logic on moto: listing leaves everything in place; a redrive sends each body back once."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from tally.ops.dead_letters import Destination, Letter, list_letters, partition_key, redrive
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        yield boto3.client("sqs"), boto3.client("kinesis")
+
+
+def attributes(**values: str) -> dict[str, Any]:
+    return {f"tally.{name}": {"DataType": "String", "StringValue": value} for name, value in values.items()}
+
+
+def queue(sqs: Any, name: str) -> tuple[str, str]:
+    url = sqs.create_queue(QueueName=name)["QueueUrl"]
+    return url, sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+
+
+def bodies(sqs: Any, url: str) -> list[str]:
+    time.sleep(0.01)  # moto makes a message visible strictly after its visibility time, to the millisecond
+    received = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0).get("Messages", [])
+    return sorted(message["Body"] for message in received)
+
+
+def test_list_reads_every_kind_of_letter_and_leaves_them_all(aws: tuple[Any, Any]) -> None:
+    sqs, _ = aws
+    dlq, _ = queue(sqs, "dlq")
+    # GIVEN poison (with a base64 body), a message SQS moved, and a Kinesis batch's on-failure record
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody="not json",
+        MessageAttributes=attributes(
+            error_code="malformed_json",
+            error_message="bad",
+            source="arn:aws:sqs:us-east-1:123456789012:src",
+            source_record_id="r-1",
+        ),
+    )
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody=base64.b64encode(b"\xff").decode(),
+        MessageAttributes=attributes(error_code="malformed_json", body_encoding="base64"),
+    )
+    sqs.send_message(QueueUrl=dlq, MessageBody='{"id":"m-1","key":"k","delta":1}')
+    batch_info = {
+        "shardId": "shardId-000000000000",
+        "startSequenceNumber": "3",
+        "endSequenceNumber": "9",
+        "batchSize": 4,
+        "streamArn": "arn:aws:kinesis:us-east-1:123456789012:stream/s",
+    }
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody=json.dumps(
+            {"requestContext": {"condition": "RetryAttemptsExhausted"}, "KinesisBatchInfo": batch_info}
+        ),
+    )
+    # WHEN it is listed
+    letters = list_letters(sqs, dlq)
+    # THEN every message is there, each of its kind, with what it says
+    assert sorted(letter.kind for letter in letters) == ["kinesis-batch", "message", "poison", "poison"]
+    poison = next(letter for letter in letters if letter.source_record_id == "r-1")
+    assert (poison.error_code, poison.error_message, poison.payload) == ("malformed_json", "bad", b"not json")
+    assert next(letter for letter in letters if letter.body_encoding == "base64").payload == b"\xff"
+    batch = next(letter for letter in letters if letter.kind == "kinesis-batch").kinesis_batch
+    assert batch is not None
+    assert (batch.shard_id, batch.start_sequence_number, batch.end_sequence_number, batch.size) == (
+        "shardId-000000000000",
+        "3",
+        "9",
+        4,
+    )
+    # AND all four are still in the queue, visible at once
+    assert len(bodies(sqs, dlq)) == 4
+
+
+def test_redrive_sends_each_body_to_its_source_and_deletes_it(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    source, source_arn = queue(sqs, "source")
+    other, _ = queue(sqs, "other")
+    kinesis.create_stream(StreamName="s", ShardCount=1)
+    stream_arn = kinesis.describe_stream_summary(StreamName="s")["StreamDescriptionSummary"]["StreamARN"]
+    # GIVEN poison from the queue, poison from the stream, and a message SQS moved (no tally attributes)
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody='{"id":"a","key":"k","detla":1}',
+        MessageAttributes=attributes(error_code="invalid_field", source=source_arn),
+    )
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody='{"id":"b","key":"kin","delta":"1"}',
+        MessageAttributes=attributes(error_code="invalid_number", source=stream_arn),
+    )
+    sqs.send_message(QueueUrl=dlq, MessageBody='{"id":"c","key":"k","delta":1}')
+    # WHEN the queue is redriven, with the stack's source queue for messages without a source
+    result = redrive(sqs, dlq, kinesis=kinesis, default_queue_url=other)
+    # THEN each body went, unchanged, where it came from, and the dead-letter queue is empty
+    assert result.ok
+    assert len(result.redriven) == 3
+    assert bodies(sqs, source) == ['{"id":"a","key":"k","detla":1}']
+    assert bodies(sqs, other) == ['{"id":"c","key":"k","delta":1}']
+    shard = kinesis.list_shards(StreamName="s")["Shards"][0]["ShardId"]
+    iterator = kinesis.get_shard_iterator(StreamName="s", ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    records = kinesis.get_records(ShardIterator=iterator)["Records"]
+    assert [(r["Data"], r["PartitionKey"]) for r in records] == [(b'{"id":"b","key":"kin","delta":"1"}', "kin")]
+    assert bodies(sqs, dlq) == []
+
+
+def test_redrive_leaves_what_cannot_be_sent_and_says_why(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    target, target_arn = queue(sqs, "target")
+    # GIVEN a body SQS cannot carry as text, from a queue, and a message with nowhere to go
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody=base64.b64encode(b"\xff\xfe").decode(),
+        MessageAttributes=attributes(error_code="malformed_json", body_encoding="base64", source=target_arn),
+    )
+    sqs.send_message(QueueUrl=dlq, MessageBody='{"id":"c","key":"k","delta":1}')
+    # WHEN redriven with no default queue, then to an explicit queue
+    first = redrive(sqs, dlq, kinesis=kinesis)
+    # THEN nothing moved, each with its reason, and both are still in the dead-letter queue
+    assert sorted(skipped.reason.split(":")[0] for skipped in first.skipped) == [
+        "no destination",
+        "the body is not text SQS can carry (tally.body_encoding=base64)",
+    ]
+    assert len(bodies(sqs, dlq)) == 2
+    second = redrive(sqs, dlq, kinesis=kinesis, destination=Destination(queue_url=target))
+    assert [letter.body for letter in second.redriven] == ['{"id":"c","key":"k","delta":1}']
+    assert len(second.skipped) == 1
+
+
+def test_redrive_replays_a_given_up_kinesis_batch_from_the_stream(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    kinesis.create_stream(StreamName="s", ShardCount=1)
+    stream_arn = kinesis.describe_stream_summary(StreamName="s")["StreamDescriptionSummary"]["StreamARN"]
+    put = [
+        kinesis.put_record(StreamName="s", Data=f'{{"id":"e{i}","key":"k","delta":1}}'.encode(), PartitionKey=f"p{i}")
+        for i in range(5)
+    ]
+    shard = put[0]["ShardId"]
+    # GIVEN the on-failure record of records 1..3 (metadata only, as Lambda sends it)
+    info = {
+        "shardId": shard,
+        "startSequenceNumber": put[1]["SequenceNumber"],
+        "endSequenceNumber": put[3]["SequenceNumber"],
+        "batchSize": 3,
+        "streamArn": stream_arn,
+    }
+    sqs.send_message(
+        QueueUrl=dlq,
+        MessageBody=json.dumps({"requestContext": {"condition": "RecordAgeExceeded"}, "KinesisBatchInfo": info}),
+    )
+    # WHEN redriven
+    result = redrive(sqs, dlq, kinesis=kinesis)
+    # THEN exactly those three records were put again, data and partition keys unchanged
+    assert result.ok
+    assert result.replayed_records == 3
+    iterator = kinesis.get_shard_iterator(StreamName="s", ShardId=shard, ShardIteratorType="TRIM_HORIZON")[
+        "ShardIterator"
+    ]
+    records = kinesis.get_records(ShardIterator=iterator)["Records"]
+    assert [(r["Data"], r["PartitionKey"]) for r in records[5:]] == [
+        (f'{{"id":"e{i}","key":"k","delta":1}}'.encode(), f"p{i}") for i in (1, 2, 3)
+    ]
+
+
+def test_a_letter_redriven_and_refused_again_is_not_redriven_twice(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    source, source_arn = queue(sqs, "source")
+    sqs.send_message(
+        QueueUrl=dlq, MessageBody="poison", MessageAttributes=attributes(error_code="malformed_json", source=source_arn)
+    )
+    refused: list[str] = []
+
+    def consumer_refuses_it_again(letter: Letter) -> None:
+        # as the function would: the re-sent message is dead-lettered again, naming its new message id
+        (message,) = sqs.receive_message(QueueUrl=source)["Messages"]
+        sqs.delete_message(QueueUrl=source, ReceiptHandle=message["ReceiptHandle"])
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody=message["Body"],
+            MessageAttributes=attributes(
+                error_code="malformed_json", source=source_arn, source_record_id=message["MessageId"]
+            ),
+        )
+        refused.append(letter.message_id)
+
+    # WHEN the dead-letter queue is redriven while the consumer keeps refusing the body
+    result = redrive(sqs, dlq, kinesis=kinesis, progress=consumer_refuses_it_again)
+    # THEN it was redriven once, and its new dead letter is back in the queue, visible
+    assert len(result.redriven) == 1
+    assert len(refused) == 1
+    assert [letter.body for letter in list_letters(sqs, dlq)] == ["poison"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "key"),
+    [
+        (b'{"id":"m","key":"page:/home","delta":1}', "page:/home"),
+        (b'{"id":"pack-1","events":[]}', "pack-1"),
+        (b"not json", "r-9"),
+        (b'{"key":""}', "r-9"),
+    ],
+)
+def test_partition_key_follows_the_producer_library(payload: bytes, key: str) -> None:
+    letter = Letter("mid", "rh", payload.decode(), 0, 1, source_record_id="r-9")
+    assert partition_key(payload, letter) == key

@@ -1,0 +1,187 @@
+"""What the local event source mappings hand the function, and how they read its answer (pure)."""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from tally.local.lambda_events import (
+    BatchOutcome,
+    function_error,
+    kinesis_checkpoint,
+    kinesis_event,
+    on_failure_record,
+    read_response,
+    sqs_event,
+)
+from tally.sources import kinesis as kinesis_source
+from tally.sources import sqs as sqs_source
+from tests.support.events import EVENTS_DIR
+
+QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:tally-EventsQueue"
+STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/tally-EventStream"
+ARRIVAL = datetime(2026, 11, 22, 3, 15, 0, 123000, tzinfo=UTC)
+
+
+def received(message_id: str, body: str, attributes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A message as ReceiveMessage returns it with AttributeNames/MessageAttributeNames=All."""
+    message: dict[str, Any] = {
+        "MessageId": message_id,
+        "ReceiptHandle": f"handle-{message_id}",
+        "MD5OfBody": "0" * 32,
+        "Body": body,
+        "Attributes": {
+            "SenderId": "AIDAEXAMPLE",
+            "SentTimestamp": "1795320000000",
+            "ApproximateReceiveCount": "2",
+            "ApproximateFirstReceiveTimestamp": "1795320000040",
+        },
+    }
+    if attributes:
+        message["MessageAttributes"] = attributes
+    return message
+
+
+def record(sequence_number: str, data: bytes, key: str = "k") -> dict[str, Any]:
+    """A record as GetRecords returns it."""
+    return {
+        "SequenceNumber": sequence_number,
+        "Data": data,
+        "PartitionKey": key,
+        "ApproximateArrivalTimestamp": ARRIVAL,
+    }
+
+
+def test_sqs_event_has_the_shape_of_the_sample_events_and_parses_back() -> None:
+    # GIVEN two received messages, one with a message attribute
+    messages = [
+        received("m-1", '{"id":"a","key":"k","delta":1}'),
+        received("m-2", "{}", {"tally.error_code": {"DataType": "String", "StringValue": "x"}}),
+    ]
+    # WHEN they become a Lambda event
+    event = sqs_event(messages, QUEUE_ARN, "us-east-1")
+    # THEN each record has exactly the keys of events/sqs-single.json's records
+    sample = json.loads((EVENTS_DIR / "sqs-single.json").read_text())["Records"][0]
+    assert [set(r) for r in event["Records"]] == [set(sample), set(sample)]
+    assert set(event["Records"][0]["attributes"]) == set(sample["attributes"])
+    assert event["Records"][1]["messageAttributes"] == {
+        "tally.error_code": {"stringValue": "x", "stringListValues": [], "binaryListValues": [], "dataType": "String"}
+    }
+    # AND the handler's own parser reads ids, bodies and the send time from it
+    records = sqs_source.records_from_event(event)
+    assert [(r.record_id, r.body, r.received_ms) for r in records] == [
+        ("m-1", '{"id":"a","key":"k","delta":1}', 1795320000000),
+        ("m-2", "{}", 1795320000000),
+    ]
+    assert records[0].origin["source"] == QUEUE_ARN
+
+
+def test_kinesis_event_has_the_shape_of_the_sample_events_and_parses_back() -> None:
+    # GIVEN records with arbitrary bytes (not UTF-8 either)
+    records = [
+        record("49590338271490256608559692538361571095921575989136588898", b'{"id":"a"}'),
+        record("7", b"\xff\x00"),
+    ]
+    # WHEN they become a Lambda event
+    event = kinesis_event(records, STREAM_ARN, "shardId-000000000001", "us-east-1")
+    # THEN each record has the keys of events/kinesis-single.json's records, data base64-encoded
+    sample = json.loads((EVENTS_DIR / "kinesis-single.json").read_text())["Records"][0]
+    assert [set(r) for r in event["Records"]] == [set(sample), set(sample)]
+    assert [set(r["kinesis"]) for r in event["Records"]] == [set(sample["kinesis"])] * 2
+    assert base64.b64decode(event["Records"][1]["kinesis"]["data"]) == b"\xff\x00"
+    assert (
+        event["Records"][0]["eventID"]
+        == "shardId-000000000001:49590338271490256608559692538361571095921575989136588898"
+    )
+    # AND the Kinesis handler's parser gets the bytes, sequence numbers and arrival time in ms back
+    parsed = kinesis_source.records_from_event(event)
+    assert [(r.record_id, r.body, r.received_ms) for r in parsed] == [
+        (records[0]["SequenceNumber"], b'{"id":"a"}', 1795317300123),
+        ("7", b"\xff\x00", 1795317300123),
+    ]
+
+
+IDS = ("a", "b", "c")
+
+
+@pytest.mark.parametrize(
+    ("response", "failed", "whole"),
+    [
+        (None, set(), False),
+        ({}, set(), False),
+        ({"batchItemFailures": None}, set(), False),
+        ({"batchItemFailures": []}, set(), False),
+        ({"batchItemFailures": [{"itemIdentifier": "b"}]}, {"b"}, False),
+        ({"batchItemFailures": [{"itemIdentifier": "c"}, {"itemIdentifier": "a"}]}, {"a", "c"}, False),
+        # Lambda fails the whole batch on anything it cannot read
+        ({"batchItemFailures": [{"itemIdentifier": "zzz"}]}, set(IDS), True),
+        ({"batchItemFailures": [{"itemIdentifier": ""}]}, set(IDS), True),
+        ({"batchItemFailures": [{"itemIdentifier": None}]}, set(IDS), True),
+        ({"batchItemFailures": [{}]}, set(IDS), True),
+        ({"batchItemFailures": ["b"]}, set(IDS), True),
+        ({"batchItemFailures": "b"}, set(IDS), True),
+        ("ok", set(IDS), True),
+        ([], set(IDS), True),
+    ],
+)
+def test_partial_batch_responses_are_read_as_lambda_documents(response: object, failed: set[str], whole: bool) -> None:
+    outcome = read_response(response, IDS)
+    assert outcome.failed == frozenset(failed)
+    assert outcome.whole_batch is whole
+
+
+def test_a_function_error_fails_the_whole_batch() -> None:
+    outcome = function_error(IDS, "KeyError: 'x'")
+    assert outcome == BatchOutcome(frozenset(IDS), whole_batch=True, reason="KeyError: 'x'")
+
+
+SEQUENCES = ["3", "5", "12", "20"]
+
+
+@pytest.mark.parametrize(
+    ("outcome", "checkpoint"),
+    [
+        (BatchOutcome(frozenset(), whole_batch=False), None),
+        (BatchOutcome(frozenset({"20"}), whole_batch=False), 3),
+        # the LOWEST sequence number as a number: "12" < "5" as text, not as a number
+        (BatchOutcome(frozenset({"12", "5"}), whole_batch=False), 1),
+        (BatchOutcome(frozenset(SEQUENCES), whole_batch=True), 0),
+    ],
+)
+def test_kinesis_checkpoint_is_the_lowest_reported_sequence_number(
+    outcome: BatchOutcome, checkpoint: int | None
+) -> None:
+    assert kinesis_checkpoint(outcome, SEQUENCES) == checkpoint
+
+
+def test_on_failure_record_carries_metadata_only() -> None:
+    # GIVEN a batch given up after its retries
+    records = [record("5", b"secret-1"), record("9", b"secret-2")]
+    # WHEN Lambda's on-failure record is built for it
+    document = on_failure_record(
+        function_arn="arn:aws:lambda:us-east-1:123456789012:function:f",
+        condition="RetryAttemptsExhausted",
+        invoke_count=3,
+        shard_id="shardId-000000000000",
+        stream_arn=STREAM_ARN,
+        records=records,
+        function_error_kind="Unhandled",
+        now=ARRIVAL,
+    )
+    # THEN it names the shard and the range, and never the data
+    assert document["KinesisBatchInfo"] == {
+        "shardId": "shardId-000000000000",
+        "startSequenceNumber": "5",
+        "endSequenceNumber": "9",
+        "approximateArrivalOfFirstRecord": "2026-11-22T03:15:00.123Z",
+        "approximateArrivalOfLastRecord": "2026-11-22T03:15:00.123Z",
+        "batchSize": 2,
+        "streamArn": STREAM_ARN,
+    }
+    assert document["requestContext"]["condition"] == "RetryAttemptsExhausted"
+    assert document["responseContext"]["functionError"] == "Unhandled"
+    assert "secret" not in json.dumps(document)
