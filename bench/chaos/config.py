@@ -1,0 +1,116 @@
+"""What a chaos run does: the size of the load, the consumers, and the rate of every fault, by kind.
+
+Two presets: ``SMOKE`` (seconds, in the test suite) and ``FULL`` (the published figures, at least 100,000
+events and 1,000 faults). Every field can be changed from the command line (``python -m bench.chaos``).
+Rates are probabilities per opportunity: per DynamoDB request for the store faults, per invocation for a
+crash after commit, per delivered message for a visibility-timeout expiry, per batch for a Kinesis
+checkpoint rewind, per dead letter for a refusal by the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoDBFaultRates:
+    """Per-request probabilities of each store fault (at most one fault per request)."""
+
+    connect_failure: float = 0.02
+    """The request never reaches DynamoDB (a connection error raised before sending)."""
+    lost_response: float = 0.03
+    """DynamoDB commits the request, the response is lost; botocore's own retries are bypassed."""
+    throttle_request: float = 0.02
+    """The whole request is refused with ``ProvisionedThroughputExceededException``."""
+    throttle_cancel: float = 0.015
+    """A transaction is cancelled with a ``ThrottlingError`` reason on one action."""
+    conflict: float = 0.03
+    """A transaction is cancelled with ``TransactionConflict`` on one action."""
+    slow: float = 0.02
+    """The response comes back near (or past) the Lambda deadline: ``remaining_ms`` shrinks."""
+
+    def total(self) -> float:
+        return (
+            self.connect_failure
+            + self.lost_response
+            + self.throttle_request
+            + self.throttle_cancel
+            + self.conflict
+            + self.slow
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFaultRates:
+    """How the event sources misbehave (all within their documented at-least-once semantics)."""
+
+    crash_after_commit: float = 0.04
+    """Per invocation: the handler returned, its response is lost, the whole batch is delivered again."""
+    visibility_expiry: float = 0.02
+    """Per SQS message received: its visibility timeout expires while in flight; another consumer gets it."""
+    kinesis_rewind: float = 0.05
+    """Per Kinesis batch: the shard restarts from an older checkpoint (a lease moved to another worker)."""
+    dlq_refusal: float = 0.02
+    """Per dead letter: the dead-letter queue refuses it; the record is reported failed and redelivered."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    """One chaos run; ``seed`` fixes the load, the delivery choices and each consumer's fault sequence."""
+
+    name: str
+    seed: int = 7
+    events: int = 100_000
+    """Valid events to publish (the load is generated until it holds at least this many)."""
+    keys: int = 120
+    packed_share: float = 0.3
+    """Share of valid messages that are packed (2 to ``max_packed_events`` events in one message)."""
+    max_packed_events: int = 60
+    resend_share: float = 0.05
+    """Share of valid messages the producer sends again under the same id, in a new message."""
+    poison_share: float = 0.02
+    """Poison messages per valid message."""
+    doomed: int = 5
+    """Valid messages injected as unrecoverable: each would push a counter out of DynamoDB's Number range."""
+    sqs_share: float = 0.5
+    sqs_consumers: int = 3
+    sqs_batch_size: int = 10
+    kinesis_shards: int = 3
+    kinesis_batch_size: int = 25
+    max_receive_count: int = 5
+    """SQS redrive policy (template default): receives before a message moves to the DLQ."""
+    kinesis_max_retries: int = 10
+    """StreamMaximumRetryAttempts (template default)."""
+    function_timeout_s: int = 60
+    """FunctionTimeoutSeconds (template default); the SQS visibility timeout follows the template's mapping."""
+    redrives: int = 2
+    hot_keys: str = "hot:*=4"
+    windows: str = "hour,day"
+    window_retention: str = "minute=7,hour=90,day=0"
+    dynamodb: DynamoDBFaultRates = field(default_factory=DynamoDBFaultRates)
+    delivery: DeliveryFaultRates = field(default_factory=DeliveryFaultRates)
+    jepsen_interval_s: float = 0.02
+    """Pause between two sampled counter reads of the Jepsen-style monitor."""
+
+
+# The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).
+VISIBILITY_TIMEOUT_S = {15: 150, 30: 240, 60: 420, 120: 780, 300: 1860, 600: 3660, 900: 5460}
+
+FULL = ChaosConfig(name="full")
+SMOKE = ChaosConfig(
+    name="smoke",
+    events=2_500,
+    keys=30,
+    packed_share=0.2,
+    max_packed_events=20,
+    poison_share=0.05,
+    doomed=2,
+    sqs_consumers=2,
+    kinesis_shards=2,
+    kinesis_batch_size=10,
+    dynamodb=DynamoDBFaultRates(
+        connect_failure=0.03, lost_response=0.05, throttle_request=0.03, throttle_cancel=0.02, conflict=0.04, slow=0.02
+    ),
+    delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.1, dlq_refusal=0.05),
+)
+PRESETS = {"smoke": SMOKE, "full": FULL}

@@ -1,0 +1,149 @@
+"""Seeded, rate-based DynamoDB faults at the botocore layer: the code under test is the production code.
+
+``DynamoDBChaos`` is registered on ONE consumer's client (each consumer has its own client, its own
+random sequence and runs in one thread). For each DynamoDB request the pipeline makes, it draws at most
+one fault:
+
+- ``connect_failure``: botocore's ``EndpointConnectionError`` raised in ``before-call``; the request
+  never reaches the server (the code sees an unknown outcome and retries);
+- ``lost_response``: the request goes through and commits, then ``after-call`` raises a read timeout, so
+  the code sees an error after the write happened (botocore's own retries happen inside the send, before
+  ``after-call``: they are bypassed, as if they had all failed);
+- ``throttle_request``: the whole request is refused with ``ProvisionedThroughputExceededException``;
+- ``throttle_cancel`` / ``conflict`` (``TransactWriteItems`` only): a ``TransactionCanceledException``
+  whose ``CancellationReasons`` put ``ThrottlingError`` / ``TransactionConflict`` on one action, shaped
+  as DynamoDB sends it (DynamoDB Local never reports conflicts by itself);
+- ``slow``: the response comes back with little time left before the Lambda deadline (the invocation's
+  ``remaining_ms`` drops to a value drawn around the applier's reserve); when the deadline passes while
+  the request is in flight, the request commits and the invocation is killed (``InvocationKilled``).
+
+``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+if TYPE_CHECKING:
+    import random
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.chaos.clock import Invocation
+    from bench.chaos.config import DynamoDBFaultRates
+
+# The requests tally's write path makes; the faults apply to these only.
+FAULTABLE: Final = ("TransactWriteItems", "UpdateItem", "GetItem", "BatchWriteItem", "BatchGetItem")
+TRANSACT: Final = "TransactWriteItems"
+
+
+class InvocationKilled(Exception):
+    """Lambda killed the invocation at its deadline while a request was in flight (the request committed)."""
+
+
+class FaultLog:
+    """Thread-safe counts by name: faults injected, redeliveries made, outcomes seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, name: str, count: int = 1) -> None:
+        if count:
+            with self._lock:
+                self._counts[name] += count
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+@dataclass
+class _FakeHttpResponse:
+    status_code: int = 400
+    headers: dict[str, str] = field(default_factory=dict)
+    content: bytes = b""
+    text: str = ""
+
+
+class DynamoDBChaos:
+    """Injects faults into one client's requests; ``invocation`` is set by the consumer for each batch."""
+
+    def __init__(self, client: DynamoDBClient, rates: DynamoDBFaultRates, rng: random.Random, log: FaultLog) -> None:
+        self._rates = rates
+        self._rng = rng
+        self._log = log
+        self._after: str | None = None
+        self.invocation: Invocation | None = None
+        self.reserve_ms = 3_000
+        self.enabled = True
+        for operation in FAULTABLE:
+            client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
+            client.meta.events.register(f"after-call.dynamodb.{operation}", self._after_call)
+
+    def _draw(self, operation: str) -> str | None:
+        rates = self._rates
+        table = [
+            ("connect_failure", rates.connect_failure),
+            ("lost_response", rates.lost_response),
+            ("throttle_request", rates.throttle_request),
+            ("slow", rates.slow),
+        ]
+        if operation == TRANSACT:
+            table += [("throttle_cancel", rates.throttle_cancel), ("conflict", rates.conflict)]
+        roll = self._rng.random()
+        for kind, rate in table:
+            if roll < rate:
+                return kind
+            roll -= rate
+        return None
+
+    def _before_call(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[_FakeHttpResponse, Any] | None:
+        self._after = None
+        operation = model.name
+        kind = self._draw(operation) if self.enabled else None
+        if kind is None:
+            return None
+        self._log.add(f"ddb.{kind}")
+        if kind == "connect_failure":
+            raise EndpointConnectionError(endpoint_url="chaos://connect-failure")
+        if kind == "lost_response":
+            self._after = "lose"
+            return None
+        if kind == "slow":
+            invocation = self.invocation
+            if invocation is not None:
+                remaining_after = self._rng.randint(-500, 2 * self.reserve_ms)
+                invocation.slow_down(remaining_after)
+                if remaining_after < 0:
+                    self._after = "kill"
+            return None
+        if kind == "throttle_request":
+            error = {"Code": "ProvisionedThroughputExceededException", "Message": "chaos: rate exceeded"}
+            return _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        reason = "ThrottlingError" if kind == "throttle_cancel" else "TransactionConflict"
+        actions = len(json.loads(params["body"])["TransactItems"])
+        victim = self._rng.randrange(actions)
+        reasons = [{"Code": reason, "Message": "chaos"} if i == victim else {"Code": "None"} for i in range(actions)]
+        body = {
+            "Error": {
+                "Code": "TransactionCanceledException",
+                "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{reason}]",
+            },
+            "CancellationReasons": reasons,
+            "ResponseMetadata": {"HTTPStatusCode": 400},
+        }
+        return _FakeHttpResponse(), body
+
+    def _after_call(self, **_: Any) -> None:
+        after, self._after = self._after, None
+        if after == "lose":
+            raise ReadTimeoutError(endpoint_url="chaos://lost-response")
+        if after == "kill":
+            raise InvocationKilled("deadline passed while a DynamoDB request was in flight")

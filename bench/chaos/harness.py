@@ -1,0 +1,322 @@
+"""A chaos run: publish the seeded load, consume it under faults, redrive the DLQ twice, judge the result.
+
+The pipeline of every consumer is wired like ``tally.runtime.build_pipeline`` (``DynamoDBCounterStore``,
+``DynamoDBJournal``, ``Applier``, ``BatchPipeline``, the deployment's windows and hot keys, botocore's
+client configuration), on its own client to DynamoDB Local with its own fault injector; the dead-letter
+port is the run's in-memory queue. Only the retry delays are scaled down (``CHAOS_RETRIES``): the
+emulated sources redeliver at once instead of after minutes, and the run must not sleep for real.
+
+``pipeline_factory`` replaces that wiring: the test suite passes deliberately broken variants through
+it and checks that the same harness catches them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
+
+from bench.chaos.check import Verdict, judge
+from bench.chaos.clock import VirtualClock
+from bench.chaos.config import VISIBILITY_TIMEOUT_S
+from bench.chaos.dlq import ConsumerPort, DeadLetterStore
+from bench.chaos.faults import DynamoDBChaos, FaultLog
+from bench.chaos.invoke import Consumer
+from bench.chaos.kinesis import ShardConsumer, Stream
+from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
+from bench.chaos.sqs import Queue, consume
+from bench.chaos.workload import TRACER, Source, Workload, generate
+from tally.apply import Applier, RetryPolicy
+from tally.core.decode import DecodeLimits
+from tally.core.model import SourceRecord
+from tally.core.sharding import parse_hot_keys
+from tally.core.windows import parse_window_spec
+from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.chaos.config import ChaosConfig
+
+TTL_SECONDS = 35 * 86_400
+CHAOS_RETRIES = RetryPolicy(base_delay_s=0.005, max_delay_s=0.1, max_attempts=8, reserve_ms=3_000)
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    counters: str
+    markers: str
+
+
+class PipelineFactory(Protocol):
+    """Builds one consumer's pipeline on its client (production wiring: ``wire_pipeline``)."""
+
+    def __call__(
+        self, client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    ) -> BatchPipeline: ...
+
+
+def wire_pipeline(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    store: DynamoDBCounterStore | None = None,
+    journal: DynamoDBJournal | None = None,
+) -> BatchPipeline:
+    """``tally.runtime.build_pipeline``'s wiring, on the given client and dead-letter port."""
+    store = store or DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
+    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS)
+    limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
+    settings = PipelineSettings(
+        limits=limits,
+        dedup_horizon_ms=TTL_SECONDS * 1000,
+        windows=parse_window_spec(config.windows, config.window_retention),
+        hot_keys=parse_hot_keys(config.hot_keys),
+    )
+    return BatchPipeline(Applier(store, journal, policy=CHAOS_RETRIES), dead_letters, settings)
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosResult:
+    config: ChaosConfig
+    events: int
+    """Distinct valid events published (doomed ones included, setup messages not)."""
+    messages: int
+    publications: int
+    counts: dict[str, int]
+    """Faults, redeliveries and outcomes by name (``FaultLog``)."""
+    verdict: Verdict
+    jepsen_reads: int
+    jepsen_violations: tuple[Violation, ...]
+    unexpected_errors: tuple[str, ...]
+    seconds: float
+    virtual_seconds: float
+    """How far the virtual clock jumped ahead of real time (visibility timeouts, backoffs)."""
+
+    @property
+    def faults(self) -> dict[str, int]:
+        """Every injected fault by kind (the figures that must add up to at least 1,000 in the full run)."""
+        prefixes = ("ddb.", "delivery.", "producer.", "poison.")
+        excluded = {"delivery.sqs_moved_to_dlq", "delivery.kinesis_given_up_records"}
+        return {
+            name: count
+            for name, count in sorted(self.counts.items())
+            if name.startswith(prefixes) and name not in excluded
+        }
+
+    @property
+    def redeliveries(self) -> dict[str, int]:
+        return {name: count for name, count in sorted(self.counts.items()) if name.startswith("redelivery.")}
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.ok and not self.jepsen_violations and not self.unexpected_errors and self.jepsen_reads > 0
+
+
+@dataclass
+class _Run:
+    """Everything one run shares between its threads."""
+
+    config: ChaosConfig
+    client_factory: Callable[[], DynamoDBClient]
+    tables: Tables
+    pipeline_factory: PipelineFactory
+    clock: VirtualClock = field(default_factory=VirtualClock)
+    log: FaultLog = field(default_factory=FaultLog)
+    dead_letters: DeadLetterStore = field(default_factory=DeadLetterStore)
+    ledger: Ledger = field(default_factory=Ledger)
+    unexpected: list[BaseException] = field(default_factory=list)
+    injectors: list[DynamoDBChaos] = field(default_factory=list)
+
+    def consumer(self, name: str) -> Consumer:
+        config = self.config
+        client = self.client_factory()
+        chaos = DynamoDBChaos(client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log)
+        chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
+        self.injectors.append(chaos)
+        port = ConsumerPort(
+            self.dead_letters, config.delivery.dlq_refusal, random.Random(f"{config.seed}:dlq:{name}"), self.log
+        )
+        return Consumer(
+            name=name,
+            pipeline=self.pipeline_factory(client, self.tables, port, config),
+            chaos=chaos,
+            clock=self.clock,
+            log=self.log,
+            rng=random.Random(f"{config.seed}:invoke:{name}"),
+            timeout_ms=config.function_timeout_s * 1000,
+            crash_after_commit=config.delivery.crash_after_commit,
+            unexpected=self.unexpected,
+        )
+
+
+def _run_threads(
+    targets: dict[str, Callable[[], None]], on_tick: Callable[[], None] | None, halt: Callable[[], None]
+) -> None:
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=guarded(target), name=name) for name, target in targets.items()]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.25)
+                if on_tick is not None:
+                    on_tick()
+    except KeyboardInterrupt:
+        halt()  # let every consumer finish its invocation, so that DynamoDB Local can be stopped cleanly
+        for thread in threads:
+            thread.join()
+        raise
+    if errors:
+        raise errors[0]
+
+
+def run_chaos(
+    config: ChaosConfig,
+    client_factory: Callable[[], DynamoDBClient],
+    tables: Tables,
+    *,
+    pipeline_factory: PipelineFactory = wire_pipeline,
+    on_progress: Callable[[str, int, int], None] | None = None,
+) -> ChaosResult:
+    """Run ``config`` against the (empty) ``tables``; ``on_progress(phase, acknowledged, messages)``."""
+    started = time.perf_counter()
+    run = _Run(config, client_factory, tables, pipeline_factory)
+    workload = generate(config, run.clock.now_ms())
+    queue = Queue(
+        run.clock,
+        run.dead_letters,
+        run.log,
+        visibility_ms=VISIBILITY_TIMEOUT_S[config.function_timeout_s] * 1000,
+        max_receive_count=config.max_receive_count,
+        expiry_rate=config.delivery.visibility_expiry,
+        seed=config.seed,
+    )
+    stream = Stream(config.kinesis_shards, run.clock)
+    _apply_setup(workload, run)
+    for publication in workload.publications:
+        if publication.resend:
+            run.log.add("producer.resend")
+        if publication.body in workload.poison:
+            run.log.add("poison.published")
+        if publication.source is Source.SQS:
+            queue.send(publication.body)
+        else:
+            stream.put(publication.body.encode(), publication.partition_key)
+
+    sqs_consumers = [run.consumer(f"sqs-{index}") for index in range(config.sqs_consumers)]
+    shard_consumers = [
+        ShardConsumer(
+            shard,
+            run.consumer(f"kinesis-{index}"),
+            workload,
+            run.ledger,
+            run.clock,
+            config.kinesis_batch_size,
+            config.kinesis_max_retries,
+            config.delivery.kinesis_rewind,
+            random.Random(f"{config.seed}:rewind:{index}"),
+        )
+        for index, shard in enumerate(stream.shards)
+    ]
+    reader = DynamoDBCounterStore(
+        client_factory(), tables.counters, tables.markers, TTL_SECONDS, parse_hot_keys(config.hot_keys)
+    )
+
+    def read_count(key: str) -> Decimal:
+        return reader.read_counters(key).get(TRACER, Decimal(0))
+
+    def phase_targets(replay: bool) -> dict[str, Callable[[], None]]:
+        targets: dict[str, Callable[[], None]] = {
+            c.name: partial(consume, queue, c, workload, run.ledger, config.sqs_batch_size) for c in sqs_consumers
+        }
+        for shard_consumer in shard_consumers:
+            targets[shard_consumer.consumer.name] = shard_consumer.replay_given_up if replay else shard_consumer.run
+        return targets
+
+    def halt() -> None:
+        queue.halted.set()
+        for shard_consumer in shard_consumers:
+            shard_consumer.halted.set()
+
+    distinct = len(workload.valid)
+    with JepsenMonitor(run.ledger, sorted(workload.expected), read_count, config.jepsen_interval_s, config.seed) as jm:
+        phases = ["main"] + [f"redrive {n + 1}" for n in range(config.redrives)]
+        for number, phase in enumerate(phases):
+            if number > 0:
+                letters = run.dead_letters.drain()
+                run.log.add("producer.dlq_redriven", len(letters))
+                for letter in letters:
+                    queue.send(letter.body)  # a new message, with a new MessageId
+
+            def tick(phase: str = phase) -> None:
+                if on_progress is not None:
+                    on_progress(phase, len(run.ledger.acknowledged_messages), distinct)
+
+            _run_threads(phase_targets(replay=number > 0), tick, halt)
+    for injector in run.injectors:
+        injector.enabled = False
+    if jm.error is not None:
+        raise jm.error
+
+    verdict = judge(
+        workload,
+        reader.read_counters,
+        run.dead_letters.letters(),
+        given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
+    )
+    published = [message for message in workload.valid.values() if message not in workload.setup]
+    return ChaosResult(
+        config=config,
+        events=sum(message.events for message in published),
+        messages=len(published),
+        publications=len(workload.publications),
+        counts=run.log.snapshot(),
+        verdict=verdict,
+        jepsen_reads=jm.reads,
+        jepsen_violations=tuple(jm.violations),
+        unexpected_errors=tuple(repr(exc) for exc in run.unexpected),
+        seconds=time.perf_counter() - started,
+        virtual_seconds=run.clock.jumped_ms / 1000,
+    )
+
+
+def _apply_setup(workload: Workload, run: _Run) -> None:
+    """Apply the setup messages (the counters the doomed messages overflow), without faults."""
+    if not workload.setup:
+        return
+    client = run.client_factory()
+    pipeline = wire_pipeline(
+        client, run.tables, ConsumerPort(run.dead_letters, 0.0, random.Random(), run.log), run.config
+    )
+    now_ms = run.clock.now_ms()
+    records = [SourceRecord(f"setup-{m.message_id}", m.body, now_ms) for m in workload.setup]
+    result = pipeline.process(records, now_ms, lambda: run.config.function_timeout_s * 1000)
+    if result.failed_record_ids or result.dead_letters or result.messages_applied != len(records):
+        raise RuntimeError(f"the setup messages were not applied: {result}")
+    run.ledger.attempt(workload.setup)
+    run.ledger.acknowledge(workload.setup)
+
+
+__all__ = ["CHAOS_RETRIES", "ChaosResult", "PipelineFactory", "Tables", "Workload", "run_chaos", "wire_pipeline"]

@@ -1,0 +1,123 @@
+"""One consumer: a pipeline wired like production, invoked the way Lambda invokes the handlers.
+
+Each invocation does what ``tally.handlers.sqs`` / ``tally.handlers.kinesis`` do (read the clock once, turn
+the Lambda event into records with the real ``tally.sources`` code, ``BatchPipeline.process``, build the
+partial batch response) and then hands the answer to the event source mapping's reading of it
+(``tally.local.lambda_events.read_response``). The handlers' own modules are not called because they
+build one cached pipeline per process from the environment; here every consumer needs its own client to
+inject its own faults.
+
+What can go wrong in an invocation, as Lambda sees it:
+
+- the handler raised: a function error (a ``TallyError`` is tally failing a batch on purpose; anything else
+  is an unexpected error, which fails the chaos run);
+- the invocation was killed at its deadline (``InvocationKilled``), or returned after it;
+- a crash after commit: the handler returned, but its answer never reached the event source mapping.
+
+In all three cases the whole batch counts as failed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from bench.chaos.clock import Invocation
+from bench.chaos.faults import InvocationKilled
+from tally.errors import TallyError
+from tally.local.lambda_events import BatchOutcome, function_error, read_response
+from tally.sources import kinesis as kinesis_source
+from tally.sources import sqs as sqs_source
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Callable, Sequence
+
+    from bench.chaos.clock import VirtualClock
+    from bench.chaos.faults import DynamoDBChaos, FaultLog
+    from tally.pipeline import BatchPipeline, BatchResult
+
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+"""Journal batch ids in error messages, replaced so that equal errors are counted together."""
+
+
+@dataclass
+class Consumer:
+    name: str
+    pipeline: BatchPipeline
+    chaos: DynamoDBChaos
+    clock: VirtualClock
+    log: FaultLog
+    rng: random.Random
+    timeout_ms: int
+    crash_after_commit: float
+    unexpected: list[BaseException]
+
+    def invoke_sqs(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
+        def handle() -> object:
+            invocation = self._begin()
+            records = sqs_source.records_from_event(event)
+            result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
+            self._record(result)
+            return {"batchItemFailures": [{"itemIdentifier": rid} for rid in result.failed_record_ids]}
+
+        return self._invoke(handle, record_ids)
+
+    def invoke_kinesis(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
+        def handle() -> object:
+            invocation = self._begin()
+            records = kinesis_source.records_from_event(event)
+            result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
+            self._record(result)
+            return kinesis_source.failure_report(result.failed_record_ids)
+
+        return self._invoke(handle, record_ids)
+
+    def _record(self, result: BatchResult) -> None:
+        """The batch's own figures (what the handlers publish as metrics), summed over the run."""
+        figures = {
+            "messages_applied": result.messages_applied,
+            "already_applied": result.already_applied,
+            "duplicates_in_batch": result.duplicates_in_batch,
+            "dead_letters": len(result.dead_letters),
+            "records_failed": len(result.failed_record_ids),
+            "transactions": result.transactions,
+            "transaction_retries": result.retries,
+            "journal_batches": result.journal_batches,
+        }
+        for name, value in figures.items():
+            self.log.add(f"pipeline.{name}", value)
+
+    def _begin(self) -> Invocation:
+        invocation = Invocation(self.timeout_ms)
+        self.chaos.invocation = invocation
+        return invocation
+
+    def _invoke(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
+        self.log.add("invocations")
+        try:
+            response = handle()
+        except InvocationKilled:
+            self.log.add("outcome.killed_at_deadline")
+            return function_error(record_ids, "killed at the deadline")
+        except TallyError as exc:
+            self.log.add(f"outcome.function_error.{type(exc).__name__}")
+            self.log.add(f"error.{type(exc).__name__}: {_HEX_ID.sub('<id>', str(exc))[:100]}")
+            return function_error(record_ids, str(exc))
+        except Exception as exc:
+            self.log.add(f"outcome.unexpected.{type(exc).__name__}")
+            self.unexpected.append(exc)
+            return function_error(record_ids, repr(exc))
+        invocation = self.chaos.invocation
+        if invocation is not None and invocation.timed_out:
+            self.log.add("outcome.timed_out")
+            return function_error(record_ids, "returned after the deadline")
+        if self.rng.random() < self.crash_after_commit:
+            self.log.add("delivery.crash_after_commit")
+            return function_error(record_ids, "crashed after commit: the answer was lost")
+        outcome = read_response(response, record_ids)
+        if outcome.whole_batch:
+            self.log.add("outcome.unreadable_response")
+            self.unexpected.append(AssertionError(f"the event source could not read the answer: {outcome.reason}"))
+        return outcome

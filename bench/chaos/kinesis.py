@@ -1,0 +1,153 @@
+"""A Kinesis stream and Lambda's Kinesis event source mapping (one consumer per shard), in-process.
+
+The documented semantics the run relies on (FACTS.md; AWS's "partial batch response" and "bisect" docs):
+
+- records are routed to a shard by the MD5 of their partition key and delivered in sequence order, in
+  batches of at most ``batch_size``, from the shard's checkpoint;
+- a partial failure report checkpoints at the LOWEST reported sequence number: that record and every
+  one after it are delivered again, those that succeeded included;
+- a function error (a raise, a timeout, an answer that never arrived) retries the batch bisected into two
+  halves (``BisectBatchOnFunctionError``), each retried on its own;
+- after ``MaximumRetryAttempts`` the records still failing are given up: their range goes to the
+  on-failure destination (metadata only); the operator replays it from the stream (the run does, after
+  the main pass: that is the Kinesis counterpart of a DLQ redrive);
+- a ``kinesis_rewind`` fault restarts a shard from an older checkpoint (a lease that moved to another
+  worker before the last checkpoint was written): already-applied records come again.
+
+Retries wait with an exponential backoff (1 s doubling, at most 60 s) on the virtual clock.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from tally.local.lambda_events import kinesis_event
+
+if TYPE_CHECKING:
+    import random
+
+    from bench.chaos.clock import VirtualClock
+    from bench.chaos.invoke import Consumer
+    from bench.chaos.ledger import Ledger
+    from bench.chaos.workload import Workload
+
+REGION: Final = "us-east-1"
+STREAM_ARN: Final = "arn:aws:kinesis:us-east-1:123456789012:stream/tally-chaos-events"
+_FIRST_SEQUENCE: Final = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898
+_MAX_BACKOFF_MS: Final = 60_000
+
+
+@dataclass
+class Shard:
+    shard_id: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+    given_up: list[list[dict[str, Any]]] = field(default_factory=list)
+
+
+class Stream:
+    """The shards and their records (published before the consumers start)."""
+
+    def __init__(self, shards: int, clock: VirtualClock) -> None:
+        self.shards = [Shard(f"shardId-{index:012d}") for index in range(shards)]
+        self._clock = clock
+        self._published = 0
+
+    def put(self, data: bytes, partition_key: str) -> None:
+        digest = int.from_bytes(hashlib.md5(partition_key.encode()).digest(), "big")
+        shard = self.shards[digest * len(self.shards) >> 128]
+        self._published += 1
+        shard.records.append(
+            {
+                "SequenceNumber": str(_FIRST_SEQUENCE + self._published * 1_000_003),
+                "PartitionKey": partition_key,
+                "Data": data,
+                "ApproximateArrivalTimestamp": datetime.fromtimestamp(self._clock.now_ms() / 1000, UTC),
+            }
+        )
+
+
+@dataclass
+class ShardConsumer:
+    """Lambda's event source mapping for one shard (ParallelizationFactor 1)."""
+
+    shard: Shard
+    consumer: Consumer
+    workload: Workload
+    ledger: Ledger
+    clock: VirtualClock
+    batch_size: int
+    max_retries: int
+    rewind_rate: float
+    rng: random.Random
+    halted: threading.Event = field(default_factory=threading.Event)
+    """Set on Ctrl-C: the consumer stops after its current invocation."""
+
+    def run(self) -> None:
+        position = 0
+        records = self.shard.records
+        while position < len(records) and not self.halted.is_set():
+            batch = records[position : position + self.batch_size]
+            self.deliver(batch)
+            position += len(batch)
+            if position < len(records) and self.rng.random() < self.rewind_rate:
+                back = self.rng.randint(1, min(position, 2 * self.batch_size))
+                self.consumer.log.add("delivery.kinesis_rewind")
+                self.consumer.log.add("redelivery.kinesis_rewound_records", back)
+                position -= back
+
+    def replay_given_up(self) -> None:
+        """The operator's replay of every range sent to the on-failure destination."""
+        ranges, self.shard.given_up = self.shard.given_up, []
+        for records in ranges:
+            self.consumer.log.add("redelivery.kinesis_replayed_records", len(records))
+            self.deliver(records)
+
+    def deliver(self, batch: list[dict[str, Any]]) -> None:
+        """Deliver ``batch`` until it succeeds or its retries run out (then it is given up)."""
+        work: list[tuple[list[dict[str, Any]], int]] = [(batch, self.max_retries)]
+        while work and not self.halted.is_set():
+            records, retries_left = work.pop()
+            ids = [record["SequenceNumber"] for record in records]
+            messages = [
+                self.workload.by_body.get(record["Data"].decode("utf-8", "surrogateescape")) for record in records
+            ]
+            self.ledger.attempt(message for message in messages if message is not None)
+            outcome = self.consumer.invoke_kinesis(kinesis_event(records, STREAM_ARN, self.shard.shard_id, REGION), ids)
+            if outcome.ok:
+                self.ledger.acknowledge(message for message in messages if message is not None)
+                continue
+            attempt = self.max_retries - retries_left
+            self.clock.wait(min(_MAX_BACKOFF_MS, 1000 * 2**attempt))
+            if outcome.whole_batch:
+                if retries_left == 0:
+                    self._give_up(records)
+                elif len(records) > 1:
+                    middle = len(records) // 2
+                    self.consumer.log.add("redelivery.kinesis_bisected_batches")
+                    self.consumer.log.add("redelivery.kinesis_records", len(records))
+                    work.append((records[middle:], retries_left - 1))
+                    work.append((records[:middle], retries_left - 1))
+                else:
+                    self.consumer.log.add("redelivery.kinesis_records")
+                    work.append((records, retries_left - 1))
+                continue
+            checkpoint = ids.index(min(outcome.failed, key=int))
+            self.ledger.acknowledge(
+                message
+                for index, message in enumerate(messages)
+                if message is not None and ids[index] not in outcome.failed
+            )
+            if retries_left == 0:
+                self._give_up(records[checkpoint:])
+            else:
+                self.consumer.log.add("redelivery.kinesis_from_checkpoint")
+                self.consumer.log.add("redelivery.kinesis_records", len(records) - checkpoint)
+                work.append((records[checkpoint:], retries_left - 1))
+
+    def _give_up(self, records: list[dict[str, Any]]) -> None:
+        self.consumer.log.add("delivery.kinesis_given_up_records", len(records))
+        self.shard.given_up.append(records)

@@ -1,0 +1,202 @@
+"""The chaos run's emulated event sources and fault injector behave as AWS documents (no DynamoDB needed)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+import boto3
+import pytest
+from bench.chaos.clock import Invocation, VirtualClock
+from bench.chaos.config import SMOKE, DynamoDBFaultRates
+from bench.chaos.dlq import DeadLetterStore
+from bench.chaos.faults import DynamoDBChaos, FaultLog
+from bench.chaos.kinesis import ShardConsumer, Stream
+from bench.chaos.ledger import Ledger
+from bench.chaos.sqs import Queue
+from bench.chaos.workload import generate
+from botocore.exceptions import ClientError, EndpointConnectionError
+
+from tally.local.lambda_events import BatchOutcome, function_error
+
+
+def _queue(clock: VirtualClock, dead_letters: DeadLetterStore, *, expiry_rate: float = 0.0) -> Queue:
+    return Queue(
+        clock, dead_letters, FaultLog(), visibility_ms=420_000, max_receive_count=2, expiry_rate=expiry_rate, seed=1
+    )
+
+
+def test_sqs_failed_message_comes_back_after_the_visibility_timeout_then_moves_to_the_dlq() -> None:
+    # GIVEN a queue with maxReceiveCount 2 and one message
+    clock, dead_letters = VirtualClock(), DeadLetterStore()
+    queue = _queue(clock, dead_letters)
+    queue.send("body-1")
+    started = clock.now_ms()
+
+    # WHEN it is received and failed twice
+    for _ in range(2):
+        batch = queue.receive(10)
+        assert batch is not None
+        assert [entry["Body"] for entry in batch] == ["body-1"]
+        queue.settle(batch, done=set())
+
+    # THEN the second receive waited out the visibility timeout, and the third receive moves it to the DLQ
+    assert clock.now_ms() - started >= 420_000
+    assert queue.receive(10) is None
+    assert [(letter.body, letter.code) for letter in dead_letters.letters()] == [("body-1", None)]
+
+
+def test_sqs_done_message_is_deleted_and_visibility_expiry_hands_it_out_twice() -> None:
+    # GIVEN a queue whose every receive lets the visibility timeout expire at once
+    clock, dead_letters = VirtualClock(), DeadLetterStore()
+    queue = _queue(clock, dead_letters, expiry_rate=1.0)
+    queue.send("body-1")
+
+    # WHEN two consumers receive before either answers
+    first, second = queue.receive(10), queue.receive(10)
+
+    # THEN both hold the same message; once one deletes it, the queue is empty
+    assert first is not None
+    assert second is not None
+    assert first[0]["MessageId"] == second[0]["MessageId"]
+    queue.settle(first, done={first[0]["MessageId"]})
+    queue.settle(second, done=set())
+    assert queue.receive(10) is None
+    assert dead_letters.letters() == []
+
+
+@dataclass
+class _ScriptedConsumer:
+    """Answers each Kinesis invocation from a script; records the batches it was given."""
+
+    script: list[Any]
+    log: FaultLog = field(default_factory=FaultLog)
+    batches: list[list[str]] = field(default_factory=list)
+
+    def invoke_kinesis(self, event: dict[str, Any], record_ids: list[str]) -> BatchOutcome:
+        self.batches.append(list(record_ids))
+        answer = self.script.pop(0) if self.script else set()
+        if answer == "error":
+            return function_error(record_ids, "scripted")
+        return BatchOutcome(frozenset(record_ids[i] for i in answer), whole_batch=False)
+
+
+def _shard_consumer(script: list[Any], records: int, max_retries: int = 3) -> tuple[ShardConsumer, list[str]]:
+    clock = VirtualClock()
+    stream = Stream(1, clock)
+    for index in range(records):
+        stream.put(b"not a tally message", f"pk-{index}")
+    consumer = ShardConsumer(
+        shard=stream.shards[0],
+        consumer=_ScriptedConsumer(script),  # type: ignore[arg-type]
+        workload=generate(SMOKE.__class__(name="t", events=1, doomed=0), clock.now_ms()),
+        ledger=Ledger(),
+        clock=clock,
+        batch_size=10,
+        max_retries=max_retries,
+        rewind_rate=0.0,
+        rng=random.Random(1),
+    )
+    return consumer, [record["SequenceNumber"] for record in stream.shards[0].records]
+
+
+@pytest.mark.parametrize(
+    ("script", "expected_batches"),
+    [
+        # a partial failure checkpoints at the LOWEST reported record: it and everything after come again
+        ([{3, 1}], [[0, 1, 2, 3], [1, 2, 3]]),
+        # a function error bisects the batch; each half is retried on its own
+        (["error"], [[0, 1, 2, 3], [0, 1], [2, 3]]),
+        # a failing half is bisected again
+        (["error", "error"], [[0, 1, 2, 3], [0, 1], [0], [1], [2, 3]]),
+    ],
+)
+def test_kinesis_redelivers_from_the_lowest_failure_and_bisects_on_function_errors(
+    script: list[Any], expected_batches: list[list[int]]
+) -> None:
+    # GIVEN a shard of four records and a function that answers as scripted
+    shard_consumer, sequence_numbers = _shard_consumer(script, records=4)
+
+    # WHEN the event source mapping delivers the shard
+    shard_consumer.run()
+
+    # THEN the batches are those Lambda's documented rules produce
+    delivered = shard_consumer.consumer.batches  # type: ignore[attr-defined]
+    assert delivered == [[sequence_numbers[i] for i in batch] for batch in expected_batches]
+
+
+def test_kinesis_gives_up_a_batch_after_its_retries_and_replays_it_on_request() -> None:
+    # GIVEN a function that always fails one record, and one retry allowed
+    shard_consumer, sequence_numbers = _shard_consumer([{0}, {0}], records=2, max_retries=1)
+
+    # WHEN the shard is delivered
+    shard_consumer.run()
+
+    # THEN the batch is given up after one retry, and the operator's replay delivers it again
+    assert [[r["SequenceNumber"] for r in given] for given in shard_consumer.shard.given_up] == [sequence_numbers]
+    shard_consumer.replay_given_up()
+    assert shard_consumer.shard.given_up == []
+    assert shard_consumer.consumer.batches[-1] == sequence_numbers  # type: ignore[attr-defined]
+
+
+def _client_with(rates: DynamoDBFaultRates) -> tuple[Any, DynamoDBChaos]:
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url="http://127.0.0.1:9",
+        region_name="us-east-1",
+        aws_access_key_id="x",
+        aws_secret_access_key="x",
+    )
+    return client, DynamoDBChaos(client, rates, random.Random(1), FaultLog())
+
+
+ONLY = {name: 0.0 for name in DynamoDBFaultRates.__dataclass_fields__}
+PUT = {"Put": {"TableName": "t", "Item": {"id": {"S": "a"}}}}
+
+
+@pytest.mark.parametrize(
+    ("kind", "error_code", "reason"),
+    [
+        ("throttle_request", "ProvisionedThroughputExceededException", None),
+        ("throttle_cancel", "TransactionCanceledException", "ThrottlingError"),
+        ("conflict", "TransactionCanceledException", "TransactionConflict"),
+    ],
+)
+def test_injected_store_errors_look_like_dynamodb_answers(kind: str, error_code: str, reason: str | None) -> None:
+    # GIVEN a client whose every request draws the fault
+    client, _ = _client_with(DynamoDBFaultRates(**(ONLY | {kind: 1.0})))
+
+    # WHEN a transaction of three actions is sent (it never reaches the unreachable endpoint)
+    with pytest.raises(ClientError) as raised:
+        client.transact_write_items(TransactItems=[PUT, PUT, PUT])
+
+    # THEN botocore raises the service's error, with one cancellation reason per action when cancelled
+    assert raised.value.response["Error"]["Code"] == error_code
+    reasons = [r["Code"] for r in raised.value.response.get("CancellationReasons", [])]
+    if reason is not None:
+        assert sorted(reasons) == sorted([reason, "None", "None"])
+
+
+def test_connect_failure_never_reaches_the_server_and_slow_shrinks_the_deadline() -> None:
+    # GIVEN a client that fails to connect on every request
+    client, chaos = _client_with(DynamoDBFaultRates(**(ONLY | {"connect_failure": 1.0})))
+
+    # WHEN a request is made THEN botocore's connection error comes out at once
+    with pytest.raises(EndpointConnectionError):
+        client.get_item(TableName="t", Key={"id": {"S": "a"}})
+
+    # AND a slow response leaves the invocation the remaining time it drew, at most twice the reserve
+    invocation = Invocation(60_000)
+    chaos.invocation = invocation
+    invocation.slow_down(1_000)
+    assert invocation.remaining_ms() <= 1_000
+
+
+def test_the_workload_is_reproducible_from_its_seed() -> None:
+    # GIVEN two workloads from one seed and one base time WHEN generated THEN they are identical
+    first, second = generate(SMOKE, 1_800_000_000_000), generate(SMOKE, 1_800_000_000_000)
+    assert first == second
+    assert first.events >= SMOKE.events
+    assert len(first.poison) > 0
+    assert sum(message.doomed for message in first.valid.values()) == SMOKE.doomed
