@@ -6,10 +6,12 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 SAM_VENV := .venv-sam
+CHECKOV_VENV := .venv-checkov
 export TALLY_SAM_BIN := $(CURDIR)/$(SAM_VENV)/bin/sam
+export TALLY_CHECKOV_BIN := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo demo-smoke test lint typecheck unit integration install sam clean bench-hot-key bench-journal bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -18,7 +20,7 @@ demo: install
 demo-smoke: install
 	$(BIN)/python -m tally.local.demo --events 5000
 
-test: install sam lint typecheck
+test: install sam checkov lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile
 
 lint: install
@@ -53,8 +55,17 @@ $(SAM_VENV)/.installed:
 	$(SAM_VENV)/bin/pip install --quiet aws-sam-cli
 	touch $@
 
+# checkov (the template's security lint, tests/template/test_security_lint.py) pins its own dependencies too.
+checkov: $(CHECKOV_VENV)/.installed
+
+$(CHECKOV_VENV)/.installed:
+	$(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
+	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov>=3.2,<4'
+	touch $@
+
 clean:
-	rm -rf $(VENV) $(SAM_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam
 
 # One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
 bench-hot-key: install
