@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import logging
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -131,3 +133,39 @@ def test_missing_configuration_fails_the_invocation(stack: MotoStack, monkeypatc
     sqs_handler.pipeline.cache_clear()
     with pytest.raises(ConfigurationError):
         sqs_handler.handler(load_event("sqs-single.json"), LocalLambdaContext())
+
+
+SECRET = "s3cr3t-token-7f1e"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        f'{{"id":"e-1","key":"page:/a","delta":1,"note":"{SECRET}"}}',  # unknown field
+        f'{{"id":"e-2","key":"page:/a","delta":"{SECRET}"}}',  # delta of the wrong type
+        f'{{"id":"e-3","key":"page:/a","delta":1,"{SECRET}"',  # malformed JSON
+        f'{{"id":"e-4","key":"page:/a","deltas":{{"{SECRET}":1}}}}',  # a valid event: counter name
+        f'{{"events":[{{"id":"e-5","key":"page:/a","delta":1}},{{"id":"{SECRET}"}}]}}',  # packed, one bad
+    ],
+)
+def test_logs_carry_no_event_body(stack: MotoStack, capfd: pytest.CaptureFixture[str], body: str) -> None:
+    # GIVEN a batch whose body holds a value that must never reach the logs, at the most verbose level
+    event = load_event("sqs-single.json")
+    event["Records"] = [{**event["Records"][0], "body": body}]
+    handler = sqs_handler.logger.registered_handler
+    assert isinstance(handler, logging.StreamHandler)
+    logs = io.StringIO()
+    previous_stream, previous_level = handler.setStream(logs), sqs_handler.logger.log_level
+    sqs_handler.logger.setLevel(logging.DEBUG)
+    capfd.readouterr()
+    try:
+        # WHEN the handler processes it
+        sqs_handler.handler(event, LocalLambdaContext())
+    finally:
+        handler.setStream(previous_stream)
+        sqs_handler.logger.setLevel(previous_level)
+    # THEN it logged (the batch's figures, a dead letter's code) but nothing from the body, and neither
+    # did anything else on the process's output (the metrics)
+    out, err = capfd.readouterr()
+    assert "batch processed" in logs.getvalue()
+    assert SECRET not in logs.getvalue() + out + err
