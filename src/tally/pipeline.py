@@ -15,8 +15,10 @@ redelivers, rather than being turned into an empty failure list that would delet
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
+
+from msgspec.structs import replace
 
 from tally.core.aggregate import deduplicate, message_totals
 from tally.core.decode import DecodeLimits, decode_message

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from tally.core.decode import DEFAULT_COUNTER, DecodeLimits, decode_message
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
+from tally.core.numbers import checked_canonical
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -710,3 +711,40 @@ def test_decode_never_raises_on_arbitrary_bytes(raw: bytes) -> None:
     # WHEN it is decoded
     # THEN a Message or a Rejection comes back
     _never_raises(raw)
+
+
+# Decimal literals as JSON writes them: sign, integer part, fraction, optional exponent. Lengths straddle
+# the float hook's 38-character fast path, so both of its sides are exercised.
+DECIMAL_LITERALS = st.builds(
+    lambda sign, whole, fraction, exponent: f"{sign}{whole}.{fraction}{exponent}",
+    st.sampled_from(["", "-"]),
+    st.sampled_from(["0"]) | st.from_regex(r"[1-9][0-9]{0,40}", fullmatch=True),
+    st.from_regex(r"[0-9]{1,45}", fullmatch=True),
+    st.sampled_from(["", "e5", "E-3", "e+130", "e-170", "e0"]),
+)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(literal=DECIMAL_LITERALS)
+@example(literal="0.00")
+@example(literal="-0.0")
+@example(literal="10.0")
+@example(literal="1.50")
+@example(literal="9" * 36 + ".9")  # 38 characters, 37 digits: the longest fast-path literal
+@example(literal="9" * 37 + ".9")  # 39 characters, 38 digits: the general path, still storable
+@example(literal="9" * 38 + ".9")  # 39 digits: not storable
+def test_every_decimal_literal_decodes_as_the_general_check_says(literal: str) -> None:
+    # GIVEN a decimal literal, and what the general number check makes of its exact value
+    problem, expected = checked_canonical(Decimal(literal))
+    # WHEN it is decoded as a delta
+    decoded = decode_message(body(id='"m-1"', key='"k"', delta=literal))
+    # THEN it is refused exactly when the general check refuses it, and otherwise it is the same
+    # value in the same form, digit for digit (a plain Decimal, no trailing fraction zeros)
+    if problem is not None:
+        assert isinstance(decoded, Rejection)
+        assert decoded.code is RejectCode.NUMBER_OUT_OF_RANGE
+        return
+    assert isinstance(decoded, Message)
+    value = decoded.events[0].deltas[DEFAULT_COUNTER]
+    assert type(value) is Decimal
+    assert value.as_tuple() == expected.as_tuple()

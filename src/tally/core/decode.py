@@ -57,7 +57,38 @@ class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
     events: list[_WireEvent] | UnsetType = UNSET
 
 
-_DECODER = msgspec.json.Decoder(_WireMessage, float_hook=Decimal)
+_ZERO = Decimal(0)
+_INT_LIMIT = 10**38  # an int strictly inside (-10**38, 10**38) has at most 38 digits: always storable
+# A decimal literal of at most this many characters and no exponent has at most 37 digits and an
+# adjusted exponent within [-36, 36]: always a storable DynamoDB Number.
+_SHORT_LITERAL = 38
+
+
+class _UncheckedDecimal(Decimal):
+    """A literal the float hook could not vouch for (long, or with an exponent): ``_number`` checks it."""
+
+    __slots__ = ()
+
+
+def _decimal_literal(text: str) -> Decimal:
+    """msgspec's float_hook: the literal's exact value, never through a binary float.
+
+    Short plain literals (``49.99``, nearly all of them) are storable by construction, so the hook
+    returns them as plain, canonical ``Decimal`` (trailing fraction zeros stripped) and the per-counter
+    check is a type test. Anything else comes back as ``_UncheckedDecimal`` for the full check.
+    """
+    if len(text) > _SHORT_LITERAL or "e" in text or "E" in text:
+        return _UncheckedDecimal(text)
+    if text[-1] == "0":  # "1.50" -> "1.5", "10.0" -> "10", "0.00" -> 0
+        text = text.rstrip("0")
+        if text[-1] == ".":
+            text = text[:-1]
+        if text in ("0", "-0"):
+            return _ZERO
+    return Decimal(text)
+
+
+_DECODER = msgspec.json.Decoder(_WireMessage, float_hook=_decimal_literal)
 _UTF8_SURROGATE = re.compile(rb"\xed[\xa0-\xbf]")
 # A JSON escape: a backslash and what it escapes; scanning left to right keeps "\\\\" pairs together.
 _ESCAPE = re.compile(rb"\\(u[0-9a-fA-F]{4}|.)", re.DOTALL)
@@ -92,7 +123,7 @@ def _decode(body: str | bytes, limits: DecodeLimits) -> Message:
     if wire.events is UNSET:
         if wire.key is UNSET and wire.delta is UNSET and wire.deltas is UNSET:
             raise _Invalid(RejectCode.MISSING_KEY, "a message needs a key and a delta, or events")
-        return Message(message_id, (_event(wire, limits, "$"),))
+        return Message(message_id, (_event(wire, limits, None),))
     if wire.key is not UNSET or wire.delta is not UNSET or wire.deltas is not UNSET or wire.ts is not UNSET:
         raise _Invalid(
             RejectCode.AMBIGUOUS_SHAPE,
@@ -105,7 +136,7 @@ def _decode(body: str | bytes, limits: DecodeLimits) -> Message:
             RejectCode.TOO_MANY_EVENTS,
             f"{len(wire.events)} events (at most {limits.max_events_per_message} per message)",
         )
-    events = tuple(_event(event, limits, f"$.events[{i}]") for i, event in enumerate(wire.events))
+    events = tuple([_event(event, limits, index) for index, event in enumerate(wire.events)])
     return Message(message_id, events)
 
 
@@ -142,49 +173,72 @@ def _check_id(message_id: str | UnsetType, limits: DecodeLimits) -> str:
     return message_id
 
 
-def _event(wire: _WireEvent, limits: DecodeLimits, where: str) -> CounterEvent:
+def _where(index: int | None) -> str:
+    """Where in the body an event is, for rejection details (built only when something is refused)."""
+    return "$" if index is None else f"$.events[{index}]"
+
+
+def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None) -> CounterEvent:
+    """One event, validated. The common case runs without building a single string: the path of the
+    event (``index``: ``None`` for a single-event message) is only formatted into a rejection."""
     key = wire.key
     if key is UNSET or not key:
-        raise _Invalid(RejectCode.MISSING_KEY, f"key is missing or empty at `{where}`")
-    if _utf8_len_over(key, limits.max_key_bytes):
-        raise _Invalid(RejectCode.KEY_TOO_LONG, f"key is over {limits.max_key_bytes} bytes of UTF-8 at `{where}`")
+        raise _Invalid(RejectCode.MISSING_KEY, f"key is missing or empty at `{_where(index)}`")
+    if len(key) * 4 > limits.max_key_bytes and len(key.encode("utf-8")) > limits.max_key_bytes:
+        raise _Invalid(
+            RejectCode.KEY_TOO_LONG, f"key is over {limits.max_key_bytes} bytes of UTF-8 at `{_where(index)}`"
+        )
     if SHARD_SEPARATOR in key:
-        raise _Invalid(RejectCode.INVALID_KEY, f"keys may not contain U+001F (it separates shard numbers) at `{where}`")
-    return CounterEvent(key, _deltas(wire, limits, where), _ts_ms(wire.ts, where))
+        raise _Invalid(
+            RejectCode.INVALID_KEY, f"keys may not contain U+001F (it separates shard numbers) at `{_where(index)}`"
+        )
+    ts = wire.ts
+    return CounterEvent(key, _deltas(wire, limits, index), None if ts is UNSET else _ts_ms(ts, index))
 
 
-def _deltas(wire: _WireEvent, limits: DecodeLimits, where: str) -> Mapping[str, Number]:
-    if wire.delta is not UNSET:
+def _deltas(wire: _WireEvent, limits: DecodeLimits, index: int | None) -> Mapping[str, Number]:
+    delta = wire.delta
+    if delta is not UNSET:
         if wire.deltas is not UNSET:
-            raise _Invalid(RejectCode.AMBIGUOUS_SHAPE, f"both delta and deltas at `{where}`")
-        return {DEFAULT_COUNTER: _number(wire.delta, f"{where}.delta")}
-    if wire.deltas is UNSET or not wire.deltas:
-        raise _Invalid(RejectCode.MISSING_DELTA, f"delta or a non-empty deltas is required at `{where}`")
-    if len(wire.deltas) > limits.max_counters_per_event:
+            raise _Invalid(RejectCode.AMBIGUOUS_SHAPE, f"both delta and deltas at `{_where(index)}`")
+        kind = type(delta)
+        if not (kind is Decimal or (kind is int and -_INT_LIMIT < delta < _INT_LIMIT)):
+            delta = _number(delta, f"{_where(index)}.delta")
+        return {DEFAULT_COUNTER: delta}
+    deltas = wire.deltas
+    if deltas is UNSET or not deltas:
+        raise _Invalid(RejectCode.MISSING_DELTA, f"delta or a non-empty deltas is required at `{_where(index)}`")
+    if len(deltas) > limits.max_counters_per_event:
         raise _Invalid(
             RejectCode.TOO_MANY_COUNTERS,
-            f"{len(wire.deltas)} counters at `{where}` (at most {limits.max_counters_per_event})",
+            f"{len(deltas)} counters at `{_where(index)}` (at most {limits.max_counters_per_event})",
         )
-    deltas: dict[str, Number] = {}
-    for name, value in wire.deltas.items():
-        if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
+    max_name_bytes = limits.max_counter_name_bytes
+    # The decoder built this dict for this event alone: it is checked, and fixed up, in place.
+    for name, value in deltas.items():
+        if not name or (len(name) * 4 > max_name_bytes and len(name.encode("utf-8")) > max_name_bytes):
             raise _Invalid(
                 RejectCode.INVALID_COUNTER_NAME,
-                f"counter names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `{where}.deltas`",
+                f"counter names are 1 to {max_name_bytes} bytes of UTF-8 at `{_where(index)}.deltas`",
             )
-        deltas[name] = _number(value, f"{where}.deltas.{name}")
+        kind = type(value)
+        # The fast path: a short decimal literal (vouched for by the float hook) or a small int.
+        if not (kind is Decimal or (kind is int and -_INT_LIMIT < value < _INT_LIMIT)):
+            deltas[name] = _number(value, f"{_where(index)}.deltas.{name}")
     return deltas
 
 
 def _number(value: object, where: str) -> Number:
+    """The full check of a number the fast path could not accept: big ints, long or exponent literals,
+    and everything that is not a number at all."""
     # bool is a subclass of int: test the exact type so `true` can never count as 1.
     if type(value) is int:
         problem = storage_problem(value)
         if problem is None:
             return value
-    elif type(value) is Decimal:
+    elif isinstance(value, Decimal):
         # Canonical form: every accepted number then has at most 38 digits between 1E-167 and 1E+126.
-        problem, number = checked_canonical(value)
+        problem, number = checked_canonical(Decimal(value))
         if problem is None:
             return number
     else:
@@ -193,9 +247,8 @@ def _number(value: object, where: str) -> Number:
     raise _Invalid(RejectCode.NUMBER_OUT_OF_RANGE, f"{problem} at `{where}`")
 
 
-def _ts_ms(ts: int | str | UnsetType, where: str) -> int | None:
-    if ts is UNSET:
-        return None
+def _ts_ms(ts: int | str, index: int | None) -> int:
+    where = _where(index)
     if isinstance(ts, int):
         if not 0 <= ts <= _MAX_TS_MS:
             raise _Invalid(RejectCode.INVALID_TS, f"epoch milliseconds out of range at `{where}.ts`")

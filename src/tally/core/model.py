@@ -1,10 +1,19 @@
-"""Values that flow through the core: decoded events and messages, and the reasons records are refused."""
+"""Values that flow through the core: decoded events and messages, and the reasons records are refused.
+
+The values made once per record, message or event (``SourceRecord``, ``Message``, ``CounterEvent``) are
+frozen ``msgspec.Struct`` rather than frozen dataclasses: the same value semantics (immutable, typed,
+compared field by field), built in C. Measured on this project's 2-vCPU machine: 114 ns per
+construction against 897 ns for a frozen, slotted dataclass, which made construction alone several
+microseconds of each single-event message's handler CPU (docs/benchmarks.md).
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -46,8 +55,7 @@ class Rejection:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class CounterEvent:
+class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     """One validated event: deltas for one or more named counters of one key."""
 
     key: str
@@ -55,8 +63,7 @@ class CounterEvent:
     ts_ms: int | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(msgspec.Struct, frozen=True, gc=False):
     """One validated message: the unit of idempotency, whether it carries one event or many."""
 
     message_id: str
@@ -69,8 +76,7 @@ class Message:
         return min(stamps) if stamps else None
 
 
-@dataclass(frozen=True, slots=True)
-class SourceRecord:
+class SourceRecord(msgspec.Struct, frozen=True, gc=False):
     """One record as the source delivered it, before decoding: the start of the one-way data flow."""
 
     record_id: str
@@ -78,7 +84,7 @@ class SourceRecord:
     body: str | bytes
     received_ms: int
     """When the source accepted the record (SQS ``SentTimestamp``, Kinesis arrival time), epoch ms."""
-    origin: Mapping[str, str] = field(default_factory=dict)
+    origin: Mapping[str, str] = msgspec.field(default_factory=dict)
     """Where it came from (source ARN, FIFO message group): copied onto its dead letter, if any."""
 
 
