@@ -80,6 +80,28 @@ def test_sqs_event_has_the_shape_of_the_sample_events_and_parses_back() -> None:
     assert records[0].origin["source"] == QUEUE_ARN
 
 
+def test_sqs_records_keep_their_queue_and_fifo_message_group() -> None:
+    # GIVEN a FIFO batch with two message groups, and one record of a standard queue
+    sample = json.loads((EVENTS_DIR / "sqs-single.json").read_text())["Records"][0]
+    fifo_arn = "arn:aws:sqs:us-east-1:123456789012:tally-Events.fifo"
+    records = []
+    for index, (arn, group) in enumerate([(fifo_arn, "g1"), (fifo_arn, "g2"), (fifo_arn, "g1"), (QUEUE_ARN, None)]):
+        attributes = {**sample["attributes"], "SentTimestamp": str(1795320000000 + index)}
+        if group is not None:
+            attributes["MessageGroupId"] = group
+        records.append({**sample, "messageId": f"m-{index}", "eventSourceARN": arn, "attributes": attributes})
+    # WHEN the handler's parser reads them
+    parsed = sqs_source.records_from_event({"Records": records})
+    # THEN each keeps its own queue, message group (for the DLQ's FIFO group) and send time
+    assert [dict(r.origin) for r in parsed] == [
+        {"source": fifo_arn, "message_group_id": "g1"},
+        {"source": fifo_arn, "message_group_id": "g2"},
+        {"source": fifo_arn, "message_group_id": "g1"},
+        {"source": QUEUE_ARN},
+    ]
+    assert [r.received_ms for r in parsed] == [1795320000000 + index for index in range(4)]
+
+
 def test_kinesis_event_has_the_shape_of_the_sample_events_and_parses_back() -> None:
     # GIVEN records with arbitrary bytes (not UTF-8 either)
     records = [
