@@ -203,7 +203,12 @@ class Applier:
     def _without_existing(self, messages: list[MessageTotals], run: Run) -> list[MessageTotals]:
         """Settle the messages that already have markers; the conditional writes still guard races."""
         ids = [message.message_id for message in messages]
-        existing = self.attempt(run, partial(self.store.read_markers, ids), counts_as_request=False)
+        try:
+            existing = self.attempt(run, partial(self.store.read_markers, ids), counts_as_request=False)
+        except RetryableStoreError:
+            # The read is an optimisation: the conditional marker writes still catch every duplicate,
+            # at the price of a cancelled transaction. A throttled read must not fail the batch.
+            return messages
         if not existing:
             return messages
         batches = {mid: marker.batch_id for mid, marker in existing.items() if marker.batch_id is not None}
@@ -242,7 +247,9 @@ class Applier:
         # can be refused for the range instead of being cancelled by its marker. Look before rejecting.
         marker = self.store.read_marker(message.message_id)
         if marker is not None:
-            resolution = Resolution.APPLIED if marker.batch_id is None else self.resolve(marker.batch_id, run)
+            resolution = (
+                Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id, run)
+            )
             if resolution is Resolution.APPLIED:
                 run.already.add(message.message_id)
                 return
@@ -263,7 +270,7 @@ class Applier:
                 continue
             if batch_id == own_batch:
                 continue  # our own claim, from an attempt whose response was lost: the caller keeps it
-            resolution = self.resolve(batch_id, run)
+            resolution = self._resolve_or_pending(batch_id, run)
             if resolution is Resolution.APPLIED:
                 run.already.add(message_id)
             elif resolution is Resolution.PENDING:
@@ -272,6 +279,17 @@ class Applier:
                 run.replaces[message_id] = batch_id
                 claimable.add(message_id)
         return claimable
+
+    def _resolve_or_pending(self, batch_id: str, run: Run) -> Resolution:
+        """``resolve``, but a journal that stays throttled through every retry settles the message later.
+
+        PENDING hands only the messages whose markers name ``batch_id`` back to the source; the rest of
+        the batch goes on. Their redelivery meets the same markers and resolves them then.
+        """
+        try:
+            return self.resolve(batch_id, run)
+        except RetryableStoreError:
+            return Resolution.PENDING
 
     def resolve(self, batch_id: str, run: Run) -> Resolution:
         """What a marker naming ``batch_id`` means now; finishes a COMMITTED batch on the way."""

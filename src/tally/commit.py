@@ -160,12 +160,19 @@ class JournalRunner:
         return claims
 
     def finish(self, record: BatchRecord, pages: Sequence[Totals] | None, *, first_applied: bool = False) -> bool:
-        """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE; False if out of time."""
+        """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE.
+
+        False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
+        markers next finishes it.
+        """
         applier, run = self._applier, self._run
         if pages is None or not first_applied:
-            stored_pages, done = applier.attempt(
-                run, lambda: self._journal.read_progress(record.batch_id, record.chunks), counts_as_request=False
-            )
+            try:
+                stored_pages, done = applier.attempt(
+                    run, lambda: self._journal.read_progress(record.batch_id, record.chunks), counts_as_request=False
+                )
+            except RetryableStoreError:
+                return False  # committed batches are finished by whoever meets their markers next
             pages = pages if pages is not None else stored_pages
         else:
             done = {0}

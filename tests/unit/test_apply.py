@@ -11,7 +11,7 @@ import pytest
 
 from tally.apply import Applier, ApplyOutcome, RetryPolicy
 from tally.core.aggregate import MessageTotals
-from tally.core.ledger import MarkerRecord
+from tally.core.ledger import BatchRecord, BatchState, MarkerRecord
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add
 from tally.core.plan import plan_transactions
@@ -418,3 +418,75 @@ def test_plain_store_error_propagates(script: list[Step]) -> None:
         applier.apply(batch("a"), NOW_MS, store.clock.remaining_ms)
     assert type(raised.value) is StoreError
     assert store.counters == {}
+
+
+# --- a read DynamoDB keeps throttling hands back only what it concerns -------------------------------
+
+
+@dataclass
+class PreReadingStore(FakeCounterStore):
+    """``FakeCounterStore`` with the marker pre-read; its first ``throttled_reads`` reads are throttled.
+
+    ``batches`` names the journal batch of some markers (the others are plain direct-path markers).
+    """
+
+    batches: dict[str, str] = field(default_factory=dict)
+    throttled_reads: int = 0
+    reads: int = 0
+
+    def read_markers(self, message_ids: list[str]) -> dict[str, MarkerRecord]:
+        self.reads += 1
+        if self.reads <= self.throttled_reads:
+            raise RetryableStoreError("BatchGetItem throttled")
+        return {mid: MarkerRecord(mid, NOW_MS, 0, self.batches.get(mid)) for mid in message_ids if mid in self.markers}
+
+
+class ThrottledJournal:
+    """A journal whose header reads stay throttled, or whose progress reads do (after a COMMITTED header)."""
+
+    def __init__(self, *, committed: bool = False) -> None:
+        self.committed = committed
+        self.reads = 0
+
+    def read(self, batch_id: str) -> BatchRecord:
+        self.reads += 1
+        if not self.committed:
+            raise RetryableStoreError("GetItem throttled")
+        return BatchRecord(batch_id, BatchState.COMMITTED, NOW_MS + PLENTY_MS, 2)
+
+    def read_progress(self, batch_id: str, chunks: int) -> Any:
+        self.reads += 1
+        raise RetryableStoreError("Query throttled")
+
+    def __getattr__(self, name: str) -> Any:
+        pytest.fail(f"journal.{name} called: only reads are expected")
+
+
+@pytest.mark.parametrize("committed", [False, True], ids=["header-read", "progress-read"])
+def test_a_journal_dynamodb_keeps_throttling_hands_back_only_the_messages_it_concerns(committed: bool) -> None:
+    # GIVEN a batch where message "a" has a marker naming journal batch "batch-1", whose journal items
+    # DynamoDB throttles through every retry
+    store = PreReadingStore(markers={"a"}, batches={"a": "batch-1"})
+    journal = ThrottledJournal(committed=committed)
+    applier = Applier(store, journal, sleep=store.clock.sleep)  # type: ignore[arg-type]
+    # WHEN the batch is applied
+    outcome = applier.apply(batch("a", "b", "c"), NOW_MS, store.clock.remaining_ms)
+    # THEN only "a" goes back to the source (its redelivery resolves the batch later); the rest is counted
+    assert outcome.unapplied == {"a"}
+    assert outcome.applied == {"b", "c"}
+    assert store.counters == expected_counters(batch("b", "c"))
+    assert journal.reads == DEFAULT_POLICY.max_attempts + (1 if committed else 0)
+
+
+def test_a_throttled_marker_pre_read_falls_back_to_the_conditional_writes() -> None:
+    # GIVEN a batch where "a" was applied before, and a marker pre-read DynamoDB throttles every time
+    store = PreReadingStore(markers={"a"}, throttled_reads=DEFAULT_POLICY.max_attempts)
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep)  # type: ignore[arg-type]
+    # WHEN the batch is applied
+    outcome = applier.apply(batch("a", "b", "c"), NOW_MS, store.clock.remaining_ms)
+    # THEN the batch goes on without the read: the transaction's conditional marker catches "a"
+    assert store.reads == DEFAULT_POLICY.max_attempts
+    assert outcome.already_applied == {"a"}
+    assert outcome.applied == {"b", "c"}
+    assert outcome.unapplied == frozenset()
+    assert store.counters == expected_counters(batch("b", "c"))
