@@ -64,7 +64,8 @@ class ConflictEmulator:
         self.transactions = 0
 
     def attach(self, client: DynamoDBClient) -> None:
-        client.meta.events.register("before-call.dynamodb.TransactWriteItems", self._before)
+        # A before-call handler may answer in place of the service (botocore's stubs say it returns None).
+        client.meta.events.register("before-call.dynamodb.TransactWriteItems", self._before)  # type: ignore[arg-type]
         client.meta.events.register("after-call.dynamodb.TransactWriteItems", self._after)
 
     def _before(self, params: dict[str, Any], **_: Any) -> tuple[_Response, dict[str, Any]] | None:
@@ -106,7 +107,7 @@ class ConflictEmulator:
         (kind,) = action
         body = action[kind]
         key = body.get("Key") or {name: value for name, value in body["Item"].items() if name in ("pk", "sk", "id")}
-        return body["TableName"] + json.dumps(key, sort_keys=True)
+        return str(body["TableName"]) + json.dumps(key, sort_keys=True)
 
 
 class _DropDeadLetters:

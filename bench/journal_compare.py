@@ -68,7 +68,7 @@ def measure(events: int) -> list[dict[str, Any]]:
                 adds: AddsPerBatch = adds,
             ) -> TallyCounter:
                 counter = TallyCounter(c, a, suffix, packed=True)
-                counter._pipeline._applier.use_journal = journal  # type: ignore[attr-defined]
+                counter._pipeline._applier.use_journal = journal
                 original = counter.handle
 
                 def handle(event: Any, context: Any) -> Any:

@@ -2,11 +2,10 @@
 
 ``handle`` is ``tally.handlers.sqs.handler`` without its Powertools logger, metrics and tracer
 decorators (the other peers log nothing either): read the clock once, turn the event into records, run
-``BatchPipeline.process``, answer with the records to redeliver. The pipeline is wired the way
-``tally.runtime.build_pipeline`` wires it (counter store, commit journal, applier, decode limits, dedup
-horizon, windows, hot keys), from the settings a default deployment of ``template.yaml`` runs with
-(``bench.deployment``), but on the metered client and with a dead-letter port that keeps the letters in
-memory: keep ``build_pipeline`` below in step with the runtime.
+``BatchPipeline.process``, answer with the records to redeliver. The pipeline is the handlers' own
+wiring (``tally.runtime.wire_pipeline``), from the settings a default deployment of ``template.yaml``
+runs with (``bench.deployment``), on the metered client and with a dead-letter port that keeps the
+letters in memory.
 
 By default the time windows are switched off (``TALLY_WINDOWS`` empty): the peers count all-time totals
 only, and so does tally then. ``windows=True`` keeps the template's default windows (more counter items
@@ -22,14 +21,11 @@ from typing import TYPE_CHECKING, Any
 
 from bench.deployment import TEMPLATE, default_settings
 from bench.peers.tables import create_from_template, drop_tables
-from tally.apply import Applier
 from tally.config import WINDOWS
-from tally.core.decode import DecodeLimits
 from tally.local.template import load_template, table_definitions
-from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.runtime import wire_pipeline
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
-from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -39,7 +35,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from bench.meter import DynamoDBMeter
-    from tally.config import Settings
     from tally.core.model import DeadLetter
     from tally.local.template import TableDefinition
     from tally.pipeline import BatchResult
@@ -92,26 +87,6 @@ class PipelineTotals:
         return {item.name: getattr(self, item.name) for item in fields(self)}
 
 
-def build_pipeline(client: DynamoDBClient, settings: Settings) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
-    """tally's production wiring (``tally.runtime.build_pipeline``) on ``client``, dead letters in memory."""
-    ttl_s = settings.marker_ttl_seconds
-    store = DynamoDBCounterStore(client, settings.counters_table, settings.markers_table, ttl_s)
-    journal = DynamoDBJournal(client, settings.counters_table, settings.markers_table, ttl_s)
-    dead_letters = RecordingDeadLetterQueue()
-    limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
-    pipeline = BatchPipeline(
-        Applier(store, journal),
-        dead_letters,
-        PipelineSettings(
-            limits=limits,
-            dedup_horizon_ms=ttl_s * 1000,
-            windows=settings.windows,
-            hot_keys=settings.hot_keys,
-        ),
-    )
-    return pipeline, dead_letters
-
-
 class TallyCounter:
     """tally's SQS handler over fresh tables built from ``template.yaml``."""
 
@@ -130,7 +105,8 @@ class TallyCounter:
             table: [key.attribute_name for key in sorted(definitions[logical].key_schema, key=_hash_first)]
             for table, logical in ((self.counters_table, "CountersTable"), (self.markers_table, "MarkersTable"))
         }
-        self._pipeline, self._dead_letters = build_pipeline(client, self.settings)
+        self._dead_letters = RecordingDeadLetterQueue()
+        self._pipeline = wire_pipeline(client, self._dead_letters, self.settings)
         self.totals = PipelineTotals()
 
     @property

@@ -23,9 +23,10 @@ from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics
+    from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.config import Settings
-    from tally.pipeline import BatchResult
+    from tally.pipeline import BatchResult, DeadLetterQueue
 
 METRICS_NAMESPACE = "Tally"
 """The CloudWatch namespace of tally's metrics (set in code so every handler and test agrees)."""
@@ -45,17 +46,25 @@ def build_pipeline(settings: Settings) -> BatchPipeline:
     if settings.dlq_url is None:
         raise ConfigurationError("the Lambda function needs a dead-letter queue URL")
     session = boto3.session.Session()
-    dynamodb = session.client("dynamodb", config=CLIENT_CONFIG)
-    store = DynamoDBCounterStore(dynamodb, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds)
-    journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds)
     dead_letters = SqsDeadLetterQueue(session.client("sqs", config=CLIENT_CONFIG), settings.dlq_url)
+    return wire_pipeline(session.client("dynamodb", config=CLIENT_CONFIG), dead_letters, settings)
+
+
+def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, settings: Settings) -> BatchPipeline:
+    """The pipeline on the given DynamoDB client and dead-letter port, as the handlers run it.
+
+    Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
+    """
+    ttl_s = settings.marker_ttl_seconds
+    store = DynamoDBCounterStore(dynamodb, settings.counters_table, settings.markers_table, ttl_s)
+    journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
     return BatchPipeline(
         Applier(store, journal),
         dead_letters,
         PipelineSettings(
             limits=limits,
-            dedup_horizon_ms=settings.marker_ttl_seconds * 1000,
+            dedup_horizon_ms=ttl_s * 1000,
             windows=settings.windows,
             hot_keys=settings.hot_keys,
         ),
