@@ -181,15 +181,19 @@ class DynamoDBCounterStore:
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
     def read_markers(self, message_ids: Sequence[str]) -> dict[str, MarkerRecord]:
-        """The markers that exist among ``message_ids`` (strongly consistent ``BatchGetItem``s of 100).
+        """The markers that exist among ``message_ids`` (eventually consistent ``BatchGetItem``s of 100).
 
         Read before writing so that a batch's redelivered or re-sent messages do not cancel, and waste,
-        whole transactions: a read unit costs a fifth of a write unit.
+        whole transactions: a read unit costs a fifth of a write unit. The read is only advice, so it is
+        eventually consistent, at half the read units: the conditional marker writes are what guard
+        exactly-once. A marker the read misses cancels one transaction (whose cancellation reasons,
+        strongly consistent, then name it); a stale marker of an aborted batch that has since been
+        replaced fails the replacing claim's condition the same way.
         """
         found: dict[str, MarkerRecord] = {}
         for start in range(0, len(message_ids), 100):
             keys = [{LEDGER_ID: {"S": marker_id(mid)}} for mid in message_ids[start : start + 100]]
-            request: Any = {self.markers_table: {"Keys": keys, "ConsistentRead": True}}
+            request: Any = {self.markers_table: {"Keys": keys, "ConsistentRead": False}}
             while request:
                 try:
                     response = self.client.batch_get_item(RequestItems=request)
