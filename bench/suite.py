@@ -167,6 +167,8 @@ class PeerPlan:
     per_event: bool = False
     """Runs on the per-event prefix of the stream (it makes requests per event)."""
     workloads: tuple[str, ...] = ("U", "H")
+    resends: bool = True
+    """False: the stream's messages each delivered once (``Stream.without_resends``)."""
 
 
 def peer_plans(config: SuiteConfig) -> list[PeerPlan]:
@@ -181,6 +183,12 @@ def peer_plans(config: SuiteConfig) -> list[PeerPlan]:
     plans += [
         PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=False)),
         PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=True), packed=True),
+        # The same stream without its re-sends: what the marker read gate saves when nothing is duplicated.
+        PeerPlan(
+            lambda c, a, s: TallyCounter(c, a, s, packed=False, variant="-no-resends"),
+            workloads=("U",),
+            resends=False,
+        ),
     ]
     if config.tally_windows:
         plans += [
@@ -220,6 +228,8 @@ def run_workloads(
             if workload not in plan.workloads:
                 continue
             stream = workloads.streams[f"{workload}/{'packed' if plan.packed else 'single'}"]
+            if not plan.resends:
+                stream = stream.without_resends()
             if plan.per_event:
                 stream = stream.prefix(config.per_event_prefix)
             runs.append(

@@ -104,6 +104,10 @@ class Stream:
         kept = tuple(d for d in self.deliveries if d.first_event + d.event_count <= events)
         return Stream(self.workload, self.packed, self.events, kept)
 
+    def without_resends(self) -> Stream:
+        """The same messages, each delivered once: a stream without producer re-sends."""
+        return Stream(self.workload, self.packed, self.events, tuple(self.first_deliveries()))
+
     def batches(self, size: int) -> list[tuple[Delivery, ...]]:
         """Lambda-style batches of ``size`` records, in delivery order."""
         return [self.deliveries[i : i + size] for i in range(0, len(self.deliveries), size)]

@@ -91,9 +91,16 @@ class TallyCounter:
     """tally's SQS handler over fresh tables built from ``template.yaml``."""
 
     def __init__(
-        self, client: DynamoDBClient, admin: DynamoDBClient, suffix: str, *, packed: bool, windows: bool = False
+        self,
+        client: DynamoDBClient,
+        admin: DynamoDBClient,
+        suffix: str,
+        *,
+        packed: bool,
+        windows: bool = False,
+        variant: str = "",
     ) -> None:
-        self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}"
+        self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}{variant}"
         self._admin = admin
         definitions = _definitions()
         self.counters_table = f"bench-tally-counters-{suffix}"

@@ -31,6 +31,7 @@ from tally.core.ledger import BatchState
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch, plan_transactions
 from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+from tally.marker_reads import MarkerReadGate
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -104,6 +105,8 @@ class ApplyOutcome:
     retries: int = 0
     journal_batches: int = 0
     refused_chunks: int = 0
+    marker_reads: int = 0
+    """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
 
 
 class Resolution(Enum):
@@ -132,6 +135,9 @@ class Run:
     retries: int = 0
     journal_batches: int = 0
     refused_chunks: int = 0
+    markers_met: int = 0
+    """Existing markers this run met, through the marker read or a cancelled write."""
+    marker_reads: int = 0
 
     def mark_applied(self, messages: Sequence[MessageTotals]) -> None:
         for message in messages:
@@ -153,6 +159,7 @@ class Applier:
         new_batch_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         use_journal: bool = True,
         pre_read_markers: bool = True,
+        marker_read_gate: MarkerReadGate | None = None,
     ) -> None:
         self.store = store
         self.journal = journal
@@ -161,9 +168,11 @@ class Applier:
         self.max_actions = max_actions
         self.new_batch_id = new_batch_id
         self.use_journal = use_journal
-        self.pre_read_markers = pre_read_markers
-        """Read the batch's markers first, so duplicates do not cancel (and waste) whole transactions."""
         """False: direct transactions only (the chunked path, kept for comparison in benchmarks)."""
+        self.pre_read_markers = pre_read_markers
+        """Read the batch's markers first (while the gate says so), so duplicates do not cancel whole
+        transactions; False: never (the cancellation path, for tests)."""
+        self.marker_read_gate = marker_read_gate if marker_read_gate is not None else MarkerReadGate()
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
@@ -172,7 +181,7 @@ class Applier:
         run = Run(now_ms, remaining_ms)
         runner = JournalRunner(self, run)
         pending = list(messages)
-        if self.pre_read_markers and pending:
+        if self.pre_read_markers and pending and self.marker_read_gate.is_open:
             pending = self._without_existing(pending, run)
         # Each round either settles messages or learns that some markers name aborted batches (which
         # forces those messages into a journal claim next round); three rounds settle any batch.
@@ -188,6 +197,7 @@ class Applier:
                 again.extend(runner.run(unit))
             pending = again
         run.unapplied.update(message.message_id for message in pending)
+        self.marker_read_gate.observe(met_existing_markers=run.markers_met > 0)
         return ApplyOutcome(
             applied=frozenset(run.applied),
             already_applied=frozenset(run.already),
@@ -198,12 +208,14 @@ class Applier:
             retries=run.retries,
             journal_batches=run.journal_batches,
             refused_chunks=run.refused_chunks,
+            marker_reads=run.marker_reads,
         )
 
     def _without_existing(self, messages: list[MessageTotals], run: Run) -> list[MessageTotals]:
         """Settle the messages that already have markers; the conditional writes still guard races."""
         ids = [message.message_id for message in messages]
         try:
+            run.marker_reads += 1
             existing = self.attempt(run, partial(self.store.read_markers, ids), counts_as_request=False)
         except RetryableStoreError:
             # The read is an optimisation: the conditional marker writes still catch every duplicate,
@@ -262,6 +274,7 @@ class Applier:
     # --------------------------------------------------------------------------------- resolution
     def settle_existing(self, exists: MarkersExistError, run: Run, own_batch: str | None = None) -> set[str]:
         """Settle messages whose markers exist; returns those that are (now) claimable again."""
+        run.markers_met += len(exists.message_ids)
         claimable: set[str] = set()
         for message_id in exists.message_ids:
             batch_id = exists.batches.get(message_id)

@@ -67,6 +67,7 @@ class BatchResult:
     journal_batches: int = 0
     refused_chunks: int = 0
     late_events: int = 0
+    marker_reads: int = 0
 
 
 class BatchPipeline:
@@ -144,6 +145,7 @@ class BatchPipeline:
             journal_batches=outcome.journal_batches,
             refused_chunks=outcome.refused_chunks,
             late_events=late_events,
+            marker_reads=outcome.marker_reads,
         )
 
     def _refuse_if_too_old(self, message: Message, record: SourceRecord, now_ms: int) -> Message | Rejection:

@@ -87,6 +87,7 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "JournalBatches": result.journal_batches,
         "RefusedChunks": result.refused_chunks,
         "LateEvents": result.late_events,
+        "MarkerReads": result.marker_reads,
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

@@ -16,6 +16,7 @@ from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add
 from tally.core.plan import plan_transactions
 from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+from tally.marker_reads import MarkerReadGate
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -490,3 +491,40 @@ def test_a_throttled_marker_pre_read_falls_back_to_the_conditional_writes() -> N
     assert outcome.applied == {"b", "c"}
     assert outcome.unapplied == frozenset()
     assert store.counters == expected_counters(batch("b", "c"))
+
+
+# --- the marker read is skipped while it finds nothing ----------------------------------------------
+
+
+def test_the_marker_read_stops_on_a_quiet_stream_and_resumes_when_a_write_meets_a_marker() -> None:
+    # GIVEN an applier whose gate closes after 3 batches that met no existing marker
+    store = PreReadingStore()
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(3))  # type: ignore[arg-type]
+    # WHEN five batches without duplicates are applied
+    outcomes = [applier.apply(batch(f"a{n}", f"b{n}"), NOW_MS, store.clock.remaining_ms) for n in range(5)]
+    # THEN the first three read their markers, the next two do not (one transaction each, no read)
+    assert [outcome.marker_reads for outcome in outcomes] == [1, 1, 1, 0, 0]
+    assert [outcome.transactions for outcome in outcomes] == [1] * 5
+    # WHEN a re-send of an applied message arrives while the gate is closed
+    resent = applier.apply(batch("a0", "c"), NOW_MS, store.clock.remaining_ms)
+    # THEN the marker cancels the transaction, the re-send settles as applied and the rest is counted
+    assert (resent.marker_reads, resent.transactions) == (0, 2)
+    assert resent.already_applied == {"a0"}
+    assert resent.applied == {"c"}
+    # AND the next batch reads its markers again
+    assert applier.apply(batch("d"), NOW_MS, store.clock.remaining_ms).marker_reads == 1
+    every = [f"{prefix}{n}" for n in range(5) for prefix in ("a", "b")] + ["c", "d"]
+    assert store.counters == expected_counters(batch(*every))
+
+
+def test_a_stream_with_duplicates_in_every_batch_reads_every_batch() -> None:
+    # GIVEN an applier whose gate closes after 3 quiet batches
+    store = PreReadingStore()
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(3))  # type: ignore[arg-type]
+    applier.apply(batch("m0"), NOW_MS, store.clock.remaining_ms)
+    # WHEN every batch re-sends the message applied by the batch before it
+    outcomes = [applier.apply(batch(f"m{n - 1}", f"m{n}"), NOW_MS, store.clock.remaining_ms) for n in range(1, 8)]
+    # THEN every batch reads its markers and no transaction is cancelled by a re-send
+    assert [outcome.marker_reads for outcome in outcomes] == [1] * 7
+    assert [outcome.transactions for outcome in outcomes] == [1] * 7
+    assert [outcome.already_applied for outcome in outcomes] == [{f"m{n - 1}"} for n in range(1, 8)]
