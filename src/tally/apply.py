@@ -158,7 +158,6 @@ class Applier:
         max_actions: int = MAX_TRANSACTION_ACTIONS,
         new_batch_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         use_journal: bool = True,
-        pre_read_markers: bool = True,
         marker_read_gate: MarkerReadGate | None = None,
     ) -> None:
         self.store = store
@@ -169,10 +168,9 @@ class Applier:
         self.new_batch_id = new_batch_id
         self.use_journal = use_journal
         """False: direct transactions only (the chunked path, kept for comparison in benchmarks)."""
-        self.pre_read_markers = pre_read_markers
-        """Read the batch's markers first (while the gate says so), so duplicates do not cancel whole
-        transactions; False: never (the cancellation path, for tests)."""
         self.marker_read_gate = marker_read_gate if marker_read_gate is not None else MarkerReadGate()
+        """Whether to read the batch's markers first, so duplicates do not cancel whole transactions
+        (``MarkerReadGate(quiet_batches=0)`` never reads: the cancellation path, for tests)."""
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
@@ -181,7 +179,7 @@ class Applier:
         run = Run(now_ms, remaining_ms)
         runner = JournalRunner(self, run)
         pending = list(messages)
-        if self.pre_read_markers and pending and self.marker_read_gate.is_open:
+        if pending and self.marker_read_gate.is_open:
             pending = self._without_existing(pending, run)
         # Each round either settles messages or learns that some markers name aborted batches (which
         # forces those messages into a journal claim next round); three rounds settle any batch.
@@ -214,8 +212,8 @@ class Applier:
     def _without_existing(self, messages: list[MessageTotals], run: Run) -> list[MessageTotals]:
         """Settle the messages that already have markers; the conditional writes still guard races."""
         ids = [message.message_id for message in messages]
+        run.marker_reads += 1
         try:
-            run.marker_reads += 1
             existing = self.attempt(run, partial(self.store.read_markers, ids), counts_as_request=False)
         except RetryableStoreError:
             # The read is an optimisation: the conditional marker writes still catch every duplicate,

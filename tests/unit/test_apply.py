@@ -135,8 +135,13 @@ def run(
 ) -> ApplyOutcome:
     # The cancellation path is what these tests exercise: no marker pre-read.
     applier = Applier(
-        store, UnusedJournal(), policy=policy, sleep=store.clock.sleep, max_actions=max_actions, pre_read_markers=False
-    )  # type: ignore[arg-type]
+        store,  # type: ignore[arg-type]
+        UnusedJournal(),
+        policy=policy,
+        sleep=store.clock.sleep,
+        max_actions=max_actions,
+        marker_read_gate=MarkerReadGate(quiet_batches=0),
+    )
     messages = [message for chunk in plan.chunks for message in chunk.messages]
     outcome = applier.apply(messages, NOW_MS, store.clock.remaining_ms)
     # Invariants of every run: no attempt starts inside the reserve, and every attempt is counted.
@@ -172,7 +177,13 @@ def test_unstorable_message_totals_are_rejected_before_any_io() -> None:
         mt("wide2", {"k2": {"count": Decimal("9" * 39)}}),
     ]
     store = FakeCounterStore()
-    applier = Applier(store, UnusedJournal(), policy=DEFAULT_POLICY, sleep=store.clock.sleep, pre_read_markers=False)  # type: ignore[arg-type]
+    applier = Applier(
+        store,  # type: ignore[arg-type]
+        UnusedJournal(),
+        policy=DEFAULT_POLICY,
+        sleep=store.clock.sleep,
+        marker_read_gate=MarkerReadGate(quiet_batches=0),
+    )
     # WHEN it is applied
     outcome = applier.apply(messages, NOW_MS, store.clock.remaining_ms)
     # THEN the rejection is in the outcome and the rest is applied
@@ -412,7 +423,7 @@ PROPAGATES: list[object] = [
 def test_plain_store_error_propagates(script: list[Step]) -> None:
     # GIVEN a store failing in a way no retry can fix (a missing table, a denied permission)
     store = FakeCounterStore(script=deque(script))
-    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, pre_read_markers=False)  # type: ignore[arg-type]
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))  # type: ignore[arg-type]
     # WHEN a batch is applied
     # THEN the error fails the whole batch instead of dead-lettering every message
     with pytest.raises(StoreError, match=r"AccessDenied|ResourceNotFound") as raised:
