@@ -45,7 +45,7 @@ class PipelineSettings:
 
     limits: DecodeLimits
     dedup_horizon_ms: int
-    """How long markers live; a message older than this could be counted twice, so it is refused."""
+    """How long markers live; a message whose ``ts`` is older than this could be counted twice: refused."""
     windows: WindowSpec = field(default_factory=WindowSpec)
     hot_keys: HotKeys = field(default_factory=HotKeys)
 
@@ -92,10 +92,7 @@ class BatchPipeline:
         messages: list[Message] = []
         for record in records:
             decoded = decode_message(record.body, self._settings.limits)
-            if isinstance(decoded, Message):
-                decoded_or_old = self._refuse_if_too_old(decoded, record, now_ms)
-            else:
-                decoded_or_old = decoded
+            decoded_or_old = self._refuse_if_too_old(decoded, now_ms) if isinstance(decoded, Message) else decoded
             if isinstance(decoded_or_old, Rejection):
                 poison.append(DeadLetter(record, decoded_or_old))
             else:
@@ -148,20 +145,26 @@ class BatchPipeline:
             marker_reads=outcome.marker_reads,
         )
 
-    def _refuse_if_too_old(self, message: Message, record: SourceRecord, now_ms: int) -> Message | Rejection:
-        # The producer's own event time if it gave one, else when the source accepted the record.
-        # Either is no later than the first time this message could have been applied, so a message
-        # younger than the horizon is younger than any marker it could have left behind.
+    def _refuse_if_too_old(self, message: Message, now_ms: int) -> Message | Rejection:
+        """Refuse a message that may be older than the markers it could have left: only its ``ts`` can say.
+
+        A message exists no earlier than its newest event (``ts``), so ``now - newest ts`` bounds its age
+        from above: within the horizon (less the clock tolerance granted to producers), every marker it
+        could have left is still there. The source timestamp proves nothing either way: an SQS redrive
+        resets ``SentTimestamp``, and an event the SAM CLI generates carries one from 2018. It only places
+        events without ``ts`` in their windows; messages without ``ts`` are accepted (README: what the
+        horizon guarantees).
+        """
         newest = max((event.ts_ms for event in message.events if event.ts_ms is not None), default=None)
-        if newest is not None and newest > now_ms + self._settings.windows.future_tolerance_ms:
+        if newest is None:
+            return message
+        tolerance_ms = self._settings.windows.future_tolerance_ms
+        if newest > now_ms + tolerance_ms:
             ahead_s = (newest - now_ms) / 1000
             return Rejection(RejectCode.TS_IN_FUTURE, f"ts is {ahead_s:.0f} s ahead of the clock (a unit mix-up?)")
-        born_ms = message.earliest_ts_ms
-        if born_ms is None:
-            born_ms = record.received_ms
-        age_ms = now_ms - born_ms
-        if age_ms > self._settings.dedup_horizon_ms:
+        age_ms = now_ms - newest
+        if age_ms > self._settings.dedup_horizon_ms - tolerance_ms:
             days = self._settings.dedup_horizon_ms / 86_400_000
-            detail = f"message is {age_ms / 86_400_000:.1f} days old; markers are kept {days:g} days"
+            detail = f"newest ts is {age_ms / 86_400_000:.1f} days old; markers are kept {days:g} days"
             return Rejection(RejectCode.TOO_OLD, detail)
         return message

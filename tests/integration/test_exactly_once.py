@@ -261,6 +261,60 @@ def test_a_message_older_than_the_marker_ttl_is_dead_lettered_not_applied(ddb_ta
     assert store.read_counters("k") == {}
 
 
+# What `sam local generate-event` makes (SAM CLI 1.x): SQS SentTimestamp 2018-04-09, Kinesis arrival 2015-04-09.
+SAM_CLI_SQS_SENT_MS = 1_523_232_000_000
+SAM_CLI_KINESIS_ARRIVAL_MS = 1_428_537_600_000
+
+
+@pytest.mark.parametrize("received_ms", [SAM_CLI_SQS_SENT_MS, SAM_CLI_KINESIS_ARRIVAL_MS])
+def test_an_old_source_timestamp_proves_nothing_and_the_message_counts(
+    ddb_tables: DynamoDBTables, received_ms: int
+) -> None:
+    # GIVEN a message without ts whose source timestamp is years old: what the SAM CLI generates, and what
+    # no real queue or stream can hold (SQS keeps a message 14 days; a redrive resets SentTimestamp)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    record = SourceRecord("r-sam", '{"id": "a", "key": "k", "delta": 1}', received_ms)
+    # WHEN it is processed, twice (the second is a redelivery)
+    for _ in range(2):
+        result = pipeline.process([record], NOW_MS, plenty)
+        assert result.failed_record_ids == ()
+    # THEN it counts once, and nothing is dead-lettered
+    assert dlq.codes() == {}
+    assert store.read_counters("k") == {"count": Decimal(1)}
+
+
+def test_a_redriven_message_with_an_old_ts_is_refused_whatever_its_fresh_source_timestamp(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN a message redriven today (fresh SentTimestamp) whose events happened 36 days ago: it may have
+    # been applied 36 days ago, and its marker (35 days) may be gone
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    old_ts = NOW_MS - 36 * 86_400_000
+    record = SourceRecord("r-redriven", f'{{"id":"redriven-1","key":"k","delta":1,"ts":{old_ts}}}', NOW_MS - 1_000)
+    result = pipeline.process([record], NOW_MS, plenty)
+    assert result.failed_record_ids == ()
+    assert dlq.codes() == {"r-redriven": "too_old"}
+    assert store.read_counters("k") == {}
+
+
+def test_a_packed_message_is_as_young_as_its_newest_event(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a packed message holding a 40-day-old event and one of an hour ago: it was created after its
+    # newest event, so it is at most an hour old and every marker it could have left is still there
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    old_ts, recent_ts = NOW_MS - 40 * 86_400_000, NOW_MS - 3_600_000
+    body = (
+        f'{{"id":"pack-old-new","events":[{{"key":"k","delta":1,"ts":{old_ts}}},'
+        f'{{"key":"k","delta":2,"ts":{recent_ts}}}]}}'
+    )
+    result = pipeline.process([SourceRecord("r-pack", body, SAM_CLI_SQS_SENT_MS)], NOW_MS, plenty)
+    assert result.failed_record_ids == ()
+    assert dlq.codes() == {}
+    assert store.read_counters("k") == {"count": Decimal(3)}
+
+
 def test_markers_carry_the_ttl_horizon(ddb_tables: DynamoDBTables) -> None:
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store)

@@ -69,12 +69,6 @@ class Message(msgspec.Struct, frozen=True, gc=False):
     message_id: str
     events: tuple[CounterEvent, ...]
 
-    @property
-    def earliest_ts_ms(self) -> int | None:
-        """The oldest event time in the message, if any event carries one."""
-        stamps = [event.ts_ms for event in self.events if event.ts_ms is not None]
-        return min(stamps) if stamps else None
-
 
 class SourceRecord(msgspec.Struct, frozen=True, gc=False):
     """One record as the source delivered it, before decoding: the start of the one-way data flow."""
