@@ -1,6 +1,8 @@
 # tally: the two commands of the README, and what they need.
 #   make demo   set up everything, run 100,000 events through the local stack and the real handlers, check every count
-#   make test   set up everything, lint, type-check, run every test (unit, moto, DynamoDB Local, template)
+#   make test   set up everything, lint, type-check, run every test (unit, moto, DynamoDB Local, template, and the
+#               built Lambda package under the Runtime Interface Emulator: tests/artifact)
+#   make lock   recompile src/requirements.txt (the package's pinned dependencies) from pyproject.toml
 
 PYTHON ?= python3
 VENV := .venv
@@ -11,7 +13,13 @@ export TALLY_SAM_BIN := $(CURDIR)/$(SAM_VENV)/bin/sam
 export TALLY_CHECKOV_BIN := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 export SAM_CLI_TELEMETRY := 0
 
-.PHONY: demo demo-smoke test lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench bench-smoke chaos chaos-smoke
+# The Lambda runtime's Python (python3.13): `sam build` needs it, and tests/artifact runs the built package on it.
+# The first python3.13 on PATH, else pyenv's newest 3.13.x.
+# (pyenv's shim is on PATH even where its python3.13 is not selected: ask the interpreter itself.)
+PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
+export TALLY_PYTHON313 := $(PYTHON313)
+
+.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -20,8 +28,24 @@ demo: install
 demo-smoke: install
 	$(BIN)/python -m tally.local.demo --events 5000
 
-test: install sam checkov lint typecheck
+test: python313 install sam checkov lint typecheck
 	$(BIN)/pytest -n 2 --dist loadfile
+
+# tests/artifact builds the package with `sam build` and runs it on python3.13: never skipped, so say what is missing.
+python313:
+	@test -n "$(PYTHON313)" && "$(PYTHON313)" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' || { \
+	  echo "make test needs python3.13 (Lambda's runtime) for tests/artifact: put it on PATH, install it with"; \
+	  echo "'pyenv install 3.13', or pass PYTHON313=/path/to/python3.13"; exit 1; }
+	@echo "python3.13: $(PYTHON313)"
+
+# The package's dependencies, pinned with hashes for every platform (src/Makefile installs the arm64 or x86_64
+# wheels from it); tests/artifact/test_lock.py fails when it no longer satisfies pyproject.toml. Also the
+# stand-in for Lambda's runtime in tests/artifact (awslambdaric and an older boto3 than the package's).
+lock: install
+	$(BIN)/uv pip compile pyproject.toml --python-version 3.13 --universal --generate-hashes --quiet \
+	  --custom-compile-command 'make lock' -o src/requirements.txt
+	$(BIN)/uv pip compile tests/artifact/runtime-requirements.in --python-version 3.13 --universal --generate-hashes \
+	  --quiet --custom-compile-command 'make lock' -o tests/artifact/runtime-requirements.txt
 
 lint: install
 	$(BIN)/ruff check src tests bench

@@ -1,0 +1,203 @@
+"""A built function run the way Lambda runs it, without Docker: AWS's Runtime Interface Emulator (RIE) as a
+process, exec'ing AWS's runtime interface client (``awslambdaric``) on python3.13 as the bootstrap.
+
+What stands where on Lambda, and here:
+
+- ``/var/task`` (the package, first on the path) is the ``sam build`` output directory;
+- ``/var/runtime`` (the runtime's own ``awslambdaric`` and boto3, after the package) is a directory
+  installed from ``runtime-requirements.txt``, with a boto3 deliberately older than the package's;
+- ``/var/lang`` is a bare python3.13 virtual environment (no site-packages of its own: Lambda's holds none
+  of the function's dependencies);
+- the environment holds only what Lambda sets and what the template gives the function, plus
+  ``AWS_ENDPOINT_URL_*`` for the local endpoints (DynamoDB Local, moto's SQS) and dummy credentials.
+
+The RIE serves ``POST /2015-03-31/functions/function/invocations`` and answers with what the handler
+returned (or Lambda's ``errorType``/``errorMessage`` document when it raised); the function is initialised
+on the first invocation, in one execution environment that stays warm, as on Lambda.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from pathlib import Path
+    from types import TracebackType
+
+INVOKE_PATH = "/2015-03-31/functions/function/invocations"
+REGION = "us-east-1"
+START_TIMEOUT_S = 30.0
+INVOKE_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class FunctionRuntime:
+    """Where the pieces of a Lambda execution environment live on this machine."""
+
+    rie: Path
+    """``aws-lambda-rie-<arch>`` from the aws-sam-cli wheel."""
+    python: Path
+    """python3.13 of a bare virtual environment (Lambda's ``/var/lang``)."""
+    runtime_dir: Path
+    """awslambdaric and the stand-in boto3 (Lambda's ``/var/runtime``)."""
+
+
+@dataclass(frozen=True)
+class FunctionConfig:
+    """One function as the template configures it, with the local endpoints it must reach."""
+
+    name: str
+    handler: str
+    package_dir: Path
+    """The ``sam build`` output of the function (Lambda's ``/var/task``)."""
+    memory_mb: int
+    timeout_s: int
+    template_environment: Mapping[str, str]
+    endpoints: Mapping[str, str] = field(default_factory=dict)
+    """``AWS_ENDPOINT_URL_<SERVICE>`` values (``{"DYNAMODB": "http://127.0.0.1:..."}``)."""
+
+
+def lambda_environment(config: FunctionConfig, runtime: FunctionRuntime) -> dict[str, str]:
+    """The process environment of the bootstrap: Lambda's reserved variables, the template's, endpoints.
+
+    Nothing of the test process leaks in (no ``PYTHONPATH`` of the repo's ``src``, no ``HOME``, no proxy):
+    what the function imports comes from the package or the stand-in runtime only.
+    """
+    environment = {
+        "PATH": f"{runtime.python.parent}:/usr/local/bin:/usr/bin:/bin",
+        "LANG": "en_US.UTF-8",
+        "TZ": ":UTC",
+        "LAMBDA_TASK_ROOT": str(config.package_dir),
+        "LAMBDA_RUNTIME_DIR": str(runtime.runtime_dir),
+        # Lambda's python runtime: the package first, then the runtime's own libraries.
+        "PYTHONPATH": f"{config.package_dir}:{runtime.runtime_dir}",
+        "_HANDLER": config.handler,
+        "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+        "AWS_REGION": REGION,
+        "AWS_DEFAULT_REGION": REGION,
+        "AWS_LAMBDA_FUNCTION_NAME": config.name,
+        "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": str(config.memory_mb),
+        "AWS_LAMBDA_FUNCTION_TIMEOUT": str(config.timeout_s),
+        "AWS_LAMBDA_FUNCTION_VERSION": "$LATEST",
+        "AWS_LAMBDA_LOG_GROUP_NAME": f"/aws/lambda/{config.name}",
+        "AWS_LAMBDA_LOG_STREAM_NAME": "local/rie",
+        "AWS_LAMBDA_INITIALIZATION_TYPE": "on-demand",
+        "AWS_XRAY_CONTEXT_MISSING": "LOG_ERROR",
+        "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        **config.template_environment,
+    }
+    for service, url in config.endpoints.items():
+        environment[f"AWS_ENDPOINT_URL_{service.upper()}"] = url
+    return environment
+
+
+class FunctionError(AssertionError):
+    """The function raised (the RIE answered with Lambda's error document) or never answered."""
+
+
+class EmulatedFunction:
+    """One function under the RIE; ``invoke`` posts an event and returns the handler's JSON answer."""
+
+    def __init__(self, config: FunctionConfig, runtime: FunctionRuntime, log_path: Path) -> None:
+        self._config = config
+        self._runtime = runtime
+        self._log_path = log_path
+        self._process: subprocess.Popen[bytes] | None = None
+        self._url = ""
+
+    def start(self) -> Self:
+        emulator_port, runtime_api_port = _free_port(), _free_port()
+        command = [
+            str(self._runtime.rie),
+            "--runtime-interface-emulator-address",
+            f"127.0.0.1:{emulator_port}",
+            "--runtime-api-address",
+            f"127.0.0.1:{runtime_api_port}",
+            str(self._runtime.python),
+            "-m",
+            "awslambdaric",
+            self._config.handler,
+        ]
+        with self._log_path.open("ab") as log:
+            self._process = subprocess.Popen(
+                command,
+                env=lambda_environment(self._config, self._runtime),
+                cwd=self._config.package_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self._url = f"http://127.0.0.1:{emulator_port}{INVOKE_PATH}"
+        self._wait_listening(emulator_port)
+        return self
+
+    def _wait_listening(self, port: int) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise FunctionError(f"the RIE exited ({self._process.returncode}):\n{self.log_tail()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+            time.sleep(0.05)
+        raise FunctionError(f"the RIE did not listen on port {port} within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    def invoke(self, event: Mapping[str, Any]) -> Any:
+        """The handler's answer to ``event``; a function error raises ``FunctionError`` with the logs."""
+        request = urllib.request.Request(
+            self._url, data=json.dumps(event).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=INVOKE_TIMEOUT_S) as response:
+                answer = json.loads(response.read() or b"null")
+        except OSError as exc:
+            raise FunctionError(f"invocation failed: {exc}\n{self.log_tail()}") from exc
+        if isinstance(answer, dict) and "errorType" in answer:
+            raise FunctionError(f"the function raised {answer}\n{self.log_tail()}")
+        return answer
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self._log_path.exists():
+            return "(no log)"
+        return "\n".join(self._log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def host_environment_without_python() -> dict[str, str]:
+    """The test process's environment minus what would point a child Python at the repository's code."""
+    return {name: value for name, value in os.environ.items() if name not in {"PYTHONPATH", "PYTHONHOME"}}

@@ -1,0 +1,402 @@
+"""The package ``sam build`` makes, checked as deployed (arm64) and run the way Lambda runs it.
+
+One module on purpose: ``pytest -n 2 --dist loadfile`` gives a module to one worker, so the two builds and
+the emulated functions are made once per run. Never skipped: a missing python3.13 or SAM CLI fails here.
+
+- the arm64 build (the template as deployed): native libraries are aarch64 ELF needing glibc <= 2.34
+  (Lambda's python3.13 runs on Amazon Linux 2023), wheel tags say no more, the package is under Lambda's
+  250 MB unzipped limit (its size is printed), it holds exactly the lock's pins, boto3 with the botocore
+  it needs, and no module the handlers do not import (no ``tally/cli``, no ``tally/local``);
+- a build for this machine's architecture (x86_64 here: a copy of the template with only
+  ``Architectures`` changed) run under AWS's Runtime Interface Emulator with ``awslambdaric`` on
+  python3.13, a stand-in runtime boto3 after the package on the path, a clean environment from the
+  template, DynamoDB Local and moto's SQS: every file in ``events/`` twice (the redelivery changes
+  nothing) and events the SAM CLI generates count exactly as ``events/expected.json`` says.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tomllib
+import uuid
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from packaging.markers import default_environment
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from packaging.version import Version
+
+from tally.local.template import function_definition, load_template, table_definitions
+from tally.store.dynamodb import DynamoDBCounterStore
+from tests.artifact.build import (
+    DEPLOYED_ARCHITECTURE,
+    FUNCTIONS,
+    LOCK,
+    REPO_ROOT,
+    TEMPLATE,
+    Build,
+    ToolMissing,
+    generate_event,
+    host_architecture,
+    lambda_runtime_dir,
+    python313,
+    runtime_interface_emulator,
+    sam_build,
+)
+from tests.artifact.emulator import EmulatedFunction, FunctionConfig, FunctionRuntime, lambda_environment
+from tests.artifact.lock import read_lock
+from tests.artifact.package import (
+    distributions,
+    import_closure,
+    manylinux_glibc,
+    native_libraries,
+    python_modules,
+)
+from tests.support.events import EVENTS_DIR, load_event
+from tests.support.moto_server import client, drain_queue
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tally.local.dynamodb_local import DynamoDBLocal
+
+LAMBDA_GLIBC = (2, 34)
+"""Amazon Linux 2023, the OS of Lambda's python3.13 runtime."""
+LAMBDA_UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
+"""Lambda's limit on a function's deployment package (and layers), unzipped."""
+ELF_MACHINES = {"arm64": "EM_AARCH64", "x86_64": "EM_X86_64"}
+WHEEL_MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
+NEVER_SHIPPED = ("tally/cli", "tally/local")
+EXPECTED: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text(encoding="utf-8"))
+HANDLER_SOURCES = {"sqs": "CounterFunction", "kinesis": "StreamCounterFunction"}
+
+
+# --- builds --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def python() -> Path:
+    try:
+        return python313()
+    except ToolMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def deployed_build(python: Path, tmp_path_factory: pytest.TempPathFactory) -> Build:
+    """``sam build`` of template.yaml as it is deployed (arm64)."""
+    return sam_build(tmp_path_factory.mktemp(DEPLOYED_ARCHITECTURE), DEPLOYED_ARCHITECTURE, python)
+
+
+@pytest.fixture(scope="module")
+def host_build(python: Path, deployed_build: Build, tmp_path_factory: pytest.TempPathFactory) -> Build:
+    """A build this machine can run (x86_64 here; the deployed build itself on an arm64 machine)."""
+    try:
+        architecture = host_architecture()
+    except ToolMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    if architecture == deployed_build.architecture:
+        return deployed_build
+    return sam_build(tmp_path_factory.mktemp(architecture), architecture, python)
+
+
+@pytest.fixture(scope="module")
+def runtime(python: Path) -> FunctionRuntime:
+    try:
+        rie = runtime_interface_emulator(host_architecture())
+    except ToolMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    lang_python, runtime_dir = lambda_runtime_dir(python)
+    return FunctionRuntime(rie=rie, python=lang_python, runtime_dir=runtime_dir)
+
+
+def _size_bytes(root: Path) -> int:
+    return sum(path.stat().st_size for path in root.rglob("*") if path.is_file() and not path.is_symlink())
+
+
+def _handler_module(function: str) -> str:
+    handler = load_template(TEMPLATE)["Resources"][function]["Properties"]["Handler"]
+    module: str = handler.rpartition(".")[0]
+    return module
+
+
+# --- the deployed (arm64) package ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_native_libraries_are_for_lambdas_machine_and_glibc(deployed_build: Build, function: str) -> None:
+    package = deployed_build.package(function)
+    libraries = native_libraries(package)
+    # msgspec and wrapt (aws-xray-sdk's) are compiled: a package without them was not installed from wheels.
+    assert {library.path.split("/")[0] for library in libraries} >= {"msgspec", "wrapt"}
+    wrong_machine = [lib for lib in libraries if lib.machine != ELF_MACHINES[deployed_build.architecture]]
+    assert not wrong_machine, f"not {deployed_build.architecture}: {wrong_machine}"
+    too_new = [lib for lib in libraries if lib.glibc is not None and lib.glibc > LAMBDA_GLIBC]
+    assert not too_new, f"need a glibc newer than Lambda's {LAMBDA_GLIBC}: {too_new}"
+    # The wheels' own promise agrees: no manylinux tag above 2.34, no other machine, no musllinux.
+    for distribution in distributions(package).values():
+        for tag in distribution.wheel_tags:
+            platform = tag.rsplit("-", 1)[-1]
+            if platform == "any":
+                continue
+            glibc = manylinux_glibc(tag)
+            assert glibc is not None, f"{distribution.name}: {tag} is not a manylinux wheel"
+            assert glibc <= LAMBDA_GLIBC, f"{distribution.name}: {tag} needs glibc {glibc}"
+            assert platform.endswith(f"_{WHEEL_MACHINES[deployed_build.architecture]}"), f"{distribution.name}: {tag}"
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_package_is_under_lambdas_size_limit(
+    deployed_build: Build, function: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    size = _size_bytes(deployed_build.package(function))
+    with capsys.disabled():
+        print(f"\n{function} ({deployed_build.architecture}): {size:,} bytes unzipped ({size / 1024 / 1024:.1f} MiB)")
+    assert size < LAMBDA_UNZIPPED_LIMIT_BYTES
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_package_holds_exactly_the_lock(deployed_build: Build, function: str) -> None:
+    shipped = {name: dist.version for name, dist in distributions(deployed_build.package(function)).items()}
+    pinned = {name: pin.version for name, pin in read_lock(LOCK).items()}
+    assert shipped == pinned
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_package_ships_boto3_with_the_botocore_it_needs(deployed_build: Build, function: str) -> None:
+    """On Lambda the package comes first on the path: a botocore without its boto3 would run under the
+    runtime's boto3, a pair nobody chose. Every distribution's requirements must be met inside the package
+    (as ``pip check`` would say), so boto3's pin on botocore holds too."""
+    shipped = distributions(deployed_build.package(function))
+    assert ("boto3" in shipped) == ("botocore" in shipped), sorted(shipped)
+    assert "boto3" in shipped, "aws-xray-sdk needs botocore: the package must ship boto3 with it"
+    environment = {**default_environment(), "python_version": "3.13", "python_full_version": "3.13.0"}
+    unmet: list[str] = []
+    for distribution in shipped.values():
+        for requirement in distribution.requires:
+            if requirement.marker is not None and not requirement.marker.evaluate({**environment, "extra": ""}):
+                continue
+            dependency = shipped.get(canonicalize_name(requirement.name))
+            if dependency is None or not requirement.specifier.contains(dependency.version, prereleases=True):
+                unmet.append(f"{distribution.name} needs {requirement}, has {dependency and dependency.version}")
+    assert not unmet
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_package_meets_pyprojects_dependencies_with_their_extras(deployed_build: Build, function: str) -> None:
+    """``aws-lambda-powertools[tracer]`` means aws-xray-sdk too: each extra's requirements are shipped."""
+    shipped = distributions(deployed_build.package(function))
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    environment = {**default_environment(), "python_version": "3.13", "python_full_version": "3.13.0"}
+    unmet: list[str] = []
+    for requirement in (Requirement(text) for text in project["dependencies"]):
+        distribution = shipped.get(canonicalize_name(requirement.name))
+        if distribution is None or not requirement.specifier.contains(distribution.version, prereleases=True):
+            unmet.append(f"{requirement}: {distribution and distribution.version}")
+            continue
+        for extra in requirement.extras:
+            for needed in distribution.requires:
+                if needed.marker is None or not needed.marker.evaluate({**environment, "extra": extra}):
+                    continue
+                dependency = shipped.get(canonicalize_name(needed.name))
+                if dependency is None or not needed.specifier.contains(dependency.version, prereleases=True):
+                    unmet.append(f"{requirement.name}[{extra}] needs {needed}")
+    assert not unmet
+
+
+@pytest.mark.parametrize("function", FUNCTIONS)
+def test_package_ships_only_the_modules_the_handlers_import(deployed_build: Build, function: str) -> None:
+    package = deployed_build.package(function)
+    for path in NEVER_SHIPPED:
+        assert not (package / path).exists(), f"{path} is in the package"
+    handlers = [_handler_module(name) for name in FUNCTIONS]
+    needed = import_closure(REPO_ROOT / "src", handlers, "tally")
+    shipped = python_modules(package, "tally")
+    assert sorted(shipped - needed) == [], "shipped, never imported by a handler: add it to src/Makefile NOT_SHIPPED"
+    assert sorted(needed - shipped) == [], "imported by a handler, not shipped"
+
+
+# --- the package under Lambda's runtime (RIE + awslambdaric, python3.13) --------------------------------
+
+
+def test_every_module_imports_with_only_the_package_and_the_runtime(
+    host_build: Build, runtime: FunctionRuntime, tmp_path: Path
+) -> None:
+    """Each module of the package's ``tally``, imported by python3.13 in the function's environment, and
+    boto3 and botocore both found in the package, not in the stand-in runtime behind it."""
+    package = host_build.package("CounterFunction")
+    modules = sorted(python_modules(package, "tally"))
+    script = (
+        "import importlib, json, sys\n"
+        "for name in json.loads(sys.argv[1]): importlib.import_module(name)\n"
+        "import boto3, botocore\n"
+        "print(json.dumps({'boto3': boto3.__file__, 'botocore': botocore.__file__,"
+        " 'versions': [boto3.__version__, botocore.__version__]}))\n"
+    )
+    config = FunctionConfig(
+        name="CounterFunction",
+        handler="tally.handlers.sqs.handler",
+        package_dir=package,
+        memory_mb=128,
+        timeout_s=3,
+        template_environment={},
+    )
+    result = subprocess.run(
+        [str(runtime.python), "-c", script, json.dumps(modules)],
+        env=lambda_environment(config, runtime),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    found = json.loads(result.stdout)
+    assert Path(found["boto3"]).is_relative_to(package), found
+    assert Path(found["botocore"]).is_relative_to(package), found
+    pinned = read_lock(LOCK)
+    assert [Version(v) for v in found["versions"]] == [pinned["boto3"].version, pinned["botocore"].version]
+
+
+class LocalResources:
+    """The template's tables on DynamoDB Local and its dead-letter queue on moto's server, uniquely named."""
+
+    def __init__(self, dynamodb_local: DynamoDBLocal, moto_endpoint: str) -> None:
+        suffix = uuid.uuid4().hex[:10]
+        self.dynamodb = dynamodb_local.client()
+        self.dynamodb_endpoint = dynamodb_local.endpoint_url
+        self.sqs = client("sqs", moto_endpoint)
+        self.sqs_endpoint = moto_endpoint
+        definitions = table_definitions(load_template(TEMPLATE))
+        self.physical_ids = {
+            "CountersTable": f"tally-artifact-counters-{suffix}",
+            "MarkersTable": f"tally-artifact-markers-{suffix}",
+            "EventsDeadLetterQueue": self.sqs.create_queue(QueueName=f"tally-artifact-dlq-{suffix}")["QueueUrl"],
+        }
+        for logical_id in ("CountersTable", "MarkersTable"):
+            name = self.physical_ids[logical_id]
+            self.dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
+            self.dynamodb.get_waiter("table_exists").wait(TableName=name)
+            ttl = definitions[logical_id].update_time_to_live_kwargs(name)
+            if ttl is not None:
+                self.dynamodb.update_time_to_live(**ttl)
+        self.store = DynamoDBCounterStore(
+            self.dynamodb, self.physical_ids["CountersTable"], self.physical_ids["MarkersTable"], 86_400
+        )
+
+    def counters(self, keys: list[str]) -> dict[str, dict[str, str]]:
+        return {key: {name: str(value) for name, value in self.store.read_counters(key).items()} for key in keys}
+
+    def dead_letter_codes(self) -> list[str]:
+        """The codes of every message in the dead-letter queue, which is emptied."""
+        letters = drain_queue(self.sqs, self.physical_ids["EventsDeadLetterQueue"])
+        for letter in letters:
+            self.sqs.delete_message(
+                QueueUrl=self.physical_ids["EventsDeadLetterQueue"], ReceiptHandle=letter["ReceiptHandle"]
+            )
+        return sorted(letter["MessageAttributes"]["tally.error_code"]["StringValue"] for letter in letters)
+
+
+@pytest.fixture(scope="module")
+def resources(dynamodb_local: DynamoDBLocal, moto_endpoint: str) -> LocalResources:
+    return LocalResources(dynamodb_local, moto_endpoint)
+
+
+def _parameter_default(template: dict[str, Any], value: object) -> int:
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        value = template["Parameters"][value["Ref"]]["Default"]
+    return int(str(value))
+
+
+@pytest.fixture(scope="module")
+def functions(
+    host_build: Build, runtime: FunctionRuntime, resources: LocalResources, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, EmulatedFunction]]:
+    """Both functions of the template under the RIE, each in one warm execution environment."""
+    template = load_template(TEMPLATE)
+    logs = tmp_path_factory.mktemp("rie-logs")
+    started: dict[str, EmulatedFunction] = {}
+    try:
+        for function in FUNCTIONS:
+            definition = function_definition(template, function, resources.physical_ids)
+            config = FunctionConfig(
+                name=function,
+                handler=definition.handler,
+                package_dir=host_build.package(function),
+                memory_mb=_parameter_default(template, template["Globals"]["Function"]["MemorySize"]),
+                timeout_s=definition.timeout_seconds,
+                template_environment=definition.environment,
+                endpoints={"DYNAMODB": resources.dynamodb_endpoint, "SQS": resources.sqs_endpoint},
+            )
+            started[function] = EmulatedFunction(config, runtime, logs / f"{function}.log").start()
+        yield started
+    finally:
+        for emulated in started.values():
+            emulated.stop()
+
+
+@pytest.mark.parametrize("event_file", sorted(EXPECTED))
+def test_each_sample_event_counts_under_the_emulator(
+    functions: dict[str, EmulatedFunction], resources: LocalResources, event_file: str
+) -> None:
+    # GIVEN a sample event and the function of its source WHEN Lambda's runtime delivers it twice
+    expected = EXPECTED[event_file]
+    function = functions[HANDLER_SOURCES[expected["source"]]]
+    event = load_event(event_file)
+    answers = [function.invoke(event), function.invoke(event)]
+    # THEN nothing is reported failed, and counters and dead letters are exactly as documented
+    assert answers == [{"batchItemFailures": []}] * 2, function.log_tail()
+    assert resources.counters(list(expected["counters"])) == expected["counters"]
+    # Poison is dead-lettered on every delivery (it never gets a marker): twice.
+    assert resources.dead_letter_codes() == sorted(expected["dead_letters"] * 2)
+
+
+def test_every_sample_event_file_was_run() -> None:
+    on_disk = {path.name for path in EVENTS_DIR.glob("*.json")} - {"expected.json"}
+    assert on_disk == set(EXPECTED)
+
+
+@dataclass(frozen=True)
+class GeneratedEvent:
+    """A ``sam local generate-event`` command line and the one counter its event must add to."""
+
+    source: str
+    command: tuple[str, ...]
+    key: str
+    delta: str
+
+
+SAM_EVENTS = [
+    # The SQS body goes through the SAM CLI's own template renderer: it must be given as escaped JSON.
+    GeneratedEvent(
+        "sqs",
+        ("sqs", "receive-message", "--body", r"{\"id\": \"sam-sqs-1\", \"key\": \"sam:sqs\", \"delta\": 3}"),
+        "sam:sqs",
+        "3",
+    ),
+    GeneratedEvent(
+        "kinesis",
+        ("kinesis", "get-records", "--data", '{"id": "sam-kinesis-1", "key": "sam:kinesis", "delta": 2.5}'),
+        "sam:kinesis",
+        "2.5",
+    ),
+]
+
+
+@pytest.mark.parametrize("case", SAM_EVENTS, ids=lambda case: case.source)
+def test_events_the_sam_cli_generates_count(
+    functions: dict[str, EmulatedFunction], resources: LocalResources, case: GeneratedEvent
+) -> None:
+    # GIVEN an event `sam local generate-event` makes (its source timestamps are from 2015 and 2018)
+    event = json.loads(generate_event(*case.command))
+    function = functions[HANDLER_SOURCES[case.source]]
+    # WHEN it is delivered twice THEN it counts once, and nothing is dead-lettered
+    answers = [function.invoke(event), function.invoke(event)]
+    assert answers == [{"batchItemFailures": []}] * 2, function.log_tail()
+    assert resources.counters([case.key]) == {case.key: {"count": str(Decimal(case.delta))}}
+    assert resources.dead_letter_codes() == []
