@@ -230,6 +230,10 @@ def test_every_module_imports_with_only_the_package_and_the_runtime(
     """Each module of the package's ``tally``, imported by python3.13 in the function's environment, and
     boto3 and botocore both found in the package, not in the stand-in runtime behind it."""
     package = host_build.package("CounterFunction")
+    # This machine's glibc may be newer than Lambda's: the run below cannot tell, the symbol versions can.
+    libraries = native_libraries(package)
+    assert {library.machine for library in libraries} == {ELF_MACHINES[host_build.architecture]}
+    assert [lib for lib in libraries if lib.glibc is not None and lib.glibc > LAMBDA_GLIBC] == []
     modules = sorted(python_modules(package, "tally"))
     script = (
         "import importlib, json, sys\n"
