@@ -120,3 +120,23 @@ def serial_moto_endpoint() -> Iterator[str]:
 
     with SerialMotoServer() as server:
         yield server.endpoint_url
+
+
+# --- figures a test measured, printed after the run ------------------------------------------------------
+# A test records one with ``record_property(SUMMARY_PROPERTY, "text")``. Printing from the test itself is
+# lost under pytest-xdist (a worker's output is captured); its report's user_properties reach the controller.
+
+SUMMARY_PROPERTY = "summary"
+_summaries: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.when == "call":
+        _summaries.extend(str(value) for name, value in report.user_properties if name == SUMMARY_PROPERTY)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _summaries:
+        terminalreporter.section("measured")
+        for line in sorted(_summaries):
+            terminalreporter.write_line(line)
