@@ -147,6 +147,7 @@ _recording_key = pytest.StashKey["Any"]()
 _report_key = pytest.StashKey["list[str]"]()
 
 
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when xdist is not loaded
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist (controller): a worker finished; keep its recording."""
     data = getattr(node, "workeroutput", {}).get(_AWS_CALLS_KEY)
@@ -178,8 +179,12 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         for verdict in verdicts:
             report.extend(f"  {line}" for line in verdict.lines())
             failed = failed or bool(verdict.denied or verdict.problems)
-    sites = sorted({(call.role, call.site) for call in checked})
-    report.append(f"{len(checked)} kinds of call from {len(sites)} call sites evaluated")
+    # "tally/store/journal.py:133 write_pages" -> "tally/store/journal.py write_pages" (lines move)
+    sites = sorted(
+        {(call.role, call.site.split(":", 1)[0] + call.site[call.site.find(" ") :], call.operation) for call in checked}
+    )
+    report.append(f"{len(checked)} kinds of call from {len(sites)} call sites evaluated:")
+    report.extend(f"  {role:8} {site} {operation}" for role, site, operation in sites)
     if failed:
         report.append("IAM contract FAILED: a call above is denied or cannot be mapped")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

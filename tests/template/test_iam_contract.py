@@ -31,7 +31,7 @@ from tally.sources.sqs import records_from_event
 from tally.store.journal import DynamoDBJournal
 from tests.support.aws_calls import FUNCTION, OPERATOR, RECORDER, Call, Recording
 from tests.support.events import load_event, sqs_event
-from tests.support.iam import SOURCES, evaluate, transformed_template
+from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -330,3 +330,15 @@ def test_a_call_the_mapping_does_not_know_is_a_problem_not_a_pass(transformed: d
     )
     (verdict, *_) = evaluate(transformed, Recording.of([call], {}), "SQS")
     assert any("ExecuteStatement" in problem for problem in verdict.problems)
+
+
+def test_the_vendored_managed_policies_are_the_ones_moto_ships() -> None:
+    # The documents SAM's managed policies are evaluated with were copied from moto's copy of AWS's; a newer
+    # moto with a changed document means AWS changed it: copy it again (tests/template/data/).
+    from moto.iam.aws_managed_policies import aws_managed_policies_data  # noqa: PLC0415
+
+    shipped = json.loads(aws_managed_policies_data)
+    vendored = json.loads(MANAGED_POLICIES.read_text(encoding="utf-8"))["policies"]
+    assert {name: policy["Document"] for name, policy in vendored.items()} == {
+        name: shipped[name]["Document"] for name in vendored
+    }
