@@ -430,7 +430,8 @@ class Verdict:
         out = [head + (f", {len(self.denied)} DENIED" if self.denied else ", all allowed")]
         out += [f"  DENIED {r.action} on {r.resource}  <- {r.origin}" for r in self.denied]
         out += [f"  PROBLEM {p}" for p in self.problems]
-        out += [f"  granted, never used: {u}" for u in self.unused]
+        if self.asked:  # a run that never called as this grantee says nothing about what it needs
+            out += [f"  granted, never used: {u}" for u in self.unused]
         return out
 
 

@@ -28,6 +28,7 @@ from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.template import load_template, table_definitions
 from tally.sources.sqs import records_from_event
+from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tests.support.aws_calls import FUNCTION, OPERATOR, RECORDER, Call, Recording
 from tests.support.events import load_event, sqs_event
@@ -265,6 +266,17 @@ def test_the_drive_records_every_call_the_paths_make(recorded: Recording) -> Non
     assert _operations(calls, OPERATOR) >= OPERATOR_CALLS, sorted(_operations(calls, OPERATOR))
     # AND the tests' own set-up (creating tables, sending dead letters) is nobody's
     assert all(call.role == "" for call in calls if call.operation in {"CreateTable", "CreateQueue", "CreateStack"})
+
+
+def test_a_test_driving_an_adapter_directly_is_neither_the_function_nor_the_operator() -> None:
+    # GIVEN a test reading counters through the store itself (no handler, pipeline or CLI on the stack)
+    with pytest.MonkeyPatch.context() as monkeypatch, moto_stack(monkeypatch), RECORDER.capture() as calls:
+        store = DynamoDBCounterStore(boto3.client("dynamodb"), "counters", "markers", 86_400)
+        store.read_counters("page:/home")
+    # THEN its GetItem is recorded with its call site, but held against nobody's policy
+    (call,) = [call for call in calls if call.operation == "GetItem"]
+    assert call.site.startswith("tally/store/dynamodb.py:")
+    assert call.role == ""
 
 
 def test_an_empty_recording_fails_the_check() -> None:
