@@ -269,8 +269,13 @@ class Applier:
 
     def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError, run: Run) -> None:
         # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
-        # can be refused for the range instead of being cancelled by its marker. Look before rejecting.
-        marker = self.store.read_marker(message.message_id)
+        # can be refused for the range instead of being cancelled by its marker. Look before rejecting,
+        # retrying the read like any step; if it never answers, only this message goes back to the source.
+        try:
+            marker = self.attempt(run, partial(self.store.read_marker, message.message_id), counts_as_request=False)
+        except RetryableStoreError:
+            run.unapplied.add(message.message_id)
+            return
         if marker is not None:
             resolution = (
                 Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id, run)
