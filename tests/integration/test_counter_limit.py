@@ -121,3 +121,26 @@ def test_an_add_dynamodb_refuses_for_its_size_isolates_its_message(
     assert dlq.codes() == {"r-culprit": "write_refused"}
     assert "Expression size has exceeded" in dlq.letters[0].rejection.detail
     assert store.read_counters("wide") == {}
+
+
+def test_an_item_grown_past_400_kb_refuses_only_the_message_that_would_grow_it(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a key whose item already holds 1,500 counters with 255-byte names (about 390 KB)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+
+    def name(index: int) -> str:
+        return f"{index:05d}" + "x" * 248
+
+    for start in range(0, 1500, 300):
+        action, _ = add_update(ddb_tables.counters_table, "big", {name(i): 1 for i in range(start, start + 300)})
+        ddb_tables.client.transact_write_items(TransactItems=[action])
+    # WHEN a message adding 100 more names arrives in one transaction with innocent messages
+    grow = json.dumps({"id": "grow", "key": "big", "deltas": {name(i): 1 for i in range(1500, 1600)}})
+    bodies = [grow] + [json.dumps({"id": f"innocent-{i}", "key": f"page:{i}", "delta": 1}) for i in range(3)]
+    result = pipeline.process([SourceRecord(f"r{i}", b, SENT_MS) for i, b in enumerate(bodies)], NOW_MS, plenty)
+    # THEN DynamoDB refuses that action (a ValidationError cancellation reason: "Item size to update has
+    # exceeded the maximum allowed size"); only that message is dead-lettered, with the right reason
+    assert result.failed_record_ids == ()
+    assert dlq.codes() == {"r0": "write_refused"}
+    assert "Item size" in dlq.letters[0].rejection.detail
+    assert all(store.read_counters(f"page:{i}") == {"count": 1} for i in range(3))
