@@ -72,6 +72,13 @@ class ChaosConfig:
     """Poison messages per valid message."""
     doomed: int = 5
     """Valid messages injected as unrecoverable: each would push a counter out of DynamoDB's Number range."""
+    wide_keys: int = 4
+    """Keys that get hundreds of counter names (issue 14): more than one ADD's 4 KB expression holds."""
+    wide_messages: int = 24
+    """Messages of 100 counters (the per-event maximum) on a wide key; every third is packed (4 events,
+    400 names in one message). Four single ones on one key are already 400 names on one item."""
+    long_decimals: int = 12
+    """Messages adding a 37-digit decimal to the hot key: its shards' sum needs more than 28 digits."""
     sqs_share: float = 0.5
     sqs_consumers: int = 3
     sqs_batch_size: int = 10

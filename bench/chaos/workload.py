@@ -7,6 +7,12 @@ several counters, with integer and two-decimal deltas written as exact literals.
 of kinds, each with the reason code README.md documents for it; every poison body is unique, so a dead
 letter can be traced back to the poison message it came from.
 
+Issue 14 adds two shapes. Wide messages put 100 counter names (the per-event maximum) on one of a few
+keys, so that an item gets hundreds of names, more than one DynamoDB ADD's 4 KB expression can carry;
+every third one is packed (400 names on one key in one message). Long-decimal messages add a 37-digit
+decimal to the hot key, whose shards must then be summed on read to more than 28 digits. The reference
+sums are taken in a 100-digit context: Python's default one would round them.
+
 The messages injected as unrecoverable ("doomed") are valid but can never be counted: a setup message,
 applied before the run, brings a counter near DynamoDB's largest Number, and the doomed message would push
 it past it, so DynamoDB refuses the ADD and the pipeline dead-letters it with ``counter_out_of_range``.
@@ -19,7 +25,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
@@ -34,6 +40,12 @@ EDGE_DELTA: Final = Decimal("9E+125")
 """Twice this is past DynamoDB's largest Number (9.99...E+125): the second ADD is refused."""
 DOOMED_CODE: Final = "counter_out_of_range"
 DAY_MS: Final = 86_400_000
+WIDE_NAMES_PER_EVENT: Final = 99
+"""Besides ``count``: 100 counters, the decoder's per-event maximum."""
+LONG_DECIMAL: Final = Decimal("1234567890123456789012345678.901234567")
+"""37 significant digits: a sum of two already needs more than Python's default 28."""
+REFERENCE: Final = Context(prec=100)
+"""The reference sums' context: wide enough that no sum here is ever rounded."""
 
 
 class Source(StrEnum):
@@ -131,6 +143,8 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     """The load: ``base_ms`` (epoch ms) is the run's start on its virtual clock; ``ts`` values lie before it."""
     rng = random.Random(f"{config.seed}:workload")
     valid = _valid_messages(config, base_ms, rng)
+    valid |= _wide_messages(config, rng)
+    valid |= _long_decimal_messages(config)
     setup, doomed = _edge_messages(config)
     poison = _poison_messages(config, base_ms, len(valid))
 
@@ -148,12 +162,13 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
 
     everything = {m.message_id: m for m in [*valid.values(), *setup, *doomed]}
     expected: Sums = defaultdict(lambda: defaultdict(Decimal))
-    for message in everything.values():
-        if message.doomed:
-            continue
-        for key, counters in message.sums.items():
-            for name, value in counters.items():
-                expected[key][name] += value
+    with localcontext(REFERENCE):
+        for message in everything.values():
+            if message.doomed:
+                continue
+            for key, counters in message.sums.items():
+                for name, value in counters.items():
+                    expected[key][name] += value
     return Workload(
         valid=everything,
         by_body={message.body: message for message in everything.values()},
@@ -212,6 +227,51 @@ def _valid_messages(config: ChaosConfig, base_ms: int, rng: random.Random) -> di
         )
         events += len(parts)
     return valid
+
+
+def _wide_messages(config: ChaosConfig, rng: random.Random) -> dict[str, ValidMessage]:
+    """Messages of 100 counters on a few wide keys, each message naming 99 counters of its own."""
+    messages: dict[str, ValidMessage] = {}
+    for index in range(config.wide_messages if config.wide_keys else 0):
+        key = f"wide:{index % config.wide_keys}"
+        message_id = f"c{config.seed}-wide-{index}"
+        events = 4 if index % 3 == 2 else 1
+        parts = []
+        for event in range(events):
+            first = (index * 4 + event) * WIDE_NAMES_PER_EVENT
+            deltas = {TRACER: Decimal(1)} | {f"w{first + n}": Decimal(rng.randint(1, 9)) for n in range(99)}
+            parts.append(deltas)
+        if events == 1:
+            body = f'{{"id":"{message_id}",' + _event_json(key, parts[0], None) + "}"
+        else:
+            body = (
+                f'{{"id":"{message_id}","events":['
+                + ",".join("{" + _event_json(key, p, None) + "}" for p in parts)
+                + "]}"
+            )
+        sums: dict[str, Decimal] = defaultdict(Decimal)
+        for deltas in parts:
+            for name, delta in deltas.items():
+                sums[name] += delta
+        messages[message_id] = ValidMessage(
+            message_id, body, key if events == 1 else message_id, events, {key: dict(sums)}
+        )
+    return messages
+
+
+def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
+    messages: dict[str, ValidMessage] = {}
+    for index in range(config.long_decimals):
+        message_id = f"c{config.seed}-long-{index}"
+        deltas = {TRACER: Decimal(1), "digits": LONG_DECIMAL}
+        body = f'{{"id":"{message_id}",' + _event_json("hot:0", deltas, None) + "}"
+        messages[message_id] = ValidMessage(message_id, body, "hot:0", 1, {"hot:0": deltas})
+    return messages
+
+
+def wide_items(workload: Workload, names_per_add: int) -> int:
+    """Keys whose all-time item gets more counter names than one ADD carries (the load's figure)."""
+    return sum(1 for counters in workload.expected.values() if len(counters) > names_per_add)
 
 
 def _edge_messages(config: ChaosConfig) -> tuple[list[ValidMessage], list[ValidMessage]]:

@@ -32,15 +32,21 @@ from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch, plan_transactions
 from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
 from tally.marker_reads import MarkerReadGate
+from tally.store.expressions import counters_per_add
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
-    from tally.core.plan import Chunk
+    from tally.core.plan import Chunk, CounterLimit
 
 T = TypeVar("T")
+
+
+def refusal_code(refused: WriteRejectedError) -> RejectCode:
+    """The dead-letter code of a message whose write DynamoDB itself refused."""
+    return RejectCode.COUNTER_OUT_OF_RANGE if refused.number_range else RejectCode.WRITE_REFUSED
 
 
 class CounterStore(Protocol):
@@ -159,6 +165,7 @@ class Applier:
         new_batch_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         use_journal: bool = True,
         marker_read_gate: MarkerReadGate | None = None,
+        counter_limit: CounterLimit = counters_per_add,
     ) -> None:
         self.store = store
         self.journal = journal
@@ -171,6 +178,8 @@ class Applier:
         self.marker_read_gate = marker_read_gate if marker_read_gate is not None else MarkerReadGate()
         """Whether to read the batch's markers first, so duplicates do not cancel whole transactions
         (``MarkerReadGate(quiet_batches=0)`` never reads: the cancellation path, for tests)."""
+        self.counter_limit = counter_limit
+        """The most counters one ADD on an item may carry (DynamoDB's 4 KB expression limit, issue 14)."""
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
@@ -186,7 +195,13 @@ class Applier:
         for _ in range(3):
             if not pending:
                 break
-            plan = plan_batch(pending, self.max_actions, frozenset(run.replaces), allow_journal=self.use_journal)
+            plan = plan_batch(
+                pending,
+                self.max_actions,
+                frozenset(run.replaces),
+                allow_journal=self.use_journal,
+                counter_limit=self.counter_limit,
+            )
             run.rejected.update(plan.rejected)
             again: list[MessageTotals] = []
             for chunk in plan.direct:
@@ -244,7 +259,7 @@ class Applier:
         except WriteRejectedError as refused:
             if len(chunk.messages) > 1:
                 for message in chunk.messages:
-                    (single,) = plan_transactions([message], self.max_actions).chunks
+                    (single,) = plan_transactions([message], self.max_actions, self.counter_limit).chunks
                     self._direct(single, run)
                 return []
             self._refused_alone(chunk.messages[0], refused, run)
@@ -254,8 +269,13 @@ class Applier:
 
     def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError, run: Run) -> None:
         # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
-        # can be refused for the range instead of being cancelled by its marker. Look before rejecting.
-        marker = self.store.read_marker(message.message_id)
+        # can be refused for the range instead of being cancelled by its marker. Look before rejecting,
+        # retrying the read like any step; if it never answers, only this message goes back to the source.
+        try:
+            marker = self.attempt(run, partial(self.store.read_marker, message.message_id), counts_as_request=False)
+        except RetryableStoreError:
+            run.unapplied.add(message.message_id)
+            return
         if marker is not None:
             resolution = (
                 Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id, run)
@@ -267,7 +287,7 @@ class Applier:
                 run.unapplied.add(message.message_id)
                 return
         detail = f"DynamoDB refused the increment: {refused.detail}"
-        run.rejected[message.message_id] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)
+        run.rejected[message.message_id] = Rejection(refusal_code(refused), detail)
 
     # --------------------------------------------------------------------------------- resolution
     def settle_existing(self, exists: MarkersExistError, run: Run, own_batch: str | None = None) -> set[str]:

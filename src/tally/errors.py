@@ -67,10 +67,12 @@ class WriteRejectedError(StoreError):
     Retrying the same transaction can never succeed; the caller isolates the responsible message.
     """
 
-    def __init__(self, detail: str, keys: frozenset[str]) -> None:
+    def __init__(self, detail: str, keys: frozenset[str], *, number_range: bool = True) -> None:
         super().__init__(detail)
         self.detail = detail
         self.keys = keys
+        self.number_range = number_range
+        """True: a counter would leave the Number range; False: another per-action limit (a size)."""
 
 
 class DeadLetterError(TallyError):

@@ -5,7 +5,10 @@ SQS and Kinesis, with every fault kind injected; it must count exactly once. Two
 variants, defined here and never in src/, run under the same harness and must be caught:
 
 - a counter store whose direct transactions carry the ADDs without the idempotency markers;
-- a journal whose apply chunks carry the ADDs without the applied-record condition.
+- a journal whose apply chunks carry the ADDs without the applied-record condition;
+- a planner without the 4 KB expression bound (issue 14): the load's wide keys (hundreds of counter names)
+  make ADDs DynamoDB refuses, which the run must report (before the fix they failed whole batches until
+  SQS and Kinesis gave them up; now only the wide messages are refused, and they are valid: still a FAIL).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from bench.chaos.config import SMOKE, DynamoDBFaultRates
 from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.plan import no_counter_limit
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -70,6 +74,14 @@ def _journal_without_applied_records(
     return wire_pipeline(client, tables, dead_letters, config, journal=journal)
 
 
+def _planner_without_the_expression_bound(
+    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config)
+    pipeline._applier.counter_limit = no_counter_limit  # BROKEN on purpose: the planner's bound taken away
+    return pipeline
+
+
 def _run(
     dynamodb_local: DynamoDBLocal,
     ddb_tables: DynamoDBTables,
@@ -114,6 +126,22 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.events >= SMOKE.events
     assert result.redeliveries.get("redelivery.sqs_receive_again", 0) > 0
     assert result.redeliveries.get("redelivery.kinesis_records", 0) > 0
+    # AND the load had items with more counter names than one ADD carries (issue 14)
+    assert result.wide_messages == SMOKE.wide_messages
+    assert result.wide_items == SMOKE.wide_keys
+
+
+def test_the_harness_catches_adds_over_the_expression_limit(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a planner that lets an ADD carry any number of counters, under the smoke run's faults
+    config = replace(SMOKE, events=1_000)
+    # WHEN it runs
+    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_planner_without_the_expression_bound)
+    # THEN the wide messages are never counted, and the run fails
+    assert result.verdict.lost_events > 0
+    assert result.verdict.counters_wrong > 0
+    assert not result.passed
 
 
 BROKEN_VARIANTS = {

@@ -169,3 +169,30 @@ def test_logs_carry_no_event_body(stack: MotoStack, capfd: pytest.CaptureFixture
     out, err = capfd.readouterr()
     assert "batch processed" in logs.getvalue()
     assert SECRET not in logs.getvalue() + out + err
+
+
+def test_fifo_reports_every_record_after_the_first_failure(stack: MotoStack) -> None:
+    # GIVEN a FIFO batch (eu, us-poison, eu, us) and a dead-letter queue that refuses the poison record
+    stack.sqs.delete_queue(QueueUrl=stack.dlq_url)
+    event = load_event("sqs-fifo.json")
+    ids = [record["messageId"] for record in event["Records"]]
+    # WHEN the handler runs
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    # THEN, as AWS requires for FIFO queues, the failed record and every record after it are reported
+    # (in batch order), so SQS hands them back in order; the good ones were applied and their redelivery
+    # is a no-op
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == ids[1:]
+    assert stack.store.read_counters("orders:eu") == {"count": Decimal(3)}
+    assert stack.store.read_counters("orders:us") == {"count": Decimal(5)}
+
+
+def test_a_standard_queue_reports_only_what_failed(stack: MotoStack) -> None:
+    # GIVEN the same records from a standard queue (no .fifo ARN, no message groups)
+    stack.sqs.delete_queue(QueueUrl=stack.dlq_url)
+    event = load_event("sqs-fifo.json")
+    for record in event["Records"]:
+        record["eventSourceARN"] = record["eventSourceARN"].removesuffix(".fifo")
+        for name in ("MessageGroupId", "SequenceNumber", "MessageDeduplicationId"):
+            del record["attributes"][name]
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][1]["messageId"]]

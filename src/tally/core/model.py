@@ -45,6 +45,7 @@ class RejectCode(StrEnum):
     TOO_OLD = "too_old"
     TS_IN_FUTURE = "ts_in_future"
     COUNTER_OUT_OF_RANGE = "counter_out_of_range"
+    WRITE_REFUSED = "write_refused"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.items import make_item
 from tally.core.ledger import MarkerRecord
+from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys
 from tally.errors import StoreError
 from tally.store.schema import (
@@ -57,13 +58,18 @@ __all__ = [
 from tally.store.schema import COUNTER_PREFIX
 
 MAX_SERIES_WINDOWS: Final = 10_000
+_ZERO: Final = Decimal(0)
 
 
 def _summed(parts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    """Counters added up in ``EXACT``: 16 shards of 38 digits each must read back as DynamoDB stores them.
+
+    (Python's default context keeps 28 digits and would round a hot key's total silently, issue 14.)
+    """
     total: dict[str, Decimal] = {}
     for counters in parts:
         for name, value in counters.items():
-            total[name] = total.get(name, Decimal(0)) + value
+            total[name] = EXACT.add(total.get(name, _ZERO), value)
     return total
 
 

@@ -36,6 +36,7 @@ from tally.errors import (
     StoreError,
     WriteRejectedError,
 )
+from tally.store.expressions import add_expression, name_placeholder, value_placeholder
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -67,6 +68,9 @@ MAX_MESSAGE_ID_BYTES: Final = 1024
 
 # How DynamoDB words an ADD whose result leaves the Number range (magnitude or 38-digit precision).
 NUMBER_RANGE: Final = re.compile(r"Number overflow|Number underflow|significant digits|precision", re.IGNORECASE)
+# How DynamoDB words a per-action size limit ("Expression size has exceeded the maximum allowed size",
+# "Item size has exceeded ..."): the request as a whole, without naming the action; the caller isolates it.
+SIZE_LIMIT: Final = re.compile(r"size has exceeded the maximum allowed size", re.IGNORECASE)
 
 # Cancellation reason codes that a retry can get past (DynamoDB documents these for TransactWriteItems).
 _RETRYABLE_REASONS: Final = frozenset(
@@ -161,17 +165,15 @@ def add_update(table: str, item: ItemKey, counters: Mapping[str, Any]) -> tuple[
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet)."""
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
-    clauses: list[str] = []
     for index, (name, delta) in enumerate(counters.items()):
-        names[f"#c{index}"] = COUNTER_PREFIX + name
-        values[f":v{index}"] = {"N": to_wire(delta)}
-        clauses.append(f"#c{index} :v{index}")
-    expression = "ADD " + ", ".join(clauses)
+        names[name_placeholder(index)] = COUNTER_PREFIX + name
+        values[value_placeholder(index)] = {"N": to_wire(delta)}
     expires_at_s = item_parts(item).expires_at_s
+    # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
+    expression = add_expression(len(counters), sets_expiry=expires_at_s is not None)
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
-        expression += " SET #expires = if_not_exists(#expires, :expires)"
     return {
         "Update": {
             "TableName": table,
@@ -226,10 +228,12 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     code = error.get("Code", "")
     message = error.get("Message", "")
     if code != "TransactionCanceledException":
-        if code == "ValidationException" and NUMBER_RANGE.search(message):
-            # DynamoDB reports a counter leaving the Number range for the whole request, without naming
-            # the action; the caller isolates the culprit.
-            return WriteRejectedError(message, frozenset(name for role, name in roles if role == "add"))
+        if code == "ValidationException" and (NUMBER_RANGE.search(message) or SIZE_LIMIT.search(message)):
+            # DynamoDB reports a counter leaving the Number range, or an action over a size limit, for the
+            # whole request, without naming the action; the caller isolates the culprit (issue 14: failing
+            # the batch would fail its innocent messages on every attempt).
+            adds = frozenset(name for role, name in roles if role == "add")
+            return WriteRejectedError(message, adds, number_range=NUMBER_RANGE.search(message) is not None)
         if code in _RETRYABLE_ERRORS:
             return RetryableStoreError(f"{code}: {message}")
         return StoreError(f"{code}: {message}")
@@ -240,6 +244,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     applied_failed = False
     rejected_keys: set[str] = set()
     details: list[str] = []
+    out_of_range = True
     retryable = False
     for (role, name), reason in zip(roles, reasons, strict=False):
         reason_code = reason.get("Code") or "None"
@@ -259,6 +264,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         elif reason_code == "ValidationError" and role == "add":
             rejected_keys.add(name)
             details.append(str(reason.get("Message", "")))
+            out_of_range = out_of_range and NUMBER_RANGE.search(details[-1]) is not None
         else:
             details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
     if markers:
@@ -268,7 +274,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     if applied_failed:
         return ChunkAppliedError("apply chunk already applied")
     if rejected_keys:
-        return WriteRejectedError("; ".join(details), frozenset(rejected_keys))
+        return WriteRejectedError("; ".join(details), frozenset(rejected_keys), number_range=out_of_range)
     if retryable:
         return RetryableStoreError("transaction cancelled by a conflict or throttling")
     return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))
