@@ -14,10 +14,16 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pytest
+from bench.capacity import item_size
 
 from tally.apply import Applier
+from tally.core.aggregate import MessageTotals, message_totals
 from tally.core.decode import DecodeLimits
-from tally.core.model import SourceRecord
+from tally.core.digest import DIGEST_BYTES
+from tally.core.ledger import Claim
+from tally.core.model import CounterEvent, Message, SourceRecord
+from tally.core.plan import plan_transactions
+from tally.errors import MarkersExistError
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
@@ -33,7 +39,6 @@ pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 1_000
 ID_CONFLICT = "id_conflict"
-DEFECT_6 = pytest.mark.xfail(strict=True, reason="issue 14 defect 6: the first content wins silently")
 
 
 def plenty() -> int:
@@ -65,7 +70,6 @@ def packed(message_id: str, keys: int, delta: int) -> dict[str, object]:
     return {"id": message_id, "events": [{"key": f"j:{index}", "delta": delta} for index in range(keys)]}
 
 
-@DEFECT_6
 def test_a_copy_in_the_same_batch_with_other_content_is_dead_lettered_and_the_first_counts(
     ddb_tables: DynamoDBTables,
 ) -> None:
@@ -117,7 +121,6 @@ def test_the_same_events_written_another_way_are_a_duplicate_not_a_conflict(ddb_
     }
 
 
-@DEFECT_6
 @pytest.mark.parametrize("reads_markers", [True, False], ids=["marker-read", "cancelled-transaction"])
 def test_a_later_batch_with_other_content_is_dead_lettered(ddb_tables: DynamoDBTables, reads_markers: bool) -> None:
     # GIVEN a message applied in one batch
@@ -144,7 +147,6 @@ def test_a_later_batch_with_other_content_is_dead_lettered(ddb_tables: DynamoDBT
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(3)}}
 
 
-@DEFECT_6
 @pytest.mark.parametrize("reads_markers", [True, False], ids=["marker-read", "cancelled-claim"])
 def test_a_journal_message_reused_with_other_content_is_dead_lettered(
     ddb_tables: DynamoDBTables, reads_markers: bool
@@ -163,7 +165,6 @@ def test_a_journal_message_reused_with_other_content_is_dead_lettered(
     assert read_all(store, ["j:0", "j:119"]) == {"j:0": {"count": Decimal(1)}, "j:119": {"count": Decimal(1)}}
 
 
-@DEFECT_6
 def test_other_content_whose_increment_dynamodb_refuses_is_an_id_conflict(ddb_tables: DynamoDBTables) -> None:
     # GIVEN a counter near DynamoDB's largest Number, and a message applied under id m-1
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
@@ -185,3 +186,127 @@ def test_other_content_whose_increment_dynamodb_refuses_is_an_id_conflict(ddb_ta
     assert dlq.codes() == {"r-2": ID_CONFLICT}
     assert result.already_applied == 0
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(1)}}
+
+
+def test_a_marker_of_an_aborted_batch_is_replaced_by_the_new_content(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a journal batch that claimed m-1 with some content, then died before committing (lease over)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
+    journal.open("dead-batch", NOW_MS - 1, [Claim("m-1", digest=b"\x01" * DIGEST_BYTES)], NOW_MS - 60_000)
+    # (the marker read finds it: with the gate closed, the direct path drops such a message, issue 14
+    # defect 1, which the "journal" branch fixes)
+    pipeline, dlq = pipeline_with_gate(store, reads_markers=True)
+
+    # WHEN m-1 arrives with other content
+    result = pipeline.process([record("r-1", {"id": "m-1", "key": "page", "delta": 4})], NOW_MS, plenty)
+
+    # THEN the aborted claim counted nothing, so there is no conflict: the new content counts, and its
+    # digest replaces the old one on the marker
+    assert dlq.letters == []
+    assert result.messages_applied == 1
+    assert read_all(store, ["page"]) == {"page": {"count": Decimal(4)}}
+    marker = store.read_marker("m-1")
+    assert marker is not None
+    assert marker.digest is not None
+    assert marker.digest != b"\x01" * DIGEST_BYTES
+
+
+def test_a_marker_written_before_digests_existed_matches_any_content(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a marker without a digest (as every marker written before this change), for m-1 applied
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    legacy = MessageTotals("m-1", {"page": {"count": 1}}, 1)  # no digest: none stored
+    store.apply(plan_transactions([legacy]).chunks[0], NOW_MS)
+    pipeline, dlq = pipeline_with_gate(store, reads_markers=False)
+
+    # WHEN m-1 arrives with any content
+    result = pipeline.process([record("r-1", {"id": "m-1", "key": "page", "delta": 7})], NOW_MS, plenty)
+
+    # THEN it is a duplicate, as it was before digests: nothing to compare with
+    assert dlq.letters == []
+    assert result.already_applied == 1
+    assert read_all(store, ["page"]) == {"page": {"count": Decimal(1)}}
+
+
+def test_a_copy_matching_what_the_marker_counts_is_a_duplicate_even_after_a_conflicting_first_copy(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN m-1 applied with delta 1
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = pipeline_with_gate(store, reads_markers=True)
+    pipeline.process([record("r-1", {"id": "m-1", "key": "page", "delta": 1})], NOW_MS, plenty)
+
+    # WHEN a batch brings m-1 with delta 5 first, then m-1 with delta 1 (a redelivery), then delta 6
+    pipeline.process(
+        [
+            record("r-2", {"id": "m-1", "key": "page", "delta": 5}),
+            record("r-3", {"id": "m-1", "key": "page", "delta": 1}),
+            record("r-4", {"id": "m-1", "key": "page", "delta": 6}),
+        ],
+        NOW_MS,
+        plenty,
+    )
+
+    # THEN what the marker counts decides: delta 1 is a duplicate, both other contents are id conflicts
+    assert dlq.codes() == {"r-2": ID_CONFLICT, "r-4": ID_CONFLICT}
+    assert read_all(store, ["page"]) == {"page": {"count": Decimal(1)}}
+
+
+def test_conflicting_copies_of_an_unapplied_message_are_redelivered_with_it(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a batch with two contents under one id, and no time left to apply anything
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = pipeline_with_gate(store, reads_markers=True)
+    records = [
+        record("r-1", {"id": "m-1", "key": "page", "delta": 1}),
+        record("r-2", {"id": "m-1", "key": "page", "delta": 5}),
+    ]
+
+    # WHEN it is processed
+    result = pipeline.process(records, NOW_MS, lambda: 0)
+
+    # THEN nothing is decided yet: both records come back (which content wins is decided when one counts)
+    assert set(result.failed_record_ids) == {"r-1", "r-2"}
+    assert dlq.letters == []
+
+
+def test_markers_store_the_digest_and_every_read_returns_it(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a message applied in a direct transaction
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    message = message_totals(Message("m-1", (CounterEvent("page", {"count": 1}),)))
+    assert len(message.digest) == DIGEST_BYTES
+    chunk = plan_transactions([message]).chunks[0]
+    store.apply(chunk, NOW_MS)
+
+    # WHEN its marker is read, strongly and eventually consistently, and met by a cancelled transaction
+    with pytest.raises(MarkersExistError) as exists:
+        store.apply(chunk, NOW_MS)
+    strongly = store.read_marker("m-1")
+    eventually = store.read_markers(["m-1"])["m-1"]
+
+    # THEN each says the digest the marker was written with
+    assert exists.value.digests == {"m-1": message.digest}
+    assert strongly is not None
+    assert strongly.digest == eventually.digest == message.digest
+
+
+def test_the_digest_keeps_a_marker_within_one_write_unit(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN markers of a direct transaction and of a journal batch, for producer-assigned ids (32 hex)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = pipeline_with_gate(store, reads_markers=False)
+    direct_id, journal_id = "d" * 32, "j" * 32
+    pipeline.process(
+        [record("r-1", {"id": direct_id, "key": "page", "delta": 1}), record("r-2", packed(journal_id, 120, 1))],
+        NOW_MS,
+        plenty,
+    )
+
+    # WHEN their stored items are measured by DynamoDB's item size rules
+    sizes = {}
+    for message_id in (direct_id, journal_id):
+        item = ddb_tables.client.get_item(
+            TableName=ddb_tables.markers_table, Key={"id": {"S": f"m#{message_id}"}}, ConsistentRead=True
+        )["Item"]
+        assert len(item["digest"]["B"]) == DIGEST_BYTES
+        sizes[message_id] = (item_size(item), item_size({k: v for k, v in item.items() if k != "digest"}))
+
+    # THEN the digest adds 22 bytes (name and value), and a marker stays far within 1 KB
+    assert sizes == {direct_id: (90, 68), journal_id: (127, 105)}

@@ -1,0 +1,114 @@
+"""The content digest of a message: what its marker remembers, to tell a re-send from a reused id.
+
+An id is the unit of idempotency, so a second message under an id is dropped as a duplicate. That is
+only right if it carries the same events: two producers, or one buggy producer, may reuse an id for
+different events, and dropping those silently loses them. Every marker therefore stores a digest of the
+content it counted, and every duplicate is compared with it (``tally.core.ledger.content_conflict``).
+
+**Same content** means the same decoded events, whatever the spelling of the body:
+
+- each event's ``key``, its counters by name with their **values** (``1``, ``1.0`` and ``1.00`` are the
+  same number; ``"delta": n`` is ``"deltas": {"count": n}``; counter order does not matter), and its
+  ``ts`` as decoded epoch milliseconds (ISO 8601 and epoch ms naming the same millisecond are the same;
+  an event without ``ts`` differs from every event with one);
+- a packed message's events as a multiset: the same events in another order are the same content (they
+  count the same), two events merged into one are not; a single-event message and a packed message of
+  that one event are the same content;
+- never anything that differs between deliveries of one message: not the receive time (nor the windows
+  an event without ``ts`` gets from it), not the hot-key shard (chosen at random per batch), not the
+  record id, not whitespace or field order.
+
+The digest is BLAKE2b with a 16-byte (128-bit) output over a format version and the canonical msgpack
+encodings of the events, sorted (``_canonical_event``, ``_canonical``). Why 16 bytes: a producer who
+*wanted* to hide a reused id could find two contents with equal 8-byte digests in about 2**32 tries (the
+birthday bound), and cannot at 2**64; accidental equality is out of reach either way. The 8 bytes more
+than that cost a marker a write unit only when it is within 8 bytes of 1 KB (docs/journal.md, "Marker
+size"). Changing this definition makes old markers disagree with new digests of the same content: it
+needs a new marker attribute (markers without a digest match anything). ``test_the_format_is_pinned``
+guards it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from decimal import Decimal
+from typing import TYPE_CHECKING, Final
+
+import msgspec
+
+from tally.core.numbers import Number, canonical
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tally.core.model import CounterEvent, Message
+
+DIGEST_BYTES: Final = 16
+"""Length of a content digest (BLAKE2b output size)."""
+_FORMAT: Final = b"\x01"
+"""Version of the canonical encoding below, hashed first."""
+_NO_TS: Final = -1
+"""An event without ``ts`` (decoded ts values are never negative)."""
+_ENCODER: Final = msgspec.msgpack.Encoder()
+
+
+def content_digest(message: Message) -> bytes:
+    """The 16-byte digest of a decoded message's events (see the module docstring for what counts)."""
+    encode = _ENCODER.encode
+    events = message.events
+    if len(events) == 1:
+        return hashlib.blake2b(_FORMAT + encode(_canonical_event(events[0])), digest_size=DIGEST_BYTES).digest()
+    # Each event's encoding is one self-delimiting msgpack value: sorted and concatenated, they name the
+    # multiset of events without ambiguity.
+    encoded = sorted([encode(_canonical_event(event)) for event in events])
+    return hashlib.blake2b(_FORMAT + b"".join(encoded), digest_size=DIGEST_BYTES).digest()
+
+
+def short_digest(digest: bytes | None) -> str:
+    """The first 6 bytes in hex, for dead-letter details and logs (``"none"`` for an unknown digest)."""
+    return digest[:6].hex() if digest else "none"
+
+
+_CanonicalNumber = int | str
+_CanonicalEvent = tuple[str, int, list[tuple[str, _CanonicalNumber]]]
+_MSGPACK_INT_MIN: Final = -(2**63)
+_MSGPACK_INT_MAX: Final = 2**64 - 1
+
+
+def _canonical_event(event: CounterEvent) -> _CanonicalEvent:
+    ts = event.ts_ms
+    return (event.key, _NO_TS if ts is None else ts, _canonical_counters(event.deltas))
+
+
+def _canonical_counters(deltas: Mapping[str, Number]) -> list[tuple[str, _CanonicalNumber]]:
+    items = list(deltas.items())
+    if len(items) > 1:
+        items.sort(key=_name)
+    return [
+        (name, value if type(value) is int and _MSGPACK_INT_MIN <= value <= _MSGPACK_INT_MAX else _canonical(value))
+        for name, value in items
+    ]
+
+
+def _name(item: tuple[str, Number]) -> str:
+    return item[0]
+
+
+def _canonical(value: Number) -> _CanonicalNumber:
+    """One representation per value, whatever its spelling (``1``, ``1.0``, ``1E+0`` are one value).
+
+    Integral values are msgpack integers, or their decimal digits as text beyond msgpack's 64 bits; other
+    values are the text of the Decimal without trailing zeros, which always holds a ``.`` or an ``E``:
+    the three forms never meet.
+    """
+    if type(value) is not int:
+        text = str(value)
+        if "E" not in text and "." in text and text[-1] != "0":
+            return text  # a plain fraction without trailing zeros: the decoder's usual, canonical already
+        reduced = canonical(value)
+        exponent = Decimal(reduced).as_tuple().exponent
+        assert isinstance(exponent, int)  # decoded deltas are finite
+        if exponent < 0:
+            return str(reduced)
+        value = int(reduced)
+    return value if _MSGPACK_INT_MIN <= value <= _MSGPACK_INT_MAX else str(value)
