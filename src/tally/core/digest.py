@@ -39,8 +39,6 @@ import msgspec
 from tally.core.numbers import Number, canonical
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-
     from tally.core.model import CounterEvent, Message
 
 DIGEST_BYTES: Final = 16
@@ -52,14 +50,17 @@ _MSGPACK_INT_MIN: Final = -(2**63)
 _MSGPACK_INT_MAX: Final = 2**64 - 1
 
 _CanonicalNumber = int | str
-_CanonicalEvent = tuple[str, int | None, "Mapping[str, Number | _CanonicalNumber]"]
+_CanonicalEvent = tuple[str, int | None, object]
+"""Key, ts, counters (a one-entry map, or a list of pairs: see ``_canonical_event``)."""
 
 
 def content_digest(message: Message) -> bytes:
     """The 16-byte digest of a decoded message's events (see the module docstring for what counts).
 
-    Runs once per message on the handler's CPU path (about 1 µs for a single-event message here), so the
-    common shapes take the shortest way: no sort for one event or one counter, no text for small ints.
+    Runs once per message on the handler's CPU path, so the common shapes take the shortest way: no sort
+    for one event or one counter, no conversion of small ints or of decimals already in canonical form.
+    Measured here (process time, 2026-11-24): 0.8 µs for ``{"key": ..., "delta": 1}``, 1.4 µs with two
+    counters one of them decimal, 0.86 µs per event of a packed message.
     """
     events = message.events
     if len(events) == 1:
@@ -76,15 +77,29 @@ def short_digest(digest: bytes | None) -> str:
 
 
 def _canonical_event(event: CounterEvent) -> _CanonicalEvent:
-    """``(key, ts or None, {counter: value} in counter order)``: msgpack's nil for no ``ts``."""
+    """``(key, ts or None, counters)``: msgpack's nil for no ``ts``; one counter as a map of one entry,
+    several as a list of ``(counter, value)`` pairs in counter order.
+
+    The common case only checks: small ints, and Decimals whose text is canonical already (msgpack then
+    writes that very text), go to the encoder as they are.
+    """
     deltas = event.deltas
-    for value in deltas.values():
-        if type(value) is not int or not _MSGPACK_INT_MIN <= value <= _MSGPACK_INT_MAX:
-            break
-    else:  # only small ints, the common case: the values are canonical as they are
-        return (event.key, event.ts_ms, deltas if len(deltas) == 1 else dict(sorted(deltas.items())))
-    # Counter names are unique, so sorting the pairs never compares two values.
-    return (event.key, event.ts_ms, {name: _canonical(value) for name, value in sorted(deltas.items())})
+    if len(deltas) == 1:  # one counter: a msgpack map of one entry, built only if its value needs it
+        for name, value in deltas.items():
+            if type(value) is int and _MSGPACK_INT_MIN <= value <= _MSGPACK_INT_MAX:
+                return (event.key, event.ts_ms, deltas)
+            return (event.key, event.ts_ms, {name: _canonical(value)})
+    items = sorted(deltas.items())  # names are unique: two values are never compared
+    for _, value in items:
+        if type(value) is int:
+            if _MSGPACK_INT_MIN <= value <= _MSGPACK_INT_MAX:
+                continue
+        else:
+            text = str(value)
+            if "E" not in text and "." in text and text[-1] != "0":
+                continue
+        return (event.key, event.ts_ms, [(name, _canonical(value)) for name, value in items])
+    return (event.key, event.ts_ms, items)
 
 
 def _canonical(value: Number) -> _CanonicalNumber:
@@ -92,7 +107,8 @@ def _canonical(value: Number) -> _CanonicalNumber:
 
     Integral values are msgpack integers, or their decimal digits as text beyond msgpack's 64 bits; other
     values are the text of the Decimal without trailing zeros, which always holds a ``.`` or an ``E``:
-    the three forms never meet.
+    the three forms never meet. (msgpack writes a Decimal as its text, so a Decimal already in that form
+    may be passed as it is.)
     """
     if type(value) is not int:
         text = str(value)
