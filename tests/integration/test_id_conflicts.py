@@ -9,17 +9,18 @@ gate closed), a journal claim cancelled by it, and the marker read after DynamoD
 
 from __future__ import annotations
 
+import copy
 import json
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from bench.capacity import item_size
 
 from tally.apply import Applier
 from tally.core.aggregate import MessageTotals, message_totals
-from tally.core.decode import DecodeLimits
-from tally.core.digest import DIGEST_BYTES
+from tally.core.decode import DecodeLimits, decode_message
+from tally.core.digest import DIGEST_BYTES, content_digest
 from tally.core.ledger import Claim
 from tally.core.model import CounterEvent, Message, SourceRecord
 from tally.core.plan import plan_transactions
@@ -28,6 +29,7 @@ from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
+from tests.integration.test_stale_reads import answer_marker_reads
 from tests.support.counts import read_all
 from tests.support.pipeline import FAST_RETRIES, TTL_DAYS, RecordingDeadLetterQueue, make_store
 from tests.support.workload import SENT_MS
@@ -310,3 +312,41 @@ def test_the_digest_keeps_a_marker_within_one_write_unit(ddb_tables: DynamoDBTab
 
     # THEN the digest adds 22 bytes (name and value), and a marker stays far within 1 KB
     assert sizes == {direct_id: (90, 68), journal_id: (127, 105)}
+
+
+def test_a_stale_marker_read_never_decides_against_the_content_that_counts(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN m-1 claimed with content X by a batch that died (lease over), then counted with content Y by its
+    # redelivery, which replaced the dead claim; the marker read of that redelivery is kept (it names the
+    # dead batch and X's digest)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
+    x = record("r-x", {"id": "m-1", "key": "page", "delta": 1})
+    y = record("r-y", {"id": "m-1", "key": "page", "delta": 2})
+    x_message = decode_message(str(x.body))
+    assert isinstance(x_message, Message)
+    journal.open("dead-batch", NOW_MS - 1, [Claim("m-1", digest=content_digest(x_message))], NOW_MS - 60_000)
+    pipeline, dlq = pipeline_with_gate(store, reads_markers=True)
+    answers: list[dict[str, Any]] = []
+    stop = answer_marker_reads(ddb_tables.client, lambda parsed: answers.append(copy.deepcopy(parsed)))
+    try:
+        assert pipeline.process([y], NOW_MS, plenty).messages_applied == 1
+    finally:
+        stop()
+    (stale,) = answers
+
+    # WHEN X arrives again while the marker read still answers with the dead batch's marker
+    def replay(parsed: dict[str, Any]) -> None:
+        parsed.clear()
+        parsed.update(copy.deepcopy(stale))
+
+    stop = answer_marker_reads(ddb_tables.client, replay)
+    try:
+        result = pipeline.process([x], NOW_MS, plenty)
+    finally:
+        stop()
+
+    # THEN the stale marker only sends X to a replacing claim, whose cancellation returns the current
+    # marker: Y counts, so X is an id conflict (not a duplicate of its own stale claim)
+    assert result.marker_reads == 1
+    assert dlq.codes() == {"r-x": ID_CONFLICT}
+    assert read_all(store, ["page"]) == {"page": {"count": Decimal(2)}}
