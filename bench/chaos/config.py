@@ -68,6 +68,10 @@ class ChaosConfig:
     max_packed_events: int = 60
     resend_share: float = 0.05
     """Share of valid messages the producer sends again under the same id, in a new message."""
+    respell_share: float = 0.3
+    """Share of those re-sends that spell the same content differently (still duplicates, not conflicts)."""
+    reuse_share: float = 0.01
+    """Share of valid messages whose id another message reuses with other content (an ``id_conflict``)."""
     poison_share: float = 0.02
     """Poison messages per valid message."""
     doomed: int = 5
@@ -111,6 +115,7 @@ SMOKE = ChaosConfig(
     packed_share=0.2,
     max_packed_events=20,
     poison_share=0.05,
+    reuse_share=0.03,
     doomed=2,
     sqs_consumers=2,
     kinesis_shards=2,

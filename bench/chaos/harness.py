@@ -225,9 +225,14 @@ def run_chaos(
     )
     stream = Stream(config.kinesis_shards, run.clock)
     _apply_setup(workload, run)
+    reused = {message.body for message in workload.alternates.values()}
     for publication in workload.publications:
         if publication.resend:
             run.log.add("producer.resend")
+            if workload.by_body[publication.body].body != publication.body:
+                run.log.add("producer.resend_respelled")
+        if publication.body in reused:
+            run.log.add("producer.id_reused")
         if publication.body in workload.poison:
             run.log.add("poison.published")
         if publication.source is Source.SQS:

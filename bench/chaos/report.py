@@ -55,6 +55,11 @@ def summary_table(result: ChaosResult) -> Table:
     )
     table.add_row("unrecoverable (injected) in DLQ", _ratio(verdict.doomed_in_dlq, verdict.doomed))
     table.add_row("valid messages in DLQ (not injected)", _flag(verdict.valid_in_dlq))
+    table.add_row(
+        "ids reused: one content counted, the other in DLQ as id_conflict",
+        _ratio(verdict.ids_reused_resolved, verdict.ids_reused)
+        + f" (second content won {verdict.ids_reused_second_won:,})",
+    )
     table.add_row("Kinesis records left given up", _flag(verdict.given_up_left))
     table.add_row(
         f"Jepsen reads outside \\[acked, attempted] (of {result.jepsen_reads:,})", _flag(len(result.jepsen_violations))

@@ -155,7 +155,7 @@ class JournalRunner:
             cost = 1 if replaces is None else 2
             if actions + cost > self._applier.max_actions:
                 break
-            claims.append(Claim(message_id, replaces))
+            claims.append(Claim(message_id, replaces, self._run.digests.get(message_id, b"")))
             actions += cost
         return claims
 

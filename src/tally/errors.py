@@ -41,12 +41,19 @@ class MarkersExistError(StoreError):
 
     ``batches`` names, for markers written by the commit journal, the batch each one belongs to; a
     message absent from it has a direct marker, written together with its deltas: it is applied.
+    ``digests`` holds the content digest each marker stores (absent: a marker written without one).
     """
 
-    def __init__(self, message_ids: frozenset[str], batches: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message_ids: frozenset[str],
+        batches: Mapping[str, str] | None = None,
+        digests: Mapping[str, bytes] | None = None,
+    ) -> None:
         super().__init__(f"{len(message_ids)} message(s) already have markers")
         self.message_ids = message_ids
         self.batches: Mapping[str, str] = batches or {}
+        self.digests: Mapping[str, bytes] = digests or {}
 
 
 class BatchStateError(StoreError):

@@ -196,3 +196,27 @@ def test_a_standard_queue_reports_only_what_failed(stack: MotoStack) -> None:
             del record["attributes"][name]
     response = sqs_handler.handler(event, LocalLambdaContext())
     assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][1]["messageId"]]
+
+
+def test_an_id_reused_with_other_content_is_dead_lettered_and_counted_in_a_metric(
+    stack: MotoStack, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a batch with two contents under one id
+    event = load_event("sqs-single.json")
+    first = event["Records"][0]
+    event["Records"] = [
+        {**first, "messageId": "r-1", "body": '{"id":"e-1","key":"page:/a","delta":1}'},
+        {**first, "messageId": "r-2", "body": '{"id":"e-1","key":"page:/a","delta":2}'},
+    ]
+    capfd.readouterr()
+    # WHEN the handler processes it
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    # THEN the second content is dead-lettered as id_conflict, the first counts, and the IdConflicts
+    # metric says so
+    assert response == {"batchItemFailures": []}
+    assert stack.store.read_counters("page:/a") == {"count": Decimal(1)}
+    (letter,) = stack.dead_letters()
+    assert letter["MessageAttributes"]["tally.error_code"]["StringValue"] == "id_conflict"
+    assert letter["MessageAttributes"]["tally.source_record_id"]["StringValue"] == "r-2"
+    metrics = [json.loads(line) for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [blob["IdConflicts"] for blob in metrics] == [[1.0]]

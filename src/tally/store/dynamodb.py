@@ -23,6 +23,7 @@ from tally.store.schema import (
     LEDGER_ID,
     MARKER_APPLIED_AT,
     MARKER_BATCH,
+    MARKER_DIGEST,
     MAX_COUNTER_KEY_BYTES,
     MAX_MESSAGE_ID_BYTES,
     PARTITION_KEY,
@@ -75,11 +76,13 @@ def _summed(parts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
 
 def _marker_record(message_id: str, item: Mapping[str, Any]) -> MarkerRecord:
     batch = item.get(MARKER_BATCH)
+    digest = item.get(MARKER_DIGEST)
     return MarkerRecord(
         message_id=message_id,
         applied_at_ms=int(item[MARKER_APPLIED_AT]["N"]),
         expires_at_s=int(item[EXPIRES_AT]["N"]),
         batch_id=batch["S"] if batch is not None else None,
+        digest=bytes(digest["B"]) if digest is not None else None,
     )
 
 
@@ -106,12 +109,15 @@ class DynamoDBCounterStore:
     def apply(self, chunk: Chunk, now_ms: int) -> None:
         """Commit one chunk atomically: all its markers and all its increments, or nothing.
 
-        Raises ``MarkersExistError`` naming the messages that already have markers (with the batch of
-        each journal marker), ``RetryableStoreError`` for throttling, conflicts and unknown outcomes,
+        Raises ``MarkersExistError`` naming the messages that already have markers (with the batch and
+        content digest of each), ``RetryableStoreError`` for throttling, conflicts and unknown outcomes,
         ``WriteRejectedError`` when DynamoDB refuses an increment itself.
         """
         expires_at = now_ms // 1000 + self.marker_ttl_seconds
-        actions = [marker_put(self.markers_table, mid, now_ms, expires_at) for mid in chunk.message_ids]
+        actions = [
+            marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
+            for message in chunk.messages
+        ]
         actions += [add_update(self.counters_table, key, counters) for key, counters in chunk.increments.items()]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])

@@ -8,7 +8,8 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
 
 - ``m#<message id>``: a message's marker. Without ``batch`` it was written in the same transaction as
   the message's deltas (a direct transaction). With ``batch`` it belongs to that journal batch and counts
-  as applied exactly when that batch is COMMITTED or DONE.
+  as applied exactly when that batch is COMMITTED or DONE. ``digest`` (Binary, 16 bytes) is the digest of
+  the content it counts (``tally.core.digest``); markers written before digests existed have none.
 - ``b#<batch id>``: a journal header (``state``, ``lease_until``, ``chunks``).
 - ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i``.
 - ``b#<batch id>#a<i>``: the record that apply chunk ``i`` was applied.
@@ -55,6 +56,7 @@ LEDGER_ID: Final = "id"
 EXPIRES_AT: Final = "expires_at"
 MARKER_APPLIED_AT: Final = "applied_at"
 MARKER_BATCH: Final = "batch"
+MARKER_DIGEST: Final = "digest"
 HEADER_STATE: Final = "state"
 HEADER_LEASE_UNTIL: Final = "lease_until"
 HEADER_CHUNKS: Final = "chunks"
@@ -120,8 +122,13 @@ def marker_put(
     *,
     batch_id: str | None = None,
     replaces: str | None = None,
+    digest: bytes = b"",
 ) -> tuple[TransactWriteItemTypeDef, Role]:
-    """A message's marker; conditional on no marker, or on one of the (aborted) batch it replaces."""
+    """A message's marker; conditional on no marker, or on one of the (aborted) batch it replaces.
+
+    ``ALL_OLD`` returns an existing marker in the cancellation reason: its batch and digest settle the
+    message without another read.
+    """
     item: dict[str, Any] = {
         LEDGER_ID: {"S": marker_id(message_id)},
         MARKER_APPLIED_AT: {"N": str(now_ms)},
@@ -129,6 +136,8 @@ def marker_put(
     }
     if batch_id is not None:
         item[MARKER_BATCH] = {"S": batch_id}
+    if digest:
+        item[MARKER_DIGEST] = {"B": digest}
     put: dict[str, Any] = {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
     if replaces is None:
         put.update(ConditionExpression="attribute_not_exists(#id)", ExpressionAttributeNames={"#id": LEDGER_ID})
@@ -240,6 +249,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
     markers: set[str] = set()
     batches: dict[str, str] = {}
+    digests: dict[str, bytes] = {}
     failed_batch: str | None = None
     applied_failed = False
     rejected_keys: set[str] = set()
@@ -252,9 +262,13 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
             continue
         if reason_code == "ConditionalCheckFailed" and role == "marker":
             markers.add(name)
-            existing = reason.get("Item", {}).get(MARKER_BATCH)
+            old_item = reason.get("Item", {})
+            existing = old_item.get(MARKER_BATCH)
             if existing is not None:
                 batches[name] = existing["S"]
+            digest = old_item.get(MARKER_DIGEST)
+            if digest is not None:
+                digests[name] = bytes(digest["B"])
         elif reason_code == "ConditionalCheckFailed" and role == "batch":
             failed_batch = name
         elif reason_code == "ConditionalCheckFailed" and role == "applied":
@@ -268,7 +282,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         else:
             details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
     if markers:
-        return MarkersExistError(frozenset(markers), batches)
+        return MarkersExistError(frozenset(markers), batches, digests)
     if failed_batch is not None:
         return BatchStateError(failed_batch)
     if applied_failed:
