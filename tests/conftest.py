@@ -9,11 +9,12 @@ starts its own JVM on a port the kernel picks, so workers never share a port or 
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -122,6 +123,85 @@ def serial_moto_endpoint() -> Iterator[str]:
         yield server.endpoint_url
 
 
+# --- the IAM contract over the whole run (tests/support/aws_calls.py, tests/support/iam.py) --------------------
+#
+# Every AWS call of the session is recorded with the tally code that made it. Each xdist worker hands its
+# recording to the controller (workeroutput); at the end of the run the controller (or the only process)
+# evaluates the function's and the operator's calls against the template's roles and operator policy, for
+# every Source, prints what is denied and what is granted but never used, and fails the run on a denial.
+# tests/template/test_iam_contract.py drives both paths itself, so the contract is checked on any run that
+# includes it; this hook adds every call site the rest of the suite reaches.
+
+_AWS_CALLS_KEY = "tally_aws_calls"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    from tests.support.aws_calls import RECORDER, Recording  # noqa: PLC0415
+
+    RECORDER.install()
+    config.stash[_recording_key] = Recording.empty()
+    config.stash[_report_key] = []
+
+
+_recording_key = pytest.StashKey["Any"]()
+_report_key = pytest.StashKey["list[str]"]()
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when xdist is not loaded
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """xdist (controller): a worker finished; keep its recording."""
+    data = getattr(node, "workeroutput", {}).get(_AWS_CALLS_KEY)
+    if data:
+        node.config.stash[_recording_key].merge(json.loads(data))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from tests.support.aws_calls import FUNCTION, OPERATOR, RECORDER  # noqa: PLC0415
+
+    config = session.config
+    if hasattr(config, "workerinput"):  # an xdist worker: hand the recording to the controller
+        config.workeroutput[_AWS_CALLS_KEY] = json.dumps(RECORDER.to_json())  # type: ignore[attr-defined]
+        return
+    recording = config.stash[_recording_key]
+    recording.merge(RECORDER.to_json())
+    checked = [call for call in recording.calls if call.role in {FUNCTION, OPERATOR}]
+    if not checked:
+        return
+    from tests.support.iam import SOURCES, evaluate, transformed_template  # noqa: PLC0415
+
+    report = config.stash[_report_key]
+    transformed = transformed_template()
+    failed = False
+    for source in SOURCES:
+        verdicts = evaluate(transformed, recording, source)
+        report.append(f"Source={source}:")
+        for verdict in verdicts:
+            report.extend(f"  {line}" for line in verdict.lines())
+            failed = failed or bool(verdict.denied or verdict.problems)
+    # "tally/store/journal.py:133 write_pages" -> "tally/store/journal.py write_pages" (lines move)
+    sites = sorted(
+        {(call.role, call.site.split(":", 1)[0] + call.site[call.site.find(" ") :], call.operation) for call in checked}
+    )
+    report.append(f"{len(checked)} kinds of call from {len(sites)} call sites evaluated:")
+    report.extend(f"  {role:8} {site} {operation}" for role, site, operation in sites)
+    if failed:
+        report.append("IAM contract FAILED: a call above is denied or cannot be mapped")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    report = config.stash.get(_report_key, [])
+    if report:
+        terminalreporter.section("IAM contract: every recorded AWS call against template.yaml")
+        for line in report:
+            terminalreporter.write_line(line)
+    if _summaries:
+        terminalreporter.section("measured")
+        for line in sorted(_summaries):
+            terminalreporter.write_line(line)
+
+
 # --- figures a test measured, printed after the run ------------------------------------------------------
 # A test records one with ``record_property(SUMMARY_PROPERTY, "text")``. Printing from the test itself is
 # lost under pytest-xdist (a worker's output is captured); its report's user_properties reach the controller.
@@ -133,10 +213,3 @@ _summaries: list[str] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":
         _summaries.extend(str(value) for name, value in report.user_properties if name == SUMMARY_PROPERTY)
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    if _summaries:
-        terminalreporter.section("measured")
-        for line in sorted(_summaries):
-            terminalreporter.write_line(line)

@@ -7,6 +7,8 @@
   (more than one letter for one poison message is allowed: the queue is at-least-once).
 - No valid message is in the dead-letter queue, unless it was injected as unrecoverable (doomed), and
   every doomed message is there with ``counter_out_of_range``. No Kinesis range is left given up.
+- Of the two contents of every reused id, exactly one is in the dead-letter queue, as ``id_conflict``, and
+  the counters hold the other's deltas (whichever arrived first: a race the check accepts both ways).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from bench.chaos.workload import DOOMED_CODE, TRACER
+from bench.chaos.workload import DOOMED_CODE, ID_CONFLICT_CODE, TRACER
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -43,6 +45,12 @@ class Verdict:
     valid_in_dlq: int
     unknown_letters: int
     given_up_left: int
+    ids_reused: int
+    """Ids a producer reused with other content (pairs of contents)."""
+    ids_reused_resolved: int
+    """Pairs with exactly one content in the DLQ as ``id_conflict`` (and the other counted)."""
+    ids_reused_second_won: int
+    """Resolved pairs where the content generated second is the one that counts (the race went that way)."""
     examples: tuple[str, ...]
     """A few of the wrong counters, for diagnosis."""
 
@@ -58,6 +66,7 @@ class Verdict:
             and self.valid_in_dlq == 0
             and self.unknown_letters == 0
             and self.given_up_left == 0
+            and self.ids_reused_resolved == self.ids_reused
         )
 
 
@@ -84,7 +93,8 @@ def judge(
     """Compare what the store holds (``read``: all-time counters of a key) with the reference."""
     checked = wrong = lost = doubled = 0
     examples: list[str] = []
-    for key, expected in sorted(workload.expected.items()):
+    reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
+    for key, expected in sorted(reference.items()):
         actual = {name: value for name, value in read(key).items() if value}
         wanted = {name: value for name, value in expected.items() if value}
         for name in sorted(set(actual) | set(wanted)):
@@ -111,6 +121,8 @@ def judge(
             unknown += 1
         elif message.doomed and letter.code == DOOMED_CODE:
             doomed_seen.add(message.message_id)
+        elif message.message_id in workload.alternates and letter.code == ID_CONFLICT_CODE:
+            continue  # judged by _with_reused_ids
         else:
             valid_in_dlq += 1
     accounted = misfiled = missing = 0
@@ -141,5 +153,39 @@ def judge(
         valid_in_dlq=valid_in_dlq,
         unknown_letters=unknown,
         given_up_left=given_up_left,
+        ids_reused=len(workload.alternates),
+        ids_reused_resolved=resolved,
+        ids_reused_second_won=second_won,
         examples=tuple(examples),
     )
+
+
+def _with_reused_ids(
+    workload: Workload, letters: Sequence[Letter], examples: list[str]
+) -> tuple[dict[str, dict[str, Decimal]], int, int]:
+    """The reference sums with, for each reused id, the content that was not dead-lettered; and how many
+    pairs were resolved (exactly one content in the DLQ as ``id_conflict``), and won by the second."""
+    conflicted = set()  # (message id, second content?) of every content in the DLQ as id_conflict
+    for letter in letters:
+        message = workload.by_body.get(letter.body)  # a re-send spelled differently is its first content
+        if letter.code == ID_CONFLICT_CODE and message is not None:
+            conflicted.add((message.message_id, message.reused))
+    reference = {key: dict(counters) for key, counters in workload.expected.items()}
+    resolved = second_won = 0
+    for message_id, second in sorted(workload.alternates.items()):
+        first = workload.valid[message_id]
+        first_dead, second_dead = (message_id, False) in conflicted, (message_id, True) in conflicted
+        if first_dead == second_dead:
+            if len(examples) < 10:
+                found = "both contents" if first_dead else "neither content"
+                examples.append(f"reused id {message_id}: {found} in DLQ")
+            continue
+        resolved += 1
+        if first_dead:  # the second content counts instead of the first
+            second_won += 1
+            for sums, sign in ((first.sums, -1), (second.sums, 1)):
+                for key, counters in sums.items():
+                    for name, value in counters.items():
+                        reference.setdefault(key, {})
+                        reference[key][name] = reference[key].get(name, Decimal(0)) + sign * value
+    return reference, resolved, second_won

@@ -68,10 +68,21 @@ class ChaosConfig:
     max_packed_events: int = 60
     resend_share: float = 0.05
     """Share of valid messages the producer sends again under the same id, in a new message."""
+    respell_share: float = 0.3
+    """Share of those re-sends that spell the same content differently (still duplicates, not conflicts)."""
+    reuse_share: float = 0.01
+    """Share of valid messages whose id another message reuses with other content (an ``id_conflict``)."""
     poison_share: float = 0.02
     """Poison messages per valid message."""
     doomed: int = 5
     """Valid messages injected as unrecoverable: each would push a counter out of DynamoDB's Number range."""
+    wide_keys: int = 4
+    """Keys that get hundreds of counter names (issue 14): more than one ADD's 4 KB expression holds."""
+    wide_messages: int = 24
+    """Messages of 100 counters (the per-event maximum) on a wide key; every third is packed (4 events,
+    400 names in one message). Four single ones on one key are already 400 names on one item."""
+    long_decimals: int = 12
+    """Messages adding a 37-digit decimal to the hot key: its shards' sum needs more than 28 digits."""
     sqs_share: float = 0.5
     sqs_consumers: int = 3
     sqs_batch_size: int = 10
@@ -104,6 +115,7 @@ SMOKE = ChaosConfig(
     packed_share=0.2,
     max_packed_events=20,
     poison_share=0.05,
+    reuse_share=0.03,
     doomed=2,
     sqs_consumers=2,
     kinesis_shards=2,

@@ -86,6 +86,10 @@ class Consumer:
             "transaction_retries": result.retries,
             "journal_batches": result.journal_batches,
         }
+        conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]
+        # How the pipeline met each reused id: another copy in the same batch, or the id's marker.
+        figures["id_conflicts_in_batch"] = sum(1 for letter in conflicts if "first copy" in letter.rejection.detail)
+        figures["id_conflicts_by_marker"] = len(conflicts) - figures["id_conflicts_in_batch"]
         for name, value in figures.items():
             self.log.add(f"pipeline.{name}", value)
 

@@ -27,6 +27,8 @@ def summary_table(result: ChaosResult) -> Table:
     table.add_row("messages (distinct, valid)", f"{result.messages:,}")
     table.add_row("messages published (re-sends and poison included)", f"{result.publications:,}")
     table.add_row("invocations", f"{result.counts.get('invocations', 0):,}")
+    table.add_row("messages with 100+ counters on one key", f"{result.wide_messages:,}")
+    table.add_row("items with more counter names than one ADD carries (331)", f"{result.wide_items:,}")
     section(f"faults injected: {sum(result.faults.values()):,}")
     for name, count in result.faults.items():
         table.add_row(f"  {name}", f"{count:,}")
@@ -53,6 +55,11 @@ def summary_table(result: ChaosResult) -> Table:
     )
     table.add_row("unrecoverable (injected) in DLQ", _ratio(verdict.doomed_in_dlq, verdict.doomed))
     table.add_row("valid messages in DLQ (not injected)", _flag(verdict.valid_in_dlq))
+    table.add_row(
+        "ids reused: one content counted, the other in DLQ as id_conflict",
+        _ratio(verdict.ids_reused_resolved, verdict.ids_reused)
+        + f" (second content won {verdict.ids_reused_second_won:,})",
+    )
     table.add_row("Kinesis records left given up", _flag(verdict.given_up_left))
     table.add_row(
         f"Jepsen reads outside \\[acked, attempted] (of {result.jepsen_reads:,})", _flag(len(result.jepsen_violations))
@@ -80,6 +87,8 @@ def as_json(result: ChaosResult) -> dict[str, Any]:
         "events": result.events,
         "messages": result.messages,
         "publications": result.publications,
+        "wide_messages": result.wide_messages,
+        "wide_items": result.wide_items,
         "faults": result.faults,
         "faults_total": sum(result.faults.values()),
         "redeliveries": result.redeliveries,

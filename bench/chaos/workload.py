@@ -7,19 +7,35 @@ several counters, with integer and two-decimal deltas written as exact literals.
 of kinds, each with the reason code README.md documents for it; every poison body is unique, so a dead
 letter can be traced back to the poison message it came from.
 
+Issue 14 adds two shapes. Wide messages put 100 counter names (the per-event maximum) on one of a few
+keys, so that an item gets hundreds of names, more than one DynamoDB ADD's 4 KB expression can carry;
+every third one is packed (400 names on one key in one message). Long-decimal messages add a 37-digit
+decimal to the hot key, whose shards must then be summed on read to more than 28 digits. The reference
+sums are taken in a 100-digit context: Python's default one would round them.
+
 The messages injected as unrecoverable ("doomed") are valid but can never be counted: a setup message,
 applied before the run, brings a counter near DynamoDB's largest Number, and the doomed message would push
 it past it, so DynamoDB refuses the ADD and the pipeline dead-letters it with ``counter_out_of_range``.
+
+Ids reused with other content (``ChaosConfig.reuse_share``): a second producer (or a buggy one) sends
+other events under an id another message already uses: the same keys and ``count`` (so the Jepsen bounds
+hold whichever counts), other ``units`` and sometimes another ``ts``. Exactly one of the two contents may
+count; the other must end in the dead-letter queue as ``id_conflict``. Which one is a race (the stream
+or queue decides what arrives first), so ``expected`` holds the first content's sums and the check swaps
+in the other's when the first is the one dead-lettered. Some re-sends spell the same content differently
+(``respell_share``: the ``delta`` shorthand written out, ``1.0`` for ``1``, trailing zeros, spaces): those
+are duplicates, and must never be taken for a conflict.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from decimal import Decimal
+from decimal import Context, Decimal, localcontext
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
@@ -33,7 +49,14 @@ TRACER: Final = "count"
 EDGE_DELTA: Final = Decimal("9E+125")
 """Twice this is past DynamoDB's largest Number (9.99...E+125): the second ADD is refused."""
 DOOMED_CODE: Final = "counter_out_of_range"
+ID_CONFLICT_CODE: Final = "id_conflict"
 DAY_MS: Final = 86_400_000
+WIDE_NAMES_PER_EVENT: Final = 99
+"""Besides ``count``: 100 counters, the decoder's per-event maximum."""
+LONG_DECIMAL: Final = Decimal("1234567890123456789012345678.901234567")
+"""37 significant digits: a sum of two already needs more than Python's default 28."""
+REFERENCE: Final = Context(prec=100)
+"""The reference sums' context: wide enough that no sum here is ever rounded."""
 
 
 class Source(StrEnum):
@@ -43,6 +66,8 @@ class Source(StrEnum):
 
 Sums = dict[str, dict[str, Decimal]]
 """key -> counter -> exact sum."""
+Part = tuple[str, dict[str, Decimal], int | str | None]
+"""One event: key, deltas, ts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +79,10 @@ class ValidMessage:
     sums: Sums
     doomed: bool = False
     """Injected as unrecoverable: it pushes a counter out of DynamoDB's Number range, so it is refused."""
+    parts: tuple[Part, ...] = ()
+    """Its events (key, deltas, ts), for the other content of a reused id."""
+    reused: bool = False
+    """The second content under an id (``Workload.alternates``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +113,10 @@ class Workload:
     """Applied before the run, without faults (the counters the doomed messages overflow)."""
     publications: tuple[Publication, ...]
     expected: Sums
-    """Sum over distinct valid messages, doomed ones excepted (they are never counted)."""
+    """Sum over distinct valid messages, doomed ones excepted (they are never counted), counting the first
+    content of each reused id."""
+    alternates: dict[str, ValidMessage] = field(default_factory=dict)
+    """By message id: the other content a producer sent under an id of ``valid`` (``by_body`` has both)."""
 
     @property
     def events(self) -> int:
@@ -131,6 +163,8 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     """The load: ``base_ms`` (epoch ms) is the run's start on its virtual clock; ``ts`` values lie before it."""
     rng = random.Random(f"{config.seed}:workload")
     valid = _valid_messages(config, base_ms, rng)
+    valid |= _wide_messages(config, rng)
+    valid |= _long_decimal_messages(config)
     setup, doomed = _edge_messages(config)
     poison = _poison_messages(config, base_ms, len(valid))
 
@@ -140,27 +174,46 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     publications = [Publication(source(), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
     publications += [Publication(source(), body, f"poison-{index}") for index, body in enumerate(poison)]
     rng.shuffle(publications)
+    respelled: dict[str, ValidMessage] = {}
+    reuse_rng = random.Random(f"{config.seed}:reuse")  # its own stream: the rest of the load stays as it was
     for message in rng.sample(list(valid.values()), int(len(valid) * config.resend_share)):
         # A re-send goes out after the original (anywhere later), possibly to the other source.
         original = next(i for i, p in enumerate(publications) if p.body == message.body)
         position = rng.randint(original + 1, len(publications))
-        publications.insert(position, Publication(source(), message.body, message.partition_key, resend=True))
+        body = message.body
+        if reuse_rng.random() < config.respell_share and message.parts:  # wide messages are not respelled
+            body = _respell(body)
+            respelled[body] = message
+        publications.insert(position, Publication(source(), body, message.partition_key, resend=True))
+    alternates = _reuse_ids(config, valid, reuse_rng)
+    for alternate in alternates.values():
+        # Half right next to the first content (same source and partition key: often the same batch), half
+        # anywhere (before or after it: which content arrives first is left to the race).
+        original = next(i for i, p in enumerate(publications) if p.body == valid[alternate.message_id].body)
+        if reuse_rng.random() < 0.5:
+            position = original + reuse_rng.randint(0, 1)
+            where = publications[original].source
+        else:
+            position, where = reuse_rng.randint(0, len(publications)), source()
+        publications.insert(position, Publication(where, alternate.body, alternate.partition_key))
 
     everything = {m.message_id: m for m in [*valid.values(), *setup, *doomed]}
     expected: Sums = defaultdict(lambda: defaultdict(Decimal))
-    for message in everything.values():
-        if message.doomed:
-            continue
-        for key, counters in message.sums.items():
-            for name, value in counters.items():
-                expected[key][name] += value
+    with localcontext(REFERENCE):
+        for message in everything.values():
+            if message.doomed:
+                continue
+            for key, counters in message.sums.items():
+                for name, value in counters.items():
+                    expected[key][name] += value
     return Workload(
         valid=everything,
-        by_body={message.body: message for message in everything.values()},
+        by_body={message.body: message for message in [*everything.values(), *alternates.values()]} | respelled,
         poison=poison,
         setup=tuple(setup),
         publications=tuple(publications),
         expected={key: dict(counters) for key, counters in expected.items()},
+        alternates=alternates,
     )
 
 
@@ -203,15 +256,101 @@ def _valid_messages(config: ChaosConfig, base_ms: int, rng: random.Random) -> di
             body = f'{{"id":"{message_id}","key":{json.dumps(key)},"delta":1}}'  # the shorthand: count += 1
         else:
             body = f'{{"id":"{message_id}",' + _event_json(key, deltas, ts) + "}"
-        sums: Sums = defaultdict(lambda: defaultdict(Decimal))
-        for event_key, event_deltas, _ in parts:
-            for name, delta in event_deltas.items():
-                sums[event_key][name] += delta
         valid[message_id] = ValidMessage(
-            message_id, body, message_id if packed else key, len(parts), {k: dict(v) for k, v in sums.items()}
+            message_id, body, message_id if packed else key, len(parts), _sums(parts), parts=tuple(parts)
         )
         events += len(parts)
     return valid
+
+
+def _wide_messages(config: ChaosConfig, rng: random.Random) -> dict[str, ValidMessage]:
+    """Messages of 100 counters on a few wide keys, each message naming 99 counters of its own."""
+    messages: dict[str, ValidMessage] = {}
+    for index in range(config.wide_messages if config.wide_keys else 0):
+        key = f"wide:{index % config.wide_keys}"
+        message_id = f"c{config.seed}-wide-{index}"
+        events = 4 if index % 3 == 2 else 1
+        parts = []
+        for event in range(events):
+            first = (index * 4 + event) * WIDE_NAMES_PER_EVENT
+            deltas = {TRACER: Decimal(1)} | {f"w{first + n}": Decimal(rng.randint(1, 9)) for n in range(99)}
+            parts.append(deltas)
+        if events == 1:
+            body = f'{{"id":"{message_id}",' + _event_json(key, parts[0], None) + "}"
+        else:
+            body = (
+                f'{{"id":"{message_id}","events":['
+                + ",".join("{" + _event_json(key, p, None) + "}" for p in parts)
+                + "]}"
+            )
+        sums: dict[str, Decimal] = defaultdict(Decimal)
+        for deltas in parts:
+            for name, delta in deltas.items():
+                sums[name] += delta
+        messages[message_id] = ValidMessage(
+            message_id, body, key if events == 1 else message_id, events, {key: dict(sums)}
+        )
+    return messages
+
+
+def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
+    messages: dict[str, ValidMessage] = {}
+    for index in range(config.long_decimals):
+        message_id = f"c{config.seed}-long-{index}"
+        deltas = {TRACER: Decimal(1), "digits": LONG_DECIMAL}
+        body = f'{{"id":"{message_id}",' + _event_json("hot:0", deltas, None) + "}"
+        messages[message_id] = ValidMessage(message_id, body, "hot:0", 1, {"hot:0": deltas})
+    return messages
+
+
+def wide_items(workload: Workload, names_per_add: int) -> int:
+    """Keys whose all-time item gets more counter names than one ADD carries (the load's figure)."""
+    return sum(1 for counters in workload.expected.values() if len(counters) > names_per_add)
+
+
+def _sums(parts: list[Part] | tuple[Part, ...]) -> Sums:
+    sums: Sums = defaultdict(lambda: defaultdict(Decimal))
+    for event_key, event_deltas, _ in parts:
+        for name, delta in event_deltas.items():
+            sums[event_key][name] += delta
+    return {key: dict(counters) for key, counters in sums.items()}
+
+
+def _reuse_ids(config: ChaosConfig, valid: dict[str, ValidMessage], rng: random.Random) -> dict[str, ValidMessage]:
+    """Other content under ``reuse_share`` of the valid ids: same keys and ``count``, other ``units``."""
+    alternates: dict[str, ValidMessage] = {}
+    ordinary = sorted((m for m in valid.values() if m.parts), key=lambda m: m.message_id)  # not the wide ones
+    for message in rng.sample(ordinary, int(len(valid) * config.reuse_share)):
+        (key, deltas, ts), *rest = message.parts
+        changed = {**deltas, "units": deltas.get("units", Decimal(0)) + _nonzero(rng, -5, 20)}
+        if isinstance(ts, int) and rng.random() < 0.5:
+            ts -= 1  # another event time too (the same hour or day window, or the one before)
+        parts = ((key, changed, ts), *rest)
+        if len(parts) > 1 or message.partition_key == message.message_id:
+            body = (
+                f'{{"id":"{message.message_id}","events":['
+                + ",".join("{" + _event_json(*p) + "}" for p in parts)
+                + "]}"
+            )
+        else:
+            body = f'{{"id":"{message.message_id}",' + _event_json(*parts[0]) + "}"
+        alternates[message.message_id] = ValidMessage(
+            message.message_id, body, message.partition_key, len(parts), _sums(parts), parts=parts, reused=True
+        )
+    return alternates
+
+
+_DECIMAL = re.compile(r'(":-?\d+\.\d+)')
+_INT_DELTA = re.compile(r'("(?:units|count)":-?\d+)([,}])')
+
+
+def _respell(body: str) -> str:
+    """The same content written differently: the ``delta`` shorthand spelled out, ints as ``n.0``, a
+    trailing zero on every decimal, a space after every comma."""
+    body = body.replace('"delta":1}', '"deltas":{"count":1}}')
+    body = _DECIMAL.sub(r"\g<1>0", body)
+    body = _INT_DELTA.sub(r"\1.0\2", body)
+    return body.replace(',"', ', "')
 
 
 def _edge_messages(config: ChaosConfig) -> tuple[list[ValidMessage], list[ValidMessage]]:

@@ -8,7 +8,9 @@ transactions. Both are exactly-once; docs/journal.md explains the protocol.
 A message whose marker already exists is resolved through the batch its marker names: a direct marker or
 a DONE batch means applied; a COMMITTED batch is finished here and then counts as applied; a PREPARING
 batch with a live lease is left for later (its records are reported failed and redelivered); an expired
-one is aborted, and a marker of an ABORTED batch counts as absent, so the message is claimed again.
+one is aborted, and a marker of an ABORTED batch counts as absent, so the message is claimed again. An
+applied message is a duplicate only if its marker's content digest matches: other content under the id
+is rejected as ``id_conflict`` (``tally.core.ledger.content_conflict``).
 
 Throttling, conflicts and unknown outcomes are retried with exponential backoff and full jitter
 (tenacity) while the invocation has time; what is still unapplied is reported for redelivery. Any other
@@ -27,20 +29,26 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_random_exponential
 
-from tally.core.ledger import BatchState
+from tally.core.ledger import BatchState, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch, plan_transactions
 from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
 from tally.marker_reads import MarkerReadGate
+from tally.store.expressions import counters_per_add
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
-    from tally.core.plan import Chunk
+    from tally.core.plan import Chunk, CounterLimit
 
 T = TypeVar("T")
+
+
+def refusal_code(refused: WriteRejectedError) -> RejectCode:
+    """The dead-letter code of a message whose write DynamoDB itself refused."""
+    return RejectCode.COUNTER_OUT_OF_RANGE if refused.number_range else RejectCode.WRITE_REFUSED
 
 
 class CounterStore(Protocol):
@@ -130,6 +138,8 @@ class Run:
     replaces: dict[str, str] = field(default_factory=dict)
     """Messages whose marker names an aborted batch -> that batch (claimed by replacing the marker)."""
     resolutions: dict[str, Resolution] = field(default_factory=dict)
+    digests: Mapping[str, bytes] = field(default_factory=dict)
+    """Message id -> the content digest of the message this run applies under it."""
     applied_events: int = 0
     requests: int = 0
     retries: int = 0
@@ -138,6 +148,14 @@ class Run:
     markers_met: int = 0
     """Existing markers this run met, through the marker read or a cancelled write."""
     marker_reads: int = 0
+
+    def settle_applied(self, message_id: str, counted: bytes | None) -> None:
+        """A marker says the id was applied with content ``counted``: a duplicate, or an id conflict."""
+        conflict = content_conflict(counted, self.digests.get(message_id), where="its marker")
+        if conflict is None:
+            self.already.add(message_id)
+        else:
+            self.rejected[message_id] = conflict
 
     def mark_applied(self, messages: Sequence[MessageTotals]) -> None:
         for message in messages:
@@ -159,6 +177,7 @@ class Applier:
         new_batch_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         use_journal: bool = True,
         marker_read_gate: MarkerReadGate | None = None,
+        counter_limit: CounterLimit = counters_per_add,
     ) -> None:
         self.store = store
         self.journal = journal
@@ -171,12 +190,14 @@ class Applier:
         self.marker_read_gate = marker_read_gate if marker_read_gate is not None else MarkerReadGate()
         """Whether to read the batch's markers first, so duplicates do not cancel whole transactions
         (``MarkerReadGate(quiet_batches=0)`` never reads: the cancellation path, for tests)."""
+        self.counter_limit = counter_limit
+        """The most counters one ADD on an item may carry (DynamoDB's 4 KB expression limit, issue 14)."""
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
         from tally.commit import JournalRunner  # noqa: PLC0415  (commit imports this module's types)
 
-        run = Run(now_ms, remaining_ms)
+        run = Run(now_ms, remaining_ms, digests={message.message_id: message.digest for message in messages})
         runner = JournalRunner(self, run)
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:
@@ -186,7 +207,13 @@ class Applier:
         for _ in range(3):
             if not pending:
                 break
-            plan = plan_batch(pending, self.max_actions, frozenset(run.replaces), allow_journal=self.use_journal)
+            plan = plan_batch(
+                pending,
+                self.max_actions,
+                frozenset(run.replaces),
+                allow_journal=self.use_journal,
+                counter_limit=self.counter_limit,
+            )
             run.rejected.update(plan.rejected)
             again: list[MessageTotals] = []
             for chunk in plan.direct:
@@ -222,7 +249,8 @@ class Applier:
         if not existing:
             return messages
         batches = {mid: marker.batch_id for mid, marker in existing.items() if marker.batch_id is not None}
-        claimable = self.settle_existing(MarkersExistError(frozenset(existing), batches), run)
+        digests = {mid: marker.digest for mid, marker in existing.items() if marker.digest is not None}
+        claimable = self.settle_existing(MarkersExistError(frozenset(existing), batches, digests), run)
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
     # --------------------------------------------------------------------------------- direct path
@@ -244,7 +272,7 @@ class Applier:
         except WriteRejectedError as refused:
             if len(chunk.messages) > 1:
                 for message in chunk.messages:
-                    (single,) = plan_transactions([message], self.max_actions).chunks
+                    (single,) = plan_transactions([message], self.max_actions, self.counter_limit).chunks
                     self._direct(single, run)
                 return []
             self._refused_alone(chunk.messages[0], refused, run)
@@ -254,20 +282,25 @@ class Applier:
 
     def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError, run: Run) -> None:
         # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
-        # can be refused for the range instead of being cancelled by its marker. Look before rejecting.
-        marker = self.store.read_marker(message.message_id)
+        # can be refused for the range instead of being cancelled by its marker. Look before rejecting,
+        # retrying the read like any step; if it never answers, only this message goes back to the source.
+        try:
+            marker = self.attempt(run, partial(self.store.read_marker, message.message_id), counts_as_request=False)
+        except RetryableStoreError:
+            run.unapplied.add(message.message_id)
+            return
         if marker is not None:
             resolution = (
                 Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id, run)
             )
             if resolution is Resolution.APPLIED:
-                run.already.add(message.message_id)
+                run.settle_applied(message.message_id, marker.digest)
                 return
             if resolution is Resolution.PENDING:
                 run.unapplied.add(message.message_id)
                 return
         detail = f"DynamoDB refused the increment: {refused.detail}"
-        run.rejected[message.message_id] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)
+        run.rejected[message.message_id] = Rejection(refusal_code(refused), detail)
 
     # --------------------------------------------------------------------------------- resolution
     def settle_existing(self, exists: MarkersExistError, run: Run, own_batch: str | None = None) -> set[str]:
@@ -277,13 +310,13 @@ class Applier:
         for message_id in exists.message_ids:
             batch_id = exists.batches.get(message_id)
             if batch_id is None:
-                run.already.add(message_id)
+                run.settle_applied(message_id, exists.digests.get(message_id))
                 continue
             if batch_id == own_batch:
                 continue  # our own claim, from an attempt whose response was lost: the caller keeps it
             resolution = self._resolve_or_pending(batch_id, run)
             if resolution is Resolution.APPLIED:
-                run.already.add(message_id)
+                run.settle_applied(message_id, exists.digests.get(message_id))
             elif resolution is Resolution.PENDING:
                 run.unapplied.add(message_id)
             else:

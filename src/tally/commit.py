@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 from tally.core.aggregate import merge_totals
 from tally.core.ledger import BatchRecord, BatchState, Claim
-from tally.core.model import RejectCode, Rejection
+from tally.core.model import Rejection
 from tally.core.plan import nonzero_increments, plan_apply_chunks
 from tally.errors import (
     BatchStateError,
@@ -68,7 +68,7 @@ class JournalRunner:
             self._abort_own(batch_id)
             return []
         increments = nonzero_increments(merge_totals(message.totals for message in claimed))
-        chunks = plan_apply_chunks(increments, max_keys=applier.max_actions - 2)
+        chunks = plan_apply_chunks(increments, max_keys=applier.max_actions - 2, counter_limit=applier.counter_limit)
         try:
             if len(chunks) <= 1:
                 applier.attempt(run, lambda: self._journal.commit_single(batch_id, chunks[0] if chunks else {}))
@@ -88,14 +88,14 @@ class JournalRunner:
                     self._abort_own(batch_id)
                 run.unapplied.update(message.message_id for message in claimed)
                 return []
-        except WriteRejectedError:
-            # A counter would leave the Number range: nothing was committed. Abort, then settle each
-            # message alone so that only the culprit is dead-lettered.
+        except WriteRejectedError as refused:
+            # A counter would leave the Number range (or an action a size limit): nothing was committed.
+            # Abort, then settle each message alone so that only the culprit is dead-lettered.
             self._abort_own(batch_id)
             for message in claimed:
                 run.replaces[message.message_id] = batch_id
             if isolate or len(claimed) == 1:
-                self._reject(claimed)
+                self._reject(claimed, refused)
                 return []
             return [retry for message in claimed for retry in self.run([message], isolate=True)]
         record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(chunks))
@@ -155,7 +155,7 @@ class JournalRunner:
             cost = 1 if replaces is None else 2
             if actions + cost > self._applier.max_actions:
                 break
-            claims.append(Claim(message_id, replaces))
+            claims.append(Claim(message_id, replaces, self._run.digests.get(message_id, b"")))
             actions += cost
         return claims
 
@@ -208,10 +208,14 @@ class JournalRunner:
             return False
         return True
 
-    def _reject(self, messages: Sequence[MessageTotals]) -> None:
-        detail = "DynamoDB refused the increment: a counter would leave the Number range"
+    def _reject(self, messages: Sequence[MessageTotals], refused: WriteRejectedError) -> None:
+        from tally.apply import refusal_code  # noqa: PLC0415  (apply imports this module)
+
+        reason = "a counter would leave the Number range" if refused.number_range else refused.detail
         for message in messages:
-            self._run.rejected[message.message_id] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)
+            self._run.rejected[message.message_id] = Rejection(
+                refusal_code(refused), f"DynamoDB refused the increment: {reason}"
+            )
 
     def _abort_own(self, batch_id: str) -> None:
         # If this fails, the lease will expire and anyone may abort the batch then.

@@ -41,12 +41,19 @@ class MarkersExistError(StoreError):
 
     ``batches`` names, for markers written by the commit journal, the batch each one belongs to; a
     message absent from it has a direct marker, written together with its deltas: it is applied.
+    ``digests`` holds the content digest each marker stores (absent: a marker written without one).
     """
 
-    def __init__(self, message_ids: frozenset[str], batches: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        message_ids: frozenset[str],
+        batches: Mapping[str, str] | None = None,
+        digests: Mapping[str, bytes] | None = None,
+    ) -> None:
         super().__init__(f"{len(message_ids)} message(s) already have markers")
         self.message_ids = message_ids
         self.batches: Mapping[str, str] = batches or {}
+        self.digests: Mapping[str, bytes] = digests or {}
 
 
 class BatchStateError(StoreError):
@@ -67,10 +74,12 @@ class WriteRejectedError(StoreError):
     Retrying the same transaction can never succeed; the caller isolates the responsible message.
     """
 
-    def __init__(self, detail: str, keys: frozenset[str]) -> None:
+    def __init__(self, detail: str, keys: frozenset[str], *, number_range: bool = True) -> None:
         super().__init__(detail)
         self.detail = detail
         self.keys = keys
+        self.number_range = number_range
+        """True: a counter would leave the Number range; False: another per-action limit (a size)."""
 
 
 class DeadLetterError(TallyError):

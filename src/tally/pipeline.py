@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from msgspec.structs import replace
 
-from tally.core.aggregate import deduplicate, message_totals
+from tally.core.aggregate import copy_conflict, deduplicate, message_totals
 from tally.core.decode import DecodeLimits, decode_message
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
 from tally.core.sharding import HotKeys, assign_shards
@@ -120,6 +120,14 @@ class BatchPipeline:
             rejection = outcome.rejected.get(messages[position].message_id)
             if rejection is not None:
                 poison.append(DeadLetter(valid_records[position], rejection))
+        for position, first in distinct.conflict_of.items():
+            # An id reused with other content in this batch; left to redelivery with the first copy if
+            # that one is unapplied (its record is reported failed below).
+            first_id = messages[first].message_id
+            if first_id not in outcome.unapplied:
+                conflict = copy_conflict(messages[first], messages[position], outcome.rejected.get(first_id))
+                if conflict is not None:
+                    poison.append(DeadLetter(valid_records[position], conflict))
         refused_by_dlq = self._dead_letters.send(poison) if poison else frozenset()
 
         failed = [

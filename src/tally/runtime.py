@@ -15,6 +15,7 @@ from botocore.config import Config
 
 from tally.apply import Applier
 from tally.core.decode import DecodeLimits
+from tally.core.model import RejectCode
 from tally.dlq import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
@@ -88,6 +89,8 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "RefusedChunks": result.refused_chunks,
         "LateEvents": result.late_events,
         "MarkerReads": result.marker_reads,
+        # An id reused with other content (dead-lettered too, but worth an alarm of its own: a producer bug)
+        "IdConflicts": sum(1 for letter in result.dead_letters if letter.rejection.code is RejectCode.ID_CONFLICT),
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

@@ -5,31 +5,41 @@ SQS and Kinesis, with every fault kind injected; it must count exactly once. Two
 variants, defined here and never in src/, run under the same harness and must be caught:
 
 - a counter store whose direct transactions carry the ADDs without the idempotency markers;
-- a journal whose apply chunks carry the ADDs without the applied-record condition.
+- a journal whose apply chunks carry the ADDs without the applied-record condition;
+- a planner without the 4 KB expression bound (issue 14): the load's wide keys (hundreds of counter names)
+  make ADDs DynamoDB refuses, which the run must report (before the fix they failed whole batches until
+  SQS and Kinesis gave them up; now only the wide messages are refused, and they are valid: still a FAIL).
+- markers written without content digests (as before issue 14's defect 6): an id reused with other
+  content across batches is then taken for a duplicate, and the other content is silently dropped.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import msgspec
 import pytest
 from bench.chaos.config import SMOKE, DynamoDBFaultRates
 from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.plan import no_counter_limit
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import add_update, translate
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from bench.chaos.config import ChaosConfig
     from bench.chaos.harness import ChaosResult
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.aggregate import Totals
+    from tally.core.ledger import Claim
     from tally.core.plan import Chunk
     from tally.local.dynamodb_local import DynamoDBLocal
     from tally.pipeline import BatchPipeline, DeadLetterQueue
@@ -47,6 +57,21 @@ class StoreWithoutMarkers(DynamoDBCounterStore):
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, [role for _, role in actions]) from exc
+
+
+class StoreWithoutDigests(DynamoDBCounterStore):
+    """BROKEN on purpose: direct markers are written without the content digest."""
+
+    def apply(self, chunk: Chunk, now_ms: int) -> None:
+        messages = tuple(msgspec.structs.replace(message, digest=b"") for message in chunk.messages)
+        super().apply(replace(chunk, messages=messages), now_ms)
+
+
+class JournalWithoutDigests(DynamoDBJournal):
+    """BROKEN on purpose: journal claims are written without the content digest."""
+
+    def _claim_actions(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> list[Any]:
+        return super()._claim_actions(batch_id, [replace(claim, digest=b"") for claim in claims], now_ms)
 
 
 class JournalWithoutAppliedRecords(DynamoDBJournal):
@@ -68,6 +93,22 @@ def _journal_without_applied_records(
 ) -> BatchPipeline:
     journal = JournalWithoutAppliedRecords(client, tables.counters, tables.markers, 35 * 86_400)
     return wire_pipeline(client, tables, dead_letters, config, journal=journal)
+
+
+def _planner_without_the_expression_bound(
+    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config)
+    pipeline._applier.counter_limit = no_counter_limit  # BROKEN on purpose: the planner's bound taken away
+    return pipeline
+
+
+def _markers_without_digests(
+    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+) -> BatchPipeline:
+    store = StoreWithoutDigests(client, tables.counters, tables.markers, 35 * 86_400)
+    journal = JournalWithoutDigests(client, tables.counters, tables.markers, 35 * 86_400)
+    return wire_pipeline(client, tables, dead_letters, config, store=store, journal=journal)
 
 
 def _run(
@@ -94,6 +135,9 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert verdict.poison_accounted == verdict.poison_messages > 0
     assert verdict.doomed_in_dlq == verdict.doomed > 0
     assert (verdict.valid_in_dlq, verdict.unknown_letters, verdict.given_up_left, verdict.stray_keys) == (0, 0, 0, ())
+    # AND of every id reused with other content, one content counts and the other is in the DLQ as
+    # id_conflict; re-sends spelled differently are duplicates (valid_in_dlq above is 0)
+    assert verdict.ids_reused_resolved == verdict.ids_reused > 0
     assert result.jepsen_reads > 0
     assert result.jepsen_violations == ()
     assert result.unexpected_errors == ()
@@ -106,6 +150,8 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
         "delivery.kinesis_rewind",
         "delivery.dlq_refusal",
         "producer.resend",
+        "producer.resend_respelled",
+        "producer.id_reused",
         "producer.dlq_redriven",
         "poison.published",
     }
@@ -114,6 +160,22 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.events >= SMOKE.events
     assert result.redeliveries.get("redelivery.sqs_receive_again", 0) > 0
     assert result.redeliveries.get("redelivery.kinesis_records", 0) > 0
+    # AND the load had items with more counter names than one ADD carries (issue 14)
+    assert result.wide_messages == SMOKE.wide_messages
+    assert result.wide_items == SMOKE.wide_keys
+
+
+def test_the_harness_catches_adds_over_the_expression_limit(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a planner that lets an ADD carry any number of counters, under the smoke run's faults
+    config = replace(SMOKE, events=1_000)
+    # WHEN it runs
+    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_planner_without_the_expression_bound)
+    # THEN the wide messages are never counted, and the run fails
+    assert result.verdict.lost_events > 0
+    assert result.verdict.counters_wrong > 0
+    assert not result.passed
 
 
 BROKEN_VARIANTS = {
@@ -147,4 +209,18 @@ def test_the_harness_catches_a_broken_variant(
     # THEN the harness reports doubled events and fails the run
     assert result.verdict.doubled_events > 0
     assert result.verdict.counters_wrong > 0
+    assert not result.passed
+
+
+def test_the_harness_catches_markers_without_content_digests(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a pipeline whose markers carry no content digest (defect 6: the first content wins silently)
+    config = replace(SMOKE, events=1_000, reuse_share=0.05)
+
+    # WHEN it runs under the same harness and faults
+    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_markers_without_digests)
+
+    # THEN reused ids met across batches are not dead-lettered, and the harness fails the run
+    assert result.verdict.ids_reused_resolved < result.verdict.ids_reused
     assert not result.passed

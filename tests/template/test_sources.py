@@ -30,14 +30,21 @@ KINESIS_ONLY = {
     "StreamCounterFunctionLogGroup",
     "StreamIteratorAgeAlarm",
 }
-ALWAYS = {"CountersTable", "MarkersTable", "EventsDeadLetterQueue", "DeadLetterQueueAlarm"}
+ALWAYS = {"CountersTable", "MarkersTable", "EventsDeadLetterQueue", "DeadLetterQueueAlarm", "OperatorPolicy"}
 SOURCES = {"SQS": SQS_ONLY, "Kinesis": KINESIS_ONLY, "Both": SQS_ONLY | KINESIS_ONLY}
 OUTPUTS = {
     "SQS": {"EventsQueueUrl", "EventsQueueArn", "CounterFunctionName"},
     "Kinesis": {"EventStreamName", "EventStreamArn", "StreamCounterFunctionName"},
 }
 OUTPUTS["Both"] = OUTPUTS["SQS"] | OUTPUTS["Kinesis"]
-COMMON_OUTPUTS = {"DeadLetterQueueUrl", "DeadLetterQueueArn", "CountersTableName", "MarkersTableName", "DashboardName"}
+COMMON_OUTPUTS = {
+    "DeadLetterQueueUrl",
+    "DeadLetterQueueArn",
+    "CountersTableName",
+    "MarkersTableName",
+    "DashboardName",
+    "OperatorPolicyArn",
+}
 STREAM_FUNCTION = "StreamCounterFunction"
 
 
@@ -176,15 +183,14 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
     assert granted == {
         json.dumps({"Fn::GetAtt": ["MarkersTable", "Arn"]}): {
             "dynamodb:PutItem",
-            "dynamodb:GetItem",
-            "dynamodb:ConditionCheckItem",
             "dynamodb:UpdateItem",
+            "dynamodb:ConditionCheckItem",
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages (issue 13)
+            "dynamodb:BatchWriteItem",  # the journal's pages (issue 13)
         },
         json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
-            "dynamodb:UpdateItem",
-            "dynamodb:GetItem",
-            "dynamodb:Query",
-            "dynamodb:ConditionCheckItem",
+            "dynamodb:UpdateItem",  # the ADDs only: the function never reads a counter
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
     }

@@ -415,15 +415,14 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
     assert granted == {
         json.dumps({"Fn::GetAtt": [MARKERS, "Arn"]}): {
             "dynamodb:PutItem",
-            "dynamodb:GetItem",
-            "dynamodb:ConditionCheckItem",
             "dynamodb:UpdateItem",
+            "dynamodb:ConditionCheckItem",
+            "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages (issue 13)
+            "dynamodb:BatchWriteItem",  # the journal's pages (issue 13)
         },
         json.dumps({"Fn::GetAtt": [COUNTERS, "Arn"]}): {
-            "dynamodb:UpdateItem",
-            "dynamodb:GetItem",
-            "dynamodb:Query",
-            "dynamodb:ConditionCheckItem",
+            "dynamodb:UpdateItem",  # the ADDs only: the function never reads a counter
         },
         json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
     }
@@ -483,12 +482,14 @@ def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
         "MarkersTableName",
         "CounterFunctionName",
         "DashboardName",
+        "OperatorPolicyArn",
     }
     assert outputs["EventsQueueUrl"]["Value"] == {"Ref": QUEUE}
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [DLQ, "Arn"]}
     assert outputs["CountersTableName"]["Value"] == {"Ref": COUNTERS}
     assert outputs["MarkersTableName"]["Value"] == {"Ref": MARKERS}
     assert outputs["CounterFunctionName"]["Value"] == {"Ref": FUNCTION}
+    assert outputs["OperatorPolicyArn"]["Value"] == {"Ref": "OperatorPolicy"}
 
 
 def _samconfig() -> dict[str, Any]:

@@ -20,9 +20,18 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from tally.core.aggregate import Deduplicated, MessageTotals, deduplicate, merge_totals, message_totals
+from tally.core.aggregate import (
+    Deduplicated,
+    MessageTotals,
+    copy_conflict,
+    deduplicate,
+    merge_totals,
+    message_totals,
+)
 from tally.core.decode import decode_message
-from tally.core.model import CounterEvent, Message, RejectCode
+from tally.core.digest import content_digest, short_digest
+from tally.core.ledger import content_conflict
+from tally.core.model import CounterEvent, IdConflict, Message, RejectCode, Rejection
 from tally.core.plan import plan_transactions
 
 if TYPE_CHECKING:
@@ -53,12 +62,61 @@ DEDUPLICATE: list[object] = [
 def test_deduplicate_keeps_first_message_of_each_id(
     ids: list[str], unique: tuple[int, ...], duplicate_of: dict[int, int]
 ) -> None:
-    # GIVEN a batch whose messages carry these ids (a repeat's content may differ from the first)
-    batch = [msg(mid, ("k", {"count": position})) for position, mid in enumerate(ids)]
+    # GIVEN a batch whose messages carry these ids, each id with one content
+    batch = [msg(mid, ("k", {"count": len(mid)})) for mid in ids]
     # WHEN it is deduplicated
     result = deduplicate(batch)
     # THEN the first position of each id is kept, in input order, and every repeat points at it
-    assert result == Deduplicated(unique, duplicate_of)
+    assert result == Deduplicated(unique, duplicate_of, {})
+
+
+CONFLICTS: list[object] = [
+    pytest.param([("a", 1), ("a", 2)], (0,), {}, {1: 0}, id="other-content"),
+    pytest.param([("a", 1), ("a", 2), ("a", 1), ("a", 2)], (0,), {2: 0}, {1: 0, 3: 0}, id="judged-against-the-first"),
+    pytest.param([("a", 1), ("b", 1), ("b", 3), ("a", 1)], (0, 1), {3: 0}, {2: 1}, id="per-id"),
+]
+
+
+@pytest.mark.parametrize(("copies", "unique", "duplicate_of", "conflict_of"), CONFLICTS)
+def test_deduplicate_tells_a_reused_id_from_a_duplicate(
+    copies: list[tuple[str, int]], unique: tuple[int, ...], duplicate_of: dict[int, int], conflict_of: dict[int, int]
+) -> None:
+    # GIVEN a batch where some ids come with other content (id, delta)
+    batch = [msg(mid, ("k", {"count": delta})) for mid, delta in copies]
+    # WHEN it is deduplicated
+    result = deduplicate(batch)
+    # THEN the first copy of each id is kept; a repeat with the first's content is a duplicate, any other
+    # content a conflict with the first
+    assert result == Deduplicated(unique, duplicate_of, conflict_of)
+
+
+def test_a_conflicting_copy_is_judged_against_what_counts_under_its_id() -> None:
+    # GIVEN the first copy of an id (delta 1) and copies with delta 5 and delta 1
+    first, other, same = (msg("a", ("k", {"count": n})) for n in (1, 5, 1))
+    counted_elsewhere = IdConflict(RejectCode.ID_CONFLICT, "", content_digest(other))
+    # WHEN the first copy was applied (or refused for another reason), THEN other content is a conflict
+    conflict = copy_conflict(first, other, None)
+    assert conflict is not None
+    assert conflict.code is RejectCode.ID_CONFLICT
+    assert conflict.counted == content_digest(first)
+    assert short_digest(content_digest(first)) in conflict.detail
+    assert short_digest(content_digest(other)) in conflict.detail
+    assert copy_conflict(first, same, None) is None
+    assert copy_conflict(first, other, Rejection(RejectCode.COUNTER_OUT_OF_RANGE, "")) is not None
+    # WHEN the first copy was itself a conflict with what a marker counts (delta 5), THEN a copy with the
+    # marker's content is a duplicate, and the first copy's content a conflict
+    assert copy_conflict(first, other, counted_elsewhere) is None
+    assert copy_conflict(first, same, counted_elsewhere) is not None
+
+
+def test_an_unknown_digest_on_either_side_matches_anything() -> None:
+    # GIVEN digests that differ, and ones that are unknown (an old marker; a message built without one)
+    one, two = b"\x01" * 16, b"\x02" * 16
+    # THEN only two known, different digests conflict
+    assert content_conflict(one, two, where="its marker") is not None
+    assert content_conflict(one, one, where="its marker") is None
+    assert content_conflict(None, two, where="its marker") is None
+    assert content_conflict(one, b"", where="its marker") is None
 
 
 # --- message_totals ------------------------------------------------------------------------------------
@@ -97,7 +155,7 @@ def test_message_totals_nets_events_per_key_and_counter(message: Message, expect
     # WHEN its events are netted
     result = message_totals(message)
     # THEN each key's counters hold the exact net delta, ints staying ints, and the events are counted
-    assert result == MessageTotals(message.message_id, expected, len(message.events))
+    assert result == MessageTotals(message.message_id, expected, len(message.events), digest=content_digest(message))
     for key, counters in expected.items():
         for name, value in counters.items():
             assert type(result.totals[key][name]) is type(value)
@@ -344,7 +402,12 @@ def check_pipeline(batch: Sequence[WireMessage], max_actions: int) -> set[Reject
     for position, original in distinct.duplicate_of.items():
         assert messages[position].message_id == messages[original].message_id
         assert original < position
-    assert len(distinct.unique) + len(distinct.duplicate_of) == len(batch)
+    for position, original in distinct.conflict_of.items():
+        assert messages[position].message_id == messages[original].message_id
+        assert content_digest(messages[position]) != content_digest(messages[original])
+    for position, original in distinct.duplicate_of.items():
+        assert content_digest(messages[position]) == content_digest(messages[original])
+    assert len(distinct.unique) + len(distinct.duplicate_of) + len(distinct.conflict_of) == len(batch)
     # AND each message's totals are its exact net deltas
     for totals in netted:
         assert as_fractions(totals.totals) == references[totals.message_id][0]

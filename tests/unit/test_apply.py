@@ -539,3 +539,31 @@ def test_a_stream_with_duplicates_in_every_batch_reads_every_batch() -> None:
     assert [outcome.marker_reads for outcome in outcomes] == [1] * 7
     assert [outcome.transactions for outcome in outcomes] == [1] * 7
     assert [outcome.already_applied for outcome in outcomes] == [{f"m{n - 1}"} for n in range(1, 8)]
+
+
+@dataclass
+class FlakyMarkerReads(FakeCounterStore):
+    """A store whose strongly consistent marker read loses its response ``failures`` times first."""
+
+    failures: int = 0
+
+    def read_marker(self, message_id: str) -> MarkerRecord | None:
+        if self.failures:
+            self.failures -= 1
+            raise RetryableStoreError("outcome unknown: read timeout")
+        return super().read_marker(message_id)
+
+
+@pytest.mark.parametrize(("failures", "rejected", "unapplied"), [(1, {"b"}, set()), (1_000, set(), {"b"})])
+def test_a_lost_marker_read_while_isolating_a_refused_message_does_not_fail_the_batch(
+    failures: int, rejected: set[str], unapplied: set[str]
+) -> None:
+    # GIVEN a chunk whose message b DynamoDB refuses, and a marker read (to tell a redelivery from a new
+    # culprit) that loses its response once, or every time (found by the chaos smoke run, issue 14)
+    store = FlakyMarkerReads(poison=frozenset({"b"}), failures=failures)
+    # WHEN it is applied
+    outcome = run(store, plan_transactions(batch("a", "b", "c", shared_key=True)))
+    # THEN the read is retried like any store step; if it never answers, only b goes back to the source
+    assert set(outcome.rejected) == rejected
+    assert outcome.unapplied == unapplied
+    assert outcome.applied == {"a", "c"}

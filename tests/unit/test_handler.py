@@ -169,3 +169,54 @@ def test_logs_carry_no_event_body(stack: MotoStack, capfd: pytest.CaptureFixture
     out, err = capfd.readouterr()
     assert "batch processed" in logs.getvalue()
     assert SECRET not in logs.getvalue() + out + err
+
+
+def test_fifo_reports_every_record_after_the_first_failure(stack: MotoStack) -> None:
+    # GIVEN a FIFO batch (eu, us-poison, eu, us) and a dead-letter queue that refuses the poison record
+    stack.sqs.delete_queue(QueueUrl=stack.dlq_url)
+    event = load_event("sqs-fifo.json")
+    ids = [record["messageId"] for record in event["Records"]]
+    # WHEN the handler runs
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    # THEN, as AWS requires for FIFO queues, the failed record and every record after it are reported
+    # (in batch order), so SQS hands them back in order; the good ones were applied and their redelivery
+    # is a no-op
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == ids[1:]
+    assert stack.store.read_counters("orders:eu") == {"count": Decimal(3)}
+    assert stack.store.read_counters("orders:us") == {"count": Decimal(5)}
+
+
+def test_a_standard_queue_reports_only_what_failed(stack: MotoStack) -> None:
+    # GIVEN the same records from a standard queue (no .fifo ARN, no message groups)
+    stack.sqs.delete_queue(QueueUrl=stack.dlq_url)
+    event = load_event("sqs-fifo.json")
+    for record in event["Records"]:
+        record["eventSourceARN"] = record["eventSourceARN"].removesuffix(".fifo")
+        for name in ("MessageGroupId", "SequenceNumber", "MessageDeduplicationId"):
+            del record["attributes"][name]
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == [event["Records"][1]["messageId"]]
+
+
+def test_an_id_reused_with_other_content_is_dead_lettered_and_counted_in_a_metric(
+    stack: MotoStack, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # GIVEN a batch with two contents under one id
+    event = load_event("sqs-single.json")
+    first = event["Records"][0]
+    event["Records"] = [
+        {**first, "messageId": "r-1", "body": '{"id":"e-1","key":"page:/a","delta":1}'},
+        {**first, "messageId": "r-2", "body": '{"id":"e-1","key":"page:/a","delta":2}'},
+    ]
+    capfd.readouterr()
+    # WHEN the handler processes it
+    response = sqs_handler.handler(event, LocalLambdaContext())
+    # THEN the second content is dead-lettered as id_conflict, the first counts, and the IdConflicts
+    # metric says so
+    assert response == {"batchItemFailures": []}
+    assert stack.store.read_counters("page:/a") == {"count": Decimal(1)}
+    (letter,) = stack.dead_letters()
+    assert letter["MessageAttributes"]["tally.error_code"]["StringValue"] == "id_conflict"
+    assert letter["MessageAttributes"]["tally.source_record_id"]["StringValue"] == "r-2"
+    metrics = [json.loads(line) for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]
+    assert [blob["IdConflicts"] for blob in metrics] == [[1.0]]

@@ -1,24 +1,28 @@
 """Pre-aggregation: collapse a batch's messages into net deltas per (key, counter).
 
 Two steps, both pure: ``deduplicate`` keeps the first message of each id within a batch (a producer
-re-send or an at-least-once redelivery landing in the same batch), and ``message_totals`` nets each
-message's events per key and counter, because the message, not the event, is the unit that is marked
-applied. Sums are exact (see ``tally.core.numbers``).
+re-send or an at-least-once redelivery landing in the same batch) and tells a copy with other content
+(an id reused for different events) from a duplicate, and ``message_totals`` nets each message's events
+per key and counter, because the message, not the event, is the unit that is marked applied, and takes
+its content digest for its marker (``tally.core.digest``). Sums are exact (see ``tally.core.numbers``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
 
+from tally.core.digest import content_digest
 from tally.core.items import CounterItem, ItemKey
+from tally.core.ledger import content_conflict
+from tally.core.model import IdConflict
 from tally.core.numbers import Number, add
 
 if TYPE_CHECKING:
-    from tally.core.model import Message
+    from tally.core.model import Message, Rejection
     from tally.core.windows import WindowSpec
 
 Totals = Mapping[ItemKey, Mapping[str, Number]]
@@ -33,30 +37,66 @@ class MessageTotals(msgspec.Struct, frozen=True, gc=False):
     event_count: int
     late_events: int = 0
     """Events that were not written to some window because that window's retention had passed."""
+    digest: bytes = b""
+    """The message's content digest (``tally.core.digest``), stored on its marker; empty: none."""
 
 
 @dataclass(frozen=True, slots=True)
 class Deduplicated:
-    """The distinct messages of a batch (first occurrence wins) and which positions repeated an id."""
+    """The distinct messages of a batch (first occurrence wins) and what became of the other copies."""
 
     unique: tuple[int, ...]
     """Positions (in the input) of the first message of each id, in input order."""
     duplicate_of: Mapping[int, int]
-    """Position of each repeated message -> position of the first message with the same id."""
+    """Position of each repeat with the same content -> position of the first message with its id."""
+    conflict_of: Mapping[int, int] = field(default_factory=dict)
+    """Position of each repeat with *other* content (an id reused) -> position of the first message.
+
+    The first copy is the one that goes on to be applied: in a Kinesis shard it is the one the stream
+    accepted first, and on SQS (no order) one copy is as good as another, as long as exactly one counts
+    and every other content is dead-lettered. Whether a conflicting copy is dead-lettered waits for the
+    first copy's outcome (``BatchPipeline``): it is a duplicate after all if the id turns out to count its
+    content already (``IdConflict.counted``).
+    """
 
 
 def deduplicate(messages: Sequence[Message]) -> Deduplicated:
-    """Find the distinct message ids of a batch, keeping the first occurrence of each."""
+    """Find the distinct message ids of a batch, keeping the first occurrence of each.
+
+    Contents are compared (``content_digest``) only for ids that repeat, so a batch without repeats costs
+    no digest here.
+    """
     first_position: dict[str, int] = {}
     unique: list[int] = []
     duplicate_of: dict[int, int] = {}
+    conflict_of: dict[int, int] = {}
+    digests: dict[int, bytes] = {}
     for position, message in enumerate(messages):
         first = first_position.setdefault(message.message_id, position)
         if first == position:
             unique.append(position)
-        else:
+            continue
+        first_digest = digests.get(first)
+        if first_digest is None:
+            first_digest = digests[first] = content_digest(messages[first])
+        if content_digest(message) == first_digest:
             duplicate_of[position] = first
-    return Deduplicated(tuple(unique), duplicate_of)
+        else:
+            conflict_of[position] = first
+    return Deduplicated(tuple(unique), duplicate_of, conflict_of)
+
+
+def copy_conflict(first: Message, copy: Message, first_rejection: Rejection | None) -> IdConflict | None:
+    """Judge a copy of an id whose content differs from the batch's first copy, once that one is settled.
+
+    What counts under the id is the first copy's content, unless the first copy was itself refused as an
+    id conflict: then it is the content its marker names (``IdConflict.counted``), and a copy with that
+    content is a duplicate after all. Any other copy is an ``id_conflict``. (A first copy left unapplied
+    is not settled: its copies are redelivered with it and judged then.)
+    """
+    if isinstance(first_rejection, IdConflict):
+        return content_conflict(first_rejection.counted, content_digest(copy), where="its marker")
+    return content_conflict(content_digest(first), content_digest(copy), where="the batch's first copy of the id")
 
 
 def message_totals(
@@ -65,7 +105,7 @@ def message_totals(
     """Net one message's events per counter item: the all-time item, and each window it counts in.
 
     An event's window comes from its ``ts``, or, without one, from ``received_ms`` (when the source
-    accepted the record).
+    accepted the record). The digest is taken from the decoded events, so it depends on neither.
     """
     totals: dict[ItemKey, dict[str, Number]] = {}
     late = 0
@@ -78,7 +118,7 @@ def message_totals(
             for unit, start in spans:
                 window = CounterItem(event.key, unit.window_id(start), 0, unit.expires_at_s(start))
                 _add_to_item(totals, window, event.deltas)
-    return MessageTotals(message.message_id, totals, len(message.events), late)
+    return MessageTotals(message.message_id, totals, len(message.events), late, content_digest(message))
 
 
 def _add_to_item(totals: dict[ItemKey, dict[str, Number]], item: ItemKey, deltas: Mapping[str, Number]) -> None:

@@ -45,6 +45,8 @@ class RejectCode(StrEnum):
     TOO_OLD = "too_old"
     TS_IN_FUTURE = "ts_in_future"
     COUNTER_OUT_OF_RANGE = "counter_out_of_range"
+    WRITE_REFUSED = "write_refused"
+    ID_CONFLICT = "id_conflict"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +55,17 @@ class Rejection:
 
     code: RejectCode
     detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class IdConflict(Rejection):
+    """An ``id_conflict``: the id already counts other content, whose digest ``counted`` is (if known).
+
+    The pipeline needs ``counted`` to judge the other copies of the id in the same batch: a copy equal to
+    what counts is a duplicate, any other is a conflict too.
+    """
+
+    counted: bytes | None = None
 
 
 class CounterEvent(msgspec.Struct, frozen=True, gc=False):

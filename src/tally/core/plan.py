@@ -9,12 +9,19 @@ Packing is greedy, in batch order. A new transaction starts when the next messag
 action limit, or when adding it would make some key's net delta unstorable (more than 38 significant
 digits) even though each message alone is fine. A message that cannot be written even alone is
 rejected here with a reason, before any I/O.
+
+Every ``ADD`` also stays within ``counter_limit(item)`` counters: DynamoDB refuses an update expression
+over 4 KB, and only the store adapter knows how long its expressions are
+(``tally.store.expressions.counters_per_add``), so the applier passes that bound in. A transaction holds
+one action per item, so an item whose counters need more than one ADD is split across transactions: such
+a unit goes through the commit journal, whose apply chunks each carry one part of the item, exactly once.
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.aggregate import MessageTotals, Totals, add_into
 from tally.core.items import ItemKey, item_label, item_parts
@@ -22,10 +29,18 @@ from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import Number, add, storage_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
 MAX_TRANSACTION_ACTIONS = 100
 """DynamoDB's limit on actions in one ``TransactWriteItems`` call."""
+
+CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
+"""The most counters one ``ADD`` on an item can carry (the store's ``counters_per_add``)."""
+
+
+def no_counter_limit(_: ItemKey) -> int:
+    """For tests and tools that plan without a store: no bound on counters per ADD."""
+    return sys.maxsize
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +72,17 @@ class WritePlan:
     rejected: Mapping[str, Rejection] = field(default_factory=dict)
 
 
-def plan_transactions(messages: Sequence[MessageTotals], max_actions: int = MAX_TRANSACTION_ACTIONS) -> WritePlan:
-    """Pack distinct messages into transactions of at most ``max_actions`` actions each."""
+def plan_transactions(
+    messages: Sequence[MessageTotals],
+    max_actions: int = MAX_TRANSACTION_ACTIONS,
+    counter_limit: CounterLimit = no_counter_limit,
+) -> WritePlan:
+    """Pack distinct messages into transactions of at most ``max_actions`` actions each.
+
+    A message that needs more than ``counter_limit`` counters on one item cannot be written in a direct
+    transaction at all (two actions on one item cannot share a transaction): it is rejected here, and
+    ``plan_batch`` sends its unit through the journal instead.
+    """
     chunks: list[Chunk] = []
     rejected: dict[str, Rejection] = {}
     members: list[MessageTotals] = []
@@ -71,12 +95,16 @@ def plan_transactions(messages: Sequence[MessageTotals], max_actions: int = MAX_
             sums.clear()
 
     for message in messages:
-        rejection = _unwritable(message, max_actions)
+        rejection = _unwritable(message, max_actions, counter_limit)
         if rejection is not None:
             rejected[message.message_id] = rejection
             continue
         new_keys = sum(1 for key in message.totals if key not in sums)
-        if len(members) + 1 + len(sums) + new_keys > max_actions or not _fits(sums, message.totals):
+        if (
+            len(members) + 1 + len(sums) + new_keys > max_actions
+            or not _fits(sums, message.totals)
+            or not _within_counter_limit(sums, message.totals, counter_limit)
+        ):
             close()
         members.append(message)
         add_into(sums, message.totals)
@@ -84,12 +112,19 @@ def plan_transactions(messages: Sequence[MessageTotals], max_actions: int = MAX_
     return WritePlan(tuple(chunks), rejected)
 
 
-def _unwritable(message: MessageTotals, max_actions: int) -> Rejection | None:
+def _unwritable(message: MessageTotals, max_actions: int, counter_limit: CounterLimit) -> Rejection | None:
     if 1 + len(message.totals) > max_actions:
         return Rejection(
             RejectCode.TOO_MANY_KEYS,
             f"{len(message.totals)} distinct keys in one message (at most {max_actions - 1})",
         )
+    for key, counters in message.totals.items():
+        if len(counters) > counter_limit(key):
+            return Rejection(
+                RejectCode.TOO_MANY_COUNTERS,
+                f"{len(counters)} counters on {item_label(key)!r} in one message: more than one ADD "
+                f"holds ({counter_limit(key)}) and a transaction holds one ADD per item",
+            )
     for key, counters in message.totals.items():
         for name, total in counters.items():
             problem = storage_problem(total)
@@ -110,6 +145,17 @@ def _fits(sums: Mapping[ItemKey, Mapping[str, Number]], totals: Totals) -> bool:
             previous = into.get(name)
             if previous is not None and storage_problem(add(previous, delta)) is not None:
                 return False
+    return True
+
+
+def _within_counter_limit(
+    sums: Mapping[ItemKey, Mapping[str, Number]], totals: Totals, counter_limit: CounterLimit
+) -> bool:
+    """Whether adding ``totals`` keeps every item's ADD within ``counter_limit`` counters."""
+    for key, counters in totals.items():
+        into = sums.get(key)
+        if into is not None and len(into.keys() | counters.keys()) > counter_limit(key):
+            return False
     return True
 
 
@@ -147,13 +193,16 @@ def plan_batch(
     force_journal: frozenset[str] = frozenset(),
     *,
     allow_journal: bool = True,
+    counter_limit: CounterLimit = no_counter_limit,
 ) -> BatchPlan:
     """Plan a batch of distinct messages; ``force_journal`` names messages that must be claimed there.
 
     (A message whose marker names an aborted batch is such a message: only a journal claim can replace
     that marker, because the replacement must check, in the same transaction, that the batch is aborted.)
     ``allow_journal=False`` gives the chunked plan alone (for comparison: every unit split into direct
-    transactions, and a message with more keys than a transaction holds rejected).
+    transactions, and a message with more keys than a transaction holds, or more counters on one item
+    than one ADD holds, rejected). A unit whose counters on some item need more than one ADD
+    (``counter_limit``) cannot be one direct transaction: it is split, or goes through the journal.
     """
     rejected: dict[str, Rejection] = {}
     writable: list[MessageTotals] = []
@@ -169,10 +218,10 @@ def plan_batch(
     for unit in _storable_units(_components(writable)):
         keys = _action_count(unit) - len(unit)
         forced = any(message.message_id in force_journal for message in unit)
-        if not forced and len(unit) + keys <= max_actions:
+        if not forced and len(unit) + keys <= max_actions and _one_add_per_item(unit, counter_limit):
             small.append(unit)
             continue
-        split = plan_transactions(unit, max_actions)
+        split = plan_transactions(unit, max_actions, counter_limit)
         if not allow_journal:
             direct.extend(split.chunks)
             rejected.update(split.rejected)
@@ -198,27 +247,48 @@ def journal_overhead(messages: int, keys: int) -> int:
 
 
 def plan_apply_chunks(
-    increments: Totals, max_keys: int = MAX_JOURNAL_CHUNK_KEYS, max_bytes: int = MAX_JOURNAL_PAGE_BYTES
+    increments: Totals,
+    max_keys: int = MAX_JOURNAL_CHUNK_KEYS,
+    max_bytes: int = MAX_JOURNAL_PAGE_BYTES,
+    *,
+    counter_limit: CounterLimit = no_counter_limit,
 ) -> tuple[Totals, ...]:
-    """Split a unit's increments into apply chunks (one transaction and one journal page each)."""
+    """Split a unit's increments into apply chunks (one transaction and one journal page each).
+
+    An item with more counters than one ADD holds is cut into parts of at most ``counter_limit`` counters,
+    each in a different chunk (a transaction holds one action per item); every chunk is applied exactly
+    once, so the item gets each of its counters once. Items keep their order; a part goes into the first
+    chunk after its item's previous part that has room.
+    """
     chunks: list[dict[ItemKey, Mapping[str, Number]]] = []
-    current: dict[ItemKey, Mapping[str, Number]] = {}
-    size = 0
+    sizes: list[int] = []
+    first_open = 0  # every chunk before it is full
     for key, counters in increments.items():
         parts = item_parts(key)
-        entry = (
-            len(parts.key.encode("utf-8"))
-            + len(parts.window)
-            + sum(len(name.encode("utf-8")) + 48 for name in counters)
-        )
-        if current and (len(current) >= max_keys or size + entry > max_bytes):
-            chunks.append(current)
-            current, size = {}, 0
-        current[key] = counters
-        size += entry
-    if current:
-        chunks.append(current)
+        key_bytes = len(parts.key.encode("utf-8")) + len(parts.window)
+        position = first_open
+        for part in _counter_parts(counters, counter_limit(key)):
+            entry = key_bytes + sum(len(name.encode("utf-8")) + 48 for name in part)
+            while position < len(chunks) and (
+                len(chunks[position]) >= max_keys or (chunks[position] and sizes[position] + entry > max_bytes)
+            ):
+                position += 1
+            if position == len(chunks):
+                chunks.append({})
+                sizes.append(0)
+            chunks[position][key] = part
+            sizes[position] += entry
+            position += 1
+        while first_open < len(chunks) and len(chunks[first_open]) >= max_keys:
+            first_open += 1
     return tuple(chunks)
+
+
+def _counter_parts(counters: Mapping[str, Number], limit: int) -> list[Mapping[str, Number]]:
+    if len(counters) <= limit:
+        return [counters]
+    names = list(counters)
+    return [{name: counters[name] for name in names[start : start + limit]} for start in range(0, len(names), limit)]
 
 
 def nonzero_increments(totals: Totals) -> dict[ItemKey, Mapping[str, Number]]:
@@ -287,6 +357,18 @@ def _storable_units(components: Sequence[tuple[MessageTotals, ...]]) -> list[tup
         if current:
             units.append(tuple(current))
     return units
+
+
+def _one_add_per_item(unit: Sequence[MessageTotals], counter_limit: CounterLimit) -> bool:
+    """Whether every item's counters, over the whole unit, fit one ADD."""
+    names: dict[ItemKey, set[str]] = {}
+    for message in unit:
+        for key, counters in message.totals.items():
+            seen = names.setdefault(key, set())
+            seen.update(counters)
+            if len(seen) > counter_limit(key):
+                return False
+    return True
 
 
 def _action_count(unit: Sequence[MessageTotals]) -> int:

@@ -16,7 +16,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 
 from tally.config import Settings
 from tally.runtime import METRICS_NAMESPACE, build_pipeline, report
-from tally.sources.sqs import records_from_event
+from tally.sources.sqs import failure_report, records_from_event
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -41,8 +41,9 @@ def pipeline() -> BatchPipeline:
 @tracer.capture_lambda_handler(capture_response=False)
 @metrics.log_metrics
 def handler(event: Mapping[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    """Count an SQS batch; report only the records that must be redelivered."""
+    """Count an SQS batch; report the records that must be redelivered (on a FIFO queue, all after the first)."""
     now_ms = time.time_ns() // 1_000_000
-    result = pipeline().process(records_from_event(event), now_ms, context.get_remaining_time_in_millis)
+    records = records_from_event(event)
+    result = pipeline().process(records, now_ms, context.get_remaining_time_in_millis)
     report(result, metrics, logger)
-    return {"batchItemFailures": [{"itemIdentifier": record_id} for record_id in result.failed_record_ids]}
+    return failure_report(records, result.failed_record_ids)

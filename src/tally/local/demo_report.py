@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 
+from tally.core.numbers import EXACT
+
 if TYPE_CHECKING:
     import random
     from collections.abc import Mapping, Sequence
@@ -52,7 +54,10 @@ def _clean(counters: Mapping[str, Decimal]) -> dict[str, Decimal]:
 
 
 def grand_total(totals: Mapping[str, Mapping[str, Decimal]], counter: str) -> Decimal:
-    return sum((counters.get(counter, Decimal(0)) for counters in totals.values()), Decimal(0))
+    total = Decimal(0)
+    for counters in totals.values():
+        total = EXACT.add(total, counters.get(counter, Decimal(0)))  # not sum(): it rounds to 28 digits
+    return total
 
 
 def sample_keys(expected: Totals, hot: Sequence[str], rng: random.Random, size: int = 10) -> list[str]:

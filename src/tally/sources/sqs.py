@@ -1,15 +1,25 @@
-"""SQS event records -> ``SourceRecord``, through Powertools' SQS event data classes."""
+"""SQS event records -> ``SourceRecord``, through Powertools' SQS event data classes; the partial failure report.
+
+FIFO queues have their own reporting rule (``failure_report``): Lambda's documentation says a function
+reading a FIFO queue "should stop processing messages after the first failure and return all failed and
+unprocessed messages in batchItemFailures", to keep the queue's order; Powertools'
+``SqsFifoPartialProcessor`` does the same by default.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from aws_lambda_powertools.utilities.data_classes import SQSEvent
 
 from tally.core.model import SourceRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+
+FIFO_SUFFIX: Final = ".fifo"
 
 
 def records_from_event(event: Mapping[str, Any]) -> list[SourceRecord]:
@@ -44,3 +54,27 @@ def _origin(source_arn: str, message_group_id: str | None) -> dict[str, str]:
     if message_group_id:
         origin["message_group_id"] = message_group_id
     return origin
+
+
+def is_fifo(record: SourceRecord) -> bool:
+    """Whether the record came from a FIFO queue (its ARN ends in ``.fifo``; it belongs to a message group)."""
+    return record.origin.get("source", "").endswith(FIFO_SUFFIX) or "message_group_id" in record.origin
+
+
+def failure_report(records: Sequence[SourceRecord], failed_record_ids: Iterable[str]) -> PartialItemFailureResponse:
+    """The partial batch response for an SQS batch, in batch order.
+
+    A standard queue: exactly the failed records. A FIFO queue: the first failed record and **every record
+    after it in the batch**, whatever its group and whether it was applied, as AWS requires. The pipeline
+    has already applied the later ones (it writes the batch as a whole), so their redelivery is dropped by
+    their markers: the counts are exact either way, and SQS hands the rest of each group back in order.
+    A poison record after the first failure may so be dead-lettered twice (once per delivery, each with
+    its reason), which costs nothing but a duplicate dead letter.
+    """
+    failed = set(failed_record_ids)
+    if any(is_fifo(record) for record in records):
+        first = next((index for index, record in enumerate(records) if record.record_id in failed), len(records))
+        reported = [record.record_id for record in records[first:]]
+    else:
+        reported = [record.record_id for record in records if record.record_id in failed]
+    return {"batchItemFailures": [{"itemIdentifier": record_id} for record_id in reported]}

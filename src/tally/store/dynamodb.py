@@ -14,6 +14,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.items import make_item
 from tally.core.ledger import MarkerRecord
+from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys
 from tally.errors import StoreError
 from tally.store.schema import (
@@ -22,6 +23,7 @@ from tally.store.schema import (
     LEDGER_ID,
     MARKER_APPLIED_AT,
     MARKER_BATCH,
+    MARKER_DIGEST,
     MAX_COUNTER_KEY_BYTES,
     MAX_MESSAGE_ID_BYTES,
     PARTITION_KEY,
@@ -57,23 +59,30 @@ __all__ = [
 from tally.store.schema import COUNTER_PREFIX
 
 MAX_SERIES_WINDOWS: Final = 10_000
+_ZERO: Final = Decimal(0)
 
 
 def _summed(parts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    """Counters added up in ``EXACT``: 16 shards of 38 digits each must read back as DynamoDB stores them.
+
+    (Python's default context keeps 28 digits and would round a hot key's total silently, issue 14.)
+    """
     total: dict[str, Decimal] = {}
     for counters in parts:
         for name, value in counters.items():
-            total[name] = total.get(name, Decimal(0)) + value
+            total[name] = EXACT.add(total.get(name, _ZERO), value)
     return total
 
 
 def _marker_record(message_id: str, item: Mapping[str, Any]) -> MarkerRecord:
     batch = item.get(MARKER_BATCH)
+    digest = item.get(MARKER_DIGEST)
     return MarkerRecord(
         message_id=message_id,
         applied_at_ms=int(item[MARKER_APPLIED_AT]["N"]),
         expires_at_s=int(item[EXPIRES_AT]["N"]),
         batch_id=batch["S"] if batch is not None else None,
+        digest=bytes(digest["B"]) if digest is not None else None,
     )
 
 
@@ -100,12 +109,15 @@ class DynamoDBCounterStore:
     def apply(self, chunk: Chunk, now_ms: int) -> None:
         """Commit one chunk atomically: all its markers and all its increments, or nothing.
 
-        Raises ``MarkersExistError`` naming the messages that already have markers (with the batch of
-        each journal marker), ``RetryableStoreError`` for throttling, conflicts and unknown outcomes,
+        Raises ``MarkersExistError`` naming the messages that already have markers (with the batch and
+        content digest of each), ``RetryableStoreError`` for throttling, conflicts and unknown outcomes,
         ``WriteRejectedError`` when DynamoDB refuses an increment itself.
         """
         expires_at = now_ms // 1000 + self.marker_ttl_seconds
-        actions = [marker_put(self.markers_table, mid, now_ms, expires_at) for mid in chunk.message_ids]
+        actions = [
+            marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
+            for message in chunk.messages
+        ]
         actions += [add_update(self.counters_table, key, counters) for key, counters in chunk.increments.items()]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])

@@ -97,7 +97,13 @@ class DynamoDBJournal:
         for claim in claims:
             actions.append(
                 marker_put(
-                    self._markers, claim.message_id, now_ms, expires_at, batch_id=batch_id, replaces=claim.replaces
+                    self._markers,
+                    claim.message_id,
+                    now_ms,
+                    expires_at,
+                    batch_id=batch_id,
+                    replaces=claim.replaces,
+                    digest=claim.digest,
                 )
             )
             if claim.replaces is not None and claim.replaces not in checked:

@@ -18,12 +18,15 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.items import SHARD_SEPARATOR
+from tally.core.numbers import EXACT
 from tally.store.schema import ALL_TIME, PARTITION_KEY, SORT_KEY, counters_from_item, translate
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
+
+_ZERO = Decimal(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +61,12 @@ def scan_all_time(client: DynamoDBClient, counters_table: str) -> Iterator[Mappi
 
 
 def all_time_totals(client: DynamoDBClient, counters_table: str) -> dict[str, dict[str, Decimal]]:
-    """Key -> counter -> all-time value, shards summed into their key."""
+    """Key -> counter -> all-time value, shards summed into their key (exactly: see ``EXACT``)."""
     totals: dict[str, dict[str, Decimal]] = {}
     for item in scan_all_time(client, counters_table):
         counters = totals.setdefault(key_of_partition(item[PARTITION_KEY]["S"]), {})
         for name, value in counters_from_item(item).items():
-            counters[name] = counters.get(name, Decimal(0)) + value
+            counters[name] = EXACT.add(counters.get(name, _ZERO), value)
     return totals
 
 

@@ -8,7 +8,8 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
 
 - ``m#<message id>``: a message's marker. Without ``batch`` it was written in the same transaction as
   the message's deltas (a direct transaction). With ``batch`` it belongs to that journal batch and counts
-  as applied exactly when that batch is COMMITTED or DONE.
+  as applied exactly when that batch is COMMITTED or DONE. ``digest`` (Binary, 16 bytes) is the digest of
+  the content it counts (``tally.core.digest``); markers written before digests existed have none.
 - ``b#<batch id>``: a journal header (``state``, ``lease_until``, ``chunks``).
 - ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i``.
 - ``b#<batch id>#a<i>``: the record that apply chunk ``i`` was applied.
@@ -36,6 +37,7 @@ from tally.errors import (
     StoreError,
     WriteRejectedError,
 )
+from tally.store.expressions import add_expression, name_placeholder, value_placeholder
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -54,6 +56,7 @@ LEDGER_ID: Final = "id"
 EXPIRES_AT: Final = "expires_at"
 MARKER_APPLIED_AT: Final = "applied_at"
 MARKER_BATCH: Final = "batch"
+MARKER_DIGEST: Final = "digest"
 HEADER_STATE: Final = "state"
 HEADER_LEASE_UNTIL: Final = "lease_until"
 HEADER_CHUNKS: Final = "chunks"
@@ -67,6 +70,9 @@ MAX_MESSAGE_ID_BYTES: Final = 1024
 
 # How DynamoDB words an ADD whose result leaves the Number range (magnitude or 38-digit precision).
 NUMBER_RANGE: Final = re.compile(r"Number overflow|Number underflow|significant digits|precision", re.IGNORECASE)
+# How DynamoDB words a per-action size limit ("Expression size has exceeded the maximum allowed size",
+# "Item size has exceeded ..."): the request as a whole, without naming the action; the caller isolates it.
+SIZE_LIMIT: Final = re.compile(r"size has exceeded the maximum allowed size", re.IGNORECASE)
 
 # Cancellation reason codes that a retry can get past (DynamoDB documents these for TransactWriteItems).
 _RETRYABLE_REASONS: Final = frozenset(
@@ -116,8 +122,13 @@ def marker_put(
     *,
     batch_id: str | None = None,
     replaces: str | None = None,
+    digest: bytes = b"",
 ) -> tuple[TransactWriteItemTypeDef, Role]:
-    """A message's marker; conditional on no marker, or on one of the (aborted) batch it replaces."""
+    """A message's marker; conditional on no marker, or on one of the (aborted) batch it replaces.
+
+    ``ALL_OLD`` returns an existing marker in the cancellation reason: its batch and digest settle the
+    message without another read.
+    """
     item: dict[str, Any] = {
         LEDGER_ID: {"S": marker_id(message_id)},
         MARKER_APPLIED_AT: {"N": str(now_ms)},
@@ -125,6 +136,8 @@ def marker_put(
     }
     if batch_id is not None:
         item[MARKER_BATCH] = {"S": batch_id}
+    if digest:
+        item[MARKER_DIGEST] = {"B": digest}
     put: dict[str, Any] = {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
     if replaces is None:
         put.update(ConditionExpression="attribute_not_exists(#id)", ExpressionAttributeNames={"#id": LEDGER_ID})
@@ -161,17 +174,15 @@ def add_update(table: str, item: ItemKey, counters: Mapping[str, Any]) -> tuple[
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet)."""
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
-    clauses: list[str] = []
     for index, (name, delta) in enumerate(counters.items()):
-        names[f"#c{index}"] = COUNTER_PREFIX + name
-        values[f":v{index}"] = {"N": to_wire(delta)}
-        clauses.append(f"#c{index} :v{index}")
-    expression = "ADD " + ", ".join(clauses)
+        names[name_placeholder(index)] = COUNTER_PREFIX + name
+        values[value_placeholder(index)] = {"N": to_wire(delta)}
     expires_at_s = item_parts(item).expires_at_s
+    # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
+    expression = add_expression(len(counters), sets_expiry=expires_at_s is not None)
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
-        expression += " SET #expires = if_not_exists(#expires, :expires)"
     return {
         "Update": {
             "TableName": table,
@@ -226,20 +237,24 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     code = error.get("Code", "")
     message = error.get("Message", "")
     if code != "TransactionCanceledException":
-        if code == "ValidationException" and NUMBER_RANGE.search(message):
-            # DynamoDB reports a counter leaving the Number range for the whole request, without naming
-            # the action; the caller isolates the culprit.
-            return WriteRejectedError(message, frozenset(name for role, name in roles if role == "add"))
+        if code == "ValidationException" and (NUMBER_RANGE.search(message) or SIZE_LIMIT.search(message)):
+            # DynamoDB reports a counter leaving the Number range, or an action over a size limit, for the
+            # whole request, without naming the action; the caller isolates the culprit (issue 14: failing
+            # the batch would fail its innocent messages on every attempt).
+            adds = frozenset(name for role, name in roles if role == "add")
+            return WriteRejectedError(message, adds, number_range=NUMBER_RANGE.search(message) is not None)
         if code in _RETRYABLE_ERRORS:
             return RetryableStoreError(f"{code}: {message}")
         return StoreError(f"{code}: {message}")
     reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
     markers: set[str] = set()
     batches: dict[str, str] = {}
+    digests: dict[str, bytes] = {}
     failed_batch: str | None = None
     applied_failed = False
     rejected_keys: set[str] = set()
     details: list[str] = []
+    out_of_range = True
     retryable = False
     for (role, name), reason in zip(roles, reasons, strict=False):
         reason_code = reason.get("Code") or "None"
@@ -247,9 +262,13 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
             continue
         if reason_code == "ConditionalCheckFailed" and role == "marker":
             markers.add(name)
-            existing = reason.get("Item", {}).get(MARKER_BATCH)
+            old_item = reason.get("Item", {})
+            existing = old_item.get(MARKER_BATCH)
             if existing is not None:
                 batches[name] = existing["S"]
+            digest = old_item.get(MARKER_DIGEST)
+            if digest is not None:
+                digests[name] = bytes(digest["B"])
         elif reason_code == "ConditionalCheckFailed" and role == "batch":
             failed_batch = name
         elif reason_code == "ConditionalCheckFailed" and role == "applied":
@@ -259,16 +278,17 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         elif reason_code == "ValidationError" and role == "add":
             rejected_keys.add(name)
             details.append(str(reason.get("Message", "")))
+            out_of_range = out_of_range and NUMBER_RANGE.search(details[-1]) is not None
         else:
             details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
     if markers:
-        return MarkersExistError(frozenset(markers), batches)
+        return MarkersExistError(frozenset(markers), batches, digests)
     if failed_batch is not None:
         return BatchStateError(failed_batch)
     if applied_failed:
         return ChunkAppliedError("apply chunk already applied")
     if rejected_keys:
-        return WriteRejectedError("; ".join(details), frozenset(rejected_keys))
+        return WriteRejectedError("; ".join(details), frozenset(rejected_keys), number_range=out_of_range)
     if retryable:
         return RetryableStoreError("transaction cancelled by a conflict or throttling")
     return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))

@@ -1,0 +1,247 @@
+"""Every AWS API call the test session makes, with the tally code that made it: the IAM contract's input.
+
+IAM is checked per call on AWS and never by DynamoDB Local or moto, so a call the function's role does not
+allow passes every local test and fails on every batch once deployed (issue 13: ``BatchGetItem`` and
+``BatchWriteItem`` were never granted). The recorder wraps ``botocore.client.BaseClient._make_api_call``,
+which every client goes through however it was built (``boto3.client``, a ``Session``, DynamoDB Local's
+client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
+
+- the service and operation, and each resource the request names (table and the key attributes of each
+  item, index, queue, stream, stack), with the sub-operation of a transaction or batch item;
+- the nearest frame under ``tally`` (the call site) and who made the call, decided by the call stack:
+  ``function`` when the site is the Lambda's code (``tally.store``, ``dlq``, ``handlers``, ...) reached
+  through the Lambda's orchestration (``handlers``, ``runtime``, ``pipeline``, ``apply``, ``commit``);
+  ``operator`` when the stack passes through ``tally.cli`` or ``tally.ops``; otherwise nobody the template
+  grants anything to (the tests' set-up, ``tally.local`` and ``bench`` code, a test driving an adapter
+  directly).
+
+``CreateTable`` requests are kept too (whoever makes them): they tell which template table a test's table
+stands for (its key schema). Calls are aggregated with a count, so the recording stays small.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections import Counter
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from botocore.client import BaseClient
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+FUNCTION = "function"
+OPERATOR = "operator"
+
+# The Lambda's own orchestration: a call is the function's only when the stack passes through one of these.
+ORCHESTRATION = ("tally.handlers", "tally.runtime", "tally.pipeline", "tally.apply", "tally.commit")
+# Where the function's calls are made (the nearest tally frame).
+FUNCTION_CODE = (*ORCHESTRATION, "tally.store", "tally.dlq", "tally.sources", "tally.marker_reads")
+OPERATOR_CODE = ("tally.cli", "tally.ops")
+
+
+def _within(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == package or module.startswith(package + ".") for package in packages)
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """One resource a request names: ``kind`` table/queue/stream/stack, with the item's sub-operation
+    (``Put``/``Update``/``Delete``/``ConditionCheck``/``Get``, ``PutRequest``/``DeleteRequest``) and key
+    attributes for DynamoDB items, and the index for an index read."""
+
+    kind: str
+    name: str
+    item_action: str = ""
+    attributes: tuple[str, ...] = ()
+    index: str = ""
+
+
+@dataclass(frozen=True, order=True)
+class Call:
+    """One kind of call: the same operation on the same resources from the same site by the same caller."""
+
+    role: str
+    site: str
+    service: str
+    operation: str
+    targets: tuple[Target, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "site": self.site,
+            "service": self.service,
+            "operation": self.operation,
+            "targets": [[t.kind, t.name, t.item_action, list(t.attributes), t.index] for t in self.targets],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Call:
+        return cls(
+            role=data["role"],
+            site=data["site"],
+            service=data["service"],
+            operation=data["operation"],
+            targets=tuple(
+                Target(kind, name, action, tuple(attrs), index) for kind, name, action, attrs, index in data["targets"]
+            ),
+        )
+
+
+def _attributes(item: Any) -> tuple[str, ...]:
+    return tuple(sorted(item)) if isinstance(item, dict) else ()
+
+
+def _dynamodb_targets(operation: str, params: dict[str, Any]) -> list[Target]:
+    if operation in {"TransactWriteItems", "TransactGetItems"}:
+        targets = []
+        for entry in params.get("TransactItems", []):
+            for action, body in entry.items():
+                shape = body.get("Key") or body.get("Item")
+                targets.append(Target("table", body["TableName"], action, _attributes(shape)))
+        return targets
+    if operation == "BatchGetItem":
+        return [
+            Target("table", table, "Get", _attributes((spec.get("Keys") or [{}])[0]))
+            for table, spec in params.get("RequestItems", {}).items()
+        ]
+    if operation == "BatchWriteItem":
+        targets = []
+        for table, requests in params.get("RequestItems", {}).items():
+            for request in requests:
+                for action, body in request.items():
+                    targets.append(Target("table", table, action, _attributes(body.get("Item") or body.get("Key"))))
+        return targets
+    if "TableName" in params:
+        shape = params.get("Key") or params.get("Item")
+        return [Target("table", params["TableName"], "", _attributes(shape), params.get("IndexName", ""))]
+    return []
+
+
+def _targets(service: str, operation: str, params: dict[str, Any]) -> tuple[Target, ...]:
+    if service == "dynamodb":
+        found = _dynamodb_targets(operation, params)
+    elif service == "sqs":
+        url = params.get("QueueUrl")
+        found = [Target("queue", url.rstrip("/").rsplit("/", 1)[-1] if url else params.get("QueueName", ""))]
+    elif service == "kinesis":
+        stream = params.get("StreamName") or params.get("StreamARN") or ""
+        found = [Target("stream", stream.rsplit(":stream/", 1)[-1])]
+    elif service == "cloudformation":
+        found = [Target("stack", params.get("StackName", ""))]
+    else:
+        found = []
+    return tuple(sorted(set(found)))
+
+
+def _caller() -> tuple[str, str]:
+    """(role, site) from the call stack; role "" when the call is nobody's the template grants to."""
+    frame = sys._getframe(1)
+    modules: list[str] = []
+    site = ""
+    while frame is not None:
+        module = str(frame.f_globals.get("__name__", ""))
+        if _within(module, ("tally",)):
+            modules.append(module)
+            if not site:
+                site = f"{module.replace('.', '/')}.py:{frame.f_lineno} {frame.f_code.co_name}"
+        frame = frame.f_back  # type: ignore[assignment]
+    if not modules:
+        return "", ""
+    if any(_within(module, OPERATOR_CODE) for module in modules):
+        return OPERATOR, site
+    if _within(modules[0], FUNCTION_CODE) and any(_within(module, ORCHESTRATION) for module in modules):
+        return FUNCTION, site
+    return "", site
+
+
+class Recorder:
+    """Aggregates calls (with counts) and the key schemas of the tables created, for this process."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[Call] = Counter()
+        self.tables: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+        self._captures: list[list[Call]] = []
+        self._original: Any = None
+
+    def install(self) -> None:
+        if self._original is not None:
+            return
+        original = BaseClient._make_api_call
+        recorder = self
+
+        def _make_api_call(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
+            recorder.record(client.meta.service_model.service_name, operation_name, api_params)
+            return original(client, operation_name, api_params)
+
+        self._original = original
+        BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
+
+    def uninstall(self) -> None:
+        if self._original is not None:
+            BaseClient._make_api_call = self._original  # type: ignore[method-assign]
+            self._original = None
+
+    def record(self, service: str, operation: str, params: dict[str, Any]) -> None:
+        try:
+            role, site = _caller()
+            call = Call(role, site, service, operation, _targets(service, operation, params))
+        except Exception as exc:  # a recorder bug must show (role "error" fails the check), not hide the call
+            call = Call("error", f"recorder failed: {exc!r}", service, operation, ())
+        with self._lock:
+            self.calls[call] += 1
+            for capture in self._captures:
+                capture.append(call)
+            if service == "dynamodb" and operation == "CreateTable":
+                keys = tuple(sorted(key["AttributeName"] for key in params.get("KeySchema", [])))
+                self.tables[str(params.get("TableName"))] = keys
+
+    @contextmanager
+    def capture(self) -> Iterator[list[Call]]:
+        """The calls made (by any thread) while the block runs."""
+        captured: list[Call] = []
+        with self._lock:
+            self._captures.append(captured)
+        try:
+            yield captured
+        finally:
+            with self._lock:
+                self._captures.remove(captured)
+
+    def to_json(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "calls": [[call.to_json(), count] for call, count in self.calls.items()],
+                "tables": {name: list(keys) for name, keys in self.tables.items()},
+            }
+
+
+RECORDER = Recorder()
+"""The session's recorder (installed by tests/conftest.py in ``pytest_configure``)."""
+
+
+@dataclass
+class Recording:
+    """Calls and created tables, merged from every process of a run (xdist workers included)."""
+
+    calls: Counter[Call]
+    tables: dict[str, tuple[str, ...]]
+
+    @classmethod
+    def empty(cls) -> Recording:
+        return cls(Counter(), {})
+
+    def merge(self, data: dict[str, Any]) -> None:
+        for call, count in data.get("calls", []):
+            self.calls[Call.from_json(call)] += int(count)
+        for name, keys in data.get("tables", {}).items():
+            self.tables[name] = tuple(keys)
+
+    @classmethod
+    def of(cls, calls: list[Call], tables: dict[str, tuple[str, ...]]) -> Recording:
+        return cls(Counter(calls), dict(tables))

@@ -1,0 +1,356 @@
+"""The IAM contract (issue 13): every call the function and the ``tally`` command make is one the template grants.
+
+IAM is checked per call on AWS and never by DynamoDB Local or moto, so a missing grant passes every other
+test and fails on every batch once deployed (``AccessDeniedException`` is not retryable). This module drives
+the Lambda path (the real SQS and Kinesis handlers, on moto) and the operator's commands (``tally get``,
+``top``, ``dlq list``, ``dlq redrive``, ``stack``, ``publish``) itself, records the AWS calls they make
+(``tests.support.aws_calls``), and evaluates them with ``tests.support.iam`` against the roles SAM
+generates and the operator's policy, for every ``Source``. ``tests/conftest.py`` runs the same evaluation
+on the calls of the whole test run at its end (every call site any test reaches).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from click.testing import CliRunner
+from moto import mock_aws
+
+from tally.cli.main import cli
+from tally.handlers import kinesis as kinesis_handler
+from tally.handlers import sqs as sqs_handler
+from tally.local.context import LocalLambdaContext
+from tally.local.template import load_template, table_definitions
+from tally.sources.sqs import records_from_event
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
+from tests.support.aws_calls import FUNCTION, OPERATOR, RECORDER, Call, Recording
+from tests.support.events import load_event, sqs_event
+from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tests.support.iam import Verdict
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+ENVIRONMENT = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "POWERTOOLS_SERVICE_NAME": "tally",
+    "POWERTOOLS_METRICS_NAMESPACE": "Tally",
+    "POWERTOOLS_TRACE_DISABLED": "true",
+}
+
+
+@contextmanager
+def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
+    """moto with the template's tables, a dead-letter queue, a source queue and a stream; the function's
+    variables set as the template sets them."""
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("TALLY_STACK", raising=False)
+    with mock_aws():
+        dynamodb, sqs, kinesis = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("kinesis")
+        definitions = table_definitions(load_template(TEMPLATE))
+        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
+            dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
+        dlq = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
+        queue = sqs.create_queue(QueueName="tally-events")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        kinesis.create_stream(StreamName="tally-stream", ShardCount=1)
+        stream_arn = kinesis.describe_stream_summary(StreamName="tally-stream")["StreamDescriptionSummary"]["StreamARN"]
+        variables = {
+            "TALLY_COUNTERS_TABLE": "counters",
+            "TALLY_MARKERS_TABLE": "markers",
+            "TALLY_DLQ_URL": dlq,
+            "TALLY_HOT_KEYS": "hot=4",
+            "TALLY_WINDOWS": "hour",
+        }
+        for name, value in variables.items():
+            monkeypatch.setenv(name, value)
+        sqs_handler.pipeline.cache_clear()
+        kinesis_handler.pipeline.cache_clear()
+        try:
+            yield {
+                "sqs": sqs,
+                "kinesis": kinesis,
+                "cloudformation": boto3.client("cloudformation"),
+                "dlq": dlq,
+                "queue": queue,
+                "queue_arn": queue_arn,
+                "stream_arn": stream_arn,
+            }
+        finally:
+            sqs_handler.pipeline.cache_clear()
+            kinesis_handler.pipeline.cache_clear()
+
+
+def _packed(message_id: str, keys: int) -> str:
+    return json.dumps({"id": message_id, "events": [{"key": f"k{i}", "delta": 1} for i in range(keys)]})
+
+
+def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every kind of batch the function handles: new, redelivered, poison, and a journal batch whose
+    invocation crashed after its commit, finished by the redelivery."""
+    context = LocalLambdaContext()
+    for name in ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json"):
+        event = load_event(name)
+        sqs_handler.handler(event, context)
+        sqs_handler.handler(event, context)  # a redelivery: the marker read finds what is applied
+    for name in ("kinesis-single.json", "kinesis-packed.json", "kinesis-poison.json"):
+        kinesis_handler.handler(load_event(name), context)
+    # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
+    journal_batch = sqs_event([_packed("wide-1", 120)])
+    real_apply_chunk = DynamoDBJournal.apply_chunk
+
+    def crash(*_: Any, **__: Any) -> None:
+        raise RuntimeError("the invocation died")
+
+    monkeypatch.setattr(DynamoDBJournal, "apply_chunk", crash)
+    with pytest.raises(RuntimeError):
+        sqs_handler.handler(journal_batch, context)
+    monkeypatch.setattr(DynamoDBJournal, "apply_chunk", real_apply_chunk)
+    # The redelivery meets the committed batch and finishes it from its pages (read_progress).
+    assert sqs_handler.handler(journal_batch, context) == {"batchItemFailures": []}
+    # A journal batch whose invocation died before its commit: once its lease has run out, the redelivery
+    # aborts it and claims the messages again (each replaced marker checked against the aborted header).
+    stalled = sqs_event([_packed("wide-2", 120)], first=100)
+    real_write_pages = DynamoDBJournal.write_pages
+    monkeypatch.setattr(DynamoDBJournal, "write_pages", crash)
+    with pytest.raises(RuntimeError):
+        sqs_handler.handler(stalled, context)
+    monkeypatch.setattr(DynamoDBJournal, "write_pages", real_write_pages)
+    two_hours_later_ms = time.time_ns() // 1_000_000 + 2 * 3_600_000
+    result = sqs_handler.pipeline().process(records_from_event(stalled), two_hours_later_ms, lambda: 60_000)
+    assert result.failed_record_ids == ()
+
+
+def drive_the_operator_commands(aws: dict[str, Any]) -> None:
+    """Each ``tally`` command an operator runs, on every path that calls AWS."""
+    runner = CliRunner()
+
+    def run(*args: str) -> None:
+        result = runner.invoke(cli, list(args), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    sqs, kinesis = aws["sqs"], aws["kinesis"]
+    sqs.purge_queue(QueueUrl=aws["dlq"])  # the Lambda drive's poison names sources that do not exist here
+    run("get", "page:/home", "--json")  # GetItem
+    run("get", "hot", "--json")  # a hot key: BatchGetItem over its shards
+    run("get", "page:/home", "--window", "hour", "--json")  # Query
+    run("top", "5")  # Scan
+    # A stack whose Outputs name the resources, as the deployed template's do.
+    outputs = {
+        "CountersTableName": "counters",
+        "MarkersTableName": "markers",
+        "DeadLetterQueueUrl": aws["dlq"],
+        "EventsQueueUrl": aws["queue"],
+        "EventStreamName": "tally-stream",
+    }
+    body = {
+        "Resources": {
+            "P": {"Type": "AWS::SSM::Parameter", "Properties": {"Name": "/t/p", "Type": "String", "Value": "v"}}
+        },
+        "Outputs": {name: {"Value": value} for name, value in outputs.items()},
+    }
+    aws["cloudformation"].create_stack(StackName="tally-ops", TemplateBody=json.dumps(body))
+    run("stack", "tally-ops")  # DescribeStacks
+    run("get", "page:/home", "--stack", "tally-ops")
+    run("publish", "page:/home", "2", "--stack", "tally-ops", "--to", "sqs")  # SendMessageBatch
+    run("publish", "page:/home", "3", "--stack", "tally-ops", "--to", "kinesis")  # PutRecords
+    # Dead letters of each kind: poison from the queue, poison from the stream, one SQS moved, and the
+    # metadata of a Kinesis batch Lambda gave up on.
+    put = [
+        kinesis.put_record(
+            StreamName="tally-stream", Data=f'{{"id":"e{i}","key":"k","delta":1}}'.encode(), PartitionKey=f"p{i}"
+        )
+        for i in range(3)
+    ]
+    attributes = {
+        "tally.error_code": {"DataType": "String", "StringValue": "invalid_field"},
+        "tally.source": {"DataType": "String", "StringValue": aws["queue_arn"]},
+    }
+    sqs.send_message(QueueUrl=aws["dlq"], MessageBody='{"id":"x","key":"k","detla":1}', MessageAttributes=attributes)
+    attributes = {**attributes, "tally.source": {"DataType": "String", "StringValue": aws["stream_arn"]}}
+    sqs.send_message(QueueUrl=aws["dlq"], MessageBody='{"id":"y","key":"k","detla":1}', MessageAttributes=attributes)
+    sqs.send_message(QueueUrl=aws["dlq"], MessageBody='{"id":"z","key":"k","delta":1}')
+    info = {
+        "shardId": put[0]["ShardId"],
+        "startSequenceNumber": put[0]["SequenceNumber"],
+        "endSequenceNumber": put[2]["SequenceNumber"],
+        "batchSize": 3,
+        "streamArn": aws["stream_arn"],
+    }
+    sqs.send_message(
+        QueueUrl=aws["dlq"],
+        MessageBody=json.dumps({"requestContext": {"condition": "RecordAgeExceeded"}, "KinesisBatchInfo": info}),
+    )
+    run("dlq", "list")  # ReceiveMessage, ChangeMessageVisibilityBatch
+    run("dlq", "redrive", "--stack", "tally-ops")  # GetQueueUrl, SendMessage, PutRecord, GetShardIterator, ...
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Recording:
+    """The calls of the Lambda path and of the operator's commands, as the session's recorder saw them."""
+    with pytest.MonkeyPatch.context() as monkeypatch, moto_stack(monkeypatch) as aws, RECORDER.capture() as calls:
+        drive_the_lambda_path(aws, monkeypatch)
+        drive_the_operator_commands(aws)
+    return Recording.of(calls, RECORDER.tables)
+
+
+@pytest.fixture(scope="module")
+def transformed() -> dict[str, Any]:
+    return transformed_template()
+
+
+def _operations(calls: Any, role: str) -> set[tuple[str, str]]:
+    found: set[tuple[str, str]] = set()
+    for call in calls:
+        if call.role != role:
+            continue
+        found.add((call.operation, call.site.split(" ")[-1]))
+        found |= {(f"{call.operation}.{t.item_action}", t.item_action) for t in call.targets if t.item_action}
+    return found
+
+
+# What the drive must have recorded (by operation and calling function), so that an empty or partial
+# recording fails here rather than passing the evaluation below.
+LAMBDA_CALLS = {
+    ("TransactWriteItems", "apply"),  # direct transactions (store.dynamodb)
+    ("TransactWriteItems", "_transact"),  # the journal's steps
+    ("TransactWriteItems.Put", "Put"),
+    ("TransactWriteItems.Update", "Update"),
+    ("TransactWriteItems.ConditionCheck", "ConditionCheck"),
+    ("BatchGetItem", "read_markers"),
+    ("BatchGetItem", "read_progress"),
+    ("BatchWriteItem", "write_pages"),
+    ("GetItem", "read"),
+    ("SendMessageBatch", "send"),
+}
+OPERATOR_CALLS = {
+    ("GetItem", "_get"),
+    ("BatchGetItem", "_batch_get"),
+    ("Query", "_query"),
+    ("Scan", "scan_all_time"),
+    ("DescribeStacks", "describe"),
+    ("DescribeStacks", "stack_outputs"),
+    ("SendMessageBatch", "send_batch"),  # tally publish
+    ("PutRecords", "send_batch"),
+    ("ReceiveMessage", "_receive"),
+    ("ChangeMessageVisibilityBatch", "_release"),
+    ("DeleteMessage", "_redrive_one"),
+    ("GetQueueUrl", "_queue_url"),
+    ("SendMessage", "_resend"),
+    ("PutRecord", "_resend"),
+    ("GetShardIterator", "_replay"),
+    ("GetRecords", "_replay"),
+    ("PutRecords", "_replay"),
+}
+
+
+def test_the_drive_records_every_call_the_paths_make(recorded: Recording) -> None:
+    # GIVEN the Lambda path and the operator's commands, driven WHEN their calls are recorded
+    calls = list(recorded.calls)
+    # THEN each call the code is known to make is there, attributed to who makes it
+    assert _operations(calls, FUNCTION) >= LAMBDA_CALLS, sorted(_operations(calls, FUNCTION))
+    assert _operations(calls, OPERATOR) >= OPERATOR_CALLS, sorted(_operations(calls, OPERATOR))
+    # AND the tests' own set-up (creating tables, sending dead letters) is nobody's
+    assert all(call.role == "" for call in calls if call.operation in {"CreateTable", "CreateQueue", "CreateStack"})
+
+
+def test_a_test_driving_an_adapter_directly_is_neither_the_function_nor_the_operator() -> None:
+    # GIVEN a test reading counters through the store itself (no handler, pipeline or CLI on the stack)
+    with pytest.MonkeyPatch.context() as monkeypatch, moto_stack(monkeypatch), RECORDER.capture() as calls:
+        store = DynamoDBCounterStore(boto3.client("dynamodb"), "counters", "markers", 86_400)
+        store.read_counters("page:/home")
+    # THEN its GetItem is recorded with its call site, but held against nobody's policy
+    (call,) = [call for call in calls if call.operation == "GetItem"]
+    assert call.site.startswith("tally/store/dynamodb.py:")
+    assert call.role == ""
+
+
+def test_an_empty_recording_fails_the_check() -> None:
+    assert not _operations([], FUNCTION) >= LAMBDA_CALLS
+    assert not _operations([], OPERATOR) >= OPERATOR_CALLS
+
+
+def _report(verdicts: list[Verdict]) -> str:
+    return "\n".join(line for verdict in verdicts for line in verdict.lines())
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_role_allows_every_call_its_code_and_lambda_make(
+    recorded: Recording, transformed: dict[str, Any], source: str
+) -> None:
+    # GIVEN the stack for this Source WHEN each function role and the operator's policy are asked for
+    # the recorded calls (and Lambda's own calls with each role)
+    verdicts = evaluate(transformed, recorded, source)
+    print(f"\nIAM contract, Source={source}:\n{_report(verdicts)}")
+    # THEN nothing is denied, every call could be mapped, and nothing is granted that is never used
+    assert [v.grantee for v in verdicts][-1] == "OperatorPolicy"
+    assert [(v.grantee, r) for v in verdicts for r in v.denied] == [], _report(verdicts)
+    assert [p for v in verdicts for p in v.problems] == [], _report(verdicts)
+    assert [(v.grantee, u) for v in verdicts for u in v.unused] == [], _report(verdicts)
+
+
+def test_a_missing_grant_is_named_with_its_call_site(transformed: dict[str, Any]) -> None:
+    # GIVEN a recorded BatchWriteItem of the journal on the markers table, and the role without that grant
+    call = Call.from_json(
+        {
+            "role": FUNCTION,
+            "site": "tally/store/journal.py:133 write_pages",
+            "service": "dynamodb",
+            "operation": "BatchWriteItem",
+            "targets": [["table", "markers", "PutRequest", ["expires_at", "id", "page"], ""]],
+        }
+    )
+    recording = Recording.of([call], {"markers": ("id",)})
+    broken = json.loads(json.dumps(transformed))
+    for resource in broken["Resources"].values():
+        if resource["Type"] == "AWS::IAM::Role":
+            for policy in resource["Properties"].get("Policies", []):
+                for statement in policy["PolicyDocument"]["Statement"]:
+                    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+                    statement["Action"] = [a for a in actions if a != "dynamodb:BatchWriteItem"] or ["dynamodb:GetItem"]
+    # WHEN evaluated THEN the denial names the action, the table's ARN and the call site
+    verdicts = evaluate(broken, recording, "SQS")
+    (denied,) = verdicts[0].denied
+    assert denied.action == "dynamodb:BatchWriteItem"
+    assert denied.resource.endswith(":table/MarkersTable")
+    assert "tally/store/journal.py:133 write_pages" in denied.origin
+
+
+def test_a_call_the_mapping_does_not_know_is_a_problem_not_a_pass(transformed: dict[str, Any]) -> None:
+    call = Call.from_json(
+        {
+            "role": FUNCTION,
+            "site": "tally/apply.py:1 x",
+            "service": "dynamodb",
+            "operation": "ExecuteStatement",
+            "targets": [],
+        }
+    )
+    (verdict, *_) = evaluate(transformed, Recording.of([call], {}), "SQS")
+    assert any("ExecuteStatement" in problem for problem in verdict.problems)
+
+
+def test_the_vendored_managed_policies_are_the_ones_moto_ships() -> None:
+    # The documents SAM's managed policies are evaluated with were copied from moto's copy of AWS's; a newer
+    # moto with a changed document means AWS changed it: copy it again (tests/template/data/).
+    from moto.iam.aws_managed_policies import aws_managed_policies_data  # noqa: PLC0415
+
+    shipped = json.loads(aws_managed_policies_data)
+    vendored = json.loads(MANAGED_POLICIES.read_text(encoding="utf-8"))["policies"]
+    assert {name: policy["Document"] for name, policy in vendored.items()} == {
+        name: shipped[name]["Document"] for name in vendored
+    }
