@@ -30,7 +30,13 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_ran
 from tally.core.ledger import BatchState
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch, plan_transactions
-from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+from tally.errors import (
+    MarkersExistError,
+    RetryableStoreError,
+    StoreError,
+    UnsettledMessagesError,
+    WriteRejectedError,
+)
 from tally.marker_reads import MarkerReadGate
 
 if TYPE_CHECKING:
@@ -145,6 +151,21 @@ class Run:
             self.applied_events += message.event_count
 
 
+def _check_fates(messages: Sequence[MessageTotals], run: Run, unapplied: set[str]) -> None:
+    """Every message has exactly one fate: applied, already applied, rejected, or handed back.
+
+    A message with none would be reported done to the source and deleted without being counted; a
+    message both rejected and applied would be dead-lettered and counted. Either is a defect of this
+    module, and failing the whole batch (redelivered, and settled by the markers) is the safe answer.
+    """
+    fates = (run.applied, run.already, run.rejected.keys(), unapplied)
+    counted = sum(len(fate) for fate in fates)
+    every = {message.message_id for message in messages}
+    if counted != len(every) or set().union(*fates) != every:
+        without = sorted(every.difference(*fates))[:5]
+        raise UnsettledMessagesError(f"{len(every)} message(s), {counted} fate(s); without a fate: {without}")
+
+
 class Applier:
     """Applies a batch's distinct messages through the direct path and the commit journal."""
 
@@ -196,11 +217,13 @@ class Applier:
             pending = again
         run.unapplied.update(message.message_id for message in pending)
         self.marker_read_gate.observe(met_existing_markers=run.markers_met > 0)
+        unapplied = run.unapplied - run.applied - run.already
+        _check_fates(messages, run, unapplied)
         return ApplyOutcome(
             applied=frozenset(run.applied),
             already_applied=frozenset(run.already),
             rejected=run.rejected,
-            unapplied=frozenset(run.unapplied - run.applied - run.already),
+            unapplied=frozenset(unapplied),
             applied_events=run.applied_events,
             transactions=run.requests,
             retries=run.retries,
@@ -236,17 +259,20 @@ class Applier:
         except MarkersExistError as exists:
             if not exists.message_ids & set(chunk.message_ids):
                 raise StoreError("markers reported for messages outside the transaction") from exists
-            self.settle_existing(exists, run)
-            return [m for m in chunk.messages if m.message_id not in exists.message_ids]
+            # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
+            # planned again, into a journal claim that replaces the marker (issue 14, defect 1).
+            claimable = self.settle_existing(exists, run)
+            return [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
         except RetryableStoreError:
             run.unapplied.update(chunk.message_ids)
             return []
         except WriteRejectedError as refused:
             if len(chunk.messages) > 1:
+                again: list[MessageTotals] = []
                 for message in chunk.messages:
                     (single,) = plan_transactions([message], self.max_actions).chunks
-                    self._direct(single, run)
-                return []
+                    again.extend(self._direct(single, run))
+                return again
             self._refused_alone(chunk.messages[0], refused, run)
             return []
         run.mark_applied(chunk.messages)

@@ -15,7 +15,13 @@ from tally.core.ledger import BatchRecord, BatchState, MarkerRecord
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add
 from tally.core.plan import plan_transactions
-from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+from tally.errors import (
+    MarkersExistError,
+    RetryableStoreError,
+    StoreError,
+    UnsettledMessagesError,
+    WriteRejectedError,
+)
 from tally.marker_reads import MarkerReadGate
 
 if TYPE_CHECKING:
@@ -539,3 +545,18 @@ def test_a_stream_with_duplicates_in_every_batch_reads_every_batch() -> None:
     assert [outcome.marker_reads for outcome in outcomes] == [1] * 7
     assert [outcome.transactions for outcome in outcomes] == [1] * 7
     assert [outcome.already_applied for outcome in outcomes] == [{f"m{n - 1}"} for n in range(1, 8)]
+
+
+# --- every message has exactly one fate (issue 14) --------------------------------------------------
+
+
+def test_a_message_left_without_a_fate_fails_the_whole_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an applier whose direct path forgets a message (as the MarkersExistError branch once did with a
+    # message claimable again): neither applied, nor rejected, nor handed back
+    store = FakeCounterStore()
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))  # type: ignore[arg-type]
+    monkeypatch.setattr(Applier, "_direct", lambda self, chunk, run: [])
+    # WHEN a batch is applied
+    # THEN the batch fails as a whole (redelivered) instead of reporting the message done
+    with pytest.raises(UnsettledMessagesError, match="without a fate"):
+        applier.apply(batch("a", "b"), NOW_MS, store.clock.remaining_ms)
