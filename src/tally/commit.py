@@ -138,8 +138,14 @@ class JournalRunner:
                 run.unapplied.update(to_claim)
                 return None
             except RetryableStoreError:
+                # The last attempt's outcome is unknown: its claims may have committed, naming this batch.
+                # Committing the rest would then mark them applied without their deltas (issue 14, defect
+                # 2), and re-reading them cannot rule out a claim still in flight. Abort instead: markers
+                # of an aborted batch count as absent, and a late claim fails on the header check.
+                self._abort_own(batch_id)
+                run.unapplied.update(message.message_id for message in claimed)
                 run.unapplied.update(to_claim)
-                break
+                return None
             opened = True
             done = {claim.message_id for claim in claims}
             claimed.extend(by_id[mid] for mid in to_claim if mid in done)

@@ -136,3 +136,58 @@ def test_a_culprit_isolated_through_the_journal_is_counted_when_redriven_later(
     assert dlq.codes() == {"r-1": "counter_out_of_range"}
     expected = {"huge": {"count": Decimal("9E+125")}, "shared": {"count": Decimal(2)}, "w-0": {"count": Decimal(1)}}
     assert read_all(store, ["huge", "shared", "w-0"]) == expected
+
+
+# --- 2. a claim whose outcome is unknown when the retries run out --------------------------------------
+
+
+class LoseSecondClaim:
+    """The second ``TransactWriteItems`` (the second claim transaction) commits, its answer is lost, and the
+    invocation has 4.5 s left when the read timeout comes back (the production client waits 10 s)."""
+
+    def __init__(self, ddb_tables: DynamoDBTables) -> None:
+        self.remaining_ms = 60_000
+        self.transactions = 0
+        self._lose = False
+        events = ddb_tables.client.meta.events
+        events.register("before-call.dynamodb.TransactWriteItems", self._before)
+        events.register("after-call.dynamodb.TransactWriteItems", self._after)
+
+    def remaining(self) -> int:
+        return self.remaining_ms
+
+    def _before(self, **_: Any) -> None:
+        self.transactions += 1
+        self._lose = self.transactions == 2
+
+    def _after(self, **_: Any) -> None:
+        if self._lose:
+            self._lose = False
+            self.remaining_ms = 4_500
+            raise ReadTimeoutError(endpoint_url="injected://lost-claim")
+
+
+def test_a_claim_lost_near_the_deadline_never_lets_the_batch_commit_without_it(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN 150 packed messages over the same 20 keys (one journal unit, two claim transactions), the
+    # production retry policy, and a second claim that commits but whose answer is lost with 4.5 s left
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    fault = LoseSecondClaim(ddb_tables)
+    pipeline, _ = make_pipeline(store, policy=RetryPolicy())  # the sleeps between retries are skipped
+    events = ",".join(f'{{"key":"s-{k}","delta":1}}' for k in range(20))
+    records = [SourceRecord(f"r-{i}", f'{{"id":"p-{i}","events":[{events}]}}', SENT_MS) for i in range(150)]
+
+    # WHEN the batch is processed, then every record it reported failed is redelivered (with time to spare)
+    first = pipeline.process(records, NOW_MS, fault.remaining)
+    assert first.journal_batches >= 1
+    fault.remaining_ms = 60_000
+    failed = set(first.failed_record_ids)
+    for _ in range(3):
+        if not failed:
+            break
+        again = pipeline.process([r for r in records if r.record_id in failed], NOW_MS + 600_000, plenty)
+        failed = set(again.failed_record_ids)
+
+    # THEN every message counts exactly once: none is marked applied without its deltas
+    assert failed == set()
+    keys = [f"s-{k}" for k in range(20)]
+    assert read_all(store, keys) == {key: {"count": Decimal(150)} for key in keys}
