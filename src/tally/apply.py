@@ -43,7 +43,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.items import ItemKey
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
+    from tally.core.numbers import Number
     from tally.core.plan import Chunk
 
 T = TypeVar("T")
@@ -83,6 +85,8 @@ class JournalStore(Protocol):
     def read(self, batch_id: str) -> BatchRecord | None: ...
 
     def read_progress(self, batch_id: str, chunk_count: int) -> tuple[Sequence[Totals], set[int]]: ...
+
+    def read_counters(self, items: Sequence[ItemKey]) -> Mapping[ItemKey, Mapping[str, Number]]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -191,3 +191,34 @@ def test_a_claim_lost_near_the_deadline_never_lets_the_batch_commit_without_it(d
     assert failed == set()
     keys = [f"s-{k}" for k in range(20)]
     assert read_all(store, keys) == {key: {"count": Decimal(150)} for key in keys}
+
+
+# --- 3. a later journal chunk that DynamoDB refuses ----------------------------------------------------
+
+
+def test_a_later_chunk_needing_more_than_38_digits_dead_letters_only_its_culprit(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a counter holding 1E+20, and a batch whose journal unit needs two apply chunks: a wide message
+    # (150 keys) adding 1E-20 to that counter in its second chunk (41 digits: DynamoDB refuses it), and an
+    # innocent message on a key of that same chunk
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store)
+    pipeline.process([SourceRecord("r-0", '{"id":"seed","key":"edge","delta":1E+20}', SENT_MS)], NOW_MS, plenty)
+    wide = ",".join(f'{{"key":"w-{i}","delta":1}}' for i in range(150)) + ',{"key":"edge","delta":1E-20}'
+    records = [
+        SourceRecord("r-wide", f'{{"id":"wide","events":[{wide}]}}', SENT_MS),
+        SourceRecord("r-ok", '{"id":"ok","events":[{"key":"w-140","delta":10},{"key":"w-1","delta":10}]}', SENT_MS),
+    ]
+
+    # WHEN the batch is processed
+    result = pipeline.process(records, NOW_MS, plenty)
+
+    # THEN only the message that fed the refused counter is dead-lettered, with the reason; the rest counts
+    assert result.failed_record_ids == ()
+    assert dlq.codes() == {"r-wide": "counter_out_of_range"}
+    assert result.refused_chunks == 0
+    expected = {"edge": {"count": Decimal("1E+20")}, "w-1": {"count": Decimal(10)}, "w-140": {"count": Decimal(10)}}
+    assert read_all(store, ["edge", "w-1", "w-140", "w-0", "w-149"]) == expected
+    # AND a redelivery of both changes nothing
+    again = pipeline.process(records, NOW_MS, plenty)
+    assert again.failed_record_ids == ()
+    assert read_all(store, ["edge", "w-1", "w-140", "w-0", "w-149"]) == expected

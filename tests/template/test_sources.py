@@ -183,6 +183,7 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
         json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
             "dynamodb:UpdateItem",
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
             "dynamodb:Query",
             "dynamodb:ConditionCheckItem",
         },

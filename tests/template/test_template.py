@@ -422,6 +422,7 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
         json.dumps({"Fn::GetAtt": [COUNTERS, "Arn"]}): {
             "dynamodb:UpdateItem",
             "dynamodb:GetItem",
+            "dynamodb:BatchGetItem",
             "dynamodb:Query",
             "dynamodb:ConditionCheckItem",
         },
