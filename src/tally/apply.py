@@ -103,6 +103,19 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Stall:
+    """A message handed back because its marker names another invocation's batch whose lease is live.
+
+    It cannot be settled before that batch commits, aborts or outlives its lease; the source brings it
+    back later (docs/journal.md, "Liveness"). Reported so the wait is visible, with what it waits for.
+    """
+
+    message_id: str
+    batch_id: str
+    lease_until_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyOutcome:
     """What happened to each message."""
 
@@ -117,6 +130,8 @@ class ApplyOutcome:
     refused_chunks: int = 0
     marker_reads: int = 0
     """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
+    stalls: tuple[Stall, ...] = ()
+    """Unapplied messages held back by a live lease of another batch (a subset of ``unapplied``)."""
 
 
 class Resolution(Enum):
@@ -148,6 +163,16 @@ class Run:
     markers_met: int = 0
     """Existing markers this run met, through the marker read or a cancelled write."""
     marker_reads: int = 0
+    leases: dict[str, int] = field(default_factory=dict)
+    """PREPARING batches met with a live lease -> their lease end (epoch ms)."""
+    held: dict[str, str] = field(default_factory=dict)
+    """Messages handed back because of such a batch -> that batch."""
+
+    def hold(self, message_id: str, batch_id: str) -> None:
+        """``message_id`` goes back to the source, unsettled; remember the batch if a live lease holds it."""
+        self.unapplied.add(message_id)
+        if batch_id in self.leases:
+            self.held[message_id] = batch_id
 
     def mark_applied(self, messages: Sequence[MessageTotals]) -> None:
         for message in messages:
@@ -234,6 +259,11 @@ class Applier:
             journal_batches=run.journal_batches,
             refused_chunks=run.refused_chunks,
             marker_reads=run.marker_reads,
+            stalls=tuple(
+                Stall(message_id, batch_id, run.leases[batch_id])
+                for message_id, batch_id in run.held.items()
+                if message_id in unapplied
+            ),
         )
 
     def _without_existing(self, messages: list[MessageTotals], run: Run) -> list[MessageTotals]:
@@ -294,7 +324,7 @@ class Applier:
                 run.already.add(message.message_id)
                 return
             if resolution is Resolution.PENDING:
-                run.unapplied.add(message.message_id)
+                run.hold(message.message_id, marker.batch_id or "")
                 return
         detail = f"DynamoDB refused the increment: {refused.detail}"
         run.rejected[message.message_id] = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, detail)
@@ -315,7 +345,7 @@ class Applier:
             if resolution is Resolution.APPLIED:
                 run.already.add(message_id)
             elif resolution is Resolution.PENDING:
-                run.unapplied.add(message_id)
+                run.hold(message_id, batch_id)
             else:
                 run.replaces[message_id] = batch_id
                 claimable.add(message_id)
@@ -361,7 +391,8 @@ class Applier:
             finished = JournalRunner(self, run).finish(record, pages=None)
             resolution = Resolution.APPLIED if finished else Resolution.PENDING
         else:
-            resolution = Resolution.PENDING
+            resolution = Resolution.PENDING  # another invocation's batch, lease live: it decides first
+            run.leases[batch_id] = record.lease_until_ms
         if resolution is not Resolution.PENDING:
             run.resolutions[batch_id] = resolution
         return resolution

@@ -222,3 +222,21 @@ def test_a_later_chunk_needing_more_than_38_digits_dead_letters_only_its_culprit
     again = pipeline.process(records, NOW_MS, plenty)
     assert again.failed_record_ids == ()
     assert read_all(store, ["edge", "w-1", "w-140", "w-0", "w-149"]) == expected
+
+
+# --- the stall ------------------------------------------------------------------------------------------
+
+
+def test_a_record_held_by_a_live_lease_says_which_batch_holds_it_and_until_when(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a message claimed by a journal batch of another invocation that is still running
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    journal_of(ddb_tables).open("running", NOW_MS + 90_000, [Claim("m-1")], NOW_MS - 1_000)
+    pipeline, _ = make_pipeline(store)
+    record = SourceRecord("r-1", '{"id":"m-1","key":"k","delta":1}', SENT_MS)
+
+    # WHEN the message is redelivered meanwhile
+    result = pipeline.process([record], NOW_MS, plenty)
+
+    # THEN it is handed back, and the result names the batch and its lease end
+    assert result.failed_record_ids == ("r-1",)
+    assert [(s.record_id, s.batch_id, s.lease_until_ms) for s in result.stalls] == [("r-1", "running", NOW_MS + 90_000)]
