@@ -315,7 +315,11 @@ class Applier:
     def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError, run: Run) -> None:
         # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
         # can be refused for the range instead of being cancelled by its marker. Look before rejecting.
-        marker = self.store.read_marker(message.message_id)
+        try:
+            marker = self.attempt(run, lambda: self.store.read_marker(message.message_id), counts_as_request=False)
+        except RetryableStoreError:
+            run.unapplied.add(message.message_id)  # cannot tell applied from refused yet: ask again later
+            return
         if marker is not None:
             resolution = (
                 Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id, run)

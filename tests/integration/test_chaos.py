@@ -1,7 +1,8 @@
 """The chaos run's small configuration, and proof that the same harness catches broken variants.
 
 The smoke run (``bench.chaos.config.SMOKE``) goes through the production pipeline on DynamoDB Local, from
-SQS and Kinesis, with every fault kind injected; it must count exactly once. Two deliberately broken
+SQS and Kinesis, with every fault kind injected and every situation of issue 14 produced; it must count
+exactly once. Two deliberately broken
 variants, defined here and never in src/, run under the same harness and must be caught:
 
 - a counter store whose direct transactions carry the ADDs without the idempotency markers;
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from tally.core.aggregate import Totals
     from tally.core.plan import Chunk
     from tally.local.dynamodb_local import DynamoDBLocal
+    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tests.conftest import DynamoDBTables
 
@@ -57,17 +59,27 @@ class JournalWithoutAppliedRecords(DynamoDBJournal):
 
 
 def _store_without_markers(
-    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     store = StoreWithoutMarkers(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, store=store)
+    return wire_pipeline(client, tables, dead_letters, config, store=store, marker_read_gate=marker_read_gate)
 
 
 def _journal_without_applied_records(
-    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     journal = JournalWithoutAppliedRecords(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, journal=journal)
+    return wire_pipeline(client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate)
 
 
 def _run(
@@ -114,6 +126,19 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.events >= SMOKE.events
     assert result.redeliveries.get("redelivery.sqs_receive_again", 0) > 0
     assert result.redeliveries.get("redelivery.kinesis_records", 0) > 0
+    # AND it produced every situation of issue 14: warm consumers whose marker read gate has closed, kills
+    # between a journal claim and the commit redelivered after the lease (also to a closed gate), claims
+    # lost near the deadline (a fault kind above), sums needing more than 38 digits in a later chunk
+    situations = {
+        "situation.gate_closed_invocations",
+        "situation.claim_killed_redelivered",
+        "situation.claim_killed_redelivered_after_lease",
+        "situation.claim_killed_redelivered_gate_closed",
+        "situation.sum_over_38_digits_published",
+        "situation.sum_over_38_digits_dead_lettered",
+    }
+    assert not {name for name in situations if not result.situations.get(name)}, result.situations
+    assert result.counts.get("pipeline.refused_chunks", 0) == 0
 
 
 BROKEN_VARIANTS = {
