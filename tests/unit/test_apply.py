@@ -560,3 +560,24 @@ def test_a_message_left_without_a_fate_fails_the_whole_batch(monkeypatch: pytest
     # THEN the batch fails as a whole (redelivered) instead of reporting the message done
     with pytest.raises(UnsettledMessagesError, match="without a fate"):
         applier.apply(batch("a", "b"), NOW_MS, store.clock.remaining_ms)
+
+
+@dataclass
+class UnreadableMarkersStore(FakeCounterStore):
+    """``FakeCounterStore`` whose single-marker reads never get an answer (lost responses, throttling)."""
+
+    def read_marker(self, message_id: str) -> MarkerRecord | None:
+        self.lookups.append(message_id)
+        raise RetryableStoreError("GetItem: outcome unknown")
+
+
+def test_a_refused_message_whose_marker_cannot_be_read_is_handed_back_not_the_batch() -> None:
+    # GIVEN a culprit DynamoDB refuses for the range, and a marker read that keeps failing
+    store = UnreadableMarkersStore(poison=frozenset({"b"}))
+    # WHEN the batch is applied
+    outcome = run(store, plan_transactions(batch("a", "b", "c")))
+    # THEN only the culprit goes back to the source (its redelivery looks again); the rest is counted
+    assert outcome.unapplied == {"b"}
+    assert outcome.rejected == {}
+    assert outcome.applied == {"a", "c"}
+    assert store.lookups == ["b"] * DEFAULT_POLICY.max_attempts
