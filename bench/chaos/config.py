@@ -2,7 +2,8 @@
 
 Two presets: ``SMOKE`` (seconds, in the test suite) and ``FULL`` (the published figures, at least 100,000
 events and 1,000 faults). Every field can be changed from the command line (``python -m bench.chaos``).
-Rates are probabilities per opportunity: per DynamoDB request for the store faults, per invocation for a
+Rates are probabilities per opportunity: per DynamoDB request for the store faults (per journal claim
+transaction for the kill after a claim and the claim lost near the deadline), per invocation for a
 crash after commit, per delivered message for a visibility-timeout expiry, per batch for a Kinesis
 checkpoint rewind, per dead letter for a refusal by the dead-letter queue.
 """
@@ -28,6 +29,12 @@ class DynamoDBFaultRates:
     """A transaction is cancelled with ``TransactionConflict`` on one action."""
     slow: float = 0.02
     """The response comes back near (or past) the Lambda deadline: ``remaining_ms`` shrinks."""
+    kill_after_claim: float = 0.05
+    """Per journal claim transaction (``open`` or ``claim``): it commits, then the invocation is killed
+    before its batch commits; the source redelivers the batch after the visibility timeout or retry."""
+    lost_claim_near_deadline: float = 0.15
+    """Per journal claim transaction after a batch's first: it commits, its answer is lost, and the
+    invocation has just more than the applier's reserve left, so the retries stop (issue 14, defect 2)."""
 
     def total(self) -> float:
         return (
@@ -83,11 +90,18 @@ class ChaosConfig:
     400 names in one message). Four single ones on one key are already 400 names on one item."""
     long_decimals: int = 12
     """Messages adding a 37-digit decimal to the hot key: its shards' sum needs more than 28 digits."""
+    precision_doomed: int = 5
+    """Valid packed messages injected as unrecoverable because a sum needs more than 38 digits: a setup
+    message stores 1E+20, the doomed message adds 1E-20 to it after 40 other keys, so in a later journal
+    apply chunk (issue 14, defect 3)."""
+    closed_gate_consumers: int = 1
+    """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""
     sqs_share: float = 0.5
     sqs_consumers: int = 3
     sqs_batch_size: int = 10
     kinesis_shards: int = 3
-    kinesis_batch_size: int = 25
+    kinesis_batch_size: int = 150
+    """Large enough for journal units of more than 99 messages (two claim transactions)."""
     max_receive_count: int = 5
     """SQS redrive policy (template default): receives before a message moves to the DLQ."""
     kinesis_max_retries: int = 10
@@ -119,10 +133,18 @@ SMOKE = ChaosConfig(
     doomed=2,
     sqs_consumers=2,
     kinesis_shards=2,
-    kinesis_batch_size=10,
+    kinesis_batch_size=120,
+    precision_doomed=2,
     dynamodb=DynamoDBFaultRates(
-        connect_failure=0.03, lost_response=0.05, throttle_request=0.03, throttle_cancel=0.02, conflict=0.04, slow=0.02
+        connect_failure=0.03,
+        lost_response=0.05,
+        throttle_request=0.03,
+        throttle_cancel=0.02,
+        conflict=0.04,
+        slow=0.02,
+        kill_after_claim=0.15,
+        lost_claim_near_deadline=0.5,
     ),
-    delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.1, dlq_refusal=0.05),
+    delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}

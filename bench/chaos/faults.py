@@ -17,6 +17,16 @@ one fault:
   ``remaining_ms`` drops to a value drawn around the applier's reserve); when the deadline passes while
   the request is in flight, the request commits and the invocation is killed (``InvocationKilled``).
 
+Journal claim transactions (``open``: the header Put with the first claims; ``claim``: a header check
+plus more claims) draw two more faults first (issue 14):
+
+- ``kill_after_claim``: the claim commits, then the invocation is killed (``InvocationKilled``) before its
+  batch commits: the batch stays PREPARING until its lease ends, and the source redelivers the records
+  after its visibility timeout or retry backoff;
+- ``lost_claim_near_deadline`` (``claim`` only, so the batch has claimed before): the claim commits, its
+  answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
+  retries stop with the claim's outcome unknown.
+
 ``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
 """
 
@@ -83,6 +93,8 @@ class DynamoDBChaos:
         self.invocation: Invocation | None = None
         self.reserve_ms = 3_000
         self.enabled = True
+        self.killed_after_claim = False
+        """Set when ``kill_after_claim`` fired in the current invocation (the consumer resets it)."""
         for operation in FAULTABLE:
             client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
             client.meta.events.register(f"after-call.dynamodb.{operation}", self._after_call)
@@ -104,13 +116,32 @@ class DynamoDBChaos:
             roll -= rate
         return None
 
+    def _draw_claim_fault(self, params: dict[str, Any]) -> str | None:
+        """``kill_after_claim`` or ``lost_claim_near_deadline`` for a journal claim transaction, or None."""
+        claim = _claim_kind(json.loads(params["body"])["TransactItems"])
+        if claim is None:
+            return None
+        roll = self._rng.random()
+        if roll < self._rates.kill_after_claim:
+            return "kill_after_claim"
+        if claim == "claim" and roll < self._rates.kill_after_claim + self._rates.lost_claim_near_deadline:
+            return "lost_claim_near_deadline"
+        return None
+
     def _before_call(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[_FakeHttpResponse, Any] | None:
         self._after = None
         operation = model.name
-        kind = self._draw(operation) if self.enabled else None
+        kind = None
+        if self.enabled and operation == TRANSACT:
+            kind = self._draw_claim_fault(params)
+        if kind is None and self.enabled:
+            kind = self._draw(operation)
         if kind is None:
             return None
         self._log.add(f"ddb.{kind}")
+        if kind in ("kill_after_claim", "lost_claim_near_deadline"):
+            self._after = kind
+            return None
         if kind == "connect_failure":
             raise EndpointConnectionError(endpoint_url="chaos://connect-failure")
         if kind == "lost_response":
@@ -145,5 +176,26 @@ class DynamoDBChaos:
         after, self._after = self._after, None
         if after == "lose":
             raise ReadTimeoutError(endpoint_url="chaos://lost-response")
+        if after == "kill_after_claim":
+            self.killed_after_claim = True
+            raise InvocationKilled("killed between a journal claim and the commit")
+        if after == "lost_claim_near_deadline":
+            if self.invocation is not None:
+                self.invocation.slow_down(self.reserve_ms + 50)  # a 10 s read timeout, late in the invocation
+            raise ReadTimeoutError(endpoint_url="chaos://lost-claim-near-deadline")
         if after == "kill":
             raise InvocationKilled("deadline passed while a DynamoDB request was in flight")
+
+
+def _claim_kind(actions: list[dict[str, Any]]) -> str | None:
+    """``open`` or ``claim`` for the journal's claim transactions (by their first action), else None."""
+    if not actions:
+        return None
+    first = actions[0]
+    put = first.get("Put", {}).get("Item", {})
+    if put.get("id", {}).get("S", "").startswith("b#") and put.get("state", {}).get("S") == "PREPARING":
+        return "open"
+    check = first.get("ConditionCheck", {})
+    if check.get("ExpressionAttributeValues", {}).get(":state", {}).get("S") == "PREPARING":
+        return "claim"
+    return None

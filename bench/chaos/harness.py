@@ -25,7 +25,7 @@ from bench.chaos.clock import VirtualClock
 from bench.chaos.config import VISIBILITY_TIMEOUT_S
 from bench.chaos.dlq import ConsumerPort, DeadLetterStore
 from bench.chaos.faults import DynamoDBChaos, FaultLog
-from bench.chaos.invoke import Consumer
+from bench.chaos.invoke import Consumer, KilledClaims
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
 from bench.chaos.sqs import Queue, consume
@@ -35,6 +35,7 @@ from tally.core.decode import DecodeLimits
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_spec
+from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -66,7 +67,13 @@ class PipelineFactory(Protocol):
     """Builds one consumer's pipeline on its client (production wiring: ``wire_pipeline``)."""
 
     def __call__(
-        self, client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+        self,
+        client: DynamoDBClient,
+        tables: Tables,
+        dead_letters: DeadLetterQueue,
+        config: ChaosConfig,
+        *,
+        marker_read_gate: MarkerReadGate | None = None,
     ) -> BatchPipeline: ...
 
 
@@ -78,6 +85,7 @@ def wire_pipeline(
     *,
     store: DynamoDBCounterStore | None = None,
     journal: DynamoDBJournal | None = None,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     """``tally.runtime.build_pipeline``'s wiring, on the given client and dead-letter port."""
     store = store or DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
@@ -89,7 +97,8 @@ def wire_pipeline(
         windows=parse_window_spec(config.windows, config.window_retention),
         hot_keys=parse_hot_keys(config.hot_keys),
     )
-    return BatchPipeline(Applier(store, journal, policy=CHAOS_RETRIES), dead_letters, settings)
+    applier = Applier(store, journal, policy=CHAOS_RETRIES, marker_read_gate=marker_read_gate)
+    return BatchPipeline(applier, dead_letters, settings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +134,12 @@ class ChaosResult:
         }
 
     @property
+    def situations(self) -> dict[str, int]:
+        """How often the run produced each situation of issue 14 (gate closed, kill between claim and
+        commit then redelivery after the lease, sums needing more than 38 digits in a later chunk)."""
+        return {name: count for name, count in sorted(self.counts.items()) if name.startswith("situation.")}
+
+    @property
     def redeliveries(self) -> dict[str, int]:
         return {name: count for name, count in sorted(self.counts.items()) if name.startswith("redelivery.")}
 
@@ -147,8 +162,10 @@ class _Run:
     ledger: Ledger = field(default_factory=Ledger)
     unexpected: list[BaseException] = field(default_factory=list)
     injectors: list[DynamoDBChaos] = field(default_factory=list)
+    killed: KilledClaims = field(default_factory=KilledClaims)
 
-    def consumer(self, name: str) -> Consumer:
+    def consumer(self, name: str, index: int) -> Consumer:
+        """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
         config = self.config
         client = self.client_factory()
         chaos = DynamoDBChaos(client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log)
@@ -157,9 +174,11 @@ class _Run:
         port = ConsumerPort(
             self.dead_letters, config.delivery.dlq_refusal, random.Random(f"{config.seed}:dlq:{name}"), self.log
         )
+        # A gate that never reads is one that has closed (10 quiet batches) and met no marker since.
+        gate = MarkerReadGate(quiet_batches=0) if index < config.closed_gate_consumers else MarkerReadGate()
         return Consumer(
             name=name,
-            pipeline=self.pipeline_factory(client, self.tables, port, config),
+            pipeline=self.pipeline_factory(client, self.tables, port, config, marker_read_gate=gate),
             chaos=chaos,
             clock=self.clock,
             log=self.log,
@@ -167,6 +186,8 @@ class _Run:
             timeout_ms=config.function_timeout_s * 1000,
             crash_after_commit=config.delivery.crash_after_commit,
             unexpected=self.unexpected,
+            gate=gate,
+            killed=self.killed,
         )
 
 
@@ -226,6 +247,7 @@ def run_chaos(
     stream = Stream(config.kinesis_shards, run.clock)
     _apply_setup(workload, run)
     reused = {message.body for message in workload.alternates.values()}
+    precision_bodies = {message.body for message in workload.precision_doomed}
     for publication in workload.publications:
         if publication.resend:
             run.log.add("producer.resend")
@@ -235,16 +257,18 @@ def run_chaos(
             run.log.add("producer.id_reused")
         if publication.body in workload.poison:
             run.log.add("poison.published")
+        if publication.body in precision_bodies:
+            run.log.add("situation.sum_over_38_digits_published")
         if publication.source is Source.SQS:
             queue.send(publication.body)
         else:
             stream.put(publication.body.encode(), publication.partition_key)
 
-    sqs_consumers = [run.consumer(f"sqs-{index}") for index in range(config.sqs_consumers)]
+    sqs_consumers = [run.consumer(f"sqs-{index}", index) for index in range(config.sqs_consumers)]
     shard_consumers = [
         ShardConsumer(
             shard,
-            run.consumer(f"kinesis-{index}"),
+            run.consumer(f"kinesis-{index}", index),
             workload,
             run.ledger,
             run.clock,
@@ -295,6 +319,10 @@ def run_chaos(
     if jm.error is not None:
         raise jm.error
 
+    run.log.add(
+        "situation.sum_over_38_digits_dead_lettered",
+        sum(1 for letter in run.dead_letters.letters() if letter.body in precision_bodies and letter.code),
+    )
     verdict = judge(
         workload,
         reader.read_counters,

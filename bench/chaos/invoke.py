@@ -15,16 +15,23 @@ What can go wrong in an invocation, as Lambda sees it:
 - a crash after commit: the handler returned, but its answer never reached the event source mapping.
 
 In all three cases the whole batch counts as failed.
+
+Each consumer is one warm container: its pipeline (and its ``MarkerReadGate``) lives for the whole run.
+It also counts the situations of issue 14 as they happen (``situation.*``): invocations whose gate is
+closed, and records of an invocation killed between a journal claim and the commit when they come back
+(after the lease ended, and to a consumer whose gate is closed).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from bench.chaos.clock import Invocation
 from bench.chaos.faults import InvocationKilled
+from tally.apply import RetryPolicy
 from tally.errors import TallyError
 from tally.local.lambda_events import BatchOutcome, function_error, read_response
 from tally.sources import kinesis as kinesis_source
@@ -36,10 +43,36 @@ if TYPE_CHECKING:
 
     from bench.chaos.clock import VirtualClock
     from bench.chaos.faults import DynamoDBChaos, FaultLog
+    from tally.core.model import SourceRecord
+    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, BatchResult
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
 """Journal batch ids in error messages, replaced so that equal errors are counted together."""
+LEASE_MARGIN_MS = RetryPolicy().lease_margin_ms
+
+
+class KilledClaims:
+    """Bodies of records whose invocation was killed between a journal claim and the commit -> when."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._killed_ms: dict[str, int] = {}
+
+    def add(self, bodies: Sequence[str], now_ms: int) -> None:
+        with self._lock:
+            for body in bodies:
+                self._killed_ms.setdefault(body, now_ms)
+
+    def take(self, bodies: Sequence[str]) -> list[int]:
+        """The kill times of those of ``bodies`` killed before (each is reported once)."""
+        with self._lock:
+            return [self._killed_ms.pop(body) for body in bodies if body in self._killed_ms]
+
+
+def _text(record: SourceRecord) -> str:
+    body = record.body
+    return body if isinstance(body, str) else body.decode("utf-8", "surrogateescape")
 
 
 @dataclass
@@ -53,11 +86,16 @@ class Consumer:
     timeout_ms: int
     crash_after_commit: float
     unexpected: list[BaseException]
+    gate: MarkerReadGate
+    """The marker read gate of this consumer's applier (a warm container's: it may close)."""
+    killed: KilledClaims
+    _bodies: tuple[str, ...] = ()
 
     def invoke_sqs(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
         def handle() -> object:
             invocation = self._begin()
             records = sqs_source.records_from_event(event)
+            self._observe(records)
             result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
             self._record(result)
             return {"batchItemFailures": [{"itemIdentifier": rid} for rid in result.failed_record_ids]}
@@ -68,11 +106,26 @@ class Consumer:
         def handle() -> object:
             invocation = self._begin()
             records = kinesis_source.records_from_event(event)
+            self._observe(records)
             result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
             self._record(result)
             return kinesis_source.failure_report(result.failed_record_ids)
 
         return self._invoke(handle, record_ids)
+
+    def _observe(self, records: Sequence[SourceRecord]) -> None:
+        """Count the issue-14 situations this invocation meets, before it runs."""
+        self._bodies = tuple(_text(record) for record in records)
+        closed = not self.gate.is_open
+        if closed:
+            self.log.add("situation.gate_closed_invocations")
+        now_ms = self.clock.now_ms()
+        for killed_ms in self.killed.take(self._bodies):
+            self.log.add("situation.claim_killed_redelivered")
+            if now_ms > killed_ms + self.timeout_ms + LEASE_MARGIN_MS:
+                self.log.add("situation.claim_killed_redelivered_after_lease")
+            if closed:
+                self.log.add("situation.claim_killed_redelivered_gate_closed")
 
     def _record(self, result: BatchResult) -> None:
         """The batch's own figures (what the handlers publish as metrics), summed over the run."""
@@ -85,6 +138,8 @@ class Consumer:
             "transactions": result.transactions,
             "transaction_retries": result.retries,
             "journal_batches": result.journal_batches,
+            "refused_chunks": result.refused_chunks,
+            "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent before issue 14
         }
         conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]
         # How the pipeline met each reused id: another copy in the same batch, or the id's marker.
@@ -96,6 +151,8 @@ class Consumer:
     def _begin(self) -> Invocation:
         invocation = Invocation(self.timeout_ms)
         self.chaos.invocation = invocation
+        self.chaos.killed_after_claim = False
+        self._bodies = ()
         return invocation
 
     def _invoke(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
@@ -103,6 +160,10 @@ class Consumer:
         try:
             response = handle()
         except InvocationKilled:
+            if self.chaos.killed_after_claim:
+                self.log.add("outcome.killed_between_claim_and_commit")
+                self.killed.add(self._bodies, self.clock.now_ms())
+                return function_error(record_ids, "killed between a journal claim and the commit")
             self.log.add("outcome.killed_at_deadline")
             return function_error(record_ids, "killed at the deadline")
         except TallyError as exc:

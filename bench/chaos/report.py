@@ -32,6 +32,9 @@ def summary_table(result: ChaosResult) -> Table:
     section(f"faults injected: {sum(result.faults.values()):,}")
     for name, count in result.faults.items():
         table.add_row(f"  {name}", f"{count:,}")
+    section("situations (issue 14)")
+    for name, count in result.situations.items():
+        table.add_row(f"  {name}", f"{count:,}")
     section("redeliveries")
     for name, count in result.redeliveries.items():
         table.add_row(f"  {name}", f"{count:,}")
@@ -92,6 +95,7 @@ def as_json(result: ChaosResult) -> dict[str, Any]:
         "faults": result.faults,
         "faults_total": sum(result.faults.values()),
         "redeliveries": result.redeliveries,
+        "situations": result.situations,
         "counts": result.counts,
         "verdict": asdict(result.verdict),
         "jepsen_reads": result.jepsen_reads,

@@ -25,6 +25,10 @@ or queue decides what arrives first), so ``expected`` holds the first content's 
 in the other's when the first is the one dead-lettered. Some re-sends spell the same content differently
 (``respell_share``: the ``delta`` shorthand written out, ``1.0`` for ``1``, trailing zeros, spaces): those
 are duplicates, and must never be taken for a conflict.
+
+The precision-doomed ones (issue 14, defect 3) are packed: 40 events on ordinary keys, then one adding
+``1E-20`` to a counter a setup message set to ``1E+20`` (41 digits). With the windows, the message alone
+holds more than 98 counter items, so that counter falls in a later journal apply chunk.
 """
 
 from __future__ import annotations
@@ -46,6 +50,12 @@ if TYPE_CHECKING:
 
 TRACER: Final = "count"
 """The counter every event adds 1 to: lost and doubled events are read off it."""
+PRECISION_BASE: Final = Decimal("1E+20")
+PRECISION_DELTA: Final = Decimal("1E-20")
+"""``PRECISION_BASE + PRECISION_DELTA`` needs 41 significant digits: DynamoDB refuses the ADD."""
+PRECISION_KEYS: Final = 40
+"""Distinct keys before the precision counter in a precision-doomed message (x3 items with two windows):
+ordinary ``k:`` keys, shared with valid messages, padded with keys of its own when there are fewer."""
 EDGE_DELTA: Final = Decimal("9E+125")
 """Twice this is past DynamoDB's largest Number (9.99...E+125): the second ADD is refused."""
 DOOMED_CODE: Final = "counter_out_of_range"
@@ -119,6 +129,11 @@ class Workload:
     """By message id: the other content a producer sent under an id of ``valid`` (``by_body`` has both)."""
 
     @property
+    def precision_doomed(self) -> tuple[ValidMessage, ...]:
+        """The doomed messages whose sum needs more than 38 digits in a later journal chunk."""
+        return tuple(m for m in self.valid.values() if m.doomed and "-prec-doomed-" in m.message_id)
+
+    @property
     def events(self) -> int:
         return sum(message.events for message in self.valid.values() if not message.doomed)
 
@@ -166,6 +181,9 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     valid |= _wide_messages(config, rng)
     valid |= _long_decimal_messages(config)
     setup, doomed = _edge_messages(config)
+    precision_setup, precision_doomed = _precision_messages(config)
+    setup += precision_setup
+    doomed += precision_doomed
     poison = _poison_messages(config, base_ms, len(valid))
 
     def source() -> Source:
@@ -365,6 +383,34 @@ def _edge_messages(config: ChaosConfig) -> tuple[list[ValidMessage], list[ValidM
             deltas = {TRACER: Decimal(1), "big": EDGE_DELTA}
             body = f'{{"id":"{message_id}",' + _event_json(key, deltas, None) + "}"
             out.append(ValidMessage(message_id, body, key, 1, {key: deltas}, doomed=role == "doomed"))
+    return setup, doomed
+
+
+def _precision_messages(config: ChaosConfig) -> tuple[list[ValidMessage], list[ValidMessage]]:
+    """Per precision-doomed message, a setup message storing ``1E+20`` in ``fine`` of its own key, and the
+    packed doomed message: ``PRECISION_KEYS`` ordinary events, then ``1E-20`` on that counter."""
+    setup: list[ValidMessage] = []
+    doomed: list[ValidMessage] = []
+    for index in range(config.precision_doomed):
+        key = f"prec:{index}"
+        message_id = f"c{config.seed}-prec-setup-{index}"
+        deltas = {TRACER: Decimal(1), "fine": PRECISION_BASE}
+        body = f'{{"id":"{message_id}",' + _event_json(key, deltas, None) + "}"
+        setup.append(ValidMessage(message_id, body, key, 1, {key: deltas}))
+        message_id = f"c{config.seed}-prec-doomed-{index}"
+        ordinary = [f"k:{1 + (index * 7 + n) % (config.keys - 1)}" for n in range(min(PRECISION_KEYS, config.keys - 1))]
+        padding = [f"{key}:pad-{n}" for n in range(PRECISION_KEYS - len(ordinary))]  # few keys: its own ones
+        parts = [(event_key, {TRACER: Decimal(1)}) for event_key in ordinary + padding]
+        parts.append((key, {TRACER: Decimal(1), "fine": PRECISION_DELTA}))
+        sums: Sums = defaultdict(lambda: defaultdict(Decimal))
+        for event_key, event_deltas in parts:
+            for name, delta in event_deltas.items():
+                sums[event_key][name] += delta
+        body = (
+            f'{{"id":"{message_id}","events":[' + ",".join("{" + _event_json(k, d, None) + "}" for k, d in parts) + "]}"
+        )
+        sums_plain = {k: dict(v) for k, v in sums.items()}
+        doomed.append(ValidMessage(message_id, body, message_id, len(parts), sums_plain, doomed=True))
     return setup, doomed
 
 

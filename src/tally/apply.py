@@ -32,7 +32,13 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_ran
 from tally.core.ledger import BatchState, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch, plan_transactions
-from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+from tally.errors import (
+    MarkersExistError,
+    RetryableStoreError,
+    StoreError,
+    UnsettledMessagesError,
+    WriteRejectedError,
+)
 from tally.marker_reads import MarkerReadGate
 from tally.store.expressions import counters_per_add
 
@@ -40,7 +46,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.items import ItemKey
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
+    from tally.core.numbers import Number
     from tally.core.plan import Chunk, CounterLimit
 
 T = TypeVar("T")
@@ -86,6 +94,8 @@ class JournalStore(Protocol):
 
     def read_progress(self, batch_id: str, chunk_count: int) -> tuple[Sequence[Totals], set[int]]: ...
 
+    def read_counters(self, items: Sequence[ItemKey]) -> Mapping[ItemKey, Mapping[str, Number]]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
@@ -98,6 +108,19 @@ class RetryPolicy:
     """Time kept back for reporting and dead-lettering; no step starts inside it."""
     lease_margin_ms: int = 60_000
     """How long past the invocation's deadline its journal batch stays protected from abort."""
+
+
+@dataclass(frozen=True, slots=True)
+class Stall:
+    """A message handed back because its marker names another invocation's batch whose lease is live.
+
+    It cannot be settled before that batch commits, aborts or outlives its lease; the source brings it
+    back later (docs/journal.md, "Liveness"). Reported so the wait is visible, with what it waits for.
+    """
+
+    message_id: str
+    batch_id: str
+    lease_until_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +138,8 @@ class ApplyOutcome:
     refused_chunks: int = 0
     marker_reads: int = 0
     """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
+    stalls: tuple[Stall, ...] = ()
+    """Unapplied messages held back by a live lease of another batch (a subset of ``unapplied``)."""
 
 
 class Resolution(Enum):
@@ -148,6 +173,16 @@ class Run:
     markers_met: int = 0
     """Existing markers this run met, through the marker read or a cancelled write."""
     marker_reads: int = 0
+    leases: dict[str, int] = field(default_factory=dict)
+    """PREPARING batches met with a live lease -> their lease end (epoch ms)."""
+    held: dict[str, str] = field(default_factory=dict)
+    """Messages handed back because of such a batch -> that batch."""
+
+    def hold(self, message_id: str, batch_id: str) -> None:
+        """``message_id`` goes back to the source, unsettled; remember the batch if a live lease holds it."""
+        self.unapplied.add(message_id)
+        if batch_id in self.leases:
+            self.held[message_id] = batch_id
 
     def settle_applied(self, message_id: str, counted: bytes | None) -> None:
         """A marker says the id was applied with content ``counted``: a duplicate, or an id conflict."""
@@ -161,6 +196,21 @@ class Run:
         for message in messages:
             self.applied.add(message.message_id)
             self.applied_events += message.event_count
+
+
+def _check_fates(messages: Sequence[MessageTotals], run: Run, unapplied: set[str]) -> None:
+    """Every message has exactly one fate: applied, already applied, rejected, or handed back.
+
+    A message with none would be reported done to the source and deleted without being counted; a
+    message both rejected and applied would be dead-lettered and counted. Either is a defect of this
+    module, and failing the whole batch (redelivered, and settled by the markers) is the safe answer.
+    """
+    fates = (run.applied, run.already, run.rejected.keys(), unapplied)
+    counted = sum(len(fate) for fate in fates)
+    every = {message.message_id for message in messages}
+    if counted != len(every) or set().union(*fates) != every:
+        without = sorted(every.difference(*fates))[:5]
+        raise UnsettledMessagesError(f"{len(every)} message(s), {counted} fate(s); without a fate: {without}")
 
 
 class Applier:
@@ -223,17 +273,24 @@ class Applier:
             pending = again
         run.unapplied.update(message.message_id for message in pending)
         self.marker_read_gate.observe(met_existing_markers=run.markers_met > 0)
+        unapplied = run.unapplied - run.applied - run.already
+        _check_fates(messages, run, unapplied)
         return ApplyOutcome(
             applied=frozenset(run.applied),
             already_applied=frozenset(run.already),
             rejected=run.rejected,
-            unapplied=frozenset(run.unapplied - run.applied - run.already),
+            unapplied=frozenset(unapplied),
             applied_events=run.applied_events,
             transactions=run.requests,
             retries=run.retries,
             journal_batches=run.journal_batches,
             refused_chunks=run.refused_chunks,
             marker_reads=run.marker_reads,
+            stalls=tuple(
+                Stall(message_id, batch_id, run.leases[batch_id])
+                for message_id, batch_id in run.held.items()
+                if message_id in unapplied
+            ),
         )
 
     def _without_existing(self, messages: list[MessageTotals], run: Run) -> list[MessageTotals]:
@@ -264,17 +321,20 @@ class Applier:
         except MarkersExistError as exists:
             if not exists.message_ids & set(chunk.message_ids):
                 raise StoreError("markers reported for messages outside the transaction") from exists
-            self.settle_existing(exists, run)
-            return [m for m in chunk.messages if m.message_id not in exists.message_ids]
+            # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
+            # planned again, into a journal claim that replaces the marker (issue 14, defect 1).
+            claimable = self.settle_existing(exists, run)
+            return [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
         except RetryableStoreError:
             run.unapplied.update(chunk.message_ids)
             return []
         except WriteRejectedError as refused:
             if len(chunk.messages) > 1:
+                again: list[MessageTotals] = []
                 for message in chunk.messages:
                     (single,) = plan_transactions([message], self.max_actions, self.counter_limit).chunks
-                    self._direct(single, run)
-                return []
+                    again.extend(self._direct(single, run))
+                return again
             self._refused_alone(chunk.messages[0], refused, run)
             return []
         run.mark_applied(chunk.messages)
@@ -287,7 +347,7 @@ class Applier:
         try:
             marker = self.attempt(run, partial(self.store.read_marker, message.message_id), counts_as_request=False)
         except RetryableStoreError:
-            run.unapplied.add(message.message_id)
+            run.unapplied.add(message.message_id)  # cannot tell applied from refused yet: ask again later
             return
         if marker is not None:
             resolution = (
@@ -297,7 +357,7 @@ class Applier:
                 run.settle_applied(message.message_id, marker.digest)
                 return
             if resolution is Resolution.PENDING:
-                run.unapplied.add(message.message_id)
+                run.hold(message.message_id, marker.batch_id or "")
                 return
         detail = f"DynamoDB refused the increment: {refused.detail}"
         run.rejected[message.message_id] = Rejection(refusal_code(refused), detail)
@@ -318,7 +378,7 @@ class Applier:
             if resolution is Resolution.APPLIED:
                 run.settle_applied(message_id, exists.digests.get(message_id))
             elif resolution is Resolution.PENDING:
-                run.unapplied.add(message_id)
+                run.hold(message_id, batch_id)
             else:
                 run.replaces[message_id] = batch_id
                 claimable.add(message_id)
@@ -364,7 +424,8 @@ class Applier:
             finished = JournalRunner(self, run).finish(record, pages=None)
             resolution = Resolution.APPLIED if finished else Resolution.PENDING
         else:
-            resolution = Resolution.PENDING
+            resolution = Resolution.PENDING  # another invocation's batch, lease live: it decides first
+            run.leases[batch_id] = record.lease_until_ms
         if resolution is not Resolution.PENDING:
             run.resolutions[batch_id] = resolution
         return resolution

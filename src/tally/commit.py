@@ -25,8 +25,10 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tally.core.aggregate import merge_totals
+from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim
-from tally.core.model import Rejection
+from tally.core.model import RejectCode, Rejection
+from tally.core.numbers import add, storage_problem
 from tally.core.plan import nonzero_increments, plan_apply_chunks
 from tally.errors import (
     BatchStateError,
@@ -38,10 +40,11 @@ from tally.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from tally.apply import Applier, Run
     from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.items import ItemKey
 
 
 class JournalRunner:
@@ -69,6 +72,17 @@ class JournalRunner:
             return []
         increments = nonzero_increments(merge_totals(message.totals for message in claimed))
         chunks = plan_apply_chunks(increments, max_keys=applier.max_actions - 2, counter_limit=applier.counter_limit)
+        if len(chunks) > 1:
+            # Only chunk 0 travels with the commit; a later chunk DynamoDB refuses could no longer be
+            # undone (issue 14, defect 3). Check them against the stored values while we can still abort.
+            try:
+                unstorable = self._unstorable(chunks[1:])
+            except RetryableStoreError:
+                self._abort_own(batch_id)
+                run.unapplied.update(message.message_id for message in claimed)
+                return []
+            if unstorable:
+                return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
         try:
             if len(chunks) <= 1:
                 applier.attempt(run, lambda: self._journal.commit_single(batch_id, chunks[0] if chunks else {}))
@@ -91,13 +105,7 @@ class JournalRunner:
         except WriteRejectedError as refused:
             # A counter would leave the Number range (or an action a size limit): nothing was committed.
             # Abort, then settle each message alone so that only the culprit is dead-lettered.
-            self._abort_own(batch_id)
-            for message in claimed:
-                run.replaces[message.message_id] = batch_id
-            if isolate or len(claimed) == 1:
-                self._reject(claimed, refused)
-                return []
-            return [retry for message in claimed for retry in self.run([message], isolate=True)]
+            return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
         record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(chunks))
         if self.finish(record, pages=chunks, first_applied=True):
             run.mark_applied(claimed)
@@ -138,8 +146,14 @@ class JournalRunner:
                 run.unapplied.update(to_claim)
                 return None
             except RetryableStoreError:
+                # The last attempt's outcome is unknown: its claims may have committed, naming this batch.
+                # Committing the rest would then mark them applied without their deltas (issue 14, defect
+                # 2), and re-reading them cannot rule out a claim still in flight. Abort instead: markers
+                # of an aborted batch count as absent, and a late claim fails on the header check.
+                self._abort_own(batch_id)
+                run.unapplied.update(message.message_id for message in claimed)
                 run.unapplied.update(to_claim)
-                break
+                return None
             opened = True
             done = {claim.message_id for claim in claims}
             claimed.extend(by_id[mid] for mid in to_claim if mid in done)
@@ -208,14 +222,66 @@ class JournalRunner:
             return False
         return True
 
-    def _reject(self, messages: Sequence[MessageTotals], refused: WriteRejectedError) -> None:
+    def _unstorable(self, chunks: Sequence[Totals]) -> dict[ItemKey, str]:
+        """The items whose stored value plus this batch's increment DynamoDB would refuse, with why.
+
+        A consistent read just before the commit; the sums are exact (``numbers.add``). The docs
+        (docs/journal.md, "A later chunk DynamoDB would refuse") give the exactness argument and its limit.
+        """
+        applier, run = self._applier, self._run
+        # An item whose counters need more than one ADD spans chunks (its counter names split between them).
+        items = list(dict.fromkeys(item for chunk in chunks for item in chunk))
+        stored = applier.attempt(run, lambda: self._journal.read_counters(items), counts_as_request=False)
+        problems: dict[ItemKey, str] = {}
+        for chunk in chunks:
+            for item, counters in chunk.items():
+                values = stored.get(item, {})
+                for name, increment in counters.items():
+                    problem = storage_problem(add(values.get(name, 0), increment))
+                    if problem is not None:
+                        problems[item] = f"{item_label(item)!r}/{name!r}: the stored value plus {increment}: {problem}"
+        return problems
+
+    def _isolate(
+        self,
+        batch_id: str,
+        claimed: Sequence[MessageTotals],
+        culprits: Mapping[ItemKey, str],
+        *,
+        isolate: bool,
+        refused: WriteRejectedError | None = None,
+    ) -> list[MessageTotals]:
+        """Abort our uncommitted batch, then count what can be counted and reject only the culprits.
+
+        ``culprits`` names the items DynamoDB would refuse (empty when it did not say which: every message
+        is then a suspect). Messages that touch none of them are claimed again together; each suspect is
+        claimed alone, so that a message is rejected only when its own increment cannot be stored.
+        """
+        run = self._run
+        self._abort_own(batch_id)
+        for message in claimed:
+            run.replaces[message.message_id] = batch_id
+        if isolate or len(claimed) == 1:
+            reasons = [culprits[item] for message in claimed for item in message.totals if item in culprits]
+            self._reject(claimed, "; ".join(reasons[:3]) or None, refused)
+            return []
+        suspects = [m for m in claimed if not culprits or any(item in culprits for item in m.totals)]
+        innocent = [m for m in claimed if m not in suspects]
+        again = self.run(innocent) if innocent else []
+        return again + [retry for message in suspects for retry in self.run([message], isolate=True)]
+
+    def _reject(
+        self, messages: Sequence[MessageTotals], detail: str | None, refused: WriteRejectedError | None
+    ) -> None:
+        """Dead-letter ``messages``: DynamoDB refused (or would refuse) their increments."""
         from tally.apply import refusal_code  # noqa: PLC0415  (apply imports this module)
 
-        reason = "a counter would leave the Number range" if refused.number_range else refused.detail
+        code = RejectCode.COUNTER_OUT_OF_RANGE if refused is None else refusal_code(refused)
+        if detail is None and refused is not None and not refused.number_range:
+            detail = refused.detail
+        reason = f"DynamoDB refused the increment: {detail or 'a counter would leave the Number range'}"
         for message in messages:
-            self._run.rejected[message.message_id] = Rejection(
-                refusal_code(refused), f"DynamoDB refused the increment: {reason}"
-            )
+            self._run.rejected[message.message_id] = Rejection(code, reason[:1000])
 
     def _abort_own(self, batch_id: str) -> None:
         # If this fails, the lease will expire and anyone may abort the batch then.

@@ -82,6 +82,14 @@ class WriteRejectedError(StoreError):
         """True: a counter would leave the Number range; False: another per-action limit (a size)."""
 
 
+class UnsettledMessagesError(TallyError):
+    """The applier lost track of a message (no fate, or two): the whole batch fails and is redelivered.
+
+    A defect, never an expected outcome: a message without a fate would otherwise be reported done and
+    deleted by the source without being counted (issue 14).
+    """
+
+
 class DeadLetterError(TallyError):
     """Poison records could not be handed to the dead-letter queue (so they must stay in the source)."""
 

@@ -51,6 +51,16 @@ class PipelineSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldRecord:
+    """A record reported failed because another invocation's journal batch holds its message (a stall)."""
+
+    record_id: str
+    batch_id: str
+    lease_until_ms: int
+    """When that batch's lease ends: from then on anyone may abort it and the record can be counted."""
+
+
+@dataclass(frozen=True, slots=True)
 class BatchResult:
     """The batch's outcome: which records to report as failed, and the figures for metrics and logs."""
 
@@ -68,6 +78,7 @@ class BatchResult:
     refused_chunks: int = 0
     late_events: int = 0
     marker_reads: int = 0
+    stalls: tuple[HeldRecord, ...] = ()
 
 
 class BatchPipeline:
@@ -136,6 +147,12 @@ class BatchPipeline:
             if message.message_id in outcome.unapplied
         ]
         failed.extend(letter.record.record_id for letter in poison if letter.record.record_id in refused_by_dlq)
+        holders = {stall.message_id: stall for stall in outcome.stalls}
+        stalls = tuple(
+            HeldRecord(record.record_id, stall.batch_id, stall.lease_until_ms)
+            for record, message in zip(valid_records, messages, strict=True)
+            if (stall := holders.get(message.message_id)) is not None
+        )
         return BatchResult(
             failed_record_ids=tuple(failed),
             records=len(records),
@@ -151,6 +168,7 @@ class BatchPipeline:
             refused_chunks=outcome.refused_chunks,
             late_events=late_events,
             marker_reads=outcome.marker_reads,
+            stalls=stalls,
         )
 
     def _refuse_if_too_old(self, message: Message, now_ms: int) -> Message | Rejection:

@@ -7,6 +7,7 @@ a warm container reuses the same boto3 clients and connection pools. boto3 honou
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 import boto3
@@ -91,11 +92,22 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "MarkerReads": result.marker_reads,
         # An id reused with other content (dead-lettered too, but worth an alarm of its own: a producer bug)
         "IdConflicts": sum(1 for letter in result.dead_letters if letter.rejection.code is RejectCode.ID_CONFLICT),
+        "RecordsHeldByLease": len(result.stalls),
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     if result.refused_chunks:
         logger.error("committed increments refused by DynamoDB (Number range); see the journal's applied-records")
+    for stall in result.stalls:
+        # A stall says why: the record comes back after the source's delay (SQS visibility timeout,
+        # Kinesis retry), which docs/journal.md ("Liveness") and the template make outlast the lease.
+        logger.warning(
+            "record held back by a live journal batch; redelivered later",
+            record_id=stall.record_id,
+            batch_id=stall.batch_id,
+            lease_until_ms=stall.lease_until_ms,
+            lease_until=datetime.fromtimestamp(stall.lease_until_ms / 1000, UTC).isoformat(timespec="milliseconds"),
+        )
     for letter in result.dead_letters:
         logger.warning(
             "record dead-lettered",

@@ -199,4 +199,5 @@ def test_the_workload_is_reproducible_from_its_seed() -> None:
     assert first == second
     assert first.events >= SMOKE.events
     assert len(first.poison) > 0
-    assert sum(message.doomed for message in first.valid.values()) == SMOKE.doomed
+    assert sum(message.doomed for message in first.valid.values()) == SMOKE.doomed + SMOKE.precision_doomed
+    assert len(first.precision_doomed) == SMOKE.precision_doomed > 0

@@ -1,7 +1,8 @@
 """The chaos run's small configuration, and proof that the same harness catches broken variants.
 
 The smoke run (``bench.chaos.config.SMOKE``) goes through the production pipeline on DynamoDB Local, from
-SQS and Kinesis, with every fault kind injected; it must count exactly once. Two deliberately broken
+SQS and Kinesis, with every fault kind injected and every situation of issue 14 produced; it must count
+exactly once. Two deliberately broken
 variants, defined here and never in src/, run under the same harness and must be caught:
 
 - a counter store whose direct transactions carry the ADDs without the idempotency markers;
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
     from tally.core.ledger import Claim
     from tally.core.plan import Chunk
     from tally.local.dynamodb_local import DynamoDBLocal
+    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tests.conftest import DynamoDBTables
 
@@ -82,33 +84,55 @@ class JournalWithoutAppliedRecords(DynamoDBJournal):
 
 
 def _store_without_markers(
-    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     store = StoreWithoutMarkers(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, store=store)
+    return wire_pipeline(client, tables, dead_letters, config, store=store, marker_read_gate=marker_read_gate)
 
 
 def _journal_without_applied_records(
-    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     journal = JournalWithoutAppliedRecords(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, journal=journal)
+    return wire_pipeline(client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate)
 
 
 def _planner_without_the_expression_bound(
-    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config)
+    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
     pipeline._applier.counter_limit = no_counter_limit  # BROKEN on purpose: the planner's bound taken away
     return pipeline
 
 
 def _markers_without_digests(
-    client: DynamoDBClient, tables: Tables, dead_letters: DeadLetterQueue, config: ChaosConfig
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     store = StoreWithoutDigests(client, tables.counters, tables.markers, 35 * 86_400)
     journal = JournalWithoutDigests(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, store=store, journal=journal)
+    return wire_pipeline(
+        client, tables, dead_letters, config, store=store, journal=journal, marker_read_gate=marker_read_gate
+    )
 
 
 def _run(
@@ -163,6 +187,20 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # AND the load had items with more counter names than one ADD carries (issue 14)
     assert result.wide_messages == SMOKE.wide_messages
     assert result.wide_items == SMOKE.wide_keys
+
+    # AND it produced every situation of issue 14: warm consumers whose marker read gate has closed, kills
+    # between a journal claim and the commit redelivered after the lease (also to a closed gate), claims
+    # lost near the deadline (a fault kind above), sums needing more than 38 digits in a later chunk
+    situations = {
+        "situation.gate_closed_invocations",
+        "situation.claim_killed_redelivered",
+        "situation.claim_killed_redelivered_after_lease",
+        "situation.claim_killed_redelivered_gate_closed",
+        "situation.sum_over_38_digits_published",
+        "situation.sum_over_38_digits_dead_lettered",
+    }
+    assert not {name for name in situations if not result.situations.get(name)}, result.situations
+    assert result.counts.get("pipeline.refused_chunks", 0) == 0
 
 
 def test_the_harness_catches_adds_over_the_expression_limit(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tally.apply import Applier, RetryPolicy
 from tally.core.decode import DecodeLimits
+from tally.core.plan import MAX_TRANSACTION_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.model import DeadLetter
+    from tally.marker_reads import MarkerReadGate
 
 TTL_DAYS = 35
 FAST_RETRIES = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=8, reserve_ms=1_000)
@@ -58,7 +60,10 @@ def make_pipeline(
     use_journal: bool = True,
     windows: WindowSpec | None = None,
     hot_keys: HotKeys | None = None,
+    max_actions: int = MAX_TRANSACTION_ACTIONS,
+    marker_read_gate: MarkerReadGate | None = None,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
+    """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests."""
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
         limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
@@ -67,5 +72,13 @@ def make_pipeline(
         hot_keys=hot_keys or HotKeys(),
     )
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
-    applier = Applier(store, journal, policy=policy, sleep=lambda _: None, use_journal=use_journal)
+    applier = Applier(
+        store,
+        journal,
+        policy=policy,
+        sleep=lambda _: None,
+        use_journal=use_journal,
+        max_actions=max_actions,
+        marker_read_gate=marker_read_gate,
+    )
     return BatchPipeline(applier, dlq, settings), dlq

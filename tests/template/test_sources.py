@@ -190,7 +190,8 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
             "dynamodb:BatchWriteItem",  # the journal's pages (issue 13)
         },
         json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
-            "dynamodb:UpdateItem",  # the ADDs only: the function never reads a counter
+            "dynamodb:UpdateItem",  # the ADDs
+            "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
     }

@@ -422,7 +422,8 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
             "dynamodb:BatchWriteItem",  # the journal's pages (issue 13)
         },
         json.dumps({"Fn::GetAtt": [COUNTERS, "Arn"]}): {
-            "dynamodb:UpdateItem",  # the ADDs only: the function never reads a counter
+            "dynamodb:UpdateItem",  # the ADDs
+            "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
         },
         json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
     }

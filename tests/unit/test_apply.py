@@ -15,7 +15,13 @@ from tally.core.ledger import BatchRecord, BatchState, MarkerRecord
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add
 from tally.core.plan import plan_transactions
-from tally.errors import MarkersExistError, RetryableStoreError, StoreError, WriteRejectedError
+from tally.errors import (
+    MarkersExistError,
+    RetryableStoreError,
+    StoreError,
+    UnsettledMessagesError,
+    WriteRejectedError,
+)
 from tally.marker_reads import MarkerReadGate
 
 if TYPE_CHECKING:
@@ -567,3 +573,39 @@ def test_a_lost_marker_read_while_isolating_a_refused_message_does_not_fail_the_
     assert set(outcome.rejected) == rejected
     assert outcome.unapplied == unapplied
     assert outcome.applied == {"a", "c"}
+
+
+# --- every message has exactly one fate (issue 14) --------------------------------------------------
+
+
+def test_a_message_left_without_a_fate_fails_the_whole_batch(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN an applier whose direct path forgets a message (as the MarkersExistError branch once did with a
+    # message claimable again): neither applied, nor rejected, nor handed back
+    store = FakeCounterStore()
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))  # type: ignore[arg-type]
+    monkeypatch.setattr(Applier, "_direct", lambda self, chunk, run: [])
+    # WHEN a batch is applied
+    # THEN the batch fails as a whole (redelivered) instead of reporting the message done
+    with pytest.raises(UnsettledMessagesError, match="without a fate"):
+        applier.apply(batch("a", "b"), NOW_MS, store.clock.remaining_ms)
+
+
+@dataclass
+class UnreadableMarkersStore(FakeCounterStore):
+    """``FakeCounterStore`` whose single-marker reads never get an answer (lost responses, throttling)."""
+
+    def read_marker(self, message_id: str) -> MarkerRecord | None:
+        self.lookups.append(message_id)
+        raise RetryableStoreError("GetItem: outcome unknown")
+
+
+def test_a_refused_message_whose_marker_cannot_be_read_is_handed_back_not_the_batch() -> None:
+    # GIVEN a culprit DynamoDB refuses for the range, and a marker read that keeps failing
+    store = UnreadableMarkersStore(poison=frozenset({"b"}))
+    # WHEN the batch is applied
+    outcome = run(store, plan_transactions(batch("a", "b", "c")))
+    # THEN only the culprit goes back to the source (its redelivery looks again); the rest is counted
+    assert outcome.unapplied == {"b"}
+    assert outcome.rejected == {}
+    assert outcome.applied == {"a", "c"}
+    assert store.lookups == ["b"] * DEFAULT_POLICY.max_attempts

@@ -21,12 +21,16 @@ from tally.store.schema import (
     HEADER_STATE,
     LEDGER_ID,
     PAGE_DATA,
+    PARTITION_KEY,
+    SORT_KEY,
     add_update,
     applied_id,
     batch_state_check,
+    counters_from_item,
     decode_page,
     encode_page,
     header_id,
+    item_key,
     marker_put,
     page_id,
     translate,
@@ -236,6 +240,27 @@ class DynamoDBJournal:
             pages.append(decode_page(page[PAGE_DATA]["B"]))
         applied = {index for index in range(chunk_count) if applied_id(batch_id, index) in found}
         return pages, applied
+
+    def read_counters(self, items: Sequence[ItemKey]) -> dict[ItemKey, dict[str, Decimal]]:
+        """The stored counters of ``items`` (strongly consistent ``BatchGetItem``s of 100); absent: none.
+
+        Read before a multi-chunk commit, so that a later chunk DynamoDB would refuse (a sum leaving the
+        Number range) is found while the batch can still be aborted (issue 14, defect 3).
+        """
+        by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
+        found: dict[ItemKey, dict[str, Decimal]] = {}
+        keys = [item_key(item) for item in items]
+        for start in range(0, len(keys), _BATCH_GET_LIMIT):
+            request: Any = {self._counters: {"Keys": keys[start : start + _BATCH_GET_LIMIT], "ConsistentRead": True}}
+            while request:
+                try:
+                    response = self._client.batch_get_item(RequestItems=request)
+                except (ClientError, BotoCoreError) as exc:
+                    raise translate(exc) from exc
+                for stored in response.get("Responses", {}).get(self._counters, []):
+                    found[by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]] = counters_from_item(stored)
+                request = response.get("UnprocessedKeys") or None
+        return found
 
     # ------------------------------------------------------------------------------------- helpers
     def _transition(
