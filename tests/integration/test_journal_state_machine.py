@@ -294,7 +294,9 @@ class JournalMachine(RuleBasedStateMachine):
         gate = Gate(pause_at=pause_at, crash_at=pause_at if crash_first else None)
         paused = threading.Thread(target=self._invoke, args=(first, gate))
         paused.start()
-        gate.paused.wait(30)
+        # Until A pauses, or ends without reaching its n-th call (then there is nothing to overlap).
+        while paused.is_alive() and not gate.paused.wait(0.05):
+            pass
         self._invoke(second, Gate())
         gate.resume.set()
         paused.join(60)
