@@ -2,7 +2,7 @@
 
 The smoke run (``bench.chaos.config.SMOKE``) goes through the production pipeline on DynamoDB Local, from
 SQS and Kinesis, with every fault kind injected and every situation of issue 14 produced; it must count
-exactly once. Two deliberately broken
+exactly once. Four deliberately broken
 variants, defined here and never in src/, run under the same harness and must be caught:
 
 - a counter store whose direct transactions carry the ADDs without the idempotency markers;
@@ -83,56 +83,39 @@ class JournalWithoutAppliedRecords(DynamoDBJournal):
         self._transact(self._adds(increments))
 
 
-def _store_without_markers(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
+def _broken(
+    store_class: type[DynamoDBCounterStore] | None = None,
+    journal_class: type[DynamoDBJournal] | None = None,
     *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    store = StoreWithoutMarkers(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, store=store, marker_read_gate=marker_read_gate)
+    without_counter_limit: bool = False,
+) -> PipelineFactory:
+    """The production wiring (``wire_pipeline``) with the parts named here BROKEN on purpose."""
+
+    def factory(
+        client: DynamoDBClient,
+        tables: Tables,
+        dead_letters: DeadLetterQueue,
+        config: ChaosConfig,
+        *,
+        marker_read_gate: MarkerReadGate | None = None,
+    ) -> BatchPipeline:
+        ttl_s = 35 * 86_400
+        store = store_class(client, tables.counters, tables.markers, ttl_s) if store_class else None
+        journal = journal_class(client, tables.counters, tables.markers, ttl_s) if journal_class else None
+        pipeline = wire_pipeline(
+            client, tables, dead_letters, config, store=store, journal=journal, marker_read_gate=marker_read_gate
+        )
+        if without_counter_limit:
+            pipeline._applier.counter_limit = no_counter_limit  # the planner's 4 KB bound taken away
+        return pipeline
+
+    return factory
 
 
-def _journal_without_applied_records(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    journal = JournalWithoutAppliedRecords(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate)
-
-
-def _planner_without_the_expression_bound(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
-    pipeline._applier.counter_limit = no_counter_limit  # BROKEN on purpose: the planner's bound taken away
-    return pipeline
-
-
-def _markers_without_digests(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    store = StoreWithoutDigests(client, tables.counters, tables.markers, 35 * 86_400)
-    journal = JournalWithoutDigests(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(
-        client, tables, dead_letters, config, store=store, journal=journal, marker_read_gate=marker_read_gate
-    )
+_store_without_markers = _broken(StoreWithoutMarkers)
+_journal_without_applied_records = _broken(journal_class=JournalWithoutAppliedRecords)
+_planner_without_the_expression_bound = _broken(without_counter_limit=True)
+_markers_without_digests = _broken(StoreWithoutDigests, JournalWithoutDigests)
 
 
 def _run(
