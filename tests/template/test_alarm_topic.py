@@ -14,22 +14,11 @@ from typing import Any
 import pytest
 from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
-from tally.local.template import load_template
 from tests.template.conditions import parameter_values, prune
-from tests.template.test_template import TEMPLATE_PATH, _as_list, sam_transform
+from tests.template.test_template import _as_list
 
 CLOUDWATCH = "cloudwatch.amazonaws.com"
 ACCOUNT_ROOT = {"Fn::Sub": "arn:${AWS::Partition}:iam::${AWS::AccountId}:root"}
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template(TEMPLATE_PATH)
-
-
-@pytest.fixture(scope="module")
-def transformed(template: dict[str, Any]) -> dict[str, Any]:
-    return sam_transform(template)
 
 
 def _resources(template: dict[str, Any], transformed: dict[str, Any], **values: str) -> dict[str, Any]:

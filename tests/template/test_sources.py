@@ -10,11 +10,9 @@ from typing import Any
 
 import pytest
 
-from tally.local.template import load_template
 from tests.template.conditions import evaluate_conditions, parameter_values, prune
 from tests.template.test_template import (
     REPO_ROOT,
-    TEMPLATE_PATH,
     _as_list,
     _policy_statements,
     blocking,
@@ -46,16 +44,6 @@ COMMON_OUTPUTS = {
     "OperatorPolicyArn",
 }
 STREAM_FUNCTION = "StreamCounterFunction"
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template(TEMPLATE_PATH)
-
-
-@pytest.fixture(scope="module")
-def transformed(template: dict[str, Any]) -> dict[str, Any]:
-    return sam_transform(template)
 
 
 def variant(template: dict[str, Any], transformed: dict[str, Any], source: str, **values: str) -> dict[str, Any]:

@@ -27,7 +27,6 @@ from samtranslator.translator.transform import transform
 
 from tally.local.template import (
     function_event_sources,
-    load_template,
     queue_definitions,
     table_definitions,
 )
@@ -62,16 +61,6 @@ class StaticManagedPolicyLoader:
             "AWSXrayWriteOnlyAccess",
         ]
         return {name.rsplit("/", 1)[-1]: f"arn:aws:iam::aws:policy/{name}" for name in names}
-
-
-@pytest.fixture(scope="module")
-def template() -> dict[str, Any]:
-    return load_template(TEMPLATE_PATH)
-
-
-@pytest.fixture(scope="module")
-def transformed(template: dict[str, Any]) -> dict[str, Any]:
-    return sam_transform(template)
 
 
 @pytest.fixture(scope="module")
