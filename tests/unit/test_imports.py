@@ -5,7 +5,6 @@ TYPE_CHECKING imports count too (see bench/imports.py).
 """
 
 import pytest
-
 from bench.imports import cycles, graph
 
 
