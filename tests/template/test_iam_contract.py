@@ -239,7 +239,7 @@ LAMBDA_CALLS = {
 }
 OPERATOR_CALLS = {
     ("GetItem", "_get"),
-    ("BatchGetItem", "_batch_get"),
+    ("BatchGetItem", "batch_get_consistent"),  # tally get of a hot key (store.schema, shared with the journal)
     ("Query", "_query"),
     ("Scan", "scan_all_time"),
     ("DescribeStacks", "describe"),

@@ -29,6 +29,7 @@ from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
     add_update,
+    batch_get_consistent,
     counters_from_item,
     item_key,
     marker_id,
@@ -162,16 +163,7 @@ class DynamoDBCounterStore:
         return response.get("Item", {})
 
     def _batch_get(self, keys: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        items: list[Mapping[str, Any]] = []
-        request: Any = {self.counters_table: {"Keys": list(keys), "ConsistentRead": True}}
-        while request:
-            try:
-                response = self.client.batch_get_item(RequestItems=request)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc) from exc
-            items.extend(response.get("Responses", {}).get(self.counters_table, []))
-            request = response.get("UnprocessedKeys") or None
-        return items
+        return batch_get_consistent(self.client, self.counters_table, keys)
 
     def _query(self, partition: Mapping[str, Any], first: str, last: str) -> list[Mapping[str, Any]]:
         items: list[Mapping[str, Any]] = []

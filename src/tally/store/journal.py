@@ -25,6 +25,7 @@ from tally.store.schema import (
     SORT_KEY,
     add_update,
     applied_id,
+    batch_get_consistent,
     batch_state_check,
     counters_from_item,
     decode_page,
@@ -248,19 +249,11 @@ class DynamoDBJournal:
         Number range) is found while the batch can still be aborted (issue 14, defect 3).
         """
         by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
-        found: dict[ItemKey, dict[str, Decimal]] = {}
-        keys = [item_key(item) for item in items]
-        for start in range(0, len(keys), _BATCH_GET_LIMIT):
-            request: Any = {self._counters: {"Keys": keys[start : start + _BATCH_GET_LIMIT], "ConsistentRead": True}}
-            while request:
-                try:
-                    response = self._client.batch_get_item(RequestItems=request)
-                except (ClientError, BotoCoreError) as exc:
-                    raise translate(exc) from exc
-                for stored in response.get("Responses", {}).get(self._counters, []):
-                    found[by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]] = counters_from_item(stored)
-                request = response.get("UnprocessedKeys") or None
-        return found
+        stored_items = batch_get_consistent(self._client, self._counters, [item_key(item) for item in items])
+        return {
+            by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: counters_from_item(stored)
+            for stored in stored_items
+        }
 
     # ------------------------------------------------------------------------------------- helpers
     def _transition(

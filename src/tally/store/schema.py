@@ -42,6 +42,7 @@ from tally.store.expressions import add_expression, name_placeholder, value_plac
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
+    from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
     from tally.core.aggregate import Totals
@@ -223,6 +224,28 @@ def decode_page(data: bytes) -> dict[ItemKey, dict[str, Decimal]]:
         make_item(key, window, shard, expires): {name: Decimal(text) for name, text in counters}
         for key, window, shard, expires, counters in _PAGE_DECODER.decode(data)
     }
+
+
+BATCH_GET_LIMIT: Final = 100
+"""Keys one ``BatchGetItem`` may ask for."""
+
+
+def batch_get_consistent(
+    client: DynamoDBClient, table: str, keys: Sequence[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """Every stored item of ``keys`` in ``table``: strongly consistent ``BatchGetItem``s of at most 100 keys,
+    the keys DynamoDB leaves unprocessed asked again; errors translated once, here."""
+    items: list[Mapping[str, Any]] = []
+    for start in range(0, len(keys), BATCH_GET_LIMIT):
+        request: Any = {table: {"Keys": list(keys[start : start + BATCH_GET_LIMIT]), "ConsistentRead": True}}
+        while request:
+            try:
+                response = client.batch_get_item(RequestItems=request)
+            except (ClientError, BotoCoreError) as exc:
+                raise translate(exc) from exc
+            items.extend(response.get("Responses", {}).get(table, []))
+            request = response.get("UnprocessedKeys") or None
+    return items
 
 
 # -------------------------------------------------------------------------------- error translation
