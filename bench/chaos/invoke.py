@@ -3,7 +3,7 @@
 Each invocation does what ``tally.handlers.sqs`` / ``tally.handlers.kinesis`` do (read the clock once, turn
 the Lambda event into records with the real ``tally.sources`` code, ``BatchPipeline.process``, build the
 partial batch response) and then hands the answer to the event source mapping's reading of it
-(``tally.local.lambda_events.read_response``). The handlers' own modules are not called because they
+(``tally.local.esm.read_response``). The handlers' own modules are not called because they
 build one cached pipeline per process from the environment; here every consumer needs its own client to
 inject its own faults.
 
@@ -33,7 +33,7 @@ from bench.chaos.clock import Invocation
 from bench.chaos.faults import InvocationKilled
 from tally.apply import RetryPolicy
 from tally.errors import TallyError
-from tally.local.lambda_events import BatchOutcome, function_error, read_response
+from tally.local.esm import BatchOutcome, function_error, read_response
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
 

@@ -1,20 +1,18 @@
 """A Kinesis stream and Lambda's Kinesis event source mapping (one consumer per shard), in-process.
 
-The documented semantics the run relies on (FACTS.md; AWS's "partial batch response" and "bisect" docs):
+The I/O around ``tally.local.esm.ShardBatch``, which decides checkpoints, retries, bisection and
+give-ups exactly as the local pollers' and the tests' drivers do. This module keeps the records, routes
+them to a shard by the MD5 of their partition key, delivers them in sequence order in batches of at most
+``batch_size``, and adds what only the chaos run does:
 
-- records are routed to a shard by the MD5 of their partition key and delivered in sequence order, in
-  batches of at most ``batch_size``, from the shard's checkpoint;
-- a partial failure report checkpoints at the LOWEST reported sequence number: that record and every
-  one after it are delivered again, those that succeeded included;
-- a function error (a raise, a timeout, an answer that never arrived) retries the batch bisected into two
-  halves (``BisectBatchOnFunctionError``), each retried on its own;
-- after ``MaximumRetryAttempts`` the records still failing are given up: their range goes to the
-  on-failure destination (metadata only); the operator replays it from the stream (the run does, after
-  the main pass: that is the Kinesis counterpart of a DLQ redrive);
+- retries wait an exponential backoff (1 s doubling per failure in a row, at most 60 s) on the virtual
+  clock: AWS does not document it, this is an assumption;
+- a given-up range is kept as the on-failure destination's record of it; the operator replays it from
+  the stream (the run does, after the main pass: the Kinesis counterpart of a DLQ redrive);
 - a ``kinesis_rewind`` fault restarts a shard from an older checkpoint (a lease that moved to another
   worker before the last checkpoint was written): already-applied records come again.
 
-Retries wait with an exponential backoff (1 s doubling, at most 60 s) on the virtual clock.
+Must not: decide a batch's fate itself (that is ``esm``).
 """
 
 from __future__ import annotations
@@ -25,10 +23,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
+from tally.local.esm import Decision, KinesisRetryPolicy, Record, ShardBatch
 from tally.local.lambda_events import kinesis_event
 
 if TYPE_CHECKING:
     import random
+    from collections.abc import Sequence
 
     from bench.chaos.clock import VirtualClock
     from bench.chaos.invoke import Consumer
@@ -45,7 +45,7 @@ _MAX_BACKOFF_MS: Final = 60_000
 class Shard:
     shard_id: str
     records: list[dict[str, Any]] = field(default_factory=list)
-    given_up: list[list[dict[str, Any]]] = field(default_factory=list)
+    given_up: list[list[Record]] = field(default_factory=list)
 
 
 class Stream:
@@ -106,48 +106,32 @@ class ShardConsumer:
             self.consumer.log.add("redelivery.kinesis_replayed_records", len(records))
             self.deliver(records)
 
-    def deliver(self, batch: list[dict[str, Any]]) -> None:
-        """Deliver ``batch`` until it succeeds or its retries run out (then it is given up)."""
-        work: list[tuple[list[dict[str, Any]], int]] = [(batch, self.max_retries)]
-        while work and not self.halted.is_set():
-            records, retries_left = work.pop()
+    def deliver(self, batch: Sequence[Record]) -> None:
+        """Deliver ``batch`` until every record is checkpointed or given up (``esm.ShardBatch`` decides)."""
+        policy = KinesisRetryPolicy(maximum_retry_attempts=self.max_retries, bisect_on_function_error=True)
+        delivery = ShardBatch(batch, policy)
+        while (records := delivery.next_part()) is not None and not self.halted.is_set():
             ids = [record["SequenceNumber"] for record in records]
             messages = [
                 self.workload.by_body.get(record["Data"].decode("utf-8", "surrogateescape")) for record in records
             ]
             self.ledger.attempt(message for message in messages if message is not None)
             outcome = self.consumer.invoke_kinesis(kinesis_event(records, STREAM_ARN, self.shard.shard_id, REGION), ids)
-            if outcome.ok:
-                self.ledger.acknowledge(message for message in messages if message is not None)
-                continue
-            attempt = self.max_retries - retries_left
-            self.clock.wait(min(_MAX_BACKOFF_MS, 1000 * 2**attempt))
-            if outcome.whole_batch:
-                if retries_left == 0:
-                    self._give_up(records)
-                elif len(records) > 1:
-                    middle = len(records) // 2
-                    self.consumer.log.add("redelivery.kinesis_bisected_batches")
-                    self.consumer.log.add("redelivery.kinesis_records", len(records))
-                    work.append((records[middle:], retries_left - 1))
-                    work.append((records[:middle], retries_left - 1))
-                else:
-                    self.consumer.log.add("redelivery.kinesis_records")
-                    work.append((records, retries_left - 1))
-                continue
-            checkpoint = ids.index(min(outcome.failed, key=int))
+            step = delivery.settle(outcome, datetime.fromtimestamp(self.clock.now_ms() / 1000, UTC))
             self.ledger.acknowledge(
                 message
-                for index, message in enumerate(messages)
-                if message is not None and ids[index] not in outcome.failed
+                for message, rid in zip(messages, ids, strict=True)
+                if message is not None and rid not in outcome.failed
             )
-            if retries_left == 0:
-                self._give_up(records[checkpoint:])
-            else:
+            if step.decision is Decision.DONE:
+                continue
+            self.clock.wait(min(_MAX_BACKOFF_MS, 1000 * 2 ** (step.failures - 1)))
+            if step.give_up is not None:
+                self.consumer.log.add("delivery.kinesis_given_up_records", len(step.give_up.records))
+                self.shard.given_up.append(list(step.give_up.records))
+                continue
+            if step.decision is Decision.BISECT:
+                self.consumer.log.add("redelivery.kinesis_bisected_batches")
+            elif not outcome.whole_batch:
                 self.consumer.log.add("redelivery.kinesis_from_checkpoint")
-                self.consumer.log.add("redelivery.kinesis_records", len(records) - checkpoint)
-                work.append((records[checkpoint:], retries_left - 1))
-
-    def _give_up(self, records: list[dict[str, Any]]) -> None:
-        self.consumer.log.add("delivery.kinesis_given_up_records", len(records))
-        self.shard.given_up.append(records)
+            self.consumer.log.add("redelivery.kinesis_records", step.redelivered)

@@ -1,17 +1,12 @@
 """A standard SQS queue with a redrive policy, and Lambda's SQS event source polling it, in-process.
 
-The documented semantics the run relies on:
-
-- a received message stays invisible for the visibility timeout (the template's mapping: 420 s for a
-  60 s function); the event source deletes the records the function did not report failed, and the
-  others reappear when their visibility timeout ends;
-- a function error, a timeout or an answer that never arrived (a crash after commit) leaves the whole
-  batch to reappear: records already applied are delivered again;
-- a visibility timeout that expires while the message is still being processed (the ``visibility_expiry``
-  fault) makes it visible at once: another consumer receives it concurrently;
-- a message received ``maxReceiveCount`` times moves to the dead-letter queue on its next receive,
-  without any reason attached;
-- there is no order: receives take visible messages in random order.
+The I/O around ``tally.local.esm``, which decides (``settle_sqs``, ``SqsRedrive``) what is deleted, what
+comes back after the visibility timeout (the template's mapping: 420 s for a 60 s function) and what
+moves to the dead-letter queue after ``maxReceiveCount`` receives (without any reason attached). This
+module only keeps the messages, their receive counts and visibility, and adds what the local stand-ins
+cannot: a visibility timeout that expires while the message is still being processed (the
+``visibility_expiry`` fault) makes it visible at once, so another consumer receives it concurrently;
+and no order: receives take visible messages in random order. Must not: decide a batch's fate itself.
 
 Waiting for a visibility timeout moves the virtual clock forward (see ``bench.chaos.clock``), once no
 batch is in flight.
@@ -29,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from bench.chaos.dlq import Letter
+from tally.local.esm import SqsRedrive, settle_sqs
 from tally.local.lambda_events import sqs_event
 
 if TYPE_CHECKING:
@@ -71,8 +67,7 @@ class Queue:
         self._clock = clock
         self._dead_letters = dead_letters
         self._log = log
-        self._visibility_ms = visibility_ms
-        self._max_receive_count = max_receive_count
+        self._redrive = SqsRedrive(visibility_timeout_ms=visibility_ms, max_receive_count=max_receive_count)
         self._expiry_rate = expiry_rate
         self._rng = random.Random(f"{seed}:sqs")
         self._lock = threading.Lock()
@@ -121,7 +116,7 @@ class Queue:
             if visible_at > now:
                 break
             heapq.heappop(self._visible)
-            if message.receive_count >= self._max_receive_count:
+            if self._redrive.moves_to_dead_letters(message.receive_count):
                 del self._messages[message_id]
                 self._dead_letters.add(Letter(message.body, None, QUEUE_ARN))
                 self._log.add("delivery.sqs_moved_to_dlq")
@@ -137,7 +132,7 @@ class Queue:
                 self._log.add("delivery.visibility_expiry")
                 expired.append(message)
             else:
-                self._schedule(message, now + self._visibility_ms)
+                self._schedule(message, self._redrive.visible_again_ms(now))
             batch.append(self._shape(message))
         for message in expired:
             self._schedule(message, now)  # visible again while this consumer still works on it
@@ -157,7 +152,7 @@ class Queue:
             },
         }
 
-    def settle(self, batch: list[dict[str, Any]], done: set[str]) -> None:
+    def settle(self, batch: list[dict[str, Any]], done: frozenset[str] | set[str]) -> None:
         """The event source's answer: delete the ``done`` message ids; the rest wait for their timeout."""
         with self._lock:
             self._in_flight -= 1
@@ -177,6 +172,6 @@ def consume(queue: Queue, consumer: Consumer, workload: Workload, ledger: Ledger
         messages = {entry["MessageId"]: workload.by_body.get(entry["Body"]) for entry in batch}
         ledger.attempt(message for message in messages.values() if message is not None)
         outcome = consumer.invoke_sqs(sqs_event(batch, QUEUE_ARN, REGION), ids)
-        done = {mid for mid in ids if mid not in outcome.failed}
+        done = settle_sqs(outcome, ids).delete
         ledger.acknowledge(m for mid, m in messages.items() if m is not None and mid in done)
         queue.settle(batch, done)

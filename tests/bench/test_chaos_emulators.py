@@ -18,7 +18,7 @@ from bench.chaos.sqs import Queue
 from bench.chaos.workload import generate
 from botocore.exceptions import ClientError, EndpointConnectionError
 
-from tally.local.lambda_events import BatchOutcome, function_error
+from tally.local.esm import BatchOutcome, function_error
 
 
 def _queue(clock: VirtualClock, dead_letters: DeadLetterStore, *, expiry_rate: float = 0.0) -> Queue:
@@ -138,6 +138,21 @@ def test_kinesis_gives_up_a_batch_after_its_retries_and_replays_it_on_request() 
     shard_consumer.replay_given_up()
     assert shard_consumer.shard.given_up == []
     assert shard_consumer.consumer.batches[-1] == sequence_numbers  # type: ignore[attr-defined]
+
+
+def test_kinesis_bisection_consumes_no_retry_so_only_the_culprit_is_given_up() -> None:
+    # AWS: "Splitting a batch does not consume the retry quota." GIVEN four records, one retry, and a
+    # function that fails every batch holding the second record
+    shard_consumer, sequence_numbers = _shard_consumer(["error", "error", set(), "error", "error"], 4, max_retries=1)
+
+    # WHEN the shard is delivered
+    shard_consumer.run()
+
+    # THEN the halves reach the culprit, which alone uses its retry and is given up; its neighbour counts
+    delivered = shard_consumer.consumer.batches  # type: ignore[attr-defined]
+    expected = [[0, 1, 2, 3], [0, 1], [0], [1], [1], [2, 3]]
+    assert delivered == [[sequence_numbers[i] for i in batch] for batch in expected]
+    assert [[r["SequenceNumber"] for r in given] for given in shard_consumer.shard.given_up] == [[sequence_numbers[1]]]
 
 
 def _client_with(rates: DynamoDBFaultRates) -> tuple[Any, DynamoDBChaos]:

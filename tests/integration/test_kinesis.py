@@ -1,6 +1,6 @@
 """Exactly-once counting from Kinesis: DynamoDB Local, a real Kinesis endpoint (moto's server), the
 production publisher, source adapter and pipeline, and Lambda's event source mapping replayed on the
-real shard records (tests/support/kinesis.py): checkpoints, bisection, poison, producer re-sends.
+real shard records (tests/support/kinesis.py, over tally.local.esm): checkpoints, bisection, poison, producer re-sends.
 
 Every test compares the counters with sums computed from the published events themselves.
 """
@@ -22,12 +22,13 @@ from tally.core.model import DeadLetter, RejectCode, Rejection
 from tally.dlq import SqsDeadLetterQueue
 from tally.handlers import kinesis as kinesis_handler
 from tally.local.context import LocalLambdaContext
+from tally.local.lambda_events import kinesis_event
 from tally.producer import Event, KinesisPublisher
 from tally.producer import RetryPolicy as PublishRetryPolicy
 from tally.sources.kinesis import failure_report, records_from_event
 from tests.support.counts import nonzero, read_all
 from tests.support.faults import DynamoDBFaults
-from tests.support.kinesis import ShardConsumer, lambda_event
+from tests.support.kinesis import ShardConsumer
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
 from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store
 from tests.support.producer_faults import BatchFaults
@@ -336,7 +337,7 @@ def test_the_real_dead_letter_adapter_keeps_binary_kinesis_data(moto_endpoint: s
     stream = Stream(moto_endpoint)
     stream.client.put_record(StreamName=stream.name, Data=bytes(range(256)), PartitionKey="p")
     (records,) = stream.shards().values()
-    (record,) = records_from_event(lambda_event(records, stream.arn, "shardId-000000000000"))
+    (record,) = records_from_event(kinesis_event(records, stream.arn, "shardId-000000000000", "us-east-1"))
     letter = DeadLetter(record, Rejection(RejectCode.MALFORMED_JSON, "bad"))
     assert SqsDeadLetterQueue(sqs, url).send([letter]) == frozenset()
     (message,) = drain_queue(sqs, url)

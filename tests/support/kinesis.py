@@ -1,63 +1,30 @@
-"""Lambda's Kinesis event source mapping, for one shard, as a test double; and Lambda-format events.
+"""Lambda's Kinesis event source mapping, for one shard, as a test double over a real (moto) shard's records.
 
-``ShardConsumer`` replays the documented behaviour (FACTS.md, AWS "partial batch response" and
-"bisect" docs) on the records of a real (moto) shard:
-
-- batches of at most ``batch_size`` records, in sequence order, from the checkpoint;
-- an empty failure report checkpoints past the batch;
-- a partial failure report checkpoints at the LOWEST reported sequence number; the records from there
-  to the end of the batch are retried (records after it that did succeed are delivered again);
-- a function error retries the batch, bisected into two halves, each retried on its own;
-- after ``max_retries`` retries the records still failing are given up: their range goes to the
-  on-failure destination (metadata only, as Lambda sends it) and the shard moves on.
+A thin driver around ``tally.local.esm.ShardBatch``, the one emulation of the mapping's decisions that
+the local pollers and the chaos run share: batches of at most ``batch_size`` records in sequence order,
+the checkpoint at the LOWEST reported failure, bisection on a function error (``bisect``), and after
+``max_retries`` the range given up (``given_up``: what the on-failure destination would hear of it).
+A raised handler is a function error. An answer Lambda could not read fails the test instead of being
+retried: in a test it is a handler bug. Must not: decide a batch's fate itself.
 """
 
 from __future__ import annotations
 
-import base64
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from tally.local.esm import GiveUp, KinesisRetryPolicy, ShardBatch, function_error, read_response
+from tally.local.lambda_events import kinesis_event
+
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
-Handler = Callable[[dict[str, Any]], Any]
+    from tally.local.esm import BatchOutcome, Record
 
+    Handler = Callable[[dict[str, Any]], Any]
 
-def lambda_event(records: Sequence[dict[str, Any]], stream_arn: str, shard_id: str) -> dict[str, Any]:
-    """A Lambda Kinesis event for GetRecords records, shaped like the files in ``events/``."""
-    return {
-        "Records": [
-            {
-                "kinesis": {
-                    "kinesisSchemaVersion": "1.0",
-                    "partitionKey": record["PartitionKey"],
-                    "sequenceNumber": record["SequenceNumber"],
-                    "data": base64.b64encode(record["Data"]).decode("ascii"),
-                    "approximateArrivalTimestamp": record["ApproximateArrivalTimestamp"].timestamp(),
-                },
-                "eventSource": "aws:kinesis",
-                "eventVersion": "1.0",
-                "eventID": f"{shard_id}:{record['SequenceNumber']}",
-                "eventName": "aws:kinesis:record",
-                "invokeIdentityArn": "arn:aws:iam::123456789012:role/tally-test",
-                "awsRegion": "us-east-1",
-                "eventSourceARN": stream_arn,
-            }
-            for record in records
-        ]
-    }
-
-
-@dataclass(frozen=True)
-class GivenUp:
-    """What the on-failure destination receives: the shard and the sequence range, not the data."""
-
-    shard_id: str
-    first_sequence_number: str
-    last_sequence_number: str
-    size: int
+REGION = "us-east-1"
 
 
 @dataclass
@@ -72,38 +39,25 @@ class ShardConsumer:
     bisect: bool = True
     invocations: list[list[str]] = field(default_factory=list)
     """Sequence numbers of every invocation's batch, in order."""
-    given_up: list[GivenUp] = field(default_factory=list)
+    given_up: list[GiveUp] = field(default_factory=list)
 
-    def run(self, records: Sequence[dict[str, Any]]) -> None:
+    def run(self, records: Sequence[Record]) -> None:
+        policy = KinesisRetryPolicy(maximum_retry_attempts=self.max_retries, bisect_on_function_error=self.bisect)
         for start in range(0, len(records), self.batch_size):
-            self._deliver(list(records[start : start + self.batch_size]), self.max_retries)
+            delivery = ShardBatch(records[start : start + self.batch_size], policy)
+            while (part := delivery.next_part()) is not None:
+                step = delivery.settle(self._invoke(part), datetime.now(UTC))
+                if step.give_up is not None:
+                    self.given_up.append(step.give_up)
 
-    def _deliver(self, batch: list[dict[str, Any]], retries_left: int) -> None:
-        self.invocations.append([record["SequenceNumber"] for record in batch])
+    def _invoke(self, part: Sequence[Record]) -> BatchOutcome:
+        ids = [str(record["SequenceNumber"]) for record in part]
+        self.invocations.append(ids)
+        event = kinesis_event(part, self.stream_arn, self.shard_id, REGION)
         try:
-            response = self.handler(lambda_event(batch, self.stream_arn, self.shard_id))
-        except Exception:  # a function error, as Lambda sees it
-            if retries_left == 0:
-                self._give_up(batch)
-            elif self.bisect and len(batch) > 1:
-                middle = len(batch) // 2
-                self._deliver(batch[:middle], retries_left - 1)
-                self._deliver(batch[middle:], retries_left - 1)
-            else:
-                self._deliver(batch, retries_left - 1)
-            return
-        failed = [item["itemIdentifier"] for item in (response or {}).get("batchItemFailures") or []]
-        if not failed:
-            return
-        positions = {record["SequenceNumber"]: index for index, record in enumerate(batch)}
-        unknown = set(failed) - set(positions)
-        assert not unknown, f"reported sequence numbers not in the batch (Lambda fails the whole batch): {unknown}"
-        checkpoint = positions[min(failed, key=int)]
-        if retries_left == 0:
-            self._give_up(batch[checkpoint:])
-            return
-        self._deliver(batch[checkpoint:], retries_left - 1)
-
-    def _give_up(self, records: list[dict[str, Any]]) -> None:
-        first, last = records[0]["SequenceNumber"], records[-1]["SequenceNumber"]
-        self.given_up.append(GivenUp(self.shard_id, first, last, len(records)))
+            response = self.handler(event)
+        except Exception as exc:  # a function error, as Lambda sees it
+            return function_error(ids, repr(exc))
+        outcome = read_response(response, ids)
+        assert not outcome.whole_batch, f"Lambda could not read the answer (it fails the whole batch): {outcome.reason}"
+        return outcome

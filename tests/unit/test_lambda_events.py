@@ -1,4 +1,6 @@
-"""What the local event source mappings hand the function, and how they read its answer (pure)."""
+"""What the event source mappings hand the function, and what the on-failure destination gets (pure).
+
+How they read the answer and decide a batch's fate: tests/unit/test_esm.py."""
 
 from __future__ import annotations
 
@@ -7,17 +9,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-import pytest
-
-from tally.local.lambda_events import (
-    BatchOutcome,
-    function_error,
-    kinesis_checkpoint,
-    kinesis_event,
-    on_failure_record,
-    read_response,
-    sqs_event,
-)
+from tally.local.lambda_events import kinesis_event, on_failure_record, sqs_event
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
 from tests.support.events import EVENTS_DIR
@@ -125,59 +117,6 @@ def test_kinesis_event_has_the_shape_of_the_sample_events_and_parses_back() -> N
         (records[0]["SequenceNumber"], b'{"id":"a"}', 1795317300123),
         ("7", b"\xff\x00", 1795317300123),
     ]
-
-
-IDS = ("a", "b", "c")
-
-
-@pytest.mark.parametrize(
-    ("response", "failed", "whole"),
-    [
-        (None, set(), False),
-        ({}, set(), False),
-        ({"batchItemFailures": None}, set(), False),
-        ({"batchItemFailures": []}, set(), False),
-        ({"batchItemFailures": [{"itemIdentifier": "b"}]}, {"b"}, False),
-        ({"batchItemFailures": [{"itemIdentifier": "c"}, {"itemIdentifier": "a"}]}, {"a", "c"}, False),
-        # Lambda fails the whole batch on anything it cannot read
-        ({"batchItemFailures": [{"itemIdentifier": "zzz"}]}, set(IDS), True),
-        ({"batchItemFailures": [{"itemIdentifier": ""}]}, set(IDS), True),
-        ({"batchItemFailures": [{"itemIdentifier": None}]}, set(IDS), True),
-        ({"batchItemFailures": [{}]}, set(IDS), True),
-        ({"batchItemFailures": ["b"]}, set(IDS), True),
-        ({"batchItemFailures": "b"}, set(IDS), True),
-        ("ok", set(IDS), True),
-        ([], set(IDS), True),
-    ],
-)
-def test_partial_batch_responses_are_read_as_lambda_documents(response: object, failed: set[str], whole: bool) -> None:
-    outcome = read_response(response, IDS)
-    assert outcome.failed == frozenset(failed)
-    assert outcome.whole_batch is whole
-
-
-def test_a_function_error_fails_the_whole_batch() -> None:
-    outcome = function_error(IDS, "KeyError: 'x'")
-    assert outcome == BatchOutcome(frozenset(IDS), whole_batch=True, reason="KeyError: 'x'")
-
-
-SEQUENCES = ["3", "5", "12", "20"]
-
-
-@pytest.mark.parametrize(
-    ("outcome", "checkpoint"),
-    [
-        (BatchOutcome(frozenset(), whole_batch=False), None),
-        (BatchOutcome(frozenset({"20"}), whole_batch=False), 3),
-        # the LOWEST sequence number as a number: "12" < "5" as text, not as a number
-        (BatchOutcome(frozenset({"12", "5"}), whole_batch=False), 1),
-        (BatchOutcome(frozenset(SEQUENCES), whole_batch=True), 0),
-    ],
-)
-def test_kinesis_checkpoint_is_the_lowest_reported_sequence_number(
-    outcome: BatchOutcome, checkpoint: int | None
-) -> None:
-    assert kinesis_checkpoint(outcome, SEQUENCES) == checkpoint
 
 
 def test_on_failure_record_carries_metadata_only() -> None:

@@ -1,21 +1,15 @@
-"""Lambda's side of an event source mapping, as data: the events it builds and how it reads the answer.
+"""Lambda's side of an event source mapping, as data: the events it builds and what a destination receives.
 
-Pure functions, no I/O: the pollers (``tally.local.poller``) call the services, these shape what the
-function receives and decide, from what it returned, which records count as processed. The shapes
-are those of ``events/*.json`` (and of AWS's documented SQS and Kinesis events); the reading of a
-partial batch response follows the documented rules (FACTS.md):
-
-- no list, ``None``, or an empty ``batchItemFailures``: every record succeeded;
-- a response that is not an object, a list that is not a list of objects, an empty or null
-  ``itemIdentifier``, or one that names no record of the batch: the WHOLE batch failed;
-- for Kinesis, the checkpoint is the LOWEST reported sequence number: that record and every one
-  after it are delivered again, including those that succeeded.
+Pure functions, no I/O: the shapes of what the function receives (those of ``events/*.json`` and of AWS's
+documented SQS and Kinesis events) and of the metadata record a Kinesis on-failure destination gets.
+What the mapping DECIDES from the function's answer (delete, checkpoint, retry, bisect, give up) is
+``tally.local.esm``'s; the drivers that call the services are ``tally.local.poller``, ``bench.chaos``
+and ``tests.support.kinesis``. Must not: read an answer, decide a retry, call a service.
 """
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
@@ -87,63 +81,6 @@ def kinesis_record(record: Mapping[str, Any], stream_arn: str, shard_id: str, re
         "awsRegion": region,
         "eventSourceARN": stream_arn,
     }
-
-
-@dataclass(frozen=True, slots=True)
-class BatchOutcome:
-    """What the event source mapping makes of one invocation's answer."""
-
-    failed: frozenset[str]
-    """Record ids (SQS message ids, Kinesis sequence numbers) to deliver again."""
-    whole_batch: bool
-    """The whole batch failed: a function error or a response Lambda cannot read."""
-    reason: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
-
-
-def read_response(response: object, record_ids: Sequence[str]) -> BatchOutcome:
-    """Read a partial batch response (``ReportBatchItemFailures``) for a batch of ``record_ids``."""
-    everything = frozenset(record_ids)
-    if response is None:
-        return BatchOutcome(frozenset(), whole_batch=False)
-    if not isinstance(response, dict):
-        return BatchOutcome(everything, whole_batch=True, reason=f"response is not an object: {response!r:.80}")
-    failures = response.get("batchItemFailures")
-    if failures is None:
-        return BatchOutcome(frozenset(), whole_batch=False)
-    if not isinstance(failures, list):
-        return BatchOutcome(everything, whole_batch=True, reason="batchItemFailures is not a list")
-    failed: set[str] = set()
-    for item in failures:
-        identifier = item.get("itemIdentifier") if isinstance(item, dict) else None
-        if not isinstance(identifier, str) or not identifier:
-            return BatchOutcome(everything, whole_batch=True, reason=f"invalid itemIdentifier in {item!r:.80}")
-        if identifier not in everything:
-            return BatchOutcome(everything, whole_batch=True, reason=f"itemIdentifier {identifier!r} not in the batch")
-        failed.add(identifier)
-    return BatchOutcome(frozenset(failed), whole_batch=False)
-
-
-def function_error(record_ids: Sequence[str], error: str) -> BatchOutcome:
-    """The outcome of an invocation that raised (or timed out): the whole batch failed."""
-    return BatchOutcome(frozenset(record_ids), whole_batch=True, reason=error)
-
-
-def kinesis_checkpoint(outcome: BatchOutcome, sequence_numbers: Sequence[str]) -> int | None:
-    """Index in the batch from which Kinesis delivers again (None: the batch is done).
-
-    After a partial failure it is the position of the LOWEST reported sequence number (they compare
-    as integers); after a whole-batch failure, the start of the batch.
-    """
-    if outcome.ok:
-        return None
-    if outcome.whole_batch:
-        return 0
-    lowest = min(outcome.failed, key=int)
-    return list(sequence_numbers).index(lowest)
 
 
 def on_failure_record(

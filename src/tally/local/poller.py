@@ -1,28 +1,25 @@
 """Event source pollers: what Lambda's event source mappings do for SQS and Kinesis, against local endpoints.
 
+The I/O around ``tally.local.esm`` (which decides what happens to a batch after the function ran)
+against moto's endpoints: receive, batch, invoke, delete, checkpoint, send to the on-failure destination.
+
 ``SqsPoller`` (several run concurrently, up to the mapping's ``MaximumConcurrency``):
 
 - ``ReceiveMessage`` (10 at a time, all attributes; short polls, see ``_IDLE_QUEUE_POLL_S``) until
   the batch holds ``BatchSize`` messages, the ``MaximumBatchingWindowInSeconds`` since the first one
   has passed, or the 6 MB invocation payload limit is reached; with a window of 0, the first
   non-empty receive is the batch;
-- invokes the function with a Lambda-format SQS event (``tally.local.lambda_events``);
-- deletes exactly the messages not reported in ``batchItemFailures`` (nothing at all after a function
-  error or an unreadable response). The rest stay in flight and reappear after the queue's visibility
-  timeout; SQS itself moves a message to the dead-letter queue once it has been received
-  ``maxReceiveCount`` times (moto implements the queue's RedrivePolicy).
+- invokes the function with a Lambda-format SQS event (``tally.local.lambda_events``) and deletes what
+  ``esm.settle_sqs`` says. The rest reappear after the queue's visibility timeout, and moto moves a
+  message to the dead-letter queue after ``maxReceiveCount`` receives (the queue's RedrivePolicy).
 
 ``KinesisShardPoller`` (one per shard; a ``ParallelizationFactor`` above 1 runs as 1 here):
+``GetShardIterator`` at the mapping's ``StartingPosition``, then ``GetRecords`` into batches of at
+most ``BatchSize`` within the batching window, each delivered through ``esm.ShardBatch`` (checkpoint,
+retry, bisection, give-up); a given-up range's metadata goes to the on-failure destination, as
+Lambda sends it, and the shard moves on. Retries pause a short real time (0.2 s doubling, at most 2 s).
 
-- ``GetShardIterator`` at the mapping's ``StartingPosition``, then ``GetRecords`` into batches of at
-  most ``BatchSize`` within the batching window;
-- on a partial failure it checkpoints at the LOWEST reported sequence number and delivers the batch
-  again from there (records after it that succeeded included); on a function error it retries the
-  batch, split in two halves when ``BisectBatchOnFunctionError`` is set;
-- after ``MaximumRetryAttempts`` retries, or once the records are older than
-  ``MaximumRecordAgeInSeconds``, it gives the batch up: its metadata (never the data) goes to the
-  on-failure destination, as Lambda sends it, and the shard moves on.
-
+Must not: decide a batch's fate itself (that is ``esm``), or shape events (``lambda_events``).
 Pollers never swallow what goes wrong: a service error is counted in ``SourceStats`` and retried after
 a pause; anything unexpected ends the poller and is re-raised by ``EventSourceMappings.check``.
 """
@@ -41,15 +38,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.local.lambda_events import (
-    BatchOutcome,
-    function_error,
-    kinesis_checkpoint,
-    kinesis_event,
-    on_failure_record,
-    read_response,
-    sqs_event,
+from tally.local.esm import (
+    REPORT_BATCH_ITEM_FAILURES,
+    Decision,
+    KinesisRetryPolicy,
+    ShardBatch,
+    invocation_outcome,
+    settle_sqs,
 )
+from tally.local.lambda_events import kinesis_event, on_failure_record, sqs_event
 from tally.local.meter import DynamoDBWrites
 
 if TYPE_CHECKING:
@@ -58,6 +55,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_sqs.client import SQSClient
 
+    from tally.local.esm import BatchOutcome, GiveUp
     from tally.local.function import Invocation, LocalFunction
     from tally.local.template import KinesisEventSource, SqsEventSource
 
@@ -65,7 +63,6 @@ logger = logging.getLogger(__name__)
 
 MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
 """Lambda's synchronous invocation payload limit: a batch stops growing before it."""
-REPORT_BATCH_ITEM_FAILURES: Final = "ReportBatchItemFailures"
 _RECEIVE_MAX: Final = 10
 _IDLE_QUEUE_POLL_S: Final = 0.2
 """Pause after an empty receive. Lambda long-polls; the local moto server serves one request at a time,
@@ -212,7 +209,8 @@ class SqsPoller(_Poller):
         self.stats.invoked(invocation, len(messages), outcome)
         if outcome.whole_batch:
             logger.warning("%s: batch of %d failed: %s", self.name, len(ids), invocation.error or outcome.reason)
-        self._delete_done([message for message in messages if message["MessageId"] not in outcome.failed])
+        settlement = settle_sqs(outcome, ids)
+        self._delete_done([message for message in messages if message["MessageId"] in settlement.delete])
         return True
 
     def _receive_batch(self) -> list[dict[str, Any]]:
@@ -284,6 +282,11 @@ class KinesisShardPoller(_Poller):
         self._function = function
         self._on_failure_queue_url = on_failure_queue_url
         self._region = region
+        self._policy = KinesisRetryPolicy(
+            maximum_retry_attempts=source.maximum_retry_attempts,
+            maximum_record_age_s=source.maximum_record_age_seconds,
+            bisect_on_function_error=source.bisect_batch_on_function_error,
+        )
         self._iterator: str | None = None
         self._buffer: deque[dict[str, Any]] = deque()
         self._caught_up = False
@@ -336,67 +339,41 @@ class KinesisShardPoller(_Poller):
         return len(records)
 
     def _deliver(self, batch: list[dict[str, Any]]) -> None:
-        """Deliver until every record is checkpointed or given up: retries, checkpoints, bisection."""
-        work: deque[list[dict[str, Any]]] = deque([batch])
-        attempts = 0
-        while work:
-            part = work[0]
+        """Deliver until every record is checkpointed or given up (``esm.ShardBatch`` decides how)."""
+        delivery = ShardBatch(batch, self._policy)
+        while (part := delivery.next_part()) is not None:
             sequence_numbers = [record["SequenceNumber"] for record in part]
             invocation = self._function.invoke(kinesis_event(part, self._stream_arn, self._shard_id, self._region))
             outcome = _outcome(invocation, sequence_numbers, self._source.function_response_types)
             self.stats.invoked(invocation, len(part), outcome)
-            checkpoint = kinesis_checkpoint(outcome, sequence_numbers)
-            if checkpoint is None:
-                self.stats.done(len(part))
-                work.popleft()
-                attempts = 0
-                continue
-            self.stats.done(checkpoint)
-            remaining = part[checkpoint:]
-            attempts += 1
-            condition = self._give_up_condition(attempts, remaining)
-            if condition is not None:
-                self._give_up(remaining, condition, attempts, invocation)
-                work.popleft()
-                attempts = 0
-                continue
-            if invocation.error is not None and self._source.bisect_batch_on_function_error and len(remaining) > 1:
-                middle = len(remaining) // 2
-                work.popleft()
-                work.extendleft([remaining[middle:], remaining[:middle]])
-            else:
-                work[0] = remaining
-            if self.stop_event.wait(min(_RETRY_PAUSE_S * 2 ** (attempts - 1), 2.0)):
+            step = delivery.settle(outcome, datetime.now(UTC))
+            self.stats.done(step.checkpointed)
+            if step.give_up is not None:
+                self._give_up(step.give_up, invocation)
+            elif step.decision is not Decision.DONE and self.stop_event.wait(
+                min(_RETRY_PAUSE_S * 2 ** (step.failures - 1), 2.0)
+            ):
                 # Stopping mid-retry: what is not checkpointed would be read again from the checkpoint.
                 return
 
-    def _give_up_condition(self, attempts: int, records: Sequence[dict[str, Any]]) -> str | None:
-        max_retries = self._source.maximum_retry_attempts
-        if max_retries >= 0 and attempts > max_retries:
-            return "RetryAttemptsExhausted"
-        max_age = self._source.maximum_record_age_seconds
-        oldest: datetime = records[0]["ApproximateArrivalTimestamp"]
-        if max_age >= 0 and (datetime.now(UTC) - oldest).total_seconds() > max_age:
-            return "RecordAgeExceeded"
-        return None
-
-    def _give_up(
-        self, records: Sequence[dict[str, Any]], condition: str, attempts: int, invocation: Invocation
-    ) -> None:
+    def _give_up(self, give_up: GiveUp, invocation: Invocation) -> None:
         self.stats.gave_up()
-        self.stats.done(len(records))
         logger.warning(
-            "%s: gave up %d records from %s (%s)", self.name, len(records), records[0]["SequenceNumber"], condition
+            "%s: gave up %d records from %s (%s)",
+            self.name,
+            len(give_up.records),
+            give_up.first_sequence_number,
+            give_up.condition,
         )
         if self._on_failure_queue_url is None:
             return
         document = on_failure_record(
             function_arn=self._function.arn,
-            condition=condition,
-            invoke_count=attempts,
+            condition=give_up.condition,
+            invoke_count=give_up.invoke_count,
             shard_id=self._shard_id,
             stream_arn=self._stream_arn,
-            records=records,
+            records=give_up.records,
             function_error_kind="Unhandled" if invocation.error is not None else None,
             now=datetime.now(UTC),
         )
@@ -404,8 +381,9 @@ class KinesisShardPoller(_Poller):
 
 
 def _outcome(invocation: Invocation, record_ids: Sequence[str], response_types: Sequence[str]) -> BatchOutcome:
-    if invocation.error is not None:
-        return function_error(record_ids, invocation.error)
-    if REPORT_BATCH_ITEM_FAILURES not in response_types:
-        return BatchOutcome(frozenset(), whole_batch=False)  # without it, Lambda ignores the response
-    return read_response(invocation.response, record_ids)
+    return invocation_outcome(
+        error=invocation.error,
+        response=invocation.response,
+        record_ids=record_ids,
+        report_batch_item_failures=REPORT_BATCH_ITEM_FAILURES in response_types,
+    )
