@@ -1,7 +1,9 @@
-"""Turn a run's figures into the targets' verdicts, a rich table, ``docs/benchmarks.md``, a PNG chart and JSON.
+"""Turn a run's figures into the targets' verdicts, rich tables, ``docs/benchmarks.md``, a PNG chart and JSON.
 
-Nothing here measures: it only divides, compares and draws. Prices are DynamoDB on-demand in us-east-1
-(since November 2024): $0.625 per million write request units, $0.125 per million read request units.
+Nothing here measures: it only divides, compares and draws. Each table is defined once (``Grid``) and
+rendered by libraries: tabulate for markdown, rich for the console, matplotlib for the chart. Prices are
+DynamoDB on-demand in us-east-1 (since November 2024): $0.625 per million write request units, $0.125 per
+million read request units.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import matplotlib as mpl
 mpl.use("Agg")  # headless: the chart is a file, never a window
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
+from rich.markup import escape
 from rich.table import Table
+from tabulate import tabulate
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -111,26 +115,24 @@ def _committed(run: PeerRun) -> float:
 def verdicts(results: SuiteResults) -> list[Verdict]:
     """Each target of issue 6 against the measured values."""
     out: list[Verdict] = []
+
+    def add(target: str, goal: str, measured: str, met: bool) -> None:
+        out.append(Verdict(target, goal, measured, met))
+
     tally = [r for r in results.runs if r.peer.startswith("tally")]
     wrong = [f"{r.workload} {r.stream}" for r in tally if not r.correctness.exact]
-    out.append(
-        Verdict(
-            "Exact counts on every workload",
-            "every tally run exact",
-            f"{len(tally) - len(wrong)}/{len(tally)} exact" + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
-            bool(tally) and not wrong,
-        )
+    add(
+        "Exact counts on every workload",
+        "every tally run exact",
+        f"{len(tally) - len(wrong)}/{len(tally)} exact" + (f" (wrong: {', '.join(wrong)})" if wrong else ""),
+        bool(tally) and not wrong,
     )
     ratios = [(r, r.usage.write_units / r.floor_write_units) for r in tally if r.floor_write_units]
-    out.append(
-        Verdict(
-            "No wasted writes: write units within 5% of the floor",
-            "<= 1.05 x floor, 2 x (new messages + distinct items) per batch",
-            "; ".join(
-                f"{r.workload} {r.peer} {ratio:.2f}x (committed only {_committed(r):.2f}x)" for r, ratio in ratios
-            ),
-            bool(ratios) and all(ratio <= 1.05 for _, ratio in ratios),
-        )
+    add(
+        "No wasted writes: write units within 5% of the floor",
+        "<= 1.05 x floor, 2 x (new messages + distinct items) per batch",
+        "; ".join(f"{r.workload} {r.peer} {ratio:.2f}x (committed only {_committed(r):.2f}x)" for r, ratio in ratios),
+        bool(ratios) and all(ratio <= 1.05 for _, ratio in ratios),
     )
     packed, single, powertools = (
         results.run("tally-packed", "U"),
@@ -138,170 +140,149 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
         results.run("powertools", "U"),
     )
     if packed is not None:
-        out.append(
-            Verdict(
-                "U packed: write units per event",
-                "<= 0.25",
-                f"{packed.write_units_per_event:.4f}",
-                packed.write_units_per_event <= 0.25,
-            )
+        add(
+            "U packed: write units per event",
+            "<= 0.25",
+            f"{packed.write_units_per_event:.4f}",
+            packed.write_units_per_event <= 0.25,
         )
-        out.append(
-            Verdict(
-                "U packed: DynamoDB requests per event",
-                "<= 0.002",
-                f"{packed.requests_per_event:.5f}",
-                packed.requests_per_event <= 0.002,
-            )
+        add(
+            "U packed: DynamoDB requests per event",
+            "<= 0.002",
+            f"{packed.requests_per_event:.5f}",
+            packed.requests_per_event <= 0.002,
         )
     if single is not None and powertools is not None:
-        out.append(
-            Verdict(
-                "U single: write units per event",
-                f"<= Powertools ({powertools.write_units_per_event:.3f})",
-                f"{single.write_units_per_event:.3f}",
-                single.write_units_per_event <= powertools.write_units_per_event,
-            )
+        add(
+            "U single: write units per event",
+            f"<= Powertools ({powertools.write_units_per_event:.3f})",
+            f"{single.write_units_per_event:.3f}",
+            single.write_units_per_event <= powertools.write_units_per_event,
         )
     if single is not None:
-        out.append(
-            Verdict(
-                "U single: DynamoDB requests per event",
-                "<= 0.02",
-                f"{single.requests_per_event:.4f}",
-                single.requests_per_event <= 0.02,
-            )
+        add(
+            "U single: DynamoDB requests per event",
+            "<= 0.02",
+            f"{single.requests_per_event:.4f}",
+            single.requests_per_event <= 0.02,
         )
     clean = results.run("tally-single-no-resends", "U")
     if clean is not None:
-        out.append(
-            Verdict(
-                "U single without re-sends: DynamoDB requests per event (the marker read gate; not in the issue)",
-                "<= 0.02",
-                f"{clean.requests_per_event:.5f}",
-                clean.requests_per_event <= 0.02,
-            )
+        add(
+            "U single without re-sends: DynamoDB requests per event (the marker read gate; not in the issue)",
+            "<= 0.02",
+            f"{clean.requests_per_event:.5f}",
+            clean.requests_per_event <= 0.02,
         )
     for peer, floor in (("tally-single", 3.0), ("tally-packed", 30.0)):
         for workload in ("U", "H"):
             ratio = speedup(results, peer, workload)
             if ratio is not None:
-                out.append(
-                    Verdict(
-                        f"{workload} {peer.removeprefix('tally-')}: events/s vs naive, same run",
-                        f">= {floor:g}x",
-                        f"{ratio:.1f}x",
-                        ratio >= floor,
-                    )
+                add(
+                    f"{workload} {peer.removeprefix('tally-')}: events/s vs naive, same run",
+                    f">= {floor:g}x",
+                    f"{ratio:.1f}x",
+                    ratio >= floor,
                 )
     for peer in ("tally-single", "tally-packed"):
         u, h = results.run(peer, "U"), results.run(peer, "H")
         if u is not None and h is not None:
-            out.append(
-                Verdict(
-                    f"H at least as fast as U ({peer.removeprefix('tally-')})",
-                    "H events/s >= U events/s",
-                    f"H {h.events_per_second:,.0f} vs U {u.events_per_second:,.0f}",
-                    h.events_per_second >= u.events_per_second,
-                )
+            add(
+                f"H at least as fast as U ({peer.removeprefix('tally-')})",
+                "H events/s >= U events/s",
+                f"H {h.events_per_second:,.0f} vs U {u.events_per_second:,.0f}",
+                h.events_per_second >= u.events_per_second,
             )
     cpu_single, cpu_packed, cpu_powertools = (
         results.cpu_rate(p) for p in (CPU_TALLY_SINGLE, CPU_TALLY_PACKED, CPU_POWERTOOLS)
     )
     if cpu_single:
-        out.append(
-            Verdict(
-                "Handler CPU, single-event records (one core, no I/O)",
-                ">= 750,000 events/s",
-                f"{cpu_single:,.0f}",
-                cpu_single >= 750_000,
-            )
+        add(
+            "Handler CPU, single-event records (one core, no I/O)",
+            ">= 750,000 events/s",
+            f"{cpu_single:,.0f}",
+            cpu_single >= 750_000,
         )
     if cpu_packed:
-        out.append(
-            Verdict(
-                "Handler CPU, packed records (one core, no I/O)",
-                ">= 2,000,000 events/s",
-                f"{cpu_packed:,.0f}",
-                cpu_packed >= 2_000_000,
-            )
+        add(
+            "Handler CPU, packed records (one core, no I/O)",
+            ">= 2,000,000 events/s",
+            f"{cpu_packed:,.0f}",
+            cpu_packed >= 2_000_000,
         )
     if cpu_single and cpu_powertools:
         ratio = cpu_single / cpu_powertools
-        out.append(
-            Verdict(
-                "Handler CPU vs Powertools' record loop",
-                ">= 5x",
-                f"{ratio:.2f}x ({cpu_single:,.0f} vs {cpu_powertools:,.0f})",
-                ratio >= 5,
-            )
+        add(
+            "Handler CPU vs Powertools' record loop",
+            ">= 5x",
+            f"{ratio:.2f}x ({cpu_single:,.0f} vs {cpu_powertools:,.0f})",
+            ratio >= 5,
         )
     pipeline = results.memory.get("pipeline")
     if pipeline:
         peak = float(pipeline["max_rss_mb"])
-        out.append(
-            Verdict(
-                f"Peak memory, one {results.memory['records']:,}-record batch",
-                "<= 128 MB",
-                f"{peak:.1f} MB (process max RSS)",
-                peak <= 128,
-            )
+        add(
+            f"Peak memory, one {results.memory['records']:,}-record batch",
+            "<= 128 MB",
+            f"{peak:.1f} MB (process max RSS)",
+            peak <= 128,
         )
     return out
 
 
-# --------------------------------------------------------------------------------------------- console
+# ------------------------------------------------------------------------------------------------ tables
+@dataclass(frozen=True, slots=True)
+class Grid:
+    """One table as text cells, defined once and rendered twice: markdown for the docs, rich for the console."""
+
+    header: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    numeric_from: int = 1
+    """Columns from this one on are right-aligned."""
+
+    def _alignment(self) -> list[str]:
+        return ["left" if index < self.numeric_from else "right" for index in range(len(self.header))]
+
+    def markdown(self) -> list[str]:
+        """A markdown (pipe) table; cells are written as they are, never re-read as numbers."""
+        text = tabulate(
+            self.rows, headers=self.header, tablefmt="pipe", colalign=self._alignment(), disable_numparse=True
+        )
+        return str(text).splitlines()
+
+    def rich(self, title: str) -> Table:
+        """The same table on the console; a markdown ``**bold**`` cell (a failed check) shows in red."""
+        table = Table(title=title)
+        for column, justify in zip(self.header, self._alignment(), strict=True):
+            table.add_column(column, justify="left" if justify == "left" else "right")
+        for row in self.rows:
+            table.add_row(*(_console_cell(cell) for cell in row))
+        return table
+
+
+def _console_cell(cell: str) -> str:
+    if cell.startswith("**") and cell.endswith("**") and len(cell) > 4:
+        return f"[red]{escape(cell[2:-2])}[/]"
+    return escape(cell)
+
+
+def results_grid(results: SuiteResults) -> Grid:
+    """Every run's figures, one row per peer and workload."""
+    return Grid(RESULT_COLUMNS, [_result_row(results, run) for run in _ordered(results.runs)], numeric_from=2)
+
+
+def verdicts_grid(results: SuiteResults) -> Grid:
+    """The targets of issue 6 and whether each is met."""
+    rows = [(v.target, v.goal, v.measured, "yes" if v.met else "**no**") for v in verdicts(results)]
+    return Grid(("target", "goal", "measured", "met"), rows, numeric_from=4)
+
+
 def console_tables(results: SuiteResults) -> list[Table]:
-    """The results and the verdicts, as rich tables."""
-    runs = Table(title=f"tally bench: {results.label}")
-    for column in (
-        "workload",
-        "peer",
-        "events",
-        "events/s",
-        "vs naive",
-        "req/event",
-        "WCU/event",
-        "floor",
-        "RCU/event",
-        "$/M events",
-        "count error",
-        "exact",
-    ):
-        runs.add_column(column, justify="left" if column in ("workload", "peer") else "right")
-    for run in _ordered(results.runs):
-        ratio = speedup(results, run.peer, run.workload)
-        runs.add_row(
-            run.workload,
-            run.peer,
-            f"{run.events:,}",
-            f"{run.events_per_second:,.0f}",
-            f"{ratio:.1f}x" if ratio is not None else "-",
-            f"{run.requests_per_event:.4f}",
-            f"{run.write_units_per_event:.4f}",
-            f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-",
-            f"{run.read_units_per_event:.4f}",
-            f"{cost_per_million_events(run):.3f}",
-            f"{run.correctness.error_pct:+.2f}%",
-            "yes" if run.correctness.exact else "[red]no[/]",
-        )
-    targets = Table(title="issue 6 targets")
-    for column in ("target", "goal", "measured", "met"):
-        targets.add_column(column)
-    for verdict in verdicts(results):
-        targets.add_row(
-            verdict.target, verdict.goal, verdict.measured, "[green]yes[/]" if verdict.met else "[red]NO[/]"
-        )
-    return [runs, targets]
+    """The results and the verdicts, as in ``docs/benchmarks.md``, as rich tables."""
+    return [results_grid(results).rich(f"tally bench: {results.label}"), verdicts_grid(results).rich("issue 6 targets")]
 
 
 # -------------------------------------------------------------------------------------------- markdown
-def md_table(header: Sequence[str], rows: Sequence[Sequence[str]], numeric_from: int = 1) -> list[str]:
-    """A markdown table; columns from ``numeric_from`` on are right-aligned."""
-    align = ["---" if index < numeric_from else "---:" for index in range(len(header))]
-    return ["| " + " | ".join(row) + " |" for row in (header, align, *rows)]
-
-
 def markdown(results: SuiteResults, chart_name: str) -> str:
     """``docs/benchmarks.md``: figures, verdicts, method."""
     lines = [
@@ -318,17 +299,13 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
         "",
         _workload_intro(results),
         "",
-        *md_table(RESULT_COLUMNS, [_result_row(results, run) for run in _ordered(results.runs)], numeric_from=2),
+        *results_grid(results).markdown(),
         "",
         f"Prices: {PRICE_NOTE}. The Powertools idempotency table's reads and writes are included.",
         "",
         "## Targets (issue 6)",
         "",
-        *md_table(
-            ("target", "goal", "measured", "met"),
-            [(v.target, v.goal, v.measured, "yes" if v.met else "**no**") for v in verdicts(results)],
-            numeric_from=4,
-        ),
+        *verdicts_grid(results).markdown(),
         "",
         "## Reading the figures",
         "",
@@ -338,7 +315,7 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
         "",
         _cpu_intro(results),
         "",
-        *md_table(
+        *Grid(
             ("path", "records", "events", "best of", "best time", "events/s"),
             [
                 (
@@ -351,7 +328,7 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
                 )
                 for f in results.cpu.get("figures", [])
             ],
-        ),
+        ).markdown(),
         "",
         "## Peak memory, one batch",
         "",
@@ -520,7 +497,7 @@ def _memory_lines(results: SuiteResults) -> list[str]:
         "Lambda memory size must hold); `tracemalloc` is the peak of Python allocations during the batch alone "
         "(a separate run, since tracing costs memory itself).",
         "",
-        *md_table(("path", "max RSS before the batch", "max RSS", "tracemalloc peak during the batch"), rows),
+        *Grid(("path", "max RSS before the batch", "max RSS", "tracemalloc peak during the batch"), rows).markdown(),
     ]
 
 
@@ -547,7 +524,7 @@ def _pipeline_lines(results: SuiteResults) -> list[str]:
             counts += [p[name] for name in ("already_applied", "transactions", "retries")]
             counts += [run.usage.cancelled_transactions, p["dead_letters"], p["failed_records"]]
             rows.append([run.workload, run.peer, *(f"{count:,}" for count in counts)])
-    return md_table(header, rows, numeric_from=2)
+    return Grid(header, rows, numeric_from=2).markdown()
 
 
 def _cross_check_lines(results: SuiteResults) -> list[str]:
@@ -578,7 +555,7 @@ def _cross_check_lines(results: SuiteResults) -> list[str]:
         "Computed units against DynamoDB Local's own `ConsumedCapacity` (requested on every call). Single-item "
         "calls must agree; for `TransactWriteItems` DynamoDB Local's figure is known to be wrong (shown, not used).",
         "",
-        *md_table(header, rows, numeric_from=2),
+        *Grid(header, rows, numeric_from=2).markdown(),
     ]
 
 
