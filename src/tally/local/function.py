@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 from tally.local.context import LocalLambdaContext
 from tally.local.meter import DynamoDBWrites, WriteMeter
+from tally.local.resources import LOCAL_ACCOUNT, LOCAL_REGION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -46,8 +47,6 @@ if TYPE_CHECKING:
 
     from tally.local.template import FunctionDefinition
 
-LOCAL_ACCOUNT: Final = "123456789012"
-LOCAL_REGION: Final = "us-east-1"
 _HOST_PREFIXES_DROPPED: Final = ("AWS_", "TALLY_", "POWERTOOLS_")
 _PRELOAD: Final = ["boto3", "botocore.session", "aws_lambda_powertools", "msgspec", "tenacity", "tally.core.decode"]
 """Imported once by the forkserver; none of them reads function settings when imported."""

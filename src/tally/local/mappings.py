@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from tally.local.poller import _Poller
-    from tally.local.stack import LocalResources
+    from tally.local.resources import LocalResources
     from tally.local.template import KinesisEventSource, SqsEventSource
 
 logger = logging.getLogger(__name__)
