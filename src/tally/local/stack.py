@@ -48,6 +48,7 @@ from tally.local.template import (
     function_definition,
     load_template,
     queue_definitions,
+    resolve,
     resource_created,
     stream_definitions,
     table_definitions,
@@ -179,23 +180,15 @@ def _outputs(template: dict[str, Any], physical: Mapping[str, str], arns: Mappin
     """The template's Outputs (those its Conditions create) with local values: ``!Ref`` and ``!GetAtt .Arn`` of
     the resources the local stack has; outputs of resources it does not emulate (alarms, dashboards) are left out."""
     conditions = condition_values(template)
+    references = {**physical, **{f"{logical_id}.Arn": arn for logical_id, arn in arns.items()}}
     outputs: dict[str, str] = {}
-    for key, output in template.get("Outputs", {}).items():
+    for key, output in resolve(template, references).get("Outputs", {}).items():
         if "Condition" in output and not conditions[output["Condition"]]:
             continue
-        value = output.get("Value")
-        if isinstance(value, dict) and set(value) == {"Ref"}:
-            found = physical.get(value["Ref"])
-        elif isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
-            target = value["Fn::GetAtt"]
-            logical_id, attribute = target.split(".", 1) if isinstance(target, str) else target
-            found = arns.get(logical_id) if attribute == "Arn" else None
-        else:
-            found = None
-        if found is None:
-            logger.info("output %s has no local value: %r", key, value)
+        if not isinstance(output.get("Value"), str):
+            logger.info("output %s has no local value: %r", key, output.get("Value"))
             continue
-        outputs[key] = found
+        outputs[key] = output["Value"]
     return outputs
 
 
