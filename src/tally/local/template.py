@@ -37,28 +37,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
-__all__ = [
-    "AttributeDefinition",
-    "FunctionDefinition",
-    "KeyElement",
-    "KinesisEventSource",
-    "QueueDefinition",
-    "SqsEventSource",
-    "StreamDefinition",
-    "TableDefinition",
-    "condition_values",
-    "function_definition",
-    "function_event_sources",
-    "load_template",
-    "queue_definitions",
-    "resolve",
-    "resource_created",
-    "stream_definitions",
-    "stream_event_sources",
-    "table_definitions",
-    "with_parameters",
-]
-
 TABLE_TYPE = "AWS::DynamoDB::Table"
 QUEUE_TYPE = "AWS::SQS::Queue"
 STREAM_TYPE = "AWS::Kinesis::Stream"
