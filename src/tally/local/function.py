@@ -16,6 +16,9 @@ tracebacks) goes to a log file per environment, as Lambda sends it to a CloudWat
 each invocation the environment reads back the EMF lines it just wrote and returns their sums with the
 response (``Invocation.metrics``), together with the DynamoDB writes the invocation made, counted by a
 botocore hook (``tally.local.meter``): the same figures CloudWatch would show, from the unmodified handler.
+
+It owns the execution environments and nothing of event sources: what to invoke, when and with which
+batch is the pollers' (``tally.local.poller``); it must not change what the handler does.
 """
 
 from __future__ import annotations
