@@ -175,3 +175,31 @@ def test_an_intrinsic_the_local_reader_cannot_resolve_is_named(template: dict[st
     changed = _with(template, "EventsQueue", VisibilityTimeout={"Fn::GetAZs": ""})
     with pytest.raises(ValueError, match=r"EventsQueue\.VisibilityTimeout: cannot resolve"):
         queue_definitions(changed)
+
+
+def test_fifo_queues_from_the_template_are_created_as_fifo(template: dict[str, Any]) -> None:
+    """Issue 17's FIFO queues need no change to the reader: FifoQueue and its companions are attributes."""
+    moto = pytest.importorskip("moto")
+    boto3 = pytest.importorskip("boto3")
+    fifo = _with(template, "EventsDeadLetterQueue", FifoQueue=True)
+    fifo = _with(
+        fifo,
+        "EventsQueue",
+        FifoQueue=True,
+        ContentBasedDeduplication=False,
+        FifoThroughputLimit="perMessageGroupId",
+        DeduplicationScope="messageGroup",
+    )
+    queues = queue_definitions(fifo)
+    with pytest.MonkeyPatch.context() as mp, moto.mock_aws():
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_PROFILE"):
+            mp.delenv(name, raising=False)
+        sqs = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
+        dead = sqs.create_queue(**queues["EventsDeadLetterQueue"].create_queue_kwargs("dlq.fifo"))["QueueUrl"]
+        dead_arn = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url = sqs.create_queue(**queues["EventsQueue"].create_queue_kwargs("events.fifo", dead_arn))["QueueUrl"]
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["FifoQueue"] == "true"
+    assert attributes["FifoThroughputLimit"] == "perMessageGroupId"
+    assert attributes["DeduplicationScope"] == "messageGroup"
+    assert json.loads(attributes["RedrivePolicy"])["deadLetterTargetArn"] == dead_arn
