@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.local.stack import LocalResources
+    from tally.local.resources import LocalResources
     from tally.producer.wire import OutgoingMessage
 
 pytestmark = pytest.mark.integration

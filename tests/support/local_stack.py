@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import pytest
 
     from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.local.stack import LocalResources
+    from tally.local.resources import LocalResources
 
 
 @contextmanager

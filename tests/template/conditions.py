@@ -2,13 +2,16 @@
 
 The SAM transform keeps ``Condition`` on every resource it generates (roles, event source mappings),
 so pruning the transformed template for one set of parameter values shows exactly what a stack with
-those values would contain. Only the condition functions CloudFormation allows are understood.
+those values would contain. The Conditions are evaluated by the local stack's template reader, so the
+tests and the local stack cannot disagree on what a stack contains.
 """
 
 from __future__ import annotations
 
 import copy
 from typing import Any
+
+from tally.local.template import condition_values, with_parameters
 
 
 def parameter_values(template: dict[str, Any], **overrides: str) -> dict[str, str]:
@@ -21,34 +24,8 @@ def parameter_values(template: dict[str, Any], **overrides: str) -> dict[str, st
 
 
 def evaluate_conditions(template: dict[str, Any], values: dict[str, str]) -> dict[str, bool]:
-    conditions: dict[str, Any] = template.get("Conditions", {})
-    resolved: dict[str, bool] = {}
-
-    def condition(name: str) -> bool:
-        if name not in resolved:
-            resolved[name] = bool(evaluate(conditions[name]))
-        return resolved[name]
-
-    def evaluate(node: Any) -> Any:
-        if not isinstance(node, dict):
-            return node
-        ((function, args),) = node.items()
-        if function == "Ref":
-            return values[args]
-        if function == "Condition":
-            return condition(args)
-        if function == "Fn::Equals":
-            left, right = (evaluate(arg) for arg in args)
-            return str(left) == str(right)
-        if function == "Fn::Not":
-            return not evaluate(args[0])
-        if function == "Fn::And":
-            return all(evaluate(arg) for arg in args)
-        if function == "Fn::Or":
-            return any(evaluate(arg) for arg in args)
-        raise AssertionError(f"condition function {function} not understood")
-
-    return {name: condition(name) for name in conditions}
+    """The template's Conditions for ``values``: the local stack's own evaluation (``tally.local.template``)."""
+    return condition_values(with_parameters(template, values))
 
 
 def prune(template: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:

@@ -5,6 +5,8 @@ The local stack builds everything from these, so each is checked against the tem
 
 from __future__ import annotations
 
+import copy
+import json
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,7 @@ from tally.local.template import (
     condition_values,
     function_definition,
     load_template,
+    queue_definitions,
     resource_created,
     stream_definitions,
     stream_event_sources,
@@ -133,3 +136,70 @@ def test_function_environment_resolves_references_to_local_names(template: dict[
 def test_function_environment_without_a_local_resource_is_refused(template: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="no local resource for !Ref CountersTable"):
         function_definition(template, "CounterFunction", {"MarkersTable": "m", "EventsDeadLetterQueue": "d"})
+
+
+def _with(template: dict[str, Any], resource: str, **properties: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(template)
+    changed["Resources"][resource]["Properties"].update(properties)
+    return changed
+
+
+def test_every_queue_property_reaches_create_queue_as_resolved(template: dict[str, Any]) -> None:
+    # GIVEN the template's queues WHEN the dead-letter queue's CreateQueue request is built
+    dead = queue_definitions(template)["EventsDeadLetterQueue"].create_queue_kwargs("dlq")
+    # THEN every property the template declares is an attribute, none dropped for not being on a list
+    declared = template["Resources"]["EventsDeadLetterQueue"]["Properties"]
+    assert set(dead["Attributes"]) == set(declared)
+    assert dead["Attributes"]["SqsManagedSseEnabled"] == "true"
+    assert json.loads(dead["Attributes"]["RedriveAllowPolicy"]) == declared["RedriveAllowPolicy"]
+    # AND a FIFO queue needs nothing but the template's properties (issue 17): its attributes pass through
+    fifo = _with(template, "EventsQueue", FifoQueue=True, ContentBasedDeduplication={"Ref": "Windows"})
+    queue = queue_definitions(fifo)["EventsQueue"]
+    assert queue.fifo is True
+    attributes = queue.create_queue_kwargs("q.fifo", "arn:aws:sqs:us-east-1:123456789012:dlq")["Attributes"]
+    assert attributes["FifoQueue"] == "true"
+    assert attributes["ContentBasedDeduplication"] == template["Parameters"]["Windows"]["Default"]
+
+
+def test_sub_and_pseudo_parameters_resolve_like_cloudformation(template: dict[str, Any]) -> None:
+    # GIVEN an environment variable built with !Sub from a parameter, a pseudo parameter and a resource
+    changed = copy.deepcopy(template)
+    variables = changed["Globals"]["Function"]["Environment"]["Variables"]
+    variables["TALLY_LABEL"] = {"Fn::Sub": "${AWS::Region}/${Windows}/${CountersTable}"}
+    # WHEN the function is read with local names THEN each is substituted
+    environment = function_definition(changed, "CounterFunction", LOCAL_NAMES).environment
+    assert environment["TALLY_LABEL"] == "us-east-1/hour,day/c-table"
+
+
+def test_an_intrinsic_the_local_reader_cannot_resolve_is_named(template: dict[str, Any]) -> None:
+    changed = _with(template, "EventsQueue", VisibilityTimeout={"Fn::GetAZs": ""})
+    with pytest.raises(ValueError, match=r"EventsQueue\.VisibilityTimeout: cannot resolve"):
+        queue_definitions(changed)
+
+
+def test_fifo_queues_from_the_template_are_created_as_fifo(template: dict[str, Any]) -> None:
+    """Issue 17's FIFO queues need no change to the reader: FifoQueue and its companions are attributes."""
+    moto = pytest.importorskip("moto")
+    boto3 = pytest.importorskip("boto3")
+    fifo = _with(template, "EventsDeadLetterQueue", FifoQueue=True)
+    fifo = _with(
+        fifo,
+        "EventsQueue",
+        FifoQueue=True,
+        ContentBasedDeduplication=False,
+        FifoThroughputLimit="perMessageGroupId",
+        DeduplicationScope="messageGroup",
+    )
+    queues = queue_definitions(fifo)
+    with pytest.MonkeyPatch.context() as mp, moto.mock_aws():
+        for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_PROFILE"):
+            mp.delenv(name, raising=False)
+        sqs = boto3.client("sqs", region_name="us-east-1", aws_access_key_id="t", aws_secret_access_key="t")
+        dead = sqs.create_queue(**queues["EventsDeadLetterQueue"].create_queue_kwargs("dlq.fifo"))["QueueUrl"]
+        dead_arn = sqs.get_queue_attributes(QueueUrl=dead, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        url = sqs.create_queue(**queues["EventsQueue"].create_queue_kwargs("events.fifo", dead_arn))["QueueUrl"]
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["FifoQueue"] == "true"
+    assert attributes["FifoThroughputLimit"] == "perMessageGroupId"
+    assert attributes["DeduplicationScope"] == "messageGroup"
+    assert json.loads(attributes["RedrivePolicy"])["deadLetterTargetArn"] == dead_arn

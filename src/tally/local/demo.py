@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from tally.local.load import DemoLoad, Source
     from tally.local.meter import DynamoDBWrites
     from tally.local.poller import SourceStats
-    from tally.local.stack import LocalResources
+    from tally.local.resources import LocalResources
 
 ROOT: Final = Path(__file__).resolve().parents[3]
 EVENTS: Final = ROOT / "events"

@@ -16,6 +16,9 @@ tracebacks) goes to a log file per environment, as Lambda sends it to a CloudWat
 each invocation the environment reads back the EMF lines it just wrote and returns their sums with the
 response (``Invocation.metrics``), together with the DynamoDB writes the invocation made, counted by a
 botocore hook (``tally.local.meter``): the same figures CloudWatch would show, from the unmodified handler.
+
+It owns the execution environments and nothing of event sources: what to invoke, when and with which
+batch is the pollers' (``tally.local.poller``); it must not change what the handler does.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 from tally.local.context import LocalLambdaContext
 from tally.local.meter import DynamoDBWrites, WriteMeter
+from tally.local.resources import LOCAL_ACCOUNT, LOCAL_REGION
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -46,8 +50,6 @@ if TYPE_CHECKING:
 
     from tally.local.template import FunctionDefinition
 
-LOCAL_ACCOUNT: Final = "123456789012"
-LOCAL_REGION: Final = "us-east-1"
 _HOST_PREFIXES_DROPPED: Final = ("AWS_", "TALLY_", "POWERTOOLS_")
 _PRELOAD: Final = ["boto3", "botocore.session", "aws_lambda_powertools", "msgspec", "tenacity", "tally.core.decode"]
 """Imported once by the forkserver; none of them reads function settings when imported."""

@@ -8,6 +8,10 @@ queue, windows, hot keys: ``!Ref`` resolved to the local names) plus the local e
 the pollers (``tally.local.poller``): ``MaximumConcurrency`` pollers per queue (Lambda's default of 5
 without it), one per shard per stream. ``wait_until_drained`` returns once every queue is empty and
 every shard read to its tip, with every poller idle.
+
+It owns which pollers and execution environments a stack gets, as the template configures them; how a
+poller behaves (Lambda's delivery rules) is ``tally.local.poller``'s, and it must not create resources
+(``tally.local.stack`` does) or import the module that creates them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from tally.local.poller import _Poller
-    from tally.local.stack import LocalResources
+    from tally.local.resources import LocalResources
     from tally.local.template import KinesisEventSource, SqsEventSource
 
 logger = logging.getLogger(__name__)

@@ -9,6 +9,11 @@ during iteration" while another request changed the queue. Real SQS and Kinesis 
 internally; this server does the same for moto, with one lock around the application (the connections
 are still accepted and read by threads). Clients should not long-poll it: a waiting ``ReceiveMessage``
 holds the lock for its whole wait (the local pollers short-poll and pause instead).
+
+Why not on top of ``ThreadedMotoServer``: it builds its server inside its thread and offers no hook for the
+application, so wrapping it would reach into its private ``_server``; moto's application and request
+handler, used here as ``ThreadedMotoServer`` uses them, are the pieces that matter. This module serves
+moto; it must not create resources (``tally.local.stack`` does).
 """
 
 from __future__ import annotations

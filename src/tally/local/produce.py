@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tally.local.load import Poison, ProducerPlan
-    from tally.local.stack import LocalResources
+    from tally.local.resources import LocalResources
     from tally.producer.wire import OutgoingMessage
 
 SQS_CHUNK: Final = 20

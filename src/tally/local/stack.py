@@ -10,6 +10,10 @@ overrides (``Source=Both`` creates the queue and the stream). It also registers 
 on the moto server whose Outputs are the template's Outputs with the local names, so ``tally stack``,
 ``--stack`` and every tool that finds resources by stack name work locally exactly as against AWS.
 
+What it hands back, ``LocalResources``, lives below it in ``tally.local.resources``, so the event source
+mappings (``tally.local.mappings``), which this module's ``main`` starts, need not import this module.
+This module must not run event sources itself or know a resource's item schema.
+
 Either endpoint may be given instead of started (tests share one per session). Whatever it starts it
 stops in ``stop`` (``finally`` of the ``with`` block), also on Ctrl-C; ``handle_termination`` turns
 SIGTERM into the same clean exit. ``python -m tally.local.stack`` runs the stack with its event source
@@ -29,22 +33,22 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import boto3
 import click
 
 from tally.local.dynamodb_local import DynamoDBLocal
-from tally.local.function import LOCAL_REGION
+from tally.local.mappings import EventSourceMappings
 from tally.local.moto_server import SerialMotoServer
+from tally.local.resources import LocalResources
 from tally.local.template import (
     KINESIS_DEFAULT_RETENTION_HOURS,
     condition_values,
     function_definition,
     load_template,
     queue_definitions,
+    resolve,
     resource_created,
     stream_definitions,
     table_definitions,
@@ -59,83 +63,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 TEMPLATE: Final = Path(__file__).resolve().parents[3] / "template.yaml"
-LOCAL_CREDENTIALS: Final = {"AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local"}
-COUNTERS: Final = "CountersTable"
-MARKERS: Final = "MarkersTable"
-SOURCE_QUEUE: Final = "EventsQueue"
-DEAD_LETTER_QUEUE: Final = "EventsDeadLetterQueue"
-STREAM: Final = "EventStream"
 _MARKER_RESOURCE: Final = "LocalStackMarker"
 _MOTO_CLOUDFORMATION: Final = "moto.cloudformation.parsing"
-
-
-@dataclass(frozen=True, slots=True)
-class LocalResources:
-    """Endpoints and the names the local stack gave the template's resources."""
-
-    stack_name: str
-    template: dict[str, Any]
-    """The template with the stack's parameter overrides applied (see ``with_parameters``)."""
-    dynamodb_endpoint: str
-    aws_endpoint: str
-    """The moto server: SQS, Kinesis and CloudFormation."""
-    physical_ids: dict[str, str]
-    """Logical id -> what ``!Ref`` gives in CloudFormation: table name, queue URL, stream name."""
-    arns: dict[str, str]
-    outputs: dict[str, str]
-    settings: dict[str, str] = field(default_factory=dict)
-    """The function's ``TALLY_*`` environment (tables, DLQ, windows, hot keys), as the template sets it."""
-    region: str = LOCAL_REGION
-
-    @property
-    def counters_table(self) -> str:
-        return self.physical_ids[COUNTERS]
-
-    @property
-    def markers_table(self) -> str:
-        return self.physical_ids[MARKERS]
-
-    @property
-    def dead_letter_queue_url(self) -> str:
-        return self.physical_ids[DEAD_LETTER_QUEUE]
-
-    @property
-    def queue_url(self) -> str | None:
-        return self.physical_ids.get(SOURCE_QUEUE)
-
-    @property
-    def stream_name(self) -> str | None:
-        return self.physical_ids.get(STREAM)
-
-    def client_environment(self) -> dict[str, str]:
-        """What points boto3 (and so the handler and ``tally``) at the local endpoints."""
-        return {
-            **LOCAL_CREDENTIALS,
-            "AWS_DEFAULT_REGION": self.region,
-            "AWS_REGION": self.region,
-            "AWS_ENDPOINT_URL": self.aws_endpoint,
-            "AWS_ENDPOINT_URL_DYNAMODB": self.dynamodb_endpoint,
-        }
-
-    def cli_environment(self) -> dict[str, str]:
-        """The variables for ``tally`` commands: endpoints, credentials, and the function's ``TALLY_*`` settings
-        (tables, dead-letter queue, windows, hot keys), plus the source queue and stream."""
-        environment = {**self.client_environment(), **self.settings, "TALLY_STACK": self.stack_name}
-        if self.queue_url is not None:
-            environment["TALLY_QUEUE_URL"] = self.queue_url
-        if self.stream_name is not None:
-            environment["TALLY_STREAM_NAME"] = self.stream_name
-        return environment
-
-    def client(self, service: str) -> Any:
-        """A boto3 client on the local endpoint of ``service`` (dummy credentials)."""
-        endpoint = self.dynamodb_endpoint if service == "dynamodb" else self.aws_endpoint
-        session = boto3.session.Session(
-            aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            region_name=self.region,
-        )
-        return session.client(service, endpoint_url=endpoint)  # type: ignore[call-overload]
 
 
 class LocalStack:
@@ -251,23 +180,15 @@ def _outputs(template: dict[str, Any], physical: Mapping[str, str], arns: Mappin
     """The template's Outputs (those its Conditions create) with local values: ``!Ref`` and ``!GetAtt .Arn`` of
     the resources the local stack has; outputs of resources it does not emulate (alarms, dashboards) are left out."""
     conditions = condition_values(template)
+    references = {**physical, **{f"{logical_id}.Arn": arn for logical_id, arn in arns.items()}}
     outputs: dict[str, str] = {}
-    for key, output in template.get("Outputs", {}).items():
+    for key, output in resolve(template, references).get("Outputs", {}).items():
         if "Condition" in output and not conditions[output["Condition"]]:
             continue
-        value = output.get("Value")
-        if isinstance(value, dict) and set(value) == {"Ref"}:
-            found = physical.get(value["Ref"])
-        elif isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
-            target = value["Fn::GetAtt"]
-            logical_id, attribute = target.split(".", 1) if isinstance(target, str) else target
-            found = arns.get(logical_id) if attribute == "Arn" else None
-        else:
-            found = None
-        if found is None:
-            logger.info("output %s has no local value: %r", key, value)
+        if not isinstance(output.get("Value"), str):
+            logger.info("output %s has no local value: %r", key, output.get("Value"))
             continue
-        outputs[key] = found
+        outputs[key] = output["Value"]
     return outputs
 
 
@@ -322,8 +243,6 @@ def handle_termination() -> Iterator[None]:
 @click.option("--logs", type=click.Path(file_okay=False, path_type=Path), help="Keep the functions' logs here.")
 def main(parameters: tuple[str, ...], logs: Path | None) -> None:
     """Run the local stack and its event source pollers until Ctrl-C; print what points ``tally`` at it."""
-    from tally.local.mappings import EventSourceMappings  # noqa: PLC0415 - mappings import this module
-
     overrides = {"Source": "Both"}
     for parameter in parameters:
         name, separator, value = parameter.partition("=")
