@@ -9,12 +9,27 @@ removed here, so that one cannot come back while another part of the package sti
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from bench.imports import cycles, graph
 
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
 LOCAL = "tally.local"
+
+
+@pytest.fixture(autouse=True)
+def _keep_the_recursion_limit() -> Iterator[None]:
+    """``bench.imports.cycles`` raises the interpreter's recursion limit to 10,000 for good; msgspec's
+    JSON nesting limit follows it, so a later test in this worker would see a 3,000-deep body decoded
+    instead of refused as ``malformed_json`` (the chaos smoke run's poison check failed so)."""
+    limit = sys.getrecursionlimit()
+    yield
+    sys.setrecursionlimit(limit)
 
 
 def test_no_import_cycle_outside_the_local_stack() -> None:
