@@ -23,7 +23,9 @@ sections below follow the life of a message:
 This module owns the order of the steps and what each outcome means for each message, which it records
 in ``Fates`` (the one place a fate is given). It must not retry, wait, read the clock or count requests:
 every store call goes through the ``Steps`` port (``tally.commit.retrying``), and a
-``RetryableStoreError`` out of it means the runner gave up and the step's outcome is unknown. It must not
+``RetryableStoreError`` out of it means the runner gave up and the step's outcome is unknown. It notes
+three things only it can see in ``Figures`` (a journal batch started, a committed chunk refused, existing
+markers met); which of them become metrics is decided outside (``tally.runtime.report``). It must not
 know item names or conditions either: those are the adapters' (``tally.store``).
 """
 
