@@ -3,6 +3,10 @@
 One base class, a few specific subclasses. Infrastructure errors (botocore's ``ClientError`` and
 connection errors) are translated exactly once, in the adapter that made the call, with ``raise ... from``
 so the original stays attached for logs and traces.
+
+This module is the bottom of the package: it imports nothing of tally, so every layer can raise these.
+An error that carries a richer value lives beside that value (``tally.producer.result.PublishError``
+carries a ``PublishResult``) and subclasses ``TallyError`` from there.
 """
 
 from __future__ import annotations
@@ -11,8 +15,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-
-    from tally.producer.result import PublishResult
 
 
 class TallyError(Exception):
@@ -92,18 +94,6 @@ class UnsettledMessagesError(TallyError):
 
 class DeadLetterError(TallyError):
     """Poison records could not be handed to the dead-letter queue (so they must stay in the source)."""
-
-
-class PublishError(TallyError):
-    """A producer could not hand some messages to SQS or Kinesis; ``result`` says which, and why.
-
-    Raised only on request (``PublishResult.raise_for_failures``): publishing itself reports failures in
-    its result, so that a partial success is never hidden behind an exception.
-    """
-
-    def __init__(self, detail: str, result: PublishResult) -> None:
-        super().__init__(detail)
-        self.result = result
 
 
 class OperatorError(TallyError):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import pytest
 
 from tally.apply import Applier, ApplyOutcome, RetryPolicy
+from tally.commit.protocol import CommitProtocol
 from tally.core.aggregate import MessageTotals
 from tally.core.ledger import BatchRecord, BatchState, MarkerRecord
 from tally.core.model import RejectCode, Rejection
@@ -583,7 +584,7 @@ def test_a_message_left_without_a_fate_fails_the_whole_batch(monkeypatch: pytest
     # message claimable again): neither applied, nor rejected, nor handed back
     store = FakeCounterStore()
     applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))  # type: ignore[arg-type]
-    monkeypatch.setattr(Applier, "_direct", lambda self, chunk, run: [])
+    monkeypatch.setattr(CommitProtocol, "direct", lambda self, chunk: [])
     # WHEN a batch is applied
     # THEN the batch fails as a whole (redelivered) instead of reporting the message done
     with pytest.raises(UnsettledMessagesError, match="without a fate"):

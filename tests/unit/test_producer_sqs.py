@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tally.producer import Event, RetryPolicy, SqsPublisher
+from tally.errors import TallyError
+from tally.producer import Event, PublishError, RetryPolicy, SqsPublisher
 from tests.support.moto_server import client, drain_queue, unique
 from tests.support.producer_faults import BatchFaults
 
@@ -173,8 +174,10 @@ def test_a_missing_queue_fails_every_message_without_retrying(sqs: Any, moto_end
     assert len(result.failed) == 1
     assert "NonExistentQueue" in result.failed[0].code or "QueueDoesNotExist" in result.failed[0].code
     assert sleeps == []
-    with pytest.raises(Exception, match="not accepted"):
+    with pytest.raises(PublishError, match="not accepted") as raised:
         result.raise_for_failures()
+    assert raised.value.result is result
+    assert isinstance(raised.value, TallyError)  # the CLI's one `except TallyError` still catches it
 
 
 def test_fifo_messages_carry_group_and_deduplication_ids(sqs: Any) -> None:

@@ -22,7 +22,7 @@ from tally.producer.delivery import RetryPolicy
 from tally.producer.event import Event, WireLimits
 from tally.producer.kinesis import KinesisPublisher
 from tally.producer.packing import PackLimits, build_messages, new_message_id
-from tally.producer.result import FailedMessage, PublishResult
+from tally.producer.result import FailedMessage, PublishError, PublishResult
 from tally.producer.sqs import SqsPublisher
 from tally.producer.wire import OutgoingMessage, packed_message, single_message
 
@@ -32,6 +32,7 @@ __all__ = [
     "KinesisPublisher",
     "OutgoingMessage",
     "PackLimits",
+    "PublishError",
     "PublishResult",
     "RetryPolicy",
     "SqsPublisher",

@@ -10,10 +10,23 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tally.errors import PublishError
+from tally.errors import TallyError
 
 if TYPE_CHECKING:
     from tally.producer.wire import OutgoingMessage
+
+
+class PublishError(TallyError):
+    """A producer could not hand some messages to SQS or Kinesis; ``result`` says which, and why.
+
+    Raised only on request (``PublishResult.raise_for_failures``): publishing itself reports failures in
+    its result, so that a partial success is never hidden behind an exception. It lives here, beside the
+    result it carries, so that ``tally.errors`` stays below every module (issue 18).
+    """
+
+    def __init__(self, detail: str, result: PublishResult) -> None:
+        super().__init__(detail)
+        self.result = result
 
 
 @dataclass(frozen=True, slots=True)

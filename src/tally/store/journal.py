@@ -1,8 +1,8 @@
 """The commit journal on DynamoDB: each step of the batch protocol as one conditional request.
 
 The protocol itself (which step follows which, and why each condition is there) lives in
-``tally.commit`` and ``docs/journal.md``; this adapter only turns each step into items and conditions
-of the markers table, and the outcomes back into values and errors.
+``tally.commit.protocol`` and ``docs/journal.md``; this adapter only turns each step into items and
+conditions of the markers table, and the outcomes back into values and errors.
 """
 
 from __future__ import annotations

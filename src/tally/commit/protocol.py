@@ -1,0 +1,498 @@
+"""The commit protocol: each step of committing a batch exactly once, over the store's port.
+
+Read beside docs/journal.md, which has the diagram, the invariant and why each condition is there. The
+sections below follow the life of a message:
+
+0. **What the markers already say** (``without_existing``): a message with a marker is settled through
+   it (section 3) instead of being written again.
+1. **Direct transaction** (``direct``): markers and ADDs together, all or nothing. A transaction DynamoDB
+   refuses (a counter would leave the Number range, an action a size limit) is split into single
+   messages, so that only the culprit is dead-lettered.
+2. **Journal** (``journal``), for a unit too large for one transaction:
+   claim (a header ``PREPARING`` with a lease, created with the first markers; more markers in
+   transactions that check the header) -> aggregate what was claimed -> check the stored values the
+   later chunks will ADD to -> one chunk: ``PREPARING -> DONE`` with every ADD; several: write the pages,
+   then ``PREPARING -> COMMITTED`` with chunk 0 -> apply chunks 1..n-1, each once -> ``DONE``
+   (``finish``). A unit DynamoDB refuses, before the commit, is aborted and its culprits isolated.
+3. **Another batch's marker** (``settle_existing``, ``resolve``): a direct marker or a DONE batch means
+   applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED batch is
+   finished here, then applied; a PREPARING batch with a live lease holds the message (handed back); an
+   expired one is aborted, and a marker of an ABORTED batch counts as absent: the message is claimed
+   again, replacing it.
+
+This module owns the order of the steps and what each outcome means for each message, which it records
+in ``Fates`` (the one place a fate is given). It must not retry, wait, read the clock or count requests:
+every store call goes through the ``Steps`` port (``tally.commit.retrying``), and a
+``RetryableStoreError`` out of it means the runner gave up and the step's outcome is unknown. It notes
+three things only it can see in ``Figures`` (a journal batch started, a committed chunk refused, existing
+markers met); which of them become metrics is decided outside (``tally.runtime.report``). It must not
+know item names or conditions either: those are the adapters' (``tally.store``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from enum import Enum
+from functools import partial
+from typing import TYPE_CHECKING
+
+from tally.core.aggregate import merge_totals
+from tally.core.items import item_label
+from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
+from tally.core.model import RejectCode, Rejection
+from tally.core.numbers import add, storage_problem
+from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions
+from tally.errors import (
+    BatchStateError,
+    ChunkAppliedError,
+    MarkersExistError,
+    RetryableStoreError,
+    StoreError,
+    WriteRejectedError,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from tally.commit.fates import Fates, Figures
+    from tally.commit.ports import CounterStore, JournalStore, Steps
+    from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.items import ItemKey
+    from tally.core.plan import Chunk, CounterLimit
+
+
+class Resolution(Enum):
+    """What an existing marker means for its message."""
+
+    APPLIED = "applied"
+    PENDING = "pending"
+    REPLACEABLE = "replaceable"
+
+
+def refusal_code(refused: WriteRejectedError) -> RejectCode:
+    """The dead-letter code of a message whose write DynamoDB itself refused."""
+    return RejectCode.COUNTER_OUT_OF_RANGE if refused.number_range else RejectCode.WRITE_REFUSED
+
+
+class CommitProtocol:
+    """The protocol for one apply call (one invocation): its steps, and what it learned on the way."""
+
+    def __init__(
+        self,
+        store: CounterStore,
+        journal: JournalStore,
+        steps: Steps,
+        fates: Fates,
+        figures: Figures,
+        *,
+        now_ms: int,
+        digests: Mapping[str, bytes],
+        max_actions: int,
+        counter_limit: CounterLimit,
+        new_batch_id: Callable[[], str],
+    ) -> None:
+        self._store = store
+        self._journal = journal
+        self._steps = steps
+        self._fates = fates
+        self._figures = figures
+        self._now_ms = now_ms
+        self._digests = digests
+        """Message id -> the content digest of the message this call applies under it."""
+        self._max_actions = max_actions
+        self._counter_limit = counter_limit
+        self._new_batch_id = new_batch_id
+        self._replaces: dict[str, str] = {}
+        """Messages whose marker names an aborted batch -> that batch (claimed by replacing the marker)."""
+        self._resolutions: dict[str, Resolution] = {}
+        """Batches already resolved in this call (a PENDING one is asked again)."""
+        self._leases: dict[str, int] = {}
+        """PREPARING batches met with a live lease -> their lease end (epoch ms)."""
+
+    @property
+    def replaceable(self) -> frozenset[str]:
+        """Messages whose marker names an aborted batch: the planner sends them to a journal claim."""
+        return frozenset(self._replaces)
+
+    # ----------------------------------------------------------------- 0. what the markers already say
+    def without_existing(self, messages: Sequence[MessageTotals]) -> list[MessageTotals]:
+        """Settle the messages that already have markers; the rest (and the replaceable) are to be written.
+
+        The read is advice: the conditional marker writes still catch every duplicate, at the price of a
+        cancelled transaction, so a read DynamoDB keeps throttling must not fail the batch.
+        """
+        ids = [message.message_id for message in messages]
+        try:
+            existing = self._steps.read(partial(self._store.read_markers, ids))
+        except RetryableStoreError:
+            return list(messages)
+        if not existing:
+            return list(messages)
+        batches = {mid: marker.batch_id for mid, marker in existing.items() if marker.batch_id is not None}
+        digests = {mid: marker.digest for mid, marker in existing.items() if marker.digest is not None}
+        claimable = self.settle_existing(MarkersExistError(frozenset(existing), batches, digests))
+        return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
+
+    # ----------------------------------------------------------------------- 1. direct transaction
+    def direct(self, chunk: Chunk) -> list[MessageTotals]:
+        """One direct transaction; returns the messages to plan again."""
+        if not self._steps.may_start():
+            self._fates.failed(chunk.message_ids)
+            return []
+        try:
+            self._steps.write(partial(self._store.apply, chunk, self._now_ms))
+        except MarkersExistError as exists:
+            if not exists.message_ids & set(chunk.message_ids):
+                raise StoreError("markers reported for messages outside the transaction") from exists
+            # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
+            # planned again, into a journal claim that replaces the marker (issue 14, defect 1).
+            claimable = self.settle_existing(exists)
+            return [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
+        except RetryableStoreError:
+            self._fates.failed(chunk.message_ids)
+            return []
+        except WriteRejectedError as refused:
+            if len(chunk.messages) > 1:
+                again: list[MessageTotals] = []
+                for message in chunk.messages:
+                    (single,) = plan_transactions([message], self._max_actions, self._counter_limit).chunks
+                    again.extend(self.direct(single))
+                return again
+            self._refused_alone(chunk.messages[0], refused)
+            return []
+        self._fates.applied(chunk.messages)
+        return []
+
+    def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError) -> None:
+        # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
+        # can be refused for the range instead of being cancelled by its marker. Look before rejecting;
+        # if the read never answers, only this message goes back to the source.
+        try:
+            marker = self._steps.read(partial(self._store.read_marker, message.message_id))
+        except RetryableStoreError:
+            self._fates.failed([message.message_id])  # cannot tell applied from refused yet: ask again later
+            return
+        if marker is not None:
+            resolution = Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id)
+            if resolution is Resolution.APPLIED:
+                self._settle_applied(message.message_id, marker.digest)
+                return
+            if resolution is Resolution.PENDING:
+                self._hold(message.message_id, marker.batch_id or "")
+                return
+        detail = f"DynamoDB refused the increment: {refused.detail}"
+        self._fates.dead_lettered(message.message_id, Rejection(refusal_code(refused), detail))
+
+    # -------------------------------------------------------------------------------- 2. journal
+    def journal(self, unit: Sequence[MessageTotals], *, isolate: bool = False) -> list[MessageTotals]:
+        """Apply one unit through a new journal batch; returns the messages to plan again."""
+        if not self._steps.may_start():
+            self._fates.failed(message.message_id for message in unit)
+            return []
+        batch_id = self._new_batch_id()
+        lease_until_ms = self._steps.lease_until_ms()
+        self._figures.journal_batches += 1
+        claimed = self._claim(batch_id, lease_until_ms, unit)
+        if claimed is None:
+            return []
+        if not claimed:
+            self._abort_own(batch_id)
+            return []
+        increments = nonzero_increments(merge_totals(message.totals for message in claimed))
+        chunks = plan_apply_chunks(increments, max_keys=self._max_actions - 2, counter_limit=self._counter_limit)
+        if len(chunks) > 1:
+            # Only chunk 0 travels with the commit; a later chunk DynamoDB refuses could no longer be
+            # undone (issue 14, defect 3). Check them against the stored values while we can still abort.
+            try:
+                unstorable = self._unstorable(chunks[1:])
+            except RetryableStoreError:
+                self._abort_own(batch_id)
+                self._fates.failed(message.message_id for message in claimed)
+                return []
+            if unstorable:
+                return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+        try:
+            if len(chunks) <= 1:
+                self._steps.write(partial(self._journal.commit_single, batch_id, chunks[0] if chunks else {}))
+                self._fates.applied(claimed)
+                return []
+            self._steps.write(partial(self._journal.write_pages, batch_id, chunks, lease_until_ms))
+            self._steps.write(partial(self._journal.commit, batch_id, len(chunks), chunks[0], lease_until_ms))
+        except (BatchStateError, RetryableStoreError):
+            # Either the answer to our commit was lost (the retry then finds the header moved on), or
+            # our lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding.
+            state = self._state(batch_id)
+            if state is BatchState.DONE:
+                self._fates.applied(claimed)
+                return []
+            if state is not BatchState.COMMITTED:
+                if state is BatchState.PREPARING:
+                    self._abort_own(batch_id)
+                self._fates.failed(message.message_id for message in claimed)
+                return []
+        except WriteRejectedError as refused:
+            # A counter would leave the Number range (or an action a size limit): nothing was committed.
+            # Abort, then settle each message alone so that only the culprit is dead-lettered.
+            return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
+        record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(chunks))
+        if self.finish(record, pages=chunks, first_applied=True):
+            self._fates.applied(claimed)
+        else:
+            self._fates.failed(message.message_id for message in claimed)
+        return []
+
+    def _claim(self, batch_id: str, lease_until_ms: int, unit: Sequence[MessageTotals]) -> list[MessageTotals] | None:
+        """Claim what can be claimed for the batch; None if the batch was aborted under us."""
+        by_id = {message.message_id: message for message in unit}
+        to_claim = [message.message_id for message in unit]
+        claimed: list[MessageTotals] = []
+        opened = False
+        while to_claim:
+            if not self._steps.may_start():
+                self._fates.failed(to_claim)
+                break
+            claims = self._next_claims(to_claim)
+            try:
+                if opened:
+                    self._steps.write(partial(self._journal.claim, batch_id, claims, self._now_ms))
+                else:
+                    self._steps.write(partial(self._journal.open, batch_id, lease_until_ms, claims, self._now_ms))
+            except MarkersExistError as exists:
+                # Markers naming our own batch come from our own attempt whose answer was lost.
+                mine = [mid for mid in exists.message_ids if exists.batches.get(mid) == batch_id]
+                opened = opened or bool(mine)
+                claimed.extend(by_id[mid] for mid in mine)
+                claimable = self.settle_existing(exists, own_batch=batch_id)
+                to_claim = [mid for mid in to_claim if mid not in exists.message_ids or mid in claimable]
+                continue
+            except BatchStateError:
+                if not opened and self._state(batch_id) is BatchState.PREPARING:
+                    opened = True  # our header exists: an earlier attempt went through, its answer was lost
+                    continue
+                self._fates.failed(message.message_id for message in claimed)
+                self._fates.failed(to_claim)
+                return None
+            except RetryableStoreError:
+                # The last attempt's outcome is unknown: its claims may have committed, naming this batch.
+                # Committing the rest would then mark them applied without their deltas (issue 14, defect
+                # 2), and re-reading them cannot rule out a claim still in flight. Abort instead: markers
+                # of an aborted batch count as absent, and a late claim fails on the header check.
+                self._abort_own(batch_id)
+                self._fates.failed(message.message_id for message in claimed)
+                self._fates.failed(to_claim)
+                return None
+            opened = True
+            done = {claim.message_id for claim in claims}
+            claimed.extend(by_id[mid] for mid in to_claim if mid in done)
+            to_claim = [mid for mid in to_claim if mid not in done]
+        return claimed if opened else []
+
+    def _next_claims(self, to_claim: Sequence[str]) -> list[Claim]:
+        """As many claims as fit one transaction besides the header action (a replacing claim takes two)."""
+        claims: list[Claim] = []
+        actions = 1
+        for message_id in to_claim:
+            replaces = self._replaces.get(message_id)
+            cost = 1 if replaces is None else 2
+            if actions + cost > self._max_actions:
+                break
+            claims.append(Claim(message_id, replaces, self._digests.get(message_id, b"")))
+            actions += cost
+        return claims
+
+    def _unstorable(self, chunks: Sequence[Totals]) -> dict[ItemKey, str]:
+        """The items whose stored value plus this batch's increment DynamoDB would refuse, with why.
+
+        A consistent read just before the commit; the sums are exact (``numbers.add``). The docs
+        (docs/journal.md, "A later chunk DynamoDB would refuse") give the exactness argument and its limit.
+        """
+        # An item whose counters need more than one ADD spans chunks (its counter names split between them).
+        items = list(dict.fromkeys(item for chunk in chunks for item in chunk))
+        stored = self._steps.read(partial(self._journal.read_counters, items))
+        problems: dict[ItemKey, str] = {}
+        for chunk in chunks:
+            for item, counters in chunk.items():
+                values = stored.get(item, {})
+                for name, increment in counters.items():
+                    problem = storage_problem(add(values.get(name, 0), increment))
+                    if problem is not None:
+                        problems[item] = f"{item_label(item)!r}/{name!r}: the stored value plus {increment}: {problem}"
+        return problems
+
+    def finish(self, record: BatchRecord, pages: Sequence[Totals] | None, *, first_applied: bool = False) -> bool:
+        """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE.
+
+        False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
+        markers next finishes it.
+        """
+        if pages is None or not first_applied:
+            try:
+                stored_pages, done = self._steps.read(
+                    partial(self._journal.read_progress, record.batch_id, record.chunks)
+                )
+            except RetryableStoreError:
+                return False  # committed batches are finished by whoever meets their markers next
+            pages = pages if pages is not None else stored_pages
+        else:
+            done = {0}
+        for index, page in enumerate(pages):
+            if index in done:
+                continue
+            if not self._steps.may_start():
+                return False
+            try:
+                self._steps.write(
+                    partial(self._journal.apply_chunk, record.batch_id, index, page, record.lease_until_ms)
+                )
+            except ChunkAppliedError:
+                continue
+            except WriteRejectedError as refused:
+                # Committed increments DynamoDB refuses (a counter would leave the Number range) cannot be
+                # un-committed; they are recorded on the chunk, alarmed, and the batch can finish.
+                self._figures.refused_chunks += 1
+                try:
+                    self._steps.write(
+                        partial(
+                            self._journal.refuse_chunk, record.batch_id, index, refused.detail, record.lease_until_ms
+                        )
+                    )
+                except ChunkAppliedError:
+                    continue
+            except RetryableStoreError:
+                return False
+        try:
+            self._steps.write(partial(self._journal.finish, record.batch_id))
+        except RetryableStoreError:
+            return False
+        return True
+
+    def _isolate(
+        self,
+        batch_id: str,
+        claimed: Sequence[MessageTotals],
+        culprits: Mapping[ItemKey, str],
+        *,
+        isolate: bool,
+        refused: WriteRejectedError | None = None,
+    ) -> list[MessageTotals]:
+        """Abort our uncommitted batch, then count what can be counted and reject only the culprits.
+
+        ``culprits`` names the items DynamoDB would refuse (empty when it did not say which: every message
+        is then a suspect). Messages that touch none of them are claimed again together; each suspect is
+        claimed alone, so that a message is rejected only when its own increment cannot be stored.
+        """
+        self._abort_own(batch_id)
+        for message in claimed:
+            self._replaces[message.message_id] = batch_id
+        if isolate or len(claimed) == 1:
+            reasons = [culprits[item] for message in claimed for item in message.totals if item in culprits]
+            self._reject(claimed, "; ".join(reasons[:3]) or None, refused)
+            return []
+        suspects = [m for m in claimed if not culprits or any(item in culprits for item in m.totals)]
+        innocent = [m for m in claimed if m not in suspects]
+        again = self.journal(innocent) if innocent else []
+        return again + [retry for message in suspects for retry in self.journal([message], isolate=True)]
+
+    def _reject(
+        self, messages: Sequence[MessageTotals], detail: str | None, refused: WriteRejectedError | None
+    ) -> None:
+        """Dead-letter ``messages``: DynamoDB refused (or would refuse) their increments."""
+        code = RejectCode.COUNTER_OUT_OF_RANGE if refused is None else refusal_code(refused)
+        if detail is None and refused is not None and not refused.number_range:
+            detail = refused.detail
+        reason = f"DynamoDB refused the increment: {detail or 'a counter would leave the Number range'}"
+        for message in messages:
+            self._fates.dead_lettered(message.message_id, Rejection(code, reason[:1000]))
+
+    def _abort_own(self, batch_id: str) -> None:
+        # If this fails, the lease will expire and anyone may abort the batch then.
+        with contextlib.suppress(RetryableStoreError):
+            self._steps.write(partial(self._journal.abort, batch_id, self._now_ms, expired_only=False))
+
+    def _state(self, batch_id: str) -> BatchState | None:
+        try:
+            record = self._steps.read(partial(self._journal.read, batch_id))
+        except RetryableStoreError as exc:
+            raise StoreError(f"cannot learn the state of batch {batch_id}") from exc
+        return record.state if record is not None else None
+
+    # ---------------------------------------------------------------------- 3. another batch's marker
+    def settle_existing(self, exists: MarkersExistError, own_batch: str | None = None) -> set[str]:
+        """Settle messages whose markers exist; returns those that are (now) claimable again."""
+        self._figures.markers_met += len(exists.message_ids)
+        claimable: set[str] = set()
+        for message_id in exists.message_ids:
+            batch_id = exists.batches.get(message_id)
+            if batch_id is None:
+                self._settle_applied(message_id, exists.digests.get(message_id))
+                continue
+            if batch_id == own_batch:
+                continue  # our own claim, from an attempt whose response was lost: the caller keeps it
+            resolution = self._resolve_or_pending(batch_id)
+            if resolution is Resolution.APPLIED:
+                self._settle_applied(message_id, exists.digests.get(message_id))
+            elif resolution is Resolution.PENDING:
+                self._hold(message_id, batch_id)
+            else:
+                self._replaces[message_id] = batch_id
+                claimable.add(message_id)
+        return claimable
+
+    def _settle_applied(self, message_id: str, counted: bytes | None) -> None:
+        """A marker says the id was applied with content ``counted``: a duplicate, or an id conflict."""
+        conflict = content_conflict(counted, self._digests.get(message_id), where="its marker")
+        if conflict is None:
+            self._fates.already_applied(message_id)
+        else:
+            self._fates.dead_lettered(message_id, conflict)
+
+    def _hold(self, message_id: str, batch_id: str) -> None:
+        """``message_id`` goes back to the source, unsettled; with the batch if a live lease holds it."""
+        lease_until_ms = self._leases.get(batch_id)
+        if lease_until_ms is None:
+            self._fates.failed([message_id])
+        else:
+            self._fates.held(message_id, batch_id, lease_until_ms)
+
+    def _resolve_or_pending(self, batch_id: str) -> Resolution:
+        """``resolve``, but a journal that stays throttled through every retry settles the message later.
+
+        PENDING hands only the messages whose markers name ``batch_id`` back to the source; the rest of
+        the batch goes on. Their redelivery meets the same markers and resolves them then.
+        """
+        try:
+            return self.resolve(batch_id)
+        except RetryableStoreError:
+            return Resolution.PENDING
+
+    def resolve(self, batch_id: str) -> Resolution:
+        """What a marker naming ``batch_id`` means now; finishes a COMMITTED batch on the way."""
+        known = self._resolutions.get(batch_id)
+        if known is not None:
+            return known
+        record = self._steps.read(partial(self._journal.read, batch_id))
+        if record is None:
+            # Journal items outlive the markers of their batch (TTL rule) and too-old messages are
+            # refused before any marker is consulted, so this cannot happen unless items were deleted.
+            raise StoreError(f"journal header of batch {batch_id} is missing")
+        state = record.state
+        if state is BatchState.PREPARING and record.lease_until_ms < self._now_ms:
+            if self._steps.write(partial(self._journal.abort, batch_id, self._now_ms, expired_only=True)):
+                state = BatchState.ABORTED
+            else:  # it moved on meanwhile (committed, or aborted by someone else): look again
+                record = self._steps.read(partial(self._journal.read, batch_id))
+                if record is None:
+                    raise StoreError(f"journal header of batch {batch_id} vanished")
+                state = record.state
+        if state is BatchState.ABORTED:
+            resolution = Resolution.REPLACEABLE
+        elif state is BatchState.DONE:
+            resolution = Resolution.APPLIED
+        elif state is BatchState.COMMITTED:
+            resolution = Resolution.APPLIED if self.finish(record, pages=None) else Resolution.PENDING
+        else:
+            resolution = Resolution.PENDING  # another invocation's batch, lease live: it decides first
+            self._leases[batch_id] = record.lease_until_ms
+        if resolution is not Resolution.PENDING:
+            self._resolutions[batch_id] = resolution
+        return resolution
