@@ -126,7 +126,7 @@ def import_closure(root: Path, entry_modules: Iterable[str], package: str) -> se
     """Every module of ``package`` the entry modules import, directly or not, at import time or later.
 
     Read from the source (``ast``), not from ``sys.modules`` after an import: modules imported inside a
-    function (``tally.commit``, imported by the applier when it first needs the journal) count too.
+    function count too.
     Imports under ``if TYPE_CHECKING:`` do not: they never run. Each module's parent packages count,
     because importing ``a.b.c`` runs ``a/__init__.py`` and ``a/b/__init__.py``.
     """

@@ -2,40 +2,16 @@
 
 Why: a newcomer who changes how a batch commits should read the protocol without the retry policy or the
 metrics, and the error types without the producer library. ``tests/unit/test_imports.py`` checks the whole
-package for cycles; these tests pin the layers of the commit path and the error types, whose cycles were
-removed here, so that one cannot come back while another part of the package still has its own.
+package for cycles; these tests pin the layers of the commit path and the error types.
 """
 
 from __future__ import annotations
 
 import ast
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
-from bench.imports import cycles, graph
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
-LOCAL = "tally.local"
-
-
-@pytest.fixture(autouse=True)
-def _keep_the_recursion_limit() -> Iterator[None]:
-    """``bench.imports.cycles`` raises the interpreter's recursion limit to 10,000 for good; msgspec's
-    JSON nesting limit follows it, so a later test in this worker would see a 3,000-deep body decoded
-    instead of refused as ``malformed_json`` (the chaos smoke run's poison check failed so)."""
-    limit = sys.getrecursionlimit()
-    yield
-    sys.setrecursionlimit(limit)
-
-
-def test_no_import_cycle_outside_the_local_stack() -> None:
-    _, edges = graph()
-    outside = {module: imports for module, imports in edges.items() if not module.startswith(LOCAL)}
-    assert cycles(outside) == []
+from bench.imports import graph
 
 
 def test_the_error_types_import_nothing_of_tally() -> None:
