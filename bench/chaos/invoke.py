@@ -9,8 +9,9 @@ inject its own faults.
 
 What can go wrong in an invocation, as Lambda sees it:
 
-- the handler raised: a function error (a ``TallyError`` is tally failing a batch on purpose; anything else
-  is an unexpected error, which fails the chaos run);
+- the handler raised: a function error (a ``TallyError`` is tally failing a batch on purpose; anything else,
+  and ``UnsettledMessagesError``, tally's own report of a message it lost track of, is an unexpected error,
+  which fails the chaos run);
 - the invocation was killed at its deadline (``InvocationKilled``), or returned after it;
 - a crash after commit: the handler returned, but its answer never reached the event source mapping.
 
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from bench.chaos.clock import Invocation
 from bench.chaos.faults import InvocationKilled
 from tally.apply import RetryPolicy
-from tally.errors import TallyError
+from tally.errors import TallyError, UnsettledMessagesError
 from tally.local.esm import BatchOutcome, function_error, read_response
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
@@ -166,6 +167,11 @@ class Consumer:
                 return function_error(record_ids, "killed between a journal claim and the commit")
             self.log.add("outcome.killed_at_deadline")
             return function_error(record_ids, "killed at the deadline")
+        except UnsettledMessagesError as exc:
+            # tally refusing a batch whose bookkeeping lost a message is a defect, not a chosen failure
+            self.log.add(f"outcome.unexpected.{type(exc).__name__}")
+            self.unexpected.append(exc)
+            return function_error(record_ids, str(exc))
         except TallyError as exc:
             self.log.add(f"outcome.function_error.{type(exc).__name__}")
             self.log.add(f"error.{type(exc).__name__}: {_HEX_ID.sub('<id>', str(exc))[:100]}")

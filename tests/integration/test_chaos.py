@@ -26,6 +26,8 @@ from bench.chaos.config import SMOKE, DynamoDBFaultRates
 from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
+import tally.apply as apply_module
+from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -244,4 +246,27 @@ def test_the_harness_catches_markers_without_content_digests(
 
     # THEN reused ids met across batches are not dead-lettered, and the harness fails the run
     assert result.verdict.ids_reused_resolved < result.verdict.ids_reused
+    assert not result.passed
+
+
+class FatesForgettingRedeliveries(Fates):
+    """BROKEN on purpose: a message a marker shows counted before is given no fate (a lost bookkeeping line)."""
+
+    def already_applied(self, message_id: str) -> None:
+        return None
+
+
+def test_the_harness_counts_a_lost_fate_as_an_unexpected_error(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an applier whose bookkeeping forgets the fate of redelivered messages: the batch is refused
+    # with UnsettledMessagesError, a TallyError that the harness once took for tally failing on purpose
+    monkeypatch.setattr(apply_module, "Fates", FatesForgettingRedeliveries)
+    config = replace(SMOKE, events=500)
+
+    # WHEN it runs under the smoke run's faults (redeliveries guaranteed)
+    result = _run(dynamodb_local, ddb_tables, config)
+
+    # THEN the defect is an unexpected error and the run fails, whatever the counts say
+    assert any("UnsettledMessagesError" in error for error in result.unexpected_errors)
     assert not result.passed
