@@ -145,8 +145,8 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
 
     sqs, kinesis = aws["sqs"], aws["kinesis"]
     sqs.purge_queue(QueueUrl=aws["dlq"])  # the Lambda drive's poison names sources that do not exist here
-    run("get", "page:/home", "--json")  # GetItem
-    run("get", "hot", "--json")  # a hot key: BatchGetItem over its shards
+    run("get", "page:/home", "--json")  # BatchGetItem
+    run("get", "hot", "--json")  # a hot key: BatchGetItem over its 16 shards
     run("get", "page:/home", "--window", "hour", "--json")  # Query
     run("top", "5")  # Scan
     # A stack whose Outputs name the resources, as the deployed template's do.
@@ -238,10 +238,9 @@ LAMBDA_CALLS = {
     ("SendMessageBatch", "send"),
 }
 OPERATOR_CALLS = {
-    ("GetItem", "_get"),
-    ("BatchGetItem", "batch_get_consistent"),  # tally get of a hot key (store.schema, shared with the journal)
-    ("Query", "_query"),
-    ("Scan", "scan_all_time"),
+    ("BatchGetItem", "batch_get_consistent"),  # tally get (tally.reader; store.schema, shared with the journal)
+    ("Query", "_query"),  # tally get --window (tally.reader)
+    ("Scan", "_scan_all_time"),  # tally top (tally.reader)
     ("DescribeStacks", "describe"),
     ("DescribeStacks", "stack_outputs"),
     ("SendMessageBatch", "send_batch"),  # tally publish
@@ -269,10 +268,10 @@ def test_the_drive_records_every_call_the_paths_make(recorded: Recording) -> Non
 
 
 def test_a_test_driving_an_adapter_directly_is_neither_the_function_nor_the_operator() -> None:
-    # GIVEN a test reading counters through the store itself (no handler, pipeline or CLI on the stack)
+    # GIVEN a test reading a marker through the store itself (no handler, pipeline or CLI on the stack)
     with pytest.MonkeyPatch.context() as monkeypatch, moto_stack(monkeypatch), RECORDER.capture() as calls:
         store = DynamoDBCounterStore(boto3.client("dynamodb"), "counters", "markers", 86_400)
-        store.read_counters("page:/home")
+        store.read_marker("m-1")
     # THEN its GetItem is recorded with its call site, but held against nobody's policy
     (call,) = [call for call in calls if call.operation == "GetItem"]
     assert call.site.startswith("tally/store/dynamodb.py:")
