@@ -127,8 +127,8 @@ def serial_moto_endpoint() -> Iterator[str]:
 #
 # Every AWS call of the session is recorded with the tally code that made it. Each xdist worker hands its
 # recording to the controller (workeroutput); at the end of the run the controller (or the only process)
-# evaluates the function's and the operator's calls against the template's roles and operator policy, for
-# every Source, prints what is denied and what is granted but never used, and fails the run on a denial.
+# evaluates the calls of the functions, the operator, and an application's producer and reader libraries
+# against the template's roles and managed policies, for every Source, prints what is denied and what is granted but never used, and fails the run on a denial.
 # tests/template/test_iam_contract.py drives both paths itself, so the contract is checked on any run that
 # includes it; this hook adds every call site the rest of the suite reaches.
 
@@ -157,7 +157,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from tests.support.aws_calls import FUNCTION, OPERATOR, RECORDER  # noqa: PLC0415
+    from tests.support.aws_calls import RECORDER, ROLES  # noqa: PLC0415
 
     config = session.config
     if hasattr(config, "workerinput"):  # an xdist worker: hand the recording to the controller
@@ -165,7 +165,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     recording = config.stash[_recording_key]
     recording.merge(RECORDER.to_json())
-    checked = [call for call in recording.calls if call.role in {FUNCTION, OPERATOR}]
+    checked = [call for call in recording.calls if call.role in ROLES]
     if not checked:
         return
     from tests.support.iam import SOURCES, evaluate, transformed_template  # noqa: PLC0415

@@ -98,3 +98,8 @@ class DeadLetterError(TallyError):
 
 class OperatorError(TallyError):
     """An operator tool (``tally dlq``, ``tally top``, ``tally stack``) could not read or move what it was asked to."""
+
+
+class InvalidReadError(TallyError, ValueError):
+    """A read asked for something tally cannot answer: a malformed key, an unknown window, bad or too wide
+    bounds. The caller's mistake, never the store's (the HTTP endpoint answers it with 400)."""

@@ -24,7 +24,7 @@ CACHE_DIR = Path(os.environ.get("TALLY_CACHE_DIR", Path.home() / ".cache" / "tal
 DEPLOYED_ARCHITECTURE = "arm64"
 ARCHITECTURE_LINE = "Architectures: [arm64]"
 """How template.yaml says it (Globals.Function); an x86_64 copy replaces exactly this line."""
-FUNCTIONS = ("CounterFunction", "StreamCounterFunction")
+FUNCTIONS = ("CounterFunction", "StreamCounterFunction", "ReadFunction")
 BUILD_TIMEOUT_S = 600
 
 

@@ -11,7 +11,8 @@ the emulated functions are made once per run. Never skipped: a missing python3.1
   ``Architectures`` changed) run under AWS's Runtime Interface Emulator with ``awslambdaric`` on
   python3.13, a stand-in runtime boto3 after the package on the path, a clean environment from the
   template, DynamoDB Local and moto's SQS: every file in ``events/`` twice (the redelivery changes
-  nothing) and events the SAM CLI generates count exactly as ``events/expected.json`` says.
+  nothing) and events the SAM CLI generates count exactly as ``events/expected.json`` says, and the read
+  endpoint's function answers each request of ``events/read/`` as ``events/read/expected.json`` says.
 """
 
 from __future__ import annotations
@@ -362,6 +363,26 @@ def test_each_sample_event_counts_under_the_emulator(
     assert resources.counters(list(expected["counters"])) == expected["counters"]
     # Poison is dead-lettered on every delivery (it never gets a marker): twice.
     assert resources.dead_letter_codes() == sorted(expected["dead_letters"] * 2)
+
+
+READ_EXPECTED: dict[str, Any] = json.loads((EVENTS_DIR / "read" / "expected.json").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("event_file", sorted(READ_EXPECTED))
+def test_each_read_request_gets_its_answer_under_the_emulator(
+    functions: dict[str, EmulatedFunction], resources: LocalResources, event_file: str
+) -> None:
+    # GIVEN the sample events the request reads, counted by the SQS function (a redelivery if already counted)
+    expected = READ_EXPECTED[event_file]
+    for counted in expected["after"]:
+        assert functions["CounterFunction"].invoke(load_event(counted)) == {"batchItemFailures": []}
+    # WHEN the read endpoint's function answers the function URL request under Lambda's runtime
+    response = functions["ReadFunction"].invoke(load_event(f"read/{event_file}"))
+    # THEN status and body are as documented (events/read/expected.json)
+    assert (response["statusCode"], json.loads(response["body"])) == (expected["status"], expected["body"]), functions[
+        "ReadFunction"
+    ].log_tail()
+    resources.dead_letter_codes()  # nothing is dead-lettered by these; keep the queue empty for the next test
 
 
 def test_every_sample_event_file_was_run() -> None:

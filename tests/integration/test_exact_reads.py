@@ -13,7 +13,7 @@ import pytest
 
 from tally.core.sharding import MAX_SHARDS, parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
-from tally.store.queries import all_time_totals, largest
+from tally.reader import CounterReader, largest
 from tests.support.pipeline import make_store
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ def test_tally_top_sums_shards_to_38_digits(ddb_tables: DynamoDBTables) -> None:
     # GIVEN the same 16 shards
     _write_shards(ddb_tables, "hot:b", "all")
     # WHEN tally top's scan adds them up
-    totals = all_time_totals(ddb_tables.client, ddb_tables.counters_table)
+    totals = CounterReader(ddb_tables.counters_table, client=ddb_tables.client).all_time_totals()
     # THEN the totals, and the ranking built on them, keep all 38 digits
     assert totals["hot:b"]["big"] == SUM_OF_16
     assert totals["hot:b"]["small"] == Decimal("1.6000000000000000000000000000000000016")

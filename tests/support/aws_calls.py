@@ -11,7 +11,9 @@ client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
 - the nearest frame under ``tally`` (the call site) and who made the call, decided by the call stack:
   ``function`` when the site is the Lambda's code (``tally.store``, ``dlq``, ``handlers``, ...) reached
   through the Lambda's orchestration (``handlers``, ``runtime``, ``pipeline``, ``apply``, ``commit``);
-  ``operator`` when the stack passes through ``tally.cli`` or ``tally.ops``; otherwise nobody the template
+  ``operator`` when the stack passes through ``tally.cli`` or ``tally.ops``; ``read-function`` through the
+  read endpoint's handler (``tally.handlers.read``); ``reader`` and ``producer`` through the libraries an
+  application embeds (``tally.reader``, ``tally.producer``) from anywhere else; otherwise nobody the template
   grants anything to (the tests' set-up, ``tally.local`` and ``bench`` code, a test driving an adapter
   directly).
 
@@ -35,12 +37,21 @@ if TYPE_CHECKING:
 
 FUNCTION = "function"
 OPERATOR = "operator"
+# Issue 17: the read endpoint's function, and the two libraries an application embeds (checked against
+# ReadFunction's role, ReaderPolicy and ProducerPolicy).
+READ_FUNCTION = "read-function"
+READER = "reader"
+PRODUCER = "producer"
+ROLES = (FUNCTION, OPERATOR, READ_FUNCTION, READER, PRODUCER)
 
 # The Lambda's own orchestration: a call is the function's only when the stack passes through one of these.
 ORCHESTRATION = ("tally.handlers", "tally.runtime", "tally.pipeline", "tally.apply", "tally.commit")
 # Where the function's calls are made (the nearest tally frame).
 FUNCTION_CODE = (*ORCHESTRATION, "tally.store", "tally.dlq", "tally.sources", "tally.marker_reads")
 OPERATOR_CODE = ("tally.cli", "tally.ops")
+READ_ENDPOINT = ("tally.handlers.read",)
+READER_CODE = ("tally.reader",)
+PRODUCER_CODE = ("tally.producer",)
 
 
 def _within(module: str, packages: tuple[str, ...]) -> bool:
@@ -154,8 +165,15 @@ def _caller() -> tuple[str, str]:
         return "", ""
     if any(_within(module, OPERATOR_CODE) for module in modules):
         return OPERATOR, site
+    if any(_within(module, READ_ENDPOINT) for module in modules):
+        return READ_FUNCTION, site
     if _within(modules[0], FUNCTION_CODE) and any(_within(module, ORCHESTRATION) for module in modules):
         return FUNCTION, site
+    # An application's reads and publishes, wherever they come from (a test, the demo, a benchmark's check)
+    if any(_within(module, READER_CODE) for module in modules):
+        return READER, site
+    if any(_within(module, PRODUCER_CODE) for module in modules):
+        return PRODUCER, site
     return "", site
 
 

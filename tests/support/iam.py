@@ -6,7 +6,9 @@ AWS authorises every call; DynamoDB Local and moto authorise none. This module t
 - the function roles SAM generates (aws-sam-translator), with the AWS managed policies SAM attaches
   (vendored in ``tests/template/data/aws_managed_policies.json``) and the calls Lambda itself makes with
   the role (the event source poller, the Kinesis on-failure destination, logs, X-Ray);
-- the operator's managed policy (``OperatorPolicy``), for the ``tally`` command.
+- the operator's managed policy (``OperatorPolicy``), for the ``tally`` command;
+- the producers' and readers' managed policies (``ProducerPolicy``, ``ReaderPolicy``), for the libraries an
+  application embeds (``tally.producer``, ``tally.reader``), and the read endpoint's role.
 
 The policies are evaluated by moto's evaluator (``moto.iam.access_control.IAMPolicy``: Allow/Deny,
 Action/NotAction, ``*`` wildcards in actions and resources; no NotResource and no ``?``, which the template
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from moto.iam.access_control import IAMPolicy, IAMPolicyStatement, PermissionResult
 
-from tests.support.aws_calls import FUNCTION, OPERATOR, Call, Recording, Target
+from tests.support.aws_calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, Call, Recording, Target
 from tests.template.conditions import evaluate_conditions, parameter_values, prune
 
 if TYPE_CHECKING:
@@ -49,6 +51,8 @@ COUNTERS, MARKERS, QUEUE, DLQ, STREAM = (
     "EventStream",
 )
 OPERATOR_POLICY = "OperatorPolicy"
+# Issue 17: the policies for an application's producers and readers, and the read endpoint's function.
+PRODUCER_POLICY, READER_POLICY, READ_FUNCTION_ID = "ProducerPolicy", "ReaderPolicy", "ReadFunction"
 STACK = "AWS::StackId"  # the stack itself, as a "resource" of cloudformation:Describe*
 SOURCES = ("SQS", "Kinesis", "Both")
 
@@ -134,6 +138,8 @@ def _attributes(logical_id: str, resource_type: str) -> dict[str, str]:
         return {"Ref": f"{arn}:sns:{REGION}:{ACCOUNT}:{logical_id}", "TopicName": logical_id}
     if resource_type == "AWS::KMS::Key":
         return {"Ref": logical_id, "Arn": f"{arn}:kms:{REGION}:{ACCOUNT}:key/{logical_id}", "KeyId": logical_id}
+    if resource_type == "AWS::Lambda::Function":
+        return {"Ref": logical_id, "Arn": f"{arn}:lambda:{REGION}:{ACCOUNT}:function:{logical_id}"}
     if resource_type == "AWS::IAM::ManagedPolicy":
         return {"Ref": f"{arn}:iam::{ACCOUNT}:policy/{logical_id}"}
     return {"Ref": logical_id, "Arn": f"{arn}:unknown:{REGION}:{ACCOUNT}:{logical_id}"}
@@ -470,16 +476,19 @@ def _verdict(grantee: Grantee, source: str, needed: list[Requirement], problems:
 
 
 def evaluate(transformed: dict[str, Any], recording: Recording, source: str) -> list[Verdict]:
-    """Each function role and the operator policy of a ``source`` stack against the recorded calls."""
-    values = parameter_values(transformed, Source=source, AlarmEmail="ops@example.com")
+    """Each function role and the operator policy of a ``source`` stack against the recorded calls (with the
+    read endpoint on, so that its function exists), then the producer and reader policies."""
+    values = parameter_values(transformed, Source=source, AlarmEmail="ops@example.com", ReadEndpoint="FunctionUrl")
     stack = Stack(transformed, values)
     binding = Binding(transformed, recording.tables)
     function_calls = requirements([c for c in recording.calls if c.role == FUNCTION], binding, stack)
     function_calls.problems += [f"{c.operation}: {c.site}" for c in recording.calls if c.role == "error"]
+    read_calls = requirements([c for c in recording.calls if c.role == READ_FUNCTION], binding, stack)
     verdicts = []
     for function in functions(stack):
-        needed = [*function_calls.needed, *function.runtime_calls]
-        verdicts.append(_verdict(role_grantee(stack, function.role_id), source, needed, function_calls.problems))
+        calls = read_calls if function.function_id == READ_FUNCTION_ID else function_calls
+        needed = [*calls.needed, *function.runtime_calls]
+        verdicts.append(_verdict(role_grantee(stack, function.role_id), source, needed, calls.problems))
     operator_calls = requirements([c for c in recording.calls if c.role == OPERATOR], binding, stack)
     if OPERATOR_POLICY in stack.resources:
         verdicts.append(
@@ -488,6 +497,27 @@ def evaluate(transformed: dict[str, Any], recording: Recording, source: str) -> 
     else:
         problems = [*operator_calls.problems, f"the template has no {OPERATOR_POLICY} for the tally command"]
         verdicts.append(Verdict(OPERATOR_POLICY, source, [], [], problems, len(operator_calls.needed)))
+    return verdicts + application_verdicts(stack, binding, recording, source)
+
+
+def application_verdicts(stack: Stack, binding: Binding, recording: Recording, source: str) -> list[Verdict]:
+    """ProducerPolicy against the producer library's calls; ReaderPolicy against the reader library's, and,
+    when the read endpoint was called, against what its caller needs: a function URL with IAM auth is
+    authorised on ``lambda:InvokeFunctionUrl`` and ``lambda:InvokeFunction`` (AWS, since October 2025) on
+    the function, a call no botocore client makes (the caller signs an HTTPS request) and so declared here."""
+    producer = requirements([c for c in recording.calls if c.role == PRODUCER], binding, stack)
+    reader = requirements([c for c in recording.calls if c.role == READER], binding, stack)
+    if stack.exists(READ_FUNCTION_ID) and any(c.role == READ_FUNCTION for c in recording.calls):
+        arn = stack.arn(READ_FUNCTION_ID)
+        origin = "a caller of the read endpoint (function URL, AWS_IAM)"
+        reader.needed += [Requirement(f"lambda:{a}", arn, origin) for a in ("InvokeFunctionUrl", "InvokeFunction")]
+    verdicts = []
+    for policy_id, calls in ((PRODUCER_POLICY, producer), (READER_POLICY, reader)):
+        if policy_id in stack.resources:
+            verdicts.append(_verdict(policy_grantee(stack, policy_id), source, calls.needed, calls.problems))
+        else:
+            problems = [*calls.problems, f"the template has no {policy_id}"]
+            verdicts.append(Verdict(policy_id, source, [], [], problems, len(calls.needed)))
     return verdicts
 
 

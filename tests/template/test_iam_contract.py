@@ -24,14 +24,17 @@ from moto import mock_aws
 
 from tally.cli.main import cli
 from tally.handlers import kinesis as kinesis_handler
+from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.template import load_template, table_definitions
+from tally.producer import Event, KinesisPublisher, SqsPublisher
+from tally.reader import CounterReader
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tests.support.aws_calls import FUNCTION, OPERATOR, RECORDER, Call, Recording
-from tests.support.events import load_event, sqs_event
+from tests.support.aws_calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, RECORDER, Call, Recording
+from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template
 
 if TYPE_CHECKING:
@@ -80,6 +83,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             monkeypatch.setenv(name, value)
         sqs_handler.pipeline.cache_clear()
         kinesis_handler.pipeline.cache_clear()
+        read_handler.reader.cache_clear()
         try:
             yield {
                 "sqs": sqs,
@@ -93,6 +97,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         finally:
             sqs_handler.pipeline.cache_clear()
             kinesis_handler.pipeline.cache_clear()
+            read_handler.reader.cache_clear()
 
 
 def _packed(message_id: str, keys: int) -> str:
@@ -145,8 +150,8 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
 
     sqs, kinesis = aws["sqs"], aws["kinesis"]
     sqs.purge_queue(QueueUrl=aws["dlq"])  # the Lambda drive's poison names sources that do not exist here
-    run("get", "page:/home", "--json")  # GetItem
-    run("get", "hot", "--json")  # a hot key: BatchGetItem over its shards
+    run("get", "page:/home", "--json")  # BatchGetItem
+    run("get", "hot", "--json")  # a hot key: BatchGetItem over its 16 shards
     run("get", "page:/home", "--window", "hour", "--json")  # Query
     run("top", "5")  # Scan
     # A stack whose Outputs name the resources, as the deployed template's do.
@@ -199,12 +204,27 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
     run("dlq", "redrive", "--stack", "tally-ops")  # GetQueueUrl, SendMessage, PutRecord, GetShardIterator, ...
 
 
+def drive_an_application(aws: dict[str, Any]) -> None:
+    """What an application does with ProducerPolicy and ReaderPolicy: publish with the producer library, read
+    with the reader library, and call the read endpoint (its function's own calls)."""
+    SqsPublisher(aws["sqs"], aws["queue"]).publish([Event.count("app:page"), Event.count("hot")])  # SendMessageBatch
+    KinesisPublisher(aws["kinesis"], stream_name="tally-stream").publish([Event.count("app:page")])  # PutRecords
+    reader = CounterReader.from_environment(client=boto3.client("dynamodb"))
+    reader.get_many(["page:/home", "hot"])  # BatchGetItem
+    reader.series("page:/home", "hour")  # Query
+    reader.top(3)  # Scan
+    context = LocalLambdaContext()
+    for name in ("read-get.json", "read-series.json"):  # BatchGetItem, Query (as the endpoint's role)
+        assert read_handler.handler(json.loads((EVENTS_DIR / "read" / name).read_text()), context)["statusCode"] == 200
+
+
 @pytest.fixture(scope="module")
 def recorded() -> Recording:
-    """The calls of the Lambda path and of the operator's commands, as the session's recorder saw them."""
+    """The calls of the Lambda path, the operator's commands and an application, as the session's recorder saw them."""
     with pytest.MonkeyPatch.context() as monkeypatch, moto_stack(monkeypatch) as aws, RECORDER.capture() as calls:
         drive_the_lambda_path(aws, monkeypatch)
         drive_the_operator_commands(aws)
+        drive_an_application(aws)
     return Recording.of(calls, RECORDER.tables)
 
 
@@ -238,10 +258,9 @@ LAMBDA_CALLS = {
     ("SendMessageBatch", "send"),
 }
 OPERATOR_CALLS = {
-    ("GetItem", "_get"),
-    ("BatchGetItem", "batch_get_consistent"),  # tally get of a hot key (store.schema, shared with the journal)
-    ("Query", "_query"),
-    ("Scan", "scan_all_time"),
+    ("BatchGetItem", "batch_get_consistent"),  # tally get (tally.reader; store.schema, shared with the journal)
+    ("Query", "_query"),  # tally get --window (tally.reader)
+    ("Scan", "_scan_all_time"),  # tally top (tally.reader)
     ("DescribeStacks", "describe"),
     ("DescribeStacks", "stack_outputs"),
     ("SendMessageBatch", "send_batch"),  # tally publish
@@ -258,21 +277,32 @@ OPERATOR_CALLS = {
 }
 
 
+PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
+READER_CALLS = {("BatchGetItem", "batch_get_consistent"), ("Query", "_query"), ("Scan", "_scan_all_time")}
+READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get_consistent"), ("Query", "_query")}
+# Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
+# `kinesis put-record`, an SDK's single put) publish with the same policy.
+UNUSED_BY_DESIGN = {("ProducerPolicy", "PutToTheStream: kinesis:PutRecord on")}
+
+
 def test_the_drive_records_every_call_the_paths_make(recorded: Recording) -> None:
-    # GIVEN the Lambda path and the operator's commands, driven WHEN their calls are recorded
+    # GIVEN the Lambda path, the operator's commands and an application, driven WHEN their calls are recorded
     calls = list(recorded.calls)
     # THEN each call the code is known to make is there, attributed to who makes it
     assert _operations(calls, FUNCTION) >= LAMBDA_CALLS, sorted(_operations(calls, FUNCTION))
     assert _operations(calls, OPERATOR) >= OPERATOR_CALLS, sorted(_operations(calls, OPERATOR))
+    assert _operations(calls, PRODUCER) >= PRODUCER_CALLS, sorted(_operations(calls, PRODUCER))
+    assert _operations(calls, READER) >= READER_CALLS, sorted(_operations(calls, READER))
+    assert _operations(calls, READ_FUNCTION) >= READ_FUNCTION_CALLS, sorted(_operations(calls, READ_FUNCTION))
     # AND the tests' own set-up (creating tables, sending dead letters) is nobody's
     assert all(call.role == "" for call in calls if call.operation in {"CreateTable", "CreateQueue", "CreateStack"})
 
 
 def test_a_test_driving_an_adapter_directly_is_neither_the_function_nor_the_operator() -> None:
-    # GIVEN a test reading counters through the store itself (no handler, pipeline or CLI on the stack)
+    # GIVEN a test reading a marker through the store itself (no handler, pipeline or CLI on the stack)
     with pytest.MonkeyPatch.context() as monkeypatch, moto_stack(monkeypatch), RECORDER.capture() as calls:
         store = DynamoDBCounterStore(boto3.client("dynamodb"), "counters", "markers", 86_400)
-        store.read_counters("page:/home")
+        store.read_marker("m-1")
     # THEN its GetItem is recorded with its call site, but held against nobody's policy
     (call,) = [call for call in calls if call.operation == "GetItem"]
     assert call.site.startswith("tally/store/dynamodb.py:")
@@ -297,10 +327,18 @@ def test_every_role_allows_every_call_its_code_and_lambda_make(
     verdicts = evaluate(transformed, recorded, source)
     print(f"\nIAM contract, Source={source}:\n{_report(verdicts)}")
     # THEN nothing is denied, every call could be mapped, and nothing is granted that is never used
-    assert [v.grantee for v in verdicts][-1] == "OperatorPolicy"
+    assert [v.grantee for v in verdicts][-3:] == ["OperatorPolicy", "ProducerPolicy", "ReaderPolicy"]
+    assert "ReadFunctionRole" in [v.grantee for v in verdicts]
+    assert all(v.asked for v in verdicts), _report(verdicts)
     assert [(v.grantee, r) for v in verdicts for r in v.denied] == [], _report(verdicts)
     assert [p for v in verdicts for p in v.problems] == [], _report(verdicts)
-    assert [(v.grantee, u) for v in verdicts for u in v.unused] == [], _report(verdicts)
+    unused = [
+        (v.grantee, u)
+        for v in verdicts
+        for u in v.unused
+        if not any(v.grantee == g and u.startswith(prefix) for g, prefix in UNUSED_BY_DESIGN)
+    ]
+    assert unused == [], _report(verdicts)
 
 
 def test_a_missing_grant_is_named_with_its_call_site(transformed: dict[str, Any]) -> None:
@@ -354,3 +392,21 @@ def test_the_vendored_managed_policies_are_the_ones_moto_ships() -> None:
     assert {name: policy["Document"] for name, policy in vendored.items()} == {
         name: shipped[name]["Document"] for name in vendored
     }
+
+
+def test_the_reader_and_producer_policies_are_held_to_their_calls(
+    recorded: Recording, transformed: dict[str, Any]
+) -> None:
+    # GIVEN ReaderPolicy without Query, and ProducerPolicy granting one action more on the queue
+    broken = json.loads(json.dumps(transformed))
+    reader = broken["Resources"]["ReaderPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]
+    reader["Action"] = [a for a in reader["Action"] if a != "dynamodb:Query"]
+    queue = broken["Resources"]["ProducerPolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Fn::If"][1]
+    queue["Action"] = [*queue["Action"], "sqs:DeleteMessage"]
+    # WHEN evaluated against the recorded application calls
+    verdicts = {v.grantee: v for v in evaluate(broken, recorded, "SQS")}
+    # THEN the series read is denied, named with its call site, and the extra grant is reported unused
+    (denied,) = verdicts["ReaderPolicy"].denied
+    assert (denied.action, denied.resource.endswith(":table/CountersTable")) == ("dynamodb:Query", True)
+    assert "tally/reader/dynamodb.py" in denied.origin
+    assert any("sqs:DeleteMessage" in u for u in verdicts["ProducerPolicy"].unused)

@@ -45,6 +45,12 @@ AGREED: dict[tuple[str, str], str] = {
             ("CKV_AWS_173", "no secrets"),
         )
     },
+    # The read endpoint (ReadEndpoint=FunctionUrl, issue 17)
+    ("CKV_AWS_158", "ReadFunctionLogGroup"): "never counts or callers' data",
+    ("CKV_AWS_116", "ReadFunction"): "function URL only",
+    ("CKV_AWS_117", "ReadFunction"): "public endpoint",
+    ("CKV_AWS_115", "ReadFunction"): "default concurrency limit",
+    ("CKV_AWS_173", "ReadFunction"): "no secrets",
 }
 
 
@@ -93,7 +99,10 @@ def _resource_name(check: dict[str, Any]) -> str:
 @pytest.fixture(scope="module")
 def full_stack() -> dict[str, Any]:
     template = load_template(TEMPLATE_PATH)
-    stack = prune(sam_transform(template), parameter_values(template, Source="Both", AlarmEmail="ops@example.com"))
+    stack = prune(
+        sam_transform(template),
+        parameter_values(template, Source="Both", AlarmEmail="ops@example.com", ReadEndpoint="FunctionUrl"),
+    )
     # checkov would evaluate the Conditions itself, on the parameters' defaults (Source=SQS)
     for resource in stack["Resources"].values():
         resource.pop("Condition", None)

@@ -29,6 +29,7 @@ KINESIS_ONLY = {
     "StreamIteratorAgeAlarm",
 }
 ALWAYS = {"CountersTable", "MarkersTable", "EventsDeadLetterQueue", "DeadLetterQueueAlarm", "OperatorPolicy"}
+ALWAYS |= {"ProducerPolicy", "ReaderPolicy"}  # issue 17 (tests/template/test_read_access.py)
 SOURCES = {"SQS": SQS_ONLY, "Kinesis": KINESIS_ONLY, "Both": SQS_ONLY | KINESIS_ONLY}
 OUTPUTS = {
     "SQS": {"EventsQueueUrl", "EventsQueueArn", "CounterFunctionName"},
@@ -42,6 +43,8 @@ COMMON_OUTPUTS = {
     "MarkersTableName",
     "DashboardName",
     "OperatorPolicyArn",
+    "ProducerPolicyArn",
+    "ReaderPolicyArn",
 }
 STREAM_FUNCTION = "StreamCounterFunction"
 

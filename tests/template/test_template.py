@@ -473,6 +473,8 @@ def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
         "CounterFunctionName",
         "DashboardName",
         "OperatorPolicyArn",
+        "ProducerPolicyArn",
+        "ReaderPolicyArn",
     }
     assert outputs["EventsQueueUrl"]["Value"] == {"Ref": QUEUE}
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [DLQ, "Arn"]}

@@ -1,7 +1,8 @@
 """``tally``: read counters from the command line.
 
-It reads the same environment variables as the Lambda function (``TALLY_COUNTERS_TABLE``,
-``TALLY_MARKERS_TABLE``) and boto3's own (``AWS_ENDPOINT_URL`` for local endpoints, ``AWS_REGION``,
+Reads go through ``tally.reader`` (the one read path, also the HTTP endpoint's). It reads the same
+environment variables as the Lambda function (``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``,
+``TALLY_WINDOWS``) and boto3's own (``AWS_ENDPOINT_URL`` for local endpoints, ``AWS_REGION``,
 credentials), so pointing it at DynamoDB Local or a deployed stack is a matter of environment.
 """
 
@@ -9,29 +10,27 @@ from __future__ import annotations
 
 import os
 import sys
-import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-import boto3
 import click
 import msgspec
 from rich.console import Console
 from rich.table import Table
 
 from tally.cli.dlq import dlq
-from tally.cli.locate import Locator, stack_option
+from tally.cli.locate import Locator, client, stack_option
 from tally.cli.publish import publish
 from tally.cli.stack_command import stack
 from tally.cli.top import top
-from tally.config import Settings
+from tally.config import COUNTERS_TABLE
 from tally.errors import TallyError
-from tally.runtime import CLIENT_CONFIG
-from tally.store.dynamodb import DynamoDBCounterStore
+from tally.reader import CounterReader, parse_time_ms
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from decimal import Decimal
+
+    from tally.reader import Series
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
@@ -41,37 +40,18 @@ def counters_json(counters: Mapping[str, Decimal]) -> bytes:
     return _JSON.encode(dict(sorted(counters.items())))
 
 
-def _settings(stack_name: str | None = None) -> Settings:
-    """The environment's settings; with a stack, its Outputs and Parameters fill in what is not set."""
-    return Settings.from_env(Locator(stack_name).environment(os.environ), require_dlq=False)
+def _reader(stack_name: str | None = None) -> CounterReader:
+    """The environment's counters table, hot keys and windows; with a stack, its Outputs and Parameters fill
+    in what is not set. Only the counters table is needed: reads never touch the markers."""
+    locator = Locator(stack_name)
+    env = locator.environment(os.environ, needed=(COUNTERS_TABLE,))
+    locator.required(COUNTERS_TABLE, env.get(COUNTERS_TABLE), "the counters table")  # before any client is built
+    return CounterReader.from_environment(env, client=client("dynamodb"))
 
 
-def _store(settings: Settings | None = None) -> DynamoDBCounterStore:
-    settings = settings or _settings()
-    client = boto3.session.Session().client("dynamodb", config=CLIENT_CONFIG)
-    return DynamoDBCounterStore(
-        client, settings.counters_table, settings.markers_table, settings.marker_ttl_seconds, settings.hot_keys
-    )
-
-
-def parse_time_ms(text: str) -> int:
-    """Epoch milliseconds, or ISO 8601 with an offset or Z (the same rules as an event's ``ts``)."""
-    if text.isdigit():
-        return int(text)
-    moment = datetime.fromisoformat(text)
-    if moment.tzinfo is None:
-        raise click.BadParameter(f"{text!r} needs a UTC offset or Z")
-    return int(moment.timestamp()) * 1000 + moment.microsecond // 1000
-
-
-def series_json(series: list[tuple[int, dict[str, Decimal]]]) -> bytes:
+def series_json(series: Series) -> bytes:
     """A JSON list of windows in order: start (ISO 8601, UTC) and counters (missing windows: {})."""
-    return _JSON.encode(
-        [
-            {"start": datetime.fromtimestamp(start / 1000, tz=UTC).isoformat().replace("+00:00", "Z"), "counters": c}
-            for start, c in series
-        ]
-    )
+    return _JSON.encode([{"start": window.start, "counters": dict(window.values)} for window in series.windows])
 
 
 @click.group()
@@ -92,28 +72,23 @@ def get(
 ) -> None:
     """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
     try:
-        settings = _settings(stack_name)
-        store = _store(settings)
+        reader = _reader(stack_name)
         if window is None:
-            _print_counters(key, store.read_counters(key), as_json)
+            _print_counters(key, dict(reader.get(key).values), as_json)
             return
-        unit = settings.windows.unit(window)
-        to_ms = parse_time_ms(to) if to else time.time_ns() // 1_000_000
-        from_ms = parse_time_ms(from_) if from_ else to_ms - 23 * unit.duration_ms
-        series = store.read_series(key, unit, from_ms, to_ms)
-    except (TallyError, KeyError) as exc:
+        series = reader.series(key, window, parse_time_ms(from_) if from_ else None, parse_time_ms(to) if to else None)
+    except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         sys.stdout.buffer.write(series_json(series) + b"\n")
         return
-    names = sorted({name for _, counters in series for name in counters})
+    names = sorted({name for window_counts in series.windows for name in window_counts.values})
     table = Table(title=f"{key!r} per {window} (UTC)")
     table.add_column("window start")
     for name in names:
         table.add_column(name, justify="right")
-    for start, counters in series:
-        label = datetime.fromtimestamp(start / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M")
-        table.add_row(label, *(str(counters.get(name, 0)) for name in names))
+    for window_counts in series.windows:
+        table.add_row(window_counts.start, *(str(window_counts.values.get(name, 0)) for name in names))
     Console().print(table)
 
 

@@ -12,12 +12,10 @@ from rich.table import Table
 
 from tally.cli.locate import Locator, client, stack_option
 from tally.errors import TallyError
-from tally.store.queries import all_time_totals, largest
+from tally.reader import CounterReader
 
 if TYPE_CHECKING:
-    from mypy_boto3_dynamodb.client import DynamoDBClient
-
-    from tally.store.queries import CounterValue
+    from tally.reader import Ranked
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
@@ -31,9 +29,8 @@ _JSON = msgspec.json.Encoder(decimal_format="number")
 def top(n: int, counter: str | None, as_json: bool, stack_name: str | None, table_name: str | None) -> None:
     """Print the N largest all-time counters (a Scan of the counters table: for operators, not for hot paths)."""
     table = Locator(stack_name).required("TALLY_COUNTERS_TABLE", table_name, "the counters table")
-    dynamodb: DynamoDBClient = client("dynamodb")
     try:
-        rows = largest(all_time_totals(dynamodb, table), n, counter)
+        rows = CounterReader(table, client=client("dynamodb")).top(n, counter)
     except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
@@ -42,12 +39,12 @@ def top(n: int, counter: str | None, as_json: bool, stack_name: str | None, tabl
     Console().print(top_table(rows, table, counter))
 
 
-def top_json(rows: list[CounterValue]) -> bytes:
+def top_json(rows: list[Ranked]) -> bytes:
     """Exact numbers, never through a float."""
     return _JSON.encode([{"key": row.key, "counter": row.counter, "value": row.value} for row in rows])
 
 
-def top_table(rows: list[CounterValue], table_name: str, counter: str | None) -> Table:
+def top_table(rows: list[Ranked], table_name: str, counter: str | None) -> Table:
     title = f"largest {counter + ' ' if counter else ''}counters in {table_name}"
     table = Table(title=title)
     table.add_column("#", justify="right")

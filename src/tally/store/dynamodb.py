@@ -7,16 +7,13 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.core.items import make_item
 from tally.core.ledger import MarkerRecord
-from tally.core.numbers import EXACT
-from tally.core.sharding import MAX_SHARDS, HotKeys
-from tally.errors import StoreError
+from tally.core.sharding import HotKeys
+from tally.reader.dynamodb import CounterReader
 from tally.store.schema import (
     ALL_TIME,
     EXPIRES_AT,
@@ -29,16 +26,15 @@ from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
     add_update,
-    batch_get_consistent,
     counters_from_item,
-    item_key,
     marker_id,
     marker_put,
     translate,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
+    from decimal import Decimal
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
@@ -58,21 +54,6 @@ __all__ = [
 ]
 
 from tally.store.schema import COUNTER_PREFIX
-
-MAX_SERIES_WINDOWS: Final = 10_000
-_ZERO: Final = Decimal(0)
-
-
-def _summed(parts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
-    """Counters added up in ``EXACT``: 16 shards of 38 digits each must read back as DynamoDB stores them.
-
-    (Python's default context keeps 28 digits and would round a hot key's total silently, issue 14.)
-    """
-    total: dict[str, Decimal] = {}
-    for counters in parts:
-        for name, value in counters.items():
-            total[name] = EXACT.add(total.get(name, _ZERO), value)
-    return total
 
 
 def _marker_record(message_id: str, item: Mapping[str, Any]) -> MarkerRecord:
@@ -126,63 +107,18 @@ class DynamoDBCounterStore:
             raise translate(exc, [role for _, role in actions]) from exc
 
     def read_counters(self, key: str) -> dict[str, Decimal]:
-        """The all-time counters of ``key`` (strongly consistent), summed over its shards if it is hot."""
-        if not self.hot_keys.is_hot(key):
-            return counters_from_item(self._get(item_key(key)))
-        items = [make_item(key, shard=shard) for shard in range(MAX_SHARDS)]
-        return _summed(counters_from_item(item) for item in self._batch_get([item_key(item) for item in items]))
+        """The all-time counters of ``key``, hot-key shards summed: ``tally.reader``'s read, kept here for
+        the callers that hold a store (the local demo, benchmarks, tests)."""
+        return dict(self._reader().get(key).values)
 
     def read_series(self, key: str, unit: WindowUnit, from_ms: int, to_ms: int) -> list[tuple[int, dict[str, Decimal]]]:
-        """The counters of every ``unit`` window of ``key`` from ``from_ms`` to ``to_ms``, in order.
+        """Every ``unit`` window of ``key`` from ``from_ms`` to ``to_ms``, in order, gaps as empty maps
+        (``tally.reader``'s series)."""
+        series = self._reader().series(key, unit.name, from_ms, to_ms)
+        return [(window.start_ms, dict(window.values)) for window in series.windows]
 
-        One ``Query`` per partition (one, or one per shard of a hot key) on the sort-key range; windows
-        with no counts come back as empty maps, so the series has no gaps.
-        """
-        first, last = unit.start_ms(from_ms), unit.start_ms(to_ms)
-        if last < first:
-            return []
-        if (last - first) // unit.duration_ms >= MAX_SERIES_WINDOWS:
-            raise StoreError(f"at most {MAX_SERIES_WINDOWS} windows per read")
-        shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
-        found: dict[str, dict[str, Decimal]] = {}
-        for shard in shards:
-            partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
-            for item in self._query(partition, unit.window_id(first), unit.window_id(last)):
-                window = item[SORT_KEY]["S"]
-                found[window] = _summed([found.get(window, {}), counters_from_item(item)])
-        return [
-            (start, found.get(unit.window_id(start), {}))
-            for start in range(first, last + unit.duration_ms, unit.duration_ms)
-        ]
-
-    def _get(self, key: Mapping[str, Any]) -> Mapping[str, Any]:
-        try:
-            response = self.client.get_item(TableName=self.counters_table, Key=key, ConsistentRead=True)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc) from exc
-        return response.get("Item", {})
-
-    def _batch_get(self, keys: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-        return batch_get_consistent(self.client, self.counters_table, keys)
-
-    def _query(self, partition: Mapping[str, Any], first: str, last: str) -> list[Mapping[str, Any]]:
-        items: list[Mapping[str, Any]] = []
-        kwargs: dict[str, Any] = {
-            "TableName": self.counters_table,
-            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
-            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
-            "ExpressionAttributeValues": {":pk": partition, ":first": {"S": first}, ":last": {"S": last}},
-            "ConsistentRead": True,
-        }
-        while True:
-            try:
-                response = self.client.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc) from exc
-            items.extend(response.get("Items", []))
-            if "LastEvaluatedKey" not in response:
-                return items
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+    def _reader(self) -> CounterReader:
+        return CounterReader(self.counters_table, client=self.client, hot_keys=self.hot_keys)
 
     def read_markers(self, message_ids: Sequence[str]) -> dict[str, MarkerRecord]:
         """The markers that exist among ``message_ids`` (eventually consistent ``BatchGetItem``s of 100).

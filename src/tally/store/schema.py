@@ -19,7 +19,9 @@ Every item carries ``expires_at`` (epoch seconds, the table's TTL attribute).
 
 from __future__ import annotations
 
+import random
 import re
+import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -40,7 +42,7 @@ from tally.errors import (
 from tally.store.expressions import add_expression, name_placeholder, value_placeholder
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -228,23 +230,44 @@ def decode_page(data: bytes) -> dict[ItemKey, dict[str, Decimal]]:
 
 BATCH_GET_LIMIT: Final = 100
 """Keys one ``BatchGetItem`` may ask for."""
+BATCH_GET_MAX_ROUNDS: Final = 8
+"""Calls per chunk before keys DynamoDB keeps leaving unprocessed are a ``RetryableStoreError``."""
+_BATCH_GET_PAUSE_S: Final = 0.05
+_BATCH_GET_MAX_PAUSE_S: Final = 1.0
 
 
 def batch_get_consistent(
-    client: DynamoDBClient, table: str, keys: Sequence[Mapping[str, Any]]
+    client: DynamoDBClient,
+    table: str,
+    keys: Sequence[Mapping[str, Any]],
+    *,
+    sleep: Callable[[float], object] = time.sleep,
 ) -> list[Mapping[str, Any]]:
     """Every stored item of ``keys`` in ``table``: strongly consistent ``BatchGetItem``s of at most 100 keys,
-    the keys DynamoDB leaves unprocessed asked again; errors translated once, here."""
+    the keys DynamoDB leaves unprocessed asked again; errors translated once, here.
+
+    A partly throttled ``BatchGetItem`` succeeds with ``UnprocessedKeys`` (botocore retries only a call that
+    failed as a whole): they are asked again after a pause drawn from a doubling ceiling (full jitter), as
+    AWS asks, and after ``BATCH_GET_MAX_ROUNDS`` calls the read fails as retryable instead of spinning for the
+    rest of the invocation.
+    """
     items: list[Mapping[str, Any]] = []
     for start in range(0, len(keys), BATCH_GET_LIMIT):
         request: Any = {table: {"Keys": list(keys[start : start + BATCH_GET_LIMIT]), "ConsistentRead": True}}
-        while request:
+        for round_ in range(1, BATCH_GET_MAX_ROUNDS + 1):
             try:
                 response = client.batch_get_item(RequestItems=request)
             except (ClientError, BotoCoreError) as exc:
                 raise translate(exc) from exc
             items.extend(response.get("Responses", {}).get(table, []))
             request = response.get("UnprocessedKeys") or None
+            if request is None:
+                break
+            if round_ < BATCH_GET_MAX_ROUNDS:
+                sleep(random.uniform(0, min(_BATCH_GET_MAX_PAUSE_S, _BATCH_GET_PAUSE_S * 2**round_)))
+        else:
+            left = len(request.get(table, {}).get("Keys", []))
+            raise RetryableStoreError(f"{left} keys left unprocessed by {BATCH_GET_MAX_ROUNDS} BatchGetItem calls")
     return items
 
 

@@ -1,0 +1,95 @@
+"""What a read may ask for, checked before anything is sent to DynamoDB (pure: no I/O, time passed in).
+
+The rules are the wire format's (README, "Event format"): a key is 1 to 2,000 bytes of UTF-8 without
+U+001F (the shard separator: a key holding it would read one shard item of another key); a window is one
+of minute, hour, day (and, when the deployment's ``Windows`` are known, one it counts); a time is epoch
+milliseconds or ISO 8601 with a UTC offset or ``Z``, as an event's ``ts``. A series is bounded in windows,
+because each window is an item read and a line of the answer.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Final
+
+from tally.core.items import SHARD_SEPARATOR
+from tally.core.windows import UNITS, WindowUnit
+from tally.errors import InvalidReadError
+from tally.store.schema import MAX_COUNTER_KEY_BYTES
+
+if TYPE_CHECKING:
+    from tally.core.windows import WindowSpec
+
+MAX_SERIES_WINDOWS: Final = 10_000
+"""The most windows one series read returns (a year of hours is 8,760)."""
+MAX_TIME_MS: Final = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z, the last instant an event's ``ts`` may name."""
+DEFAULT_SERIES_WINDOWS: Final = 24
+"""Without ``from``, a series covers this many windows up to ``to``."""
+
+
+def check_key(key: str) -> str:
+    """``key`` if a producer could have counted it; otherwise ``InvalidReadError`` saying why."""
+    if not key:
+        raise InvalidReadError("the key is empty")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise InvalidReadError("the key is not valid Unicode (a lone surrogate)") from exc
+    if size > MAX_COUNTER_KEY_BYTES:
+        raise InvalidReadError(f"the key is {size} bytes of UTF-8 (at most {MAX_COUNTER_KEY_BYTES})")
+    if SHARD_SEPARATOR in key:
+        raise InvalidReadError("keys may not contain U+001F (it separates shard numbers)")
+    return key
+
+
+def window_unit(name: str, counted: WindowSpec | None = None) -> WindowUnit:
+    """The window ``name`` (minute, hour, day); with ``counted``, only one the deployment counts."""
+    if name not in UNITS:
+        raise InvalidReadError(f"unknown window {name!r}: choose from {', '.join(UNITS)}")
+    if counted is not None:
+        names = [unit.name for unit in counted.units]
+        if name not in names:
+            raise InvalidReadError(f"window {name!r} is not counted here (counted: {', '.join(names) or 'none'})")
+        return counted.unit(name)
+    prefix, duration_ms = UNITS[name]
+    return WindowUnit(name, prefix, duration_ms, None)  # retention only matters to writes
+
+
+def parse_time_ms(text: str) -> int:
+    """Epoch milliseconds, or ISO 8601 with a UTC offset or Z (the rules of an event's ``ts``)."""
+    text = text.strip()
+    if text.isascii() and text.isdigit():
+        ms = int(text)
+    else:
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError as exc:
+            raise InvalidReadError(f"{text!r} is neither epoch milliseconds nor ISO 8601") from exc
+        if moment.tzinfo is None:
+            raise InvalidReadError(f"{text!r} needs a UTC offset or Z")
+        ms = int(moment.replace(microsecond=0).timestamp()) * 1000 + moment.microsecond // 1000
+    if not 0 <= ms <= MAX_TIME_MS:
+        raise InvalidReadError(f"{text!r} is outside 1970-01-01 to 9999-12-31")
+    return ms
+
+
+def series_starts(unit: WindowUnit, from_ms: int, to_ms: int, max_windows: int = MAX_SERIES_WINDOWS) -> range:
+    """The start of every window from the one holding ``from_ms`` to the one holding ``to_ms``."""
+    for ms in (from_ms, to_ms):
+        if not 0 <= ms <= MAX_TIME_MS:
+            raise InvalidReadError(f"{ms} is outside 1970-01-01 to 9999-12-31 (epoch milliseconds)")
+    first, last = unit.start_ms(from_ms), unit.start_ms(to_ms)
+    if last < first:
+        raise InvalidReadError("from is after to")
+    count = (last - first) // unit.duration_ms + 1
+    if count > max_windows:
+        raise InvalidReadError(f"{count} {unit.name} windows asked for (at most {max_windows} per read)")
+    return range(first, last + unit.duration_ms, unit.duration_ms)
+
+
+def default_bounds(unit: WindowUnit, from_ms: int | None, to_ms: int | None, now_ms: int) -> tuple[int, int]:
+    """``to`` defaults to now, ``from`` to ``DEFAULT_SERIES_WINDOWS`` windows ending at ``to``."""
+    end = now_ms if to_ms is None else to_ms
+    start = max(0, end - (DEFAULT_SERIES_WINDOWS - 1) * unit.duration_ms) if from_ms is None else from_ms
+    return start, end

@@ -1,0 +1,52 @@
+"""``store.schema.batch_get_consistent`` under throttling: DynamoDB answers a partly throttled ``BatchGetItem``
+with HTTP 200 and ``UnprocessedKeys`` (botocore retries only a call that failed as a whole), and AWS asks
+callers to retry those keys with exponential backoff. Asked again at once and without end, a throttled table
+made the loop spin for the rest of the invocation (the read endpoint, ``tally get``, the journal's range check).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tally.errors import RetryableStoreError
+from tally.store.schema import BATCH_GET_MAX_ROUNDS, batch_get_consistent
+
+KEYS = [{"pk": {"S": f"k{i}"}, "sk": {"S": "all"}} for i in range(3)]
+
+
+class ThrottlingClient:
+    """Leaves every key unprocessed ``throttled_rounds`` times, then answers; refuses to be asked 50 times."""
+
+    def __init__(self, throttled_rounds: int) -> None:
+        self.throttled_rounds = throttled_rounds
+        self.calls = 0
+
+    def batch_get_item(self, RequestItems: dict[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls >= 50:
+            raise AssertionError("asked 50 times: the loop never gives up")
+        ((table, spec),) = RequestItems.items()
+        if self.calls <= self.throttled_rounds:
+            return {"Responses": {table: []}, "UnprocessedKeys": {table: spec}}
+        return {"Responses": {table: [dict(key, **{"c#count": {"N": "1"}}) for key in spec["Keys"]]}}
+
+
+def test_unprocessed_keys_are_asked_again_after_a_growing_pause() -> None:
+    # GIVEN a table that throttles the first three rounds
+    client, pauses = ThrottlingClient(throttled_rounds=3), []
+    # WHEN the keys are read
+    items = batch_get_consistent(client, "c", KEYS, sleep=pauses.append)  # type: ignore[arg-type]
+    # THEN every item arrives, after a pause before each retry, each drawn from a doubling ceiling (full jitter)
+    assert len(items) == 3
+    assert len(pauses) == 3
+    assert all(0 <= pause <= 0.05 * 2**round_ for round_, pause in enumerate(pauses, 1))
+
+
+def test_a_table_that_keeps_throttling_is_a_retryable_error_not_a_spin() -> None:
+    client, pauses = ThrottlingClient(throttled_rounds=10**9), []
+    with pytest.raises(RetryableStoreError, match="unprocessed"):
+        batch_get_consistent(client, "c", KEYS, sleep=pauses.append)  # type: ignore[arg-type]
+    assert client.calls == BATCH_GET_MAX_ROUNDS
+    assert sum(pauses) <= 5.0
