@@ -21,7 +21,6 @@ from tally.errors import ConfigurationError, InvalidReadError
 from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader, Counters, Ranked, Window, check_key, largest, parse_time_ms
 from tally.reader.dynamodb import key_of_partition
-from tally.store.queries import all_time_totals
 from tests.support.aws_calls import RECORDER
 
 if TYPE_CHECKING:
@@ -90,14 +89,13 @@ def test_all_time_totals_sum_shards_and_skip_windows(dynamodb: Any) -> None:
     put(dynamodb, "hot\x1f2", "all", count="10")
     put(dynamodb, "hot\x1f7", "all", count="100", revenue="1")
     put(dynamodb, "hot\x1f7", "d#2026-11-22", count="100")
-    # WHEN the table is read for tally top (and through the demo's old entry point)
+    # WHEN the table is read for tally top and the demo
     totals = CounterReader("c", client=dynamodb).all_time_totals()
     # THEN each key appears once, with its shards summed and no window counted
     assert totals == {
         "plain": {"count": Decimal(3), "revenue": Decimal("0.30")},
         "hot": {"count": Decimal(111), "revenue": Decimal(1)},
     }
-    assert all_time_totals(dynamodb, "c") == totals
     assert CounterReader("c", client=dynamodb).top(1) == [Ranked("hot", "count", Decimal(111))]
 
 

@@ -58,8 +58,8 @@ from tally.local.mappings import EventSourceMappings
 from tally.local.produce import Producer
 from tally.local.stack import LocalStack, handle_termination
 from tally.ops.dead_letters import list_letters, redrive
+from tally.reader.dynamodb import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
-from tally.store.queries import all_time_totals
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -311,11 +311,7 @@ def _check_counters(
     console: Console, resources: LocalResources, store: DynamoDBCounterStore, load: DemoLoad, rng: random.Random
 ) -> KeyCheck:
     counted = {key: store.read_counters(key) for key in load.expected}
-    scanned = {
-        key: counters
-        for key, counters in all_time_totals(resources.client("dynamodb"), resources.counters_table).items()
-        if key.startswith("demo:")
-    }
+    scanned = {key: counters for key, counters in _all_time_totals(resources).items() if key.startswith("demo:")}
     check = KeyCheck(expected=load.expected, counted=counted, scanned=scanned)
     console.print(key_table(check, sample_keys(load.expected, [HOT_KEY], rng), [HOT_KEY]))
     console.print(totals_table(check))
@@ -373,7 +369,7 @@ def _redrive(console: Console, resources: LocalResources, mappings: EventSourceM
         "messages already counted (as SQS leaves them after a consumer outage)"
     )
     duplicates_before = sum(stats.metric("DuplicatesAlreadyApplied") for stats in mappings.stats.values())
-    before = all_time_totals(resources.client("dynamodb"), resources.counters_table)
+    before = _all_time_totals(resources)
     result = redrive(
         sqs,
         resources.dead_letter_queue_url,
@@ -381,7 +377,7 @@ def _redrive(console: Console, resources: LocalResources, mappings: EventSourceM
         default_queue_url=resources.queue_url,
     )
     mappings.wait_until_drained(DRAIN_TIMEOUT_S)
-    after = all_time_totals(resources.client("dynamodb"), resources.counters_table)
+    after = _all_time_totals(resources)
     after_letters = list_letters(sqs, resources.dead_letter_queue_url)
     duplicates = sum(stats.metric("DuplicatesAlreadyApplied") for stats in mappings.stats.values()) - duplicates_before
     changed = sorted(key for key in set(before) | set(after) if before.get(key) != after.get(key))
@@ -404,3 +400,8 @@ def _redrive(console: Console, resources: LocalResources, mappings: EventSourceM
 
 if __name__ == "__main__":
     main()
+
+
+def _all_time_totals(resources: LocalResources) -> dict[str, dict[str, Decimal]]:
+    """Every key's all-time values, shards summed: the scan behind ``tally top``, for the demo's cross-check."""
+    return CounterReader(resources.counters_table, client=resources.client("dynamodb")).all_time_totals()
