@@ -251,14 +251,13 @@ LAMBDA_CALLS = {
     ("TransactWriteItems.Put", "Put"),
     ("TransactWriteItems.Update", "Update"),
     ("TransactWriteItems.ConditionCheck", "ConditionCheck"),
-    ("BatchGetItem", "read_markers"),
-    ("BatchGetItem", "read_progress"),
+    ("BatchGetItem", "batch_get"),  # marker pre-read, journal progress and range check (store.schema)
     ("BatchWriteItem", "write_pages"),
     ("GetItem", "read"),
     ("SendMessageBatch", "send"),
 }
 OPERATOR_CALLS = {
-    ("BatchGetItem", "batch_get_consistent"),  # tally get (tally.reader; store.schema, shared with the journal)
+    ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
     ("Query", "_query"),  # tally get --window (tally.reader)
     ("Scan", "_scan_all_time"),  # tally top (tally.reader)
     ("DescribeStacks", "describe"),
@@ -278,8 +277,8 @@ OPERATOR_CALLS = {
 
 
 PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
-READER_CALLS = {("BatchGetItem", "batch_get_consistent"), ("Query", "_query"), ("Scan", "_scan_all_time")}
-READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get_consistent"), ("Query", "_query")}
+READER_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query"), ("Scan", "_scan_all_time")}
+READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query")}
 # Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
 # `kinesis put-record`, an SDK's single put) publish with the same policy.
 UNUSED_BY_DESIGN = {("ProducerPolicy", "PutToTheStream: kinesis:PutRecord on")}

@@ -9,7 +9,7 @@ strongly consistent: a count read right after a batch committed includes it.
 Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yaml grants exactly these):
 
 - ``get`` and ``get_many``: ``BatchGetItem``, one per 100 items (a hot key is 16 items), the keys
-  DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get_consistent``);
+  DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get``);
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
   windows, paginated;
 - ``top``: a ``Scan`` of the whole counters table (paginated): its cost grows with the table, so it is
@@ -17,7 +17,7 @@ Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yam
 
 It needs boto3 and msgspec (through the item schema), not the Lambda function's Powertools or tenacity:
 an application embeds it as it embeds the producer library. botocore's errors are translated once, here
-and in ``batch_get_consistent``, into ``tally.errors.StoreError`` (``RetryableStoreError`` for throttling).
+and in ``batch_get``, into ``tally.errors.StoreError`` (``RetryableStoreError`` for throttling).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, Ranked, Series, Window
-from tally.store.schema import PARTITION_KEY, SORT_KEY, batch_get_consistent, counters_from_item, item_key, translate
+from tally.store.schema import PARTITION_KEY, SORT_KEY, batch_get, counters_from_item, item_key, translate
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -130,7 +130,7 @@ class CounterReader:
             for shard in (range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1))
         ]
         totals: dict[str, dict[str, Decimal]] = {key: {} for key in wanted}
-        for item in batch_get_consistent(self.client, self.counters_table, item_keys):
+        for item in batch_get(self.client, self.counters_table, item_keys):
             add_into(totals[key_of_partition(item[PARTITION_KEY]["S"])], counters_from_item(item))
         return {key: Counters(key, totals[key]) for key in wanted}
 

@@ -26,6 +26,7 @@ from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
     add_update,
+    batch_get,
     counters_from_item,
     marker_id,
     marker_put,
@@ -130,19 +131,11 @@ class DynamoDBCounterStore:
         strongly consistent, then name it); a stale marker of an aborted batch that has since been
         replaced fails the replacing claim's condition the same way.
         """
+        keys = [{LEDGER_ID: {"S": marker_id(mid)}} for mid in message_ids]
         found: dict[str, MarkerRecord] = {}
-        for start in range(0, len(message_ids), 100):
-            keys = [{LEDGER_ID: {"S": marker_id(mid)}} for mid in message_ids[start : start + 100]]
-            request: Any = {self.markers_table: {"Keys": keys, "ConsistentRead": False}}
-            while request:
-                try:
-                    response = self.client.batch_get_item(RequestItems=request)
-                except (ClientError, BotoCoreError) as exc:
-                    raise translate(exc) from exc
-                for item in response.get("Responses", {}).get(self.markers_table, []):
-                    record = _marker_record(item["id"]["S"][2:], item)
-                    found[record.message_id] = record
-                request = response.get("UnprocessedKeys") or None
+        for item in batch_get(self.client, self.markers_table, keys, consistent=False):
+            record = _marker_record(item["id"]["S"][2:], item)
+            found[record.message_id] = record
         return found
 
     def read_marker(self, message_id: str) -> MarkerRecord | None:

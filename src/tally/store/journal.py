@@ -25,7 +25,7 @@ from tally.store.schema import (
     SORT_KEY,
     add_update,
     applied_id,
-    batch_get_consistent,
+    batch_get,
     batch_state_check,
     counters_from_item,
     decode_page,
@@ -38,7 +38,7 @@ from tally.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Sequence
     from decimal import Decimal
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
@@ -48,7 +48,6 @@ if TYPE_CHECKING:
     from tally.core.items import ItemKey
     from tally.store.schema import Role
 
-_BATCH_GET_LIMIT: Final = 100
 _BATCH_WRITE_LIMIT: Final = 25
 JOURNAL_GRACE_SECONDS: Final = 86_400
 """Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
@@ -221,18 +220,8 @@ class DynamoDBJournal:
     ) -> tuple[list[dict[ItemKey, dict[str, Decimal]]], set[int]]:
         """The pages of a committed batch and the indexes of its chunks already applied (or refused)."""
         ids = [page_id(batch_id, i) for i in range(chunk_count)] + [applied_id(batch_id, i) for i in range(chunk_count)]
-        found: dict[str, Mapping[str, Any]] = {}
-        for start in range(0, len(ids), _BATCH_GET_LIMIT):
-            keys: list[Any] = [{LEDGER_ID: {"S": item_id}} for item_id in ids[start : start + _BATCH_GET_LIMIT]]
-            request: Any = {self._markers: {"Keys": keys, "ConsistentRead": True}}
-            while request:
-                try:
-                    response = self._client.batch_get_item(RequestItems=request)
-                except (ClientError, BotoCoreError) as exc:
-                    raise translate(exc) from exc
-                for item in response.get("Responses", {}).get(self._markers, []):
-                    found[item[LEDGER_ID]["S"]] = item
-                request = response.get("UnprocessedKeys") or {}
+        keys = [{LEDGER_ID: {"S": item_id}} for item_id in ids]
+        found = {item[LEDGER_ID]["S"]: item for item in batch_get(self._client, self._markers, keys)}
         pages = []
         for index in range(chunk_count):
             page = found.get(page_id(batch_id, index))
@@ -249,7 +238,7 @@ class DynamoDBJournal:
         Number range) is found while the batch can still be aborted (issue 14, defect 3).
         """
         by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
-        stored_items = batch_get_consistent(self._client, self._counters, [item_key(item) for item in items])
+        stored_items = batch_get(self._client, self._counters, [item_key(item) for item in items])
         return {
             by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: counters_from_item(stored)
             for stored in stored_items

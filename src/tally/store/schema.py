@@ -236,15 +236,17 @@ _BATCH_GET_PAUSE_S: Final = 0.05
 _BATCH_GET_MAX_PAUSE_S: Final = 1.0
 
 
-def batch_get_consistent(
+def batch_get(
     client: DynamoDBClient,
     table: str,
     keys: Sequence[Mapping[str, Any]],
     *,
+    consistent: bool = True,
     sleep: Callable[[float], object] = time.sleep,
 ) -> list[Mapping[str, Any]]:
-    """Every stored item of ``keys`` in ``table``: strongly consistent ``BatchGetItem``s of at most 100 keys,
-    the keys DynamoDB leaves unprocessed asked again; errors translated once, here.
+    """Every stored item of ``keys`` in ``table``: ``BatchGetItem``s of at most 100 keys (strongly consistent
+    unless ``consistent=False``), the keys DynamoDB leaves unprocessed asked again; errors translated once,
+    here. The one BatchGetItem loop of tally: the reader, the counter store and the journal all use it.
 
     A partly throttled ``BatchGetItem`` succeeds with ``UnprocessedKeys`` (botocore retries only a call that
     failed as a whole): they are asked again after a pause drawn from a doubling ceiling (full jitter), as
@@ -253,7 +255,7 @@ def batch_get_consistent(
     """
     items: list[Mapping[str, Any]] = []
     for start in range(0, len(keys), BATCH_GET_LIMIT):
-        request: Any = {table: {"Keys": list(keys[start : start + BATCH_GET_LIMIT]), "ConsistentRead": True}}
+        request: Any = {table: {"Keys": list(keys[start : start + BATCH_GET_LIMIT]), "ConsistentRead": consistent}}
         for round_ in range(1, BATCH_GET_MAX_ROUNDS + 1):
             try:
                 response = client.batch_get_item(RequestItems=request)
