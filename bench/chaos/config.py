@@ -35,6 +35,11 @@ class DynamoDBFaultRates:
     lost_claim_near_deadline: float = 0.15
     """Per journal claim transaction after a batch's first: it commits, its answer is lost, and the
     invocation has just more than the applier's reserve left, so the retries stop (issue 14, defect 2)."""
+    unprocessed_keys: float = 0.05
+    """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
+    ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
+    0-11 ``BatchGetItem`` calls, as a throttled partition would; enough in a row to exhaust the read loop's
+    rounds, which must then fail as retryable rather than spin (issue 17's review)."""
 
     def total(self) -> float:
         return (

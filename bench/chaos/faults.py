@@ -17,6 +17,10 @@ one fault:
   ``remaining_ms`` drops to a value drawn around the applier's reserve); when the deadline passes while
   the request is in flight, the request commits and the invocation is killed (``InvocationKilled``).
 
+``BatchGetItem`` requests draw ``unprocessed_keys`` first: the request is sent with only part of its keys
+and the answer lists the others in ``UnprocessedKeys``, for this request and a burst of the consumer's next
+ones (a throttled partition answers HTTP 200 with unprocessed keys, which botocore does not retry).
+
 Journal claim transactions (``open``: the header Put with the first claims; ``claim``: a header check
 plus more claims) draw two more faults first (issue 14):
 
@@ -51,6 +55,8 @@ if TYPE_CHECKING:
 # The requests tally's write path makes; the faults apply to these only.
 FAULTABLE: Final = ("TransactWriteItems", "UpdateItem", "GetItem", "BatchWriteItem", "BatchGetItem")
 TRANSACT: Final = "TransactWriteItems"
+BATCH_GET: Final = "BatchGetItem"
+UNPROCESSED_BURST_MAX: Final = 11
 
 
 class InvocationKilled(Exception):
@@ -94,6 +100,10 @@ class DynamoDBChaos:
         self.reserve_ms = 3_000
         self.enabled = True
         self.killed_after_claim = False
+        self._unprocessed_burst = 0
+        """Further ``BatchGetItem`` calls of this consumer that will leave keys unprocessed."""
+        self._withheld: dict[str, Any] = {}
+        """The ``UnprocessedKeys`` the current ``BatchGetItem``'s answer is to carry."""
         """Set when ``kill_after_claim`` fired in the current invocation (the consumer resets it)."""
         for operation in FAULTABLE:
             client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
@@ -131,6 +141,8 @@ class DynamoDBChaos:
     def _before_call(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[_FakeHttpResponse, Any] | None:
         self._after = None
         operation = model.name
+        if self.enabled and operation == BATCH_GET and self._withhold_keys(params):
+            return None
         kind = None
         if self.enabled and operation == TRANSACT:
             kind = self._draw_claim_fault(params)
@@ -172,8 +184,37 @@ class DynamoDBChaos:
         }
         return _FakeHttpResponse(), body
 
-    def _after_call(self, **_: Any) -> None:
+    def _withhold_keys(self, params: dict[str, Any]) -> bool:
+        """Send part of a ``BatchGetItem``'s keys and keep the rest for its answer's ``UnprocessedKeys``."""
+        request = json.loads(params["body"])
+        ((table, spec),) = request["RequestItems"].items()
+        keys = spec["Keys"]
+        if len(keys) < 2:
+            return False
+        if self._unprocessed_burst:
+            self._unprocessed_burst -= 1
+        elif self._rng.random() < self._rates.unprocessed_keys:
+            self._unprocessed_burst = self._rng.randint(0, UNPROCESSED_BURST_MAX)
+        else:
+            return False
+        self._log.add("ddb.unprocessed_keys")
+        answered = self._rng.randint(1, len(keys) - 1)
+        spec["Keys"], withheld = keys[:answered], keys[answered:]
+        params["body"] = json.dumps(request).encode()
+        self._withheld = {table: dict(spec, Keys=withheld)}
+        self._after = "withhold"
+        return True
+
+    def _after_call(self, parsed: dict[str, Any] | None = None, **_: Any) -> None:
         after, self._after = self._after, None
+        if after == "withhold":
+            withheld, self._withheld = self._withheld, {}
+            if parsed is not None and "Error" not in parsed:
+                unprocessed = parsed.setdefault("UnprocessedKeys", {})
+                for table, spec in withheld.items():
+                    unprocessed.setdefault(table, {"Keys": [], "ConsistentRead": spec.get("ConsistentRead")})
+                    unprocessed[table]["Keys"].extend(spec["Keys"])
+            return
         if after == "lose":
             raise ReadTimeoutError(endpoint_url="chaos://lost-response")
         if after == "kill_after_claim":
