@@ -243,7 +243,7 @@ def queue_definitions(template: dict[str, Any]) -> dict[str, QueueDefinition]:
             )
         queues[logical_id] = QueueDefinition(
             logical_id=logical_id,
-            fifo=_resolve_bool(template, properties.get("FifoQueue", False), f"{where}.FifoQueue"),
+            fifo=_resolve(template, properties.get("FifoQueue", False), f"{where}.FifoQueue") in (True, "true"),
             visibility_timeout_seconds=_resolve_int(
                 template,
                 properties.get("VisibilityTimeout", SQS_DEFAULT_VISIBILITY_TIMEOUT_SECONDS),
@@ -283,7 +283,7 @@ def function_event_sources(
         sources[event_name] = SqsEventSource(
             function_logical_id=function_logical_id,
             event_name=event_name,
-            queue_logical_id=_get_att_arn_target(event_properties.get("Queue"), f"{where}.Queue"),
+            queue_logical_id=_get_att_arn_target(event_properties.get("Queue"), f"{where}.Queue", template),
             batch_size=_resolve_int(
                 template, event_properties.get("BatchSize", ESM_DEFAULT_BATCH_SIZE), f"{where}.BatchSize"
             ),
@@ -464,7 +464,7 @@ def stream_event_sources(
         sources[event_name] = KinesisEventSource(
             function_logical_id=function_logical_id,
             event_name=event_name,
-            stream_logical_id=_get_att_arn_target(properties.get("Stream"), f"{where}.Stream"),
+            stream_logical_id=_get_att_arn_target(properties.get("Stream"), f"{where}.Stream", template),
             starting_position=str(_resolve(template, properties.get("StartingPosition"), f"{where}.StartingPosition")),
             batch_size=_resolve_int(
                 template, properties.get("BatchSize", KINESIS_ESM_DEFAULT_BATCH_SIZE), f"{where}.BatchSize"
@@ -492,7 +492,9 @@ def stream_event_sources(
             ),
             function_response_types=_string_list(properties, "FunctionResponseTypes", where),
             on_failure_destination=(
-                _get_att_arn_target(on_failure["Destination"], f"{where}.DestinationConfig.OnFailure.Destination")
+                _get_att_arn_target(
+                    on_failure["Destination"], f"{where}.DestinationConfig.OnFailure.Destination", template
+                )
                 if "Destination" in on_failure
                 else None
             ),
@@ -608,8 +610,14 @@ def _ttl_attribute(properties: dict[str, Any], where: str) -> str | None:
     return _literal_str(spec, "AttributeName", f"{where}.TimeToLiveSpecification")
 
 
-def _get_att_arn_target(value: object, where: str) -> str:
-    """Logical id from ``!GetAtt X.Arn`` (short form) or ``{"Fn::GetAtt": ["X", "Arn"]}``."""
+def _get_att_arn_target(value: object, where: str, template: dict[str, Any] | None = None) -> str:
+    """Logical id from ``!GetAtt X.Arn`` (short form) or ``{"Fn::GetAtt": ["X", "Arn"]}``, or from the
+    branch of an ``!If`` the template's conditions take (``!If [HasExistingQueue, !Ref ..., !GetAtt ...]``:
+    the local stack always creates its own source)."""
+    if template is not None and isinstance(value, dict) and set(value) == {"Fn::If"}:
+        args = value["Fn::If"]
+        if isinstance(args, list) and len(args) == 3 and isinstance(args[0], str):
+            return _get_att_arn_target(args[1] if condition_values(template)[args[0]] else args[2], where, template)
     if isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
         target = value["Fn::GetAtt"]
         if isinstance(target, str):
