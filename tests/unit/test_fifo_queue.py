@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.lambda_events import sqs_event
 from tests.unit.test_handler import MotoStack, stack  # noqa: F401 (the moto stack fixture)
+
+if TYPE_CHECKING:
+    import pytest
 
 REGION = "us-east-1"
 
