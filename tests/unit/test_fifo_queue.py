@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING, Any
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.lambda_events import sqs_event
-from tests.unit.test_handler import MotoStack, stack  # noqa: F401 (the moto stack fixture)
+from tests.unit.test_handler import stack  # noqa: F401 (the moto stack fixture)
 
 if TYPE_CHECKING:
     import pytest
+
+    from tests.unit.test_handler import MotoStack
 
 REGION = "us-east-1"
 
