@@ -256,6 +256,9 @@ def _outputs(template: dict[str, Any], physical: Mapping[str, str], arns: Mappin
         if "Condition" in output and not conditions[output["Condition"]]:
             continue
         value = output.get("Value")
+        while isinstance(value, dict) and set(value) == {"Fn::If"}:  # the branch the local stack takes (its own)
+            condition, when_true, when_false = value["Fn::If"]
+            value = when_true if conditions[condition] else when_false
         if isinstance(value, dict) and set(value) == {"Ref"}:
             found = physical.get(value["Ref"])
         elif isinstance(value, dict) and set(value) == {"Fn::GetAtt"}:
