@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.iam import CONFIGURATIONS, EXISTING_QUEUE_ARN, EXISTING_STREAM_ARN, Stack, functions, role_grantee
 from tests.template.conditions import deployed, parameter_values
-from tests.template.test_template import blocking, cfn_lint, rules_accept
+from tests.template.test_template import REPO_ROOT, blocking, cfn_lint, rules_accept
 
 FIFO = {"QueueType": "FIFO", "BatchSize": "10", "BatchingWindowSeconds": "0"}
 
@@ -191,6 +191,26 @@ def test_without_the_s3_grant_the_contract_denies_lambdas_write(
     (put,) = [call for call in function.runtime_calls if call.action == "s3:PutObject"]
     assert put.resource.startswith("arn:aws:s3:::StreamFailureBucket/aws/lambda/")
     assert not role.allows(put.action, put.resource)
+
+
+def test_given_up_batches_alarm_wherever_they_go(template: dict[str, Any], transformed: dict[str, Any]) -> None:
+    runbook = (REPO_ROOT / "docs" / "runbook.md").read_text()
+    # GIVEN the S3 destination: the dead-letter queue's alarm does not see a batch given up to the bucket
+    resources = stack(template, transformed, Source="Kinesis", StreamFailureDestination="S3")["Resources"]
+    alarm = resources["StreamFailedBatchesAlarm"]["Properties"]
+    # THEN an alarm watches the mapping's deliveries to its on-failure destination
+    assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/Lambda", "OnFailureDestinationDeliveredEventCount")
+    assert alarm["Dimensions"] == [
+        {"Name": "EventSourceMappingUUID", "Value": {"Ref": "StreamCounterFunctionEventStreamBatch"}}
+    ]
+    # AND, whatever the destination, one watches deliveries that failed (the batch's only trace)
+    for destination in ("SQS", "S3"):
+        resources = stack(template, transformed, Source="Kinesis", StreamFailureDestination=destination)["Resources"]
+        assert resources["StreamFailureDeliveryAlarm"]["Properties"]["MetricName"] == "DestinationDeliveryFailures"
+    assert "StreamFailedBatchesAlarm" not in stack(template, transformed, Source="Kinesis")["Resources"]
+    # AND the runbook says what to do for each
+    assert "## StreamFailedBatchesAlarm" in runbook
+    assert "## StreamFailureDeliveryAlarm" in runbook
 
 
 @pytest.mark.parametrize(("source", "accepted"), [("Kinesis", True), ("Both", True), ("SQS", False)])
