@@ -279,3 +279,21 @@ def test_each_configuration_lints_clean_and_passes_its_rules(
     # the QueueVisibility mapping without a queue of the stack's own (W7001)
     found = [str(match) for match in blocking(cfn_lint(deployed_stack)) if match.rule.id not in {"W2001", "W7001"}]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"Source": "Kinesis", "StreamFailureDestination": "S3"},
+        {"ExistingQueueArn": EXISTING_QUEUE_ARN},
+        {"Source": "Kinesis", "ExistingStreamArn": EXISTING_STREAM_ARN},
+    ],
+)
+def test_the_local_stack_refuses_what_it_does_not_emulate(overrides: dict[str, str]) -> None:
+    # The local pollers send given-up batches to the dead-letter queue, and the local stack creates its own
+    # sources: it says so instead of running something else than the deployment would
+    from tally.local.stack import LocalStack  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match="does not emulate"):
+        LocalStack(overrides)
+    LocalStack({"Source": "SQS", **FIFO})  # FIFO it does (tests/integration/test_local_fifo.py)
