@@ -123,6 +123,9 @@ def test_rules_refuse_an_existing_source_nothing_consumes(
         ("ExistingQueueArn", "", True),
         ("ExistingQueueArn", EXISTING_QUEUE_ARN, True),
         ("ExistingQueueArn", "arn:aws:sqs:eu-west-1:123456789012:orders.fifo", True),
+        ("ExistingQueueArn", f"arn:aws:sqs:us-east-1:123456789012:{'q' * 80}", True),  # SQS's longest name
+        ("ExistingQueueArn", f"arn:aws:sqs:us-east-1:123456789012:{'q' * 81}", False),
+        ("ExistingQueueArn", f"arn:aws:sqs:us-east-1:123456789012:{'q' * 76}.fifo", False),
         ("ExistingQueueArn", "https://sqs.us-east-1.amazonaws.com/123456789012/q", False),  # a URL, not an ARN
         ("ExistingQueueArn", EXISTING_STREAM_ARN, False),
         ("ExistingStreamArn", EXISTING_STREAM_ARN, True),
