@@ -144,6 +144,11 @@ def _targets(service: str, operation: str, params: dict[str, Any]) -> tuple[Targ
         found = [Target("stream", stream.rsplit(":stream/", 1)[-1])]
     elif service == "cloudformation":
         found = [Target("stack", params.get("StackName", ""))]
+    elif service == "s3" and "Key" in params:
+        # an object: its bucket, and its key's first two segments (aws/lambda) as the prefix IAM is asked for
+        found = [Target("object", params.get("Bucket", ""), "/".join(str(params["Key"]).split("/")[:2]))]
+    elif service == "s3":
+        found = [Target("bucket", params.get("Bucket", ""))]
     else:
         found = []
     return tuple(sorted(set(found)))

@@ -54,7 +54,32 @@ OPERATOR_POLICY = "OperatorPolicy"
 # Issue 17: the policies for an application's producers and readers, and the read endpoint's function.
 PRODUCER_POLICY, READER_POLICY, READ_FUNCTION_ID = "ProducerPolicy", "ReaderPolicy", "ReadFunction"
 STACK = "AWS::StackId"  # the stack itself, as a "resource" of cloudformation:Describe*
-SOURCES = ("SQS", "Kinesis", "Both")
+FAILURE_BUCKET = "StreamFailureBucket"
+# Issue 17: the sources a team already owns, by ARN (a fake account's, as the stack's resources are).
+EXISTING_QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:owners-events"
+EXISTING_STREAM_ARN = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/owners-events"
+# Each configuration the contract is evaluated for: a name and its parameter overrides. The three Sources,
+# then issue 17's choices (a FIFO queue, sources the team owns, given-up batches whole in S3).
+CONFIGURATIONS: dict[str, dict[str, str]] = {
+    "SQS": {"Source": "SQS"},
+    "Kinesis": {"Source": "Kinesis"},
+    "Both": {"Source": "Both"},
+    "SQS FIFO": {"Source": "SQS", "QueueType": "FIFO", "BatchSize": "10", "BatchingWindowSeconds": "0"},
+    "Both, existing queue and stream": {
+        "Source": "Both",
+        "ExistingQueueArn": EXISTING_QUEUE_ARN,
+        "ExistingStreamArn": EXISTING_STREAM_ARN,
+    },
+    "Kinesis, failures to S3": {"Source": "Kinesis", "StreamFailureDestination": "S3"},
+    "Both, existing stream, failures to S3": {
+        "Source": "Both",
+        "ExistingStreamArn": EXISTING_STREAM_ARN,
+        "StreamFailureDestination": "S3",
+    },
+}
+SOURCES = tuple(CONFIGURATIONS)
+# A source the stack consumes but does not create: the parameter holding its ARN.
+_EXISTING = {QUEUE: "ExistingQueueArn", STREAM: "ExistingStreamArn"}
 
 # --- operations -> IAM actions --------------------------------------------------------------------------
 
@@ -87,6 +112,9 @@ _KINESIS_ACTIONS = {
     "ListShards",
 }
 _CLOUDFORMATION_ACTIONS = {"DescribeStacks", "DescribeStackResource", "DescribeStackResources", "ListStackResources"}
+# S3 (the failure bucket of given-up Kinesis batches): an object operation is authorised on the object's ARN.
+_S3_BUCKET_ACTIONS = {"ListObjectsV2": "ListBucket", "ListObjects": "ListBucket"}
+_S3_OBJECT_ACTIONS = {"GetObject": "GetObject", "DeleteObject": "DeleteObject", "PutObject": "PutObject"}
 # The operator's SQS calls: reading and deleting are on the dead-letter queue, sending (a redrive, a publish)
 # on the stack's source queue. The function sends only to the dead-letter queue (tally.dlq).
 _OPERATOR_DLQ_OPERATIONS = {
@@ -142,6 +170,8 @@ def _attributes(logical_id: str, resource_type: str) -> dict[str, str]:
         return {"Ref": logical_id, "Arn": f"{arn}:lambda:{REGION}:{ACCOUNT}:function:{logical_id}"}
     if resource_type == "AWS::IAM::ManagedPolicy":
         return {"Ref": f"{arn}:iam::{ACCOUNT}:policy/{logical_id}"}
+    if resource_type == "AWS::S3::Bucket":
+        return {"Ref": logical_id, "Arn": f"{arn}:s3:::{logical_id}"}
     return {"Ref": logical_id, "Arn": f"{arn}:unknown:{REGION}:{ACCOUNT}:{logical_id}"}
 
 
@@ -175,10 +205,18 @@ class Stack:
     def arn(self, logical_id: str) -> str:
         if logical_id == STACK:
             return STACK_ID
+        if logical_id not in self.resources and self.values.get(_EXISTING.get(logical_id, ""), ""):
+            return self.values[_EXISTING[logical_id]]  # the team's own queue or stream
         return self.attribute(logical_id, "Arn")
 
     def exists(self, logical_id: str) -> bool:
-        return logical_id == STACK or logical_id in self.resources
+        """In the stack, or consumed by it (a queue or stream given by ARN)."""
+        existing = _EXISTING.get(logical_id)
+        consumed = existing is not None and bool(self.values.get(existing)) and self._consumes(logical_id)
+        return logical_id == STACK or logical_id in self.resources or consumed
+
+    def _consumes(self, logical_id: str) -> bool:
+        return self.conditions["UseSqs" if logical_id == QUEUE else "UseKinesis"]
 
     def resolve(self, node: Any) -> Any:
         """``node`` with every intrinsic function replaced by its value (``AWS::NoValue`` entries dropped)."""
@@ -213,6 +251,12 @@ class Stack:
             if key == "Fn::Join":
                 separator, items = args
                 return separator.join(str(item) for item in self.resolve(items))
+            if key == "Fn::Split":
+                separator, text = args
+                return str(self.resolve(text)).split(separator)
+            if key == "Fn::Select":
+                index, items = args
+                return self.resolve(items)[int(index)]
             if key.startswith("Fn::"):
                 raise AssertionError(f"intrinsic {key} not understood by the IAM contract's resolver")
         return {key: value for key, value in ((k, self.resolve(v)) for k, v in node.items()) if value is not _NO_VALUE}
@@ -326,11 +370,28 @@ def functions(stack: Stack) -> list[LambdaFunction]:
                 raise AssertionError(f"event source {source} not understood by the IAM contract")
             destination = mapping_properties.get("DestinationConfig", {}).get("OnFailure", {}).get("Destination")
             if destination is not None:
-                if ":sqs:" not in destination:
-                    raise AssertionError(f"on-failure destination {destination} not understood by the IAM contract")
-                calls.append(Requirement("sqs:SendMessage", destination, "Lambda: on-failure destination"))
+                calls += _on_failure_calls(destination, stack)
         found.append(LambdaFunction(function_id, role_id, tuple(calls)))
     return found
+
+
+def _on_failure_calls(destination: str, stack: Stack) -> list[Requirement]:
+    """What Lambda does with the function's role to deliver a given-up batch's record: an SQS destination
+    gets ``SendMessage``; an S3 destination gets the whole invocation record as an object under
+    ``aws/lambda/<mapping UUID>/<shard>/YYYY/MM/DD/...`` (``s3:PutObject``), and ``s3:ListBucket`` on the
+    bucket (the two actions AWS documents for an S3 destination, and that aws-sam-translator grants for
+    ``OnFailure: Type: S3``)."""
+    origin = "Lambda: on-failure destination"
+    if ":sqs:" in destination:
+        return [Requirement("sqs:SendMessage", destination, origin)]
+    if destination.startswith("arn:aws:s3:::"):
+        uuid = f"{stack.values.get('Source', 'x')}-mapping-uuid"
+        key = f"aws/lambda/{uuid}/shardId-000000000000/2026/11/24/2026-11-24T10.15.00-0b6e4a30"
+        return [
+            Requirement("s3:PutObject", f"{destination}/{key}", origin),
+            Requirement("s3:ListBucket", destination, origin),
+        ]
+    raise AssertionError(f"on-failure destination {destination} not understood by the IAM contract")
 
 
 # --- recorded calls -> IAM requests ---------------------------------------------------------------------
@@ -371,6 +432,8 @@ def _bind(call: Call) -> str | None:
         return STREAM
     if call.service == "cloudformation":
         return STACK
+    if call.service == "s3":
+        return FAILURE_BUCKET  # the operator's only bucket: given-up Kinesis batches (tally.ops.dead_letters)
     return None
 
 
@@ -406,6 +469,10 @@ def requirements(calls: Iterable[Call], binding: Binding, stack: Stack) -> Requi
             action = f"kinesis:{operation}"
         elif service == "cloudformation" and operation in _CLOUDFORMATION_ACTIONS:
             action = f"cloudformation:{operation}"
+        elif service == "s3" and operation in _S3_BUCKET_ACTIONS:
+            action = f"s3:{_S3_BUCKET_ACTIONS[operation]}"
+        elif service == "s3" and operation in _S3_OBJECT_ACTIONS:
+            action = f"s3:{_S3_OBJECT_ACTIONS[operation]}"
         else:
             result.problems.append(f"no IAM mapping for {service} {operation}: {origin}")
             continue
@@ -413,7 +480,12 @@ def requirements(calls: Iterable[Call], binding: Binding, stack: Stack) -> Requi
         if resource is None:
             result.problems.append(f"{service} resource of {operation} not bound to the template: {origin}")
         elif stack.exists(resource):
-            result.needed.append(Requirement(action, stack.arn(resource), origin))
+            arn = stack.arn(resource)
+            if service == "s3" and operation in _S3_OBJECT_ACTIONS:
+                # the object's key prefix, as recorded (tests.support.aws_calls): an object under it
+                prefixes = [t.item_action for t in call.targets if t.kind == "object"]
+                arn = f"{arn}/{prefixes[0] if prefixes else ''}/recorded-object"
+            result.needed.append(Requirement(action, arn, origin))
     return result
 
 
@@ -476,9 +548,15 @@ def _verdict(grantee: Grantee, source: str, needed: list[Requirement], problems:
 
 
 def evaluate(transformed: dict[str, Any], recording: Recording, source: str) -> list[Verdict]:
-    """Each function role and the operator policy of a ``source`` stack against the recorded calls (with the
-    read endpoint on, so that its function exists), then the producer and reader policies."""
-    values = parameter_values(transformed, Source=source, AlarmEmail="ops@example.com", ReadEndpoint="FunctionUrl")
+    """Each function role and the operator policy of a ``source`` stack (a key of ``CONFIGURATIONS``) against
+    the recorded calls (with the read endpoint on, so that its function exists), then the producer and reader
+    policies."""
+    values = parameter_values(
+        transformed,
+        **CONFIGURATIONS.get(source, {"Source": source}),
+        AlarmEmail="ops@example.com",
+        ReadEndpoint="FunctionUrl",
+    )
     stack = Stack(transformed, values)
     binding = Binding(transformed, recording.tables)
     function_calls = requirements([c for c in recording.calls if c.role == FUNCTION], binding, stack)

@@ -39,3 +39,31 @@ def prune(template: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
             if "Condition" not in item or conditions[item["Condition"]]
         }
     return pruned
+
+
+def deployed(template: dict[str, Any], values: dict[str, str]) -> dict[str, Any]:
+    """What CloudFormation would create for ``values``: :func:`prune`, then every ``Fn::If`` in the
+    resources and outputs replaced by the branch taken (a branch of ``AWS::NoValue`` removes its property)."""
+    conditions = evaluate_conditions(template, values)
+    pruned = prune(template, values)
+    for section in ("Resources", "Outputs"):
+        pruned[section] = resolve_ifs(pruned[section], conditions)
+    return pruned
+
+
+_NO_VALUE = {"Ref": "AWS::NoValue"}
+
+
+def resolve_ifs(node: Any, conditions: dict[str, bool]) -> Any:
+    """``node`` with each ``Fn::If`` resolved by ``conditions``; a branch of ``AWS::NoValue`` removes the
+    property or list item that holds it, as CloudFormation does."""
+    if isinstance(node, list):
+        items = [resolve_ifs(item, conditions) for item in node]
+        return [item for item in items if item != _NO_VALUE]
+    if not isinstance(node, dict):
+        return node
+    if set(node) == {"Fn::If"}:
+        condition, when_true, when_false = node["Fn::If"]
+        return resolve_ifs(when_true if conditions[condition] else when_false, conditions)
+    resolved = {key: resolve_ifs(value, conditions) for key, value in node.items()}
+    return {key: value for key, value in resolved.items() if value != _NO_VALUE}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +28,7 @@ from tally.handlers import kinesis as kinesis_handler
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
+from tally.local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
 from tally.local.template import load_template, table_definitions
 from tally.producer import Event, KinesisPublisher, SqsPublisher
 from tally.reader import CounterReader
@@ -72,6 +74,8 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         kinesis.create_stream(StreamName="tally-stream", ShardCount=1)
         stream_arn = kinesis.describe_stream_summary(StreamName="tally-stream")["StreamDescriptionSummary"]["StreamARN"]
+        s3 = boto3.client("s3")
+        s3.create_bucket(Bucket="tally-failures")  # StreamFailureDestination=S3
         variables = {
             "TALLY_COUNTERS_TABLE": "counters",
             "TALLY_MARKERS_TABLE": "markers",
@@ -88,6 +92,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             yield {
                 "sqs": sqs,
                 "kinesis": kinesis,
+                "s3": s3,
                 "cloudformation": boto3.client("cloudformation"),
                 "dlq": dlq,
                 "queue": queue,
@@ -161,6 +166,7 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
         "DeadLetterQueueUrl": aws["dlq"],
         "EventsQueueUrl": aws["queue"],
         "EventStreamName": "tally-stream",
+        "StreamFailureBucketName": "tally-failures",
     }
     body = {
         "Resources": {
@@ -200,7 +206,29 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
         QueueUrl=aws["dlq"],
         MessageBody=json.dumps({"requestContext": {"condition": "RecordAgeExceeded"}, "KinesisBatchInfo": info}),
     )
-    run("dlq", "list")  # ReceiveMessage, ChangeMessageVisibilityBatch
+    # A given-up batch, whole, in the S3 failure bucket (StreamFailureDestination=S3), as Lambda writes it.
+    (shard,) = kinesis.list_shards(StreamName="tally-stream")["Shards"]
+    iterator = kinesis.get_shard_iterator(
+        StreamName="tally-stream", ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+    )["ShardIterator"]
+    records = kinesis.get_records(ShardIterator=iterator)["Records"][:2]
+    now = datetime.now(UTC)
+    metadata = on_failure_record(
+        function_arn="arn:aws:lambda:us-east-1:123456789012:function:stream",
+        condition="RetryAttemptsExhausted",
+        invoke_count=11,
+        shard_id=shard["ShardId"],
+        stream_arn=aws["stream_arn"],
+        records=records,
+        function_error_kind="Unhandled",
+        now=now,
+    )
+    event = kinesis_event(records, aws["stream_arn"], shard["ShardId"], "us-east-1")
+    key, body = s3_on_failure_object(
+        mapping_uuid="mapping", record=metadata, event_records=event["Records"], now=now, object_id="o-1"
+    )
+    aws["s3"].put_object(Bucket="tally-failures", Key=key, Body=json.dumps(body).encode())
+    run("dlq", "list", "--failure-bucket", "tally-failures")  # ReceiveMessage, ChangeMessageVisibilityBatch, S3
     run("dlq", "redrive", "--stack", "tally-ops")  # GetQueueUrl, SendMessage, PutRecord, GetShardIterator, ...
 
 
@@ -272,7 +300,10 @@ OPERATOR_CALLS = {
     ("PutRecord", "_resend"),
     ("GetShardIterator", "_replay"),
     ("GetRecords", "_replay"),
-    ("PutRecords", "_replay"),
+    ("PutRecords", "_put_chunk"),
+    ("ListObjectsV2", "_failure_keys"),  # the S3 failure bucket (StreamFailureDestination=S3)
+    ("GetObject", "_read_object"),
+    ("DeleteObject", "_redrive_bucket"),
 }
 
 
@@ -357,6 +388,8 @@ def test_a_missing_grant_is_named_with_its_call_site(transformed: dict[str, Any]
         if resource["Type"] == "AWS::IAM::Role":
             for policy in resource["Properties"].get("Policies", []):
                 for statement in policy["PolicyDocument"]["Statement"]:
+                    if "Action" not in statement:  # a conditional statement ({"Fn::If": ...}): not this grant
+                        continue
                     actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
                     statement["Action"] = [a for a in actions if a != "dynamodb:BatchWriteItem"] or ["dynamodb:GetItem"]
     # WHEN evaluated THEN the denial names the action, the table's ARN and the call site

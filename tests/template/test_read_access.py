@@ -113,8 +113,16 @@ def test_the_producer_policy_names_only_the_stacks_source(
     conditions = {"UseSqs": source in {"SQS", "Both"}, "UseKinesis": source in {"Kinesis", "Both"}}
     found = resolved_statements(resources, "ProducerPolicy", conditions)
     assert [(s["Sid"], sorted(s["Action"])) for s in found] == expected
-    resource_of = {"SendToTheQueue": "EventsQueue", "PutToTheStream": "EventStream"}
-    assert all(s["Resource"] == {"Fn::GetAtt": [resource_of[s["Sid"]], "Arn"]} for s in found)
+    # the stack's own queue or stream, or the one given by ARN (issue 17: existing sources)
+    resource_of = {
+        "SendToTheQueue": ("HasExistingQueue", "ExistingQueueArn", "EventsQueue"),
+        "PutToTheStream": ("HasExistingStream", "ExistingStreamArn", "EventStream"),
+    }
+    assert all(
+        s["Resource"] == {"Fn::If": [condition, {"Ref": parameter}, {"Fn::GetAtt": [resource, "Arn"]}]}
+        for s in found
+        for condition, parameter, resource in [resource_of[s["Sid"]]]
+    )
 
 
 @pytest.mark.parametrize("source", ["SQS", "Both"])

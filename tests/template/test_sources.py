@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.template.conditions import evaluate_conditions, parameter_values, prune
+from tests.template.conditions import deployed, evaluate_conditions, parameter_values
 from tests.template.test_template import (
     REPO_ROOT,
     _as_list,
@@ -50,7 +50,8 @@ STREAM_FUNCTION = "StreamCounterFunction"
 
 
 def variant(template: dict[str, Any], transformed: dict[str, Any], source: str, **values: str) -> dict[str, Any]:
-    return prune(transformed, parameter_values(template, Source=source, **values))
+    """The stack CloudFormation would create (conditions evaluated, ``Fn::If`` resolved)."""
+    return deployed(transformed, parameter_values(template, Source=source, **values))
 
 
 def kinesis_stack(template: dict[str, Any], transformed: dict[str, Any], **values: str) -> dict[str, Any]:
@@ -143,7 +144,9 @@ def test_stream_is_encrypted_on_demand_by_default_with_shards_only_when_provisio
     assert stream["StreamModeDetails"] == {"StreamMode": {"Ref": "StreamMode"}}
     assert template["Parameters"]["StreamMode"]["Default"] == "ON_DEMAND"
     assert template["Parameters"]["StreamMode"]["AllowedValues"] == ["ON_DEMAND", "PROVISIONED"]
-    assert stream["ShardCount"] == {"Fn::If": ["ProvisionedStream", {"Ref": "ShardCount"}, {"Ref": "AWS::NoValue"}]}
+    assert "ShardCount" not in stream  # on demand: no shard count
+    provisioned_stream = kinesis_stack(template, transformed, StreamMode="PROVISIONED")["EventStream"]["Properties"]
+    assert provisioned_stream["ShardCount"] == {"Ref": "ShardCount"}
     assert stream["RetentionPeriodHours"] == {"Ref": "StreamRetentionHours"}
     for mode, provisioned in (("ON_DEMAND", False), ("PROVISIONED", True)):
         values = parameter_values(template, Source="Kinesis", StreamMode=mode)

@@ -30,7 +30,7 @@ from tally.local.template import (
     queue_definitions,
     table_definitions,
 )
-from tests.template.conditions import parameter_values, prune
+from tests.template.conditions import deployed, parameter_values, prune
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -193,7 +193,8 @@ def test_every_parameter_is_described(parameters: dict[str, Any]) -> None:
     assert all(parameter.get("Description") for parameter in parameters.values())
 
 
-def test_event_source_reports_batch_item_failures(resources: dict[str, Any]) -> None:
+def test_event_source_reports_batch_item_failures(template: dict[str, Any], transformed: dict[str, Any]) -> None:
+    resources = deployed(transformed, parameter_values(template))["Resources"]
     mappings = [r for r in resources.values() if r["Type"] == "AWS::Lambda::EventSourceMapping"]
     assert len(mappings) == 1
     properties = mappings[0]["Properties"]
@@ -239,14 +240,17 @@ def _evaluate_rule_function(node: Any, values: dict[str, str]) -> Any:
 def test_rules_require_batching_window_above_ten(
     template: dict[str, Any], batch_size: str, window: str, accepted: bool
 ) -> None:
-    values = {"BatchSize": batch_size, "BatchingWindowSeconds": window}
-    rules = template["Rules"].values()
-    ok = all(
+    assert rules_accept(template, BatchSize=batch_size, BatchingWindowSeconds=window) is accepted
+
+
+def rules_accept(template: dict[str, Any], **overrides: str) -> bool:
+    """Whether every Rule of the template holds for the defaults with ``overrides`` (as at deploy time)."""
+    values = parameter_values(template, **overrides)
+    return all(
         not _evaluate_rule_function(rule.get("RuleCondition", True), values)
         or all(_evaluate_rule_function(a["Assert"], values) for a in rule["Assertions"])
-        for rule in rules
+        for rule in template["Rules"].values()
     )
-    assert ok is accepted
 
 
 def test_defaults_satisfy_batching_window_rule(parameters: dict[str, Any]) -> None:
@@ -462,7 +466,7 @@ def test_dead_letter_queue_alarm(resources: dict[str, Any]) -> None:
 
 
 def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
-    outputs = prune(transformed, parameter_values(template))["Outputs"]
+    outputs = deployed(transformed, parameter_values(template))["Outputs"]
     assert set(outputs) == {
         "EventsQueueUrl",
         "EventsQueueArn",

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from tally.ops.dead_letters import Destination, Letter, list_letters, partition_key, redrive
+from tally.ops.dead_letters import Destination, Letter, list_failed_batches, list_letters, partition_key, redrive
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -235,3 +235,122 @@ def test_a_letter_redriven_and_refused_again_is_not_redriven_twice(aws: tuple[An
 def test_partition_key_follows_the_producer_library(payload: bytes, key: str) -> None:
     letter = Letter("mid", "rh", payload.decode(), 0, 1, source_record_id="r-9")
     assert partition_key(payload, letter) == key
+
+
+# --- issue 17: given-up Kinesis batches kept whole in S3, and FIFO queues ------------------------------
+
+
+def _given_up_in_s3(kinesis: Any, s3: Any, *, trim: bool) -> tuple[str, list[dict[str, Any]]]:
+    """A stream with five records, the S3 object Lambda writes when it gives up on records 1..3 (the key and
+    body AWS documents), and, with ``trim``, a stream that no longer holds them (a new, empty one of the
+    same name: moto cannot trim a stream by its retention)."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from tally.local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object  # noqa: PLC0415
+
+    kinesis.create_stream(StreamName="s", ShardCount=1)
+    stream_arn = kinesis.describe_stream_summary(StreamName="s")["StreamDescriptionSummary"]["StreamARN"]
+    for i in range(5):
+        kinesis.put_record(StreamName="s", Data=f'{{"id":"e{i}","key":"k","delta":1}}'.encode(), PartitionKey=f"p{i}")
+    (shard,) = kinesis.list_shards(StreamName="s")["Shards"]
+    iterator = kinesis.get_shard_iterator(StreamName="s", ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
+    given_up = kinesis.get_records(ShardIterator=iterator["ShardIterator"])["Records"][1:4]
+    now = datetime(2026, 11, 24, 10, 15, tzinfo=UTC)
+    metadata = on_failure_record(
+        function_arn="arn:aws:lambda:us-east-1:123456789012:function:tally-StreamCounterFunction",
+        condition="RetryAttemptsExhausted",
+        invoke_count=11,
+        shard_id=shard["ShardId"],
+        stream_arn=stream_arn,
+        records=given_up,
+        function_error_kind="Unhandled",
+        now=now,
+    )
+    event = kinesis_event(given_up, stream_arn, shard["ShardId"], "us-east-1")
+    key, body = s3_on_failure_object(
+        mapping_uuid="1f2e3d4c-0000-4000-8000-00000000abcd",
+        record=metadata,
+        event_records=event["Records"],
+        now=now,
+        object_id="9a8b7c6d-0000-4000-8000-000000000001",
+    )
+    s3.create_bucket(Bucket="failures")
+    s3.put_object(Bucket="failures", Key=key, Body=json.dumps(body).encode())
+    if trim:
+        kinesis.delete_stream(StreamName="s")
+        kinesis.create_stream(StreamName="s", ShardCount=1)
+    return key, given_up
+
+
+def _stream_data(kinesis: Any) -> list[tuple[bytes, str]]:
+    (shard,) = kinesis.list_shards(StreamName="s")["Shards"]
+    iterator = kinesis.get_shard_iterator(StreamName="s", ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
+    return [
+        (r["Data"], r["PartitionKey"]) for r in kinesis.get_records(ShardIterator=iterator["ShardIterator"])["Records"]
+    ]
+
+
+def test_redrive_replays_a_given_up_batch_from_the_s3_destination_after_the_stream_lost_it(
+    aws: tuple[Any, Any],
+) -> None:
+    sqs, kinesis = aws
+    s3 = boto3.client("s3")
+    dlq, _ = queue(sqs, "dlq")
+    # GIVEN a batch Lambda gave up on, whole in the S3 failure bucket, and a stream that no longer has it
+    key, given_up = _given_up_in_s3(kinesis, s3, trim=True)
+    assert _stream_data(kinesis) == []
+    # WHEN the dead letters are redriven with the failure bucket
+    result = redrive(sqs, dlq, kinesis=kinesis, s3=s3, failure_bucket="failures")
+    # THEN the three records are back in their stream, data and partition keys unchanged, in order
+    assert result.ok, result
+    assert result.replayed_records == 3
+    assert result.replayed_objects == (key,)
+    assert _stream_data(kinesis) == [(r["Data"], r["PartitionKey"]) for r in given_up]
+    # AND the object is deleted once its records were accepted, so a second redrive replays nothing
+    assert s3.list_objects_v2(Bucket="failures").get("KeyCount") == 0
+    assert redrive(sqs, dlq, kinesis=kinesis, s3=s3, failure_bucket="failures").replayed_records == 0
+
+
+def test_list_shows_the_given_up_batches_of_the_s3_destination(aws: tuple[Any, Any]) -> None:
+    _, kinesis = aws
+    s3 = boto3.client("s3")
+    key, given_up = _given_up_in_s3(kinesis, s3, trim=False)
+    (stored,) = list_failed_batches(s3, "failures")
+    assert stored.key == key
+    assert stored.batch.condition == "RetryAttemptsExhausted"
+    assert (stored.batch.start_sequence_number, stored.batch.end_sequence_number, stored.batch.size) == (
+        given_up[0]["SequenceNumber"],
+        given_up[-1]["SequenceNumber"],
+        3,
+    )
+    assert [r.data for r in stored.records] == [r["Data"] for r in given_up]
+
+
+def test_an_s3_object_that_is_not_a_lambda_invocation_record_stays_and_says_why(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    s3 = boto3.client("s3")
+    dlq, _ = queue(sqs, "dlq")
+    s3.create_bucket(Bucket="failures")
+    s3.put_object(Bucket="failures", Key="aws/lambda/u/shardId-000000000000/2026/11/24/x", Body=b"{}")
+    result = redrive(sqs, dlq, kinesis=kinesis, s3=s3, failure_bucket="failures")
+    assert not result.ok
+    ((key, reason),) = result.skipped_objects
+    assert key.endswith("/x")
+    assert "payload" in reason
+    assert s3.list_objects_v2(Bucket="failures")["KeyCount"] == 1
+
+
+def test_redrive_to_a_fifo_queue_gives_each_message_its_group_and_a_deduplication_id(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    # GIVEN a FIFO source queue and its FIFO dead-letter queue holding a message SQS moved there
+    dlq = sqs.create_queue(QueueName="dlq.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    source = sqs.create_queue(QueueName="source.fifo", Attributes={"FifoQueue": "true"})["QueueUrl"]
+    body = '{"id":"m-1","key":"page:/home","delta":1}'
+    sqs.send_message(QueueUrl=dlq, MessageBody=body, MessageGroupId="page:/home", MessageDeduplicationId="m-1")
+    # WHEN redriven to the source queue
+    result = redrive(sqs, dlq, kinesis=kinesis, default_queue_url=source)
+    # THEN it is back in the source queue, in its own message group
+    assert result.ok, result.skipped
+    (message,) = sqs.receive_message(QueueUrl=source, AttributeNames=["All"])["Messages"]
+    assert message["Body"] == body
+    assert message["Attributes"]["MessageGroupId"] == "page:/home"

@@ -23,13 +23,14 @@ from rich.table import Table
 
 from tally.cli.locate import Locator, client, stack_option
 from tally.errors import TallyError
-from tally.ops.dead_letters import Destination, list_letters, redrive
+from tally.ops.dead_letters import Destination, list_failed_batches, list_letters, redrive
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis.client import KinesisClient
+    from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
 
-    from tally.ops.dead_letters import Letter, RedriveResult
+    from tally.ops.dead_letters import Letter, RedriveResult, StoredBatch
 
 _PREVIEW = 60
 
@@ -44,20 +45,35 @@ def dlq() -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
 @stack_option
 @click.option("--dlq-url", envvar="TALLY_DLQ_URL", help="The dead-letter queue (or $TALLY_DLQ_URL).")
-def list_command(as_json: bool, limit: int | None, stack_name: str | None, dlq_url: str | None) -> None:
-    """List each dead letter with its reason (tally.error_code / tally.error_message), oldest first."""
-    url = Locator(stack_name).required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
+@click.option(
+    "--failure-bucket",
+    envvar="TALLY_FAILURE_BUCKET",
+    help="The S3 bucket of given-up Kinesis batches (StreamFailureDestination=S3; or $TALLY_FAILURE_BUCKET).",
+)
+def list_command(
+    as_json: bool, limit: int | None, stack_name: str | None, dlq_url: str | None, failure_bucket: str | None
+) -> None:
+    """List each dead letter with its reason (tally.error_code / tally.error_message), oldest first, and the
+    given-up Kinesis batches of the S3 failure bucket (if the stack has one)."""
+    locator = Locator(stack_name)
+    url = locator.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
+    bucket = locator.optional("TALLY_FAILURE_BUCKET", failure_bucket)
     sqs: SQSClient = client("sqs")
     try:
         letters = list_letters(sqs, url, limit=limit)
+        stored = list_failed_batches(client("s3"), bucket, limit=limit) if bucket else []
     except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         for letter in letters:
             sys.stdout.buffer.write(msgspec.json.encode(letter_json(letter)) + b"\n")
+        for batch in stored:
+            sys.stdout.buffer.write(msgspec.json.encode(stored_json(batch)) + b"\n")
         return
     console = Console()
     console.print(letters_table(letters, url))
+    if bucket:
+        console.print(stored_table(stored, bucket))
     codes = Counter(letter.error_code or letter.kind for letter in letters)
     if codes:
         console.print("by reason: " + ", ".join(f"{code} {count}" for code, count in codes.most_common()))
@@ -74,6 +90,11 @@ def list_command(as_json: bool, limit: int | None, stack_name: str | None, dlq_u
     envvar="TALLY_QUEUE_URL",
     help="Where messages without a tally.source go (SQS moved them): the source queue (or $TALLY_QUEUE_URL).",
 )
+@click.option(
+    "--failure-bucket",
+    envvar="TALLY_FAILURE_BUCKET",
+    help="The S3 bucket of given-up Kinesis batches (StreamFailureDestination=S3; or $TALLY_FAILURE_BUCKET).",
+)
 def redrive_command(  # click passes every option by name
     *,
     to_queue: str | None,
@@ -82,6 +103,7 @@ def redrive_command(  # click passes every option by name
     stack_name: str | None,
     dlq_url: str | None,
     queue_url: str | None,
+    failure_bucket: str | None,
 ) -> None:
     """Send the dead letters back to their source (markers make it safe), deleting each once accepted."""
     if to_queue and to_stream:
@@ -89,8 +111,10 @@ def redrive_command(  # click passes every option by name
     locator = Locator(stack_name)
     url = locator.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
     default_queue = locator.optional("TALLY_QUEUE_URL", queue_url)
+    bucket = locator.optional("TALLY_FAILURE_BUCKET", failure_bucket)
     sqs: SQSClient = client("sqs")
     kinesis: KinesisClient = client("kinesis")
+    s3: S3Client | None = client("s3") if bucket else None
     console = Console(stderr=True)
     columns = (TextColumn("redriving"), BarColumn(), MofNCompleteColumn(), TextColumn("messages"))
     try:
@@ -104,6 +128,8 @@ def redrive_command(  # click passes every option by name
                 default_queue_url=default_queue,
                 limit=limit,
                 progress=lambda _letter: progress.advance(task),
+                s3=s3,
+                failure_bucket=bucket,
             )
     except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -152,6 +178,32 @@ def letters_table(letters: list[Letter], url: str) -> Table:
     return table
 
 
+def stored_json(stored: StoredBatch) -> dict[str, Any]:
+    return {
+        "kind": "kinesis-batch-s3",
+        "key": stored.key,
+        "kinesis_batch": dataclasses.asdict(stored.batch),
+        "records": len(stored.records),
+        "last_modified_ms": stored.last_modified_ms,
+    }
+
+
+def stored_table(stored: list[StoredBatch], bucket: str) -> Table:
+    table = Table(title=f"failure bucket {bucket}: {len(stored)} given-up Kinesis batch(es), records included")
+    for column in ("written (UTC)", "reason", "detail", "source"):
+        table.add_column(column, overflow="fold")
+    for item in stored:
+        batch = item.batch
+        table.add_row(
+            _time(item.last_modified_ms),
+            f"kinesis batch given up ({batch.condition})",
+            f"{batch.shard_id} {batch.start_sequence_number}..{batch.end_sequence_number} "
+            f"({len(item.records)} records)",
+            batch.stream_arn.rsplit("/", 1)[-1],
+        )
+    return table
+
+
 def redrive_table(result: RedriveResult) -> Table:
     table = Table(title="redrive", show_header=False)
     table.add_column("what")
@@ -161,7 +213,12 @@ def redrive_table(result: RedriveResult) -> Table:
     for kind, count in sorted(kinds.items()):
         table.add_row(f"  {kind}", f"{count:,}")
     if result.replayed_records:
-        table.add_row("Kinesis records replayed from the stream", f"{result.replayed_records:,}")
+        table.add_row("Kinesis records replayed", f"{result.replayed_records:,}")
+    if result.replayed_objects or result.skipped_objects:
+        table.add_row("  given-up batches replayed from S3", f"{len(result.replayed_objects):,}")
+        table.add_row("  left in the failure bucket", f"{len(result.skipped_objects):,}")
+        for key, reason in result.skipped_objects[:5]:
+            table.add_row(f"  {key}", reason[:100])
     table.add_row("sent to", ", ".join(sorted(result.destinations)) or "-")
     table.add_row("left in the dead-letter queue", f"{len(result.skipped):,}")
     for skipped in result.skipped[:5]:

@@ -27,6 +27,7 @@ OUTPUT_VARIABLES: Final = {
     "DeadLetterQueueUrl": "TALLY_DLQ_URL",
     "EventsQueueUrl": "TALLY_QUEUE_URL",
     "EventStreamName": "TALLY_STREAM_NAME",
+    "StreamFailureBucketName": "TALLY_FAILURE_BUCKET",
 }
 """Stack Output -> the environment variable tally's commands (and the function) read it from."""
 PARAMETER_VARIABLES: Final = {

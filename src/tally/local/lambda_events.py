@@ -122,3 +122,27 @@ def on_failure_record(
             "streamArn": stream_arn,
         },
     }
+
+
+def s3_on_failure_object(
+    *,
+    mapping_uuid: str,
+    record: Mapping[str, Any],
+    event_records: Sequence[Mapping[str, Any]],
+    now: datetime,
+    object_id: str,
+) -> tuple[str, dict[str, Any]]:
+    """The key and body of what Lambda writes to a Kinesis event source's S3 on-failure destination.
+
+    AWS (https://docs.aws.amazon.com/lambda/latest/dg/kinesis-on-failure-destination.html): for an S3
+    destination Lambda sends the whole invocation record along with the metadata; the object is named
+    ``aws/lambda/<ESM-UUID>/<shardID>/YYYY/MM/DD/YYYY-MM-DDTHH.MM.SS-<Random UUID>``. The body is the
+    metadata record of :func:`on_failure_record` plus ``payload``, the invocation's event
+    (``{"Records": [...]}``, each record as the function received it: data base64-encoded). The layout of
+    ``payload`` is the one LocalStack's emulation writes (``stream_poller.add_payload_to_dlq_event``); it
+    was checked against the documentation, not against an AWS account.
+    """
+    shard_id = record["KinesisBatchInfo"]["shardId"]
+    stamp = now.astimezone(UTC)
+    key = f"aws/lambda/{mapping_uuid}/{shard_id}/{stamp:%Y/%m/%d}/{stamp:%Y-%m-%dT%H.%M.%S}-{object_id}"
+    return key, {**record, "payload": {"Records": [dict(r) for r in event_records]}}

@@ -67,6 +67,14 @@ _MARKER_RESOURCE: Final = "LocalStackMarker"
 _MOTO_CLOUDFORMATION: Final = "moto.cloudformation.parsing"
 
 
+_NOT_EMULATED: Final = {
+    "StreamFailuresToS3": "StreamFailureDestination=S3 (its pollers send given-up batches to the dead-letter queue)",
+    "HasExistingQueue": "ExistingQueueArn (it creates the template's own queue)",
+    "HasExistingStream": "ExistingStreamArn (it creates the template's own stream)",
+}
+"""Conditions of choices the local stack refuses rather than run as something else."""
+
+
 class LocalStack:
     """Starts the endpoints it was not given, creates the template's resources, stops what it started."""
 
@@ -80,6 +88,9 @@ class LocalStack:
         stack_name: str | None = None,
     ) -> None:
         self.template = with_parameters(load_template(template_path), parameters or {})
+        unsupported = sorted(name for name in _NOT_EMULATED if condition_values(self.template).get(name))
+        if unsupported:
+            raise ValueError(f"the local stack does not emulate {', '.join(_NOT_EMULATED[n] for n in unsupported)}")
         self.stack_name = stack_name or f"tally-local-{secrets.token_hex(3)}"
         self._dynamodb_endpoint = dynamodb_endpoint
         self._aws_endpoint = aws_endpoint

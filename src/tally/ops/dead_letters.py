@@ -10,6 +10,12 @@ Three kinds of message end up in tally's dead-letter queue:
 - **Kinesis batches Lambda gave up on**: metadata only (shard and sequence range), as Lambda's
   on-failure destination receives it; the records are still in the stream until it trims them.
 
+With ``StreamFailureDestination=S3`` (issue 17) a given-up batch goes instead to the stack's failure
+bucket, **whole**: Lambda writes the invocation record, its event included (``payload``), as one object
+under ``aws/lambda/<mapping UUID>/<shard>/...``. ``list_failed_batches`` reads them and ``redrive`` (given
+the bucket) re-puts their records from the object itself, so the replay no longer depends on the
+stream's retention, then deletes the object.
+
 ``list_letters`` reads them all without consuming them (they are made visible again at once).
 ``redrive`` re-sends each body, unchanged, to where it came from (``tally.source``), or to a given
 queue or stream, and deletes it from the dead-letter queue once the source accepted it; a Kinesis batch
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
@@ -36,6 +43,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
 
     from mypy_boto3_kinesis.client import KinesisClient
+    from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
 
 _RECEIVE_MAX: Final = 10
@@ -45,6 +53,11 @@ _REDRIVE_VISIBILITY_S: Final = 120
 """Hides a message while it is being redriven; a re-dead-lettered one stays hidden this long, so the
 redrive never meets it again."""
 _MAX_REPLAY_RECORDS: Final = 10_000
+_PUT_RECORDS_MAX: Final = 500
+_PUT_RECORDS_MAX_BYTES: Final = 4 * 1024 * 1024
+"""PutRecords takes 500 records and 5 MiB (data and partition keys) per call; a margin is kept."""
+FAILURE_PREFIX: Final = "aws/lambda/"
+"""Where Lambda writes a Kinesis mapping's S3 on-failure records (aws/lambda/<mapping UUID>/<shard>/...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +87,8 @@ class Letter:
     """ARN of the queue or stream the record came from (poison only)."""
     source_record_id: str | None = None
     body_encoding: str | None = None
+    message_group_id: str | None = None
+    """The message group of a FIFO dead-letter queue's message (a redrive to a FIFO queue keeps it)."""
 
     @property
     def kind(self) -> str:
@@ -101,18 +116,97 @@ class Letter:
         if self.error_code is not None or not self.body.startswith("{"):
             return None
         try:
-            document = json.loads(self.body)
-            info = document["KinesisBatchInfo"]
-            return KinesisBatch(
-                stream_arn=info["streamArn"],
-                shard_id=info["shardId"],
-                start_sequence_number=info["startSequenceNumber"],
-                end_sequence_number=info["endSequenceNumber"],
-                size=int(info["batchSize"]),
-                condition=str(document.get("requestContext", {}).get("condition", "")),
-            )
-        except (ValueError, KeyError, TypeError):
+            return _batch_info(json.loads(self.body))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
+
+
+def _batch_info(document: Any) -> KinesisBatch:
+    """The ``KinesisBatchInfo`` of an on-failure record (SQS message body or S3 object)."""
+    info = document["KinesisBatchInfo"]
+    return KinesisBatch(
+        stream_arn=info["streamArn"],
+        shard_id=info["shardId"],
+        start_sequence_number=info["startSequenceNumber"],
+        end_sequence_number=info["endSequenceNumber"],
+        size=int(info["batchSize"]),
+        condition=str(document.get("requestContext", {}).get("condition", "")),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One Kinesis record as the function was invoked with it: its data (decoded) and partition key."""
+
+    data: bytes
+    partition_key: str
+    sequence_number: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    """A given-up Kinesis batch kept whole in the S3 failure bucket: the object and what it holds."""
+
+    key: str
+    batch: KinesisBatch
+    records: tuple[StreamRecord, ...]
+    last_modified_ms: int = 0
+
+
+def parse_failure_object(key: str, body: bytes, last_modified_ms: int = 0) -> StoredBatch:
+    """Read one S3 on-failure object (Lambda's invocation record of a Kinesis batch).
+
+    The metadata is the record an SQS destination receives (``KinesisBatchInfo``, ``requestContext``);
+    ``payload`` is the invocation's event, ``{"Records": [...]}`` with each record's data base64-encoded
+    as the function received it. A ``payload`` given as a JSON string is read too (the documentation
+    shows the record, not its serialisation). Anything else is an :class:`OperatorError` naming the key.
+    """
+    try:
+        document = json.loads(body)
+        batch = _batch_info(document)
+        payload = document["payload"]
+        if isinstance(payload, str):
+            payload = json.loads(payload)
+        records = tuple(
+            StreamRecord(
+                data=base64.b64decode(record["kinesis"]["data"], validate=True),
+                partition_key=str(record["kinesis"]["partitionKey"]),
+                sequence_number=str(record["kinesis"]["sequenceNumber"]),
+            )
+            for record in payload["Records"]
+        )
+    except (ValueError, KeyError, TypeError, AttributeError, binascii.Error) as exc:
+        raise OperatorError(
+            f"s3 object {key}: not a Lambda invocation record of a Kinesis batch with its payload ({exc!r})"
+        ) from exc
+    if not records:
+        raise OperatorError(f"s3 object {key}: its payload holds no records")
+    return StoredBatch(key, batch, records, last_modified_ms)
+
+
+def list_failed_batches(s3: S3Client, bucket: str, *, limit: int | None = None) -> list[StoredBatch]:
+    """The given-up batches kept in the S3 failure bucket, oldest first (objects that are not Lambda's
+    invocation records raise :class:`OperatorError`)."""
+    return [_read_object(s3, bucket, key, modified) for key, modified in _failure_keys(s3, bucket, limit)]
+
+
+def _failure_keys(s3: S3Client, bucket: str, limit: int | None) -> list[tuple[str, int]]:
+    keys: list[tuple[str, int]] = []
+    try:
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=FAILURE_PREFIX):
+            keys.extend((obj["Key"], int(obj["LastModified"].timestamp() * 1000)) for obj in page.get("Contents", []))
+    except (ClientError, BotoCoreError) as exc:
+        raise OperatorError(f"cannot list the failure bucket {bucket}: {exc}") from exc
+    keys.sort(key=lambda item: (item[1], item[0]))
+    return keys if limit is None else keys[:limit]
+
+
+def _read_object(s3: S3Client, bucket: str, key: str, last_modified_ms: int) -> StoredBatch:
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except (ClientError, BotoCoreError) as exc:
+        raise OperatorError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
+    return parse_failure_object(key, body, last_modified_ms)
 
 
 def list_letters(sqs: SQSClient, dlq_url: str, *, limit: int | None = None) -> list[Letter]:
@@ -162,10 +256,14 @@ class RedriveResult:
     replayed_records: int = 0
     skipped: tuple[Skipped, ...] = ()
     destinations: frozenset[str] = field(default_factory=frozenset)
+    replayed_objects: tuple[str, ...] = ()
+    """Keys of the S3 failure bucket's objects whose records were re-put (and the objects deleted)."""
+    skipped_objects: tuple[tuple[str, str], ...] = ()
+    """(key, reason) of the objects left in the bucket."""
 
     @property
     def ok(self) -> bool:
-        return not self.skipped
+        return not self.skipped and not self.skipped_objects
 
 
 @dataclass
@@ -193,13 +291,88 @@ def redrive(
     default_queue_url: str | None = None,
     limit: int | None = None,
     progress: Callable[[Letter], None] | None = None,
+    s3: S3Client | None = None,
+    failure_bucket: str | None = None,
 ) -> RedriveResult:
     """Send the dead letters back to be counted, deleting each once its destination accepted it.
 
     Each goes to ``destination`` if given, else to its ``tally.source``; a message SQS moved (no tally
     attributes) goes to ``default_queue_url`` (the stack's source queue). What cannot be sent stays in
-    the queue and is reported in ``RedriveResult.skipped``.
+    the queue and is reported in ``RedriveResult.skipped``. With ``failure_bucket`` (and ``s3``), the
+    given-up batches kept there are replayed too, from the objects themselves (see the module).
     """
+    result = _redrive_letters(sqs, dlq_url, kinesis, destination, default_queue_url, limit, progress)
+    if failure_bucket is None:
+        return result
+    if s3 is None or kinesis is None:
+        raise OperatorError("an S3 and a Kinesis client are needed to replay the failure bucket")
+    replayed, skipped, records, streams = _redrive_bucket(s3, kinesis, failure_bucket, destination or Destination())
+    return dataclasses.replace(
+        result,
+        replayed_records=result.replayed_records + records,
+        destinations=result.destinations | streams,
+        replayed_objects=replayed,
+        skipped_objects=skipped,
+    )
+
+
+def _redrive_bucket(
+    s3: S3Client, kinesis: KinesisClient, bucket: str, destination: Destination
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], int, frozenset[str]]:
+    """Re-put each stored batch's records into its stream (or ``destination.stream``), in order, and delete
+    the object once every record was accepted. An object that cannot be read or replayed stays."""
+    replayed: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    streams: set[str] = set()
+    records = 0
+    for key, modified in _failure_keys(s3, bucket, None):
+        try:
+            stored = _read_object(s3, bucket, key, modified)
+            stream = destination.stream or stored.batch.stream_arn
+            _put_all(kinesis, stream, [(r.data, r.partition_key) for r in stored.records])
+            s3.delete_object(Bucket=bucket, Key=key)
+        except (ClientError, BotoCoreError, OperatorError) as exc:
+            skipped.append((key, str(exc)))
+            continue
+        replayed.append(key)
+        streams.add(stream)
+        records += len(stored.records)
+    return tuple(replayed), tuple(skipped), records, frozenset(streams)
+
+
+def _put_all(kinesis: KinesisClient, stream: str, records: Sequence[tuple[bytes, str]]) -> None:
+    """PutRecords in order, in calls within its limits; any record refused is an :class:`OperatorError`
+    (re-running the redrive puts the whole batch again: the markers drop what was counted)."""
+    chunk: list[tuple[bytes, str]] = []
+    size = 0
+    for data, key in records:
+        entry_size = len(data) + len(key.encode("utf-8"))
+        if chunk and (len(chunk) == _PUT_RECORDS_MAX or size + entry_size > _PUT_RECORDS_MAX_BYTES):
+            _put_chunk(kinesis, stream, chunk)
+            chunk, size = [], 0
+        chunk.append((data, key))
+        size += entry_size
+    if chunk:
+        _put_chunk(kinesis, stream, chunk)
+
+
+def _put_chunk(kinesis: KinesisClient, stream: str, chunk: Sequence[tuple[bytes, str]]) -> None:
+    put = kinesis.put_records(
+        Records=[{"Data": data, "PartitionKey": key} for data, key in chunk], StreamName=stream_name(stream)
+    )
+    if put.get("FailedRecordCount"):
+        raise OperatorError(f"{put['FailedRecordCount']} record(s) not accepted by {stream}")
+
+
+def _redrive_letters(  # noqa: PLR0917 (the private half of redrive(), called once with its arguments)
+    sqs: SQSClient,
+    dlq_url: str,
+    kinesis: KinesisClient | None,
+    destination: Destination | None,
+    default_queue_url: str | None,
+    limit: int | None,
+    progress: Callable[[Letter], None] | None,
+) -> RedriveResult:
     run = _Redrive(sqs, kinesis, dlq_url, destination or Destination(), default_queue_url)
     handled: set[str] = set()
     refused_again: list[Letter] = []
@@ -252,7 +425,21 @@ def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
     if queue_url is not None:
         if letter.body_encoding == "base64":
             return Skipped(letter, "the body is not text SQS can carry (tally.body_encoding=base64): use --to-stream")
-        response = run.sqs.send_message(QueueUrl=queue_url, MessageBody=payload.decode("utf-8"))
+        body = payload.decode("utf-8")
+        if queue_url.endswith(".fifo"):
+            # SQS requires both on a FIFO queue. The group: the letter's own (the producer's, kept by SQS's
+            # move and by tally.dlq), so the message rejoins its order. The deduplication id: this dead
+            # letter's id, never the producer's, which SQS would drop as a duplicate of the original send
+            # for five minutes; the same letter redriven twice (a redrive that died before deleting it) is
+            # dropped by SQS, or else by the markers.
+            response = run.sqs.send_message(
+                QueueUrl=queue_url,
+                MessageBody=body,
+                MessageGroupId=letter.message_group_id or "tally-redrive",
+                MessageDeduplicationId=letter.message_id,
+            )
+        else:
+            response = run.sqs.send_message(QueueUrl=queue_url, MessageBody=body)
         run.sent_ids.add(response["MessageId"])
         run.destinations.add(queue_url)
         return None
@@ -312,14 +499,7 @@ def _replay(run: _Redrive, batch: KinesisBatch) -> Skipped | None:
             f"records {batch.start_sequence_number}..{batch.end_sequence_number} of {batch.shard_id} are no longer "
             "in the stream (trimmed after its retention)"
         )
-    for start in range(0, len(records), 500):
-        chunk = records[start : start + 500]
-        put = run.kinesis.put_records(
-            Records=[{"Data": record["Data"], "PartitionKey": record["PartitionKey"]} for record in chunk],
-            StreamName=stream_name(stream),
-        )
-        if put.get("FailedRecordCount"):
-            raise OperatorError(f"{put['FailedRecordCount']} record(s) not accepted by {stream}")
+    _put_all(run.kinesis, stream, [(record["Data"], record["PartitionKey"]) for record in records])
     run.replayed += len(records)
     run.destinations.add(stream)
     return None
@@ -375,6 +555,7 @@ def _letter(message: Any) -> Letter:
         source=text(SOURCE),
         source_record_id=text(SOURCE_RECORD_ID),
         body_encoding=text(BODY_ENCODING),
+        message_group_id=system.get("MessageGroupId"),
     )
 
 
