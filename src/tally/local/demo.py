@@ -398,10 +398,10 @@ def _redrive(console: Console, resources: LocalResources, mappings: EventSourceM
     return result.ok and not changed and duplicates == len(copies) and poison_back
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _all_time_totals(resources: LocalResources) -> dict[str, dict[str, Decimal]]:
     """Every key's all-time values, shards summed: the scan behind ``tally top``, for the demo's cross-check."""
     return CounterReader(resources.counters_table, client=resources.client("dynamodb")).all_time_totals()
+
+
+if __name__ == "__main__":
+    main()
