@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults
+from tally.core.items import item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
 from tally.store.schema import (
@@ -57,8 +59,15 @@ class DynamoDBJournal:
     """The journal steps on the markers table (counters are only touched by apply steps)."""
 
     def __init__(
-        self, client: DynamoDBClient, counters_table: str, markers_table: str, marker_ttl_seconds: int
+        self,
+        client: DynamoDBClient,
+        counters_table: str,
+        markers_table: str,
+        marker_ttl_seconds: int,
+        defaults: CounterDefaults = NO_DEFAULTS,
     ) -> None:
+        self._defaults = defaults
+        """Declared start values: the journal's ADDs start from them as the direct ones do."""
         self._client = client
         self._counters = counters_table
         self._markers = markers_table
@@ -285,7 +294,10 @@ class DynamoDBJournal:
         }, ("applied", batch_id)
 
     def _adds(self, increments: Totals) -> list[tuple[TransactWriteItemTypeDef, Role]]:
-        return [add_update(self._counters, key, counters) for key, counters in increments.items()]
+        return [
+            add_update(self._counters, key, counters, self._defaults.starts(item_parts(key).key))
+            for key, counters in increments.items()
+        ]
 
     def _transact(self, actions: Sequence[tuple[TransactWriteItemTypeDef, Role]]) -> None:
         try:
