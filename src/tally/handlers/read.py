@@ -97,7 +97,9 @@ def get_counters(key: str) -> Response[str]:
         counters = reader().get(decoded)
         body: dict[str, object] = {"key": counters.key, "counters": _strings(counters.values)}
         if counters.gauges:  # only keys with gauges carry the field (issue 15): earlier answers are unchanged
-            body["gauges"] = {kind: {n: str(v) for n, v in sorted(g.items())} for kind, g in sorted(counters.gauges.items())}
+            body["gauges"] = {
+                kind: {n: str(v) for n, v in sorted(g.items())} for kind, g in sorted(counters.gauges.items())
+            }
         return _json(200, body)
     bounds = [parse_time_ms(query[name]) if query.get(name) else None for name in ("from", "to")]
     series = reader().series(decoded, window, bounds[0], bounds[1])
