@@ -296,3 +296,27 @@ def _canonical(value: Decimal) -> int | Decimal:
     if value == value.to_integral_value():
         return int(value)
     return value.normalize()
+
+
+def test_a_later_chunk_whose_start_plus_delta_leaves_the_number_range_is_refused_before_the_commit(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN a counter declared to start near DynamoDB's largest Number, and a packed message whose journal
+    # batch spans several chunks, the key that would overflow in a later chunk (docs/journal.md)
+    defaults = parse_counter_defaults("big:*#n=start:9E+125")
+    store = make_store(
+        ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_defaults=defaults
+    )
+    pipeline, dlq = make_pipeline(store, max_actions=12, counter_defaults=defaults)
+    events = [{"key": f"big:k{n}", "deltas": {"m": 1}} for n in range(25)]  # m has no start value
+    events.append({"key": "big:last", "deltas": {"n": 2e125}})
+    culprit = SourceRecord("r-big", json.dumps({"id": "big-1", "events": events}), NOW_MS)
+    innocent = SourceRecord("r-ok", json.dumps({"id": "ok-1", "key": "other", "delta": 1}), NOW_MS)
+    # WHEN the batch is processed
+    result = pipeline.process([culprit, innocent], NOW_MS, lambda: 60_000)
+    # THEN no committed chunk is refused (nothing counted in part): the culprit is dead-lettered whole
+    assert result.refused_chunks == 0
+    assert result.failed_record_ids == ()
+    assert [str(letter.rejection.code) for letter in dlq.letters] == ["counter_out_of_range"]
+    assert counters_of(ddb_tables, "big:k0") == {}
+    assert counters_of(ddb_tables, "other") == {"count": "1"}
