@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tally.config import Settings
 from tally.core.aggregate import message_totals
 from tally.core.decode import decode_message
 from tally.core.defaults import CounterRule, parse_counter_defaults
@@ -19,6 +20,7 @@ from tally.core.gauges import GaugeValue, batch_gauges, latest_order, supersedes
 from tally.core.items import CounterItem
 from tally.core.model import CounterEvent, Gauge, GaugeKind, Message, RejectCode, Rejection
 from tally.core.sharding import parse_hot_keys
+from tally.errors import ConfigurationError
 from tally.store.expressions import (
     MAX_EXPRESSION_BYTES,
     MAX_EXPRESSION_OPERATORS,
@@ -373,3 +375,19 @@ def test_batched_readings_keep_what_the_distinct_messages_say(
             else:
                 expected[key, kind, kind_name] = max(values, key=lambda t: latest_order(t[0], t[1], t[2]))[2]
     assert {slot: best.value for slot, best in stored.items()} == expected
+
+
+@pytest.mark.parametrize(
+    ("environment", "message"),
+    [
+        ({"TALLY_COUNTER_DEFAULTS": "v#c=delta:x"}, "not a number"),
+        ({"TALLY_COUNTER_DEFAULTS": "page:*#count=start:5", "TALLY_HOT_KEYS": "page:/home=4"}, "hot key"),
+    ],
+)
+def test_the_function_refuses_a_declaration_it_cannot_honour(environment: dict[str, str], message: str) -> None:
+    base = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL": "q"}
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env({**base, **environment})
+    assert Settings.from_env({**base, "TALLY_COUNTER_DEFAULTS": "v#c=delta:2"}).counter_defaults.default_deltas(
+        "v"
+    ) == {"c": 2}
