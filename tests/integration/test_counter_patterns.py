@@ -320,3 +320,19 @@ def test_a_later_chunk_whose_start_plus_delta_leaves_the_number_range_is_refused
     assert [str(letter.rejection.code) for letter in dlq.letters] == ["counter_out_of_range"]
     assert counters_of(ddb_tables, "big:k0") == {}
     assert counters_of(ddb_tables, "other") == {"count": "1"}
+
+
+def test_more_gauges_on_a_key_than_one_write_holds_are_all_written(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN one event with 100 latest gauges (the most an event may carry): more than one conditional
+    # write holds (300 operators per expression: gauges_per_update), so the key's write is split
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    readings = {f"g{n:03d}": {"latest": f"v{n}"} for n in range(100)}
+    body = json.dumps({"id": "many", "key": "wide", "ts": NOW_MS - 1_000, "gauges": readings})
+    # WHEN it is processed, then again
+    first = pipeline.process([SourceRecord("r", body, NOW_MS)], NOW_MS, lambda: 60_000)
+    second = pipeline.process([SourceRecord("r", body, NOW_MS)], NOW_MS, lambda: 60_000)
+    # THEN every gauge is stored, in two writes the first time
+    assert first.failed_record_ids == second.failed_record_ids == ()
+    assert first.gauge_writes == 2
+    assert gauges_of(ddb_tables, "wide") == {"latest": {name: reading["latest"] for name, reading in readings.items()}}
