@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from botocore.exceptions import ReadTimeoutError
+from botocore.exceptions import ClientError, ReadTimeoutError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +27,7 @@ from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
+from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
 from tests.support.events import EVENTS_DIR, load_event
 from tests.support.pipeline import make_pipeline, make_store
 
@@ -336,3 +337,27 @@ def test_more_gauges_on_a_key_than_one_write_holds_are_all_written(ddb_tables: D
     assert first.failed_record_ids == second.failed_record_ids == ()
     assert first.gauge_writes == 2
     assert gauges_of(ddb_tables, "wide") == {"latest": {name: reading["latest"] for name, reading in readings.items()}}
+
+
+def test_gauges_per_update_is_the_most_one_conditional_write_may_hold(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN conditional writes of n latest gauges, built as the store builds them
+    def write(count: int) -> None:
+        update, condition = gauge_expressions(["latest"] * count)
+        names, values = {}, {}
+        for index in range(count):
+            name, value, order_name, order_value = gauge_placeholders(index)
+            names[name], names[order_name] = f"latest#{index}", f"latest_order#{index}"
+            values[value], values[order_value] = {"S": "x"}, {"B": b"\x01"}
+        ddb_tables.client.update_item(
+            TableName=ddb_tables.counters_table,
+            Key={"pk": {"S": f"probe-{count}"}, "sk": {"S": "all"}},
+            UpdateExpression=update,
+            ConditionExpression=condition,
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+
+    # THEN gauges_per_update() of them are accepted, and one more is refused (300 operators per expression)
+    write(gauges_per_update())
+    with pytest.raises(ClientError, match="too many operators"):
+        write(gauges_per_update() + 1)
