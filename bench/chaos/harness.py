@@ -38,6 +38,7 @@ from tally.core.windows import parse_window_spec
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
@@ -98,7 +99,8 @@ def wire_pipeline(
         hot_keys=parse_hot_keys(config.hot_keys),
     )
     applier = Applier(store, journal, policy=CHAOS_RETRIES, marker_read_gate=marker_read_gate)
-    return BatchPipeline(applier, dead_letters, settings)
+    # The gauge store as production wires it (issue 15): without it a message with gauges is dead-lettered.
+    return BatchPipeline(applier, dead_letters, settings, gauges=DynamoDBGaugeStore(client, tables.counters))
 
 
 @dataclass(frozen=True, slots=True)

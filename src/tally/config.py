@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_counter_defaults
 from tally.core.sharding import HotKeys, parse_hot_keys
 from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError
@@ -19,6 +20,7 @@ MARKER_TTL_DAYS = "TALLY_MARKER_TTL_DAYS"
 WINDOWS = "TALLY_WINDOWS"
 WINDOW_RETENTION = "TALLY_WINDOW_RETENTION"
 HOT_KEYS = "TALLY_HOT_KEYS"
+COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 
 DEFAULT_MARKER_TTL_DAYS = 35
 """Longer than SQS's 14-day maximum retention plus a 14-day dead-letter stay, with a week to spare."""
@@ -36,6 +38,8 @@ class Settings:
     """Time windows counted besides the all-time value (``TALLY_WINDOWS``, ``TALLY_WINDOW_RETENTION``)."""
     hot_keys: HotKeys = field(default_factory=HotKeys)
     """Keys whose writes are spread over shard items (``TALLY_HOT_KEYS``)."""
+    counter_defaults: CounterDefaults = NO_DEFAULTS
+    """Start values and default deltas (``TALLY_COUNTER_DEFAULTS``, ``tally.core.defaults``)."""
 
     @property
     def marker_ttl_seconds(self) -> int:
@@ -59,6 +63,7 @@ class Settings:
         try:
             windows = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
             hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
+            counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
         return cls(
@@ -68,4 +73,5 @@ class Settings:
             marker_ttl_days=ttl_days,
             windows=windows,
             hot_keys=hot_keys,
+            counter_defaults=counter_defaults,
         )

@@ -22,14 +22,18 @@ from msgspec.structs import replace
 
 from tally.core.aggregate import copy_conflict, deduplicate, message_totals
 from tally.core.decode import DecodeLimits, decode_message
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults
+from tally.core.gauges import batch_gauges
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
 from tally.core.sharding import HotKeys, assign_shards
 from tally.core.windows import WindowSpec
+from tally.errors import RetryableStoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tally.apply import Applier
+    from tally.core.gauges import GaugeSlot, GaugeValue
     from tally.core.model import SourceRecord
 
 
@@ -37,6 +41,16 @@ class DeadLetterQueue(Protocol):
     """The port poison records go to; returns the record ids it could NOT accept."""
 
     def send(self, letters: Sequence[DeadLetter]) -> frozenset[str]: ...
+
+
+class GaugeStore(Protocol):
+    """The port gauge readings go to (``tally.store.gauges.DynamoDBGaugeStore``); idempotent writes.
+
+    Returns the write requests made; raises ``RetryableStoreError`` when a key's write may not have
+    happened (its messages are then reported failed and their redelivery writes the readings again).
+    """
+
+    def write_gauges(self, key: str, slots: Mapping[GaugeSlot, GaugeValue]) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +62,8 @@ class PipelineSettings:
     """How long markers live; a message whose ``ts`` is older than this could be counted twice: refused."""
     windows: WindowSpec = field(default_factory=WindowSpec)
     hot_keys: HotKeys = field(default_factory=HotKeys)
+    counter_defaults: CounterDefaults = NO_DEFAULTS
+    """Declared default deltas, for the decoder (start values are the store's: ``tally.core.defaults``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +95,8 @@ class BatchResult:
     late_events: int = 0
     marker_reads: int = 0
     stalls: tuple[HeldRecord, ...] = ()
+    gauge_writes: int = 0
+    """Conditional gauge write requests (``tally.store.gauges``), beside the counters' transactions."""
 
 
 class BatchPipeline:
@@ -90,7 +108,11 @@ class BatchPipeline:
         dead_letters: DeadLetterQueue,
         settings: PipelineSettings,
         rng: random.Random | None = None,
+        *,
+        gauges: GaugeStore | None = None,
     ) -> None:
+        self._gauges = gauges
+        """None: this pipeline writes no gauges, and dead-letters messages that carry some (never drops them)."""
         self._applier = applier
         self._dead_letters = dead_letters
         self._settings = settings
@@ -102,8 +124,10 @@ class BatchPipeline:
         valid_records: list[SourceRecord] = []
         messages: list[Message] = []
         for record in records:
-            decoded = decode_message(record.body, self._settings.limits)
+            decoded = decode_message(record.body, self._settings.limits, self._settings.counter_defaults)
             decoded_or_old = self._refuse_if_too_old(decoded, now_ms) if isinstance(decoded, Message) else decoded
+            if self._gauges is None and isinstance(decoded_or_old, Message) and _carries_gauges(decoded_or_old):
+                decoded_or_old = Rejection(RejectCode.INVALID_GAUGE, "this pipeline has no gauge store")
             if isinstance(decoded_or_old, Rejection):
                 poison.append(DeadLetter(record, decoded_or_old))
             else:
@@ -126,6 +150,9 @@ class BatchPipeline:
                 net = replace(net, totals=assign_shards(net.totals, settings.hot_keys, pick))
             totals.append(net)
         outcome = self._applier.apply(totals, now_ms, remaining_ms)
+        gauge_writes, gauges_unwritten = self._write_gauges(
+            messages, distinct.unique, outcome.applied | outcome.already_applied
+        )
 
         for position in distinct.unique:
             rejection = outcome.rejected.get(messages[position].message_id)
@@ -144,7 +171,7 @@ class BatchPipeline:
         failed = [
             record.record_id
             for record, message in zip(valid_records, messages, strict=True)
-            if message.message_id in outcome.unapplied
+            if message.message_id in outcome.unapplied or message.message_id in gauges_unwritten
         ]
         failed.extend(letter.record.record_id for letter in poison if letter.record.record_id in refused_by_dlq)
         holders = {stall.message_id: stall for stall in outcome.stalls}
@@ -169,7 +196,37 @@ class BatchPipeline:
             late_events=late_events,
             marker_reads=outcome.marker_reads,
             stalls=stalls,
+            gauge_writes=gauge_writes,
         )
+
+    def _write_gauges(
+        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]
+    ) -> tuple[int, frozenset[str]]:
+        """Write the gauges of every message whose counters count (applied now, or before: a marker).
+
+        After the commit, never inside it (a failed condition would cancel the counters' transaction), and
+        for already-applied messages too: a crash between a commit and its gauge writes leaves the marker,
+        and the redelivery that meets it writes the gauges then. Returns the write requests and the ids of
+        the messages whose readings may be unwritten (reported failed: redelivered, written again).
+        """
+        if self._gauges is None:
+            return 0, frozenset()
+        carrying = [
+            messages[position]
+            for position in unique
+            if messages[position].message_id in settled and _carries_gauges(messages[position])
+        ]
+        if not carrying:
+            return 0, frozenset()
+        batch = batch_gauges(carrying)
+        requests = 0
+        unwritten: set[str] = set()
+        for key, slots in batch.updates.items():
+            try:
+                requests += self._gauges.write_gauges(key, slots)
+            except RetryableStoreError:
+                unwritten |= batch.sources[key]
+        return requests, frozenset(unwritten)
 
     def _refuse_if_too_old(self, message: Message, now_ms: int) -> Message | Rejection:
         """Refuse a message that may be older than the markers it could have left: only its ``ts`` can say.
@@ -194,3 +251,7 @@ class BatchPipeline:
             detail = f"newest ts is {age_ms / 86_400_000:.1f} days old; markers are kept {days:g} days"
             return Rejection(RejectCode.TOO_OLD, detail)
         return message
+
+
+def _carries_gauges(message: Message) -> bool:
+    return any(event.gauges for event in message.events)

@@ -21,6 +21,8 @@ from tally.dlq import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.expressions import counter_limit_for
+from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
@@ -58,18 +60,23 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
     ttl_s = settings.marker_ttl_seconds
-    store = DynamoDBCounterStore(dynamodb, settings.counters_table, settings.markers_table, ttl_s)
-    journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s)
+    defaults = settings.counter_defaults
+    store = DynamoDBCounterStore(
+        dynamodb, settings.counters_table, settings.markers_table, ttl_s, settings.hot_keys, defaults=defaults
+    )
+    journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
     return BatchPipeline(
-        Applier(store, journal),
+        Applier(store, journal, counter_limit=counter_limit_for(defaults)),
         dead_letters,
         PipelineSettings(
             limits=limits,
             dedup_horizon_ms=ttl_s * 1000,
             windows=settings.windows,
             hot_keys=settings.hot_keys,
+            counter_defaults=defaults,
         ),
+        gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
     )
 
 
@@ -93,6 +100,7 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         # An id reused with other content (dead-lettered too, but worth an alarm of its own: a producer bug)
         "IdConflicts": sum(1 for letter in result.dead_letters if letter.rejection.code is RejectCode.ID_CONFLICT),
         "RecordsHeldByLease": len(result.stalls),
+        "GaugeWrites": result.gauge_writes,
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

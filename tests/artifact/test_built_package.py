@@ -75,6 +75,9 @@ ELF_MACHINES = {"arm64": "EM_AARCH64", "x86_64": "EM_X86_64"}
 WHEEL_MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
 NEVER_SHIPPED = ("tally/cli", "tally/local")
 EXPECTED: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text(encoding="utf-8"))
+SAMPLE_COUNTER_DEFAULTS = ";".join(
+    dict.fromkeys(spec["counter_defaults"] for spec in EXPECTED.values() if "counter_defaults" in spec)
+)
 HANDLER_SOURCES = {"sqs": "CounterFunction", "kinesis": "StreamCounterFunction"}
 
 
@@ -339,7 +342,8 @@ def functions(
                 package_dir=host_build.package(function),
                 memory_mb=_parameter_default(template, template["Globals"]["Function"]["MemorySize"]),
                 timeout_s=definition.timeout_seconds,
-                template_environment=definition.environment,
+                # The sample events' CounterDefaults parameter (events/expected.json), as the demo deploys it.
+                template_environment={**definition.environment, "TALLY_COUNTER_DEFAULTS": SAMPLE_COUNTER_DEFAULTS},
                 endpoints={"DYNAMODB": resources.dynamodb_endpoint, "SQS": resources.sqs_endpoint},
             )
             started[function] = EmulatedFunction(config, runtime, logs / f"{function}.log").start()

@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 
 from tally.apply import Applier, RetryPolicy
 from tally.core.decode import DecodeLimits
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.plan import MAX_TRANSACTION_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
+from tally.store.expressions import counter_limit_for
+from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
@@ -47,9 +50,15 @@ class RecordingDeadLetterQueue:
 
 
 def make_store(
-    client: DynamoDBClient, counters_table: str, markers_table: str, hot_keys: HotKeys | None = None
+    client: DynamoDBClient,
+    counters_table: str,
+    markers_table: str,
+    hot_keys: HotKeys | None = None,
+    counter_defaults: CounterDefaults = NO_DEFAULTS,
 ) -> DynamoDBCounterStore:
-    return DynamoDBCounterStore(client, counters_table, markers_table, TTL_DAYS * 86_400, hot_keys)
+    return DynamoDBCounterStore(
+        client, counters_table, markers_table, TTL_DAYS * 86_400, hot_keys, defaults=counter_defaults
+    )
 
 
 def make_pipeline(
@@ -62,6 +71,7 @@ def make_pipeline(
     hot_keys: HotKeys | None = None,
     max_actions: int = MAX_TRANSACTION_ACTIONS,
     marker_read_gate: MarkerReadGate | None = None,
+    counter_defaults: CounterDefaults = NO_DEFAULTS,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests."""
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
@@ -70,8 +80,11 @@ def make_pipeline(
         dedup_horizon_ms=TTL_DAYS * 86_400_000,
         windows=windows or WindowSpec(),
         hot_keys=hot_keys or HotKeys(),
+        counter_defaults=counter_defaults,
     )
-    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
+    journal = DynamoDBJournal(
+        store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds, store.defaults
+    )
     applier = Applier(
         store,
         journal,
@@ -80,5 +93,7 @@ def make_pipeline(
         use_journal=use_journal,
         max_actions=max_actions,
         marker_read_gate=marker_read_gate,
+        counter_limit=counter_limit_for(store.defaults),
     )
-    return BatchPipeline(applier, dlq, settings), dlq
+    gauges = DynamoDBGaugeStore(store.client, store.counters_table)
+    return BatchPipeline(applier, dlq, settings, gauges=gauges), dlq

@@ -45,6 +45,9 @@ def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                 "sk": {"S": "all"},
                 "c#revenue": {"N": "0.1"},
                 "c#orders": {"N": "3"},
+                "max#peak_basket": {"N": "4.5"},
+                "latest#lastPurchaseAt": {"S": "2026-11-24T20:00:00Z"},
+                "latest_order#lastPurchaseAt": {"B": b"\x00" * 24},
             },
         )
         yield
@@ -62,6 +65,18 @@ def test_get_prints_a_table(counters: None) -> None:
     assert result.exit_code == 0, result.output
     assert "revenue" in result.output
     assert "0.1" in result.output
+
+
+def test_get_gauges_prints_each_kind_and_name_exactly(counters: None) -> None:
+    # GIVEN a key with counters and gauges (issue 15) WHEN its gauges are asked for, as JSON and as a table
+    as_json = CliRunner().invoke(cli, ["get", "shop:42", "--gauges", "--json"])
+    table = CliRunner().invoke(cli, ["get", "shop:42", "--gauges"])
+    plain = CliRunner().invoke(cli, ["get", "shop:42", "--json"])
+    # THEN the JSON is kind -> name -> value (numbers exact, a latest text as a string); counters unchanged
+    assert as_json.output == '{"latest":{"lastPurchaseAt":"2026-11-24T20:00:00Z"},"max":{"peak_basket":4.5}}\n'
+    assert "peak_basket" in table.output
+    assert "4.5" in table.output
+    assert plain.output == '{"orders":3,"revenue":0.1}\n'
 
 
 def test_get_of_an_unknown_key_is_an_empty_object(counters: None) -> None:

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 
 from tally.cli.main import cli
 from tally.core.decode import DecodeLimits, decode_message
-from tally.core.model import Message
+from tally.core.defaults import parse_counter_defaults
+from tally.core.model import Gauge, GaugeKind, Message
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
 
 if TYPE_CHECKING:
@@ -107,6 +108,23 @@ def test_json_lines_with_events_and_whole_messages_to_a_stream(aws: str, tmp_pat
     assert totals(messages) == {"a": {"count": 6}, "b": {"x": Decimal("2.5")}, "c": {"count": -1}}
 
 
+def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str) -> None:
+    # GIVEN events without a delta (the key's default counts them) and with gauges (issue 15)
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    stdin = '{"key": "views:/a"}\n{"key": "shop:1", "ts": 1790000000000, "gauges": {"last": {"latest": "x"}}}\n'
+    # WHEN they are published
+    result = run("--file", "-", "--queue-url", url, stdin=stdin)
+    # THEN the bodies carry exactly that: no delta, and the gauges
+    assert result.exit_code == 0, result.output
+    defaults = parse_counter_defaults("views:*#count=delta:1")
+    decoded = [decode_message(body, LIMITS, defaults) for body in queue_bodies(aws, url)]
+    events = [event for message in decoded if isinstance(message, Message) for event in message.events]
+    assert sorted((event.key, dict(event.deltas), event.gauges) for event in events) == [
+        ("shop:1", {}, {"last": Gauge(GaugeKind.LATEST, "x")}),
+        ("views:/a", {"count": 1}, None),
+    ]
+
+
 def test_stdin(aws: str) -> None:
     url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     result = run("--file", "-", "--queue-url", url, stdin='{"key": "k", "delta": 4}\n{"key": "k", "delta": 6}\n')
@@ -124,6 +142,10 @@ def test_stdin(aws: str) -> None:
         ('{"key": "k", "delta": 1, "ts": "2026-11-21T10:15:00"}', "timezone-aware"),
         ('{"events": [{"key": "k", "delta": 1}]}', "needs its id"),
         ("[1, 2]", "expected a JSON object"),
+        ('{"key": "k", "delta": 1, "deltas": {"x": 1}}', "at most one of delta and deltas"),
+        ('{"key": "k", "gauges": {"p": 3}}', "gauges must be an object"),
+        ('{"key": "k", "gauges": {"p": {"latest": "x"}}}', "needs the event's ts"),
+        ('{"key": "k", "gauges": {"p": {"max": "3"}}}', "int or a Decimal"),
     ],
 )
 def test_a_bad_line_refuses_the_whole_input_before_anything_is_sent(

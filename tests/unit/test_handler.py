@@ -18,6 +18,7 @@ from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.template import load_template, table_definitions
+from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event
 
@@ -82,9 +83,14 @@ def _counters(stack: MotoStack, expected: dict[str, dict[str, str]]) -> dict[str
 
 
 @pytest.mark.parametrize("event_file", sorted(EXPECTED))
-def test_each_sample_event_counts_as_documented(stack: MotoStack, event_file: str) -> None:
+def test_each_sample_event_counts_as_documented(
+    stack: MotoStack, event_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # GIVEN a sample event WHEN the handler runs on it twice (a redelivery of the whole batch)
     event = load_event(event_file)
+    if "counter_defaults" in EXPECTED[event_file]:  # the deployment's CounterDefaults parameter
+        monkeypatch.setenv("TALLY_COUNTER_DEFAULTS", EXPECTED[event_file]["counter_defaults"])
+        sqs_handler.pipeline.cache_clear()
     first = sqs_handler.handler(event, LocalLambdaContext())
     second = sqs_handler.handler(event, LocalLambdaContext())
     # THEN nothing is reported failed, and counters and dead letters are exactly as documented
@@ -96,6 +102,12 @@ def test_each_sample_event_counts_as_documented(stack: MotoStack, event_file: st
     codes = [m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in letters]
     # Poison is dead-lettered on every delivery (it never gets a marker): twice here.
     assert sorted(codes) == sorted(expected["dead_letters"] * 2)
+    reader = CounterReader("counters", client=stack.store.client)
+    gauges = {
+        key: {kind: {n: str(v) for n, v in g.items()} for kind, g in reader.get(key).gauges.items()}
+        for key in expected.get("gauges", {})
+    }
+    assert gauges == expected.get("gauges", {})
 
 
 def test_dead_letters_keep_the_original_body_and_say_why(stack: MotoStack) -> None:

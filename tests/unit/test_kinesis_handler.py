@@ -16,6 +16,7 @@ from moto import mock_aws
 from tally.handlers import kinesis as kinesis_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.template import load_template, table_definitions
+from tally.reader import CounterReader
 from tally.sources.kinesis import failure_report, records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event
@@ -82,9 +83,14 @@ def _failed(response: Any) -> list[str]:
 
 
 @pytest.mark.parametrize("event_file", sorted(EXPECTED))
-def test_each_sample_event_counts_as_documented(stack: MotoStack, event_file: str) -> None:
+def test_each_sample_event_counts_as_documented(
+    stack: MotoStack, event_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # GIVEN a sample Kinesis event WHEN the handler runs on it twice (the shard redelivered from its start)
     event = load_event(event_file)
+    if "counter_defaults" in EXPECTED[event_file]:  # the deployment's CounterDefaults parameter
+        monkeypatch.setenv("TALLY_COUNTER_DEFAULTS", EXPECTED[event_file]["counter_defaults"])
+        kinesis_handler.pipeline.cache_clear()
     first = kinesis_handler.handler(event, LocalLambdaContext())
     second = kinesis_handler.handler(event, LocalLambdaContext())
     # THEN nothing is reported, and counters and dead letters are exactly as documented
@@ -95,6 +101,12 @@ def test_each_sample_event_counts_as_documented(stack: MotoStack, event_file: st
     assert counted == expected["counters"]
     codes = [m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in stack.dead_letters()]
     assert sorted(codes) == sorted(expected["dead_letters"] * 2)  # poison never gets a marker
+    reader = CounterReader("counters", client=stack.store.client)
+    gauges = {
+        key: {kind: {n: str(v) for n, v in g.items()} for kind, g in reader.get(key).gauges.items()}
+        for key in expected.get("gauges", {})
+    }
+    assert gauges == expected.get("gauges", {})
 
 
 def test_dead_letters_carry_the_full_record_payload(stack: MotoStack) -> None:

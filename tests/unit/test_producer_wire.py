@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tally.core.decode import DecodeLimits, decode_message
-from tally.core.model import Message
+from tally.core.defaults import parse_counter_defaults
+from tally.core.model import Gauge, GaugeKind, Message
 from tally.core.numbers import storage_problem
 from tally.producer import Event, PackLimits, build_messages, packed_message, single_message
 from tally.producer.event import LIMITS
@@ -56,7 +57,10 @@ def as_consumer_sees(event: Event) -> tuple[str, dict[str, Decimal], int | None]
         (lambda: Event.count("k", 10**126), ValueError, "magnitude above"),
         (lambda: Event.count("k", Decimal("1E-131")), ValueError, "below 1E-130"),
         (lambda: Event.count(""), ValueError, "key must be a non-empty string"),
-        (lambda: Event("k", {}), ValueError, "no deltas"),
+        (lambda: Event("k", {}, gauges={"p": ("latest", "x")}), ValueError, "needs the event's ts"),
+        (lambda: Event("k", {}, gauges={"p": ("max", 1.5)}), TypeError, "a float is not exact"),  # type: ignore[dict-item]
+        (lambda: Event("k", {}, gauges={"p": ("mean", 1)}), ValueError, "max, min and latest"),
+        (lambda: Event("k", {}, gauges={}), ValueError, "gauges of"),
         (lambda: Event.count("k", counter=""), ValueError, "counter name"),
         (lambda: Event.count("k", counter="n" * 256), ValueError, "counter name is 256 bytes"),
         (lambda: Event.count("k" * 2001), ValueError, "key is 2001 bytes"),
@@ -225,3 +229,23 @@ def test_the_library_needs_nothing_but_boto3() -> None:
 def test_a_utc_datetime_and_its_epoch_ms_are_the_same_event_time() -> None:
     moment = datetime(2026, 11, 21, 10, 15, tzinfo=UTC)
     assert Event.count("k", ts=moment).ts_ms == int(moment.timestamp()) * 1000
+
+
+def test_events_without_deltas_and_with_gauges_decode_as_the_consumer_reads_them() -> None:
+    # GIVEN an event left to its key's default deltas, and one with gauges (issue 15)
+    defaults = parse_counter_defaults("views:*#count=delta:1")
+    bare = single_message(Event("views:/a", {}), "m1")
+    with_gauges = single_message(
+        Event("shop:1", {"orders": 1}, ts=5, gauges={"peak": ("max", Decimal("4.5")), "last": ("latest", "x")}), "m2"
+    )
+    # WHEN the consumer decodes their bodies
+    first = decode_message(bare.body, defaults=defaults)
+    second = decode_message(with_gauges.body)
+    # THEN the default counts, and the readings arrive exactly
+    assert isinstance(first, Message)
+    assert dict(first.events[0].deltas) == {"count": 1}
+    assert isinstance(second, Message)
+    assert second.events[0].gauges == {
+        "peak": Gauge(GaugeKind.MAX, Decimal("4.5")),
+        "last": Gauge(GaugeKind.LATEST, "x"),
+    }

@@ -32,6 +32,7 @@ OUTPUT_VARIABLES: Final = {
 """Stack Output -> the environment variable tally's commands (and the function) read it from."""
 PARAMETER_VARIABLES: Final = {
     "HotKeys": "TALLY_HOT_KEYS",
+    "CounterDefaults": "TALLY_COUNTER_DEFAULTS",
     "Windows": "TALLY_WINDOWS",
     "WindowRetentionDays": "TALLY_WINDOW_RETENTION",
     "MarkerTtlDays": "TALLY_MARKER_TTL_DAYS",

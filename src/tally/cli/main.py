@@ -66,13 +66,24 @@ def cli() -> None:
 @click.option("--window", type=click.Choice(["minute", "hour", "day"]), help="Read a series of time windows.")
 @click.option("--from", "from_", help="Series start: epoch ms or ISO 8601 with offset (default: 24 windows back).")
 @click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
+@click.option("--gauges", "gauges", is_flag=True, help="Print the gauges (max, min, latest) instead of the counters.")
 @stack_option
 def get(
-    *, key: str, as_json: bool, window: str | None, from_: str | None, to: str | None, stack_name: str | None
+    *,
+    key: str,
+    as_json: bool,
+    window: str | None,
+    from_: str | None,
+    to: str | None,
+    gauges: bool,
+    stack_name: str | None,
 ) -> None:
     """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
     try:
         reader = _reader(stack_name)
+        if gauges:
+            _print_gauges(key, reader.get(key).gauges, as_json)
+            return
         if window is None:
             _print_counters(key, dict(reader.get(key).values), as_json)
             return
@@ -90,6 +101,25 @@ def get(
     for window_counts in series.windows:
         table.add_row(window_counts.start, *(str(window_counts.values.get(name, 0)) for name in names))
     Console().print(table)
+
+
+def _print_gauges(key: str, gauges: Mapping[str, Mapping[str, Decimal | str]], as_json: bool) -> None:
+    """Gauges as kind -> name -> value (issue 15): numbers exact, a latest text as a JSON string."""
+    ordered = {kind: dict(sorted(values.items())) for kind, values in sorted(gauges.items())}
+    if as_json:
+        sys.stdout.buffer.write(_JSON.encode(ordered) + b"\n")
+        return
+    table = Table(title=f"gauges of {key!r}")
+    for column in ("kind", "gauge", "value"):
+        table.add_column(column, justify="right" if column == "value" else "left")
+    for kind, values in ordered.items():
+        for name, value in values.items():
+            table.add_row(kind, name, str(value))
+    console = Console()
+    if ordered:
+        console.print(table)
+    else:
+        console.print(f"no gauges for {key!r} yet")
 
 
 def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> None:

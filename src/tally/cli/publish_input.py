@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from tally.producer.wire import OutgoingMessage
 
-_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id"})
+_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges"})
 _PACKED_EVENT_FIELDS = _EVENT_FIELDS - {"id"}
 
 
@@ -139,20 +139,38 @@ def _event_from_object(item: dict[str, Any], where: str, *, allow_id: bool) -> E
     unknown = set(item) - allowed
     if unknown:
         raise InputError(f"{where}: unknown field(s) {sorted(unknown)}")
-    if ("delta" in item) == ("deltas" in item):
-        raise InputError(f"{where}: give exactly one of delta and deltas")
-    deltas = {DEFAULT_COUNTER: item["delta"]} if "delta" in item else item["deltas"]
+    if "delta" in item and "deltas" in item:
+        raise InputError(f"{where}: give at most one of delta and deltas")
+    # Neither: the deployment's default deltas count the event (CounterDefaults), or it carries gauges only.
+    deltas = {DEFAULT_COUNTER: item["delta"]} if "delta" in item else item.get("deltas", {})
     if not isinstance(deltas, dict):
         raise InputError(f"{where}: deltas must be an object of counter name to number")
     ts = item.get("ts")
     if isinstance(ts, str):
         ts = _ts(ts, where)
-    return _event(item.get("key"), deltas, ts, item.get("id"), where)
+    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=_gauges(item.get("gauges"), where))
 
 
-def _event(key: Any, deltas: dict[str, Any], ts: Any, event_id: Any, where: str) -> Event:
+def _gauges(raw: Any, where: str) -> dict[str, tuple[str, Any]] | None:
+    """``{"peak": {"max": 17}}`` -> ``{"peak": ("max", 17)}`` (the producer's ``Event.gauges``)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not all(isinstance(v, dict) and len(v) == 1 for v in raw.values()):
+        raise InputError(f'{where}: gauges must be an object of name to {{"max"|"min"|"latest": value}}')
+    return {name: next(iter(reading.items())) for name, reading in raw.items()}
+
+
+def _event(
+    key: Any,
+    deltas: dict[str, Any],
+    ts: Any,
+    event_id: Any,
+    where: str,
+    *,
+    gauges: dict[str, tuple[str, Any]] | None = None,
+) -> Event:
     try:
-        return Event(key, deltas, ts=ts, id=event_id)
+        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: {exc}") from None
 

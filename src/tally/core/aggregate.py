@@ -122,6 +122,8 @@ def message_totals(
 
 
 def _add_to_item(totals: dict[ItemKey, dict[str, Number]], item: ItemKey, deltas: Mapping[str, Number]) -> None:
+    if not deltas:
+        return  # a gauges-only event moves no counter: no item to write for it
     counters = totals.get(item)
     if counters is None:
         totals[item] = dict(deltas)

@@ -1,8 +1,10 @@
 """Decode and validate one message body into a ``Message``, or say precisely why it can never count.
 
 The wire format (README.md, "Event format") in one breath: a JSON object with a producer-assigned
-``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``) or a packed list
-``events``. Decoding is strict: unknown fields are refused rather than ignored, because a misspelled
+``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts`` and ``gauges``) or a
+packed list ``events``. ``delta``/``deltas`` may be left out where the deployment declares default
+deltas for the key (``tally.core.defaults``), or when the event carries only gauges. Decoding is
+strict: unknown fields are refused rather than ignored, because a misspelled
 ``"detla"`` silently counting nothing is worse than a dead-lettered message that says why.
 
 msgspec does the JSON parsing and the structural type checks in C; numbers come through as ``int`` or,
@@ -21,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from msgspec import UNSET, UnsetType
 
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import SHARD_SEPARATOR
-from tally.core.model import CounterEvent, Message, RejectCode, Rejection
+from tally.core.model import CounterEvent, Gauge, GaugeKind, Message, RejectCode, Rejection
 from tally.core.numbers import Number, checked_canonical, storage_problem
 
 if TYPE_CHECKING:
@@ -32,6 +35,9 @@ DEFAULT_COUNTER = "count"
 """The counter that ``"delta": n`` adds to: it is shorthand for ``"deltas": {"count": n}``."""
 
 _MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
+MAX_GAUGE_TEXT_BYTES = 1024
+"""The longest string a ``latest`` gauge may hold (UTF-8)."""
+_GAUGE_KINDS = {kind.value: kind for kind in GaugeKind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +56,7 @@ class _WireEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     delta: Any = UNSET
     deltas: dict[str, Any] | UnsetType = UNSET
     ts: int | str | UnsetType = UNSET
+    gauges: dict[str, Any] | UnsetType = UNSET
 
 
 class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
@@ -102,15 +109,21 @@ class _Invalid(Exception):
         self.rejection = Rejection(code, detail)
 
 
-def decode_message(body: str | bytes, limits: DecodeLimits = DecodeLimits()) -> Message | Rejection:
-    """Decode one message body; return the ``Message`` or the ``Rejection`` that explains the refusal."""
+def decode_message(
+    body: str | bytes, limits: DecodeLimits = DecodeLimits(), defaults: CounterDefaults = NO_DEFAULTS
+) -> Message | Rejection:
+    """Decode one message body; return the ``Message`` or the ``Rejection`` that explains the refusal.
+
+    ``defaults`` are the deployment's declared default deltas (``tally.core.defaults``): an event that
+    omits ``delta`` and ``deltas`` counts them, instead of being refused as ``missing_delta``.
+    """
     try:
-        return _decode(body, limits)
+        return _decode(body, limits, defaults)
     except _Invalid as invalid:
         return invalid.rejection
 
 
-def _decode(body: str | bytes, limits: DecodeLimits) -> Message:
+def _decode(body: str | bytes, limits: DecodeLimits, defaults: CounterDefaults) -> Message:
     if isinstance(body, str):
         try:
             raw = body.encode("utf-8")
@@ -121,13 +134,19 @@ def _decode(body: str | bytes, limits: DecodeLimits) -> Message:
     wire = _parse(raw)
     message_id = _check_id(wire.id, limits)
     if wire.events is UNSET:
-        if wire.key is UNSET and wire.delta is UNSET and wire.deltas is UNSET:
+        if wire.key is UNSET and wire.delta is UNSET and wire.deltas is UNSET and wire.gauges is UNSET:
             raise _Invalid(RejectCode.MISSING_KEY, "a message needs a key and a delta, or events")
-        return Message(message_id, (_event(wire, limits, None),))
-    if wire.key is not UNSET or wire.delta is not UNSET or wire.deltas is not UNSET or wire.ts is not UNSET:
+        return Message(message_id, (_event(wire, limits, None, defaults),))
+    if (
+        wire.key is not UNSET
+        or wire.delta is not UNSET
+        or wire.deltas is not UNSET
+        or wire.ts is not UNSET
+        or wire.gauges is not UNSET
+    ):
         raise _Invalid(
             RejectCode.AMBIGUOUS_SHAPE,
-            "a packed message carries only id and events; key, delta(s) and ts belong on each event",
+            "a packed message carries only id and events; key, delta(s), gauges and ts belong on each event",
         )
     if not wire.events:
         raise _Invalid(RejectCode.EMPTY_MESSAGE, "events is empty")
@@ -136,7 +155,7 @@ def _decode(body: str | bytes, limits: DecodeLimits) -> Message:
             RejectCode.TOO_MANY_EVENTS,
             f"{len(wire.events)} events (at most {limits.max_events_per_message} per message)",
         )
-    events = tuple([_event(event, limits, index) for index, event in enumerate(wire.events)])
+    events = tuple([_event(event, limits, index, defaults) for index, event in enumerate(wire.events)])
     return Message(message_id, events)
 
 
@@ -178,7 +197,7 @@ def _where(index: int | None) -> str:
     return "$" if index is None else f"$.events[{index}]"
 
 
-def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None) -> CounterEvent:
+def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None, defaults: CounterDefaults) -> CounterEvent:
     """One event, validated. The common case runs without building a single string: the path of the
     event (``index``: ``None`` for a single-event message) is only formatted into a rejection."""
     key = wire.key
@@ -193,10 +212,59 @@ def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None) -> Counter
             RejectCode.INVALID_KEY, f"keys may not contain U+001F (it separates shard numbers) at `{_where(index)}`"
         )
     ts = wire.ts
-    return CounterEvent(key, _deltas(wire, limits, index), None if ts is UNSET else _ts_ms(ts, index))
+    ts_ms = None if ts is UNSET else _ts_ms(ts, index)
+    if wire.gauges is UNSET:
+        return CounterEvent(key, _deltas(wire, limits, index, defaults, key), ts_ms)
+    gauges = _gauges(wire.gauges, ts_ms, limits, index)
+    return CounterEvent(key, _deltas(wire, limits, index, defaults, key, has_gauges=True), ts_ms, gauges)
 
 
-def _deltas(wire: _WireEvent, limits: DecodeLimits, index: int | None) -> Mapping[str, Number]:
+def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: DecodeLimits, index: int | None) -> dict[str, Gauge]:
+    """``{"peak": {"max": 17}, "lastPurchaseAt": {"latest": "..."}}``: one kind per gauge name."""
+    where = f"{_where(index)}.gauges"
+    if not raw:
+        raise _Invalid(RejectCode.INVALID_GAUGE, f"gauges is empty at `{where}`")
+    if len(raw) > limits.max_counters_per_event:
+        raise _Invalid(
+            RejectCode.TOO_MANY_COUNTERS, f"{len(raw)} gauges at `{where}` (at most {limits.max_counters_per_event})"
+        )
+    gauges: dict[str, Gauge] = {}
+    for name, reading in raw.items():
+        if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
+            raise _Invalid(
+                RejectCode.INVALID_GAUGE,
+                f"gauge names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `{where}`",
+            )
+        if not isinstance(reading, dict) or len(reading) != 1:
+            raise _Invalid(RejectCode.INVALID_GAUGE, f'a gauge is {{"max"|"min"|"latest": value}} at `{where}.{name}`')
+        ((kind_name, value),) = reading.items()
+        kind = _GAUGE_KINDS.get(kind_name)
+        if kind is None:
+            raise _Invalid(RejectCode.INVALID_GAUGE, f"gauge kinds are max, min and latest at `{where}.{name}`")
+        if kind is GaugeKind.LATEST:
+            if ts_ms is None:
+                raise _Invalid(RejectCode.INVALID_GAUGE, f"a latest gauge needs the event's ts at `{where}.{name}`")
+            if isinstance(value, str):
+                if _utf8_len_over(value, MAX_GAUGE_TEXT_BYTES):
+                    raise _Invalid(
+                        RejectCode.INVALID_GAUGE,
+                        f"a latest gauge's text is at most {MAX_GAUGE_TEXT_BYTES} bytes at `{where}.{name}`",
+                    )
+                gauges[name] = Gauge(kind, value)
+                continue
+        gauges[name] = Gauge(kind, _number(value, f"{where}.{name}.{kind_name}"))
+    return gauges
+
+
+def _deltas(
+    wire: _WireEvent,
+    limits: DecodeLimits,
+    index: int | None,
+    defaults: CounterDefaults,
+    key: str,
+    *,
+    has_gauges: bool = False,
+) -> Mapping[str, Number]:
     delta = wire.delta
     if delta is not UNSET:
         if wire.deltas is not UNSET:
@@ -206,6 +274,12 @@ def _deltas(wire: _WireEvent, limits: DecodeLimits, index: int | None) -> Mappin
             delta = _number(delta, f"{_where(index)}.delta")
         return {DEFAULT_COUNTER: delta}
     deltas = wire.deltas
+    if deltas is UNSET and defaults.rules:
+        declared = defaults.default_deltas(key)
+        if declared:
+            return declared
+    if deltas is UNSET and has_gauges:
+        return {}  # a gauges-only event: no counter moves
     if deltas is UNSET or not deltas:
         raise _Invalid(RejectCode.MISSING_DELTA, f"delta or a non-empty deltas is required at `{_where(index)}`")
     if len(deltas) > limits.max_counters_per_event:

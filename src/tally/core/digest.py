@@ -76,7 +76,31 @@ def short_digest(digest: bytes | None) -> str:
     return digest[:6].hex() if digest else "none"
 
 
-def _canonical_event(event: CounterEvent) -> _CanonicalEvent:
+def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | None, object, object]:
+    """``_counters_event``, with a fourth element, the gauge readings, for an event that carries any.
+
+    An event without gauges encodes exactly as before gauges existed, so markers written then still match.
+    Gauges are ``(name, kind, is_text, value)`` sorted by name, numbers canonical like deltas (a string
+    ``"1.5"`` and the number 1.5 differ: ``is_text``).
+    """
+    base = _counters_event(event)
+    if not event.gauges:
+        return base
+    readings = sorted(
+        (name, str(gauge.kind), True, gauge.value)
+        if isinstance(gauge.value, str)
+        else (name, str(gauge.kind), False, _canonical(gauge.value))
+        for name, gauge in event.gauges.items()
+    )
+    return (*base, readings)
+
+
+def canonical_number(value: Number) -> _CanonicalNumber:
+    """One representation per numeric value (``1``, ``1.0``, ``1E+0`` are one): see ``_canonical``."""
+    return _canonical(value)
+
+
+def _counters_event(event: CounterEvent) -> _CanonicalEvent:
     """``(key, ts or None, counters)``: msgpack's nil for no ``ts``; one counter as a map of one entry,
     several as a list of ``(counter, value)`` pairs in counter order.
 

@@ -47,6 +47,7 @@ class RejectCode(StrEnum):
     COUNTER_OUT_OF_RANGE = "counter_out_of_range"
     WRITE_REFUSED = "write_refused"
     ID_CONFLICT = "id_conflict"
+    INVALID_GAUGE = "invalid_gauge"
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,12 +69,33 @@ class IdConflict(Rejection):
     counted: bytes | None = None
 
 
+class GaugeKind(StrEnum):
+    """How a gauge keeps one value out of many readings (issue 15, part 4)."""
+
+    MAX = "max"
+    MIN = "min"
+    LATEST = "latest"
+    """The reading of the latest event (by ``ts``, ties broken by ``tally.core.gauges.latest_order``)."""
+
+
+class Gauge(msgspec.Struct, frozen=True, gc=False):
+    """One gauge reading of an event: a number for ``max``/``min``, a number or a string for ``latest``."""
+
+    kind: GaugeKind
+    value: Number | str
+
+
 class CounterEvent(msgspec.Struct, frozen=True, gc=False):
-    """One validated event: deltas for one or more named counters of one key."""
+    """One validated event: deltas for named counters of one key, and gauge readings.
+
+    ``deltas`` may be empty when the event carries gauges only; ``gauges`` is None when it carries none
+    (the common case costs no map).
+    """
 
     key: str
     deltas: Mapping[str, Number]
     ts_ms: int | None = None
+    gauges: Mapping[str, Gauge] | None = None
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):

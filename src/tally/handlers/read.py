@@ -95,7 +95,12 @@ def get_counters(key: str) -> Response[str]:
         if "from" in query or "to" in query:
             raise InvalidReadError("from and to need a window (minute, hour or day)")
         counters = reader().get(decoded)
-        return _json(200, {"key": counters.key, "counters": _strings(counters.values)})
+        body: dict[str, object] = {"key": counters.key, "counters": _strings(counters.values)}
+        if counters.gauges:  # only keys with gauges carry the field (issue 15): earlier answers are unchanged
+            body["gauges"] = {
+                kind: {n: str(v) for n, v in sorted(g.items())} for kind, g in sorted(counters.gauges.items())
+            }
+        return _json(200, body)
     bounds = [parse_time_ms(query[name]) if query.get(name) else None for name in ("from", "to")]
     series = reader().series(decoded, window, bounds[0], bounds[1])
     response = _json(

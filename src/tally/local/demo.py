@@ -77,6 +77,14 @@ DEMO_PARAMETERS: Final = {
     "StreamMode": "PROVISIONED",
     "ShardCount": "2",
     "HotKeys": f"{HOT_KEY}=4",
+    # The sample events' start values and default deltas (events/expected.json, "counter_defaults").
+    "CounterDefaults": ";".join(
+        dict.fromkeys(
+            spec["counter_defaults"]
+            for spec in json.loads((EVENTS / "expected.json").read_text()).values()
+            if "counter_defaults" in spec
+        )
+    ),
 }
 """Template parameter overrides (as ``sam deploy --parameter-overrides``): both sources, two shards so
 two shard pollers run side by side, and the busiest key written to four shard items."""
@@ -216,6 +224,7 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     store = DynamoDBCounterStore(
         resources.client("dynamodb"), resources.counters_table, resources.markers_table, settings.marker_ttl_seconds
     )
+    reader = CounterReader(resources.counters_table, client=resources.client("dynamodb"))
     table = Table(title="sample events: expected vs counted")
     for column in ("event file", "key", "counter", "expected", "counted", ""):
         table.add_column(column, justify="right" if column in ("expected", "counted") else "left")
@@ -227,6 +236,14 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
                 match = counted.get(name) == Decimal(value)
                 ok = ok and match
                 table.add_row(event_file, key, name, value, str(counted.get(name)), OK if match else WRONG)
+        for key, kinds in spec.get("gauges", {}).items():  # issue 15: gauges beside the counters
+            stored = reader.get(key).gauges
+            for kind, gauges in kinds.items():
+                for name, value in gauges.items():
+                    reading = stored.get(kind, {}).get(name)
+                    match = reading is not None and str(reading) == value
+                    ok = ok and match
+                    table.add_row(event_file, key, f"{kind} {name}", value, str(reading), OK if match else WRONG)
     console.print(table)
     letters = list_letters(resources.client("sqs"), resources.dead_letter_queue_url)
     want = sorted(code for spec in expected.values() for code in spec["dead_letters"] * 2)

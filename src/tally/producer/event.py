@@ -52,13 +52,17 @@ class Event:
     deltas: Mapping[str, int | Decimal]
     ts: int | datetime | None = None
     id: str | None = None
+    gauges: Mapping[str, tuple[str, int | Decimal | str]] | None = None
+    """Gauge name -> (``"max"``, ``"min"`` or ``"latest"``, reading): README, "Start values, default deltas
+    and gauges". ``latest`` needs ``ts``; ``max`` and ``min`` take an int or a Decimal (never a float)."""
 
     def __post_init__(self) -> None:
         _check_text(self.key, "key", LIMITS.max_key_bytes)
         if SHARD_SEPARATOR in self.key:
             raise ValueError("key may not contain U+001F: the consumer uses it to separate shard numbers")
-        if not isinstance(self.deltas, Mapping) or not self.deltas:
-            raise ValueError(f"event of {self.key!r} has no deltas")
+        if not isinstance(self.deltas, Mapping):
+            raise TypeError(f"deltas of {self.key!r} must be a mapping")
+        # No deltas: the deployment's default deltas count the event (CounterDefaults), or it carries gauges.
         if len(self.deltas) > LIMITS.max_counters_per_event:
             raise ValueError(f"{len(self.deltas)} counters on {self.key!r} (at most {LIMITS.max_counters_per_event})")
         deltas: dict[str, int | Decimal] = {}
@@ -70,6 +74,28 @@ class Event:
             object.__setattr__(self, "ts", _epoch_ms(self.ts))
         if self.id is not None:
             _check_text(self.id, "id", LIMITS.max_id_bytes)
+        if self.gauges is not None:
+            object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
+
+    def _checked_gauges(
+        self, gauges: Mapping[str, tuple[str, int | Decimal | str]]
+    ) -> dict[str, tuple[str, int | Decimal | str]]:
+        if not gauges or len(gauges) > LIMITS.max_counters_per_event:
+            raise ValueError(f"gauges of {self.key!r}: 1 to {LIMITS.max_counters_per_event} of them")
+        checked: dict[str, tuple[str, int | Decimal | str]] = {}
+        for name, reading in gauges.items():
+            _check_text(name, "gauge name", LIMITS.max_counter_name_bytes)
+            kind, value = reading
+            if kind not in ("max", "min", "latest"):
+                raise ValueError(f"gauge {name!r}: the kinds are max, min and latest, not {kind!r}")
+            if kind == "latest" and self.ts is None:
+                raise ValueError(f"gauge {name!r}: a latest reading needs the event's ts")
+            if kind == "latest" and isinstance(value, str):
+                _check_text(value, f"gauge {name!r}", 1024)
+                checked[name] = (kind, value)
+            else:
+                checked[name] = (kind, _check_number(name, value))
+        return checked
 
     @classmethod
     def count(

@@ -78,13 +78,26 @@ def event_json(event: Event) -> str:
 def event_fields(event: Event) -> str:
     """The event's members without braces, shared by single and packed bodies."""
     deltas = event.deltas
-    if len(deltas) == 1 and DEFAULT_COUNTER in deltas:
+    if not deltas:  # the deployment's default deltas count it, or it carries gauges only
+        parts = ['"key":' + _string(event.key)]
+    elif len(deltas) == 1 and DEFAULT_COUNTER in deltas:
         parts = ['"key":' + _string(event.key), '"delta":' + _number(deltas[DEFAULT_COUNTER])]
     else:
         counters = ",".join(_string(name) + ":" + _number(value) for name, value in deltas.items())
         parts = ['"key":' + _string(event.key), '"deltas":{' + counters + "}"]
     if event.ts_ms is not None:
         parts.append('"ts":' + str(event.ts_ms))
+    if event.gauges:
+        readings = ",".join(
+            _string(name)
+            + ":{"
+            + _string(kind)
+            + ":"
+            + (_string(value) if isinstance(value, str) else _number(value))
+            + "}"
+            for name, (kind, value) in event.gauges.items()
+        )
+        parts.append('"gauges":{' + readings + "}")
     return ",".join(parts)
 
 

@@ -38,7 +38,15 @@ from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, Ranked, Series, Window
-from tally.store.schema import PARTITION_KEY, SORT_KEY, batch_get, counters_from_item, item_key, translate
+from tally.store.schema import (
+    PARTITION_KEY,
+    SORT_KEY,
+    batch_get,
+    counters_from_item,
+    gauges_from_item,
+    item_key,
+    translate,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -130,9 +138,13 @@ class CounterReader:
             for shard in (range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1))
         ]
         totals: dict[str, dict[str, Decimal]] = {key: {} for key in wanted}
+        gauges: dict[str, dict[str, dict[str, Decimal | str]]] = {}
         for item in batch_get(self.client, self.counters_table, item_keys):
-            add_into(totals[key_of_partition(item[PARTITION_KEY]["S"])], counters_from_item(item))
-        return {key: Counters(key, totals[key]) for key in wanted}
+            partition = item[PARTITION_KEY]["S"]
+            add_into(totals[key_of_partition(partition)], counters_from_item(item))
+            if partition in totals:  # gauges live on the key's own item, never on a shard (tally.core.gauges)
+                gauges[partition] = gauges_from_item(item)
+        return {key: Counters(key, totals[key], gauges.get(key, {})) for key in wanted}
 
     def series(
         self,

@@ -29,6 +29,8 @@ class Counters:
 
     key: str
     values: Mapping[str, Decimal] = field(default_factory=dict)
+    gauges: Mapping[str, Mapping[str, Decimal | str]] = field(default_factory=dict)
+    """Gauge kind (``max``, ``min``, ``latest``) -> gauge name -> value (a latest may be text); issue 15."""
 
     def value(self, counter: str = "count") -> Decimal:
         """One counter's value; zero when it was never counted."""

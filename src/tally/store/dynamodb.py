@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults
+from tally.core.items import item_parts
 from tally.core.ledger import MarkerRecord
 from tally.core.sharding import HotKeys
 from tally.reader.dynamodb import CounterReader
@@ -82,8 +84,12 @@ class DynamoDBCounterStore:
         markers_table: str,
         marker_ttl_seconds: int,
         hot_keys: HotKeys | None = None,
+        *,
+        defaults: CounterDefaults = NO_DEFAULTS,
     ) -> None:
         self.hot_keys = hot_keys or HotKeys()
+        self.defaults = defaults
+        """Declared start values (``tally.core.defaults``): the all-time ADD of such a counter starts there."""
         self.client = client
         self.counters_table = counters_table
         self.markers_table = markers_table
@@ -101,7 +107,10 @@ class DynamoDBCounterStore:
             marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
             for message in chunk.messages
         ]
-        actions += [add_update(self.counters_table, key, counters) for key, counters in chunk.increments.items()]
+        actions += [
+            add_update(self.counters_table, key, counters, self.defaults.starts(item_parts(key).key))
+            for key, counters in chunk.increments.items()
+        ]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:

@@ -13,13 +13,18 @@ Pure (no boto3): the applier hands ``counters_per_add`` to the planner (``tally.
 from __future__ import annotations
 
 from functools import cache
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from tally.core.items import ItemKey, item_parts
+from tally.core.items import ALL_TIME, ItemKey, item_parts
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from tally.core.defaults import CounterDefaults
 
 MAX_EXPRESSION_BYTES: Final = 4096
 """DynamoDB's limit on any expression string (4 KB, binary units)."""
-_EXPIRY_CLAUSE: Final = " SET #expires = if_not_exists(#expires, :expires)"
+_EXPIRY_SET: Final = "#expires = if_not_exists(#expires, :expires)"
 
 
 def name_placeholder(index: int) -> str:
@@ -30,21 +35,103 @@ def value_placeholder(index: int) -> str:
     return f":v{index}"
 
 
-def add_expression(counter_count: int, *, sets_expiry: bool) -> str:
-    """``ADD #c0 :v0, #c1 :v1, ...`` (and the expiry of a window item, set once)."""
-    clauses = (f"{name_placeholder(i)} {value_placeholder(i)}" for i in range(counter_count))
-    return "ADD " + ", ".join(clauses) + (_EXPIRY_CLAUSE if sets_expiry else "")
+def start_placeholder(index: int) -> str:
+    return f":s{index}"
+
+
+def add_expression(counter_count: int, *, sets_expiry: bool, started: int = 0) -> str:
+    """``ADD #c0 :v0, #c1 :v1, ...`` (and the expiry of a window item, set once).
+
+    The first ``started`` counters have a start value (``tally.core.defaults``): they are
+    ``SET #c0 = if_not_exists(#c0, :s0) + :v0`` instead, in the same expression, so the item is still
+    written once.
+    """
+    sets = [
+        f"{name_placeholder(i)} = if_not_exists({name_placeholder(i)}, {start_placeholder(i)}) + {value_placeholder(i)}"
+        for i in range(started)
+    ]
+    if sets_expiry:
+        sets.append(_EXPIRY_SET)
+    adds = [f"{name_placeholder(i)} {value_placeholder(i)}" for i in range(started, counter_count)]
+    parts = []
+    if adds:
+        parts.append("ADD " + ", ".join(adds))
+    if sets:
+        parts.append("SET " + ", ".join(sets))
+    return " ".join(parts)
 
 
 @cache
-def _most_counters(sets_expiry: bool) -> int:
-    # The length grows with the count (by 9 to 13 bytes a counter): walk up to the first that overflows.
+def _most_counters(sets_expiry: bool, started: bool) -> int:
+    # The length grows with the count (by 9 to 40 bytes a counter): walk up to the first that overflows.
+    def length(count: int) -> int:
+        return len(add_expression(count, sets_expiry=sets_expiry, started=count if started else 0).encode("utf-8"))
+
     count = 1
-    while len(add_expression(count + 1, sets_expiry=sets_expiry).encode("utf-8")) <= MAX_EXPRESSION_BYTES:
+    while length(count + 1) <= MAX_EXPRESSION_BYTES:
         count += 1
     return count
 
 
-def counters_per_add(item: ItemKey) -> int:
-    """The most counters one ``ADD`` on ``item`` can carry within DynamoDB's 4 KB (331; 328 for a window)."""
-    return _most_counters(item_parts(item).expires_at_s is not None)
+def counters_per_add(item: ItemKey, *, started: bool = False) -> int:
+    """The most counters one ``ADD`` on ``item`` can carry within DynamoDB's 4 KB (331; 328 for a window;
+    fewer when counters of the item may have start values: ``started``, the worst case of all of them)."""
+    return _most_counters(item_parts(item).expires_at_s is not None, started)
+
+
+def counter_limit_for(defaults: CounterDefaults) -> Callable[[ItemKey], int]:
+    """The planner's bound on counters per item for a deployment's declared start values."""
+    if not defaults.has_starts:
+        return counters_per_add
+
+    def limit(item: ItemKey) -> int:
+        parts = item_parts(item)
+        started = parts.window == ALL_TIME and parts.shard == 0 and bool(defaults.starts(parts.key))
+        return counters_per_add(item, started=started)
+
+    return limit
+
+
+# ------------------------------------------------------------------------------------------------ gauges
+_GAUGE_IMPROVES: Final = {"max": "<", "min": ">", "latest": "<"}
+"""The condition's operator: the stored value (for latest: its order) must be below (max, latest) or
+above (min) the new one, so an equal or better stored reading fails the condition and changes nothing."""
+
+
+def gauge_placeholders(index: int) -> tuple[str, str, str, str]:
+    """Name and value placeholders of a gauge's value, and of a latest gauge's order."""
+    return f"#g{index}", f":g{index}", f"#o{index}", f":o{index}"
+
+
+def gauge_expressions(kinds: Sequence[str]) -> tuple[str, str]:
+    """The update and condition expressions of one conditional gauge write (``kinds``: max, min, latest).
+
+    ``SET #g0 = :g0, #g1 = :g1, #o1 = :o1`` if ``(attribute_not_exists(#g0) OR #g0 < :g0) AND ...``: a
+    latest gauge's condition is on its order attribute (``tally.core.gauges.latest_order``).
+    """
+    sets: list[str] = []
+    conditions: list[str] = []
+    for index, kind in enumerate(kinds):
+        name, value, order_name, order_value = gauge_placeholders(index)
+        sets.append(f"{name} = {value}")
+        compared, against = (order_name, order_value) if kind == "latest" else (name, value)
+        if kind == "latest":
+            sets.append(f"{order_name} = {order_value}")
+        conditions.append(f"(attribute_not_exists({compared}) OR {compared} {_GAUGE_IMPROVES[kind]} {against})")
+    return "SET " + ", ".join(sets), " AND ".join(conditions)
+
+
+MAX_EXPRESSION_OPERATORS: Final = 300
+"""DynamoDB's limit on operators and functions in one expression (Constraints > Expression parameters)."""
+_OPERATORS_PER_GAUGE: Final = 4
+"""``attribute_not_exists``, ``OR``, the comparison and the ``AND`` joining it to the next gauge."""
+
+
+@cache
+def gauges_per_update() -> int:
+    """The most gauges one conditional write carries: within 4 KB per expression (worst case: all latest)
+    and within the 300 operators an expression may hold."""
+    count = 1
+    while all(len(e.encode("utf-8")) <= MAX_EXPRESSION_BYTES for e in gauge_expressions(["latest"] * (count + 1))):
+        count += 1
+    return min(count, MAX_EXPRESSION_OPERATORS // _OPERATORS_PER_GAUGE)

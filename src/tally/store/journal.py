@@ -7,10 +7,13 @@ conditions of the markers table, and the outcomes back into values and errors.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.defaults import NO_DEFAULTS, CounterDefaults
+from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
 from tally.store.schema import (
@@ -39,7 +42,6 @@ from tally.store.schema import (
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from decimal import Decimal
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -57,8 +59,15 @@ class DynamoDBJournal:
     """The journal steps on the markers table (counters are only touched by apply steps)."""
 
     def __init__(
-        self, client: DynamoDBClient, counters_table: str, markers_table: str, marker_ttl_seconds: int
+        self,
+        client: DynamoDBClient,
+        counters_table: str,
+        markers_table: str,
+        marker_ttl_seconds: int,
+        defaults: CounterDefaults = NO_DEFAULTS,
     ) -> None:
+        self._defaults = defaults
+        """Declared start values: the journal's ADDs start from them as the direct ones do."""
         self._client = client
         self._counters = counters_table
         self._markers = markers_table
@@ -235,14 +244,26 @@ class DynamoDBJournal:
         """The stored counters of ``items`` (strongly consistent ``BatchGetItem``s of 100); absent: none.
 
         Read before a multi-chunk commit, so that a later chunk DynamoDB would refuse (a sum leaving the
-        Number range) is found while the batch can still be aborted (issue 14, defect 3).
+        Number range) is found while the batch can still be aborted (issue 14, defect 3). An absent counter
+        with a declared start value reads as its start: that is what its write adds to.
         """
         by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
         stored_items = batch_get(self._client, self._counters, [item_key(item) for item in items])
-        return {
+        found = {
             by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: counters_from_item(stored)
             for stored in stored_items
         }
+        if self._defaults.has_starts:
+            # What a started counter's write adds to when it is absent: its start, not zero (issue 15).
+            for item in items:
+                parts = item_parts(item)
+                if parts.window != ALL_TIME or parts.shard != 0:
+                    continue
+                starts = self._defaults.starts(parts.key)
+                counters = found.setdefault(item, {})
+                for name, start in starts.items():
+                    counters.setdefault(name, Decimal(start))
+        return found
 
     # ------------------------------------------------------------------------------------- helpers
     def _transition(
@@ -285,7 +306,10 @@ class DynamoDBJournal:
         }, ("applied", batch_id)
 
     def _adds(self, increments: Totals) -> list[tuple[TransactWriteItemTypeDef, Role]]:
-        return [add_update(self._counters, key, counters) for key, counters in increments.items()]
+        return [
+            add_update(self._counters, key, counters, self._defaults.starts(item_parts(key).key))
+            for key, counters in increments.items()
+        ]
 
     def _transact(self, actions: Sequence[tuple[TransactWriteItemTypeDef, Role]]) -> None:
         try:

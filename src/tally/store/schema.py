@@ -2,7 +2,8 @@
 
 Counters table: one item per key, ``pk`` = the counter key, ``sk`` = ``"all"`` for all-time values; each
 named counter is a Number attribute ``c#<name>`` (the prefix keeps any user counter name clear of the key
-attributes).
+attributes). Gauges (issue 15) live on the key's all-time item too: ``max#<name>``, ``min#<name>``,
+``latest#<name>`` (Number, or String for a latest text) with ``latest_order#<name>`` (Binary).
 
 Markers table (the idempotency ledger), partition key ``id`` with a prefix per kind of item:
 
@@ -39,7 +40,7 @@ from tally.errors import (
     StoreError,
     WriteRejectedError,
 )
-from tally.store.expressions import add_expression, name_placeholder, value_placeholder
+from tally.store.expressions import add_expression, name_placeholder, start_placeholder, value_placeholder
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -173,16 +174,29 @@ def item_key(item: ItemKey) -> dict[str, Any]:
     return {PARTITION_KEY: {"S": partition}, SORT_KEY: {"S": parts.window}}
 
 
-def add_update(table: str, item: ItemKey, counters: Mapping[str, Any]) -> tuple[TransactWriteItemTypeDef, Role]:
-    """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet)."""
+def add_update(
+    table: str, item: ItemKey, counters: Mapping[str, Any], starts: Mapping[str, Any] | None = None
+) -> tuple[TransactWriteItemTypeDef, Role]:
+    """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
+
+    ``starts`` (counter -> start value, ``tally.core.defaults``) applies to a key's all-time item only:
+    those counters are ``SET c = if_not_exists(c, :start) + :delta`` in the same action.
+    """
+    parts = item_parts(item)
+    started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
+    ordered = [(name, delta) for name, delta in counters.items() if name in started]
+    first_plain = len(ordered)
+    ordered += [(name, delta) for name, delta in counters.items() if name not in started]
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
-    for index, (name, delta) in enumerate(counters.items()):
+    for index, (name, delta) in enumerate(ordered):
         names[name_placeholder(index)] = COUNTER_PREFIX + name
         values[value_placeholder(index)] = {"N": to_wire(delta)}
-    expires_at_s = item_parts(item).expires_at_s
+        if index < first_plain:
+            values[start_placeholder(index)] = {"N": to_wire(started[name])}
+    expires_at_s = parts.expires_at_s
     # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
-    expression = add_expression(len(counters), sets_expiry=expires_at_s is not None)
+    expression = add_expression(len(ordered), sets_expiry=expires_at_s is not None, started=first_plain)
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
@@ -195,6 +209,33 @@ def add_update(table: str, item: ItemKey, counters: Mapping[str, Any]) -> tuple[
             "ExpressionAttributeValues": values,
         }
     }, ("add", item_label(item))
+
+
+GAUGE_PREFIXES: Final = {"max": "max#", "min": "min#", "latest": "latest#"}
+"""A gauge's attribute: ``max#<name>``, ``min#<name>``, ``latest#<name>`` (beside the ``c#`` counters)."""
+LATEST_ORDER_PREFIX: Final = "latest_order#"
+"""A latest gauge's order (Binary: ``tally.core.gauges.latest_order``), which its writes are conditioned on."""
+
+
+def gauge_attribute(kind: str, name: str) -> str:
+    return GAUGE_PREFIXES[kind] + name
+
+
+def latest_order_attribute(name: str) -> str:
+    return LATEST_ORDER_PREFIX + name
+
+
+def gauges_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, Decimal | str]]:
+    """The gauges of a raw counters-table item: kind (max, min, latest) -> gauge name -> value."""
+    gauges: dict[str, dict[str, Decimal | str]] = {}
+    for attribute, value in item.items():
+        for kind, prefix in GAUGE_PREFIXES.items():
+            if attribute.startswith(prefix):
+                text = value.get("S")
+                gauges.setdefault(kind, {})[attribute[len(prefix) :]] = (
+                    text if text is not None else Decimal(value["N"])
+                )
+    return gauges
 
 
 def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:

@@ -1,0 +1,153 @@
+"""The cost per event of issue 15's counter patterns beside plain sums, on DynamoDB Local.
+
+Each pattern runs the same shape of load through the handlers' own wiring (``tally.runtime.wire_pipeline``,
+windows off, as the peers run): single-event messages over ``--keys`` keys, delivered in batches of 100
+records, billed by ``bench.meter`` (write units from item sizes and the pricing rules, failed conditional
+writes included):
+
+- ``sums``: ``{"key": k, "delta": 1}``, the baseline;
+- ``start + default delta``: ``{"key": k}`` with ``CounterDefaults`` ``p:*#count=start:1000,delta:1``;
+- ``gauge max``: a delta and a ``max`` reading drawn at random (a new peak gets rarer as the run goes on);
+- ``gauge latest``: a delta and a ``latest`` reading, ``ts`` increasing (every batch's reading is newer);
+- ``gauge latest, late``: the same, ``ts`` decreasing (every reading loses to the stored one: the worst case).
+
+Run: ``python -m bench.patterns [--events 5000] [--keys 50]``. Every count and gauge is read back and checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+import uuid
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.deployment import default_settings
+from bench.meter import DynamoDBMeter
+from bench.peers.tables import create_from_template
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from tally.config import COUNTER_DEFAULTS, WINDOWS
+from tally.core.model import SourceRecord
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.reader.dynamodb import CounterReader
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+BATCH = 100
+NOW_MS = time.time_ns() // 1_000_000
+
+Body = dict[str, Any]
+
+
+def _sums(key: str, _: int, __: random.Random) -> Body:
+    return {"key": key, "delta": 1}
+
+
+def _defaults(key: str, _: int, __: random.Random) -> Body:
+    return {"key": key}
+
+
+def _gauge_max(key: str, _: int, rng: random.Random) -> Body:
+    return {"key": key, "delta": 1, "gauges": {"peak": {"max": rng.randint(0, 10**6)}}}
+
+
+def _gauge_latest(key: str, number: int, _: random.Random) -> Body:
+    return {"key": key, "delta": 1, "ts": NOW_MS - 600_000 + number, "gauges": {"last": {"latest": number}}}
+
+
+def _gauge_latest_late(key: str, number: int, _: random.Random) -> Body:
+    return {"key": key, "delta": 1, "ts": NOW_MS - number, "gauges": {"last": {"latest": number}}}
+
+
+PATTERNS: dict[str, tuple[Callable[[str, int, random.Random], Body], str]] = {
+    "sums": (_sums, ""),
+    "start + default delta": (_defaults, "p:*#count=start:1000,delta:1"),
+    "gauge max": (_gauge_max, ""),
+    "gauge latest": (_gauge_latest, ""),
+    "gauge latest, late": (_gauge_latest_late, ""),
+}
+
+
+def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
+    make, declared = PATTERNS[name]
+    suffix = uuid.uuid4().hex[:8]
+    counters, markers = f"bench-pat-counters-{suffix}", f"bench-pat-markers-{suffix}"
+    definitions = _definitions()
+    create_from_template(admin, definitions["CountersTable"], counters)
+    create_from_template(admin, definitions["MarkersTable"], markers)
+    settings = default_settings(counters, markers, {WINDOWS: "", COUNTER_DEFAULTS: declared})
+    dead_letters = RecordingDeadLetterQueue()
+    pipeline = wire_pipeline(client, dead_letters, settings)
+    meter = DynamoDBMeter()
+    meter.track(counters, ["pk", "sk"], "counters")
+    meter.track(markers, ["id"], "markers")
+    rng = random.Random(7)
+    bodies = []
+    expected: dict[str, int] = {}
+    for number in range(events):
+        key = f"p:{number % keys}"
+        bodies.append(json.dumps({"id": f"{suffix}-{number}", **make(key, number, rng)}))
+        expected[key] = expected.get(key, 0) + 1
+    meter.attach(client)
+    started = time.perf_counter()
+    failed = 0
+    for start in range(0, events, BATCH):
+        records = [SourceRecord(f"r{start + i}", body, NOW_MS) for i, body in enumerate(bodies[start : start + BATCH])]
+        failed += len(pipeline.process(records, NOW_MS, lambda: 60_000).failed_record_ids)
+    elapsed = time.perf_counter() - started
+    meter.detach(client)
+    usage = meter.usage()
+    reader = CounterReader(counters, client=admin)
+    start_value = 1000 if declared else 0
+    counted = reader.get_many(expected)
+    exact = not failed and not dead_letters.letters and not meter.unsupported
+    exact = exact and all(counted[key].value() == Decimal(start_value + count) for key, count in expected.items())
+    return {
+        "pattern": name,
+        "events": events,
+        "write_units_per_event": usage.write_units / events,
+        "requests_per_event": usage.requests / events,
+        "conditional_failures": usage.conditional_failures,
+        "gauge_writes": usage.calls.get("UpdateItem", 0),
+        "events_per_s": events / elapsed,
+        "exact": exact,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="cost per event of start values, default deltas and gauges")
+    parser.add_argument("--events", type=int, default=5_000)
+    parser.add_argument("--keys", type=int, default=50)
+    args = parser.parse_args()
+    rows = []
+    with DynamoDBLocal() as ddb:
+        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+        rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
+    table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
+    for column in ("pattern", "write units/event", "requests/event", "gauge UpdateItems", "failed conditions", "exact"):
+        table.add_column(column, justify="left" if column == "pattern" else "right")
+    base = rows[0]["write_units_per_event"]
+    for row in rows:
+        table.add_row(
+            row["pattern"],
+            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
+            f"{row['requests_per_event']:.4f}",
+            str(row["gauge_writes"]),
+            str(row["conditional_failures"]),
+            "yes" if row["exact"] else "NO",
+        )
+    Console().print(table)
+    return 0 if all(row["exact"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,33 @@
+"""``bench.patterns`` at a tiny size: every pattern counts exactly, and its cost has the shape the README says.
+
+Start values and default deltas write nothing more than sums (the start rides in the same action); gauges
+add one conditional UpdateItem per key with readings per batch, whatever the readings do.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.patterns import BATCH, PATTERNS, measure
+
+from tally.runtime import CLIENT_CONFIG
+
+if TYPE_CHECKING:
+    from tally.local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 300
+KEYS = 10
+
+
+def test_each_pattern_is_exact_and_costs_what_the_readme_says(dynamodb_local: DynamoDBLocal) -> None:
+    admin, client = dynamodb_local.client(), dynamodb_local.client(CLIENT_CONFIG)
+    rows = {name: measure(name, EVENTS, KEYS, client, admin) for name in PATTERNS}
+    assert all(row["exact"] for row in rows.values()), rows
+    assert rows["start + default delta"]["write_units_per_event"] == rows["sums"]["write_units_per_event"]
+    for name in ("gauge max", "gauge latest", "gauge latest, late"):
+        assert rows[name]["gauge_writes"] == (EVENTS // BATCH) * KEYS
+    assert rows["gauge latest"]["conditional_failures"] == 0  # every batch's reading is newer
+    assert rows["gauge latest, late"]["conditional_failures"] == (EVENTS // BATCH - 1) * KEYS
