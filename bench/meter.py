@@ -23,15 +23,15 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from bench.capacity import item_size, read_units, transactional_write_units, write_units
 from bench.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
+from tally.cost.capacity import item_size, read_units, transactional_write_units, write_units
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from bench.capacity import Item
+    from tally.cost.capacity import Item
 
 _CONTEXT_KEY: Final = "bench_meter_request"
 _DATA_PLANE: Final = frozenset(
