@@ -78,6 +78,10 @@ KINESIS_SHARD_BYTES_PER_S: Final = 1024 * 1024
 SQS_MAX_WINDOW_S: Final = 60
 """The template caps ``BatchingWindowSeconds`` at 60 (its visibility mapping allows 60 s for it)."""
 KINESIS_MAX_WINDOW_S: Final = 300
+DEFAULT_TRANSACTION_MS: Final = 15.0
+"""Assumed latency of a 100-action ``TransactWriteItems`` on AWS (an input; part 5 is to measure it)."""
+SIMULATED_EVENTS: Final = 40_000
+"""At most this many events are drawn per price (at least one batch)."""
 BATCH_SIZES: Final = (1, 10, 25, 50, 100, 200, 300, 500, 700, 1000, 2000, 5000, 10_000)
 """The batch sizes ``recommend`` tries."""
 
@@ -101,7 +105,7 @@ class Latencies:
     per message and per event; the request latencies are assumptions to be replaced by measured ones.
     """
 
-    transact_write_ms: float = 15.0
+    transact_write_ms: float = DEFAULT_TRANSACTION_MS
     batch_get_ms: float = 5.0
     batch_write_ms: float = 10.0
     cpu_us_per_message: float = 1.88
@@ -448,9 +452,14 @@ def price(
     """The bill of ``traffic`` at ``batch_size`` records per invocation (the window chosen to fill it)."""
     window_cap = SQS_MAX_WINDOW_S if traffic.source == "SQS" else KINESIS_MAX_WINDOW_S
     size = min(batch_size, max(1, MAX_INVOCATION_BYTES // traffic.message_bytes))
-    fill_s = size / traffic.records_per_second
+    # A Kinesis batch holds one shard's records: it fills at the shard's rate, not the stream's.
+    shards = _kinesis_shards(traffic)
+    feed = traffic.records_per_second / max(1, shards)
+    fill_s = size / feed
     window = 0 if size == 1 else min(window_cap, max(1, math.ceil(fill_s)))
-    records = max(1, min(size, math.floor(traffic.records_per_second * window))) if window else 1
+    records = max(1, min(size, math.floor(feed * window))) if window else 1
+    # Enough batches to see the planner's choices, few enough events to answer in about a second.
+    batches = max(1, min(batches, SIMULATED_EVENTS // (records * traffic.events_per_message)))
     units = simulate(traffic, records, batches=batches, page_bytes=page_bytes)
     handler_s = _handler_seconds(units, records, traffic, latencies)
     invocations_s = traffic.records_per_second * (1 + traffic.resend_rate) / records
@@ -459,8 +468,8 @@ def price(
     month = traffic.events_per_second * SECONDS_PER_MONTH
     invocations = invocations_s * SECONDS_PER_MONTH
     gb_s = invocations * handler_s * traffic.memory_mb / 1024
-    hot, hot_shards = _hot_keys(traffic, units, concurrency)
-    shards, factor = _kinesis(traffic, concurrency)
+    hot, hot_shards = _hot_keys(traffic, units, math.ceil(invocations_s * handler_s))
+    factor = max(1, min(10, math.ceil(concurrency / shards))) if shards else 1
     parameters = Parameters(
         source=traffic.source,
         batch_size=size,
@@ -505,10 +514,16 @@ def recommend(
     batches: int = 4,
 ) -> Bill:
     """The cheapest batch size whose latency fits the budget (the smallest batch if none does)."""
-    bills = [
-        price(traffic, size, latencies=latencies, prices=prices, page_bytes=page_bytes, batches=batches)
-        for size in dict.fromkeys(batch_sizes)
-    ]
+    bills: dict[float, Bill] = {}
+    for size in sorted(set(batch_sizes)):
+        bill = price(traffic, size, latencies=latencies, prices=prices, page_bytes=page_bytes, batches=batches)
+        if bill.records_per_batch in bills:
+            break  # the batching window, or the 6 MB payload, caps the batch: larger sizes change nothing
+        bills[bill.records_per_batch] = bill
+    return _cheapest(list(bills.values()), traffic)
+
+
+def _cheapest(bills: Sequence[Bill], traffic: Traffic) -> Bill:
     fitting = [bill for bill in bills if bill.latency_s <= traffic.latency_budget_s]
     if not fitting:
         return min(bills, key=lambda bill: bill.latency_s)
@@ -530,11 +545,12 @@ def _handler_seconds(units: UnitsPerEvent, records: int, traffic: Traffic, laten
 def _hot_keys(traffic: Traffic, units: UnitsPerEvent, concurrency: int) -> tuple[int, int]:
     """Keys that most concurrent batches write: their items see conflicting transactions, so shard them.
 
-    A key of weight p is in a batch of E events with probability 1 - (1 - p)**E; when that is over half
-    and more than one batch runs at once, concurrent transactions meet on its item. Shards: one per
-    concurrent batch (at most 16), and enough to keep each shard under a partition's 1,000 units/s.
+    ``concurrency`` is how many batches run at once on average. A key of weight p is in a batch of E
+    events with probability 1 - (1 - p)**E; when that is over half and batches overlap, concurrent
+    transactions meet on its item. Shards: one per concurrent batch (at most 16), and enough to keep
+    each shard under a partition's 1,000 units/s.
     """
-    if concurrency < 2 and traffic.events_per_second * 2 < PARTITION_WRITE_UNITS_PER_S:
+    if concurrency < 2:
         return 0, 1
     weights = [1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)]
     total = sum(weights)
@@ -547,13 +563,13 @@ def _hot_keys(traffic: Traffic, units: UnitsPerEvent, concurrency: int) -> tuple
     return hot, max(1, min(16, max(concurrency, by_rate)))
 
 
-def _kinesis(traffic: Traffic, concurrency: int) -> tuple[int, int]:
+def _kinesis_shards(traffic: Traffic) -> int:
+    """Shards a provisioned stream needs for the records and bytes per second (0 for SQS)."""
     if traffic.source != "Kinesis":
-        return 0, 1
+        return 0
     records = traffic.records_per_second * (1 + traffic.resend_rate)
-    shards = max(
+    return max(
         1,
         math.ceil(records / KINESIS_SHARD_RECORDS_PER_S),
         math.ceil(records * traffic.message_bytes / KINESIS_SHARD_BYTES_PER_S),
     )
-    return shards, max(1, min(10, math.ceil(concurrency / shards)))
