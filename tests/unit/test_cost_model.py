@@ -8,8 +8,6 @@ test_plan.py): these tests pin what the model makes of its plans.
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from tally.cost.model import (
