@@ -129,7 +129,7 @@ def run_checks(
             key_bytes=KEY_BYTES,
             windows=WINDOWS if config.windows else (),
         )
-        predicted = simulate(traffic, config.batch_size, batches=batches, seed=seed + 1, page_bytes=_page_bytes)
+        predicted = simulate(traffic, config.batch_size, batches=batches, seed=seed + 1, page_bytes=store_page_bytes)
         checks.append(
             Check(
                 config=config.name,
@@ -152,7 +152,8 @@ def _factory(config: Config) -> PeerFactory:
     return build
 
 
-def _page_bytes(increments: Totals) -> int:
+def store_page_bytes(increments: Totals) -> int:
+    """A journal page as the store encodes it (the model bills pages at this size)."""
     return len(encode_page(increments))
 
 
