@@ -103,11 +103,20 @@ def test_the_monthly_bill_is_the_units_times_the_prices() -> None:
 
 def test_handler_duration_adds_each_request_and_the_cpu_at_the_memorys_share() -> None:
     traffic = Traffic(10, keys=1, windows=(), memory_mb=1769)
-    latencies = Latencies(transact_write_ms=100, cpu_us_per_message=1000, cpu_us_per_event=0)
-    bill = price(traffic, 10, latencies=latencies)  # one transaction, 10 messages
-    assert bill.handler_s == pytest.approx(0.1 + 10 * 0.001)
+    latencies = Latencies(transact_write_ms=100, cpu_us_per_item=1000, cpu_us_per_event_item=10)
+    bill = price(traffic, 10, latencies=latencies)  # one transaction: 10 markers + 1 ADD; 10 events, 1 item each
+    assert bill.handler_s == pytest.approx(0.1 + 11 * 0.001 + 10 * 0.00001)
     half = price(Traffic(10, keys=1, windows=(), memory_mb=884), 10, latencies=latencies)
-    assert half.handler_s == pytest.approx(0.1 + 10 * 0.001 * 1769 / 884)
+    assert half.handler_s == pytest.approx(0.1 + (11 * 0.001 + 10 * 0.00001) * 1769 / 884)
+
+
+def test_items_written_count_every_action_and_page() -> None:
+    # 10 journal units of 1 message and 100 keys: open (header + marker) 2, pages 2, commit (header,
+    # applied-record, 98 ADDs) 100, chunk 1 (applied-record + 2 ADDs) 3, finish 1
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    assert simulate(traffic, 10, batches=1).items_per_batch == 10 * (2 + 2 + 100 + 3 + 1)
+    # one direct transaction: 10 markers + 1 ADD
+    assert simulate(Traffic(100, keys=1, windows=()), 10, batches=1).items_per_batch == 11
 
 
 @pytest.mark.parametrize(
