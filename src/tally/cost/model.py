@@ -500,6 +500,9 @@ def price(
     assumptions = (
         f"request latencies assumed, not measured on AWS: TransactWriteItems {latencies.transact_write_ms} ms, "
         f"BatchGetItem {latencies.batch_get_ms} ms, BatchWriteItem {latencies.batch_write_ms} ms",
+        f"handler CPU as measured by bench.duration on an x86 VM: {latencies.cpu_us_per_item} us per item "
+        f"written, {latencies.cpu_us_per_event_item} us per event per counter item, at {traffic.memory_mb} MB's "
+        "vCPU share",
         "every event of a batch falls in one time window (batches span seconds)",
         "a batch is as full as the batching window lets it be; re-sends are settled by the marker read",
         "prices: us-east-1 on demand, Lambda arm64, no free tier",
