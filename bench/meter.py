@@ -70,6 +70,8 @@ class Usage:
     transaction_write_units: float
     """Write units of committed transactions (2 per item per KB)."""
     largest_item_bytes: int
+    """The largest item a single-item or transactional write touched (batch-written journal pages aside)."""
+    """The largest item a single-item or transactional write touched (journal pages, batch-written, aside)."""
     local_reported_single_item: float
     """DynamoDB Local's own ``ConsumedCapacity`` for single-item calls: it should equal the next figure."""
     computed_single_item: float
@@ -248,8 +250,7 @@ class DynamoDBMeter:
                     key = request["DeleteRequest"]["Key"]
                     size = item_size(self.shadow.get(table, key))
                     self.shadow.delete(table, key)
-                self._largest = max(self._largest, size)
-                units += write_units(size)
+                units += write_units(size)  # not in ``largest_item_bytes``: pages are not counter or marker items
         self._write_units += units
         return units
 
