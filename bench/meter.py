@@ -71,7 +71,6 @@ class Usage:
     """Write units of committed transactions (2 per item per KB)."""
     largest_item_bytes: int
     """The largest item a single-item or transactional write touched (batch-written journal pages aside)."""
-    """The largest item a single-item or transactional write touched (journal pages, batch-written, aside)."""
     local_reported_single_item: float
     """DynamoDB Local's own ``ConsumedCapacity`` for single-item calls: it should equal the next figure."""
     computed_single_item: float
