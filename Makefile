@@ -19,7 +19,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -112,6 +112,11 @@ chaos: install
 # The same at a small size, in seconds (tests/integration/test_chaos.py runs it in the test suite).
 chaos-smoke: install
 	$(BIN)/python -m bench.chaos --config smoke
+
+# tally plan's predicted write units per event against measured runs (README, "What it costs"); exits 1 on a
+# miss over 10%. Writes .bench/plan_check.json.
+bench-plan: install
+	mkdir -p .bench && $(BIN)/python -m bench.plan_check --min-events 20000 --json-out .bench/plan_check.json
 
 # The commit journal against the chunked path on workload U, packed (docs/journal.md).
 bench-journal: install

@@ -23,19 +23,29 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from bench.capacity import item_size, read_units, transactional_write_units, write_units
 from bench.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
+from tally.cost.capacity import item_size, read_units, transactional_write_units, write_units
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from bench.capacity import Item
+    from tally.cost.capacity import Item
 
 _CONTEXT_KEY: Final = "bench_meter_request"
 _DATA_PLANE: Final = frozenset(
-    {"GetItem", "BatchGetItem", "PutItem", "UpdateItem", "DeleteItem", "TransactWriteItems", "Query", "Scan"}
+    {
+        "GetItem",
+        "BatchGetItem",
+        "PutItem",
+        "UpdateItem",
+        "DeleteItem",
+        "BatchWriteItem",
+        "TransactWriteItems",
+        "Query",
+        "Scan",
+    }
 )
 _SINGLE_ITEM: Final = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem"})
 _TOLERANCE: Final = 1e-9
@@ -60,6 +70,7 @@ class Usage:
     transaction_write_units: float
     """Write units of committed transactions (2 per item per KB)."""
     largest_item_bytes: int
+    """The largest item a single-item or transactional write touched (batch-written journal pages aside)."""
     local_reported_single_item: float
     """DynamoDB Local's own ``ConsumedCapacity`` for single-item calls: it should equal the next figure."""
     computed_single_item: float
@@ -198,6 +209,8 @@ class DynamoDBMeter:
             return self._single_write(operation, params, error)
         if operation == "TransactWriteItems":
             return self._transaction(params, parsed, error)
+        if operation == "BatchWriteItem":
+            return self._batch_write(params, parsed, error)
         raise UnsupportedRequest(f"{operation} is not billed by the meter")
 
     def _read(self, table: str, keys: Sequence[Item], *, consistent: bool) -> float:
@@ -214,6 +227,30 @@ class DynamoDBMeter:
             skipped = unprocessed.get(table, {}).get("Keys", [])
             keys = [key for key in request["Keys"] if key not in skipped]
             units += self._read(table, keys, consistent=bool(request.get("ConsistentRead")))
+        return units
+
+    def _batch_write(self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> float:
+        """Each put or delete a standard write of its item (the journal's pages); unprocessed ones cost nothing."""
+        if error is not None:
+            return 0.0
+        unprocessed = parsed.get("UnprocessedItems", {})
+        units = 0.0
+        for table, requests in params["RequestItems"].items():
+            skipped = unprocessed.get(table, [])
+            for request in requests:
+                if request in skipped:
+                    continue
+                if "PutRequest" in request:
+                    item = request["PutRequest"]["Item"]
+                    key = self.shadow.key_of(table, item)
+                    size = max(item_size(self.shadow.get(table, key)), item_size(item))
+                    self.shadow.put(table, dict(item))
+                else:
+                    key = request["DeleteRequest"]["Key"]
+                    size = item_size(self.shadow.get(table, key))
+                    self.shadow.delete(table, key)
+                units += write_units(size)  # not in ``largest_item_bytes``: pages are not counter or marker items
+        self._write_units += units
         return units
 
     def _single_write(self, operation: str, params: Mapping[str, Any], error: str | None) -> float:

@@ -571,7 +571,7 @@ METHOD: Final = [
     "small stream.",
     "- **Requests** are HTTP requests to DynamoDB (botocore `before-send` on the peer's client), retries included.",
     "- **Write and read units** are computed, never read from DynamoDB Local, by the same rules for every peer "
-    "(`bench/capacity.py`, `bench/meter.py`): item size = attribute names + values (numbers: 1 byte per two "
+    "(`src/tally/cost/capacity.py`, `bench/meter.py`): item size = attribute names + values (numbers: 1 byte per two "
     "significant digits + 1), 1 write unit per started KB on the larger of the item before and after (a model of "
     "every item written supplies the sizes), failed conditional writes billed too, 2 units per item per KB in "
     "`TransactWriteItems` (`ConditionCheck` included), reads 1 unit per started 4 KB (half if eventually consistent).",

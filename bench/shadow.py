@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from bench.capacity import AttributeValue, Item
+    from tally.cost.capacity import AttributeValue, Item
 
 _NUMBERS: Final = Context(prec=38)
 """DynamoDB's Number precision: 38 significant digits."""

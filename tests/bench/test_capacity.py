@@ -1,11 +1,12 @@
-"""Unit tests for ``bench.capacity``: DynamoDB item sizes and capacity units, per AWS's documented rules."""
+"""Unit tests for ``tally.cost.capacity``: DynamoDB item sizes and capacity units, per AWS's documented rules."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from bench.capacity import item_size, number_size, read_units, transactional_write_units, write_units
+
+from tally.cost.capacity import item_size, number_size, read_units, transactional_write_units, write_units
 
 # (item, expected size in bytes): attribute name bytes + value bytes.
 ITEM_SIZES: list[Any] = [

@@ -15,7 +15,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from bench.capacity import item_size
 
 from tally.apply import Applier
 from tally.core.aggregate import MessageTotals, message_totals
@@ -24,6 +23,7 @@ from tally.core.digest import DIGEST_BYTES, content_digest
 from tally.core.ledger import Claim
 from tally.core.model import CounterEvent, Message, SourceRecord
 from tally.core.plan import plan_transactions
+from tally.cost.capacity import item_size
 from tally.errors import MarkersExistError
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, PipelineSettings

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from tally.cli.dlq import dlq
 from tally.cli.locate import Locator, client, stack_option
+from tally.cli.plan import plan
 from tally.cli.publish import publish
 from tally.cli.stack_command import stack
 from tally.cli.top import top
@@ -142,6 +143,7 @@ cli.add_command(publish)
 cli.add_command(top)
 cli.add_command(dlq)
 cli.add_command(stack)
+cli.add_command(plan)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

@@ -1,0 +1,199 @@
+"""``python -m bench.plan_check``: ``tally plan``'s predictions against measured runs (issue 16, part 4).
+
+Why: a planner that tells users their bill is only worth its agreement with what tally really writes.
+For each configuration (single-event or packed messages, the template's windows on or off, batches of
+10, 100 and 700 records) this runs workload U (``bench.workloads``: Zipf keys, two counters) through the
+real pipeline on DynamoDB Local (``bench.peers.tally_pipeline``), billed by ``bench.meter``, and asks
+``tally.cost.model`` for the same traffic description. The model never sees the measured stream: it
+draws its own batches with its own seed. A configuration PASSes when the predicted write units per event
+are within 10% of the measured; read units are printed beside them, not judged (the measured run's
+marker-read gate warms up for 10 batches per container, which the model amortises to nothing).
+
+The streams carry no producer re-sends here (``Stream.without_resends``): a re-send costs reads, not
+writes, and a re-send the gate lets through costs a cancelled transaction, which is the suite's subject.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from bench.peers.tally_pipeline import TallyCounter
+from bench.suite import run_peer
+from bench.workloads import WorkloadSpec, deliver, usage_events
+from tally.cost.model import Traffic, simulate
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.runtime import CLIENT_CONFIG
+from tally.store.schema import encode_page
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.peers import Peer
+    from bench.suite import PeerFactory
+    from tally.core.aggregate import Totals
+
+TOLERANCE: Final = 0.10
+PACK: Final = 100
+KEY_BYTES: Final = len("usage:tenant-0000")
+"""``bench.workloads`` names keys ``usage:tenant-NNNN``."""
+COUNTERS: Final = 2
+"""``units`` and ``cost``."""
+WINDOWS: Final = ("hour", "day")
+"""The template's default (``bench.deployment`` runs it when windows are on)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    packed: bool
+    windows: bool
+    batch_size: int
+
+    @property
+    def name(self) -> str:
+        return f"{'packed' if self.packed else 'single'}, windows {'on' if self.windows else 'off'}, {self.batch_size}"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One configuration: what the model predicted and what the run measured."""
+
+    config: str
+    events: int
+    batches: int
+    predicted_write_units: float
+    measured_write_units: float
+    predicted_read_units: float
+    measured_read_units: float
+    exact: bool
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_write_units / self.measured_write_units
+
+    @property
+    def passed(self) -> bool:
+        return self.exact and abs(self.ratio - 1) <= TOLERANCE
+
+
+def configs(batch_sizes: Sequence[int] = (10, 100, 700)) -> list[Config]:
+    return [
+        Config(packed, windows, size) for packed in (False, True) for windows in (False, True) for size in batch_sizes
+    ]
+
+
+def run_checks(
+    ddb: DynamoDBLocal,
+    *,
+    keys: int = 1000,
+    min_events: int = 20_000,
+    min_batches: int = 2,
+    batch_sizes: Sequence[int] = (10, 100, 700),
+    seed: int = 20_261_124,
+    pack: int = PACK,
+    progress: Callable[[str], None] = lambda _: None,
+) -> list[Check]:
+    """Every configuration, measured on ``ddb`` and predicted by the model."""
+    admin = ddb.client()
+    client = ddb.client(CLIENT_CONFIG)
+    checks = []
+    for config in configs(batch_sizes):
+        progress(config.name)
+        per_batch = config.batch_size * (pack if config.packed else 1)
+        batches = max(min_batches, math.ceil(min_events / per_batch))
+        spec = WorkloadSpec(events=batches * per_batch, keys=keys, resend_rate=0.0, pack=pack, seed=seed)
+        stream = deliver("U", usage_events(spec), spec, packed=config.packed).without_resends()
+        run = run_peer(
+            _factory(config),
+            stream,
+            client=client,
+            admin=admin,
+            batch_size=config.batch_size,
+        )
+        traffic = Traffic(
+            events_per_second=1.0,  # the units per event do not depend on the rate
+            keys=keys,
+            zipf_s=spec.zipf_s,
+            events_per_message=pack if config.packed else 1,
+            counters=COUNTERS,
+            key_bytes=KEY_BYTES,
+            windows=WINDOWS if config.windows else (),
+        )
+        predicted = simulate(traffic, config.batch_size, batches=batches, seed=seed + 1, page_bytes=store_page_bytes)
+        checks.append(
+            Check(
+                config=config.name,
+                events=run.events,
+                batches=run.batches,
+                predicted_write_units=predicted.write_units,
+                measured_write_units=run.write_units_per_event,
+                predicted_read_units=predicted.read_units,
+                measured_read_units=run.read_units_per_event,
+                exact=run.correctness.exact,
+            )
+        )
+    return checks
+
+
+def _factory(config: Config) -> PeerFactory:
+    def build(client: DynamoDBClient, admin: DynamoDBClient, suffix: str) -> Peer:
+        return TallyCounter(client, admin, suffix, packed=config.packed, windows=config.windows)
+
+    return build
+
+
+def store_page_bytes(increments: Totals) -> int:
+    """A journal page as the store encodes it (the model bills pages at this size)."""
+    return len(encode_page(increments))
+
+
+def table(checks: Sequence[Check]) -> Table:
+    out = Table(title="tally plan: predicted vs measured write units per event (workload U, no re-sends)")
+    for name in ("configuration", "events", "batches", "predicted WU/event", "measured WU/event", "ratio"):
+        out.add_column(name, justify="left" if name == "configuration" else "right")
+    out.add_column("RU/event predicted / measured", justify="right")
+    out.add_column("verdict")
+    for check in checks:
+        out.add_row(
+            check.config,
+            f"{check.events:,}",
+            str(check.batches),
+            f"{check.predicted_write_units:.4f}",
+            f"{check.measured_write_units:.4f}",
+            f"{check.ratio:.3f}",
+            f"{check.predicted_read_units:.4f} / {check.measured_read_units:.4f}",
+            "PASS" if check.passed else ("FAIL (count not exact)" if not check.exact else "FAIL"),
+        )
+    return out
+
+
+@click.command()
+@click.option("--min-events", type=click.IntRange(min=1), default=20_000, show_default=True)
+@click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the checks as JSON.")
+def main(min_events: int, keys: int, json_out: Path | None) -> None:
+    """Run every configuration on a DynamoDB Local of its own; exit 1 if any prediction misses by over 10%."""
+    console = Console()
+    with DynamoDBLocal() as ddb:
+        checks = run_checks(
+            ddb, keys=keys, min_events=min_events, progress=lambda name: console.print(f"running {name} ...")
+        )
+    console.print(table(checks))
+    if json_out is not None:
+        rows = [{**asdict(check), "ratio": check.ratio, "passed": check.passed} for check in checks]
+        json_out.write_text(json.dumps(rows, indent=2) + "\n")
+    sys.exit(0 if all(check.passed for check in checks) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,595 @@
+"""The bill of a traffic description: what tally writes and reads per event, and what that costs a month.
+
+Why a simulation and not a formula: how many items a batch writes depends on how many distinct keys its
+messages touch and on how ``tally.core.plan`` groups them (direct transactions for small key-disjoint
+units, the commit journal for large ones, apply chunks of 98 ADDs). So the model draws batches shaped
+like the traffic (seeded, Zipf keys), turns each message into the ``MessageTotals`` the pipeline would
+(one item per key and time window), runs the real planner (``plan_batch``, ``plan_apply_chunks``) on
+them, and bills every item it would write by DynamoDB's rules (``tally.cost.capacity``), path by path
+as ``tally.commit.protocol`` and ``tally.store.journal`` write them:
+
+- direct transaction: one marker ``Put`` per message and one ``ADD`` per item, 2 units per item per KB;
+- journal unit: claim transactions (the header, or a check of it, plus up to 99 markers each); a unit of
+  one apply chunk commits in one transaction (header + ADDs); a larger one reads its later chunks'
+  items once (consistent, the range check), writes its pages (``BatchWriteItem``, 1 unit per KB), then
+  the commit (header, applied-record, chunk 0), one transaction per later chunk (applied-record + ADDs)
+  and the finish (header);
+- re-sent messages are settled by the marker read before any write: half a read unit each. Without
+  re-sends the read gate (``tally.marker_reads``) closes after 10 batches per container, so the
+  model bills no marker reads then (a warm-up of 10 batches a container is noise over a month).
+
+What it assumes, and says so in its output: every event of a batch falls in the same time window
+(a batch spans seconds; one batch in ``window length / batch span`` writes a key's window twice);
+hot-key shards change which item a batch writes, not how many; request latencies (``Latencies``) are
+inputs, not measurements of AWS.
+
+Prices (us-east-1, on-demand, checked 2026-11):
+
+- DynamoDB: $0.625 per million write request units, $0.125 per million read request units (since the
+  November 2024 price cut; https://aws.amazon.com/dynamodb/pricing/on-demand/, also quoted at
+  https://airbyte.com/data-engineering-resources/dynamodb-pricing);
+- Lambda arm64: $0.0000133334 per GB-second (first 7.5 billion GB-s a month) and $0.20 per million
+  requests (https://aws.amazon.com/lambda/pricing/; quoted at https://cloudchipr.com/blog/aws-lambda-pricing).
+  The free tier is left out: the bill is the marginal price.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import TYPE_CHECKING, Final
+
+from tally.core.aggregate import MessageTotals
+from tally.core.items import ItemKey, item_parts, make_item
+from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, MAX_TRANSACTION_ACTIONS, plan_apply_chunks, plan_batch
+from tally.core.windows import parse_window_spec
+from tally.cost.capacity import number_size, read_units, transactional_write_units, write_units
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tally.core.aggregate import Totals
+
+SECONDS_PER_MONTH: Final = 30 * 24 * 3600
+"""A 30-day month, as AWS's pricing examples bill one."""
+MARKER_BYTES: Final = 127
+"""A marker item with its digest (docs/journal.md, "Cost"): under 1 KB, so 2 units in a transaction."""
+HEADER_BYTES: Final = 120
+"""A journal header or applied-record: id, state, lease, chunks, expiry: well under 1 KB."""
+PAGE_OVERHEAD_BYTES: Final = 60
+"""A page item besides its data: ``id`` (``b#<32 hex>#p<i>``), ``data``'s name, ``expires_at``."""
+WORST_NUMBER_BYTES: Final = number_size("9" * 38)
+"""A counter value at DynamoDB's 38 digits: item sizes are billed on the largest they can be."""
+CLAIMS_PER_TRANSACTION: Final = MAX_TRANSACTION_ACTIONS - 1
+"""A claim transaction holds the header (or its check) and up to 99 markers."""
+BATCH_GET_KEYS: Final = 100
+BATCH_WRITE_ITEMS: Final = 25
+MAX_INVOCATION_BYTES: Final = 6 * 1024 * 1024
+"""Lambda's synchronous payload limit: an SQS or Kinesis batch is cut to fit it."""
+LAMBDA_FULL_VCPU_MB: Final = 1769
+"""At 1,769 MB a function has one full vCPU; below, CPU time stretches in proportion."""
+PARTITION_WRITE_UNITS_PER_S: Final = 1000
+"""DynamoDB's per-partition write ceiling."""
+KINESIS_SHARD_RECORDS_PER_S: Final = 1000
+KINESIS_SHARD_BYTES_PER_S: Final = 1024 * 1024
+SQS_MAX_WINDOW_S: Final = 60
+"""The template caps ``BatchingWindowSeconds`` at 60 (its visibility mapping allows 60 s for it)."""
+KINESIS_MAX_WINDOW_S: Final = 300
+DEFAULT_TRANSACTION_MS: Final = 15.0
+"""Assumed latency of a 100-action ``TransactWriteItems`` on AWS (an input; part 5 is to measure it)."""
+SIMULATED_EVENTS: Final = 40_000
+"""At most this many events are drawn per price (at least one batch)."""
+BATCH_SIZES: Final = (1, 10, 25, 50, 100, 200, 300, 500, 700, 1000, 2000, 5000, 10_000)
+"""The batch sizes ``recommend`` tries."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """Unit prices in US dollars (see the module docstring for the sources)."""
+
+    write_unit: float = 0.625e-6
+    read_unit: float = 0.125e-6
+    lambda_gb_second: float = 0.0000133334
+    lambda_request: float = 0.20e-6
+
+
+@dataclass(frozen=True, slots=True)
+class Latencies:
+    """Per-request latencies (ms) and handler CPU (µs) the duration model adds up.
+
+    The request latencies are assumptions (no AWS account here to measure them). The CPU figures are
+    measured: ``python -m bench.duration --batches 3`` times the real pipeline's process CPU
+    (``time.process_time``: decoding, aggregation, planning and botocore's request building and parsing)
+    on 8 configurations of workload U; a least-squares fit gives 115 µs per item written (a transaction
+    action or a page: botocore's serialisation dominates) and 7.7 µs per event per counter item it lands
+    in (all-time plus windows), within 22% of every configuration. Measured on a 2-vCPU x86 VM (AMD EPYC),
+    not on Lambda's Graviton: a Lambda vCPU may be faster or slower.
+    """
+
+    transact_write_ms: float = DEFAULT_TRANSACTION_MS
+    batch_get_ms: float = 5.0
+    batch_write_ms: float = 10.0
+    cpu_us_per_item: float = 115.0
+    cpu_us_per_event_item: float = 7.7
+
+
+@dataclass(frozen=True, slots=True)
+class Traffic:
+    """What a user knows about their traffic."""
+
+    events_per_second: float
+    keys: int
+    """Distinct counter keys."""
+    zipf_s: float = 1.1
+    """Key skew: key of rank k is drawn with weight 1/k**s (0: uniform)."""
+    events_per_message: int = 1
+    """1 for single-event messages; the producer library packs up to 10,000."""
+    counters: int = 2
+    """Counter names per event (``deltas``)."""
+    key_bytes: int = 17
+    windows: tuple[str, ...] = ("hour", "day")
+    resend_rate: float = 0.0
+    """Share of messages the producers send again (the same id)."""
+    source: str = "SQS"
+    latency_budget_s: float = 60.0
+    """How long an event may take from publish to counted."""
+    memory_mb: int = 512
+
+    def __post_init__(self) -> None:
+        if self.events_per_second <= 0 or self.keys < 1 or self.events_per_message < 1 or self.counters < 1:
+            raise ValueError("events/s, keys, events per message and counters must be positive")
+        if self.source not in ("SQS", "Kinesis"):
+            raise ValueError(f"source must be SQS or Kinesis, not {self.source!r}")
+        if not 0 <= self.resend_rate < 1:
+            raise ValueError("resend rate must be in [0, 1)")
+
+    @property
+    def records_per_second(self) -> float:
+        return self.events_per_second / self.events_per_message
+
+    @property
+    def message_bytes(self) -> int:
+        """A message body's size, roughly: the producer's JSON (key, counter names, 6-digit values)."""
+        per_event = self.key_bytes + 20 + self.counters * 16
+        return 60 + self.events_per_message * per_event
+
+
+@dataclass(frozen=True, slots=True)
+class BatchBill:
+    """What one simulated batch writes, reads and sends."""
+
+    records: int
+    events: int
+    """Events of the batch's new messages (re-sends count none: the per-event figures are per distinct event)."""
+    write_units: float
+    read_units: float
+    transactions: int
+    batch_gets: int
+    batch_writes: int
+    journal_units: int
+    items: int = 0
+    """Items written: transaction actions and pages (what botocore serialises)."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnitsPerEvent:
+    """The simulation's averages over its batches."""
+
+    batch_records: int
+    write_units: float
+    read_units: float
+    requests_per_batch: float
+    transactions_per_batch: float
+    batch_gets_per_batch: float
+    batch_writes_per_batch: float
+    events_per_batch: float
+    items_per_batch: float
+    journal_share: float
+    """Share of batches with at least one journal unit."""
+
+
+PageBytes = Callable[["Totals"], int]
+"""Bytes of one journal page's data for a chunk's increments (the store's encoding, injected)."""
+
+
+def planner_page_bytes(increments: Totals) -> int:
+    """The planner's own bound on a page's size (``plan_apply_chunks``): used when no encoder is given."""
+    total = 0
+    for key, counters in increments.items():
+        parts = item_parts(key)
+        total += len(parts.key.encode("utf-8")) + len(parts.window)
+        total += sum(len(name.encode("utf-8")) + 48 for name in counters)
+    return total
+
+
+def simulate(
+    traffic: Traffic,
+    batch_records: int,
+    *,
+    batches: int = 8,
+    seed: int = 20_261_124,
+    page_bytes: PageBytes = planner_page_bytes,
+    now_ms: int = 1_795_000_000_000,
+) -> UnitsPerEvent:
+    """Draw ``batches`` batches of ``batch_records`` records shaped like ``traffic``; bill each."""
+    if batch_records < 1 or batches < 1:
+        raise ValueError("a simulation needs at least one batch of one record")
+    rng = random.Random(seed)
+    cumulative = list(accumulate(1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)))
+    names = tuple(f"c{index}" for index in range(traffic.counters))
+    spec = parse_window_spec(",".join(traffic.windows))
+    windows, _ = spec.windows_of(now_ms, now_ms)
+    window_items = [(unit.window_id(start), unit.expires_at_s(start)) for unit, start in windows]
+    new_per_batch = max(1, round(batch_records / (1 + traffic.resend_rate)))
+    resent_per_batch = batch_records - new_per_batch
+    bills: list[BatchBill] = []
+    number = 0
+    for _ in range(batches):
+        messages = []
+        for _ in range(new_per_batch):
+            ranks = rng.choices(range(traffic.keys), cum_weights=cumulative, k=traffic.events_per_message)
+            totals: dict[ItemKey, dict[str, int]] = {}
+            for rank in ranks:
+                key = _key_name(rank, traffic.key_bytes)
+                for item in [key, *(make_item(key, window, 0, expires) for window, expires in window_items)]:
+                    counters = totals.setdefault(item, {})
+                    for name in names:
+                        counters[name] = counters.get(name, 0) + 1
+            messages.append(MessageTotals(f"m{number:032d}", totals, len(ranks)))
+            number += 1
+        bills.append(bill_batch(messages, resent_per_batch, traffic, page_bytes=page_bytes))
+    count = len(bills)
+    events = sum(bill.events for bill in bills)
+    return UnitsPerEvent(
+        batch_records=batch_records,
+        write_units=sum(bill.write_units for bill in bills) / events,
+        read_units=sum(bill.read_units for bill in bills) / events,
+        requests_per_batch=sum(bill.transactions + bill.batch_gets + bill.batch_writes for bill in bills) / count,
+        transactions_per_batch=sum(bill.transactions for bill in bills) / count,
+        batch_gets_per_batch=sum(bill.batch_gets for bill in bills) / count,
+        batch_writes_per_batch=sum(bill.batch_writes for bill in bills) / count,
+        events_per_batch=events / count,
+        items_per_batch=sum(bill.items for bill in bills) / count,
+        journal_share=sum(1 for bill in bills if bill.journal_units) / count,
+    )
+
+
+def bill_batch(
+    messages: Sequence[MessageTotals], resent: int, traffic: Traffic, *, page_bytes: PageBytes = planner_page_bytes
+) -> BatchBill:
+    """Bill one batch of distinct new messages plus ``resent`` re-sends of messages applied earlier."""
+    plan = plan_batch(messages)
+    writes = 0.0
+    reads = 0.0
+    transactions = 0
+    batch_gets = 0
+    batch_writes = 0
+    items = 0
+    marker_units = transactional_write_units(MARKER_BYTES)
+    header_units = transactional_write_units(HEADER_BYTES)
+    records = len(messages) + resent
+    if traffic.resend_rate > 0:
+        # The gate stays open while re-sends keep meeting markers: every record's marker is read.
+        reads += read_units(MARKER_BYTES, consistent=False) * records
+        batch_gets += -(-records // BATCH_GET_KEYS)
+    for chunk in plan.direct:
+        writes += marker_units * len(chunk.messages) + _adds(chunk.increments, traffic)
+        transactions += 1
+        items += chunk.action_count
+    for unit in plan.journals:
+        claim_transactions = -(-len(unit) // CLAIMS_PER_TRANSACTION)
+        writes += marker_units * len(unit) + header_units * claim_transactions
+        transactions += claim_transactions
+        items += len(unit) + claim_transactions
+        increments = _merged(unit)
+        chunks = plan_apply_chunks(increments, max_keys=MAX_JOURNAL_CHUNK_KEYS)
+        if len(chunks) <= 1:
+            writes += header_units + _adds(chunks[0] if chunks else {}, traffic)
+            transactions += 1
+            items += 1 + (len(chunks[0]) if chunks else 0)
+            continue
+        later = sum(len(chunk) for chunk in chunks[1:])
+        reads += read_units(_counter_item_bytes(traffic), consistent=True) * later
+        batch_gets += -(-later // BATCH_GET_KEYS)
+        writes += sum(write_units(PAGE_OVERHEAD_BYTES + page_bytes(chunk)) for chunk in chunks)
+        batch_writes += -(-len(chunks) // BATCH_WRITE_ITEMS)
+        # commit: header + applied-record + chunk 0; each later chunk: applied-record + ADDs; finish: header
+        writes += 2 * header_units + _adds(chunks[0], traffic)
+        writes += sum(header_units + _adds(chunk, traffic) for chunk in chunks[1:])
+        writes += header_units
+        transactions += len(chunks) + 1
+        # pages, then the commit's header and applied-record, each later chunk's applied-record, the finish
+        items += len(chunks) + sum(len(chunk) for chunk in chunks) + 2 + (len(chunks) - 1) + 1
+    return BatchBill(
+        records=records,
+        events=sum(message.event_count for message in messages),
+        write_units=writes,
+        read_units=reads,
+        transactions=transactions,
+        batch_gets=batch_gets,
+        batch_writes=batch_writes,
+        journal_units=len(plan.journals),
+        items=items,
+    )
+
+
+def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, int]]:
+    merged: dict[ItemKey, dict[str, int]] = {}
+    for message in unit:
+        for key, counters in message.totals.items():
+            into = merged.setdefault(key, {})
+            for name, delta in counters.items():
+                into[name] = into.get(name, 0) + int(delta)
+    return {key: counters for key, counters in merged.items() if any(counters.values())}
+
+
+def _adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
+    return float(len(increments) * transactional_write_units(_counter_item_bytes(traffic)))
+
+
+def _counter_item_bytes(traffic: Traffic) -> int:
+    """A counter item at its largest: keys, a window id and expiry, every counter at 38 digits."""
+    keys = len("pk") + traffic.key_bytes + len("sk") + len("h#2026-11-24T19:00Z")
+    expiry = len("expires_at") + number_size("1800000000")
+    return keys + expiry + traffic.counters * (len("c#") + 8 + WORST_NUMBER_BYTES)
+
+
+def _key_name(rank: int, width: int) -> str:
+    text = str(rank)
+    return text.rjust(width, "k") if width > len(text) else text
+
+
+# ------------------------------------------------------------------------------------------- the bill
+
+
+@dataclass(frozen=True, slots=True)
+class Parameters:
+    """The template parameters ``tally plan`` recommends (names as in ``template.yaml``)."""
+
+    source: str
+    batch_size: int
+    batching_window_s: int
+    concurrency: int
+    """``MaximumConcurrency`` (SQS) or shards x ``ParallelizationFactor`` (Kinesis)."""
+    windows: tuple[str, ...]
+    memory_mb: int
+    hot_keys: int = 0
+    """How many of the most frequent keys to list in ``HotKeys``."""
+    hot_key_shards: int = 1
+    shards: int = 0
+    """Kinesis shards (``StreamMode=PROVISIONED``, ``ShardCount``); 0 for SQS."""
+    parallelization_factor: int = 1
+
+    def as_template(self) -> dict[str, str]:
+        """The parameter overrides, as ``sam deploy --parameter-overrides`` takes them."""
+        common = {"Windows": ",".join(self.windows), "MemorySize": str(self.memory_mb)}
+        if self.source == "Kinesis":
+            return {
+                "Source": "Kinesis",
+                "StreamMode": "PROVISIONED",
+                "ShardCount": str(self.shards),
+                "StreamBatchSize": str(self.batch_size),
+                "StreamBatchingWindowSeconds": str(self.batching_window_s),
+                "ParallelizationFactor": str(self.parallelization_factor),
+                **common,
+            }
+        return {
+            "Source": "SQS",
+            "BatchSize": str(self.batch_size),
+            "BatchingWindowSeconds": str(self.batching_window_s),
+            "MaximumConcurrency": str(self.concurrency),
+            **common,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """A prediction: per event, per batch and per month."""
+
+    traffic: Traffic
+    parameters: Parameters
+    units: UnitsPerEvent
+    records_per_batch: float
+    """What a batch holds at this rate: the batch size, or what the batching window gathers first."""
+    handler_s: float
+    latency_s: float
+    invocations_per_month: float
+    dynamodb_usd_month: float
+    lambda_gb_s_month: float
+    lambda_usd_month: float
+    assumptions: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def events_per_month(self) -> float:
+        return self.traffic.events_per_second * SECONDS_PER_MONTH
+
+    @property
+    def usd_month(self) -> float:
+        return self.dynamodb_usd_month + self.lambda_usd_month
+
+    @property
+    def usd_per_million_events(self) -> float:
+        return self.usd_month / self.events_per_month * 1e6
+
+    def as_json(self) -> dict[str, object]:
+        """The JSON ``tally plan --json`` prints (schema checked by tests/unit/test_cost_cli.py)."""
+        return {
+            "traffic": {
+                "events_per_second": self.traffic.events_per_second,
+                "keys": self.traffic.keys,
+                "zipf_s": self.traffic.zipf_s,
+                "events_per_message": self.traffic.events_per_message,
+                "counters": self.traffic.counters,
+                "windows": list(self.traffic.windows),
+                "resend_rate": self.traffic.resend_rate,
+                "source": self.traffic.source,
+                "latency_budget_s": self.traffic.latency_budget_s,
+            },
+            "parameters": self.parameters.as_template(),
+            "hot_keys": {"top_keys": self.parameters.hot_keys, "shards": self.parameters.hot_key_shards},
+            "per_event": {
+                "write_units": self.units.write_units,
+                "read_units": self.units.read_units,
+            },
+            "per_batch": {
+                "records": self.records_per_batch,
+                "events": self.units.events_per_batch,
+                "transactions": self.units.transactions_per_batch,
+                "requests": self.units.requests_per_batch,
+                "handler_seconds": self.handler_s,
+            },
+            "per_month": {
+                "events": self.events_per_month,
+                "dynamodb_usd": self.dynamodb_usd_month,
+                "lambda_invocations": self.invocations_per_month,
+                "lambda_gb_seconds": self.lambda_gb_s_month,
+                "lambda_usd": self.lambda_usd_month,
+                "total_usd": self.usd_month,
+            },
+            "usd_per_million_events": self.usd_per_million_events,
+            "latency_seconds": self.latency_s,
+            "assumptions": list(self.assumptions),
+        }
+
+
+def price(
+    traffic: Traffic,
+    batch_size: int,
+    *,
+    latencies: Latencies = Latencies(),
+    prices: Prices = Prices(),
+    page_bytes: PageBytes = planner_page_bytes,
+    batches: int = 8,
+) -> Bill:
+    """The bill of ``traffic`` at ``batch_size`` records per invocation (the window chosen to fill it)."""
+    window_cap = SQS_MAX_WINDOW_S if traffic.source == "SQS" else KINESIS_MAX_WINDOW_S
+    size = min(batch_size, max(1, MAX_INVOCATION_BYTES // traffic.message_bytes))
+    # A Kinesis batch holds one shard's records: it fills at the shard's rate, not the stream's.
+    shards = _kinesis_shards(traffic)
+    feed = traffic.records_per_second / max(1, shards)
+    fill_s = size / feed
+    window = 0 if size == 1 else min(window_cap, max(1, math.ceil(fill_s)))
+    records = max(1, min(size, math.floor(feed * window))) if window else 1
+    # Enough batches to see the planner's choices, few enough events to answer in about a second.
+    batches = max(1, min(batches, SIMULATED_EVENTS // (records * traffic.events_per_message)))
+    units = simulate(traffic, records, batches=batches, page_bytes=page_bytes)
+    handler_s = _handler_seconds(units, records, traffic, latencies)
+    invocations_s = traffic.records_per_second * (1 + traffic.resend_rate) / records
+    concurrency = max(2, math.ceil(invocations_s * handler_s * 1.5))
+    latency = min(window, fill_s) + handler_s
+    month = traffic.events_per_second * SECONDS_PER_MONTH
+    invocations = invocations_s * SECONDS_PER_MONTH
+    gb_s = invocations * handler_s * traffic.memory_mb / 1024
+    hot, hot_shards = _hot_keys(traffic, units, math.ceil(invocations_s * handler_s))
+    factor = max(1, min(10, math.ceil(concurrency / shards))) if shards else 1
+    parameters = Parameters(
+        source=traffic.source,
+        batch_size=size,
+        batching_window_s=window,
+        concurrency=shards * factor if traffic.source == "Kinesis" else min(concurrency, 1000),
+        windows=traffic.windows,
+        memory_mb=traffic.memory_mb,
+        hot_keys=hot,
+        hot_key_shards=hot_shards,
+        shards=shards,
+        parallelization_factor=factor,
+    )
+    assumptions = (
+        f"request latencies assumed, not measured on AWS: TransactWriteItems {latencies.transact_write_ms} ms, "
+        f"BatchGetItem {latencies.batch_get_ms} ms, BatchWriteItem {latencies.batch_write_ms} ms",
+        f"handler CPU as measured by bench.duration on an x86 VM: {latencies.cpu_us_per_item} us per item "
+        f"written, {latencies.cpu_us_per_event_item} us per event per counter item, at {traffic.memory_mb} MB's "
+        "vCPU share",
+        "every event of a batch falls in one time window (batches span seconds)",
+        "a batch is as full as the batching window lets it be; re-sends are settled by the marker read",
+        "prices: us-east-1 on demand, Lambda arm64, no free tier",
+    )
+    return Bill(
+        traffic=traffic,
+        parameters=parameters,
+        units=units,
+        records_per_batch=records,
+        handler_s=handler_s,
+        latency_s=latency,
+        invocations_per_month=invocations,
+        dynamodb_usd_month=month * (units.write_units * prices.write_unit + units.read_units * prices.read_unit),
+        lambda_gb_s_month=gb_s,
+        lambda_usd_month=gb_s * prices.lambda_gb_second + invocations * prices.lambda_request,
+        assumptions=assumptions,
+    )
+
+
+def recommend(
+    traffic: Traffic,
+    *,
+    latencies: Latencies = Latencies(),
+    prices: Prices = Prices(),
+    page_bytes: PageBytes = planner_page_bytes,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
+    batches: int = 4,
+) -> Bill:
+    """The cheapest batch size whose latency fits the budget (the smallest batch if none does)."""
+    bills: dict[float, Bill] = {}
+    for size in sorted(set(batch_sizes)):
+        bill = price(traffic, size, latencies=latencies, prices=prices, page_bytes=page_bytes, batches=batches)
+        if bill.records_per_batch in bills:
+            break  # the batching window, or the 6 MB payload, caps the batch: larger sizes change nothing
+        bills[bill.records_per_batch] = bill
+    return _cheapest(list(bills.values()), traffic)
+
+
+def _cheapest(bills: Sequence[Bill], traffic: Traffic) -> Bill:
+    fitting = [bill for bill in bills if bill.latency_s <= traffic.latency_budget_s]
+    if not fitting:
+        return min(bills, key=lambda bill: bill.latency_s)
+    return min(fitting, key=lambda bill: (round(bill.usd_month, 6), bill.parameters.batch_size))
+
+
+def _handler_seconds(units: UnitsPerEvent, records: int, traffic: Traffic, latencies: Latencies) -> float:
+    """Requests one after another (the applier runs a batch's steps in order) plus CPU at the memory's share."""
+    del records  # the CPU follows the items written and the events' items, not the records
+    io_ms = (
+        units.transactions_per_batch * latencies.transact_write_ms
+        + units.batch_gets_per_batch * latencies.batch_get_ms
+        + units.batch_writes_per_batch * latencies.batch_write_ms
+    )
+    event_items = units.events_per_batch * (1 + len(traffic.windows))
+    cpu_us = units.items_per_batch * latencies.cpu_us_per_item + event_items * latencies.cpu_us_per_event_item
+    share = min(1.0, traffic.memory_mb / LAMBDA_FULL_VCPU_MB)
+    return io_ms / 1000 + cpu_us / 1e6 / share
+
+
+def _hot_keys(traffic: Traffic, units: UnitsPerEvent, concurrency: int) -> tuple[int, int]:
+    """Keys that most concurrent batches write: their items see conflicting transactions, so shard them.
+
+    ``concurrency`` is how many batches run at once on average. A key of weight p is in a batch of E
+    events with probability 1 - (1 - p)**E; when that is over half and batches overlap, concurrent
+    transactions meet on its item. Shards: one per concurrent batch (at most 16), and enough to keep
+    each shard under a partition's 1,000 units/s.
+    """
+    if concurrency < 2:
+        return 0, 1
+    weights = [1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)]
+    total = sum(weights)
+    events = units.events_per_batch
+    hot = sum(1 for weight in weights if 1 - (1 - weight / total) ** events > 0.5)
+    if hot == 0:
+        return 0, 1
+    top_rate = weights[0] / total * traffic.events_per_second
+    by_rate = math.ceil(top_rate * 2 / PARTITION_WRITE_UNITS_PER_S)
+    return hot, max(1, min(16, max(concurrency, by_rate)))
+
+
+def _kinesis_shards(traffic: Traffic) -> int:
+    """Shards a provisioned stream needs for the records and bytes per second (0 for SQS)."""
+    if traffic.source != "Kinesis":
+        return 0
+    records = traffic.records_per_second * (1 + traffic.resend_rate)
+    return max(
+        1,
+        math.ceil(records / KINESIS_SHARD_RECORDS_PER_S),
+        math.ceil(records * traffic.message_bytes / KINESIS_SHARD_BYTES_PER_S),
+    )

@@ -1,0 +1,31 @@
+"""``bench.plan_check`` at a tiny size: the model's write units per event agree with a measured run.
+
+Ratios only, never a time. The model draws its own batches (its own seed) from the same traffic
+description; the run is the real pipeline on DynamoDB Local, billed by ``bench.meter``.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.plan_check import TOLERANCE, configs, run_checks, table
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from tally.local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+
+def test_every_prediction_is_within_ten_percent_of_its_run(dynamodb_local: DynamoDBLocal) -> None:
+    sizes = (5, 25)
+    checks = run_checks(dynamodb_local, keys=40, min_events=300, batch_sizes=sizes, pack=10)
+    assert [check.config for check in checks] == [config.name for config in configs(sizes)]
+    console = Console(file=io.StringIO(), width=200)
+    console.print(table(checks))
+    for check in checks:
+        assert check.exact, check
+        assert abs(check.ratio - 1) <= TOLERANCE, console.file.getvalue()  # type: ignore[attr-defined]
+        assert check.passed

@@ -1,0 +1,86 @@
+"""``tally plan``: the command's JSON document (its schema) and its table; no AWS call is made."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tally.cli.main import cli
+
+SCHEMA = {
+    "traffic": dict,
+    "parameters": dict,
+    "hot_keys": dict,
+    "per_event": dict,
+    "per_batch": dict,
+    "per_month": dict,
+    "usd_per_million_events": float,
+    "latency_seconds": float,
+    "assumptions": list,
+}
+NUMBERS = {
+    "per_event": {"write_units", "read_units"},
+    "per_batch": {"records", "events", "transactions", "requests", "handler_seconds"},
+    "per_month": {"events", "dynamodb_usd", "lambda_invocations", "lambda_gb_seconds", "lambda_usd", "total_usd"},
+}
+
+
+def plan_json(*args: str) -> dict[str, object]:
+    result = CliRunner().invoke(cli, ["plan", "--json", *args])
+    assert result.exit_code == 0, result.output
+    document = json.loads(result.output)
+    assert isinstance(document, dict)
+    return document
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--events-per-second", "200", "--keys", "1000"),
+        ("--events-per-second", "200", "--keys", "1000", "--events-per-message", "50", "--windows", ""),
+        ("--events-per-second", "3000", "--keys", "50", "--source", "Kinesis", "--latency-budget", "5"),
+        ("--events-per-second", "10", "--keys", "5", "--batch-size", "10", "--resend-rate", "0.05"),
+    ],
+)
+def test_the_json_document_has_its_schema(args: tuple[str, ...]) -> None:
+    document = plan_json(*args)
+    assert {name: type(document[name]) for name in SCHEMA} == SCHEMA
+    assert set(document) == set(SCHEMA)
+    for section, names in NUMBERS.items():
+        values = document[section]
+        assert isinstance(values, dict)
+        assert set(values) == names
+        assert all(isinstance(values[name], int | float) and values[name] >= 0 for name in names)
+    parameters = document["parameters"]
+    assert isinstance(parameters, dict)
+    assert all(isinstance(value, str) for value in parameters.values())  # as --parameter-overrides takes them
+    assert parameters["Source"] in ("SQS", "Kinesis")
+    batch = parameters["BatchSize" if parameters["Source"] == "SQS" else "StreamBatchSize"]
+    assert 1 <= int(batch) <= 10_000
+
+
+def test_a_given_batch_size_is_priced_as_given() -> None:
+    document = plan_json("--events-per-second", "100", "--keys", "10", "--batch-size", "50", "--windows", "hour")
+    assert document["parameters"] == {
+        "Source": "SQS",
+        "BatchSize": "50",
+        "BatchingWindowSeconds": "1",
+        "MaximumConcurrency": "2",
+        "Windows": "hour",
+        "MemorySize": "512",
+    }
+
+
+def test_the_table_names_the_parameters_and_the_bill() -> None:
+    result = CliRunner().invoke(cli, ["plan", "--events-per-second", "100", "--keys", "100", "--batch-size", "100"])
+    assert result.exit_code == 0, result.output
+    for text in ("BatchSize", "write units / event", "DynamoDB $ / month", "Lambda GB-s / month", "assumed:"):
+        assert text in result.output
+
+
+def test_an_unknown_window_is_a_usage_error() -> None:
+    result = CliRunner().invoke(cli, ["plan", "--events-per-second", "1", "--keys", "1", "--windows", "week"])
+    assert result.exit_code != 0
+    assert "week" in result.output

@@ -1,0 +1,197 @@
+"""``tally.cost.model``: the bill of a traffic description, against figures worked out by hand.
+
+Each case is small enough to bill on paper from the protocol's rules: a direct transaction writes one
+marker per message and one ADD per item (2 write units each, every item under 1 KB); the journal adds
+its header, applied-records, pages and finish. The planner itself is ``tally.core.plan`` (tested in
+test_plan.py): these tests pin what the model makes of its plans.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tally.cost.model import (
+    SECONDS_PER_MONTH,
+    Latencies,
+    Prices,
+    Traffic,
+    bill_batch,
+    planner_page_bytes,
+    price,
+    recommend,
+    simulate,
+)
+
+
+@pytest.mark.parametrize(
+    ("traffic", "batch", "write_units", "read_units"),
+    [
+        # GIVEN every event on one key: the whole batch is one unit, one transaction: 10 markers + 1 ADD
+        (Traffic(100, keys=1, windows=()), 10, 2 * (10 + 1) / 10, 0.0),
+        # the template's windows: 3 items per key (all-time, hour, day)
+        (Traffic(100, keys=1), 10, 2 * (10 + 3) / 10, 0.0),
+        (Traffic(100, keys=1, windows=("minute", "hour", "day")), 10, 2 * (10 + 4) / 10, 0.0),
+        # one packed message of 100 events on one key: 1 marker + 1 ADD for 100 events
+        (Traffic(100, keys=1, events_per_message=100, windows=()), 1, 2 * (1 + 1) / 100, 0.0),
+        # re-sends: 10 records, 8 new messages; every record's marker read at half a unit, per new event
+        (Traffic(100, keys=1, windows=(), resend_rate=0.25), 10, 2 * (8 + 1) / 8, 0.5 * 10 / 8),
+    ],
+)
+def test_units_per_event_match_the_hand_bill(
+    traffic: Traffic, batch: int, write_units: float, read_units: float
+) -> None:
+    units = simulate(traffic, batch, batches=3)
+    assert units.write_units == pytest.approx(write_units)
+    assert units.read_units == pytest.approx(read_units)
+
+
+def test_single_events_over_many_keys_cost_a_marker_and_an_add_per_distinct_key() -> None:
+    # GIVEN single events on uniform keys far more numerous than a batch: (almost) every event its own key
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, windows=())
+    units = simulate(traffic, 50, batches=4)
+    # THEN 2 x (marker + ADD) per event, in one transaction of 100 actions per batch
+    assert units.write_units == pytest.approx(4.0, rel=0.01)
+    assert units.transactions_per_batch == 1
+    assert units.journal_share == 0
+
+
+def test_a_message_with_more_keys_than_a_transaction_goes_through_the_journal() -> None:
+    # GIVEN 10 messages of 100 events, each event its own key: 10 key-disjoint units of 1 message and
+    # 100 keys, each one action too many for a transaction, so each goes through the journal
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    units = simulate(traffic, 10, batches=2)
+    assert units.journal_share == 1
+    # per unit: open (header + 1 marker) 4; commit (header, applied-record, 98 ADDs) 200; chunk 1
+    # (applied-record + 2 ADDs) 6; finish 2; pages at the planner's bound (98 x 120 + 60 bytes: 12 units;
+    # 2 x 120 + 60 bytes: 1 unit)
+    assert units.write_units == pytest.approx(10 * (4 + 200 + 6 + 2 + 12 + 1) / 1000)
+    assert units.transactions_per_batch == 10 * 4
+    # the range check reads chunk 1's two items once, strongly consistent
+    assert units.read_units == pytest.approx(10 * 2 / 1000)
+
+
+def test_pages_are_billed_at_the_size_the_encoder_gives() -> None:
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    small = simulate(traffic, 10, batches=1, page_bytes=lambda _: 0)
+    large = simulate(traffic, 10, batches=1, page_bytes=lambda _: 10 * 1024)
+    pages = 10 * 2
+    assert (large.write_units - small.write_units) * 1000 == pytest.approx(pages * 10)
+
+
+def test_the_planner_bound_on_a_page_counts_key_window_and_counter_names() -> None:
+    # an all-time item's window id is "all"
+    assert planner_page_bytes({"abc": {"units": 1, "cost": 2}}) == 3 + 3 + (5 + 48) + (4 + 48)
+
+
+def test_a_batch_with_no_new_message_writes_nothing() -> None:
+    bill = bill_batch([], 0, Traffic(1, keys=1))
+    assert (bill.write_units, bill.read_units, bill.transactions) == (0, 0, 0)
+
+
+def test_the_monthly_bill_is_the_units_times_the_prices() -> None:
+    traffic = Traffic(10, keys=1, windows=(), latency_budget_s=600)
+    prices = Prices(write_unit=1e-6, read_unit=1e-6, lambda_gb_second=1e-5, lambda_request=1e-6)
+    bill = price(traffic, 10, prices=prices)
+    events = 10 * SECONDS_PER_MONTH
+    assert bill.events_per_month == events
+    assert bill.dynamodb_usd_month == pytest.approx(events * bill.units.write_units * 1e-6)
+    invocations = events / bill.records_per_batch
+    assert bill.invocations_per_month == pytest.approx(invocations)
+    assert bill.lambda_gb_s_month == pytest.approx(invocations * bill.handler_s * 512 / 1024)
+    assert bill.lambda_usd_month == pytest.approx(bill.lambda_gb_s_month * 1e-5 + invocations * 1e-6)
+
+
+def test_handler_duration_adds_each_request_and_the_cpu_at_the_memorys_share() -> None:
+    traffic = Traffic(10, keys=1, windows=(), memory_mb=1769)
+    latencies = Latencies(transact_write_ms=100, cpu_us_per_item=1000, cpu_us_per_event_item=10)
+    bill = price(traffic, 10, latencies=latencies)  # one transaction: 10 markers + 1 ADD; 10 events, 1 item each
+    assert bill.handler_s == pytest.approx(0.1 + 11 * 0.001 + 10 * 0.00001)
+    half = price(Traffic(10, keys=1, windows=(), memory_mb=884), 10, latencies=latencies)
+    assert half.handler_s == pytest.approx(0.1 + (11 * 0.001 + 10 * 0.00001) * 1769 / 884)
+
+
+def test_items_written_count_every_action_and_page() -> None:
+    # 10 journal units of 1 message and 100 keys: open (header + marker) 2, pages 2, commit (header,
+    # applied-record, 98 ADDs) 100, chunk 1 (applied-record + 2 ADDs) 3, finish 1
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    assert simulate(traffic, 10, batches=1).items_per_batch == 10 * (2 + 2 + 100 + 3 + 1)
+    # one direct transaction: 10 markers + 1 ADD
+    assert simulate(Traffic(100, keys=1, windows=()), 10, batches=1).items_per_batch == 11
+
+
+@pytest.mark.parametrize(
+    ("rate", "batch", "window", "records"),
+    [
+        (100, 100, 1, 100),  # fills in a second
+        (10, 100, 10, 100),  # fills in ten
+        (1, 100, 60, 60),  # the template's 60 s window cuts it at 60 records
+        (1000, 1, 0, 1),  # one record: no window
+    ],
+)
+def test_the_batching_window_is_what_fills_the_batch_capped_by_the_template(
+    rate: float, batch: int, window: int, records: int
+) -> None:
+    bill = price(Traffic(rate, keys=10, windows=(), latency_budget_s=600), batch)
+    assert bill.parameters.batching_window_s == window
+    assert bill.records_per_batch == records
+
+
+def test_a_batch_is_cut_to_lambdas_6_mb_payload() -> None:
+    traffic = Traffic(10_000, keys=10, events_per_message=1000, windows=())
+    bill = price(traffic, 10_000)
+    assert bill.parameters.batch_size * traffic.message_bytes <= 6 * 1024 * 1024
+    assert bill.parameters.batch_size < 10_000
+
+
+def test_recommend_keeps_within_the_latency_budget_and_is_the_cheapest_that_does() -> None:
+    traffic = Traffic(50, keys=1000, latency_budget_s=3)
+    chosen = recommend(traffic, batch_sizes=(10, 100, 1000))
+    assert chosen.latency_s <= 3
+    assert chosen.parameters.batch_size == 100  # 1,000 would wait 20 s for its records
+    relaxed = recommend(Traffic(50, keys=1000, latency_budget_s=60), batch_sizes=(10, 100, 1000))
+    assert relaxed.parameters.batch_size == 1000
+    assert relaxed.usd_month < chosen.usd_month
+
+
+def test_kinesis_gets_shards_for_its_record_rate_and_batches_fill_per_shard() -> None:
+    bill = price(Traffic(5000, keys=1000, source="Kinesis", windows=()), 10_000)
+    template = bill.parameters.as_template()
+    assert template["Source"] == "Kinesis"
+    assert template["ShardCount"] == "5"
+    # one shard takes 1,000 records a second: a 1 s window gathers 1,000, not the stream's 5,000
+    assert bill.records_per_batch <= 10_000
+    assert int(template["StreamBatchingWindowSeconds"]) * 1000 >= bill.records_per_batch
+
+
+def test_sqs_parameters_name_the_templates_parameters() -> None:
+    bill = price(Traffic(100, keys=10, windows=("hour",)), 100)
+    assert bill.parameters.as_template() == {
+        "Source": "SQS",
+        "BatchSize": "100",
+        "BatchingWindowSeconds": "1",
+        "MaximumConcurrency": "2",
+        "Windows": "hour",
+        "MemorySize": "512",
+    }
+
+
+def test_hot_keys_are_recommended_only_when_batches_overlap() -> None:
+    quiet = price(Traffic(10, keys=100), 10)
+    assert quiet.parameters.hot_keys == 0
+    busy = price(Traffic(20_000, keys=100, memory_mb=128), 100, latencies=Latencies(transact_write_ms=200))
+    assert busy.parameters.hot_keys > 0
+    assert 2 <= busy.parameters.hot_key_shards <= 16
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"events_per_second": 0, "keys": 1},
+        {"events_per_second": 1, "keys": 0},
+        {"events_per_second": 1, "keys": 1, "source": "SNS"},
+        {"events_per_second": 1, "keys": 1, "resend_rate": 1.0},
+    ],
+)
+def test_an_impossible_traffic_description_is_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="must"):
+        Traffic(**bad)  # type: ignore[arg-type]
