@@ -125,6 +125,9 @@ def judge(
             continue  # judged by _with_reused_ids
         else:
             valid_in_dlq += 1
+            if len(examples) < 10:
+                alternate = " (a reused id's other content)" if message.message_id in workload.alternates else ""
+                examples.append(f"valid message {message.message_id}{alternate} in the DLQ as {letter.code}")
     accounted = misfiled = missing = 0
     for body, codes in codes_by_poison.items():
         expected_code = workload.poison[body].code
