@@ -114,6 +114,10 @@ class ChaosConfig:
     function_timeout_s: int = 60
     """FunctionTimeoutSeconds (template default); the SQS visibility timeout follows the template's mapping."""
     redrives: int = 2
+    extra_redrives: int = 3
+    """More redrives, only while the DLQ still holds valid messages the redrive policy moved there (no reason
+    code): a message whose receives kept failing lands there after ``maxReceiveCount`` even if it was
+    counted, as on AWS, and an operator redrives again; one still there after these fails the run."""
     hot_keys: str = "hot:*=4"
     windows: str = "hour,day"
     window_retention: str = "minute=7,hour=90,day=0"

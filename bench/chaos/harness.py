@@ -225,6 +225,25 @@ def _run_threads(
         raise errors[0]
 
 
+def _redrive(run: _Run, queue: Queue) -> None:
+    """The operator's redrive: every letter sent back to the source queue as a new message (a new MessageId)."""
+    letters = run.dead_letters.drain()
+    run.log.add("producer.dlq_redriven", len(letters))
+    for letter in letters:
+        queue.send(letter.body)
+
+
+def _needs_another_redrive(run: _Run, workload: Workload, config: ChaosConfig, *, redrives: int) -> bool:
+    """Whether the DLQ still holds valid messages the redrive policy moved there (no reason code) and an
+    extra redrive is left (``ChaosConfig.extra_redrives``); logged as ``producer.dlq_extra_redrives``."""
+    if redrives >= config.redrives + config.extra_redrives:
+        return False
+    moved = any(letter.code is None and letter.body in workload.by_body for letter in run.dead_letters.letters())
+    if moved:
+        run.log.add("producer.dlq_extra_redrives")
+    return moved
+
+
 def run_chaos(
     config: ChaosConfig,
     client_factory: Callable[[], DynamoDBClient],
@@ -304,18 +323,17 @@ def run_chaos(
     distinct = len(workload.valid)
     with JepsenMonitor(run.ledger, sorted(workload.expected), read_count, config.jepsen_interval_s, config.seed) as jm:
         phases = ["main"] + [f"redrive {n + 1}" for n in range(config.redrives)]
-        for number, phase in enumerate(phases):
+        for number, phase in enumerate(phases):  # an extra redrive appends a phase (see below)
             if number > 0:
-                letters = run.dead_letters.drain()
-                run.log.add("producer.dlq_redriven", len(letters))
-                for letter in letters:
-                    queue.send(letter.body)  # a new message, with a new MessageId
+                _redrive(run, queue)
 
             def tick(phase: str = phase) -> None:
                 if on_progress is not None:
                     on_progress(phase, len(run.ledger.acknowledged_messages), distinct)
 
             _run_threads(phase_targets(replay=number > 0), tick, halt)
+            if number == len(phases) - 1 and _needs_another_redrive(run, workload, config, redrives=number):
+                phases.append(f"redrive {number + 1}")
     for injector in run.injectors:
         injector.enabled = False
     if jm.error is not None:
