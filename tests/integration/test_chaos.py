@@ -143,9 +143,12 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert (verdict.lost_events, verdict.doubled_events, verdict.counters_wrong) == (0, 0, 0), verdict.examples
     assert verdict.poison_accounted == verdict.poison_messages > 0
     assert verdict.doomed_in_dlq == verdict.doomed > 0
-    assert (verdict.valid_in_dlq, verdict.unknown_letters, verdict.given_up_left, verdict.stray_keys) == (0, 0, 0, ()), (
-        verdict.examples
-    )
+    assert (verdict.valid_in_dlq, verdict.unknown_letters, verdict.given_up_left, verdict.stray_keys) == (
+        0,
+        0,
+        0,
+        (),
+    ), verdict.examples
     # AND of every id reused with other content, one content counts and the other is in the DLQ as
     # id_conflict; re-sends spelled differently are duplicates (valid_in_dlq above is 0)
     assert verdict.ids_reused_resolved == verdict.ids_reused > 0
