@@ -10,17 +10,15 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
-from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event
+from tests.support.moto_function import moto_function
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -52,29 +50,10 @@ class MotoStack:
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "POWERTOOLS_SERVICE_NAME": "tally",
-        "POWERTOOLS_METRICS_NAMESPACE": "Tally",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb")
-        definitions = table_definitions(load_template(TEMPLATE))
-        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
-            dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
-        sqs = boto3.client("sqs")
-        dlq_url = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
-        monkeypatch.setenv("TALLY_COUNTERS_TABLE", "counters")
-        monkeypatch.setenv("TALLY_MARKERS_TABLE", "markers")
-        monkeypatch.setenv("TALLY_DLQ_URL", dlq_url)
+    with moto_function(monkeypatch, POWERTOOLS_METRICS_NAMESPACE="Tally") as function:
         sqs_handler.pipeline.cache_clear()
-        yield MotoStack(DynamoDBCounterStore(dynamodb, "counters", "markers", 86_400), sqs, dlq_url)
+        store = DynamoDBCounterStore(function.dynamodb, "counters", "markers", 86_400)
+        yield MotoStack(store, function.sqs, function.dlq_url)
     sqs_handler.pipeline.cache_clear()
 
 

@@ -12,18 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
-from moto import mock_aws
 
 from tally.errors import RetryableStoreError
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
-from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader
 from tests.support.aws_calls import RECORDER
 from tests.support.events import EVENTS_DIR, load_event
+from tests.support.moto_function import moto_function
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -55,29 +53,10 @@ def answer(response: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
 
 @pytest.fixture
 def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Endpoint]:
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "POWERTOOLS_SERVICE_NAME": "tally",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "TALLY_COUNTERS_TABLE": "counters",
-        "TALLY_MARKERS_TABLE": "markers",
-        "TALLY_WINDOWS": "hour,day",
-        "TALLY_HOT_KEYS": "hot=4",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb")
-        definitions = table_definitions(load_template(TEMPLATE))
-        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
-            dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
-        monkeypatch.setenv("TALLY_DLQ_URL", boto3.client("sqs").create_queue(QueueName="dlq")["QueueUrl"])
+    with moto_function(monkeypatch, TALLY_WINDOWS="hour,day", TALLY_HOT_KEYS="hot=4") as function:
         sqs_handler.pipeline.cache_clear()
         read_handler.reader.cache_clear()
-        yield Endpoint(dynamodb)
+        yield Endpoint(function.dynamodb)
     sqs_handler.pipeline.cache_clear()
     read_handler.reader.cache_clear()
 

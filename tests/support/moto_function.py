@@ -1,0 +1,60 @@
+"""The environment a handler runs in on AWS, on moto: what the handler tests of each function share.
+
+Credentials and region for moto, no local endpoint (a developer's ``AWS_ENDPOINT_URL`` would bypass moto),
+the template's two tables (their key schemas read from ``template.yaml``), a dead-letter queue and the
+``TALLY_*`` variables the template gives the functions.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+from moto import mock_aws
+
+from tally.local.template import load_template, table_definitions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pytest
+
+TEMPLATE: Final = Path(__file__).resolve().parents[2] / "template.yaml"
+
+
+@dataclass(frozen=True)
+class MotoFunction:
+    dynamodb: Any
+    sqs: Any
+    dlq_url: str
+
+
+@contextmanager
+def moto_function(monkeypatch: pytest.MonkeyPatch, **environment: str) -> Iterator[MotoFunction]:
+    """Inside moto, with the tables ``counters`` and ``markers`` and the DLQ ``tally-dlq``; ``environment``
+    adds or overrides variables (``TALLY_WINDOWS``, ``POWERTOOLS_METRICS_NAMESPACE``, ...)."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "POWERTOOLS_SERVICE_NAME": "tally",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "TALLY_COUNTERS_TABLE": "counters",
+        "TALLY_MARKERS_TABLE": "markers",
+        **environment,
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb")
+        definitions = table_definitions(load_template(TEMPLATE))
+        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
+            dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
+        sqs = boto3.client("sqs")
+        dlq_url = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
+        monkeypatch.setenv("TALLY_DLQ_URL", dlq_url)
+        yield MotoFunction(dynamodb, sqs, dlq_url)
