@@ -7,6 +7,9 @@
   (more than one letter for one poison message is allowed: the queue is at-least-once).
 - No valid message is in the dead-letter queue, unless it was injected as unrecoverable (doomed), and
   every doomed message is there with ``counter_out_of_range``. No Kinesis range is left given up.
+- Every gauge (issue 15) holds what the distinct gauge messages leave: the largest ``max``, the smallest
+  ``min``, the ``latest`` of the latest ``ts`` (``bench.chaos.patterns``); counters with a declared start
+  hold the start plus their sum (in ``Workload.expected``).
 - Of the two contents of every reused id, exactly one is in the dead-letter queue, as ``id_conflict``, and
   the counters hold the other's deltas (whichever arrived first: a race the check accepts both ways).
 """
@@ -22,7 +25,7 @@ from typing import TYPE_CHECKING
 from bench.chaos.workload import DOOMED_CODE, ID_CONFLICT_CODE, TRACER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from bench.chaos.dlq import Letter
     from bench.chaos.workload import Workload
@@ -53,11 +56,14 @@ class Verdict:
     """Resolved pairs where the content generated second is the one that counts (the race went that way)."""
     examples: tuple[str, ...]
     """A few of the wrong counters, for diagnosis."""
+    gauges_checked: int = 0
+    gauges_wrong: int = 0
 
     @property
     def ok(self) -> bool:
         return (
             self.counters_wrong == 0
+            and self.gauges_wrong == 0
             and self.lost_events == 0
             and self.doubled_events == 0
             and not self.stray_keys
@@ -89,8 +95,10 @@ def judge(
     read: Callable[[str], dict[str, Decimal]],
     letters: Sequence[Letter],
     given_up_left: int,
+    read_gauges: Callable[[str], Mapping[str, Mapping[str, Decimal | str]]] | None = None,
 ) -> Verdict:
-    """Compare what the store holds (``read``: all-time counters of a key) with the reference."""
+    """Compare what the store holds (``read``: all-time counters of a key; ``read_gauges``: its gauges, by
+    kind then name) with the reference."""
     checked = wrong = lost = doubled = 0
     examples: list[str] = []
     reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
@@ -108,6 +116,7 @@ def judge(
                 lost += int(max(Decimal(0), want - have))
                 doubled += int(max(Decimal(0), have - want))
     stray = tuple(sorted(key for key in poison_keys(workload) if any(read(key).values())))
+    gauges_checked, gauges_wrong = _judge_gauges(workload, read_gauges, examples)
 
     codes_by_poison: dict[str, Counter[str | None]] = {body: Counter() for body in workload.poison}
     doomed_seen: set[str] = set()
@@ -160,7 +169,31 @@ def judge(
         ids_reused_resolved=resolved,
         ids_reused_second_won=second_won,
         examples=tuple(examples),
+        gauges_checked=gauges_checked,
+        gauges_wrong=gauges_wrong,
     )
+
+
+def _judge_gauges(
+    workload: Workload,
+    read_gauges: Callable[[str], Mapping[str, Mapping[str, Decimal | str]]] | None,
+    examples: list[str],
+) -> tuple[int, int]:
+    """Gauges checked and wrong: each against what the distinct counted gauge messages leave."""
+    checked = wrong = 0
+    if read_gauges is None:
+        return checked, wrong
+    for key, wanted_gauges in sorted(workload.expected_gauges.items()):
+        stored = read_gauges(key)
+        for kind, names in sorted(wanted_gauges.items()):
+            for name, wanted_value in sorted(names.items()):
+                checked += 1
+                stored_value = stored.get(kind, {}).get(name)
+                if stored_value != wanted_value:
+                    wrong += 1
+                    if len(examples) < 10:
+                        examples.append(f"{key} gauge {kind} {name}: {stored_value!r} != {wanted_value!r}")
+    return checked, wrong
 
 
 def _with_reused_ids(

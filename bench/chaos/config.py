@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from bench.chaos.patterns import COUNTER_DEFAULTS
+
 
 @dataclass(frozen=True, slots=True)
 class DynamoDBFaultRates:
@@ -35,6 +37,9 @@ class DynamoDBFaultRates:
     lost_claim_near_deadline: float = 0.15
     """Per journal claim transaction after a batch's first: it commits, its answer is lost, and the
     invocation has just more than the applier's reserve left, so the retries stop (issue 14, defect 2)."""
+    kill_before_gauges: float = 0.02
+    """Per gauge write (an ``UpdateItem`` of ``tally.store.gauges``): the invocation is killed before it is
+    sent, so the messages are counted and their gauges are not written until the redelivery (issue 15)."""
     unprocessed_keys: float = 0.05
     """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
     ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
@@ -99,6 +104,14 @@ class ChaosConfig:
     """Valid packed messages injected as unrecoverable because a sum needs more than 38 digits: a setup
     message stores 1E+20, the doomed message adds 1E-20 to it after 40 other keys, so in a later journal
     apply chunk (issue 14, defect 3)."""
+    counter_defaults: str = COUNTER_DEFAULTS
+    """The run's ``CounterDefaults`` (issue 15): start values and default deltas the pattern messages use."""
+    pattern_keys: int = 8
+    """Keys per pattern (``stock:``, ``views:``, ``g:``): few, so that batches meet them often."""
+    stock_messages: int = 600
+    """Messages on ``stock:`` keys (start 100, default delta -1), some packed, some with ``views:`` events."""
+    gauge_messages: int = 600
+    """Messages with ``max``/``min``/``latest`` gauges on ``g:`` keys, some packed, some with no deltas."""
     closed_gate_consumers: int = 1
     """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""
     sqs_share: float = 0.5
@@ -144,6 +157,9 @@ SMOKE = ChaosConfig(
     kinesis_shards=2,
     kinesis_batch_size=120,
     precision_doomed=2,
+    pattern_keys=4,
+    stock_messages=60,
+    gauge_messages=60,
     dynamodb=DynamoDBFaultRates(
         connect_failure=0.03,
         lost_response=0.05,
@@ -153,6 +169,7 @@ SMOKE = ChaosConfig(
         slow=0.02,
         kill_after_claim=0.15,
         lost_claim_near_deadline=0.5,
+        kill_before_gauges=0.05,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
 )

@@ -31,6 +31,12 @@ plus more claims) draw two more faults first (issue 14):
   answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
   retries stop with the claim's outcome unknown.
 
+Gauge writes (issue 15: one ``UpdateItem`` per key after the counters' commit) draw one more first:
+
+- ``kill_before_gauges``: the invocation is killed before the gauge write is sent, so its messages are
+  counted (their markers committed) and their gauges not written; the redelivery meets the markers and
+  must write the gauges then.
+
 ``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
 """
 
@@ -43,6 +49,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+from tally.store.schema import GAUGE_PREFIXES
 
 if TYPE_CHECKING:
     import random
@@ -57,6 +65,7 @@ FAULTABLE: Final = ("TransactWriteItems", "UpdateItem", "GetItem", "BatchWriteIt
 TRANSACT: Final = "TransactWriteItems"
 BATCH_GET: Final = "BatchGetItem"
 UNPROCESSED_BURST_MAX: Final = 11
+UPDATE: Final = "UpdateItem"
 
 
 class InvocationKilled(Exception):
@@ -100,6 +109,8 @@ class DynamoDBChaos:
         self.reserve_ms = 3_000
         self.enabled = True
         self.killed_after_claim = False
+        self.killed_before_gauges = False
+        """Set when ``kill_before_gauges`` fired in the current invocation (the consumer resets it)."""
         self._unprocessed_burst = 0
         """Further ``BatchGetItem`` calls of this consumer that will leave keys unprocessed."""
         self._withheld: dict[str, Any] = {}
@@ -143,6 +154,11 @@ class DynamoDBChaos:
         operation = model.name
         if self.enabled and operation == BATCH_GET and self._withhold_keys(params):
             return None
+        gauge_write = self.enabled and operation == UPDATE and _is_gauge_write(params)
+        if gauge_write and self._rng.random() < self._rates.kill_before_gauges:
+            self._log.add("ddb.kill_before_gauges")
+            self.killed_before_gauges = True
+            raise InvocationKilled("killed between the counters' commit and the gauge write")
         kind = None
         if self.enabled and operation == TRANSACT:
             kind = self._draw_claim_fault(params)
@@ -226,6 +242,12 @@ class DynamoDBChaos:
             raise ReadTimeoutError(endpoint_url="chaos://lost-claim-near-deadline")
         if after == "kill":
             raise InvocationKilled("deadline passed while a DynamoDB request was in flight")
+
+
+def _is_gauge_write(params: dict[str, Any]) -> bool:
+    """Whether an ``UpdateItem`` is ``tally.store.gauges``' (it names gauge attributes)."""
+    names = json.loads(params["body"]).get("ExpressionAttributeNames", {}).values()
+    return any(name.startswith(tuple(GAUGE_PREFIXES.values())) for name in names)
 
 
 def _claim_kind(actions: list[dict[str, Any]]) -> str | None:

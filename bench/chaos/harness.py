@@ -32,17 +32,20 @@ from bench.chaos.sqs import Queue, consume
 from bench.chaos.workload import TRACER, Source, Workload, generate, wide_items
 from tally.apply import Applier, RetryPolicy
 from tally.core.decode import DecodeLimits
+from tally.core.defaults import parse_counter_defaults
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_spec
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
+from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -89,16 +92,27 @@ def wire_pipeline(
     marker_read_gate: MarkerReadGate | None = None,
 ) -> BatchPipeline:
     """``tally.runtime.build_pipeline``'s wiring, on the given client and dead-letter port."""
-    store = store or DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
-    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS)
+    hot_keys = parse_hot_keys(config.hot_keys)
+    defaults = parse_counter_defaults(config.counter_defaults, hot_keys)
+    store = store or DynamoDBCounterStore(
+        client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults
+    )
+    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, defaults)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
     settings = PipelineSettings(
         limits=limits,
         dedup_horizon_ms=TTL_SECONDS * 1000,
         windows=parse_window_spec(config.windows, config.window_retention),
-        hot_keys=parse_hot_keys(config.hot_keys),
+        hot_keys=hot_keys,
+        counter_defaults=defaults,
     )
-    applier = Applier(store, journal, policy=CHAOS_RETRIES, marker_read_gate=marker_read_gate)
+    applier = Applier(
+        store,
+        journal,
+        policy=CHAOS_RETRIES,
+        marker_read_gate=marker_read_gate,
+        counter_limit=counter_limit_for(defaults),
+    )
     # The gauge store as production wires it (issue 15): without it a message with gauges is dead-lettered.
     return BatchPipeline(applier, dead_letters, settings, gauges=DynamoDBGaugeStore(client, tables.counters))
 
@@ -348,6 +362,7 @@ def run_chaos(
         reader.read_counters,
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
+        read_gauges=_gauge_reader(config, tables, client_factory),
     )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
@@ -365,6 +380,14 @@ def run_chaos(
         wide_items=wide_items(workload, ONE_ADD_NAMES),
         wide_messages=sum(1 for m in published if any(len(c) >= WIDE_MESSAGE_NAMES for c in m.sums.values())),
     )
+
+
+def _gauge_reader(
+    config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient]
+) -> Callable[[str], Mapping[str, Mapping[str, Decimal | str]]]:
+    """A key's gauges (kind -> name -> value) as ``tally.reader`` returns them to applications."""
+    reader = CounterReader(tables.counters, client=client_factory(), hot_keys=config.hot_keys)
+    return lambda key: reader.get(key).gauges
 
 
 def _apply_setup(workload: Workload, run: _Run) -> None:

@@ -153,6 +153,7 @@ class Consumer:
         invocation = Invocation(self.timeout_ms)
         self.chaos.invocation = invocation
         self.chaos.killed_after_claim = False
+        self.chaos.killed_before_gauges = False
         self._bodies = ()
         return invocation
 
@@ -165,6 +166,9 @@ class Consumer:
                 self.log.add("outcome.killed_between_claim_and_commit")
                 self.killed.add(self._bodies, self.clock.now_ms())
                 return function_error(record_ids, "killed between a journal claim and the commit")
+            if self.chaos.killed_before_gauges:
+                self.log.add("outcome.killed_before_gauges")
+                return function_error(record_ids, "killed between the commit and the gauge writes")
             self.log.add("outcome.killed_at_deadline")
             return function_error(record_ids, "killed at the deadline")
         except UnsettledMessagesError as exc:

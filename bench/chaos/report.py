@@ -51,6 +51,9 @@ def summary_table(result: ChaosResult) -> Table:
     table.add_row("lost events", _flag(verdict.lost_events))
     table.add_row("doubled events", _flag(verdict.doubled_events))
     table.add_row(f"counters wrong (of {verdict.counters_checked:,} checked exactly)", _flag(verdict.counters_wrong))
+    table.add_row(
+        f"gauges wrong (of {verdict.gauges_checked:,}: max, min, latest; issue 15)", _flag(verdict.gauges_wrong)
+    )
     table.add_row("keys counted from poison", _flag(len(verdict.stray_keys)))
     table.add_row(
         "poison accounted (in DLQ with its reason)",

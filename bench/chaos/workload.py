@@ -43,8 +43,10 @@ from decimal import Context, Decimal, localcontext
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
+from bench.chaos.patterns import GaugeReading, GaugeTable, GaugeValue, default_deltas, expected_gauges, with_starts
+
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from bench.chaos.config import ChaosConfig
 
@@ -93,6 +95,8 @@ class ValidMessage:
     """Its events (key, deltas, ts), for the other content of a reused id."""
     reused: bool = False
     """The second content under an id (``Workload.alternates``)."""
+    gauges: tuple[GaugeReading, ...] = ()
+    """Its gauge readings (issue 15): judged against ``Workload.expected_gauges``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,8 @@ class Workload:
     content of each reused id."""
     alternates: dict[str, ValidMessage] = field(default_factory=dict)
     """By message id: the other content a producer sent under an id of ``valid`` (``by_body`` has both)."""
+    expected_gauges: dict[str, GaugeTable] = field(default_factory=dict)
+    """key -> gauge kind -> name -> the value the distinct gauge messages leave (``bench.chaos.patterns``)."""
 
     @property
     def precision_doomed(self) -> tuple[ValidMessage, ...]:
@@ -180,6 +186,8 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     valid = _valid_messages(config, base_ms, rng)
     valid |= _wide_messages(config, rng)
     valid |= _long_decimal_messages(config)
+    patterns = _pattern_messages(config, base_ms)
+    valid |= patterns
     setup, doomed = _edge_messages(config)
     precision_setup, precision_doomed = _precision_messages(config)
     setup += precision_setup
@@ -203,7 +211,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             body = _respell(body)
             respelled[body] = message
         publications.insert(position, Publication(source(), body, message.partition_key, resend=True))
-    alternates = _reuse_ids(config, valid, reuse_rng)
+    alternates = _reuse_ids(config, {mid: m for mid, m in valid.items() if mid not in patterns}, reuse_rng)
     for alternate in alternates.values():
         # Half right next to the first content (same source and partition key: often the same batch), half
         # anywhere (before or after it: which content arrives first is left to the race).
@@ -230,8 +238,11 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         poison=poison,
         setup=tuple(setup),
         publications=tuple(publications),
-        expected={key: dict(counters) for key, counters in expected.items()},
+        expected=with_starts(expected),
         alternates=alternates,
+        expected_gauges=expected_gauges(
+            reading for message in everything.values() if not message.doomed for reading in message.gauges
+        ),
     )
 
 
@@ -318,6 +329,75 @@ def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
         deltas = {TRACER: Decimal(1), "digits": LONG_DECIMAL}
         body = f'{{"id":"{message_id}",' + _event_json("hot:0", deltas, None) + "}"
         messages[message_id] = ValidMessage(message_id, body, "hot:0", 1, {"hot:0": deltas})
+    return messages
+
+
+_PatternPart = tuple[str, dict[str, Decimal], dict[str, tuple[str, GaugeValue]], int | None]
+"""One event of a pattern message: key, deltas (empty: the declared defaults), gauges (name -> kind, value), ts."""
+
+
+def _literal(value: GaugeValue) -> str:
+    return json.dumps(value) if isinstance(value, str) else str(value)
+
+
+def _pattern_messages(config: ChaosConfig, base_ms: int) -> dict[str, ValidMessage]:
+    """Start values, default deltas and gauges (issue 15; ``bench.chaos.patterns``), on keys of their own.
+
+    Its own random stream, so the rest of the load stays as it was. Every gauge message has its own ``ts``
+    (``base_ms`` minus a distinct number of milliseconds), so the reference never needs tally's tie-break.
+    """
+    rng = random.Random(f"{config.seed}:patterns")
+    messages: dict[str, ValidMessage] = {}
+    stamp = iter(range(base_ms - 1_000, 0, -3))
+
+    def add(message_id: str, parts: Sequence[_PatternPart]) -> None:
+        events: list[str] = []
+        sums: Sums = defaultdict(lambda: defaultdict(Decimal))
+        readings: list[GaugeReading] = []
+        for key, deltas, gauges, ts in parts:
+            fields = [f'"key":{json.dumps(key)}']
+            if deltas:
+                fields.append('"deltas":{' + ",".join(f'"{n}":{v}' for n, v in deltas.items()) + "}")
+            if ts is not None:
+                fields.append(f'"ts":{ts}')
+            if gauges:
+                fields.append(
+                    '"gauges":{' + ",".join(f'"{n}":{{"{k}":{_literal(v)}}}' for n, (k, v) in gauges.items()) + "}"
+                )
+            events.append("{" + ",".join(fields) + "}")
+            for name, delta in (deltas or default_deltas(key)).items():
+                sums[key][name] += delta
+            readings += [GaugeReading(key, name, kind, value, ts or 0) for name, (kind, value) in gauges.items()]
+        body = f'{{"id":"{message_id}",' + (
+            events[0][1:] if len(events) == 1 else '"events":[' + ",".join(events) + "]}"
+        )
+        partition = parts[0][0] if len(events) == 1 else message_id
+        counted = {key: dict(counters) for key, counters in sums.items()}
+        messages[message_id] = ValidMessage(message_id, body, partition, len(events), counted, gauges=tuple(readings))
+
+    for index in range(config.stock_messages):
+        parts: list[_PatternPart] = []
+        for _ in range(rng.randint(2, 5) if rng.random() < 0.2 else 1):
+            key = f"stock:{rng.randrange(config.pattern_keys)}"
+            explicit = rng.random() < 0.3
+            deltas = {"stock": Decimal(_nonzero(rng, -3, 5)), TRACER: Decimal(1)} if explicit else {}
+            parts.append((key, deltas, {}, None))
+        if rng.random() < 0.3:
+            parts.append((f"views:{rng.randrange(config.pattern_keys)}", {}, {}, None))
+        add(f"c{config.seed}-stock-{index}", parts)
+    for index in range(config.gauge_messages):
+        parts = []
+        for _ in range(rng.randint(2, 4) if rng.random() < 0.2 else 1):
+            ts = next(stamp)
+            gauges: dict[str, tuple[str, GaugeValue]] = {
+                "peak": ("max", Decimal(rng.randint(-50, 500))),
+                "low": ("min", Decimal(rng.randint(-500, 50)).scaleb(-1)),
+                "last": ("latest", f"v-{index}-{ts}" if rng.random() < 0.7 else Decimal(rng.randint(0, 99))),
+            }
+            gauges = dict(rng.sample(sorted(gauges.items()), rng.randint(1, 3)))
+            deltas = {TRACER: Decimal(1)} if rng.random() < 0.8 else {}
+            parts.append((f"g:{rng.randrange(config.pattern_keys)}", deltas, gauges, ts))
+        add(f"c{config.seed}-gauge-{index}", parts)
     return messages
 
 

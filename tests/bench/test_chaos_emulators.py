@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import boto3
@@ -14,10 +15,14 @@ from bench.chaos.dlq import DeadLetterStore
 from bench.chaos.faults import DynamoDBChaos, FaultLog
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import Ledger
+from bench.chaos.patterns import STARTS, GaugeReading, expected_gauges
 from bench.chaos.sqs import Queue
 from bench.chaos.workload import generate
 from botocore.exceptions import ClientError, EndpointConnectionError
 
+from tally.core.decode import decode_message
+from tally.core.defaults import parse_counter_defaults
+from tally.core.model import Message
 from tally.local.esm import BatchOutcome, function_error
 
 
@@ -216,3 +221,34 @@ def test_the_workload_is_reproducible_from_its_seed() -> None:
     assert len(first.poison) > 0
     assert sum(message.doomed for message in first.valid.values()) == SMOKE.doomed + SMOKE.precision_doomed
     assert len(first.precision_doomed) == SMOKE.precision_doomed > 0
+
+
+def test_the_pattern_messages_decode_to_their_reference() -> None:
+    # GIVEN the smoke load's pattern messages (issue 15: start values, default deltas, gauges)
+    workload = generate(SMOKE, 1_800_000_000_000)
+    defaults = parse_counter_defaults(SMOKE.counter_defaults)
+    patterns = [m for m in workload.valid.values() if "-stock-" in m.message_id or "-gauge-" in m.message_id]
+    assert len(patterns) == SMOKE.stock_messages + SMOKE.gauge_messages
+    readings: list[GaugeReading] = []
+    for message in patterns:
+        # WHEN tally's decoder reads each body with the run's declared defaults
+        decoded = decode_message(message.body, defaults=defaults)
+        # THEN it is valid, and its deltas (defaults filled in) and gauges are the reference's
+        assert isinstance(decoded, Message), (message.body, decoded)
+        sums: dict[str, dict[str, object]] = {}
+        for event in decoded.events:
+            for name, delta in event.deltas.items():
+                sums.setdefault(event.key, {})
+                sums[event.key][name] = sums[event.key].get(name, 0) + delta  # type: ignore[operator]
+            for name, gauge in (event.gauges or {}).items():
+                value = gauge.value if isinstance(gauge.value, str) else Decimal(gauge.value)
+                readings.append(GaugeReading(event.key, name, gauge.kind.value, value, event.ts_ms or 0))
+        assert sums == message.sums
+    assert expected_gauges(readings) == workload.expected_gauges
+    # AND some events named no delta, some carried only gauges, and each started counter adds its start once
+    assert any('"deltas"' not in m.body for m in patterns if "-stock-" in m.message_id)
+    stocks = {key: counters for key, counters in workload.expected.items() if key.startswith("stock:")}
+    assert stocks
+    summed = {key: sum((m.sums.get(key, {}).get("stock", 0) for m in patterns), 0) for key in stocks}
+    assert all(stocks[key]["stock"] == summed[key] + STARTS["stock:"]["stock"] for key in stocks)
+    assert {"max", "min", "latest"} <= {kind for table in workload.expected_gauges.values() for kind in table}

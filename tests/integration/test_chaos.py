@@ -27,8 +27,9 @@ from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipelin
 from botocore.exceptions import BotoCoreError, ClientError
 
 import tally.apply as apply_module
-from tally.commit.fates import Fates
+from tally.commit.fates import ApplyOutcome, Fates
 from tally.core.plan import no_counter_limit
+from tally.pipeline import BatchPipeline
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -43,10 +44,11 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.ledger import Claim
+    from tally.core.model import Message
     from tally.core.plan import Chunk
     from tally.local.dynamodb_local import DynamoDBLocal
     from tally.marker_reads import MarkerReadGate
-    from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.pipeline import DeadLetterQueue
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -191,6 +193,11 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     }
     assert not {name for name in situations if not result.situations.get(name)}, result.situations
     assert result.counts.get("pipeline.refused_chunks", 0) == 0
+    # AND the counter patterns (issue 15) held: every gauge exact, including after kills between the
+    # counters' commit and the gauge writes; started counters (stock) exact, so each start counted once
+    assert verdict.gauges_checked > 0
+    assert verdict.gauges_wrong == 0, verdict.examples
+    assert result.counts.get("outcome.killed_before_gauges", 0) > 0
 
 
 def test_the_harness_catches_adds_over_the_expression_limit(
@@ -251,6 +258,56 @@ def test_the_harness_catches_markers_without_content_digests(
 
     # THEN reused ids met across batches are not dead-lettered, and the harness fails the run
     assert result.verdict.ids_reused_resolved < result.verdict.ids_reused
+    assert not result.passed
+
+
+class PipelineWritingGaugesOfNewMessagesOnly(BatchPipeline):
+    """BROKEN on purpose: gauges written for messages applied now, not for those a marker shows applied."""
+
+    newly_applied: frozenset[str] = frozenset()
+
+    def _write_gauges(
+        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]
+    ) -> tuple[int, frozenset[str]]:
+        return super()._write_gauges(messages, unique, settled & self.newly_applied)
+
+
+def _gauges_of_new_messages_only(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+    pipeline.__class__ = PipelineWritingGaugesOfNewMessagesOnly
+    applier = pipeline._applier
+    apply = applier.apply
+
+    def remembering(*args: Any, **kwargs: Any) -> ApplyOutcome:
+        outcome = apply(*args, **kwargs)
+        pipeline.newly_applied = outcome.applied  # type: ignore[attr-defined]
+        return outcome
+
+    applier.apply = remembering  # type: ignore[method-assign]
+    return pipeline
+
+
+def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a pipeline that writes gauges only for messages it applies now (the naive variant of issue 15,
+    # part 4): a redelivery after a kill between the commit and the gauge writes finds the markers and
+    # writes nothing
+    config = replace(SMOKE, events=1_000, dynamodb=replace(SMOKE.dynamodb, kill_before_gauges=0.5))
+
+    # WHEN it runs under the smoke run's faults
+    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_gauges_of_new_messages_only)
+
+    # THEN the harness finds gauges that lack readings of counted messages, and fails the run
+    assert result.counts.get("outcome.killed_before_gauges", 0) > 0
+    assert result.verdict.gauges_wrong > 0
     assert not result.passed
 
 

@@ -1,0 +1,88 @@
+"""The counter patterns of issue 15 in the chaos load: what the run declares, and the reference values.
+
+The load's pattern messages (``bench.chaos.workload``) exercise, under every fault of the run:
+
+- **start values and default deltas**: the run declares ``COUNTER_DEFAULTS`` (as a deployment's
+  ``CounterDefaults`` parameter would): ``stock`` starts at 100 and an event that names no delta takes 1
+  off it; ``views`` adds 1 by default. Some ``stock`` events name their own delta. The reference is the
+  start plus the exact sum over distinct counted messages: a start applied twice, or a default delta
+  counted twice, shows as a wrong counter.
+- **gauges**: events on ``g:`` keys carry a ``max`` (``peak``), a ``min`` (``low``) and a ``latest``
+  (``last``, by ``ts``; every gauge message has its own ``ts``, so no tie is ever broken), some with no
+  deltas at all. The reference is computed here, from the messages, without tally's code.
+
+Pattern messages are never reused with other content nor respelled (they are judged on their own
+reference), but they are re-sent like any other message. Computed in a 100-digit context, as the sums.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+COUNTER_DEFAULTS: Final = "stock:*#stock=start:100,delta:-1;views:*#views=delta:1"
+"""What the chaos run declares as ``CounterDefaults`` (``tally.core.defaults`` syntax)."""
+STARTS: Final = {"stock:": {"stock": Decimal(100)}}
+"""Key prefix -> counter -> start value, as ``COUNTER_DEFAULTS`` says (the reference reads this, not tally)."""
+DEFAULT_DELTAS: Final = {"stock:": {"stock": Decimal(-1)}, "views:": {"views": Decimal(1)}}
+"""Key prefix -> counter -> what an event without deltas adds."""
+
+GaugeValue = Decimal | str
+GaugeTable = dict[str, dict[str, GaugeValue]]
+"""Gauge kind (``max``, ``min``, ``latest``) -> gauge name -> value: the shape ``tally.reader`` returns."""
+
+
+@dataclass(frozen=True, slots=True)
+class GaugeReading:
+    """One gauge reading of a message's event."""
+
+    key: str
+    name: str
+    kind: str
+    value: GaugeValue
+    ts_ms: int
+
+
+def default_deltas(key: str) -> dict[str, Decimal]:
+    """What an event of ``key`` that names no delta adds (the reference's copy of the declaration)."""
+    for prefix, deltas in DEFAULT_DELTAS.items():
+        if key.startswith(prefix):
+            return dict(deltas)
+    return {}
+
+
+def with_starts(expected: Mapping[str, Mapping[str, Decimal]]) -> dict[str, dict[str, Decimal]]:
+    """The reference sums with each declared start added once to every counter the load touches."""
+    started = {key: dict(counters) for key, counters in expected.items()}
+    for key, counters in started.items():
+        for prefix, starts in STARTS.items():
+            if key.startswith(prefix):
+                for name, start in starts.items():
+                    if name in counters:
+                        counters[name] += start
+    return started
+
+
+def expected_gauges(readings: Iterable[GaugeReading]) -> dict[str, GaugeTable]:
+    """key -> the gauges its distinct counted messages leave: max of maxima, min of minima, latest by ts."""
+    result: dict[str, GaugeTable] = {}
+    latest_ts: dict[tuple[str, str], int] = {}
+    for reading in readings:
+        table = result.setdefault(reading.key, {}).setdefault(reading.kind, {})
+        old = table.get(reading.name)
+        if reading.kind == "latest":
+            if old is None or reading.ts_ms > latest_ts[(reading.key, reading.name)]:
+                table[reading.name] = reading.value
+                latest_ts[(reading.key, reading.name)] = reading.ts_ms
+        elif old is None:
+            table[reading.name] = reading.value
+        else:
+            new = reading.value
+            if not (isinstance(old, Decimal) and isinstance(new, Decimal)):
+                raise TypeError(f"a {reading.kind} gauge holds numbers: {reading}")
+            table[reading.name] = max(old, new) if reading.kind == "max" else min(old, new)
+    return result
