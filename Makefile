@@ -19,7 +19,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-patterns bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -99,6 +99,11 @@ bench-hot-key: install
 # (docs/benchmarks.md). Full size: several minutes; writes docs/benchmarks.{md,png,json}.
 bench: install
 	$(BIN)/python -m bench.run --size full
+	$(BIN)/python -m bench.patterns --json-out docs/patterns.json
+
+# The cost per event of each counter pattern of issue 15 beside plain sums (README, "Counter patterns").
+bench-patterns: install
+	mkdir -p .bench && $(BIN)/python -m bench.patterns --json-out .bench/patterns.json
 
 # The same at a tiny size, in seconds, written under .bench/ (tests/bench/test_bench_smoke.py runs it in CI).
 bench-smoke: install

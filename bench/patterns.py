@@ -11,7 +11,8 @@ writes included):
 - ``gauge latest``: a delta and a ``latest`` reading, ``ts`` increasing (every batch's reading is newer);
 - ``gauge latest, late``: the same, ``ts`` decreasing (every reading loses to the stored one: the worst case).
 
-Run: ``python -m bench.patterns [--events 5000] [--keys 50]``. Every count and gauge is read back and checked.
+Run: ``python -m bench.patterns [--events 5000] [--keys 50] [--json-out FILE]`` (``make bench-patterns``; ``make
+bench`` runs it after the peers and writes docs/patterns.json). Every count and gauge is read back and checked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import random
 import time
 import uuid
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -127,6 +129,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="cost per event of start values, default deltas and gauges")
     parser.add_argument("--events", type=int, default=5_000)
     parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--json-out", type=Path, help="also write the rows (and the run's size) as JSON here")
     args = parser.parse_args()
     rows = []
     with DynamoDBLocal() as ddb:
@@ -146,6 +149,9 @@ def main() -> int:
             "yes" if row["exact"] else "NO",
         )
     Console().print(table)
+    if args.json_out is not None:
+        report = {"events": args.events, "keys": args.keys, "batch": BATCH, "rows": rows}
+        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
     return 0 if all(row["exact"] for row in rows) else 1
 
 
