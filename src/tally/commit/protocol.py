@@ -37,13 +37,15 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tally.core.aggregate import merge_totals
+from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add, storage_problem
-from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions
+from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions, split_refused
 from tally.errors import (
     BatchStateError,
+    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
@@ -90,8 +92,11 @@ class CommitProtocol:
         max_actions: int,
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
+        bounds: CounterBounds = NO_BOUNDS,
     ) -> None:
         self._store = store
+        self._bounds = bounds
+        """Declared floors and ceilings: only to name why a message a bound refused is dead-lettered."""
         self._journal = journal
         self._steps = steps
         self._fates = fates
@@ -160,8 +165,48 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
+        except BoundRefusedError as refused:
+            # A bounded counter would cross its floor or ceiling somewhere in the chunk's order (issue 15):
+            # nothing was applied. The messages that share keys with a refused item are applied one by one,
+            # in order, each with its own condition, so only a message that would cross is refused; the
+            # others are written together again.
+            if len(chunk.messages) > 1:
+                one_by_one, others = split_refused(chunk.messages, refused.keys)
+                again = []
+                for together in plan_transactions(others, self._max_actions, self._counter_limit).chunks:
+                    again.extend(self.direct(together))
+                for message in one_by_one:
+                    (single,) = plan_transactions([message], self._max_actions, self._counter_limit).chunks
+                    again.extend(self.direct(single))
+                return again
+            self._refused_by_bound(chunk.messages[0], refused)
+            return []
         self._fates.applied(chunk.messages)
         return []
+
+    def _refused_by_bound(self, message: MessageTotals, refused: BoundRefusedError) -> None:
+        # Its marker may exist (a redelivered copy of a message applied before, whose response was lost):
+        # DynamoDB reports every failed condition, and a marker's wins (MarkersExistError), but look before
+        # refusing all the same; a copy already counted is settled as such, never dead-lettered.
+        try:
+            marker = self._steps.read(partial(self._store.read_marker, message.message_id))
+        except RetryableStoreError:
+            self._fates.failed([message.message_id])
+            return
+        if marker is not None and marker.batch_id is None:
+            self._settle_applied(message.message_id, marker.digest)
+            return
+        if marker is not None:
+            # A journal marker on a bounded message (claimed before the bound was declared): let the next
+            # delivery resolve it through the journal.
+            self._fates.failed([message.message_id])
+            return
+        rejection = refusal(message.totals, refused.stored, self._bounds)
+        if rejection is None:
+            # The value moved between the condition and our reading of it (a concurrent batch): try again.
+            self._fates.failed([message.message_id])
+            return
+        self._fates.dead_lettered(message.message_id, rejection)
 
     def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError) -> None:
         # DynamoDB checks number ranges before conditions: a redelivered message that was applied before
