@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import json
 import threading
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -23,6 +22,7 @@ from tally.core.bounds import Bound, parse_counter_bounds
 from tally.core.defaults import parse_counter_defaults
 from tally.core.model import SourceRecord
 from tally.core.windows import parse_window_spec
+from tally.marker_reads import MarkerReadGate
 from tally.reader import CounterReader
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
@@ -31,6 +31,8 @@ from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
 if TYPE_CHECKING:
+    from decimal import Decimal
+
     from tally.core.bounds import CounterBounds
     from tally.core.defaults import CounterDefaults
     from tally.pipeline import BatchPipeline
@@ -190,14 +192,29 @@ def test_a_lost_response_of_a_fallback_transaction_counts_the_message_once(ddb_t
 
 def test_a_redelivered_copy_of_an_applied_message_is_never_refused_by_the_bound(ddb_tables: DynamoDBTables) -> None:
     # GIVEN a sale that took the stock to its floor, with the marker pre-read off (the cancellation path)
-    from tally.marker_reads import MarkerReadGate
-
     pipeline, dlq = bounded_pipeline(ddb_tables, marker_read_gate=MarkerReadGate(quiet_batches=0))
     sale = record("sale", "stock:1", stock=-5)
     pipeline.process([sale], NOW_MS, lambda: 60_000)
     # WHEN it is redelivered: its bound condition fails now (0 - 5 < 0) as well as its marker's
     result = pipeline.process([sale], NOW_MS, lambda: 60_000)
     # THEN it is a duplicate, not a refusal
+    assert result.already_applied == 1
+    assert not dlq.letters
+    assert value_of(ddb_tables, "stock:1", "stock") == 0
+
+
+def test_a_redelivery_meeting_a_marker_keeps_the_source_order_of_the_rest(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a warm container that does not pre-read markers, transactions of at most 3 messages, and a sale
+    # already applied (stock 5 -> 4)
+    gate = MarkerReadGate(quiet_batches=0)
+    pipeline, dlq = bounded_pipeline(ddb_tables, marker_read_gate=gate, max_actions=4)
+    pipeline.process([record("a", "stock:1", stock=-1)], NOW_MS, lambda: 60_000)
+    # WHEN a Kinesis-style redelivery brings it again, ahead of -4, +3 (its transaction) and -3 (the next one)
+    records = [record("a", "stock:1", stock=-1), record("b", "stock:1", stock=-4), record("c", "stock:1", stock=3)]
+    result = pipeline.process([*records, record("d", "stock:1", stock=-3)], NOW_MS, lambda: 60_000)
+    # THEN the rest apply in the source's order, 4 -> 0 -> 3 -> 0: nothing is refused (out of order, d before b,
+    # b would have met 1 and been refused)
+    assert result.failed_record_ids == ()
     assert result.already_applied == 1
     assert not dlq.letters
     assert value_of(ddb_tables, "stock:1", "stock") == 0

@@ -152,7 +152,17 @@ class CommitProtocol:
             # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
             # planned again, into a journal claim that replaces the marker (issue 14, defect 1).
             claimable = self.settle_existing(exists)
-            return [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
+            rest = [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
+            if not self._bounded(chunk):
+                return rest
+            # A bounded counter's messages keep their order (issue 15): planned again in a later round, the
+            # rest would be applied after the chunks that follow this one. Write them now, in order.
+            again = [m for m in rest if m.message_id in claimable]
+            for together in plan_transactions(
+                [m for m in rest if m.message_id not in claimable], self._max_actions, self._counter_limit
+            ).chunks:
+                again.extend(self.direct(together))
+            return again
         except RetryableStoreError:
             self._fates.failed(chunk.message_ids)
             return []
@@ -183,6 +193,10 @@ class CommitProtocol:
             return []
         self._fates.applied(chunk.messages)
         return []
+
+    def _bounded(self, chunk: Chunk) -> bool:
+        bounds = self._bounds
+        return bool(bounds.rules) and any(bounds.is_bounded(item) for m in chunk.messages for item in m.totals)
 
     def _refused_by_bound(self, message: MessageTotals, refused: BoundRefusedError) -> None:
         # Its marker may exist (a redelivered copy of a message applied before, whose response was lost):
