@@ -157,12 +157,9 @@ class CommitProtocol:
                 return rest
             # A bounded counter's messages keep their order (issue 15): planned again in a later round, the
             # rest would be applied after the chunks that follow this one. Write them now, in order.
-            again = [m for m in rest if m.message_id in claimable]
-            for together in plan_transactions(
-                [m for m in rest if m.message_id not in claimable], self._max_actions, self._counter_limit
-            ).chunks:
-                again.extend(self.direct(together))
-            return again
+            return [m for m in rest if m.message_id in claimable] + self._in_order(
+                [m for m in rest if m.message_id not in claimable]
+            )
         except RetryableStoreError:
             self._fates.failed(chunk.message_ids)
             return []
@@ -182,17 +179,18 @@ class CommitProtocol:
             # others are written together again.
             if len(chunk.messages) > 1:
                 one_by_one, others = split_refused(chunk.messages, refused.keys)
-                again = []
-                for together in plan_transactions(others, self._max_actions, self._counter_limit).chunks:
-                    again.extend(self.direct(together))
-                for message in one_by_one:
-                    (single,) = plan_transactions([message], self._max_actions, self._counter_limit).chunks
-                    again.extend(self.direct(single))
-                return again
+                return self._in_order(others) + [retry for message in one_by_one for retry in self._in_order([message])]
             self._refused_by_bound(chunk.messages[0], refused)
             return []
         self._fates.applied(chunk.messages)
         return []
+
+    def _in_order(self, messages: Sequence[MessageTotals]) -> list[MessageTotals]:
+        """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""
+        again: list[MessageTotals] = []
+        for together in plan_transactions(messages, self._max_actions, self._counter_limit).chunks:
+            again.extend(self.direct(together))
+        return again
 
     def _bounded(self, chunk: Chunk) -> bool:
         bounds = self._bounds
