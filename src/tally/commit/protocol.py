@@ -37,7 +37,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tally.core.aggregate import merge_totals
-from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal
+from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal, runs_within_bounds
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
@@ -139,8 +139,12 @@ class CommitProtocol:
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
     # ----------------------------------------------------------------------- 1. direct transaction
-    def direct(self, chunk: Chunk) -> list[MessageTotals]:
-        """One direct transaction; returns the messages to plan again."""
+    def direct(self, chunk: Chunk, *, predicted: bool = False) -> list[MessageTotals]:
+        """One direct transaction; returns the messages to plan again.
+
+        ``predicted``: the chunk was grouped from the stored values a bound's refusal returned; if a bound
+        refuses it all the same (the value moved meanwhile), its messages go one by one.
+        """
         if not self._steps.may_start():
             self._fates.failed(chunk.message_ids)
             return []
@@ -174,22 +178,29 @@ class CommitProtocol:
             return []
         except BoundRefusedError as refused:
             # A bounded counter would cross its floor or ceiling somewhere in the chunk's order (issue 15):
-            # nothing was applied. The messages that share keys with a refused item are applied one by one,
-            # in order, each with its own condition, so only a message that would cross is refused; the
-            # others are written together again.
+            # nothing was applied. The messages that share keys with a refused item are applied in order: the
+            # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
+            # each write with its own condition, so only a message that would cross is refused; the others
+            # are written together again.
             if len(chunk.messages) > 1:
-                one_by_one, others = split_refused(chunk.messages, refused.keys)
-                return self._in_order(others) + [retry for message in one_by_one for retry in self._in_order([message])]
+                in_order, others = split_refused(chunk.messages, refused.keys)
+                again = self._in_order(others)
+                runs = (
+                    [[m] for m in in_order] if predicted else runs_within_bounds(in_order, refused.stored, self._bounds)
+                )
+                for run in runs:
+                    again.extend(self._in_order(run, predicted=True))
+                return again
             self._refused_by_bound(chunk.messages[0], refused)
             return []
         self._fates.applied(chunk.messages)
         return []
 
-    def _in_order(self, messages: Sequence[MessageTotals]) -> list[MessageTotals]:
+    def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
         """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""
         again: list[MessageTotals] = []
         for together in plan_transactions(messages, self._max_actions, self._counter_limit).chunks:
-            again.extend(self.direct(together))
+            again.extend(self.direct(together, predicted=predicted))
         return again
 
     def _bounded(self, chunk: Chunk) -> bool:

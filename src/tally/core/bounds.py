@@ -40,9 +40,9 @@ from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import Number, add
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Mapping, Sequence
 
-    from tally.core.aggregate import Totals
+    from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
     from tally.core.sharding import HotKeys
 
@@ -178,9 +178,7 @@ def bound_checks(
     return {item: tuple(found) for item, found in checks.items()}
 
 
-def refusal(
-    totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
-) -> Rejection | None:
+def refusal(totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds) -> Rejection | None:
     """Why one message is refused by its bounds, given the stored values its write met (``stored``: item label
     -> counter -> value, a missing counter already read as its start value or 0); None if no step crosses.
 
@@ -201,6 +199,48 @@ def refusal(
                 detail = f"{item_label(item)!r}/{name!r}: value {value}, amount {amount}, {word} {limit}"
                 return Rejection(code, detail)
     return None
+
+
+def runs_within_bounds(
+    messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
+) -> list[list[MessageTotals]]:
+    """After a bound refused a transaction: its messages (in order) cut into runs to write one after another.
+
+    ``stored`` holds the values the refused conditions met (item label -> counter -> value). Applying the
+    messages one by one from there, the consecutive ones predicted to hold form one run (one write, whose
+    condition still guards it), and each one predicted to cross is a run of its own (its write is refused,
+    or applies if the value moved). A counter whose value is not known is predicted to hold. So a refused
+    batch costs a few transactions, not one per message.
+    """
+    values: dict[tuple[str, str], Number] = {
+        (label, name): value for label, counters in stored.items() for name, value in counters.items()
+    }
+    runs: list[list[MessageTotals]] = []
+    current: list[MessageTotals] = []
+    for message in messages:
+        moved: dict[tuple[str, str], Number] = {}
+        crosses = False
+        for item, counters in message.totals.items():
+            item_bounds = bounds.item_bounds(item)
+            for name, amount in counters.items():
+                slot = (item_label(item), name)
+                bound = item_bounds.get(name)
+                if bound is None or slot not in values:
+                    continue
+                if bound.refusal(values[slot], amount) is not None:
+                    crosses = True
+                moved[slot] = add(values[slot], amount)
+        if crosses:
+            if current:
+                runs.append(current)
+                current = []
+            runs.append([message])
+        else:
+            values.update(moved)
+            current.append(message)
+    if current:
+        runs.append(current)
+    return runs
 
 
 def parse_counter_bounds(
