@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
+from tally.commit.fates import ApplyOutcome
 from tally.config import Settings
 from tally.core.aggregate import MessageTotals
 from tally.core.bounds import (
@@ -23,14 +24,19 @@ from tally.core.bounds import (
     refusal,
     runs_within_bounds,
 )
+from tally.core.decode import DecodeLimits
 from tally.core.defaults import parse_counter_defaults
 from tally.core.items import CounterItem
 from tally.core.model import RejectCode
 from tally.core.plan import plan_batch, split_refused
 from tally.core.sharding import parse_hot_keys
 from tally.errors import BoundRefusedError, ConfigurationError, MarkersExistError
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.sources import kinesis as kinesis_source
 from tally.store.expressions import bound_condition
 from tally.store.schema import add_update, bound_check, translate
+from tests.support.events import load_event
+from tests.support.pipeline import RecordingDeadLetterQueue
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -259,3 +265,34 @@ def test_after_a_refusal_the_runs_the_stored_value_lets_through_are_written_toge
     assert [[m.message_id for m in run] for run in runs] == [["m0", "m1"], ["m2"], ["m3", "m4"], ["m5"], ["v"]]
     # a counter whose value is unknown (not in the refusal) is predicted to hold: its write still checks
     assert len(runs_within_bounds(messages, {}, STOCK)) == 1
+
+
+# ------------------------------------------------------------------------------------------- the order
+class RecordingApplier:
+    """Stands in for the applier: records the order in which the pipeline hands the messages over."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def apply(self, messages: Any, now_ms: int, remaining_ms: Any) -> ApplyOutcome:
+        self.order = [m.message_id for m in messages]
+        return ApplyOutcome(applied=frozenset(self.order))
+
+
+def test_the_pipeline_hands_messages_over_in_the_sources_order() -> None:
+    # GIVEN a Kinesis shard's records, in sequence order, with a re-send, poison and a packed message between
+    records = kinesis_source.records_from_event(load_event("kinesis-bounded.json"))
+    applier = RecordingApplier()
+    pipeline = BatchPipeline(
+        applier,  # type: ignore[arg-type]
+        RecordingDeadLetterQueue(),
+        PipelineSettings(limits=DecodeLimits(), dedup_horizon_ms=35 * 86_400_000),
+    )
+    # WHEN the batch goes through decode, deduplication and aggregation
+    pipeline.process(records, 4_102_444_801_000, lambda: 60_000)
+    # THEN the applier gets each distinct message once, at its first record's place in the shard's order
+    assert applier.order == [f"bnd-kinesis-{n}" for n in range(1, 7)]
+    # and a plan keeps that order within every unit (the order every bounded key's writes follow)
+    totals = [message(f"m{n}", **{"stock:1": {"stock": -1}}) for n in range(250)]
+    plan = plan_batch(totals, bounded=STOCK.is_bounded)
+    assert [m.message_id for chunk in plan.direct for m in chunk.messages] == [f"m{n}" for n in range(250)]
