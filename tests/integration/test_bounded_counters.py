@@ -26,6 +26,7 @@ from tally.marker_reads import MarkerReadGate
 from tally.reader import CounterReader
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
+from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
@@ -188,6 +189,43 @@ def test_a_lost_response_of_a_fallback_transaction_counts_the_message_once(ddb_t
     assert [letter.record.record_id for letter in dlq.letters] == ["r-b"]
     assert (second.already_applied, second.messages_applied) == (2, 1)
     assert value_of(ddb_tables, "stock:1", "stock") == 4
+
+
+@pytest.mark.parametrize("crash_after", [1, 2, 3, 4])
+def test_an_invocation_killed_in_the_fallback_is_finished_by_the_redelivery(
+    ddb_tables: DynamoDBTables, crash_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a batch refused as a whole (5: -3, -4, +6, -2, -9) whose invocation dies after its n-th transaction
+    pipeline, dlq = bounded_pipeline(ddb_tables)
+    amounts = [-3, -4, 6, -2, -9]
+    records = [record(f"m{n}", "stock:1", stock=amount) for n, amount in enumerate(amounts)]
+    real_apply = DynamoDBCounterStore.apply
+    calls = []
+
+    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
+        calls.append(chunk)
+        if len(calls) > crash_after:
+            raise RuntimeError("the invocation died")
+        real_apply(self, chunk, now_ms)
+
+    monkeypatch.setattr(DynamoDBCounterStore, "apply", dying)
+    with pytest.raises(RuntimeError):
+        pipeline.process(records, NOW_MS, lambda: 60_000)
+    monkeypatch.setattr(DynamoDBCounterStore, "apply", real_apply)
+    # WHEN the whole batch is redelivered
+    result = pipeline.process(records, NOW_MS, lambda: 60_000)
+    # THEN every message is applied once or refused, the value is the start plus the applied ones and within its
+    # floor. (A refusal decided before the crash was never reported: the redelivery decides again, against the
+    # value then. Killed after the restock was applied, -4 fits: 5 -3 +6 -2 -4 = 2.)
+    refused = {letter.record.record_id for letter in dlq.letters}
+    assert result.failed_record_ids == ()
+    assert len(dlq.letters) == len(refused)
+    applied = [amount for n, amount in enumerate(amounts) if f"r-m{n}" not in refused]
+    value = value_of(ddb_tables, "stock:1", "stock")
+    assert value == 5 + sum(applied)
+    assert value is not None
+    assert value >= 0
+    assert value == {1: 6, 2: 6, 3: 6, 4: 2}[crash_after]
 
 
 def test_a_redelivered_copy_of_an_applied_message_is_never_refused_by_the_bound(ddb_tables: DynamoDBTables) -> None:
