@@ -228,6 +228,21 @@ def test_an_invocation_killed_in_the_fallback_is_finished_by_the_redelivery(
     assert value == {1: 6, 2: 6, 3: 6, 4: 2}[crash_after]
 
 
+def test_a_transaction_conflict_on_a_bounded_write_is_retried_not_refused(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a bounded batch whose transactions are cancelled by conflicts twice (DynamoDB Local never raises them)
+    pipeline, dlq = bounded_pipeline(ddb_tables)
+    faults = DynamoDBFaults(ddb_tables.client)
+    faults.cancel("TransactionConflict", count=2)
+    records = [record("a", "stock:1", stock=-3), record("b", "stock:1", stock=-2)]
+    # WHEN processed
+    result = pipeline.process(records, NOW_MS, lambda: 60_000)
+    # THEN the retry applies the batch: a conflict is not a bound's refusal
+    assert faults.injected == ["cancel:TransactionConflict"] * 2
+    assert result.failed_record_ids == ()
+    assert not dlq.letters
+    assert value_of(ddb_tables, "stock:1", "stock") == 0
+
+
 def test_a_redelivered_copy_of_an_applied_message_is_never_refused_by_the_bound(ddb_tables: DynamoDBTables) -> None:
     # GIVEN a sale that took the stock to its floor, with the marker pre-read off (the cancellation path)
     pipeline, dlq = bounded_pipeline(ddb_tables, marker_read_gate=MarkerReadGate(quiet_batches=0))

@@ -16,6 +16,7 @@ from tally.commit.fates import ApplyOutcome
 from tally.config import Settings
 from tally.core.aggregate import MessageTotals
 from tally.core.bounds import (
+    MAX_BOUNDED_COUNTERS,
     Bound,
     BoundCheck,
     bound_checks,
@@ -296,3 +297,19 @@ def test_the_pipeline_hands_messages_over_in_the_sources_order() -> None:
     totals = [message(f"m{n}", **{"stock:1": {"stock": -1}}) for n in range(250)]
     plan = plan_batch(totals, bounded=STOCK.is_bounded)
     assert [m.message_id for chunk in plan.direct for m in chunk.messages] == [f"m{n}" for n in range(250)]
+
+
+def test_the_most_bounded_counters_fit_one_condition() -> None:
+    # GIVEN the most bounded counters a deployment may declare, each with a floor and a ceiling, on one key
+    names = [f"c{n}" for n in range(MAX_BOUNDED_COUNTERS)]
+    text = ";".join(f"k#{name}>=0;k#{name}<=9" for name in names)
+    bounds = parse_counter_bounds(text)
+    # WHEN one write moves each both ways, its counters missing (the longest condition)
+    checks = bound_checks([{"k": dict.fromkeys(names, 1)}, {"k": dict.fromkeys(names, -1)}], bounds)
+    condition = bound_condition(checks["k"])
+    # THEN the expression stays within DynamoDB's 4 KB and 300 operators; one more counter is refused
+    assert len(condition.encode("utf-8")) <= 4096
+    operators = sum(condition.count(word) for word in (" AND ", " OR ", ">=", "<=", "attribute_not_exists"))
+    assert operators <= 300
+    with pytest.raises(ValueError, match="at most 40"):
+        parse_counter_bounds(text + ";k#extra>=0")

@@ -125,6 +125,11 @@ class CounterBounds:
 
 NO_BOUNDS = CounterBounds()
 
+MAX_BOUNDED_COUNTERS = 40
+"""Distinct bounded counter names a deployment may declare. One write's condition checks each bounded counter
+of its item: at most 72 bytes and 6 operators each, so 40 stay within DynamoDB's 4 KB per expression and its
+300 operators (``tests/unit/test_bounds.py`` measures the built expression)."""
+
 
 def _negate(value: Number) -> Number:
     return -value if isinstance(value, int) else value.copy_negate()  # exact: no context rounding
@@ -276,6 +281,11 @@ def parse_counter_bounds(
                     "(CounterDefaults) is outside it"
                 )
         rules.append(rule)
+    if len({rule.counter for rule in rules}) > MAX_BOUNDED_COUNTERS:
+        raise ValueError(
+            f"counter bounds: at most {MAX_BOUNDED_COUNTERS} bounded counter names (one write's condition checks "
+            "each, within DynamoDB's 4 KB and 300 operators per expression)"
+        )
     bounds = CounterBounds(tuple(rules))
     for rule in rules:
         bound = bounds.bounds(rule.pattern.removesuffix("*"))
