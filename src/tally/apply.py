@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
 from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
+from tally.core.bounds import NO_BOUNDS, CounterBounds
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch
 from tally.marker_reads import MarkerReadGate
 from tally.store.expressions import counters_per_add
@@ -56,6 +57,7 @@ class Applier:
         use_journal: bool = True,
         marker_read_gate: MarkerReadGate | None = None,
         counter_limit: CounterLimit = counters_per_add,
+        bounds: CounterBounds = NO_BOUNDS,
     ) -> None:
         self.store = store
         self.journal = journal
@@ -70,6 +72,9 @@ class Applier:
         (``MarkerReadGate(quiet_batches=0)`` never reads: the cancellation path, for tests)."""
         self.counter_limit = counter_limit
         """The most counters one ADD on an item may carry (DynamoDB's 4 KB expression limit, issue 14)."""
+        self.bounds = bounds
+        """Declared floors and ceilings (``tally.core.bounds``): units that touch one stay off the journal.
+        The store carries the same declaration into its conditions (``DynamoDBCounterStore(bounds=...)``)."""
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
@@ -86,6 +91,7 @@ class Applier:
             max_actions=self.max_actions,
             counter_limit=self.counter_limit,
             new_batch_id=self.new_batch_id,
+            bounds=self.bounds,
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:
@@ -100,6 +106,7 @@ class Applier:
                 protocol.replaceable,
                 allow_journal=self.use_journal,
                 counter_limit=self.counter_limit,
+                bounded=self.bounds.is_bounded if self.bounds.rules else None,
             )
             for message_id, rejection in plan.rejected.items():
                 fates.dead_lettered(message_id, rejection)

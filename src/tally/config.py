@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_counter_defaults
 from tally.core.sharding import HotKeys, parse_hot_keys
 from tally.core.windows import WindowSpec, parse_window_spec
@@ -21,6 +22,7 @@ WINDOWS = "TALLY_WINDOWS"
 WINDOW_RETENTION = "TALLY_WINDOW_RETENTION"
 HOT_KEYS = "TALLY_HOT_KEYS"
 COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
+COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
 
 DEFAULT_MARKER_TTL_DAYS = 35
 """Longer than SQS's 14-day maximum retention plus a 14-day dead-letter stay, with a week to spare."""
@@ -40,6 +42,8 @@ class Settings:
     """Keys whose writes are spread over shard items (``TALLY_HOT_KEYS``)."""
     counter_defaults: CounterDefaults = NO_DEFAULTS
     """Start values and default deltas (``TALLY_COUNTER_DEFAULTS``, ``tally.core.defaults``)."""
+    counter_bounds: CounterBounds = NO_BOUNDS
+    """Floors and ceilings (``TALLY_COUNTER_BOUNDS``, ``tally.core.bounds``)."""
 
     @property
     def marker_ttl_seconds(self) -> int:
@@ -64,6 +68,7 @@ class Settings:
             windows = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
             hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
             counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
+            counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
         return cls(
@@ -74,4 +79,5 @@ class Settings:
             windows=windows,
             hot_keys=hot_keys,
             counter_defaults=counter_defaults,
+            counter_bounds=counter_bounds,
         )

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from decimal import Decimal
 
 
 class TallyError(Exception):
@@ -82,6 +83,20 @@ class WriteRejectedError(StoreError):
         self.keys = keys
         self.number_range = number_range
         """True: a counter would leave the Number range; False: another per-action limit (a size)."""
+
+
+class BoundRefusedError(StoreError):
+    """A bounded counter's condition failed: the write would take it across its floor or ceiling.
+
+    ``stored`` holds, per refused item (its label), the counters as the condition met them (DynamoDB's
+    ``ALL_OLD``; a missing counter as its start value or 0). Nothing of the transaction was applied; the
+    caller applies its messages one by one, in order, and refuses only those that cross (issue 15).
+    """
+
+    def __init__(self, stored: Mapping[str, Mapping[str, Decimal]]) -> None:
+        super().__init__(f"a bound of {', '.join(sorted(stored))[:200]} would be crossed")
+        self.stored = stored
+        self.keys = frozenset(stored)
 
 
 class UnsettledMessagesError(TallyError):

@@ -61,13 +61,20 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
     """
     ttl_s = settings.marker_ttl_seconds
     defaults = settings.counter_defaults
+    bounds = settings.counter_bounds
     store = DynamoDBCounterStore(
-        dynamodb, settings.counters_table, settings.markers_table, ttl_s, settings.hot_keys, defaults=defaults
+        dynamodb,
+        settings.counters_table,
+        settings.markers_table,
+        ttl_s,
+        settings.hot_keys,
+        defaults=defaults,
+        bounds=bounds,
     )
     journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
     return BatchPipeline(
-        Applier(store, journal, counter_limit=counter_limit_for(defaults)),
+        Applier(store, journal, counter_limit=counter_limit_for(defaults), bounds=bounds),
         dead_letters,
         PipelineSettings(
             limits=limits,

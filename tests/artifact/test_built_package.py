@@ -78,6 +78,9 @@ EXPECTED: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text(e
 SAMPLE_COUNTER_DEFAULTS = ";".join(
     dict.fromkeys(spec["counter_defaults"] for spec in EXPECTED.values() if "counter_defaults" in spec)
 )
+SAMPLE_COUNTER_BOUNDS = ";".join(
+    dict.fromkeys(spec["counter_bounds"] for spec in EXPECTED.values() if "counter_bounds" in spec)
+)
 HANDLER_SOURCES = {"sqs": "CounterFunction", "kinesis": "StreamCounterFunction"}
 
 
@@ -342,8 +345,12 @@ def functions(
                 package_dir=host_build.package(function),
                 memory_mb=_parameter_default(template, template["Globals"]["Function"]["MemorySize"]),
                 timeout_s=definition.timeout_seconds,
-                # The sample events' CounterDefaults parameter (events/expected.json), as the demo deploys it.
-                template_environment={**definition.environment, "TALLY_COUNTER_DEFAULTS": SAMPLE_COUNTER_DEFAULTS},
+                # The sample events' CounterDefaults and CounterBounds (events/expected.json), as the demo deploys them.
+                template_environment={
+                    **definition.environment,
+                    "TALLY_COUNTER_DEFAULTS": SAMPLE_COUNTER_DEFAULTS,
+                    "TALLY_COUNTER_BOUNDS": SAMPLE_COUNTER_BOUNDS,
+                },
                 endpoints={"DYNAMODB": resources.dynamodb_endpoint, "SQS": resources.sqs_endpoint},
             )
             started[function] = EmulatedFunction(config, runtime, logs / f"{function}.log").start()

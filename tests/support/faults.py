@@ -63,6 +63,10 @@ class DynamoDBFaults:
         """The next ``count`` transactions fail with a whole-request error ``code`` (never sent)."""
         self._push(Fault("error", code), count)
 
+    def pass_through(self, count: int = 1) -> None:
+        """The next ``count`` transactions go through untouched (to place a later fault on a given call)."""
+        self._push(Fault("pass"), count)
+
     def clear(self) -> None:
         """Drop the faults not used yet."""
         with self._lock:
@@ -80,7 +84,7 @@ class DynamoDBFaults:
     def _before_call(self, params: dict[str, Any], **_: Any) -> tuple[_FakeHttpResponse, dict[str, Any]] | None:
         fault = self._next()
         self._pending_loss.value = False
-        if fault is None:
+        if fault is None or fault.kind == "pass":
             return None
         self.injected.append(fault.kind if fault.kind != "cancel" else f"cancel:{fault.reason}")
         if fault.kind == "lose_response":

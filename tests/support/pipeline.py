@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tally.apply import Applier, RetryPolicy
+from tally.core.bounds import NO_BOUNDS, CounterBounds
 from tally.core.decode import DecodeLimits
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.plan import MAX_TRANSACTION_ACTIONS
@@ -55,9 +56,17 @@ def make_store(
     markers_table: str,
     hot_keys: HotKeys | None = None,
     counter_defaults: CounterDefaults = NO_DEFAULTS,
+    *,
+    counter_bounds: CounterBounds = NO_BOUNDS,
 ) -> DynamoDBCounterStore:
     return DynamoDBCounterStore(
-        client, counters_table, markers_table, TTL_DAYS * 86_400, hot_keys, defaults=counter_defaults
+        client,
+        counters_table,
+        markers_table,
+        TTL_DAYS * 86_400,
+        hot_keys,
+        defaults=counter_defaults,
+        bounds=counter_bounds,
     )
 
 
@@ -94,6 +103,7 @@ def make_pipeline(
         max_actions=max_actions,
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(store.defaults),
+        bounds=store.bounds,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
     return BatchPipeline(applier, dlq, settings, gauges=gauges), dlq

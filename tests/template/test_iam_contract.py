@@ -113,12 +113,20 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     """Every kind of batch the function handles: new, redelivered, poison, and a journal batch whose
     invocation crashed after its commit, finished by the redelivery."""
     context = LocalLambdaContext()
+    # Bounded counters (issue 15): the bounded samples' CounterBounds, and a bounded item whose steps net to zero
+    # in one transaction (checked by a ConditionCheck on the counters table).
+    monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:bounded-*#stock>=0;quota:bounded-*#calls<=10")
+    sqs_handler.pipeline.cache_clear()
+    kinesis_handler.pipeline.cache_clear()
     for name in ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json"):
         event = load_event(name)
         sqs_handler.handler(event, context)
         sqs_handler.handler(event, context)  # a redelivery: the marker read finds what is applied
-    for name in ("kinesis-single.json", "kinesis-packed.json", "kinesis-poison.json"):
+    for name in ("kinesis-single.json", "kinesis-packed.json", "kinesis-poison.json", "kinesis-bounded.json"):
         kinesis_handler.handler(load_event(name), context)
+    sqs_handler.handler(load_event("sqs-bounded.json"), context)
+    zero_net = [{"id": f"zero-{n}", "key": "stock:bounded-zero", "deltas": {"stock": d}} for n, d in ((1, 4), (2, -4))]
+    sqs_handler.handler(sqs_event([json.dumps(body) for body in zero_net], first=50), context)
     # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
     journal_batch = sqs_event([_packed("wide-1", 120)])
     real_apply_chunk = DynamoDBJournal.apply_chunk

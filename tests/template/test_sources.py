@@ -185,6 +185,7 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
         },
         json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
             "dynamodb:UpdateItem",  # the ADDs
+            "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero (issue 15)
             "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},

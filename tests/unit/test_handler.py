@@ -11,13 +11,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from click.testing import CliRunner
 
+from tally.cli.main import cli
 from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
-from tests.support.events import EVENTS_DIR, load_event
+from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.moto_function import moto_function
 
 if TYPE_CHECKING:
@@ -69,6 +71,9 @@ def test_each_sample_event_counts_as_documented(
     event = load_event(event_file)
     if "counter_defaults" in EXPECTED[event_file]:  # the deployment's CounterDefaults parameter
         monkeypatch.setenv("TALLY_COUNTER_DEFAULTS", EXPECTED[event_file]["counter_defaults"])
+        sqs_handler.pipeline.cache_clear()
+    if "counter_bounds" in EXPECTED[event_file]:  # the deployment's CounterBounds parameter
+        monkeypatch.setenv("TALLY_COUNTER_BOUNDS", EXPECTED[event_file]["counter_bounds"])
         sqs_handler.pipeline.cache_clear()
     first = sqs_handler.handler(event, LocalLambdaContext())
     second = sqs_handler.handler(event, LocalLambdaContext())
@@ -211,3 +216,37 @@ def test_an_id_reused_with_other_content_is_dead_lettered_and_counted_in_a_metri
     assert letter["MessageAttributes"]["tally.source_record_id"]["StringValue"] == "r-2"
     metrics = [json.loads(line) for line in capfd.readouterr().out.splitlines() if '"_aws"' in line]
     assert [blob["IdConflicts"] for blob in metrics] == [[1.0]]
+
+
+def test_a_sale_refused_at_its_floor_is_listed_then_redriven_after_a_restock_and_counted_once(
+    stack: MotoStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN stock with a floor of 0 (CounterBounds), at 2, and a sale of 5 refused by it
+    monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:*#stock>=0")
+    sqs_handler.pipeline.cache_clear()
+    source = stack.sqs.create_queue(QueueName="tally-events")["QueueUrl"]
+    sale = json.dumps({"id": "sale-5", "key": "stock:sku-9", "deltas": {"stock": -5}})
+    restock = json.dumps({"id": "restock-1", "key": "stock:sku-9", "deltas": {"stock": 10}})
+    first = sqs_handler.handler(
+        sqs_event([json.dumps({"id": "in", "key": "stock:sku-9", "deltas": {"stock": 2}}), sale]), LocalLambdaContext()
+    )
+    assert first == {"batchItemFailures": []}
+    assert stack.store.read_counters("stock:sku-9") == {"stock": Decimal(2)}
+    # WHEN an operator lists the dead-letter queue
+    listed = CliRunner().invoke(cli, ["dlq", "list"], catch_exceptions=False)
+    # THEN the refusal says why, with the counter's value and the amount
+    assert "below_floor" in listed.output
+    as_json = CliRunner().invoke(cli, ["dlq", "list", "--json"], catch_exceptions=False).output
+    assert "'stock:sku-9'/'stock': value 2, amount -5, floor 0" in as_json
+    # WHEN the stock is restocked, the letter redriven to the source queue and delivered (twice: at least once)
+    sqs_handler.handler(sqs_event([restock], first=10), LocalLambdaContext())
+    redriven = CliRunner().invoke(cli, ["dlq", "redrive", "--to-queue", source], catch_exceptions=False)
+    assert redriven.exit_code == 0, redriven.output
+    (message,) = stack.sqs.receive_message(QueueUrl=source)["Messages"]
+    for delivery in range(2):
+        assert sqs_handler.handler(sqs_event([message["Body"]], first=20 + delivery), LocalLambdaContext()) == {
+            "batchItemFailures": []
+        }
+    # THEN the sale counts once, and nothing is left in the dead-letter queue
+    assert stack.store.read_counters("stock:sku-9") == {"stock": Decimal(7)}
+    assert stack.dead_letters() == []

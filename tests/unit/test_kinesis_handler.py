@@ -72,6 +72,9 @@ def test_each_sample_event_counts_as_documented(
     if "counter_defaults" in EXPECTED[event_file]:  # the deployment's CounterDefaults parameter
         monkeypatch.setenv("TALLY_COUNTER_DEFAULTS", EXPECTED[event_file]["counter_defaults"])
         kinesis_handler.pipeline.cache_clear()
+    if "counter_bounds" in EXPECTED[event_file]:  # the deployment's CounterBounds parameter
+        monkeypatch.setenv("TALLY_COUNTER_BOUNDS", EXPECTED[event_file]["counter_bounds"])
+        kinesis_handler.pipeline.cache_clear()
     first = kinesis_handler.handler(event, LocalLambdaContext())
     second = kinesis_handler.handler(event, LocalLambdaContext())
     # THEN nothing is reported, and counters and dead letters are exactly as documented

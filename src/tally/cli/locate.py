@@ -33,6 +33,7 @@ OUTPUT_VARIABLES: Final = {
 PARAMETER_VARIABLES: Final = {
     "HotKeys": "TALLY_HOT_KEYS",
     "CounterDefaults": "TALLY_COUNTER_DEFAULTS",
+    "CounterBounds": "TALLY_COUNTER_BOUNDS",
     "Windows": "TALLY_WINDOWS",
     "WindowRetentionDays": "TALLY_WINDOW_RETENTION",
     "MarkerTtlDays": "TALLY_MARKER_TTL_DAYS",

@@ -37,13 +37,15 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tally.core.aggregate import merge_totals
+from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal, runs_within_bounds
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add, storage_problem
-from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions
+from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions, split_refused
 from tally.errors import (
     BatchStateError,
+    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
@@ -90,8 +92,11 @@ class CommitProtocol:
         max_actions: int,
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
+        bounds: CounterBounds = NO_BOUNDS,
     ) -> None:
         self._store = store
+        self._bounds = bounds
+        """Declared floors and ceilings: only to name why a message a bound refused is dead-lettered."""
         self._journal = journal
         self._steps = steps
         self._fates = fates
@@ -134,8 +139,12 @@ class CommitProtocol:
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
     # ----------------------------------------------------------------------- 1. direct transaction
-    def direct(self, chunk: Chunk) -> list[MessageTotals]:
-        """One direct transaction; returns the messages to plan again."""
+    def direct(self, chunk: Chunk, *, predicted: bool = False) -> list[MessageTotals]:
+        """One direct transaction; returns the messages to plan again.
+
+        ``predicted``: the chunk was grouped from the stored values a bound's refusal returned; if a bound
+        refuses it all the same (the value moved meanwhile), its messages go one by one.
+        """
         if not self._steps.may_start():
             self._fates.failed(chunk.message_ids)
             return []
@@ -147,7 +156,14 @@ class CommitProtocol:
             # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
             # planned again, into a journal claim that replaces the marker (issue 14, defect 1).
             claimable = self.settle_existing(exists)
-            return [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
+            rest = [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
+            if not self._bounded(chunk):
+                return rest
+            # A bounded counter's messages keep their order (issue 15): planned again in a later round, the
+            # rest would be applied after the chunks that follow this one. Write them now, in order.
+            return [m for m in rest if m.message_id in claimable] + self._in_order(
+                [m for m in rest if m.message_id not in claimable]
+            )
         except RetryableStoreError:
             self._fates.failed(chunk.message_ids)
             return []
@@ -160,8 +176,60 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
+        except BoundRefusedError as refused:
+            # A bounded counter would cross its floor or ceiling somewhere in the chunk's order (issue 15):
+            # nothing was applied. The messages that share keys with a refused item are applied in order: the
+            # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
+            # each write with its own condition, so only a message that would cross is refused; the others
+            # are written together again.
+            if len(chunk.messages) > 1:
+                in_order, others = split_refused(chunk.messages, refused.keys)
+                again = self._in_order(others)
+                runs = (
+                    [[m] for m in in_order] if predicted else runs_within_bounds(in_order, refused.stored, self._bounds)
+                )
+                for run in runs:
+                    again.extend(self._in_order(run, predicted=True))
+                return again
+            self._refused_by_bound(chunk.messages[0], refused)
+            return []
         self._fates.applied(chunk.messages)
         return []
+
+    def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
+        """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""
+        again: list[MessageTotals] = []
+        for together in plan_transactions(messages, self._max_actions, self._counter_limit).chunks:
+            again.extend(self.direct(together, predicted=predicted))
+        return again
+
+    def _bounded(self, chunk: Chunk) -> bool:
+        bounds = self._bounds
+        return bool(bounds.rules) and any(bounds.is_bounded(item) for m in chunk.messages for item in m.totals)
+
+    def _refused_by_bound(self, message: MessageTotals, refused: BoundRefusedError) -> None:
+        # Its marker may exist (a redelivered copy of a message applied before, whose response was lost):
+        # DynamoDB reports every failed condition, and a marker's wins (MarkersExistError), but look before
+        # refusing all the same; a copy already counted is settled as such, never dead-lettered.
+        try:
+            marker = self._steps.read(partial(self._store.read_marker, message.message_id))
+        except RetryableStoreError:
+            self._fates.failed([message.message_id])
+            return
+        if marker is not None and marker.batch_id is None:
+            self._settle_applied(message.message_id, marker.digest)
+            return
+        if marker is not None:
+            # A journal marker on a bounded message (claimed before the bound was declared): let the next
+            # delivery resolve it through the journal.
+            self._fates.failed([message.message_id])
+            return
+        rejection = refusal(message.totals, refused.stored, self._bounds)
+        if rejection is None:
+            # The value moved between the condition and our reading of it (a concurrent batch): try again.
+            self._fates.failed([message.message_id])
+            return
+        self._fates.dead_lettered(message.message_id, rejection)
 
     def _refused_alone(self, message: MessageTotals, refused: WriteRejectedError) -> None:
         # DynamoDB checks number ranges before conditions: a redelivered message that was applied before

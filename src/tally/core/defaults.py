@@ -84,7 +84,8 @@ class CounterDefaults:
 NO_DEFAULTS = CounterDefaults()
 
 
-def _number(text: str, where: str) -> Number:
+def parse_number(text: str, where: str) -> Number:
+    """A declared number (a start value, a default delta, a bound): finite, storable, an int when whole."""
     try:
         value = Decimal(text)
     except InvalidOperation as exc:
@@ -114,7 +115,7 @@ def parse_counter_defaults(text: str, hot_keys: HotKeys | None = None) -> Counte
             name, colon, number = setting.partition(":")
             if not colon or name not in ("start", "delta") or name in values:
                 raise ValueError(f"bad counter default {part!r}: settings are start:N and delta:N, once each")
-            values[name] = _number(number.strip(), f"counter default {part!r}")
+            values[name] = parse_number(number.strip(), f"counter default {part!r}")
         if not values:
             raise ValueError(f"bad counter default {part!r}: give start:N, delta:N or both")
         if values.get("delta") == 0:

@@ -48,6 +48,8 @@ class RejectCode(StrEnum):
     WRITE_REFUSED = "write_refused"
     ID_CONFLICT = "id_conflict"
     INVALID_GAUGE = "invalid_gauge"
+    BELOW_FLOOR = "below_floor"
+    ABOVE_CEILING = "above_ceiling"
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,7 @@ def plan_batch(
     *,
     allow_journal: bool = True,
     counter_limit: CounterLimit = no_counter_limit,
+    bounded: Callable[[ItemKey], bool] | None = None,
 ) -> BatchPlan:
     """Plan a batch of distinct messages; ``force_journal`` names messages that must be claimed there.
 
@@ -203,6 +204,12 @@ def plan_batch(
     transactions, and a message with more keys than a transaction holds, or more counters on one item
     than one ADD holds, rejected). A unit whose counters on some item need more than one ADD
     (``counter_limit``) cannot be one direct transaction: it is split, or goes through the journal.
+
+    A unit that touches a ``bounded`` item (``tally.core.bounds``) never goes through the journal: a chunk
+    applied after the commit cannot carry a condition (a committed chunk must apply), so such a unit is
+    split into direct transactions, in its order, each carrying its bound conditions. (Unless one of its
+    messages must be claimed there, ``force_journal``: only possible for a message claimed by a journal
+    batch before its counter was bounded; README, "Bounded counters", names this gap.)
     """
     rejected: dict[str, Rejection] = {}
     writable: list[MessageTotals] = []
@@ -222,7 +229,7 @@ def plan_batch(
             small.append(unit)
             continue
         split = plan_transactions(unit, max_actions, counter_limit)
-        if not allow_journal:
+        if not allow_journal or (not forced and bounded is not None and _touches(unit, bounded)):
             direct.extend(split.chunks)
             rejected.update(split.rejected)
             continue
@@ -369,6 +376,31 @@ def _one_add_per_item(unit: Sequence[MessageTotals], counter_limit: CounterLimit
             if len(seen) > counter_limit(key):
                 return False
     return True
+
+
+def _touches(unit: Sequence[MessageTotals], bounded: Callable[[ItemKey], bool]) -> bool:
+    return any(bounded(item) for message in unit for item in message.totals)
+
+
+def split_refused(
+    messages: Sequence[MessageTotals], refused_items: frozenset[str]
+) -> tuple[list[MessageTotals], list[MessageTotals]]:
+    """After a bound refused a transaction: (the messages to apply one by one, in order; the others).
+
+    The first are the connected components (shared keys) of the messages that touch a refused item (by
+    ``item_label``), so the order of every item they touch is kept; the others share no key with them and
+    can be written together again (if a bound refuses them too, they are split in turn).
+    """
+    suspects: list[MessageTotals] = []
+    others: list[MessageTotals] = []
+    for component in _components(messages):
+        if any(item_label(item) in refused_items for message in component for item in message.totals):
+            suspects.extend(component)
+        else:
+            others.extend(component)
+    order = {message.message_id: position for position, message in enumerate(messages)}
+    suspects.sort(key=lambda message: order[message.message_id])
+    return suspects, others
 
 
 def _action_count(unit: Sequence[MessageTotals]) -> int:

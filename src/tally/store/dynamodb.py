@@ -7,14 +7,17 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_parts
 from tally.core.ledger import MarkerRecord
 from tally.core.sharding import HotKeys
+from tally.errors import BoundRefusedError
 from tally.reader.dynamodb import CounterReader
 from tally.store.schema import (
     ALL_TIME,
@@ -29,6 +32,7 @@ from tally.store.schema import (
     SORT_KEY,
     add_update,
     batch_get,
+    bound_check,
     counters_from_item,
     marker_id,
     marker_put,
@@ -37,7 +41,6 @@ from tally.store.schema import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from decimal import Decimal
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
@@ -86,10 +89,13 @@ class DynamoDBCounterStore:
         hot_keys: HotKeys | None = None,
         *,
         defaults: CounterDefaults = NO_DEFAULTS,
+        bounds: CounterBounds = NO_BOUNDS,
     ) -> None:
         self.hot_keys = hot_keys or HotKeys()
         self.defaults = defaults
         """Declared start values (``tally.core.defaults``): the all-time ADD of such a counter starts there."""
+        self.bounds = bounds
+        """Declared floors and ceilings (``tally.core.bounds``): a bounded counter's write is conditional."""
         self.client = client
         self.counters_table = counters_table
         self.markers_table = markers_table
@@ -100,21 +106,34 @@ class DynamoDBCounterStore:
 
         Raises ``MarkersExistError`` naming the messages that already have markers (with the batch and
         content digest of each), ``RetryableStoreError`` for throttling, conflicts and unknown outcomes,
-        ``WriteRejectedError`` when DynamoDB refuses an increment itself.
+        ``WriteRejectedError`` when DynamoDB refuses an increment itself, ``BoundRefusedError`` when a
+        bounded counter's condition fails (``tally.core.bounds``: some step of the chunk's messages, in
+        their order, would cross a floor or a ceiling).
         """
         expires_at = now_ms // 1000 + self.marker_ttl_seconds
         actions = [
             marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
             for message in chunk.messages
         ]
+        checks = bound_checks((message.totals for message in chunk.messages), self.bounds, self.defaults)
+        table = self.counters_table
         actions += [
-            add_update(self.counters_table, key, counters, self.defaults.starts(item_parts(key).key))
+            add_update(table, key, counters, self.defaults.starts(item_parts(key).key), checks.get(key, ()))
             for key, counters in chunk.increments.items()
         ]
+        # A bounded item whose steps net to zero in this chunk is still checked (the planner counted its action).
+        actions += [bound_check(table, key, found) for key, found in checks.items() if key not in chunk.increments]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, [role for _, role in actions]) from exc
+            error = translate(exc, [role for _, role in actions])
+            if isinstance(error, BoundRefusedError):
+                error = BoundRefusedError({key: self._as_met(key, stored) for key, stored in error.stored.items()})
+            raise error from exc
+
+    def _as_met(self, key: str, stored: Mapping[str, Decimal]) -> dict[str, Decimal]:
+        """A refused item's counters as its condition met them: a missing counter holds its start value."""
+        return {**{name: Decimal(start) for name, start in self.defaults.starts(key).items()}, **stored}
 
     def read_counters(self, key: str) -> dict[str, Decimal]:
         """The all-time counters of ``key``, hot-key shards summed: ``tally.reader``'s read, kept here for

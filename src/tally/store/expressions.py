@@ -20,6 +20,7 @@ from tally.core.items import ALL_TIME, ItemKey, item_parts
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
+    from tally.core.bounds import BoundCheck
     from tally.core.defaults import CounterDefaults
 
 MAX_EXPRESSION_BYTES: Final = 4096
@@ -135,3 +136,29 @@ def gauges_per_update() -> int:
     while all(len(e.encode("utf-8")) <= MAX_EXPRESSION_BYTES for e in gauge_expressions(["latest"] * (count + 1))):
         count += 1
     return min(count, MAX_EXPRESSION_OPERATORS // _OPERATORS_PER_GAUGE)
+
+
+# ------------------------------------------------------------------------------------------------ bounds
+def bound_placeholders(index: int) -> tuple[str, str, str]:
+    """Name placeholder of a bounded counter in a condition, and the values it must stay at least / at most."""
+    return f"#b{index}", f":lo{index}", f":hi{index}"
+
+
+def bound_condition(checks: Sequence[BoundCheck]) -> str:
+    """The condition of one bounded write (``tally.core.bounds.bound_checks``): every check, ANDed.
+
+    ``(attribute_not_exists(#b0) OR (#b0 >= :lo0 AND #b0 <= :hi0))`` when a missing counter passes (its start
+    value or 0 satisfies every step), ``(#b0 >= :lo0)`` when it does not: a comparison with a missing
+    attribute is false, so the write is refused.
+    """
+    conditions: list[str] = []
+    for index, check in enumerate(checks):
+        name, low, high = bound_placeholders(index)
+        compared = []
+        if check.at_least is not None:
+            compared.append(f"{name} >= {low}")
+        if check.at_most is not None:
+            compared.append(f"{name} <= {high}")
+        condition = " AND ".join(compared)
+        conditions.append(f"(attribute_not_exists({name}) OR ({condition}))" if check.if_missing else f"({condition})")
+    return " AND ".join(conditions)

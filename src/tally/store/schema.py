@@ -35,13 +35,21 @@ from tally.core.items import ALL_TIME, SHARD_SEPARATOR, ItemKey, item_label, ite
 from tally.core.numbers import to_wire
 from tally.errors import (
     BatchStateError,
+    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
     StoreError,
     WriteRejectedError,
 )
-from tally.store.expressions import add_expression, name_placeholder, start_placeholder, value_placeholder
+from tally.store.expressions import (
+    add_expression,
+    bound_condition,
+    bound_placeholders,
+    name_placeholder,
+    start_placeholder,
+    value_placeholder,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,6 +58,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
     from tally.core.aggregate import Totals
+    from tally.core.bounds import BoundCheck
 
 __all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
 
@@ -176,12 +185,18 @@ def item_key(item: ItemKey) -> dict[str, Any]:
 
 
 def add_update(
-    table: str, item: ItemKey, counters: Mapping[str, Any], starts: Mapping[str, Any] | None = None
+    table: str,
+    item: ItemKey,
+    counters: Mapping[str, Any],
+    starts: Mapping[str, Any] | None = None,
+    bounds: Sequence[BoundCheck] = (),
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
 
     ``starts`` (counter -> start value, ``tally.core.defaults``) applies to a key's all-time item only:
-    those counters are ``SET c = if_not_exists(c, :start) + :delta`` in the same action.
+    those counters are ``SET c = if_not_exists(c, :start) + :delta`` in the same action. ``bounds``
+    (``tally.core.bounds.bound_checks``) make the write conditional: a bound it would cross cancels the
+    transaction, with the item as it was (``ALL_OLD``) in the cancellation reason.
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
@@ -201,15 +216,40 @@ def add_update(
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
-    return {
-        "Update": {
-            "TableName": table,
-            "Key": item_key(item),
-            "UpdateExpression": expression,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-        }
-    }, ("add", item_label(item))
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": item_key(item),
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+    if bounds:
+        _add_bound_condition(update, bounds)
+    return {"Update": update}, ("add", item_label(item))  # type: ignore[typeddict-item]
+
+
+def bound_check(table: str, item: ItemKey, bounds: Sequence[BoundCheck]) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A ``ConditionCheck`` of an item's bounds, for a bounded item whose net in the transaction is zero but
+    whose steps move it (``-5`` then ``+5`` must not take a counter at 3 below a floor of 0 on the way)."""
+    check: dict[str, Any] = {"TableName": table, "Key": item_key(item)}
+    _add_bound_condition(check, bounds)
+    return {"ConditionCheck": check}, ("add", item_label(item))  # type: ignore[typeddict-item]
+
+
+def _add_bound_condition(action: dict[str, Any], bounds: Sequence[BoundCheck]) -> None:
+    names = action.setdefault("ExpressionAttributeNames", {})
+    values = action.setdefault("ExpressionAttributeValues", {})
+    for index, check in enumerate(bounds):
+        name, low, high = bound_placeholders(index)
+        names[name] = COUNTER_PREFIX + check.counter
+        if check.at_least is not None:
+            values[low] = {"N": to_wire(check.at_least)}
+        if check.at_most is not None:
+            values[high] = {"N": to_wire(check.at_most)}
+    if not values:
+        del action["ExpressionAttributeValues"]
+    action["ConditionExpression"] = bound_condition(bounds)
+    action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
 
 
 GAUGE_PREFIXES: Final = {"max": "max#", "min": "min#", "latest": "latest#"}
@@ -320,6 +360,18 @@ def batch_get(
 
 
 # -------------------------------------------------------------------------------- error translation
+def _read_marker_reason(
+    message_id: str, old_item: Mapping[str, Any], batches: dict[str, str], digests: dict[str, bytes]
+) -> None:
+    """The batch and digest of an existing marker, from a cancellation reason's ``ALL_OLD`` item."""
+    existing = old_item.get(MARKER_BATCH)
+    if existing is not None:
+        batches[message_id] = existing["S"]
+    digest = old_item.get(MARKER_DIGEST)
+    if digest is not None:
+        digests[message_id] = bytes(digest["B"])
+
+
 def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     """Turn a failed DynamoDB call into tally's errors, reading cancellation reasons by position."""
     if not isinstance(exc, ClientError):
@@ -348,6 +400,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     applied_failed = False
     rejected_keys: set[str] = set()
     details: list[str] = []
+    bounded: dict[str, dict[str, Decimal]] = {}
     out_of_range = True
     retryable = False
     for (role, name), reason in zip(roles, reasons, strict=False):
@@ -356,17 +409,13 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
             continue
         if reason_code == "ConditionalCheckFailed" and role == "marker":
             markers.add(name)
-            old_item = reason.get("Item", {})
-            existing = old_item.get(MARKER_BATCH)
-            if existing is not None:
-                batches[name] = existing["S"]
-            digest = old_item.get(MARKER_DIGEST)
-            if digest is not None:
-                digests[name] = bytes(digest["B"])
+            _read_marker_reason(name, reason.get("Item", {}), batches, digests)
         elif reason_code == "ConditionalCheckFailed" and role == "batch":
             failed_batch = name
         elif reason_code == "ConditionalCheckFailed" and role == "applied":
             applied_failed = True
+        elif reason_code == "ConditionalCheckFailed" and role == "add":
+            bounded[name] = counters_from_item(reason.get("Item", {}))  # only bounded writes carry a condition
         elif reason_code in _RETRYABLE_REASONS:
             retryable = True
         elif reason_code == "ValidationError" and role == "add":
@@ -381,6 +430,8 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         return BatchStateError(failed_batch)
     if applied_failed:
         return ChunkAppliedError("apply chunk already applied")
+    if bounded and not rejected_keys:
+        return BoundRefusedError(bounded)
     if rejected_keys:
         return WriteRejectedError("; ".join(details), frozenset(rejected_keys), number_range=out_of_range)
     if retryable:

@@ -1,0 +1,118 @@
+"""The cost per event of bounded counters (issue 15, part 1) beside plain sums, on DynamoDB Local.
+
+The shape of ``bench.patterns`` (the handlers' own wiring, windows off, single-event messages over ``--keys``
+keys in batches of 100 records, billed by ``bench.meter``), three loads:
+
+- ``sums``: ``{"key": k, "deltas": {"stock": -1}}``, no bound: the baseline;
+- ``floor, never reached``: the same under ``CounterBounds`` ``p:*#stock>=0`` and a start far above the
+  sales: every write carries its condition, none fails;
+- ``floor, half refused``: the start is half the sales per key, so every key reaches its floor halfway
+  through the run and each later sale is refused (a cancelled transaction, then the fallback's writes).
+
+Run: ``python -m bench.bounded [--events 5000] [--keys 50]``. Every counter and dead letter is checked: each key
+ends at its start less its applied sales (0 for the half-refused load), every other sale ``below_floor``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.deployment import default_settings
+from bench.meter import DynamoDBMeter
+from bench.peers.tables import create_from_template
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from tally.config import COUNTER_BOUNDS, COUNTER_DEFAULTS, WINDOWS
+from tally.core.model import SourceRecord
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.reader.dynamodb import CounterReader
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+
+if TYPE_CHECKING:
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+BATCH = 100
+NOW_MS = time.time_ns() // 1_000_000
+LOADS = ("sums", "floor, never reached", "floor, half refused")
+
+
+def measure(load: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
+    suffix = uuid.uuid4().hex[:8]
+    counters, markers = f"bench-bnd-counters-{suffix}", f"bench-bnd-markers-{suffix}"
+    definitions = _definitions()
+    create_from_template(admin, definitions["CountersTable"], counters)
+    create_from_template(admin, definitions["MarkersTable"], markers)
+    sales_per_key = events // keys
+    start = {"sums": 0, "floor, never reached": 10 * sales_per_key, "floor, half refused": sales_per_key // 2}[load]
+    declared = {WINDOWS: "", COUNTER_DEFAULTS: f"p:*#stock=start:{start}" if start else ""}
+    if load != "sums":
+        declared[COUNTER_BOUNDS] = "p:*#stock>=0"
+    dead_letters = RecordingDeadLetterQueue()
+    pipeline = wire_pipeline(client, dead_letters, default_settings(counters, markers, declared))
+    meter = DynamoDBMeter()
+    meter.track(counters, ["pk", "sk"], "counters")
+    meter.track(markers, ["id"], "markers")
+    bodies = [
+        json.dumps({"id": f"{suffix}-{n}", "key": f"p:{n % keys}", "deltas": {"stock": -1}}) for n in range(events)
+    ]
+    meter.attach(client)
+    started = time.perf_counter()
+    failed = 0
+    for first in range(0, events, BATCH):
+        records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(bodies[first : first + BATCH])]
+        failed += len(pipeline.process(records, NOW_MS, lambda: 60_000).failed_record_ids)
+    elapsed = time.perf_counter() - started
+    meter.detach(client)
+    usage = meter.usage()
+    refused = events - keys * (sales_per_key // 2) if load == "floor, half refused" else 0
+    expected = Decimal(start - (sales_per_key - (refused // keys)))
+    counted = CounterReader(counters, client=admin).get_many([f"p:{k}" for k in range(keys)])
+    codes = {str(letter.rejection.code) for letter in dead_letters.letters}
+    exact = not failed and not meter.unsupported and len(dead_letters.letters) == refused
+    exact = exact and codes <= {"below_floor"}
+    exact = exact and all(value.values.get("stock", Decimal(start)) == expected for value in counted.values())
+    return {
+        "load": load,
+        "write_units_per_event": usage.write_units / events,
+        "requests_per_event": usage.requests / events,
+        "transactions": usage.calls.get("TransactWriteItems", 0),
+        "refused": len(dead_letters.letters),
+        "events_per_s": events / elapsed,
+        "exact": exact,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="cost per event of bounded counters beside plain sums")
+    parser.add_argument("--events", type=int, default=5_000)
+    parser.add_argument("--keys", type=int, default=50)
+    args = parser.parse_args()
+    with DynamoDBLocal() as ddb:
+        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+        rows = [measure(load, args.events, args.keys, client, admin) for load in LOADS]
+    table = Table(title=f"{args.events:,} single-event sales over {args.keys} keys, batches of {BATCH}")
+    for column in ("load", "write units/event", "requests/event", "transactions", "refused", "exact"):
+        table.add_column(column, justify="left" if column == "load" else "right")
+    base = rows[0]["write_units_per_event"]
+    for row in rows:
+        table.add_row(
+            row["load"],
+            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
+            f"{row['requests_per_event']:.4f}",
+            str(row["transactions"]),
+            str(row["refused"]),
+            "yes" if row["exact"] else "NO",
+        )
+    Console().print(table)
+    return 0 if all(row["exact"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
