@@ -72,19 +72,23 @@ if TYPE_CHECKING:
 ROOT: Final = Path(__file__).resolve().parents[3]
 EVENTS: Final = ROOT / "events"
 HOT_KEY: Final = "demo:000"
+
+
+def _declared(field: str) -> str:
+    """Every sample's declaration of ``field`` in events/expected.json, joined as the template parameter."""
+    specs = json.loads((EVENTS / "expected.json").read_text()).values()
+    return ";".join(dict.fromkeys(spec[field] for spec in specs if field in spec))
+
+
 DEMO_PARAMETERS: Final = {
     "Source": "Both",
     "StreamMode": "PROVISIONED",
     "ShardCount": "2",
     "HotKeys": f"{HOT_KEY}=4",
-    # The sample events' start values and default deltas (events/expected.json, "counter_defaults").
-    "CounterDefaults": ";".join(
-        dict.fromkeys(
-            spec["counter_defaults"]
-            for spec in json.loads((EVENTS / "expected.json").read_text()).values()
-            if "counter_defaults" in spec
-        )
-    ),
+    # The sample events' start values, default deltas and bounds (events/expected.json, "counter_defaults"
+    # and "counter_bounds").
+    "CounterDefaults": _declared("counter_defaults"),
+    "CounterBounds": _declared("counter_bounds"),
 }
 """Template parameter overrides (as ``sam deploy --parameter-overrides``): both sources, two shards so
 two shard pollers run side by side, and the busiest key written to four shard items."""
