@@ -137,6 +137,10 @@ class Fates:
         """Handed back because ``batch_id``, another invocation's, holds it until ``lease_until_ms``."""
         self._settle(message_id, Failed(Stall(message_id, batch_id, lease_until_ms)))
 
+    def any_failed(self, message_ids: Iterable[str]) -> bool:
+        """Whether any of ``message_ids`` was handed back (or has no fate yet): later work must wait."""
+        return any(not isinstance(self._fates.get(mid), Applied | AlreadyApplied | DeadLettered) for mid in message_ids)
+
     def _settle(self, message_id: str, fate: Fate) -> None:
         if self._closed:
             raise UnsettledMessagesError(f"a fate for {message_id!r} after the batch was closed")

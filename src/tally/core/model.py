@@ -48,6 +48,7 @@ class RejectCode(StrEnum):
     WRITE_REFUSED = "write_refused"
     ID_CONFLICT = "id_conflict"
     INVALID_GAUGE = "invalid_gauge"
+    INVALID_RESET = "invalid_reset"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,11 @@ class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     deltas: Mapping[str, Number]
     ts_ms: int | None = None
     gauges: Mapping[str, Gauge] | None = None
+    reset: Mapping[str, Number] | None = None
+    """An operator's reset (issue 15, part 5): counter -> the value its all-time total is set to. A reset
+    event carries no deltas; None for every other event."""
+    correction: bool = False
+    """An operator's correction: its deltas count like any event's, and the key's all-time item records it."""
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):

@@ -40,9 +40,14 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
+    from tally.core.items import ItemKey
+    from tally.core.numbers import Number
     from tally.core.plan import Chunk
+    from tally.core.resets import OperatorStamp
     from tally.core.windows import WindowUnit
+    from tally.store.schema import Role
 
 __all__ = [
     "ALL_TIME",
@@ -107,14 +112,42 @@ class DynamoDBCounterStore:
             marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
             for message in chunk.messages
         ]
-        actions += [
-            add_update(self.counters_table, key, counters, self.defaults.starts(item_parts(key).key))
-            for key, counters in chunk.increments.items()
-        ]
+        if any(message.stamp is not None for message in chunk.messages):
+            actions += self._operator_updates(chunk)
+        else:
+            actions += [
+                add_update(self.counters_table, key, counters, self.defaults.starts(item_parts(key).key))
+                for key, counters in chunk.increments.items()
+            ]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, [role for _, role in actions]) from exc
+
+    def _operator_updates(self, chunk: Chunk) -> list[tuple[TransactWriteItemTypeDef, Role]]:
+        """The item writes of a chunk holding a reset or correction: one action per item, each carrying its
+        ADDs, a reset's values and the operator's record together (a transaction takes one action per item).
+
+        The record goes on the key's own all-time item, also when a hot key's correction lands on a shard.
+        """
+        sets: dict[ItemKey, Mapping[str, Number]] = {}
+        stamps: dict[ItemKey, OperatorStamp] = {}
+        for message in chunk.messages:
+            sets.update(message.sets)
+            if message.stamp is not None:
+                stamps[message.stamp.key] = message.stamp
+        items = list(dict.fromkeys([*chunk.increments, *sets, *stamps]))
+        return [
+            add_update(
+                self.counters_table,
+                item,
+                chunk.increments.get(item, {}),
+                self.defaults.starts(item_parts(item).key),
+                sets=sets.get(item),
+                stamp=stamps.get(item) if isinstance(item, str) else None,
+            )
+            for item in items
+        ]
 
     def read_counters(self, key: str) -> dict[str, Decimal]:
         """The all-time counters of ``key``, hot-key shards summed: ``tally.reader``'s read, kept here for

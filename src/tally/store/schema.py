@@ -41,7 +41,16 @@ from tally.errors import (
     StoreError,
     WriteRejectedError,
 )
-from tally.store.expressions import add_expression, name_placeholder, start_placeholder, value_placeholder
+from tally.store.expressions import (
+    OPERATOR_AT,
+    OPERATOR_ID,
+    add_expression,
+    name_placeholder,
+    operator_placeholders,
+    operator_sets,
+    start_placeholder,
+    value_placeholder,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -50,6 +59,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
     from tally.core.aggregate import Totals
+    from tally.core.resets import OperatorStamp
 
 __all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
 
@@ -176,12 +186,23 @@ def item_key(item: ItemKey) -> dict[str, Any]:
 
 
 def add_update(
-    table: str, item: ItemKey, counters: Mapping[str, Any], starts: Mapping[str, Any] | None = None
+    table: str,
+    item: ItemKey,
+    counters: Mapping[str, Any],
+    starts: Mapping[str, Any] | None = None,
+    *,
+    sets: Mapping[str, Any] | None = None,
+    stamp: OperatorStamp | None = None,
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
 
     ``starts`` (counter -> start value, ``tally.core.defaults``) applies to a key's all-time item only:
     those counters are ``SET c = if_not_exists(c, :start) + :delta`` in the same action.
+
+    ``sets`` (a reset's values: ``SET c = :value``, no ``if_not_exists``: after a reset the value is the
+    reset's) and ``stamp`` (the record of a reset or correction: ``reset_at#c``, ``reset_id#c``,
+    ``reset_to#c`` or ``corrected_at#c``, ``corrected_id#c``, ``corrected_by#c``) ride in the same action,
+    so the item is still written once (issue 15, part 5).
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
@@ -196,8 +217,13 @@ def add_update(
         if index < first_plain:
             values[start_placeholder(index)] = {"N": to_wire(started[name])}
     expires_at_s = parts.expires_at_s
+    extra: list[str] = []
+    if sets or stamp is not None:
+        extra = _operator_clauses(names, values, sets, stamp)
     # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
-    expression = add_expression(len(ordered), sets_expiry=expires_at_s is not None, started=first_plain)
+    expression = add_expression(
+        len(ordered), sets_expiry=expires_at_s is not None, started=first_plain, extra_sets=extra
+    )
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
@@ -210,6 +236,46 @@ def add_update(
             "ExpressionAttributeValues": values,
         }
     }, ("add", item_label(item))
+
+
+OPERATOR_PREFIXES: Final = {
+    "reset": ("reset_at#", "reset_id#", "reset_to#"),
+    "correction": ("corrected_at#", "corrected_id#", "corrected_by#"),
+}
+"""The record of a counter's last reset or correction: when (epoch ms), by which message id, and the value it
+was reset to or the delta it was corrected by (on the key's all-time item, beside the ``c#`` counters)."""
+
+
+def _operator_clauses(
+    names: dict[str, str], values: dict[str, Any], sets: Mapping[str, Any] | None, stamp: OperatorStamp | None
+) -> list[str]:
+    """Fill in a reset's and an operator record's placeholders; return their ``SET`` clauses."""
+    amounts = sets if sets else (stamp.values if stamp is not None else {})
+    for index, (name, amount) in enumerate(amounts.items()):
+        counter, value, at, by, recorded = operator_placeholders(index)
+        if sets:
+            names[counter] = COUNTER_PREFIX + name
+        values[value] = {"N": to_wire(amount)}
+        if stamp is not None:
+            at_prefix, id_prefix, value_prefix = OPERATOR_PREFIXES[stamp.kind.value]
+            names[at], names[by], names[recorded] = at_prefix + name, id_prefix + name, value_prefix + name
+    if stamp is not None:
+        values[OPERATOR_AT] = {"N": str(stamp.at_ms)}
+        values[OPERATOR_ID] = {"S": stamp.message_id}
+    return operator_sets(len(amounts), sets_counters=bool(sets), stamped=stamp is not None)
+
+
+def operators_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, tuple[int, str, Decimal]]]:
+    """The operator records of a raw counters-table item: kind -> counter -> (at ms, message id, amount)."""
+    found: dict[str, dict[str, tuple[int, str, Decimal]]] = {}
+    for kind, (at_prefix, id_prefix, value_prefix) in OPERATOR_PREFIXES.items():
+        for attribute, value in item.items():
+            if attribute.startswith(at_prefix):
+                name = attribute[len(at_prefix) :]
+                by, amount = item.get(id_prefix + name), item.get(value_prefix + name)
+                if by is not None and amount is not None:
+                    found.setdefault(kind, {})[name] = (int(value["N"]), by["S"], Decimal(amount["N"]))
+    return found
 
 
 GAUGE_PREFIXES: Final = {"max": "max#", "min": "min#", "latest": "latest#"}
