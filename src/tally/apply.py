@@ -103,16 +103,21 @@ class Applier:
         if pending and self.marker_read_gate.is_open:
             figures.marker_reads += 1
             pending = protocol.without_existing(pending)
-        segments = [pending]
-        if any(message.is_operator for message in pending):
-            # Resets do not commute with sums: commit in source order, one operator message at a time.
-            segments = operator_segments(pending, [message.is_operator for message in pending])
-        for index, segment in enumerate(segments):
-            self._rounds(protocol, fates, segment)
-            if index + 1 < len(segments) and fates.any_failed(message.message_id for message in segment):
-                # Handed back: what follows it in the source must not commit before it (tally.core.resets).
-                fates.failed(message.message_id for later in segments[index + 1 :] for message in later)
-                break
+        if not any(message.is_operator for message in messages):
+            self._rounds(protocol, fates, pending)
+        else:
+            # Resets do not commute with sums: commit in source order, one operator message at a time. The
+            # segments are cut from the whole batch, so a message the marker read already handed back (held
+            # by another batch's lease) holds back what follows it too.
+            to_write = {message.message_id for message in pending}
+            segments = operator_segments(messages, [message.is_operator for message in messages])
+            for index, segment in enumerate(segments):
+                self._rounds(protocol, fates, [message for message in segment if message.message_id in to_write])
+                if fates.any_failed(message.message_id for message in segment):
+                    # Handed back: what follows it in the source must not commit before it (tally.core.resets).
+                    later = (message.message_id for rest in segments[index + 1 :] for message in rest)
+                    fates.failed(fates.without_fate(later))
+                    break
         self.marker_read_gate.observe(met_existing_markers=figures.markers_met > 0)
         return fates.close(figures)
 

@@ -20,13 +20,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tally.core.decode import decode_message
+from tally.core.ledger import Claim
 from tally.core.model import Message, SourceRecord
 from tally.core.resets import expected_values
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
+from tally.marker_reads import MarkerReadGate
 from tally.reader import CounterReader
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
+from tally.store.journal import DynamoDBJournal
 from tests.support.events import EVENTS_DIR, load_event
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
@@ -205,6 +208,26 @@ def test_a_message_handed_back_before_a_reset_holds_the_reset_and_what_follows(d
     second = pipeline.process(batch, NOW_MS, lambda: 60_000)
     assert second.failed_record_ids == ()
     assert counters_of(ddb_tables, key) == {"stock": "11"}
+
+
+@pytest.mark.parametrize("reads_markers", [True, False], ids=["marker-read", "no-marker-read"])
+def test_a_message_held_by_another_batch_before_a_reset_holds_the_reset(
+    ddb_tables: DynamoDBTables, reads_markers: bool
+) -> None:
+    # GIVEN a message claimed by another invocation's journal batch whose lease is live, then a batch: that
+    # message, a reset, a delta (met through the marker read, or through the direct transaction's cancellation)
+    key = f"stock:{uuid.uuid4().hex}"
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
+    journal.open("other-invocation", NOW_MS + 600_000, [Claim(f"{key}-1")], NOW_MS)
+    gate = MarkerReadGate() if reads_markers else MarkerReadGate(quiet_batches=0)
+    pipeline, _ = make_pipeline(store, marker_read_gate=gate)
+    batch = records([delta(f"{key}-1", key, 5), reset(f"{key}-2", key, 10), delta(f"{key}-3", key, 1)])
+    # WHEN it is processed
+    result = pipeline.process(batch, NOW_MS, lambda: 60_000)
+    # THEN the held message, the reset and the delta after it all go back to the source: nothing overtook it
+    assert result.failed_record_ids == ("r0", "r1", "r2")
+    assert counters_of(ddb_tables, key) == {}
 
 
 # ----------------------------------------------------------------------------------------- the property
