@@ -230,6 +230,75 @@ def test_a_message_held_by_another_batch_before_a_reset_holds_the_reset(
     assert counters_of(ddb_tables, key) == {}
 
 
+class Killed(Exception):
+    """The invocation dies here (a timeout, an out-of-memory kill): nothing after this call runs."""
+
+
+def crash_batch(run: str) -> list[dict[str, Any]]:
+    """A packed message over 120 keys (a journal unit of several chunks, with the reset's key in it), a
+    reset, a direct delta, a correction, a delta: every kind of step a batch with resets makes."""
+    key = f"stock:{run}"
+    packed = {"id": f"{run}-0", "events": [{"key": f"{key}:{n}" if n else key, "delta": 7} for n in range(120)]}
+    return [
+        packed,
+        reset(f"{run}-1", key, 10),
+        delta(f"{run}-2", key, 1),
+        delta(f"{run}-3", key, -2, correction=True),
+        delta(f"{run}-4", key, 4),
+    ]
+
+
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_crash_at_any_call_of_a_batch_with_resets_is_repaired_by_redelivery(
+    ddb_tables: DynamoDBTables, when: str
+) -> None:
+    # GIVEN how many DynamoDB calls a clean run of the batch makes
+    pipeline, dlq = pipeline_on(ddb_tables, max_actions=40)  # small transactions: a multi-chunk journal unit
+    calls: list[str] = []
+
+    def count(model: Any, **_: Any) -> None:
+        calls.append(model.name)
+
+    ddb_tables.client.meta.events.register("before-call.dynamodb", count)
+    assert pipeline.process(records(crash_batch(uuid.uuid4().hex)), NOW_MS, lambda: 60_000).failed_record_ids == ()
+    ddb_tables.client.meta.events.unregister("before-call.dynamodb", count)
+    clean_calls = len(calls)
+    assert {"TransactWriteItems", "BatchWriteItem"} <= set(calls)  # the journal's pages too
+    for n in range(1, clean_calls + 1):
+        # WHEN the invocation dies before the n-th call is sent, or after it committed and before its answer
+        run = uuid.uuid4().hex
+        batch = records(crash_batch(run))
+        seen = [0]
+
+        def die(seen: list[int] = seen, n: int = n, **_: Any) -> None:
+            seen[0] += 1
+            if seen[0] == n:
+                raise Killed
+
+        ddb_tables.client.meta.events.register(f"{when}-call.dynamodb", die)
+        try:
+            with pytest.raises(Killed):
+                pipeline.process(batch, NOW_MS, lambda: 60_000)
+        finally:
+            ddb_tables.client.meta.events.unregister(f"{when}-call.dynamodb", die)
+        # THEN redelivering the whole batch (after any lease it left has ended) settles it exactly once
+        later = NOW_MS
+        for _ in range(3):
+            later += 600_000
+            if not pipeline.process(batch, later, lambda: 60_000).failed_record_ids:
+                break
+        else:
+            pytest.fail(f"still failing after a crash {when} call {n}")
+        key = f"stock:{run}"
+        assert counters_of(ddb_tables, key) == {"count": "7", "stock": "13"}, (when, n)
+        assert counters_of(ddb_tables, f"{key}:1") == {"count": "7"}
+        assert operators_of(ddb_tables, key) == {
+            "reset": {"stock": [f"{run}-1", "10"]},
+            "correction": {"stock": [f"{run}-3", "-2"]},
+        }
+    assert not dlq.letters
+
+
 # ----------------------------------------------------------------------------------------- the property
 steps = st.lists(
     st.tuples(
