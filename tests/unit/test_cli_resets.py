@@ -118,6 +118,33 @@ def test_reset_and_correct_publish_one_message_each_and_print_its_id(aws: str) -
     assert events["fix-9"] == CounterEvent("stock:1", {"stock": Decimal("-3.5")}, TS, correction=True)
 
 
+def test_publish_takes_resets_and_corrections_from_json_lines(aws: str) -> None:
+    # GIVEN JSON lines with an event, a reset and a correction (one with its id), and a packed reset
+    sqs = client("sqs", aws)
+    url = sqs.create_queue(QueueName=unique("q"))["QueueUrl"]
+    lines = (
+        '{"key": "stock:1", "deltas": {"stock": 4}}\n'
+        '{"key": "stock:1", "reset": {"stock": 100}, "id": "fix-1"}\n'
+        '{"key": "stock:1", "deltas": {"stock": -2.5}, "correction": true}\n'
+    )
+    # WHEN they are published; a reset inside a packed message is refused before anything is sent
+    result = CliRunner().invoke(cli, ["publish", "--file", "-", "--queue-url", url], input=lines)
+    refused = CliRunner().invoke(
+        cli,
+        ["publish", "--file", "-", "--queue-url", url],
+        input='{"id": "p", "events": [{"key": "k", "reset": {"n": 1}}]}\n',
+    )
+    # THEN three messages arrive in order, the operator events alone and decoded as written
+    assert result.exit_code == 0, result.output
+    assert refused.exit_code == 2
+    decoded = [decode_message(m["Body"].encode(), LIMITS) for m in drain_queue(sqs, url)]
+    events = [m.events for m in decoded if isinstance(m, Message)]
+    assert len(events) == 3
+    assert {event.reset is not None or event.correction for (event,) in events} == {True, False}
+    assert any(m.message_id == "fix-1" for m in decoded if isinstance(m, Message))
+    assert next(e for (e,) in events if e.correction).deltas == {"stock": Decimal("-2.5")}
+
+
 @pytest.mark.parametrize(
     "args",
     [
