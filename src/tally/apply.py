@@ -31,7 +31,7 @@ from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch
-from tally.core.resets import operator_segments
+from tally.core.resets import commit_segments
 from tally.marker_reads import MarkerReadGate
 from tally.store.expressions import counters_per_add
 
@@ -110,7 +110,7 @@ class Applier:
             # segments are cut from the whole batch, so a message the marker read already handed back (held
             # by another batch's lease) holds back what follows it too.
             to_write = {message.message_id for message in pending}
-            segments = operator_segments(messages, [message.is_operator for message in messages])
+            segments = commit_segments(messages)
             for index, segment in enumerate(segments):
                 self._rounds(protocol, fates, [message for message in segment if message.message_id in to_write])
                 if fates.any_failed(message.message_id for message in segment):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.core.aggregate import message_totals
+from tally.core.aggregate import MessageTotals, message_totals
 from tally.core.decode import MAX_OPERATOR_COUNTERS, decode_message
 from tally.core.defaults import parse_counter_defaults
 from tally.core.digest import content_digest
@@ -18,6 +18,7 @@ from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.resets import (
     OperatorKind,
     OperatorStamp,
+    commit_segments,
     expected_values,
     operator_segments,
     operator_stamp,
@@ -180,7 +181,50 @@ def test_each_operator_message_is_a_segment_of_its_own_in_order(flags: list[bool
     assert operator_segments(list(range(len(flags))), flags) == expected
 
 
-def message(mid: str, key: str, *, deltas: dict[str, Any] | None = None, reset: dict[str, Any] | None = None) -> Message:
+def totals(mid: str, *keys: str, op: OperatorKind | None = None) -> MessageTotals:
+    stamp = OperatorStamp(op, keys[0], mid, TS, {"n": 1}) if op is not None else None
+    touched = {} if op is OperatorKind.RESET else {key: {"n": 1} for key in keys}
+    return MessageTotals(mid, touched, 1, stamp=stamp)
+
+
+@pytest.mark.parametrize(
+    ("batch", "expected"),
+    [
+        ([totals("a", "k"), totals("b", "j")], [["a", "b"]]),
+        ([totals("a", "k"), totals("R", "k", op=OperatorKind.RESET), totals("c", "k")], [["a"], ["R"], ["c"]]),
+        # Messages on keys no operator touches join the first segment, wherever they were
+        ([totals("a", "k"), totals("R", "k", op=OperatorKind.RESET), totals("b", "j")], [["b", "a"], ["R"]]),
+        ([totals("R", "k", op=OperatorKind.RESET), totals("b", "j"), totals("c", "k")], [["b"], ["R"], ["c"]]),
+        # A message on an operator's key and another key is ordered; corrections too
+        (
+            [
+                totals("a", "j", "k"),
+                totals("C", "k", op=OperatorKind.CORRECTION),
+                totals("b", "j"),
+                totals("R", "k", op=OperatorKind.RESET),
+                totals("c", "x", "k"),
+            ],
+            [["b", "a"], ["C"], ["R"], ["c"]],
+        ),
+        ([totals("R", "k", op=OperatorKind.RESET), totals("S", "k", op=OperatorKind.RESET)], [["R"], ["S"]]),
+        ([totals("w", "k")], [["w"]]),
+    ],
+)
+def test_only_messages_sharing_a_key_with_an_operator_are_ordered_around_it(
+    batch: list[MessageTotals], expected: list[list[str]]
+) -> None:
+    assert [[m.message_id for m in segment] for segment in commit_segments(batch)] == expected
+
+
+def test_a_window_or_shard_item_orders_by_its_key() -> None:
+    window = MessageTotals("w", {CounterItem("k", "h#1", 0, 9): {"n": 1}}, 1)
+    reset = totals("R", "k", op=OperatorKind.RESET)
+    assert [[m.message_id for m in s] for s in commit_segments([reset, window])] == [["R"], ["w"]]
+
+
+def message(
+    mid: str, key: str, *, deltas: dict[str, Any] | None = None, reset: dict[str, Any] | None = None
+) -> Message:
     return Message(mid, (CounterEvent(key, deltas or {}, None, reset=reset),))
 
 
