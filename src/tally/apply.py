@@ -13,6 +13,11 @@ beside docs/journal.md); how a step is retried under the invocation's deadline i
 and the outcome is built from that record only. This module must not call the store, retry, or give a
 message a fate itself, except the one the planner decides (a message no transaction can hold is
 dead-lettered) and handing back what is still unsettled after the last round.
+
+A batch holding resets or corrections (``tally.core.resets``) is committed in segments, in source order,
+each operator message alone; when a segment leaves a message unsettled, every later message is handed back
+with it (so a reset never commits before an earlier message of its source), and an operator message that
+only a journal claim could write is dead-lettered (the journal's chunks hold increments, never a reset).
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
 from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.bounds import NO_BOUNDS, CounterBounds
+from tally.core.model import RejectCode, Rejection
 from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch
+from tally.core.resets import commit_segments
 from tally.marker_reads import MarkerReadGate
 from tally.store.expressions import counters_per_add
 
@@ -39,6 +46,11 @@ if TYPE_CHECKING:
 __all__ = ["Applier", "ApplyOutcome", "RetryPolicy", "Stall"]
 
 ROUNDS = 3
+OPERATOR_ID_TAKEN = Rejection(
+    RejectCode.ID_CONFLICT,
+    "a reset or correction under an id whose marker names an aborted journal batch (the id was used for "
+    "another message): send the operator's message again under a new id",
+)
 """Direct or journal, then (markers of aborted batches met) a journal claim replacing them, then a last try."""
 
 
@@ -97,6 +109,26 @@ class Applier:
         if pending and self.marker_read_gate.is_open:
             figures.marker_reads += 1
             pending = protocol.without_existing(pending)
+        if not any(message.is_operator for message in messages):
+            self._rounds(protocol, fates, pending)
+        else:
+            # Resets do not commute with sums: commit in source order, one operator message at a time. The
+            # segments are cut from the whole batch, so a message the marker read already handed back (held
+            # by another batch's lease) holds back what follows it too.
+            to_write = {message.message_id for message in pending}
+            segments = commit_segments(messages)
+            for index, segment in enumerate(segments):
+                self._rounds(protocol, fates, [message for message in segment if message.message_id in to_write])
+                if fates.any_failed(message.message_id for message in segment):
+                    # Handed back: what follows it in the source must not commit before it (tally.core.resets).
+                    later = (message.message_id for rest in segments[index + 1 :] for message in rest)
+                    fates.failed(fates.without_fate(later))
+                    break
+        self.marker_read_gate.observe(met_existing_markers=figures.markers_met > 0)
+        return fates.close(figures)
+
+    def _rounds(self, protocol: CommitProtocol, fates: Fates, pending: list[MessageTotals]) -> None:
+        """Settle ``pending`` in up to ``ROUNDS`` rounds; what is still unsettled after them is handed back."""
         for _ in range(ROUNDS):
             if not pending:
                 break
@@ -114,8 +146,13 @@ class Applier:
             for chunk in plan.direct:
                 again.extend(protocol.direct(chunk))
             for unit in plan.journals:
-                again.extend(protocol.journal(unit))
+                operators = [message for message in unit if message.is_operator]
+                for message in operators:
+                    # Only a journal claim could replace its marker (an aborted batch's, under this id),
+                    # and the journal's chunks hold increments only: never half-apply a reset.
+                    fates.dead_lettered(message.message_id, OPERATOR_ID_TAKEN)
+                rest = [message for message in unit if not message.is_operator]
+                if rest:
+                    again.extend(protocol.journal(rest))
             pending = again
         fates.failed(message.message_id for message in pending)
-        self.marker_read_gate.observe(met_existing_markers=figures.markers_met > 0)
-        return fates.close(figures)

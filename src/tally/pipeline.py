@@ -25,6 +25,7 @@ from tally.core.decode import DecodeLimits, decode_message
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.gauges import batch_gauges
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
+from tally.core.resets import reset_items
 from tally.core.sharding import HotKeys, assign_shards
 from tally.core.windows import WindowSpec
 from tally.errors import RetryableStoreError
@@ -148,6 +149,8 @@ class BatchPipeline:
             late_events += net.late_events
             if settings.hot_keys.rules:
                 net = replace(net, totals=assign_shards(net.totals, settings.hot_keys, pick))
+                if net.sets and net.stamp is not None:
+                    net = replace(net, sets=reset_items(net.stamp, settings.hot_keys))
             totals.append(net)
         outcome = self._applier.apply(totals, now_ms, remaining_ms)
         gauge_writes, gauges_unwritten = self._write_gauges(

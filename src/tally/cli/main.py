@@ -19,6 +19,7 @@ from rich.table import Table
 
 from tally.cli.dlq import dlq
 from tally.cli.locate import Locator, client, stack_option
+from tally.cli.operator import correct, reset
 from tally.cli.plan import plan
 from tally.cli.publish import publish
 from tally.cli.stack_command import stack
@@ -30,8 +31,9 @@ from tally.reader import CounterReader, parse_time_ms
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from decimal import Decimal
+    from typing import Any
 
-    from tally.reader import Series
+    from tally.reader import OperatorRecord, Series
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
@@ -68,6 +70,7 @@ def cli() -> None:
 @click.option("--from", "from_", help="Series start: epoch ms or ISO 8601 with offset (default: 24 windows back).")
 @click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
 @click.option("--gauges", "gauges", is_flag=True, help="Print the gauges (max, min, latest) instead of the counters.")
+@click.option("--operators", "operators", is_flag=True, help="Print each counter's last reset and correction.")
 @stack_option
 def get(
     *,
@@ -77,11 +80,15 @@ def get(
     from_: str | None,
     to: str | None,
     gauges: bool,
+    operators: bool,
     stack_name: str | None,
 ) -> None:
     """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
     try:
         reader = _reader(stack_name)
+        if operators:
+            _print_operators(key, reader.get(key).operators, as_json)
+            return
         if gauges:
             _print_gauges(key, reader.get(key).gauges, as_json)
             return
@@ -123,6 +130,36 @@ def _print_gauges(key: str, gauges: Mapping[str, Mapping[str, Decimal | str]], a
         console.print(f"no gauges for {key!r} yet")
 
 
+def operators_json(operators: Mapping[str, Mapping[str, OperatorRecord]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{"reset": {"stock": {"at": "2026-...Z", "at_ms": ..., "id": ..., "value": 100}}, "correction": {...
+    "delta": -3}}``: the last reset and correction of each counter (issue 15, part 5)."""
+    amount = {"reset": "value", "correction": "delta"}
+    return {
+        kind: {
+            name: {"at": record.at, "at_ms": record.at_ms, "id": record.message_id, amount[kind]: record.amount}
+            for name, record in sorted(records.items())
+        }
+        for kind, records in sorted(operators.items())
+    }
+
+
+def _print_operators(key: str, operators: Mapping[str, Mapping[str, OperatorRecord]], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.buffer.write(_JSON.encode(operators_json(operators)) + b"\n")
+        return
+    table = Table(title=f"last reset and correction of {key!r}")
+    for column in ("counter", "kind", "at (UTC)", "id", "value / delta"):
+        table.add_column(column, justify="right" if column == "value / delta" else "left")
+    for kind, records in sorted(operators.items()):
+        for name, record in sorted(records.items()):
+            table.add_row(name, kind, record.at, record.message_id, str(record.amount))
+    console = Console()
+    if operators:
+        console.print(table)
+    else:
+        console.print(f"{key!r} was never reset or corrected")
+
+
 def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> None:
     if as_json:
         sys.stdout.buffer.write(counters_json(counters) + b"\n")
@@ -144,6 +181,8 @@ cli.add_command(top)
 cli.add_command(dlq)
 cli.add_command(stack)
 cli.add_command(plan)
+cli.add_command(reset)
+cli.add_command(correct)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

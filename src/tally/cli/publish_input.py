@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 
     from tally.producer.wire import OutgoingMessage
 
-_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges"})
-_PACKED_EVENT_FIELDS = _EVENT_FIELDS - {"id"}
+_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges", "reset", "correction"})
+_PACKED_EVENT_FIELDS = _EVENT_FIELDS - {"id", "reset", "correction"}  # an operator's event is never packed
 
 
 class InputError(ValueError):
@@ -148,7 +148,10 @@ def _event_from_object(item: dict[str, Any], where: str, *, allow_id: bool) -> E
     ts = item.get("ts")
     if isinstance(ts, str):
         ts = _ts(ts, where)
-    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=_gauges(item.get("gauges"), where))
+    gauges = _gauges(item.get("gauges"), where)
+    if "reset" in item or "correction" in item:  # an operator's reset or correction (README)
+        return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, operator=item)
+    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges)
 
 
 def _gauges(raw: Any, where: str) -> dict[str, tuple[str, Any]] | None:
@@ -168,8 +171,16 @@ def _event(
     where: str,
     *,
     gauges: dict[str, tuple[str, Any]] | None = None,
+    operator: dict[str, Any] | None = None,
 ) -> Event:
     try:
+        if operator is not None:
+            correction = operator.get("correction", False)
+            if not isinstance(correction, bool):
+                raise ValueError("correction must be true or absent")
+            return Event(
+                key, deltas, ts=ts, id=event_id, gauges=gauges, reset=operator.get("reset"), correction=correction
+            )
         return Event(key, deltas, ts=ts, id=event_id, gauges=gauges)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: {exc}") from None

@@ -137,6 +137,14 @@ class Fates:
         """Handed back because ``batch_id``, another invocation's, holds it until ``lease_until_ms``."""
         self._settle(message_id, Failed(Stall(message_id, batch_id, lease_until_ms)))
 
+    def any_failed(self, message_ids: Iterable[str]) -> bool:
+        """Whether any of ``message_ids`` was handed back (or has no fate yet): later work must wait."""
+        return any(not isinstance(self._fates.get(mid), Applied | AlreadyApplied | DeadLettered) for mid in message_ids)
+
+    def without_fate(self, message_ids: Iterable[str]) -> list[str]:
+        """Those of ``message_ids`` not settled yet (a marker read may have settled some early)."""
+        return [message_id for message_id in message_ids if message_id not in self._fates]
+
     def _settle(self, message_id: str, fate: Fate) -> None:
         if self._closed:
             raise UnsettledMessagesError(f"a fate for {message_id!r} after the batch was closed")

@@ -20,9 +20,11 @@ from tally.core.items import CounterItem, ItemKey
 from tally.core.ledger import content_conflict
 from tally.core.model import IdConflict
 from tally.core.numbers import Number, add
+from tally.core.resets import OperatorKind, operator_stamp, reset_items
 
 if TYPE_CHECKING:
     from tally.core.model import Message, Rejection
+    from tally.core.resets import OperatorStamp
     from tally.core.windows import WindowSpec
 
 Totals = Mapping[ItemKey, Mapping[str, Number]]
@@ -39,6 +41,15 @@ class MessageTotals(msgspec.Struct, frozen=True, gc=False):
     """Events that were not written to some window because that window's retention had passed."""
     digest: bytes = b""
     """The message's content digest (``tally.core.digest``), stored on its marker; empty: none."""
+    sets: Totals = msgspec.field(default_factory=dict)
+    """A reset's writes: item -> counter -> the value it is set to (``tally.core.resets.reset_items``)."""
+    stamp: OperatorStamp | None = None
+    """A reset's or correction's record on the key's all-time item; None for every other message."""
+
+    @property
+    def is_operator(self) -> bool:
+        """A reset or a correction: ordered against the batch's other messages (``tally.core.resets``)."""
+        return self.stamp is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +121,8 @@ def message_totals(
     totals: dict[ItemKey, dict[str, Number]] = {}
     late = 0
     for event in message.events:
+        if event.reset is not None:
+            continue  # a reset sets the all-time value only (``sets``): it adds nothing, to no window
         _add_to_item(totals, event.key, event.deltas)
         if windows is not None and windows.units:
             ts_ms = event.ts_ms if event.ts_ms is not None else received_ms
@@ -118,7 +131,14 @@ def message_totals(
             for unit, start in spans:
                 window = CounterItem(event.key, unit.window_id(start), 0, unit.expires_at_s(start))
                 _add_to_item(totals, window, event.deltas)
-    return MessageTotals(message.message_id, totals, len(message.events), late, content_digest(message))
+    digest = content_digest(message)
+    first = message.events[0] if message.events else None
+    if first is not None and (first.reset is not None or first.correction):
+        stamp = operator_stamp(message, received_ms)
+        if stamp is not None:
+            sets = reset_items(stamp) if stamp.kind is OperatorKind.RESET else {}
+            return MessageTotals(message.message_id, totals, 1, late, digest, sets, stamp)
+    return MessageTotals(message.message_id, totals, len(message.events), late, digest)
 
 
 def _add_to_item(totals: dict[ItemKey, dict[str, Number]], item: ItemKey, deltas: Mapping[str, Number]) -> None:

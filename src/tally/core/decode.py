@@ -57,6 +57,8 @@ class _WireEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     deltas: dict[str, Any] | UnsetType = UNSET
     ts: int | str | UnsetType = UNSET
     gauges: dict[str, Any] | UnsetType = UNSET
+    reset: dict[str, Any] | UnsetType = UNSET
+    correction: bool | UnsetType = UNSET
 
 
 class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
@@ -143,6 +145,8 @@ def _decode(body: str | bytes, limits: DecodeLimits, defaults: CounterDefaults) 
         or wire.deltas is not UNSET
         or wire.ts is not UNSET
         or wire.gauges is not UNSET
+        or wire.reset is not UNSET
+        or wire.correction is not UNSET
     ):
         raise _Invalid(
             RejectCode.AMBIGUOUS_SHAPE,
@@ -213,10 +217,59 @@ def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None, defaults: 
         )
     ts = wire.ts
     ts_ms = None if ts is UNSET else _ts_ms(ts, index)
+    if wire.reset is not UNSET or wire.correction is not UNSET:
+        return _operator_event(wire, limits, index, key, ts_ms)
     if wire.gauges is UNSET:
         return CounterEvent(key, _deltas(wire, limits, index, defaults, key), ts_ms)
     gauges = _gauges(wire.gauges, ts_ms, limits, index)
     return CounterEvent(key, _deltas(wire, limits, index, defaults, key, has_gauges=True), ts_ms, gauges)
+
+
+MAX_OPERATOR_COUNTERS = 20
+"""The most counters one reset or correction names: each also records when, by which id and by how much
+on the key's item, and the whole write must stay one update expression within DynamoDB's 4 KB."""
+
+
+def _operator_event(
+    wire: _WireEvent, limits: DecodeLimits, index: int | None, key: str, ts_ms: int | None
+) -> CounterEvent:
+    """A reset (``"reset": {"stock": 100}``) or a correction (deltas with ``"correction": true``).
+
+    Both are an operator's message of their own (never a packed event: each is ordered against the
+    batch's other messages on its own, ``tally.apply``). A reset sets counters and moves nothing else, so
+    it carries no ``delta``/``deltas``/``gauges`` (and no default deltas are filled in); a correction names
+    its deltas explicitly and carries no gauges.
+    """
+    where = _where(index)
+    if index is not None:
+        raise _Invalid(RejectCode.INVALID_RESET, f"a reset or correction is a message of its own, not at `{where}`")
+    if wire.gauges is not UNSET:
+        raise _Invalid(RejectCode.INVALID_RESET, "a reset or correction carries no gauges")
+    if wire.reset is UNSET:
+        if wire.correction is not True:
+            raise _Invalid(RejectCode.INVALID_RESET, '"correction" is true or absent')
+        if wire.delta is UNSET and wire.deltas is UNSET:
+            raise _Invalid(RejectCode.MISSING_DELTA, "a correction names its delta or deltas")
+        deltas = _deltas(wire, limits, index, NO_DEFAULTS, key)
+        if len(deltas) > MAX_OPERATOR_COUNTERS:
+            raise _Invalid(
+                RejectCode.INVALID_RESET, f"{len(deltas)} counters in one correction (at most {MAX_OPERATOR_COUNTERS})"
+            )
+        return CounterEvent(key, deltas, ts_ms, correction=True)
+    if wire.correction is not UNSET or wire.delta is not UNSET or wire.deltas is not UNSET:
+        raise _Invalid(RejectCode.INVALID_RESET, "a reset carries no delta, deltas or correction")
+    raw = wire.reset
+    if not raw or len(raw) > MAX_OPERATOR_COUNTERS:
+        raise _Invalid(RejectCode.INVALID_RESET, f"a reset names 1 to {MAX_OPERATOR_COUNTERS} counters")
+    values: dict[str, Number] = {}
+    for name, value in raw.items():
+        if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
+            raise _Invalid(
+                RejectCode.INVALID_COUNTER_NAME,
+                f"counter names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `$.reset`",
+            )
+        values[name] = _number(value, f"$.reset.{name}")
+    return CounterEvent(key, {}, ts_ms, reset=values)
 
 
 def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: DecodeLimits, index: int | None) -> dict[str, Gauge]:

@@ -84,6 +84,8 @@ def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | 
     ``"1.5"`` and the number 1.5 differ: ``is_text``).
     """
     base = _counters_event(event)
+    if event.reset is not None or event.correction:
+        return (*base, _operator_part(event))
     if not event.gauges:
         return base
     readings = sorted(
@@ -93,6 +95,17 @@ def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | 
         for name, gauge in event.gauges.items()
     )
     return (*base, readings)
+
+
+def _operator_part(event: CounterEvent) -> object:
+    """A reset's or correction's fourth element: a map, where gauges are a list, so the two never meet.
+
+    A reset to 100 and a delta of 100 are different content, and so are a correction and the same delta
+    sent as an ordinary event (only one of them records a correction).
+    """
+    if event.reset is not None:
+        return {"reset": sorted((name, _canonical(value)) for name, value in event.reset.items())}
+    return {"correction": True}
 
 
 def canonical_number(value: Number) -> _CanonicalNumber:

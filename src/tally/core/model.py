@@ -50,6 +50,7 @@ class RejectCode(StrEnum):
     INVALID_GAUGE = "invalid_gauge"
     BELOW_FLOOR = "below_floor"
     ABOVE_CEILING = "above_ceiling"
+    INVALID_RESET = "invalid_reset"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +99,11 @@ class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     deltas: Mapping[str, Number]
     ts_ms: int | None = None
     gauges: Mapping[str, Gauge] | None = None
+    reset: Mapping[str, Number] | None = None
+    """An operator's reset (issue 15, part 5): counter -> the value its all-time total is set to. A reset
+    event carries no deltas; None for every other event."""
+    correction: bool = False
+    """An operator's correction: its deltas count like any event's, and the key's all-time item records it."""
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):

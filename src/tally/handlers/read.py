@@ -100,6 +100,15 @@ def get_counters(key: str) -> Response[str]:
             body["gauges"] = {
                 kind: {n: str(v) for n, v in sorted(g.items())} for kind, g in sorted(counters.gauges.items())
             }
+        if counters.operators:  # only keys reset or corrected carry the field (issue 15, part 5)
+            amount = {"reset": "value", "correction": "delta"}
+            body["operators"] = {
+                kind: {
+                    name: {"at": iso_utc(r.at_ms), "at_ms": r.at_ms, "id": r.message_id, amount[kind]: str(r.amount)}
+                    for name, r in sorted(records.items())
+                }
+                for kind, records in sorted(counters.operators.items())
+            }
         return _json(200, body)
     bounds = [parse_time_ms(query[name]) if query.get(name) else None for name in ("from", "to")]
     series = reader().series(decoded, window, bounds[0], bounds[1])

@@ -35,6 +35,8 @@ class WireLimits:
 
 
 LIMITS: Final = WireLimits()
+MAX_OPERATOR_COUNTERS: Final = 20
+"""The most counters one reset or correction names (the consumer's ``tally.core.decode``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,12 @@ class Event:
     gauges: Mapping[str, tuple[str, int | Decimal | str]] | None = None
     """Gauge name -> (``"max"``, ``"min"`` or ``"latest"``, reading): README, "Start values, default deltas
     and gauges". ``latest`` needs ``ts``; ``max`` and ``min`` take an int or a Decimal (never a float)."""
+    reset: Mapping[str, int | Decimal] | None = None
+    """An operator's reset: counter -> the value its all-time total is set to (README, "Corrections and
+    resets"); such an event has no deltas and no gauges, and is always sent as a message of its own."""
+    correction: bool = False
+    """An operator's correction: the deltas count like any event's and the key records the correction;
+    always sent as a message of its own."""
 
     def __post_init__(self) -> None:
         _check_text(self.key, "key", LIMITS.max_key_bytes)
@@ -76,6 +84,50 @@ class Event:
             _check_text(self.id, "id", LIMITS.max_id_bytes)
         if self.gauges is not None:
             object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
+        if self.reset is not None or self.correction:
+            self._check_operator()
+
+    @property
+    def is_operator(self) -> bool:
+        """A reset or a correction: the consumer takes it only as a message of its own."""
+        return self.reset is not None or self.correction
+
+    def _check_operator(self) -> None:
+        """What the consumer refuses as ``invalid_reset`` (or ``missing_delta``), refused here first."""
+        if self.gauges is not None:
+            raise ValueError(f"a reset or correction of {self.key!r} carries no gauges")
+        if self.reset is None:
+            if not self.deltas:
+                raise ValueError(f"a correction of {self.key!r} names its deltas")
+            amounts: Mapping[str, int | Decimal] = self.deltas
+        else:
+            if self.deltas or self.correction:
+                raise ValueError(f"a reset of {self.key!r} carries no deltas and is not a correction")
+            if not isinstance(self.reset, Mapping):
+                raise TypeError(f"reset of {self.key!r} must be a mapping")
+            values: dict[str, int | Decimal] = {}
+            for name, value in self.reset.items():
+                _check_text(name, "counter name", LIMITS.max_counter_name_bytes)
+                values[name] = _check_number(name, value)
+            object.__setattr__(self, "reset", values)
+            amounts = values
+        if not 1 <= len(amounts) <= MAX_OPERATOR_COUNTERS:
+            raise ValueError(f"a reset or correction names 1 to {MAX_OPERATOR_COUNTERS} counters")
+
+    @classmethod
+    def reset_to(
+        cls, key: str, values: Mapping[str, int | Decimal], *, id: str, ts: int | datetime | None = None
+    ) -> Event:
+        """``Event.reset_to("stock:sku-1", {"stock": 100}, id=...)``: an operator's reset (give it an id, and
+        give the same id again when re-sending it, so it counts once)."""
+        return cls(key, {}, ts=ts, id=id, reset=values)
+
+    @classmethod
+    def correct(
+        cls, key: str, deltas: Mapping[str, int | Decimal], *, id: str, ts: int | datetime | None = None
+    ) -> Event:
+        """``Event.correct("stock:sku-1", {"stock": -3}, id=...)``: an operator's correction by a delta."""
+        return cls(key, deltas, ts=ts, id=id, correction=True)
 
     def _checked_gauges(
         self, gauges: Mapping[str, tuple[str, int | Decimal | str]]

@@ -73,6 +73,10 @@ def build_messages(
         size = 0
 
     for event in events:
+        if event.is_operator:  # an operator's event travels alone, after the events given before it
+            close()
+            messages.append(single_message(event, event.id if event.id is not None else new_id()))
+            continue
         if event.id is not None or limits is None:
             messages.append(single_message(event, event.id if event.id is not None else new_id()))
             continue

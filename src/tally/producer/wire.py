@@ -56,6 +56,8 @@ def packed_message(events: Sequence[Event], message_id: str) -> OutgoingMessage:
         raise ValueError("a packed message needs at least one event")
     if len(events) > LIMITS.max_events_per_message:
         raise ValueError(f"{len(events)} events in one message (at most {LIMITS.max_events_per_message})")
+    if any(event.is_operator for event in events):
+        raise ValueError("a reset or correction is a message of its own: it cannot be packed")
     body = packed_body(message_id, [event_json(event) for event in events])
     return OutgoingMessage(message_id, tuple(events), body, packed=True)
 
@@ -78,13 +80,18 @@ def event_json(event: Event) -> str:
 def event_fields(event: Event) -> str:
     """The event's members without braces, shared by single and packed bodies."""
     deltas = event.deltas
-    if not deltas:  # the deployment's default deltas count it, or it carries gauges only
+    if event.reset is not None:  # an operator's reset: README, "Corrections and resets"
+        values = ",".join(_string(name) + ":" + _number(value) for name, value in event.reset.items())
+        parts = ['"key":' + _string(event.key), '"reset":{' + values + "}"]
+    elif not deltas:  # the deployment's default deltas count it, or it carries gauges only
         parts = ['"key":' + _string(event.key)]
     elif len(deltas) == 1 and DEFAULT_COUNTER in deltas:
         parts = ['"key":' + _string(event.key), '"delta":' + _number(deltas[DEFAULT_COUNTER])]
     else:
         counters = ",".join(_string(name) + ":" + _number(value) for name, value in deltas.items())
         parts = ['"key":' + _string(event.key), '"deltas":{' + counters + "}"]
+    if event.correction:
+        parts.append('"correction":true')
     if event.ts_ms is not None:
         parts.append('"ts":' + str(event.ts_ms))
     if event.gauges:

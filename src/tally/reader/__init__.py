@@ -19,13 +19,14 @@ Values are exact ``Decimal`` (38 significant digits, as DynamoDB keeps them), ho
 from tally.errors import InvalidReadError
 from tally.reader.dynamodb import CounterReader, largest
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, parse_time_ms, window_unit
-from tally.reader.results import Counters, Ranked, Series, Window, iso_utc
+from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window, iso_utc
 
 __all__ = [
     "MAX_SERIES_WINDOWS",
     "CounterReader",
     "Counters",
     "InvalidReadError",
+    "OperatorRecord",
     "Ranked",
     "Series",
     "Window",

@@ -37,7 +37,7 @@ from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
 from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
-from tally.reader.results import Counters, Ranked, Series, Window
+from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
 from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
@@ -45,6 +45,7 @@ from tally.store.schema import (
     counters_from_item,
     gauges_from_item,
     item_key,
+    operators_from_item,
     translate,
 )
 
@@ -139,12 +140,17 @@ class CounterReader:
         ]
         totals: dict[str, dict[str, Decimal]] = {key: {} for key in wanted}
         gauges: dict[str, dict[str, dict[str, Decimal | str]]] = {}
+        operators: dict[str, dict[str, dict[str, OperatorRecord]]] = {}
         for item in batch_get(self.client, self.counters_table, item_keys):
             partition = item[PARTITION_KEY]["S"]
             add_into(totals[key_of_partition(partition)], counters_from_item(item))
-            if partition in totals:  # gauges live on the key's own item, never on a shard (tally.core.gauges)
+            if partition in totals:  # gauges and operator records live on the key's own item, never a shard
                 gauges[partition] = gauges_from_item(item)
-        return {key: Counters(key, totals[key], gauges.get(key, {})) for key in wanted}
+                operators[partition] = {
+                    kind: {name: OperatorRecord(*record) for name, record in records.items()}
+                    for kind, records in operators_from_item(item).items()
+                }
+        return {key: Counters(key, totals[key], gauges.get(key, {}), operators.get(key, {})) for key in wanted}
 
     def series(
         self,

@@ -24,6 +24,20 @@ def iso_utc(ms: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class OperatorRecord:
+    """A counter's last reset (``amount``: the value it was set to) or correction (``amount``: the delta)."""
+
+    at_ms: int
+    """The operator message's ``ts``, or when the source accepted it if it had none (epoch ms)."""
+    message_id: str
+    amount: Decimal
+
+    @property
+    def at(self) -> str:
+        return iso_utc(self.at_ms)
+
+
+@dataclass(frozen=True, slots=True)
 class Counters:
     """The counters of one key (hot-key shards summed): counter name -> exact value."""
 
@@ -31,6 +45,8 @@ class Counters:
     values: Mapping[str, Decimal] = field(default_factory=dict)
     gauges: Mapping[str, Mapping[str, Decimal | str]] = field(default_factory=dict)
     """Gauge kind (``max``, ``min``, ``latest``) -> gauge name -> value (a latest may be text); issue 15."""
+    operators: Mapping[str, Mapping[str, OperatorRecord]] = field(default_factory=dict)
+    """``reset`` / ``correction`` -> counter -> its last one (issue 15, part 5); empty when never reset or corrected."""
 
     def value(self, counter: str = "count") -> Decimal:
         """One counter's value; zero when it was never counted."""

@@ -43,9 +43,14 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
+    from tally.core.items import ItemKey
+    from tally.core.numbers import Number
     from tally.core.plan import Chunk
+    from tally.core.resets import OperatorStamp
     from tally.core.windows import WindowUnit
+    from tally.store.schema import Role
 
 __all__ = [
     "ALL_TIME",
@@ -115,14 +120,18 @@ class DynamoDBCounterStore:
             marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
             for message in chunk.messages
         ]
-        checks = bound_checks((message.totals for message in chunk.messages), self.bounds, self.defaults)
-        table = self.counters_table
-        actions += [
-            add_update(table, key, counters, self.defaults.starts(item_parts(key).key), checks.get(key, ()))
-            for key, counters in chunk.increments.items()
-        ]
-        # A bounded item whose steps net to zero in this chunk is still checked (the planner counted its action).
-        actions += [bound_check(table, key, found) for key, found in checks.items() if key not in chunk.increments]
+        if any(message.stamp is not None for message in chunk.messages):
+            # An operator's reset or correction is applied as given: a bound does not refuse it (README).
+            actions += self._operator_updates(chunk)
+        else:
+            checks = bound_checks((message.totals for message in chunk.messages), self.bounds, self.defaults)
+            table = self.counters_table
+            actions += [
+                add_update(table, key, counters, self.defaults.starts(item_parts(key).key), checks.get(key, ()))
+                for key, counters in chunk.increments.items()
+            ]
+            # A bounded item whose steps net to zero in this chunk is still checked (the planner counted its action).
+            actions += [bound_check(table, key, found) for key, found in checks.items() if key not in chunk.increments]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
@@ -134,6 +143,31 @@ class DynamoDBCounterStore:
     def _as_met(self, key: str, stored: Mapping[str, Decimal]) -> dict[str, Decimal]:
         """A refused item's counters as its condition met them: a missing counter holds its start value."""
         return {**{name: Decimal(start) for name, start in self.defaults.starts(key).items()}, **stored}
+
+    def _operator_updates(self, chunk: Chunk) -> list[tuple[TransactWriteItemTypeDef, Role]]:
+        """The item writes of a chunk holding a reset or correction: one action per item, each carrying its
+        ADDs, a reset's values and the operator's record together (a transaction takes one action per item).
+
+        The record goes on the key's own all-time item, also when a hot key's correction lands on a shard.
+        """
+        sets: dict[ItemKey, Mapping[str, Number]] = {}
+        stamps: dict[ItemKey, OperatorStamp] = {}
+        for message in chunk.messages:
+            sets.update(message.sets)
+            if message.stamp is not None:
+                stamps[message.stamp.key] = message.stamp
+        items = list(dict.fromkeys([*chunk.increments, *sets, *stamps]))
+        return [
+            add_update(
+                self.counters_table,
+                item,
+                chunk.increments.get(item, {}),
+                self.defaults.starts(item_parts(item).key),
+                sets=sets.get(item),
+                stamp=stamps.get(item) if isinstance(item, str) else None,
+            )
+            for item in items
+        ]
 
     def read_counters(self, key: str) -> dict[str, Decimal]:
         """The all-time counters of ``key``, hot-key shards summed: ``tally.reader``'s read, kept here for

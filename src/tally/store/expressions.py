@@ -40,7 +40,7 @@ def start_placeholder(index: int) -> str:
     return f":s{index}"
 
 
-def add_expression(counter_count: int, *, sets_expiry: bool, started: int = 0) -> str:
+def add_expression(counter_count: int, *, sets_expiry: bool, started: int = 0, extra_sets: Sequence[str] = ()) -> str:
     """``ADD #c0 :v0, #c1 :v1, ...`` (and the expiry of a window item, set once).
 
     The first ``started`` counters have a start value (``tally.core.defaults``): they are
@@ -53,6 +53,7 @@ def add_expression(counter_count: int, *, sets_expiry: bool, started: int = 0) -
     ]
     if sets_expiry:
         sets.append(_EXPIRY_SET)
+    sets.extend(extra_sets)  # a reset's values and an operator's record (``operator_sets``)
     adds = [f"{name_placeholder(i)} {value_placeholder(i)}" for i in range(started, counter_count)]
     parts = []
     if adds:
@@ -91,6 +92,33 @@ def counter_limit_for(defaults: CounterDefaults) -> Callable[[ItemKey], int]:
         return counters_per_add(item, started=started)
 
     return limit
+
+
+# ----------------------------------------------------------------------------------- resets, corrections
+OPERATOR_AT: Final = ":op_at"
+OPERATOR_ID: Final = ":op_id"
+
+
+def operator_placeholders(index: int) -> tuple[str, str, str, str, str]:
+    """The set counter's name and value, and its record's three attribute names (at, id, value)."""
+    return f"#r{index}", f":r{index}", f"#ra{index}", f"#ri{index}", f"#rv{index}"
+
+
+def operator_sets(count: int, *, sets_counters: bool, stamped: bool) -> list[str]:
+    """``SET`` clauses of a reset (``#r0 = :r0``: the counter takes the value) and of the operator's record
+    (``#ra0 = :op_at, #ri0 = :op_id, #rv0 = :r0``: when, which id, the value or delta), per counter.
+
+    At most ``tally.core.decode.MAX_OPERATOR_COUNTERS`` (20) counters: about 60 bytes each, well inside
+    DynamoDB's 4 KB beside the ADD of a correction's counters (``test_resets``).
+    """
+    clauses: list[str] = []
+    for index in range(count):
+        name, value, at, by, amount = operator_placeholders(index)
+        if sets_counters:
+            clauses.append(f"{name} = {value}")
+        if stamped:
+            clauses += [f"{at} = {OPERATOR_AT}", f"{by} = {OPERATOR_ID}", f"{amount} = {value}"]
+    return clauses
 
 
 # ------------------------------------------------------------------------------------------------ gauges

@@ -43,10 +43,14 @@ from tally.errors import (
     WriteRejectedError,
 )
 from tally.store.expressions import (
+    OPERATOR_AT,
+    OPERATOR_ID,
     add_expression,
     bound_condition,
     bound_placeholders,
     name_placeholder,
+    operator_placeholders,
+    operator_sets,
     start_placeholder,
     value_placeholder,
 )
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.bounds import BoundCheck
+    from tally.core.resets import OperatorStamp
 
 __all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
 
@@ -190,6 +195,9 @@ def add_update(
     counters: Mapping[str, Any],
     starts: Mapping[str, Any] | None = None,
     bounds: Sequence[BoundCheck] = (),
+    *,
+    sets: Mapping[str, Any] | None = None,
+    stamp: OperatorStamp | None = None,
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
 
@@ -197,6 +205,11 @@ def add_update(
     those counters are ``SET c = if_not_exists(c, :start) + :delta`` in the same action. ``bounds``
     (``tally.core.bounds.bound_checks``) make the write conditional: a bound it would cross cancels the
     transaction, with the item as it was (``ALL_OLD``) in the cancellation reason.
+
+    ``sets`` (a reset's values: ``SET c = :value``, no ``if_not_exists``: after a reset the value is the
+    reset's) and ``stamp`` (the record of a reset or correction: ``reset_at#c``, ``reset_id#c``,
+    ``reset_to#c`` or ``corrected_at#c``, ``corrected_id#c``, ``corrected_by#c``) ride in the same action,
+    so the item is still written once (issue 15, part 5).
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
@@ -211,8 +224,13 @@ def add_update(
         if index < first_plain:
             values[start_placeholder(index)] = {"N": to_wire(started[name])}
     expires_at_s = parts.expires_at_s
+    extra: list[str] = []
+    if sets or stamp is not None:
+        extra = _operator_clauses(names, values, sets, stamp)
     # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
-    expression = add_expression(len(ordered), sets_expiry=expires_at_s is not None, started=first_plain)
+    expression = add_expression(
+        len(ordered), sets_expiry=expires_at_s is not None, started=first_plain, extra_sets=extra
+    )
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
@@ -250,6 +268,46 @@ def _add_bound_condition(action: dict[str, Any], bounds: Sequence[BoundCheck]) -
         del action["ExpressionAttributeValues"]
     action["ConditionExpression"] = bound_condition(bounds)
     action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+
+
+OPERATOR_PREFIXES: Final = {
+    "reset": ("reset_at#", "reset_id#", "reset_to#"),
+    "correction": ("corrected_at#", "corrected_id#", "corrected_by#"),
+}
+"""The record of a counter's last reset or correction: when (epoch ms), by which message id, and the value it
+was reset to or the delta it was corrected by (on the key's all-time item, beside the ``c#`` counters)."""
+
+
+def _operator_clauses(
+    names: dict[str, str], values: dict[str, Any], sets: Mapping[str, Any] | None, stamp: OperatorStamp | None
+) -> list[str]:
+    """Fill in a reset's and an operator record's placeholders; return their ``SET`` clauses."""
+    amounts = sets if sets else (stamp.values if stamp is not None else {})
+    for index, (name, amount) in enumerate(amounts.items()):
+        counter, value, at, by, recorded = operator_placeholders(index)
+        if sets:
+            names[counter] = COUNTER_PREFIX + name
+        values[value] = {"N": to_wire(amount)}
+        if stamp is not None:
+            at_prefix, id_prefix, value_prefix = OPERATOR_PREFIXES[stamp.kind.value]
+            names[at], names[by], names[recorded] = at_prefix + name, id_prefix + name, value_prefix + name
+    if stamp is not None:
+        values[OPERATOR_AT] = {"N": str(stamp.at_ms)}
+        values[OPERATOR_ID] = {"S": stamp.message_id}
+    return operator_sets(len(amounts), sets_counters=bool(sets), stamped=stamp is not None)
+
+
+def operators_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, tuple[int, str, Decimal]]]:
+    """The operator records of a raw counters-table item: kind -> counter -> (at ms, message id, amount)."""
+    found: dict[str, dict[str, tuple[int, str, Decimal]]] = {}
+    for kind, (at_prefix, id_prefix, value_prefix) in OPERATOR_PREFIXES.items():
+        for attribute, value in item.items():
+            if attribute.startswith(at_prefix):
+                name = attribute[len(at_prefix) :]
+                by, amount = item.get(id_prefix + name), item.get(value_prefix + name)
+                if by is not None and amount is not None:
+                    found.setdefault(kind, {})[name] = (int(value["N"]), by["S"], Decimal(amount["N"]))
+    return found
 
 
 GAUGE_PREFIXES: Final = {"max": "max#", "min": "min#", "latest": "latest#"}

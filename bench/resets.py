@@ -1,0 +1,138 @@
+"""The cost of corrections and resets (issue 15, part 5) beside plain sums, on DynamoDB Local.
+
+The same shape of load as ``bench.patterns`` (single-event messages over ``--keys`` keys, batches of 100
+records, the handlers' own wiring, windows off, billed by ``bench.meter``), with operator messages mixed in:
+
+- ``sums``: ``{"key": k, "delta": 1}``, the baseline;
+- ``1 reset per batch``: the batch's 50th message resets its key's ``count`` (the batch commits in three
+  segments: before it, the reset alone, after it);
+- ``1 correction per batch``: the 50th message is a correction (``"correction": true``) instead;
+- ``every message a reset``: the worst case, 100 segments per batch.
+
+Run: ``python -m bench.resets [--events 5000] [--keys 50]``. Every count is read back and compared with
+``tally.core.resets.expected_values`` of the messages in order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.deployment import default_settings
+from bench.meter import DynamoDBMeter
+from bench.peers.tables import create_from_template
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from tally.config import WINDOWS
+from tally.core.decode import decode_message
+from tally.core.model import Message, SourceRecord
+from tally.core.resets import expected_values
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.reader.dynamodb import CounterReader
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+BATCH = 100
+NOW_MS = time.time_ns() // 1_000_000
+
+Body = dict[str, Any]
+
+
+def _sums(key: str, _: int) -> Body:
+    return {"key": key, "delta": 1}
+
+
+def _reset_mid_batch(key: str, number: int) -> Body:
+    return {"key": key, "reset": {"count": number}} if number % BATCH == BATCH // 2 else _sums(key, number)
+
+
+def _correction_mid_batch(key: str, number: int) -> Body:
+    return {"key": key, "delta": -1, "correction": True} if number % BATCH == BATCH // 2 else _sums(key, number)
+
+
+def _all_resets(key: str, number: int) -> Body:
+    return {"key": key, "reset": {"count": number}}
+
+
+PATTERNS: dict[str, Callable[[str, int], Body]] = {
+    "sums": _sums,
+    "1 reset per batch": _reset_mid_batch,
+    "1 correction per batch": _correction_mid_batch,
+    "every message a reset": _all_resets,
+}
+
+
+def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
+    make = PATTERNS[name]
+    suffix = uuid.uuid4().hex[:8]
+    counters, markers = f"bench-rst-counters-{suffix}", f"bench-rst-markers-{suffix}"
+    definitions = _definitions()
+    create_from_template(admin, definitions["CountersTable"], counters)
+    create_from_template(admin, definitions["MarkersTable"], markers)
+    settings = default_settings(counters, markers, {WINDOWS: ""})
+    dead_letters = RecordingDeadLetterQueue()
+    pipeline = wire_pipeline(client, dead_letters, settings)
+    meter = DynamoDBMeter()
+    meter.track(counters, ["pk", "sk"], "counters")
+    meter.track(markers, ["id"], "markers")
+    bodies = [json.dumps({"id": f"{suffix}-{n}", **make(f"p:{n % keys}", n)}) for n in range(events)]
+    meter.attach(client)
+    started = time.perf_counter()
+    failed = 0
+    for start in range(0, events, BATCH):
+        records = [SourceRecord(f"r{start + i}", body, NOW_MS) for i, body in enumerate(bodies[start : start + BATCH])]
+        failed += len(pipeline.process(records, NOW_MS, lambda: 60_000).failed_record_ids)
+    elapsed = time.perf_counter() - started
+    meter.detach(client)
+    usage = meter.usage()
+    decoded = [decode_message(body) for body in bodies]
+    expected = expected_values(message for message in decoded if isinstance(message, Message))
+    counted = CounterReader(counters, client=admin).get_many(expected)
+    exact = not failed and not dead_letters.letters and not meter.unsupported
+    exact = exact and all(counted[key].value() == values["count"] for key, values in expected.items())
+    return {
+        "pattern": name,
+        "events": events,
+        "write_units_per_event": usage.write_units / events,
+        "requests_per_event": usage.requests / events,
+        "transactions": usage.calls.get("TransactWriteItems", 0),
+        "events_per_s": events / elapsed,
+        "exact": exact,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="cost per event of corrections and resets beside plain sums")
+    parser.add_argument("--events", type=int, default=5_000)
+    parser.add_argument("--keys", type=int, default=50)
+    args = parser.parse_args()
+    with DynamoDBLocal() as ddb:
+        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+        rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
+    table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
+    for column in ("pattern", "write units/event", "requests/event", "transactions", "exact"):
+        table.add_column(column, justify="left" if column == "pattern" else "right")
+    base = rows[0]["write_units_per_event"]
+    for row in rows:
+        table.add_row(
+            row["pattern"],
+            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
+            f"{row['requests_per_event']:.4f}",
+            str(row["transactions"]),
+            "yes" if row["exact"] else "NO",
+        )
+    Console().print(table)
+    return 0 if all(row["exact"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,96 @@
+"""``tally reset`` and ``tally correct``: an operator's reset or correction, published like any event.
+
+Each is one message with its own id (README, "Corrections and resets"), so it counts exactly once however
+often it is sent: the id is generated when none is given and **printed**, and re-sending with ``--id``
+that id (after a timeout, an unclear answer, a crash of the shell) is a duplicate at the consumer, never a
+second reset or correction. It goes through the producer library, to the same targets as ``tally
+publish`` (``--queue-url``, ``--stream-name``, ``--stack``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+import click
+
+from tally.cli.publish import _publisher, _target
+from tally.cli.publish_input import InputError, number
+from tally.errors import TallyError
+from tally.producer import Event
+from tally.producer.packing import new_message_id
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+
+def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    for option in reversed(
+        (
+            click.option("--id", "message_id", help="The message id (generated and printed if not given)."),
+            click.option("--ts", type=int, help="Event time, epoch milliseconds (recorded as when it happened)."),
+            click.option("--queue-url", help="Publish to this SQS queue (standard or .fifo)."),
+            click.option("--stream-name", help="Publish to this Kinesis stream (a name or an ARN)."),
+            click.option("--stack", "stack_name", help="Publish to the queue or stream of this deployed tally stack."),
+            click.option(
+                "--to", "kind", type=click.Choice(["sqs", "kinesis"]), help="With --stack: which source, if both."
+            ),
+        )
+    ):
+        command = option(command)
+    return command
+
+
+_NEGATIVE_NUMBERS = {"ignore_unknown_options": True}
+"""So that ``tally correct k n -3`` reads ``-3`` as the DELTA, not as an option."""
+
+
+@click.command(context_settings=_NEGATIVE_NUMBERS)
+@click.argument("key")
+@click.argument("counter")
+@click.argument("value")
+@_target_options
+def reset(*, key: str, counter: str, value: str, **target: Any) -> None:
+    """Reset COUNTER of KEY to VALUE (its all-time value; windows keep what happened in them)."""
+    _send(lambda mid, ts: Event.reset_to(key, {counter: number(value, "VALUE")}, id=mid, ts=ts), **target)
+
+
+@click.command(context_settings=_NEGATIVE_NUMBERS)
+@click.argument("key")
+@click.argument("counter")
+@click.argument("delta")
+@_target_options
+def correct(*, key: str, counter: str, delta: str, **target: Any) -> None:
+    """Correct COUNTER of KEY by DELTA (negative to take away), recorded as a correction."""
+    _send(lambda mid, ts: Event.correct(key, {counter: number(delta, "DELTA")}, id=mid, ts=ts), **target)
+
+
+def _send(
+    make: Callable[[str, int | None], Event],
+    *,
+    message_id: str | None,
+    ts: int | None,
+    queue_url: str | None,
+    stream_name: str | None,
+    stack_name: str | None,
+    kind: str | None,
+) -> None:
+    if sum(x is not None for x in (queue_url, stream_name, stack_name)) != 1:
+        raise click.UsageError("give exactly one target: --queue-url, --stream-name or --stack")
+    chosen_id = message_id or new_message_id()
+    try:
+        event = make(chosen_id, ts)
+    except (InputError, TypeError, ValueError) as exc:
+        raise click.UsageError(str(exc)) from exc
+    try:
+        publisher = _publisher(_target(queue_url, stream_name, stack_name, kind), pack=False, max_message_bytes=None)
+    except TallyError as exc:
+        raise click.ClickException(str(exc)) from exc
+    result = publisher.send(publisher.prepare([event]))
+    if result.failed:
+        reasons = "; ".join(f"{failure.code}: {failure.reason}" for failure in result.failed)
+        click.echo(f"not sent ({reasons}); send it again with --id {chosen_id}", err=True)
+        click.echo(chosen_id)
+        sys.exit(1)
+    click.echo(chosen_id)

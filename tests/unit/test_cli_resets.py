@@ -1,0 +1,235 @@
+"""Issue 15, part 5 at the edges: the producer's ``Event.reset_to``/``Event.correct``, ``tally reset`` and
+``tally correct`` (moto's server), ``tally get --operators`` and the read endpoint's ``operators`` (moto)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from click.testing import CliRunner
+from moto import mock_aws
+
+from tally.cli.main import cli
+from tally.core.decode import MAX_OPERATOR_COUNTERS, DecodeLimits, decode_message
+from tally.core.model import CounterEvent, Message
+from tally.handlers import read as read_handler
+from tally.handlers import sqs as sqs_handler
+from tally.local.context import LocalLambdaContext
+from tally.local.template import load_template, table_definitions
+from tally.producer import Event
+from tally.producer.event import MAX_OPERATOR_COUNTERS as PRODUCER_MAX_OPERATOR_COUNTERS
+from tally.producer.packing import PackLimits, build_messages
+from tally.producer.wire import packed_message
+from tests.support.events import load_event
+from tests.support.moto_function import moto_function
+from tests.support.moto_server import client, drain_queue, unique
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+LIMITS = DecodeLimits(max_key_bytes=2000, max_id_bytes=1024)
+TS = 4_102_444_800_000
+
+
+# ------------------------------------------------------------------------------------------- the producer
+def test_the_producer_and_the_consumer_agree_on_the_operator_limit() -> None:
+    assert PRODUCER_MAX_OPERATOR_COUNTERS == MAX_OPERATOR_COUNTERS
+
+
+def test_operator_events_are_sent_alone_and_decode_as_sent() -> None:
+    events = [
+        Event.count("a"),
+        Event.reset_to("stock:1", {"stock": 100}, id="fix-1"),
+        Event.count("b"),
+        Event.correct("stock:1", {"stock": Decimal("-2.5")}, id="fix-2", ts=TS),
+        Event.count("c"),
+    ]
+    messages = build_messages(events, PackLimits(max_bytes=10_000))
+    decoded = [decode_message(message.body, LIMITS) for message in messages]
+    # In the order given: a packed message of what came before each operator event, then the event alone
+    assert [m.message_id for m in decoded if isinstance(m, Message)][1::2] == ["fix-1", "fix-2"]
+    assert len(messages) == 5
+    by_id = {m.message_id: m.events for m in decoded if isinstance(m, Message)}
+    assert by_id["fix-1"] == (CounterEvent("stock:1", {}, None, reset={"stock": 100}),)
+    assert by_id["fix-2"] == (CounterEvent("stock:1", {"stock": Decimal("-2.5")}, TS, correction=True),)
+    with pytest.raises(ValueError, match="cannot be packed"):
+        packed_message([events[0], events[1]], "p")
+
+
+@pytest.mark.parametrize(
+    ("make", "error"),
+    [
+        (lambda: Event("k", {"n": 1}, id="x", reset={"n": 2}), ValueError),
+        (lambda: Event("k", {}, id="x", reset={}), ValueError),
+        (lambda: Event("k", {}, id="x", reset={"n": 1.5}), TypeError),
+        (lambda: Event("k", {}, id="x", reset={"n": 1}, correction=True), ValueError),
+        (lambda: Event("k", {}, id="x", correction=True), ValueError),
+        (lambda: Event("k", {"n": 1}, id="x", correction=True, gauges={"g": ("max", 1)}), ValueError),
+        (lambda: Event.reset_to("k", {f"c{n}": 1 for n in range(MAX_OPERATOR_COUNTERS + 1)}, id="x"), ValueError),
+    ],
+)
+def test_the_producer_refuses_what_the_consumer_would_dead_letter(make: Any, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        make()
+
+
+# ----------------------------------------------------------------------------------- tally reset / correct
+@pytest.fixture
+def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    for name, value in {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return moto_endpoint
+
+
+def test_reset_and_correct_publish_one_message_each_and_print_its_id(aws: str) -> None:
+    # GIVEN a queue
+    sqs = client("sqs", aws)
+    url = sqs.create_queue(QueueName=unique("q"))["QueueUrl"]
+    # WHEN an operator resets (id generated), re-sends it with the printed id, and corrects with an id
+    first = CliRunner().invoke(cli, ["reset", "stock:1", "stock", "100", "--queue-url", url])
+    assert first.exit_code == 0, first.output
+    printed = first.output.strip()
+    again = CliRunner().invoke(cli, ["reset", "stock:1", "stock", "100", "--id", printed, "--queue-url", url])
+    fix = CliRunner().invoke(
+        cli, ["correct", "stock:1", "stock", "-3.5", "--id", "fix-9", "--ts", str(TS), "--queue-url", url]
+    )
+    assert again.output.strip() == printed
+    assert fix.exit_code == 0, fix.output
+    assert fix.output == "fix-9\n"
+    # THEN the queue holds the reset twice under one id (one count at the consumer) and the correction
+    bodies = [m["Body"].encode() for m in drain_queue(sqs, url)]
+    decoded = [decode_message(body, LIMITS) for body in bodies]
+    assert sorted(m.message_id for m in decoded if isinstance(m, Message)) == sorted([printed, printed, "fix-9"])
+    assert len(set(bodies)) == 2
+    events = {m.message_id: m.events[0] for m in decoded if isinstance(m, Message)}
+    assert events[printed].reset == {"stock": 100}
+    assert events["fix-9"] == CounterEvent("stock:1", {"stock": Decimal("-3.5")}, TS, correction=True)
+
+
+def test_publish_takes_resets_and_corrections_from_json_lines(aws: str) -> None:
+    # GIVEN JSON lines with an event, a reset and a correction (one with its id), and a packed reset
+    sqs = client("sqs", aws)
+    url = sqs.create_queue(QueueName=unique("q"))["QueueUrl"]
+    lines = (
+        '{"key": "stock:1", "deltas": {"stock": 4}}\n'
+        '{"key": "stock:1", "reset": {"stock": 100}, "id": "fix-1"}\n'
+        '{"key": "stock:1", "deltas": {"stock": -2.5}, "correction": true}\n'
+    )
+    # WHEN they are published; a reset inside a packed message is refused before anything is sent
+    result = CliRunner().invoke(cli, ["publish", "--file", "-", "--queue-url", url], input=lines)
+    refused = CliRunner().invoke(
+        cli,
+        ["publish", "--file", "-", "--queue-url", url],
+        input='{"id": "p", "events": [{"key": "k", "reset": {"n": 1}}]}\n',
+    )
+    # THEN three messages arrive in order, the operator events alone and decoded as written
+    assert result.exit_code == 0, result.output
+    assert refused.exit_code == 2
+    decoded = [decode_message(m["Body"].encode(), LIMITS) for m in drain_queue(sqs, url)]
+    events = [m.events for m in decoded if isinstance(m, Message)]
+    assert len(events) == 3
+    assert {event.reset is not None or event.correction for (event,) in events} == {True, False}
+    assert any(m.message_id == "fix-1" for m in decoded if isinstance(m, Message))
+    assert next(e for (e,) in events if e.correction).deltas == {"stock": Decimal("-2.5")}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("reset", "k", "n", "1"),  # no target
+        ("reset", "k", "n", "abc", "--queue-url", "http://q"),
+        ("correct", "k", "n", "NaN", "--queue-url", "http://q"),
+    ],
+)
+def test_operator_usage_errors(aws: str, args: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(cli, list(args))
+    assert result.exit_code == 2, result.output
+
+
+# ---------------------------------------------------------------------------------- tally get --operators
+@pytest.fixture
+def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "TALLY_COUNTERS_TABLE": "counters",
+    }.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb")
+        dynamodb.create_table(
+            **table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("counters")
+        )
+        dynamodb.put_item(
+            TableName="counters",
+            Item={
+                "pk": {"S": "stock:1"},
+                "sk": {"S": "all"},
+                "c#stock": {"N": "97"},
+                "reset_at#stock": {"N": str(TS)},
+                "reset_id#stock": {"S": "fix-1"},
+                "reset_to#stock": {"N": "100"},
+                "corrected_at#stock": {"N": str(TS + 1000)},
+                "corrected_id#stock": {"S": "fix-2"},
+                "corrected_by#stock": {"N": "-3"},
+            },
+        )
+        yield
+
+
+def test_get_operators_shows_the_last_reset_and_correction(counters: None) -> None:
+    as_json = CliRunner().invoke(cli, ["get", "stock:1", "--operators", "--json"])
+    table = CliRunner().invoke(cli, ["get", "stock:1", "--operators"])
+    plain = CliRunner().invoke(cli, ["get", "stock:1", "--json"])
+    never = CliRunner().invoke(cli, ["get", "other", "--operators"])
+    assert as_json.exit_code == 0, as_json.output
+    assert json.loads(as_json.output) == {
+        "correction": {"stock": {"at": "2100-01-01T00:00:01Z", "at_ms": TS + 1000, "id": "fix-2", "delta": -3}},
+        "reset": {"stock": {"at": "2100-01-01T00:00:00Z", "at_ms": TS, "id": "fix-1", "value": 100}},
+    }
+    assert "fix-1" in table.output
+    assert "2100-01-01T00:00:00Z" in table.output
+    assert plain.output == '{"stock":97}\n'  # the counters' answer is unchanged
+    assert "never reset or corrected" in never.output
+
+
+# ------------------------------------------------------------------------------------------ the read endpoint
+def test_the_read_endpoint_answers_the_last_reset_and_correction(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN the SQS reset sample counted by the SQS handler (moto)
+    with moto_function(monkeypatch) as _:
+        sqs_handler.pipeline.cache_clear()
+        read_handler.reader.cache_clear()
+        assert sqs_handler.handler(load_event("sqs-resets.json"), LocalLambdaContext()) == {"batchItemFailures": []}
+        event = load_event("read/read-get.json")
+        event["rawPath"] = event["requestContext"]["http"]["path"] = "/counters/stock%3Aresets-sqs"
+        event["rawQueryString"] = ""
+        event.pop("queryStringParameters", None)
+        # WHEN its key is read through the function URL
+        response = read_handler.handler(event, LocalLambdaContext())
+    sqs_handler.pipeline.cache_clear()
+    read_handler.reader.cache_clear()
+    # THEN the answer carries the records beside the counters, numbers as strings
+    assert response["statusCode"] == 200
+    assert json.loads(response["body"]) == {
+        "key": "stock:resets-sqs",
+        "counters": {"sold": "4", "stock": "99"},
+        "operators": {
+            "correction": {"stock": {"at": "2100-01-01T00:00:00Z", "at_ms": TS, "id": "rst-sqs-4", "delta": "2"}},
+            "reset": {"stock": {"at": "2100-01-01T00:00:00Z", "at_ms": TS, "id": "rst-sqs-2", "value": "100"}},
+        },
+    }
