@@ -62,7 +62,7 @@ from tally.reader.dynamodb import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from tally.local.load import DemoLoad, Source
     from tally.local.meter import DynamoDBWrites
@@ -240,14 +240,10 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
                 match = counted.get(name) == Decimal(value)
                 ok = ok and match
                 table.add_row(event_file, key, name, value, str(counted.get(name)), OK if match else WRONG)
-        for key, kinds in spec.get("gauges", {}).items():  # issue 15: gauges beside the counters
-            stored = reader.get(key).gauges
-            for kind, gauges in kinds.items():
-                for name, value in gauges.items():
-                    reading = stored.get(kind, {}).get(name)
-                    match = reading is not None and str(reading) == value
-                    ok = ok and match
-                    table.add_row(event_file, key, f"{kind} {name}", value, str(reading), OK if match else WRONG)
+        for key, label, value, read in _pattern_readings(spec, reader):
+            match = read == value
+            ok = ok and match
+            table.add_row(event_file, key, label, value, read, OK if match else WRONG)
     console.print(table)
     letters = list_letters(resources.client("sqs"), resources.dead_letter_queue_url)
     want = sorted(code for spec in expected.values() for code in spec["dead_letters"] * 2)
@@ -258,6 +254,22 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     )
     resources.client("sqs").purge_queue(QueueUrl=resources.dead_letter_queue_url)  # the load starts with none
     return ok and got == want
+
+
+def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterator[tuple[str, str, str, str]]:
+    """(key, what, expected, read) for each gauge and operator record a sample's spec names (issue 15)."""
+    for key, kinds in spec.get("gauges", {}).items():
+        stored = reader.get(key).gauges
+        for kind, gauges in kinds.items():
+            for name, value in gauges.items():
+                yield key, f"{kind} {name}", value, str(stored.get(kind, {}).get(name))
+    for key, kinds in spec.get("operators", {}).items():
+        records = reader.get(key).operators
+        for kind, counters in kinds.items():
+            for name, (message_id, amount) in counters.items():
+                record = records.get(kind, {}).get(name)
+                found = "None" if record is None else f"{record.message_id} {record.amount}"
+                yield key, f"last {kind} of {name}", f"{message_id} {amount}", found
 
 
 def _publish_and_process(
