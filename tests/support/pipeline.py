@@ -13,6 +13,7 @@ from tally.core.plan import MAX_TRANSACTION_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
@@ -96,4 +97,5 @@ def make_pipeline(
         counter_limit=counter_limit_for(store.defaults),
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
-    return BatchPipeline(applier, dlq, settings, gauges=gauges), dlq
+    distinct = DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys, sleep=lambda _: None)
+    return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct), dlq

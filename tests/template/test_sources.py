@@ -186,6 +186,7 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
         json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
             "dynamodb:UpdateItem",  # the ADDs
             "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
+            "dynamodb:PutItem",  # distinct-count member items (issue 15)
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
     }

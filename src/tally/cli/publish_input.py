@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from tally.producer.wire import OutgoingMessage
 
-_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges"})
+_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges", "distinct"})
 _PACKED_EVENT_FIELDS = _EVENT_FIELDS - {"id"}
 
 
@@ -148,7 +148,15 @@ def _event_from_object(item: dict[str, Any], where: str, *, allow_id: bool) -> E
     ts = item.get("ts")
     if isinstance(ts, str):
         ts = _ts(ts, where)
-    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=_gauges(item.get("gauges"), where))
+    return _event(
+        item.get("key"),
+        deltas,
+        ts,
+        item.get("id"),
+        where,
+        gauges=_gauges(item.get("gauges"), where),
+        distinct=item.get("distinct"),
+    )
 
 
 def _gauges(raw: Any, where: str) -> dict[str, tuple[str, Any]] | None:
@@ -168,9 +176,10 @@ def _event(
     where: str,
     *,
     gauges: dict[str, tuple[str, Any]] | None = None,
+    distinct: Any = None,
 ) -> Event:
     try:
-        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges)
+        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges, distinct=distinct)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: {exc}") from None
 

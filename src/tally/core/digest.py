@@ -76,7 +76,7 @@ def short_digest(digest: bytes | None) -> str:
     return digest[:6].hex() if digest else "none"
 
 
-def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | None, object, object]:
+def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[object, ...]:
     """``_counters_event``, with a fourth element, the gauge readings, for an event that carries any.
 
     An event without gauges encodes exactly as before gauges existed, so markers written then still match.
@@ -84,15 +84,19 @@ def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | 
     ``"1.5"`` and the number 1.5 differ: ``is_text``).
     """
     base = _counters_event(event)
-    if not event.gauges:
+    if not event.gauges and not event.distinct:
         return base
     readings = sorted(
         (name, str(gauge.kind), True, gauge.value)
         if isinstance(gauge.value, str)
         else (name, str(gauge.kind), False, _canonical(gauge.value))
-        for name, gauge in event.gauges.items()
+        for name, gauge in (event.gauges or {}).items()
     )
-    return (*base, readings)
+    if not event.distinct:
+        return (*base, readings)
+    # Distinct members (issue 15, part 2): a fifth element, the (set, member) pairs sorted, after the
+    # readings (an empty list when there are none: a 4-tuple always has readings, so the shapes never meet).
+    return (*base, readings, sorted(event.distinct.items()))
 
 
 def canonical_number(value: Number) -> _CanonicalNumber:

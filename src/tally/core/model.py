@@ -48,6 +48,7 @@ class RejectCode(StrEnum):
     WRITE_REFUSED = "write_refused"
     ID_CONFLICT = "id_conflict"
     INVALID_GAUGE = "invalid_gauge"
+    INVALID_DISTINCT = "invalid_distinct"
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +97,8 @@ class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     deltas: Mapping[str, Number]
     ts_ms: int | None = None
     gauges: Mapping[str, Gauge] | None = None
+    distinct: Mapping[str, str] | None = None
+    """Distinct-count set name -> the member this event names (issue 15, part 2); None when it names none."""
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):

@@ -35,6 +35,8 @@ class WireLimits:
 
 
 LIMITS: Final = WireLimits()
+MAX_MEMBER_BYTES: Final = 512
+"""The longest distinct member the consumer accepts (UTF-8; ``tally.core.decode.MAX_MEMBER_BYTES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,9 @@ class Event:
     gauges: Mapping[str, tuple[str, int | Decimal | str]] | None = None
     """Gauge name -> (``"max"``, ``"min"`` or ``"latest"``, reading): README, "Start values, default deltas
     and gauges". ``latest`` needs ``ts``; ``max`` and ``min`` take an int or a Decimal (never a float)."""
+    distinct: Mapping[str, str] | None = None
+    """Set name -> the member this event names, e.g. ``{"viewers": "user-17"}`` (README, "Distinct counts"):
+    the key's count of different members per set, all-time and in the windows of ``ts``."""
 
     def __post_init__(self) -> None:
         _check_text(self.key, "key", LIMITS.max_key_bytes)
@@ -76,6 +81,18 @@ class Event:
             _check_text(self.id, "id", LIMITS.max_id_bytes)
         if self.gauges is not None:
             object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
+        if self.distinct is not None:
+            object.__setattr__(self, "distinct", self._checked_distinct(self.distinct))
+
+    def _checked_distinct(self, distinct: Mapping[str, str]) -> dict[str, str]:
+        if not isinstance(distinct, Mapping) or not distinct or len(distinct) > LIMITS.max_counters_per_event:
+            raise ValueError(f"distinct of {self.key!r}: 1 to {LIMITS.max_counters_per_event} sets")
+        for name, member in distinct.items():
+            _check_text(name, "set name", LIMITS.max_counter_name_bytes)
+            _check_text(member, f"member of {name!r}", MAX_MEMBER_BYTES)
+            if SHARD_SEPARATOR in name or SHARD_SEPARATOR in member:
+                raise ValueError(f"distinct {name!r}: set names and members may not contain U+001F")
+        return dict(distinct)
 
     def _checked_gauges(
         self, gauges: Mapping[str, tuple[str, int | Decimal | str]]
