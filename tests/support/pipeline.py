@@ -73,6 +73,7 @@ def make_pipeline(
     max_actions: int = MAX_TRANSACTION_ACTIONS,
     marker_read_gate: MarkerReadGate | None = None,
     counter_defaults: CounterDefaults = NO_DEFAULTS,
+    with_distinct: bool = True,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests."""
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
@@ -97,5 +98,9 @@ def make_pipeline(
         counter_limit=counter_limit_for(store.defaults),
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
-    distinct = DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys, sleep=lambda _: None)
+    distinct = (
+        DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys, sleep=lambda _: None)
+        if with_distinct
+        else None
+    )
     return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct), dlq

@@ -156,8 +156,7 @@ def _decode(body: str | bytes, limits: DecodeLimits, defaults: CounterDefaults) 
     ):
         raise _Invalid(
             RejectCode.AMBIGUOUS_SHAPE,
-            "a packed message carries only id and events; key, delta(s), gauges, distinct and ts belong on each"
-            " event",
+            "a packed message carries only id and events; key, delta(s), gauges, distinct and ts belong on each event",
         )
     if not wire.events:
         raise _Invalid(RejectCode.EMPTY_MESSAGE, "events is empty")
