@@ -59,11 +59,13 @@ class GaugeStore(Protocol):
 class DistinctStore(Protocol):
     """The port distinct-count members go to (``tally.store.distinct.DynamoDBDistinctStore``): idempotent.
 
-    Raises ``RetryableStoreError`` when some member of the key may be uncounted (its messages are then
-    reported failed and their redelivery writes the members again: a counted member is never counted twice).
+    Takes every key's members of the batch at once (one read and as few transactions as the action limit
+    allows). Names the keys whose members may be uncounted in ``DistinctWrite.unwritten``, or raises
+    ``RetryableStoreError`` when that may be any key: their messages are then reported failed, and their
+    redelivery writes the members again (a counted member is never counted twice).
     """
 
-    def write_members(self, key: str, sets: Mapping[MemberSet, frozenset[str]]) -> DistinctWrite: ...
+    def write_members(self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]]) -> DistinctWrite: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,18 +280,12 @@ class BatchPipeline:
         if not carrying:
             return _MembersWritten()
         batch = batch_members(carrying, self._settings.windows, now_ms)
-        read = transactions = added = 0
-        unwritten: set[str] = set()
-        for key, sets in batch.members.items():
-            try:
-                written = self._distinct.write_members(key, sets)
-            except RetryableStoreError:
-                unwritten |= batch.sources[key]
-                continue
-            read += written.read
-            transactions += written.transactions
-            added += written.added
-        return _MembersWritten(read, transactions, added, frozenset(unwritten))
+        try:
+            written = self._distinct.write_members(batch.members)
+        except RetryableStoreError:
+            return _MembersWritten(unwritten=frozenset().union(*batch.sources.values()))
+        unwritten = frozenset().union(*(batch.sources[key] for key in written.unwritten))
+        return _MembersWritten(written.read, written.transactions, written.added, unwritten)
 
     def _refuse_if_too_old(self, message: Message, now_ms: int) -> Message | Rejection:
         """Refuse a message that may be older than the markers it could have left: only its ``ts`` can say.

@@ -383,11 +383,14 @@ def test_the_store_alone_counts_what_is_new(ddb_tables: DynamoDBTables) -> None:
 
     store = DynamoDBDistinctStore(ddb_tables.client, ddb_tables.counters_table, max_actions=3)
     sets = {MemberSet("k", ALL_TIME, "s"): frozenset({"a", "b", "c", "d", "e"})}
-    first = store.write_members("k", sets)
-    second = store.write_members("k", sets)
-    assert (first.read, first.transactions, first.added) == (5, 3, 5)  # 2 members and their ADD per call
+    other = {MemberSet("k2", ALL_TIME, "s"): frozenset({"a"})}
+    first = store.write_members({"k": sets, "k2": other})
+    second = store.write_members({"k": sets})
+    # 2 members and their ADD per call: k's a b, k's c d, k's e and k2's a (4 actions would be over 3: alone)
+    assert (first.read, first.transactions, first.added) == (6, 4, 6)
     assert (second.read, second.transactions, second.added) == (5, 0, 0)
     assert distinct_of(ddb_tables, "k") == {"s": "5"}
+    assert distinct_of(ddb_tables, "k2") == {"s": "1"}
 
 
 # ----------------------------------------------------------------------------- the stored property

@@ -1,13 +1,14 @@
 """Distinct counts on DynamoDB: one member item per counted member, written with the count it adds.
 
-For each key of a batch, after the counters' commit (``tally.pipeline``):
+For a whole batch, after the counters' commit (``tally.pipeline``):
 
-1. one strongly consistent ``BatchGetItem`` of the member items the batch names (100 keys a call): a
-   member already counted costs this read and nothing else;
-2. the new members in ``TransactWriteItems`` of at most 100 actions: a ``Put`` of each member item on the
-   condition ``attribute_not_exists(pk)``, and per counter item (all-time, each window) one ``ADD dc#<set>
-   :n`` of the members of that transaction. Both or neither: a member item exists exactly when it was
-   counted, so the count equals the number of member items, whatever else runs at the same time;
+1. strongly consistent ``BatchGetItem``s of the member items the batch names, every key's together (100
+   items a call): a member already counted costs this read and nothing else;
+2. the new members, every key's together, in ``TransactWriteItems`` of at most 100 actions: a ``Put`` of
+   each member item on the condition ``attribute_not_exists(pk)``, and per counter item (a key's all-time
+   item, each window) one ``ADD dc#<set> :n`` of that transaction's members. Both or neither: a member item
+   exists exactly when it was counted, so the count equals the number of member items, whatever else runs
+   at the same time;
 3. a transaction cancelled because a member item now exists (another invocation wrote it between our read
    and our write: ``ConditionalCheckFailed`` on its ``Put``) is sent again without the members that exist;
    one cancelled by a conflict, throttling, or a lost answer (its outcome unknown) is sent again as it is,
@@ -37,6 +38,7 @@ from tally.errors import RetryableStoreError
 from tally.store.expressions import add_expression, name_placeholder, value_placeholder
 from tally.store.schema import (
     EXPIRES_AT,
+    MEMBER_PARTITION_SUFFIX,
     PARTITION_KEY,
     batch_get,
     distinct_attribute,
@@ -64,13 +66,22 @@ _RETRYABLE_REASONS: Final = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 )
 
+
+class _GaveUp(RetryableStoreError):
+    """A member transaction still failing after ``MAX_ATTEMPTS``: its keys are reported unwritten."""
+
+    def __init__(self, message: str, calls: int) -> None:
+        super().__init__(message)
+        self.calls = calls
+
+
 _Counted = tuple["MemberSet", str]
 """(set, member): one member of one set in one window."""
 
 
 @dataclass(frozen=True, slots=True)
 class DistinctWrite:
-    """What writing one key's members cost and did."""
+    """What writing a batch's members cost and did."""
 
     read: int
     """Member items looked up (one read unit each: strongly consistent, under 4 KB)."""
@@ -78,6 +89,8 @@ class DistinctWrite:
     """``TransactWriteItems`` calls, retries included."""
     added: int
     """Members counted by this call (new member items written)."""
+    unwritten: frozenset[str] = frozenset()
+    """Keys some of whose new members may be uncounted (their transaction gave up): written again later."""
 
 
 class DynamoDBDistinctStore:
@@ -100,32 +113,46 @@ class DynamoDBDistinctStore:
         self._sleep = sleep
         self._max_actions = max_actions
 
-    def write_members(self, key: str, sets: Mapping[MemberSet, frozenset[str]]) -> DistinctWrite:
-        """Count the members of ``key``'s sets that are not counted yet; returns what it cost.
+    def write_members(self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]]) -> DistinctWrite:
+        """Count the members of each key's sets that are not counted yet; returns what it cost, and the keys
+        whose members may be uncounted (their transaction kept failing: writing again is safe).
 
-        Raises ``RetryableStoreError`` when some member may be uncounted (writing again is safe) or
+        Raises ``RetryableStoreError`` when the member read fails (every key is then unwritten) or
         ``StoreError``.
         """
-        wanted = [(member_set, member) for member_set, members in sets.items() for member in sorted(members)]
+        wanted = [
+            (member_set, member)
+            for sets in members.values()
+            for member_set, names in sets.items()
+            for member in sorted(names)
+        ]
         keys = (member_key(s.key, s.window, s.name, member) for s, member in wanted)
-        stored = {member_of_item(item) for item in batch_get(self._client, self._table, keys)}
-        new = [(s, member) for s, member in wanted if (s.window, s.name, member) not in stored]
-        shard = self._rng.randrange(self._hot_keys.shards_for(key))
-        transactions = 0
-        added = 0
+        stored = {
+            (item[PARTITION_KEY]["S"].removesuffix(MEMBER_PARTITION_SUFFIX), *member_of_item(item))
+            for item in batch_get(self._client, self._table, keys)
+        }
+        new = [(s, member) for s, member in wanted if (s.key, s.window, s.name, member) not in stored]
+        shards = {key: self._rng.randrange(self._hot_keys.shards_for(key)) for key in members}
+        transactions = added = 0
+        unwritten: set[str] = set()
         for chunk in self._chunks(new):
-            sent, counted = self._write(key, shard, chunk)
+            try:
+                sent, counted = self._write(shards, chunk)
+            except RetryableStoreError as exc:
+                transactions += exc.calls if isinstance(exc, _GaveUp) else 0
+                unwritten.update(member_set.key for member_set, _ in chunk)
+                continue
             transactions += sent
             added += counted
-        return DistinctWrite(len(wanted), transactions, added)
+        return DistinctWrite(len(wanted), transactions, added, frozenset(unwritten))
 
     def _chunks(self, new: Sequence[_Counted]) -> list[list[_Counted]]:
         """Transactions of at most ``max_actions``: each member's Put, and one ADD per counter item in it."""
         chunks: list[list[_Counted]] = []
         chunk: list[_Counted] = []
-        items: set[tuple[str, int | None]] = set()
+        items: set[tuple[str, str, int | None]] = set()
         for counted in new:
-            item = (counted[0].window, counted[0].expires_at_s)
+            item = (counted[0].key, counted[0].window, counted[0].expires_at_s)
             cost = 1 if item in items else 2
             if len(chunk) + len(items) + cost > self._max_actions:
                 chunks.append(chunk)
@@ -136,14 +163,14 @@ class DynamoDBDistinctStore:
             chunks.append(chunk)
         return chunks
 
-    def _write(self, key: str, shard: int, chunk: list[_Counted]) -> tuple[int, int]:
+    def _write(self, shards: Mapping[str, int], chunk: list[_Counted]) -> tuple[int, int]:
         """Send one transaction until it commits; returns (calls made, members it counted)."""
         pending = list(chunk)
         calls = 0
         attempts = 0
         while pending:
             calls += 1
-            actions = self._actions(key, shard, pending)
+            actions = self._actions(shards, pending)
             try:
                 self._client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
             except ClientError as exc:
@@ -152,7 +179,7 @@ class DynamoDBDistinctStore:
                     failure = translate(exc)
                     if not isinstance(failure, RetryableStoreError):
                         raise failure from exc
-                    attempts = self._pause(attempts, failure)
+                    attempts = self._pause(attempts, calls, failure)
                     continue
                 reasons = [reason.get("Code") or "None" for reason in exc.response.get("CancellationReasons", [])]
                 exists = {index for index, code in enumerate(reasons[: len(pending)]) if code == _CONDITION_FAILED}
@@ -161,28 +188,28 @@ class DynamoDBDistinctStore:
                     continue
                 if not any(code in _RETRYABLE_REASONS for code in reasons):
                     raise translate(exc) from exc
-                attempts = self._pause(attempts, RetryableStoreError("member transaction cancelled"))
+                attempts = self._pause(attempts, calls, RetryableStoreError("member transaction cancelled"))
                 continue
             except BotoCoreError as exc:  # the answer was lost: it may have committed; the conditions tell
-                attempts = self._pause(attempts, translate(exc))
+                attempts = self._pause(attempts, calls, translate(exc))
                 continue
             return calls, len(pending)
         return calls, 0
 
-    def _pause(self, attempts: int, failure: Exception) -> int:
+    def _pause(self, attempts: int, calls: int, failure: Exception) -> int:
         """One more attempt used up: pause (full jitter), or give up with ``failure`` after the last one."""
         attempts += 1
         if attempts >= MAX_ATTEMPTS:
-            raise RetryableStoreError(f"member transaction not committed after {attempts} attempts") from failure
+            raise _GaveUp(f"member transaction not committed after {attempts} attempts", calls) from failure
         self._sleep(self._rng.uniform(0, _PAUSE_S * 2**attempts))
         return attempts
 
-    def _actions(self, key: str, shard: int, pending: Sequence[_Counted]) -> list[dict[str, Any]]:
+    def _actions(self, shards: Mapping[str, int], pending: Sequence[_Counted]) -> list[dict[str, Any]]:
         """The member Puts first (their positions name them in a cancellation), then one ADD per counter item."""
         actions: list[dict[str, Any]] = []
-        counts: dict[tuple[str, int | None], dict[str, int]] = {}
+        counts: dict[tuple[str, str, int | None], dict[str, int]] = {}
         for member_set, member in pending:
-            item: dict[str, Any] = dict(member_key(key, member_set.window, member_set.name, member))
+            item: dict[str, Any] = dict(member_key(member_set.key, member_set.window, member_set.name, member))
             if member_set.expires_at_s is not None:
                 item[EXPIRES_AT] = {"N": str(member_set.expires_at_s)}
             actions.append(
@@ -195,10 +222,10 @@ class DynamoDBDistinctStore:
                     }
                 }
             )
-            slot = counts.setdefault((member_set.window, member_set.expires_at_s), {})
+            slot = counts.setdefault((member_set.key, member_set.window, member_set.expires_at_s), {})
             slot[member_set.name] = slot.get(member_set.name, 0) + 1
-        for (window, expires_at_s), by_set in counts.items():
-            target = make_item(key, window, shard, expires_at_s)
+        for (key, window, expires_at_s), by_set in counts.items():
+            target = make_item(key, window, shards[key], expires_at_s)
             names: dict[str, str] = {}
             values: dict[str, Any] = {}
             for index, (name, count) in enumerate(sorted(by_set.items())):
