@@ -1,9 +1,9 @@
 """Decode and validate one message body into a ``Message``, or say precisely why it can never count.
 
 The wire format (README.md, "Event format") in one breath: a JSON object with a producer-assigned
-``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts`` and ``gauges``) or a
+``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``, ``gauges`` and ``distinct``) or a
 packed list ``events``. ``delta``/``deltas`` may be left out where the deployment declares default
-deltas for the key (``tally.core.defaults``), or when the event carries only gauges. Decoding is
+deltas for the key (``tally.core.defaults``), or when the event carries only gauges or distinct members. Decoding is
 strict: unknown fields are refused rather than ignored, because a misspelled
 ``"detla"`` silently counting nothing is worse than a dead-lettered message that says why.
 

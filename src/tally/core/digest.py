@@ -10,7 +10,8 @@ content it counted, and every duplicate is compared with it (``tally.core.ledger
 - each event's ``key``, its counters by name with their **values** (``1``, ``1.0`` and ``1.00`` are the
   same number; ``"delta": n`` is ``"deltas": {"count": n}``; counter order does not matter), and its
   ``ts`` as decoded epoch milliseconds (ISO 8601 and epoch ms naming the same millisecond are the same;
-  an event without ``ts`` differs from every event with one);
+  an event without ``ts`` differs from every event with one), its gauge readings, and its distinct-count
+  members (set name and member; ``_canonical_event``);
 - a packed message's events as a multiset: the same events in another order are the same content (they
   count the same), two events merged into one are not; a single-event message and a packed message of
   that one event are the same content;
