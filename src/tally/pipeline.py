@@ -65,7 +65,9 @@ class DistinctStore(Protocol):
     redelivery writes the members again (a counted member is never counted twice).
     """
 
-    def write_members(self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]]) -> DistinctWrite: ...
+    def write_members(
+        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], remaining_ms: Callable[[], int] | None = None
+    ) -> DistinctWrite: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +181,9 @@ class BatchPipeline:
         gauge_writes, gauges_unwritten = self._write_gauges(
             messages, distinct.unique, outcome.applied | outcome.already_applied
         )
-        members = self._write_members(messages, distinct.unique, outcome.applied | outcome.already_applied, now_ms)
+        members = self._write_members(
+            messages, distinct.unique, outcome.applied | outcome.already_applied, now_ms, remaining_ms
+        )
 
         for position in distinct.unique:
             rejection = outcome.rejected.get(messages[position].message_id)
@@ -261,7 +265,12 @@ class BatchPipeline:
         return requests, frozenset(unwritten)
 
     def _write_members(
-        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str], now_ms: int
+        self,
+        messages: Sequence[Message],
+        unique: Sequence[int],
+        settled: frozenset[str],
+        now_ms: int,
+        remaining_ms: Callable[[], int],
     ) -> _MembersWritten:
         """Count the distinct members of every message whose counters count (applied now, or before).
 
@@ -281,7 +290,7 @@ class BatchPipeline:
             return _MembersWritten()
         batch = batch_members(carrying, self._settings.windows, now_ms)
         try:
-            written = self._distinct.write_members(batch.members)
+            written = self._distinct.write_members(batch.members, remaining_ms)
         except RetryableStoreError:
             return _MembersWritten(unwritten=frozenset().union(*batch.sources.values()))
         unwritten = frozenset().union(*(batch.sources[key] for key in written.unwritten))

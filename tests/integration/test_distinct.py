@@ -286,6 +286,32 @@ def test_conflicts_that_never_end_report_the_records_for_redelivery(
     assert distinct_of(ddb_tables, "v:1") == {"viewers": "1"}
 
 
+def test_without_time_left_the_members_are_left_to_the_redelivery(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN an invocation with less time left than the reserve kept for reporting
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    records = viewer_records(("a", "v:1", "u1"))
+    member_step = [False]  # the counters' commit has time; from the member read on, 2 s are left
+
+    def on_read(params: dict[str, Any], **_: Any) -> None:
+        keys = next(iter(params["RequestItems"].values()))["Keys"]
+        member_step[0] = member_step[0] or keys[0].get("pk", {}).get("S", "").endswith(MEMBER_PARTITION_SUFFIX)
+
+    ddb_tables.client.meta.events.register("before-parameter-build.dynamodb.BatchGetItem", on_read)
+    try:
+        result = pipeline.process(records, NOW_MS, lambda: 2_000 if member_step[0] else 60_000)
+    finally:
+        ddb_tables.client.meta.events.unregister("before-parameter-build.dynamodb.BatchGetItem", on_read)
+    # THEN the counters commit, no member transaction is sent, and the record comes back
+    assert result.failed_record_ids == ("r-a",)
+    assert result.member_transactions == 0
+    assert distinct_of(ddb_tables, "v:1") == {}
+    again = pipeline.process(records, NOW_MS, lambda: 60_000)
+    assert again.failed_record_ids == ()
+    assert again.already_applied == 1
+    assert distinct_of(ddb_tables, "v:1") == {"viewers": "1"}
+
+
 def test_a_member_written_by_another_invocation_between_read_and_write_counts_once(
     ddb_tables: DynamoDBTables, member_hooks: dict[str, Any]
 ) -> None:

@@ -60,6 +60,10 @@ MAX_ACTIONS: Final = 100
 MAX_ATTEMPTS: Final = 6
 """Sends of one transaction cancelled by conflicts, throttling or lost answers, before giving up (the
 messages are then reported failed and their redelivery writes the members again)."""
+RESERVE_MS: Final = 3_000
+"""Time kept back for reporting the batch (``RetryPolicy.reserve_ms``): below it no member transaction is
+sent or sent again, and the keys left are reported unwritten (their messages redelivered) rather than the
+invocation timing out."""
 _PAUSE_S: Final = 0.02
 _CONDITION_FAILED: Final = "ConditionalCheckFailed"
 _RETRYABLE_REASONS: Final = frozenset(
@@ -112,8 +116,13 @@ class DynamoDBDistinctStore:
         self._rng = rng or random.Random()
         self._sleep = sleep
         self._max_actions = max_actions
+        self._remaining_ms: Callable[[], int] | None = None
 
-    def write_members(self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]]) -> DistinctWrite:
+    def write_members(
+        self,
+        members: Mapping[str, Mapping[MemberSet, frozenset[str]]],
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> DistinctWrite:
         """Count the members of each key's sets that are not counted yet; returns what it cost, and the keys
         whose members may be uncounted (their transaction kept failing: writing again is safe).
 
@@ -135,8 +144,11 @@ class DynamoDBDistinctStore:
         shards = {key: self._rng.randrange(self._hot_keys.shards_for(key)) for key in members}
         transactions = added = 0
         unwritten: set[str] = set()
+        self._remaining_ms = remaining_ms
         for chunk in self._chunks(new):
             try:
+                if not self._has_time(0):
+                    raise _GaveUp("no time left for the member transaction", 0)
                 sent, counted = self._write(shards, chunk)
             except RetryableStoreError as exc:
                 transactions += exc.calls if isinstance(exc, _GaveUp) else 0
@@ -201,8 +213,14 @@ class DynamoDBDistinctStore:
         attempts += 1
         if attempts >= MAX_ATTEMPTS:
             raise _GaveUp(f"member transaction not committed after {attempts} attempts", calls) from failure
-        self._sleep(self._rng.uniform(0, _PAUSE_S * 2**attempts))
+        pause_s = self._rng.uniform(0, _PAUSE_S * 2**attempts)
+        if not self._has_time(pause_s):
+            raise _GaveUp("no time left to send the member transaction again", calls) from failure
+        self._sleep(pause_s)
         return attempts
+
+    def _has_time(self, pause_s: float) -> bool:
+        return self._remaining_ms is None or self._remaining_ms() >= RESERVE_MS + pause_s * 1000
 
     def _actions(self, shards: Mapping[str, int], pending: Sequence[_Counted]) -> list[dict[str, Any]]:
         """The member Puts first (their positions name them in a cancellation), then one ADD per counter item."""
