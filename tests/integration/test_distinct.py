@@ -404,6 +404,21 @@ def test_more_new_members_than_one_transaction_holds_are_all_counted(ddb_tables:
     assert {n: str(v) for n, v in hour.windows[0].distinct.items()} == {"viewers": "250"}
 
 
+def test_the_longest_key_set_and_member_fit_dynamodbs_key_limits(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN the longest key (2,000 bytes), set name (255) and member (512, in 2-byte characters), in a window
+    windows = parse_window_spec("hour", "hour=90")
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store, windows=windows)
+    key, name, member = "k" * 2000, "s" * 255, "é" * 256
+    body = {"id": "long", "key": key, "ts": NOW_MS, "distinct": {name: member}}
+    # WHEN it is counted on DynamoDB Local THEN the member items are accepted (no key over its limit)
+    result = pipeline.process([SourceRecord("r", json.dumps(body), NOW_MS)], NOW_MS, lambda: 60_000)
+    assert result.failed_record_ids == ()
+    assert not dlq.letters
+    assert result.members_added == 2
+    assert distinct_of(ddb_tables, key) == {name: "1"}
+
+
 def test_the_store_alone_counts_what_is_new(ddb_tables: DynamoDBTables) -> None:
     from tally.core.distinct import MemberSet  # noqa: PLC0415
 
