@@ -113,11 +113,12 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     """Every kind of batch the function handles: new, redelivered, poison, and a journal batch whose
     invocation crashed after its commit, finished by the redelivery."""
     context = LocalLambdaContext()
-    for name in ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json"):
+    sqs_samples = ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json")
+    for name in (*sqs_samples, "sqs-distinct.json"):  # distinct members: Put on the counters table (issue 15)
         event = load_event(name)
         sqs_handler.handler(event, context)
         sqs_handler.handler(event, context)  # a redelivery: the marker read finds what is applied
-    for name in ("kinesis-single.json", "kinesis-packed.json", "kinesis-poison.json"):
+    for name in ("kinesis-single.json", "kinesis-packed.json", "kinesis-poison.json", "kinesis-distinct.json"):
         kinesis_handler.handler(load_event(name), context)
     # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
     journal_batch = sqs_event([_packed("wide-1", 120)])
@@ -276,6 +277,7 @@ def _operations(calls: Any, role: str) -> set[tuple[str, str]]:
 LAMBDA_CALLS = {
     ("TransactWriteItems", "apply"),  # direct transactions (store.dynamodb)
     ("TransactWriteItems", "_transact"),  # the journal's steps
+    ("TransactWriteItems", "_write"),  # distinct-count members and their counts (store.distinct)
     ("TransactWriteItems.Put", "Put"),
     ("TransactWriteItems.Update", "Update"),
     ("TransactWriteItems.ConditionCheck", "ConditionCheck"),
