@@ -23,6 +23,7 @@ from msgspec.structs import replace
 from tally.core.aggregate import copy_conflict, deduplicate, message_totals
 from tally.core.decode import DecodeLimits, decode_message
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
+from tally.core.distinct import batch_members, carries_members
 from tally.core.gauges import batch_gauges
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
 from tally.core.resets import reset_items
@@ -34,8 +35,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.apply import Applier
+    from tally.core.distinct import MemberSet
     from tally.core.gauges import GaugeSlot, GaugeValue
     from tally.core.model import SourceRecord
+    from tally.store.distinct import DistinctWrite
 
 
 class DeadLetterQueue(Protocol):
@@ -52,6 +55,20 @@ class GaugeStore(Protocol):
     """
 
     def write_gauges(self, key: str, slots: Mapping[GaugeSlot, GaugeValue]) -> int: ...
+
+
+class DistinctStore(Protocol):
+    """The port distinct-count members go to (``tally.store.distinct.DynamoDBDistinctStore``): idempotent.
+
+    Takes every key's members of the batch at once (one read and as few transactions as the action limit
+    allows). Names the keys whose members may be uncounted in ``DistinctWrite.unwritten``, or raises
+    ``RetryableStoreError`` when that may be any key: their messages are then reported failed, and their
+    redelivery writes the members again (a counted member is never counted twice).
+    """
+
+    def write_members(
+        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], remaining_ms: Callable[[], int] | None = None
+    ) -> DistinctWrite: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +115,12 @@ class BatchResult:
     stalls: tuple[HeldRecord, ...] = ()
     gauge_writes: int = 0
     """Conditional gauge write requests (``tally.store.gauges``), beside the counters' transactions."""
+    member_reads: int = 0
+    """Distinct-count member items looked up (``tally.store.distinct``): one read unit each."""
+    member_transactions: int = 0
+    """Member transactions sent (retries included)."""
+    members_added: int = 0
+    """Members counted by this batch (new member items)."""
 
 
 class BatchPipeline:
@@ -111,8 +134,11 @@ class BatchPipeline:
         rng: random.Random | None = None,
         *,
         gauges: GaugeStore | None = None,
+        distinct: DistinctStore | None = None,
     ) -> None:
         self._gauges = gauges
+        self._distinct = distinct
+        """None: this pipeline counts no distinct members, and dead-letters messages that name some."""
         """None: this pipeline writes no gauges, and dead-letters messages that carry some (never drops them)."""
         self._applier = applier
         self._dead_letters = dead_letters
@@ -129,6 +155,8 @@ class BatchPipeline:
             decoded_or_old = self._refuse_if_too_old(decoded, now_ms) if isinstance(decoded, Message) else decoded
             if self._gauges is None and isinstance(decoded_or_old, Message) and _carries_gauges(decoded_or_old):
                 decoded_or_old = Rejection(RejectCode.INVALID_GAUGE, "this pipeline has no gauge store")
+            if self._distinct is None and isinstance(decoded_or_old, Message) and carries_members(decoded_or_old):
+                decoded_or_old = Rejection(RejectCode.INVALID_DISTINCT, "this pipeline has no distinct-count store")
             if isinstance(decoded_or_old, Rejection):
                 poison.append(DeadLetter(record, decoded_or_old))
             else:
@@ -156,6 +184,9 @@ class BatchPipeline:
         gauge_writes, gauges_unwritten = self._write_gauges(
             messages, distinct.unique, outcome.applied | outcome.already_applied
         )
+        members = self._write_members(
+            messages, distinct.unique, outcome.applied | outcome.already_applied, now_ms, remaining_ms
+        )
 
         for position in distinct.unique:
             rejection = outcome.rejected.get(messages[position].message_id)
@@ -174,7 +205,9 @@ class BatchPipeline:
         failed = [
             record.record_id
             for record, message in zip(valid_records, messages, strict=True)
-            if message.message_id in outcome.unapplied or message.message_id in gauges_unwritten
+            if message.message_id in outcome.unapplied
+            or message.message_id in gauges_unwritten
+            or message.message_id in members.unwritten
         ]
         failed.extend(letter.record.record_id for letter in poison if letter.record.record_id in refused_by_dlq)
         holders = {stall.message_id: stall for stall in outcome.stalls}
@@ -200,6 +233,9 @@ class BatchPipeline:
             marker_reads=outcome.marker_reads,
             stalls=stalls,
             gauge_writes=gauge_writes,
+            member_reads=members.read,
+            member_transactions=members.transactions,
+            members_added=members.added,
         )
 
     def _write_gauges(
@@ -231,6 +267,38 @@ class BatchPipeline:
                 unwritten |= batch.sources[key]
         return requests, frozenset(unwritten)
 
+    def _write_members(
+        self,
+        messages: Sequence[Message],
+        unique: Sequence[int],
+        settled: frozenset[str],
+        now_ms: int,
+        remaining_ms: Callable[[], int],
+    ) -> _MembersWritten:
+        """Count the distinct members of every message whose counters count (applied now, or before).
+
+        After the commit, like the gauges (``_write_gauges``), and for the same reasons: a member's condition
+        must never cancel the counters, and a crash before this step is repaired by the redelivery, which
+        meets the markers and writes the members again (``tally.store.distinct``: a counted member is never
+        counted twice). A key whose members may be unwritten has its messages reported failed.
+        """
+        if self._distinct is None:
+            return _MembersWritten()
+        carrying = [
+            messages[position]
+            for position in unique
+            if messages[position].message_id in settled and carries_members(messages[position])
+        ]
+        if not carrying:
+            return _MembersWritten()
+        batch = batch_members(carrying, self._settings.windows, now_ms)
+        try:
+            written = self._distinct.write_members(batch.members, remaining_ms)
+        except RetryableStoreError:
+            return _MembersWritten(unwritten=frozenset().union(*batch.sources.values()))
+        unwritten = frozenset().union(*(batch.sources[key] for key in written.unwritten))
+        return _MembersWritten(written.read, written.transactions, written.added, unwritten)
+
     def _refuse_if_too_old(self, message: Message, now_ms: int) -> Message | Rejection:
         """Refuse a message that may be older than the markers it could have left: only its ``ts`` can say.
 
@@ -254,6 +322,16 @@ class BatchPipeline:
             detail = f"newest ts is {age_ms / 86_400_000:.1f} days old; markers are kept {days:g} days"
             return Rejection(RejectCode.TOO_OLD, detail)
         return message
+
+
+@dataclass(frozen=True, slots=True)
+class _MembersWritten:
+    """The distinct-count step's figures, and the ids of the messages whose members may be uncounted."""
+
+    read: int = 0
+    transactions: int = 0
+    added: int = 0
+    unwritten: frozenset[str] = frozenset()
 
 
 def _carries_gauges(message: Message) -> bool:

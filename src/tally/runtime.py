@@ -20,6 +20,7 @@ from tally.core.model import RejectCode
 from tally.dlq import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
@@ -84,6 +85,7 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
             counter_defaults=defaults,
         ),
         gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
+        distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
     )
 
 
@@ -108,6 +110,9 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "IdConflicts": sum(1 for letter in result.dead_letters if letter.rejection.code is RejectCode.ID_CONFLICT),
         "RecordsHeldByLease": len(result.stalls),
         "GaugeWrites": result.gauge_writes,
+        "MemberReads": result.member_reads,
+        "MemberTransactions": result.member_transactions,
+        "MembersAdded": result.members_added,
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

@@ -33,6 +33,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 from tally.local.template import function_definition, load_template, table_definitions
+from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.artifact.build import (
     DEPLOYED_ARCHITECTURE,
@@ -307,6 +308,11 @@ class LocalResources:
     def counters(self, keys: list[str]) -> dict[str, dict[str, str]]:
         return {key: {name: str(value) for name, value in self.store.read_counters(key).items()} for key in keys}
 
+    def distinct(self, keys: list[str]) -> dict[str, dict[str, str]]:
+        """Each key's distinct counts (issue 15, part 2), read as applications read them."""
+        reader = CounterReader(self.store.counters_table, client=self.dynamodb)
+        return {key: {name: str(value) for name, value in reader.get(key).distinct.items()} for key in keys}
+
     def dead_letter_codes(self) -> list[str]:
         """The codes of every message in the dead-letter queue, which is emptied."""
         letters = drain_queue(self.sqs, self.physical_ids["EventsDeadLetterQueue"])
@@ -372,6 +378,7 @@ def test_each_sample_event_counts_under_the_emulator(
     # THEN nothing is reported failed, and counters and dead letters are exactly as documented
     assert answers == [{"batchItemFailures": []}] * 2, function.log_tail()
     assert resources.counters(list(expected["counters"])) == expected["counters"]
+    assert resources.distinct(list(expected.get("distinct", {}))) == expected.get("distinct", {})
     # Poison is dead-lettered on every delivery (it never gets a marker): twice.
     assert resources.dead_letter_codes() == sorted(expected["dead_letters"] * 2)
 

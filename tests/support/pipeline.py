@@ -14,6 +14,7 @@ from tally.core.plan import MAX_TRANSACTION_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
@@ -81,6 +82,7 @@ def make_pipeline(
     max_actions: int = MAX_TRANSACTION_ACTIONS,
     marker_read_gate: MarkerReadGate | None = None,
     counter_defaults: CounterDefaults = NO_DEFAULTS,
+    with_distinct: bool = True,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests."""
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
@@ -106,4 +108,9 @@ def make_pipeline(
         bounds=store.bounds,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
-    return BatchPipeline(applier, dlq, settings, gauges=gauges), dlq
+    distinct = (
+        DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys, sleep=lambda _: None)
+        if with_distinct
+        else None
+    )
+    return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct), dlq

@@ -118,11 +118,18 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:bounded-*#stock>=0;quota:bounded-*#calls<=10")
     sqs_handler.pipeline.cache_clear()
     kinesis_handler.pipeline.cache_clear()
-    for name in ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json"):
+    sqs_samples = ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json")
+    for name in (*sqs_samples, "sqs-distinct.json"):  # distinct members: Put on the counters table (issue 15)
         event = load_event(name)
         sqs_handler.handler(event, context)
         sqs_handler.handler(event, context)  # a redelivery: the marker read finds what is applied
-    for name in ("kinesis-single.json", "kinesis-packed.json", "kinesis-poison.json", "kinesis-bounded.json"):
+    for name in (
+        "kinesis-single.json",
+        "kinesis-packed.json",
+        "kinesis-poison.json",
+        "kinesis-bounded.json",
+        "kinesis-distinct.json",
+    ):
         kinesis_handler.handler(load_event(name), context)
     sqs_handler.handler(load_event("sqs-bounded.json"), context)
     zero_net = [{"id": f"zero-{n}", "key": "stock:bounded-zero", "deltas": {"stock": d}} for n, d in ((1, 4), (2, -4))]
@@ -284,6 +291,7 @@ def _operations(calls: Any, role: str) -> set[tuple[str, str]]:
 LAMBDA_CALLS = {
     ("TransactWriteItems", "apply"),  # direct transactions (store.dynamodb)
     ("TransactWriteItems", "_transact"),  # the journal's steps
+    ("TransactWriteItems", "_write"),  # distinct-count members and their counts (store.distinct)
     ("TransactWriteItems.Put", "Put"),
     ("TransactWriteItems.Update", "Update"),
     ("TransactWriteItems.ConditionCheck", "ConditionCheck"),

@@ -187,6 +187,7 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
             "dynamodb:UpdateItem",  # the ADDs
             "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero (issue 15)
             "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
+            "dynamodb:PutItem",  # distinct-count member items (issue 15)
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
     }

@@ -418,6 +418,7 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
             "dynamodb:UpdateItem",  # the ADDs
             "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero (issue 15)
             "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
+            "dynamodb:PutItem",  # distinct-count member items (issue 15)
         },
         json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
     }

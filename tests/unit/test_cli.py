@@ -48,6 +48,16 @@ def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                 "max#peak_basket": {"N": "4.5"},
                 "latest#lastPurchaseAt": {"S": "2026-11-24T20:00:00Z"},
                 "latest_order#lastPurchaseAt": {"B": b"\x00" * 24},
+                "dc#buyers": {"N": "2"},
+            },
+        )
+        client.put_item(  # the hour window 2026-11-24T20:00Z: 1 buyer in it
+            TableName="counters",
+            Item={
+                "pk": {"S": "shop:42"},
+                "sk": {"S": "h#2026-11-24T20:00Z"},
+                "c#orders": {"N": "1"},
+                "dc#buyers": {"N": "1"},
             },
         )
         yield
@@ -76,6 +86,26 @@ def test_get_gauges_prints_each_kind_and_name_exactly(counters: None) -> None:
     assert as_json.output == '{"latest":{"lastPurchaseAt":"2026-11-24T20:00:00Z"},"max":{"peak_basket":4.5}}\n'
     assert "peak_basket" in table.output
     assert "4.5" in table.output
+    assert plain.output == '{"orders":3,"revenue":0.1}\n'
+
+
+def test_get_distinct_prints_each_sets_count_all_time_and_per_window(counters: None) -> None:
+    # GIVEN a key with a distinct count (issue 15, part 2) beside its counters
+    # WHEN its distinct counts are asked for, all-time and per hour, as JSON and as tables
+    as_json = CliRunner().invoke(cli, ["get", "shop:42", "--distinct", "--json"])
+    table = CliRunner().invoke(cli, ["get", "shop:42", "--distinct"])
+    hours = ["--window", "hour", "--from", "2026-11-24T19:00Z", "--to", "2026-11-24T20:00Z"]
+    series = CliRunner().invoke(cli, ["get", "shop:42", "--distinct", "--json", *hours])
+    series_table = CliRunner().invoke(cli, ["get", "shop:42", "--distinct", *hours])
+    plain = CliRunner().invoke(cli, ["get", "shop:42", "--json"])
+    # THEN set -> members, exactly; the counters' answer is unchanged
+    assert as_json.output == '{"buyers":2}\n'
+    assert "buyers" in table.output
+    assert "distinct counts" in table.output
+    assert series.output == (
+        '[{"start":"2026-11-24T19:00:00Z","distinct":{}},{"start":"2026-11-24T20:00:00Z","distinct":{"buyers":1}}]\n'
+    )
+    assert "buyers" in series_table.output
     assert plain.output == '{"orders":3,"revenue":0.1}\n'
 
 

@@ -125,6 +125,21 @@ def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str
     ]
 
 
+def test_json_lines_may_name_distinct_members(aws: str) -> None:
+    # GIVEN events naming members of distinct-count sets (issue 15, part 2), one of them without a delta
+    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    stdin = '{"key": "v:1", "delta": 1, "distinct": {"viewers": "u-17"}}\n{"key": "v:1", "distinct": {"c": "fr"}}\n'
+    # WHEN they are published THEN the bodies carry the members as written
+    result = run("--file", "-", "--queue-url", url, stdin=stdin)
+    assert result.exit_code == 0, result.output
+    decoded = [decode_message(body, LIMITS) for body in queue_bodies(aws, url)]
+    events = [event for message in decoded if isinstance(message, Message) for event in message.events]
+    assert sorted((json.dumps(dict(event.deltas)), json.dumps(event.distinct)) for event in events) == [
+        ('{"count": 1}', '{"viewers": "u-17"}'),
+        ("{}", '{"c": "fr"}'),
+    ]
+
+
 def test_stdin(aws: str) -> None:
     url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     result = run("--file", "-", "--queue-url", url, stdin='{"key": "k", "delta": 4}\n{"key": "k", "delta": 6}\n')
@@ -146,6 +161,8 @@ def test_stdin(aws: str) -> None:
         ('{"key": "k", "gauges": {"p": 3}}', "gauges must be an object"),
         ('{"key": "k", "gauges": {"p": {"latest": "x"}}}', "needs the event's ts"),
         ('{"key": "k", "gauges": {"p": {"max": "3"}}}', "int or a Decimal"),
+        ('{"key": "k", "distinct": {"viewers": ["u1"]}}', "member of 'viewers' must be a non-empty string"),
+        ('{"key": "k", "distinct": {}}', "1 to 100 sets"),
     ],
 )
 def test_a_bad_line_refuses_the_whole_input_before_anything_is_sent(

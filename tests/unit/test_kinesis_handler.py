@@ -91,6 +91,8 @@ def test_each_sample_event_counts_as_documented(
         for key in expected.get("gauges", {})
     }
     assert gauges == expected.get("gauges", {})
+    distinct = {key: {n: str(v) for n, v in reader.get(key).distinct.items()} for key in expected.get("distinct", {})}
+    assert distinct == expected.get("distinct", {})
 
 
 def test_dead_letters_carry_the_full_record_payload(stack: MotoStack) -> None:

@@ -94,6 +94,27 @@ def test_numbers_are_exact_strings_and_hot_keys_summed(endpoint: Endpoint) -> No
     )
 
 
+def test_distinct_counts_are_answered_beside_the_counters_hot_shards_summed(endpoint: Endpoint) -> None:
+    # GIVEN a hot key whose distinct count (issue 15, part 2) is on two shards, all-time and in one hour
+    for pk, viewers in (("hot", "2"), ("hot\x1f3", "5")):
+        for sk in ("all", "h#2026-11-24T20:00Z"):
+            endpoint.dynamodb.put_item(
+                TableName="counters",
+                Item={"pk": {"S": pk}, "sk": {"S": sk}, "c#count": {"N": "1"}, "dc#viewers": {"N": viewers}},
+            )
+    # WHEN the key and its hours are asked for
+    _, body, _ = endpoint.get("/counters/hot")
+    _, series, _ = endpoint.get(
+        "/counters/hot", {"window": "hour", "from": "2026-11-24T19:00Z", "to": "2026-11-24T20:00Z"}
+    )
+    # THEN "distinct" (set -> members, as strings) sits beside "counters"; a window without members has none
+    assert body == {"key": "hot", "counters": {"count": "2"}, "distinct": {"viewers": "7"}}
+    assert series["windows"] == [
+        {"start": "2026-11-24T19:00:00Z", "counters": {}},
+        {"start": "2026-11-24T20:00:00Z", "counters": {"count": "2"}, "distinct": {"viewers": "7"}},
+    ]
+
+
 def test_a_key_is_percent_decoded_once(endpoint: Endpoint) -> None:
     put(endpoint, "a%41 b/c", "all", count="1")
     assert endpoint.get("/counters/a%2541%20b%2Fc")[:2] == (200, {"key": "a%41 b/c", "counters": {"count": "1"}})

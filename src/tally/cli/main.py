@@ -26,14 +26,14 @@ from tally.cli.stack_command import stack
 from tally.cli.top import top
 from tally.config import COUNTERS_TABLE
 from tally.errors import TallyError
-from tally.reader import CounterReader, parse_time_ms
+from tally.reader import CounterReader, Series, Window, parse_time_ms
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from decimal import Decimal
     from typing import Any
 
-    from tally.reader import OperatorRecord, Series
+    from tally.reader import OperatorRecord
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
@@ -57,6 +57,11 @@ def series_json(series: Series) -> bytes:
     return _JSON.encode([{"start": window.start, "counters": dict(window.values)} for window in series.windows])
 
 
+def distinct_series_json(series: Series) -> bytes:
+    """A JSON list of windows in order: start and distinct counts (set -> members; missing windows: {})."""
+    return _JSON.encode([{"start": window.start, "distinct": dict(window.distinct)} for window in series.windows])
+
+
 @click.group()
 @click.version_option(package_name="tally")
 def cli() -> None:
@@ -71,6 +76,9 @@ def cli() -> None:
 @click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
 @click.option("--gauges", "gauges", is_flag=True, help="Print the gauges (max, min, latest) instead of the counters.")
 @click.option("--operators", "operators", is_flag=True, help="Print each counter's last reset and correction.")
+@click.option(
+    "--distinct", "distinct", is_flag=True, help="Print the distinct counts (members per set) instead of the counters."
+)
 @stack_option
 def get(
     *,
@@ -81,6 +89,7 @@ def get(
     to: str | None,
     gauges: bool,
     operators: bool,
+    distinct: bool,
     stack_name: str | None,
 ) -> None:
     """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
@@ -93,14 +102,17 @@ def get(
             _print_gauges(key, reader.get(key).gauges, as_json)
             return
         if window is None:
-            _print_counters(key, dict(reader.get(key).values), as_json)
+            found = reader.get(key)
+            _print_counters(key, dict(found.distinct if distinct else found.values), as_json, distinct=distinct)
             return
         series = reader.series(key, window, parse_time_ms(from_) if from_ else None, parse_time_ms(to) if to else None)
     except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
-        sys.stdout.buffer.write(series_json(series) + b"\n")
+        sys.stdout.buffer.write((distinct_series_json(series) if distinct else series_json(series)) + b"\n")
         return
+    if distinct:
+        series = Series(key, series.window, tuple(Window(w.start_ms, w.distinct) for w in series.windows))
     names = sorted({name for window_counts in series.windows for name in window_counts.values})
     table = Table(title=f"{key!r} per {window} (UTC)")
     table.add_column("window start")
@@ -160,12 +172,14 @@ def _print_operators(key: str, operators: Mapping[str, Mapping[str, OperatorReco
         console.print(f"{key!r} was never reset or corrected")
 
 
-def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> None:
+def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool, *, distinct: bool = False) -> None:
+    """Counter -> value, or with ``distinct`` set -> distinct members (the same shape: name -> exact number)."""
     if as_json:
         sys.stdout.buffer.write(counters_json(counters) + b"\n")
         return
-    table = Table(title=f"counters of {key!r}")
-    table.add_column("counter")
+    what = "distinct counts" if distinct else "counters"
+    table = Table(title=f"{what} of {key!r}")
+    table.add_column("set" if distinct else "counter")
     table.add_column("value", justify="right")
     for name, value in sorted(counters.items()):
         table.add_row(name, str(value))
@@ -173,7 +187,7 @@ def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool) -> No
     if counters:
         console.print(table)
     else:
-        console.print(f"no counters for {key!r} yet")
+        console.print(f"no {what} for {key!r} yet")
 
 
 cli.add_command(publish)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     from tally.producer.wire import OutgoingMessage
 
-_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges", "reset", "correction"})
+_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges", "distinct", "reset", "correction"})
 _PACKED_EVENT_FIELDS = _EVENT_FIELDS - {"id", "reset", "correction"}  # an operator's event is never packed
 
 
@@ -151,7 +151,7 @@ def _event_from_object(item: dict[str, Any], where: str, *, allow_id: bool) -> E
     gauges = _gauges(item.get("gauges"), where)
     if "reset" in item or "correction" in item:  # an operator's reset or correction (README)
         return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, operator=item)
-    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges)
+    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, distinct=item.get("distinct"))
 
 
 def _gauges(raw: Any, where: str) -> dict[str, tuple[str, Any]] | None:
@@ -172,6 +172,7 @@ def _event(
     *,
     gauges: dict[str, tuple[str, Any]] | None = None,
     operator: dict[str, Any] | None = None,
+    distinct: Any = None,
 ) -> Event:
     try:
         if operator is not None:
@@ -181,7 +182,7 @@ def _event(
             return Event(
                 key, deltas, ts=ts, id=event_id, gauges=gauges, reset=operator.get("reset"), correction=correction
             )
-        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges)
+        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges, distinct=distinct)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: {exc}") from None
 

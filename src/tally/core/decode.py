@@ -1,9 +1,9 @@
 """Decode and validate one message body into a ``Message``, or say precisely why it can never count.
 
 The wire format (README.md, "Event format") in one breath: a JSON object with a producer-assigned
-``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts`` and ``gauges``) or a
+``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``, ``gauges`` and ``distinct``) or a
 packed list ``events``. ``delta``/``deltas`` may be left out where the deployment declares default
-deltas for the key (``tally.core.defaults``), or when the event carries only gauges. Decoding is
+deltas for the key (``tally.core.defaults``), or when the event carries only gauges or distinct members. Decoding is
 strict: unknown fields are refused rather than ignored, because a misspelled
 ``"detla"`` silently counting nothing is worse than a dead-lettered message that says why.
 
@@ -38,6 +38,8 @@ _MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 MAX_GAUGE_TEXT_BYTES = 1024
 """The longest string a ``latest`` gauge may hold (UTF-8)."""
 _GAUGE_KINDS = {kind.value: kind for kind in GaugeKind}
+MAX_MEMBER_BYTES = 512
+"""The longest distinct-count member (UTF-8): a member item's sort key holds it whole (``tally.store.distinct``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,7 @@ class _WireEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     gauges: dict[str, Any] | UnsetType = UNSET
     reset: dict[str, Any] | UnsetType = UNSET
     correction: bool | UnsetType = UNSET
+    distinct: dict[str, Any] | UnsetType = UNSET
 
 
 class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
@@ -136,7 +139,13 @@ def _decode(body: str | bytes, limits: DecodeLimits, defaults: CounterDefaults) 
     wire = _parse(raw)
     message_id = _check_id(wire.id, limits)
     if wire.events is UNSET:
-        if wire.key is UNSET and wire.delta is UNSET and wire.deltas is UNSET and wire.gauges is UNSET:
+        if (
+            wire.key is UNSET
+            and wire.delta is UNSET
+            and wire.deltas is UNSET
+            and wire.gauges is UNSET
+            and wire.distinct is UNSET
+        ):
             raise _Invalid(RejectCode.MISSING_KEY, "a message needs a key and a delta, or events")
         return Message(message_id, (_event(wire, limits, None, defaults),))
     if (
@@ -147,10 +156,11 @@ def _decode(body: str | bytes, limits: DecodeLimits, defaults: CounterDefaults) 
         or wire.gauges is not UNSET
         or wire.reset is not UNSET
         or wire.correction is not UNSET
+        or wire.distinct is not UNSET
     ):
         raise _Invalid(
             RejectCode.AMBIGUOUS_SHAPE,
-            "a packed message carries only id and events; key, delta(s), gauges and ts belong on each event",
+            "a packed message carries only id and events; key, delta(s), gauges, distinct and ts belong on each event",
         )
     if not wire.events:
         raise _Invalid(RejectCode.EMPTY_MESSAGE, "events is empty")
@@ -219,10 +229,42 @@ def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None, defaults: 
     ts_ms = None if ts is UNSET else _ts_ms(ts, index)
     if wire.reset is not UNSET or wire.correction is not UNSET:
         return _operator_event(wire, limits, index, key, ts_ms)
-    if wire.gauges is UNSET:
+    if wire.gauges is UNSET and wire.distinct is UNSET:
         return CounterEvent(key, _deltas(wire, limits, index, defaults, key), ts_ms)
-    gauges = _gauges(wire.gauges, ts_ms, limits, index)
-    return CounterEvent(key, _deltas(wire, limits, index, defaults, key, has_gauges=True), ts_ms, gauges)
+    gauges = None if wire.gauges is UNSET else _gauges(wire.gauges, ts_ms, limits, index)
+    members = None if wire.distinct is UNSET else _distinct(wire.distinct, limits, index)
+    deltas = _deltas(wire, limits, index, defaults, key, has_gauges=True)
+    return CounterEvent(key, deltas, ts_ms, gauges, members)
+
+
+def _distinct(raw: dict[str, Any], limits: DecodeLimits, index: int | None) -> dict[str, str]:
+    """``{"viewers": "user-17"}``: set name -> one member (a string) per set and event (issue 15, part 2).
+
+    One member per set keeps an event's content small and its digest simple; an event naming several
+    members of one set is several events of a packed message (README, "Distinct counts").
+    """
+    where = f"{_where(index)}.distinct"
+    if not raw:
+        raise _Invalid(RejectCode.INVALID_DISTINCT, f"distinct is empty at `{where}`")
+    if len(raw) > limits.max_counters_per_event:
+        raise _Invalid(
+            RejectCode.TOO_MANY_COUNTERS,
+            f"{len(raw)} distinct sets at `{where}` (at most {limits.max_counters_per_event})",
+        )
+    for name, member in raw.items():
+        if not name or _utf8_len_over(name, limits.max_counter_name_bytes) or SHARD_SEPARATOR in name:
+            raise _Invalid(
+                RejectCode.INVALID_DISTINCT,
+                f"set names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 without U+001F at `{where}`",
+            )
+        if not isinstance(member, str) or not member:
+            raise _Invalid(RejectCode.INVALID_DISTINCT, f"a member is a non-empty string at `{where}.{name}`")
+        if _utf8_len_over(member, MAX_MEMBER_BYTES) or SHARD_SEPARATOR in member:
+            raise _Invalid(
+                RejectCode.INVALID_DISTINCT,
+                f"a member is at most {MAX_MEMBER_BYTES} bytes of UTF-8 without U+001F at `{where}.{name}`",
+            )
+    return raw
 
 
 MAX_OPERATOR_COUNTERS = 20
@@ -243,8 +285,8 @@ def _operator_event(
     where = _where(index)
     if index is not None:
         raise _Invalid(RejectCode.INVALID_RESET, f"a reset or correction is a message of its own, not at `{where}`")
-    if wire.gauges is not UNSET:
-        raise _Invalid(RejectCode.INVALID_RESET, "a reset or correction carries no gauges")
+    if wire.gauges is not UNSET or wire.distinct is not UNSET:
+        raise _Invalid(RejectCode.INVALID_RESET, "a reset or correction carries no gauges and no distinct members")
     if wire.reset is UNSET:
         if wire.correction is not True:
             raise _Invalid(RejectCode.INVALID_RESET, '"correction" is true or absent')
@@ -332,7 +374,7 @@ def _deltas(
         if declared:
             return declared
     if deltas is UNSET and has_gauges:
-        return {}  # a gauges-only event: no counter moves
+        return {}  # a gauges-only or distinct-only event: no counter moves
     if deltas is UNSET or not deltas:
         raise _Invalid(RejectCode.MISSING_DELTA, f"delta or a non-empty deltas is required at `{_where(index)}`")
     if len(deltas) > limits.max_counters_per_event:

@@ -10,7 +10,8 @@ content it counted, and every duplicate is compared with it (``tally.core.ledger
 - each event's ``key``, its counters by name with their **values** (``1``, ``1.0`` and ``1.00`` are the
   same number; ``"delta": n`` is ``"deltas": {"count": n}``; counter order does not matter), and its
   ``ts`` as decoded epoch milliseconds (ISO 8601 and epoch ms naming the same millisecond are the same;
-  an event without ``ts`` differs from every event with one);
+  an event without ``ts`` differs from every event with one), its gauge readings, and its distinct-count
+  members (set name and member; ``_canonical_event``);
 - a packed message's events as a multiset: the same events in another order are the same content (they
   count the same), two events merged into one are not; a single-event message and a packed message of
   that one event are the same content;
@@ -76,7 +77,7 @@ def short_digest(digest: bytes | None) -> str:
     return digest[:6].hex() if digest else "none"
 
 
-def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | None, object, object]:
+def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[object, ...]:
     """``_counters_event``, with a fourth element, the gauge readings, for an event that carries any.
 
     An event without gauges encodes exactly as before gauges existed, so markers written then still match.
@@ -86,15 +87,19 @@ def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[str, int | 
     base = _counters_event(event)
     if event.reset is not None or event.correction:
         return (*base, _operator_part(event))
-    if not event.gauges:
+    if not event.gauges and not event.distinct:
         return base
     readings = sorted(
         (name, str(gauge.kind), True, gauge.value)
         if isinstance(gauge.value, str)
         else (name, str(gauge.kind), False, _canonical(gauge.value))
-        for name, gauge in event.gauges.items()
+        for name, gauge in (event.gauges or {}).items()
     )
-    return (*base, readings)
+    if not event.distinct:
+        return (*base, readings)
+    # Distinct members (issue 15, part 2): a fifth element, the (set, member) pairs sorted, after the
+    # readings (an empty list when there are none: a 4-tuple always has readings, so the shapes never meet).
+    return (*base, readings, sorted(event.distinct.items()))
 
 
 def _operator_part(event: CounterEvent) -> object:

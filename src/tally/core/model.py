@@ -51,6 +51,7 @@ class RejectCode(StrEnum):
     BELOW_FLOOR = "below_floor"
     ABOVE_CEILING = "above_ceiling"
     INVALID_RESET = "invalid_reset"
+    INVALID_DISTINCT = "invalid_distinct"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +100,8 @@ class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     deltas: Mapping[str, Number]
     ts_ms: int | None = None
     gauges: Mapping[str, Gauge] | None = None
+    distinct: Mapping[str, str] | None = None
+    """Distinct-count set name -> the member this event names (issue 15, part 2); None when it names none."""
     reset: Mapping[str, Number] | None = None
     """An operator's reset (issue 15, part 5): counter -> the value its all-time total is set to. A reset
     event carries no deltas; None for every other event."""

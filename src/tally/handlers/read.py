@@ -100,6 +100,8 @@ def get_counters(key: str) -> Response[str]:
             body["gauges"] = {
                 kind: {n: str(v) for n, v in sorted(g.items())} for kind, g in sorted(counters.gauges.items())
             }
+        if counters.distinct:  # only keys with distinct counts carry the field (issue 15, part 2)
+            body["distinct"] = _strings(counters.distinct)
         if counters.operators:  # only keys reset or corrected carry the field (issue 15, part 5)
             amount = {"reset": "value", "correction": "delta"}
             body["operators"] = {
@@ -117,7 +119,11 @@ def get_counters(key: str) -> Response[str]:
         {
             "key": series.key,
             "window": series.window,
-            "windows": [{"start": iso_utc(w.start_ms), "counters": _strings(w.values)} for w in series.windows],
+            "windows": [
+                {"start": iso_utc(w.start_ms), "counters": _strings(w.values)}
+                | ({"distinct": _strings(w.distinct)} if w.distinct else {})
+                for w in series.windows
+            ],
         },
     )
     if len(response.body or "") > MAX_BODY_BYTES:

@@ -37,6 +37,8 @@ class WireLimits:
 LIMITS: Final = WireLimits()
 MAX_OPERATOR_COUNTERS: Final = 20
 """The most counters one reset or correction names (the consumer's ``tally.core.decode``)."""
+MAX_MEMBER_BYTES: Final = 512
+"""The longest distinct member the consumer accepts (UTF-8; ``tally.core.decode.MAX_MEMBER_BYTES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +65,9 @@ class Event:
     correction: bool = False
     """An operator's correction: the deltas count like any event's and the key records the correction;
     always sent as a message of its own."""
+    distinct: Mapping[str, str] | None = None
+    """Set name -> the member this event names, e.g. ``{"viewers": "user-17"}`` (README, "Distinct counts"):
+    the key's count of different members per set, all-time and in the windows of ``ts``."""
 
     def __post_init__(self) -> None:
         _check_text(self.key, "key", LIMITS.max_key_bytes)
@@ -84,6 +89,8 @@ class Event:
             _check_text(self.id, "id", LIMITS.max_id_bytes)
         if self.gauges is not None:
             object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
+        if self.distinct is not None:
+            object.__setattr__(self, "distinct", self._checked_distinct(self.distinct))
         if self.reset is not None or self.correction:
             self._check_operator()
 
@@ -94,8 +101,8 @@ class Event:
 
     def _check_operator(self) -> None:
         """What the consumer refuses as ``invalid_reset`` (or ``missing_delta``), refused here first."""
-        if self.gauges is not None:
-            raise ValueError(f"a reset or correction of {self.key!r} carries no gauges")
+        if self.gauges is not None or self.distinct is not None:
+            raise ValueError(f"a reset or correction of {self.key!r} carries no gauges and no distinct members")
         if self.reset is None:
             if not self.deltas:
                 raise ValueError(f"a correction of {self.key!r} names its deltas")
@@ -128,6 +135,16 @@ class Event:
     ) -> Event:
         """``Event.correct("stock:sku-1", {"stock": -3}, id=...)``: an operator's correction by a delta."""
         return cls(key, deltas, ts=ts, id=id, correction=True)
+
+    def _checked_distinct(self, distinct: Mapping[str, str]) -> dict[str, str]:
+        if not isinstance(distinct, Mapping) or not distinct or len(distinct) > LIMITS.max_counters_per_event:
+            raise ValueError(f"distinct of {self.key!r}: 1 to {LIMITS.max_counters_per_event} sets")
+        for name, member in distinct.items():
+            _check_text(name, "set name", LIMITS.max_counter_name_bytes)
+            _check_text(member, f"member of {name!r}", MAX_MEMBER_BYTES)
+            if SHARD_SEPARATOR in name or SHARD_SEPARATOR in member:
+                raise ValueError(f"distinct {name!r}: set names and members may not contain U+001F")
+        return dict(distinct)
 
     def _checked_gauges(
         self, gauges: Mapping[str, tuple[str, int | Decimal | str]]

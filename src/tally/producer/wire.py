@@ -105,6 +105,9 @@ def event_fields(event: Event) -> str:
             for name, (kind, value) in event.gauges.items()
         )
         parts.append('"gauges":{' + readings + "}")
+    if event.distinct:
+        members = ",".join(_string(name) + ":" + _string(member) for name, member in event.distinct.items())
+        parts.append('"distinct":{' + members + "}")
     return ",".join(parts)
 
 

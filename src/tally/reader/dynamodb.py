@@ -43,6 +43,7 @@ from tally.store.schema import (
     SORT_KEY,
     batch_get,
     counters_from_item,
+    distinct_from_item,
     gauges_from_item,
     item_key,
     operators_from_item,
@@ -141,16 +142,21 @@ class CounterReader:
         totals: dict[str, dict[str, Decimal]] = {key: {} for key in wanted}
         gauges: dict[str, dict[str, dict[str, Decimal | str]]] = {}
         operators: dict[str, dict[str, dict[str, OperatorRecord]]] = {}
+        distinct: dict[str, dict[str, Decimal]] = {key: {} for key in wanted}
         for item in batch_get(self.client, self.counters_table, item_keys):
             partition = item[PARTITION_KEY]["S"]
             add_into(totals[key_of_partition(partition)], counters_from_item(item))
+            add_into(distinct[key_of_partition(partition)], distinct_from_item(item))  # a hot key's on its shards
             if partition in totals:  # gauges and operator records live on the key's own item, never a shard
                 gauges[partition] = gauges_from_item(item)
                 operators[partition] = {
                     kind: {name: OperatorRecord(*record) for name, record in records.items()}
                     for kind, records in operators_from_item(item).items()
                 }
-        return {key: Counters(key, totals[key], gauges.get(key, {}), operators.get(key, {})) for key in wanted}
+        return {
+            key: Counters(key, totals[key], gauges.get(key, {}), distinct[key], operators.get(key, {}))
+            for key in wanted
+        }
 
     def series(
         self,
@@ -170,11 +176,16 @@ class CounterReader:
         starts = series_starts(unit, start_ms, end_ms, self.max_series_windows)
         first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
         found: dict[str, dict[str, Decimal]] = {}
+        members: dict[str, dict[str, Decimal]] = {}
         for shard in range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1):
             partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
             for item in self._query(partition, first, last):
                 add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
-        windows = tuple(Window(start, found.get(unit.window_id(start), {})) for start in starts)
+                add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
+        windows = tuple(
+            Window(start, found.get(unit.window_id(start), {}), members.get(unit.window_id(start), {}))
+            for start in starts
+        )
         return Series(key, unit.name, windows)
 
     def top(self, n: int = 10, counter: str | None = None) -> list[Ranked]:

@@ -45,6 +45,8 @@ class Counters:
     values: Mapping[str, Decimal] = field(default_factory=dict)
     gauges: Mapping[str, Mapping[str, Decimal | str]] = field(default_factory=dict)
     """Gauge kind (``max``, ``min``, ``latest``) -> gauge name -> value (a latest may be text); issue 15."""
+    distinct: Mapping[str, Decimal] = field(default_factory=dict)
+    """Distinct-count set -> how many different members it has seen, all-time (issue 15, part 2)."""
     operators: Mapping[str, Mapping[str, OperatorRecord]] = field(default_factory=dict)
     """``reset`` / ``correction`` -> counter -> its last one (issue 15, part 5); empty when never reset or corrected."""
 
@@ -59,6 +61,8 @@ class Window:
 
     start_ms: int
     values: Mapping[str, Decimal] = field(default_factory=dict)
+    distinct: Mapping[str, Decimal] = field(default_factory=dict)
+    """Distinct-count set -> different members seen in this window (members of events with a ``ts``)."""
 
     @property
     def start(self) -> str:

@@ -3,7 +3,10 @@
 Counters table: one item per key, ``pk`` = the counter key, ``sk`` = ``"all"`` for all-time values; each
 named counter is a Number attribute ``c#<name>`` (the prefix keeps any user counter name clear of the key
 attributes). Gauges (issue 15) live on the key's all-time item too: ``max#<name>``, ``min#<name>``,
-``latest#<name>`` (Number, or String for a latest text) with ``latest_order#<name>`` (Binary).
+``latest#<name>`` (Number, or String for a latest text) with ``latest_order#<name>`` (Binary). Distinct
+counts (issue 15) are ``dc#<set>`` on the key's all-time and window items (on a hot key, on its shards: the
+reader sums them), and each counted member is an item of its own in the key's member partition
+``<key>\x1fd`` (``member_key``; written by ``tally.store.distinct``).
 
 Markers table (the idempotency ledger), partition key ``id`` with a prefix per kind of item:
 
@@ -335,6 +338,39 @@ def gauges_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, Decimal | s
                     text if text is not None else Decimal(value["N"])
                 )
     return gauges
+
+
+DISTINCT_PREFIX: Final = "dc#"
+"""A distinct count's attribute on a key's counter items: ``dc#<set>`` (issue 15, part 2; beside ``c#``)."""
+MEMBER_PARTITION_SUFFIX: Final = SHARD_SEPARATOR + "d"
+"""A key's member items live in partition ``<key>\x1fd`` (a key never holds U+001F; a shard's suffix is a
+number), one item per (window, set, member), sort key ``<window>\x1f<set>\x1f<member>``: never ``all``, so
+``top``'s scan skips them, and apart from the key's counter items, so a ``series`` query never meets them."""
+
+
+def member_key(key: str, window: str, name: str, member: str) -> dict[str, Any]:
+    """The primary key of the member item that records ``member`` counted in ``key``'s set ``name``."""
+    sort = f"{window}{SHARD_SEPARATOR}{name}{SHARD_SEPARATOR}{member}"
+    return {PARTITION_KEY: {"S": key + MEMBER_PARTITION_SUFFIX}, SORT_KEY: {"S": sort}}
+
+
+def member_of_item(item: Mapping[str, Any]) -> tuple[str, str, str]:
+    """(window, set, member) of a raw member item (its sort key)."""
+    window, name, member = item[SORT_KEY]["S"].split(SHARD_SEPARATOR, 2)
+    return window, name, member
+
+
+def distinct_attribute(name: str) -> str:
+    return DISTINCT_PREFIX + name
+
+
+def distinct_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
+    """The distinct counts of a raw counter item: set name -> members counted (on this item)."""
+    return {
+        name[len(DISTINCT_PREFIX) :]: Decimal(value["N"])
+        for name, value in item.items()
+        if name.startswith(DISTINCT_PREFIX)
+    }
 
 
 def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:

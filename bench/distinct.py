@@ -1,0 +1,161 @@
+"""The cost per event of distinct counts (issue 15, part 2) beside plain sums, on DynamoDB Local.
+
+The load and the billing are ``bench.patterns``' (the handlers' own wiring, ``tally.runtime.wire_pipeline``;
+single-event messages over ``--keys`` keys in batches of 100 records; ``bench.meter`` bills write and read
+units from item sizes and the pricing rules, cancelled transactions and failed conditions included):
+
+- ``sums``: ``{"key": k, "delta": 1}``, the baseline (windows off);
+- ``distinct, every member new``: a delta and ``{"viewers": "u<n>"}``, a new member every event (the worst
+  case: a member item and its share of an ADD in a transaction);
+- ``distinct, members repeat``: the same, members drawn from 20 per key (after the first few batches nearly
+  every member is known: a read and no write);
+- ``sums, hour+day`` and ``distinct new, hour+day``: the same two with hourly and daily windows (a new
+  member is counted all-time and in each window: three member items).
+
+Run: ``python -m bench.distinct [--events 5000] [--keys 50]``. Every count and distinct count is read back
+and compared with the exact set sizes (``tally.core.distinct.exact_distinct``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+import uuid
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+from bench.deployment import default_settings
+from bench.meter import DynamoDBMeter
+from bench.peers.tables import create_from_template
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from tally.config import WINDOWS
+from tally.core.distinct import exact_distinct
+from tally.core.items import ALL_TIME
+from tally.core.model import SourceRecord
+from tally.local.dynamodb_local import DynamoDBLocal
+from tally.reader.dynamodb import CounterReader
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+BATCH = 100
+NOW_MS = time.time_ns() // 1_000_000
+REPEATING_MEMBERS = 20
+
+Body = dict[str, Any]
+
+
+def _sums(key: str, _: int, __: random.Random) -> Body:
+    return {"key": key, "delta": 1, "ts": NOW_MS}
+
+
+def _new_member(key: str, number: int, _: random.Random) -> Body:
+    return {"key": key, "delta": 1, "ts": NOW_MS, "distinct": {"viewers": f"u{number}"}}
+
+
+def _repeating_member(key: str, _: int, rng: random.Random) -> Body:
+    return {"key": key, "delta": 1, "ts": NOW_MS, "distinct": {"viewers": f"u{rng.randrange(REPEATING_MEMBERS)}"}}
+
+
+PATTERNS: dict[str, tuple[Callable[[str, int, random.Random], Body], str]] = {
+    "sums": (_sums, ""),
+    "distinct, every member new": (_new_member, ""),
+    "distinct, members repeat": (_repeating_member, ""),
+    "sums, hour+day": (_sums, "hour,day"),
+    "distinct new, hour+day": (_new_member, "hour,day"),
+}
+
+
+def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
+    make, windows = PATTERNS[name]
+    suffix = uuid.uuid4().hex[:8]
+    counters, markers = f"bench-dc-counters-{suffix}", f"bench-dc-markers-{suffix}"
+    definitions = _definitions()
+    create_from_template(admin, definitions["CountersTable"], counters)
+    create_from_template(admin, definitions["MarkersTable"], markers)
+    settings = default_settings(counters, markers, {WINDOWS: windows})
+    dead_letters = RecordingDeadLetterQueue()
+    pipeline = wire_pipeline(client, dead_letters, settings)
+    meter = DynamoDBMeter()
+    meter.track(counters, ["pk", "sk"], "counters")
+    meter.track(markers, ["id"], "markers")
+    rng = random.Random(7)
+    bodies = []
+    expected: dict[str, int] = {}
+    members: list[tuple[str, str, str, str]] = []
+    for number in range(events):
+        key = f"p:{number % keys}"
+        body = make(key, number, rng)
+        bodies.append(json.dumps({"id": f"{suffix}-{number}", **body}))
+        expected[key] = expected.get(key, 0) + 1
+        for set_name, member in body.get("distinct", {}).items():
+            members.append((key, ALL_TIME, set_name, member))
+    meter.attach(client)
+    started = time.perf_counter()
+    failed = added = 0
+    for start in range(0, events, BATCH):
+        records = [SourceRecord(f"r{start + i}", body, NOW_MS) for i, body in enumerate(bodies[start : start + BATCH])]
+        result = pipeline.process(records, NOW_MS, lambda: 60_000)
+        failed += len(result.failed_record_ids)
+        added += result.members_added
+    elapsed = time.perf_counter() - started
+    meter.detach(client)
+    usage = meter.usage()
+    counted = CounterReader(counters, client=admin).get_many(expected)
+    want = exact_distinct(members)
+    exact = not failed and not dead_letters.letters and not meter.unsupported
+    exact = exact and all(counted[key].value() == Decimal(count) for key, count in expected.items())
+    exact = exact and all(
+        counted[key].distinct == {n: Decimal(c) for (k, _, n), c in want.items() if k == key} for key in expected
+    )
+    return {
+        "pattern": name,
+        "events": events,
+        "write_units_per_event": usage.write_units / events,
+        "read_units_per_event": usage.read_units / events,
+        "requests_per_event": usage.requests / events,
+        "members_added": added,
+        "conditional_failures": usage.conditional_failures,
+        "events_per_s": events / elapsed,
+        "exact": exact,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="cost per event of distinct counts beside plain sums")
+    parser.add_argument("--events", type=int, default=5_000)
+    parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    args = parser.parse_args()
+    with DynamoDBLocal() as ddb:
+        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+        rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
+    table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
+    for column in ("pattern", "write units/event", "read units/event", "requests/event", "members added", "exact"):
+        table.add_column(column, justify="left" if column == "pattern" else "right")
+    for row in rows:
+        base = rows[3 if "hour+day" in row["pattern"] else 0]
+        table.add_row(
+            row["pattern"],
+            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base['write_units_per_event']:.2f}x)",
+            f"{row['read_units_per_event']:.4f}",
+            f"{row['requests_per_event']:.4f}",
+            str(row["members_added"]),
+            "yes" if row["exact"] else "NO",
+        )
+    Console().print(table)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    return 0 if all(row["exact"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,266 @@
+"""Distinct counts on DynamoDB: one member item per counted member, written with the count it adds.
+
+For a whole batch, after the counters' commit (``tally.pipeline``):
+
+1. strongly consistent ``BatchGetItem``s of the member items the batch names, every key's together (100
+   items a call): a member already counted costs this read and nothing else;
+2. the new members, every key's together, in ``TransactWriteItems`` of at most 100 actions: a ``Put`` of
+   each member item on the condition ``attribute_not_exists(pk)``, and per counter item (a key's all-time
+   item, each window) one ``ADD dc#<set> :n`` of that transaction's members. Both or neither: a member item
+   exists exactly when it was counted, so the count equals the number of member items, whatever else runs
+   at the same time;
+3. a transaction cancelled because a member item now exists (another invocation wrote it between our read
+   and our write: ``ConditionalCheckFailed`` on its ``Put``) is sent again without the members that exist;
+   one cancelled by a conflict, throttling, or a lost answer (its outcome unknown) is sent again as it is,
+   which is safe for the same reason: a member it did count fails its condition the second time.
+
+Why not ride in the counters' transaction or the journal: membership is idempotent (the member item is its
+own marker), and a member's failed condition inside the counters' transaction would cancel their ADDs and
+markers. A crash between the counters' commit and these writes is repaired by the redelivery, which finds
+the markers (already applied) and writes the members again.
+
+The count of a hot key (``HotKeys``) is added to one of its shard items, chosen per batch like its
+counters' increments, and the reader sums the shards; the member items are per key, never sharded.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.core.items import ALL_TIME, make_item
+from tally.core.sharding import HotKeys
+from tally.errors import RetryableStoreError
+from tally.store.expressions import add_expression, name_placeholder, value_placeholder
+from tally.store.schema import (
+    EXPIRES_AT,
+    MEMBER_PARTITION_SUFFIX,
+    PARTITION_KEY,
+    batch_get,
+    distinct_attribute,
+    item_key,
+    member_key,
+    member_of_item,
+    translate,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+
+    from tally.core.distinct import MemberSet
+
+MAX_ACTIONS: Final = 100
+"""``TransactWriteItems``' limit on actions."""
+MAX_ATTEMPTS: Final = 6
+"""Sends of one transaction cancelled by conflicts, throttling or lost answers, before giving up (the
+messages are then reported failed and their redelivery writes the members again)."""
+RESERVE_MS: Final = 3_000
+"""Time kept back for reporting the batch (``RetryPolicy.reserve_ms``): below it no member transaction is
+sent or sent again, and the keys left are reported unwritten (their messages redelivered) rather than the
+invocation timing out."""
+_PAUSE_S: Final = 0.02
+_CONDITION_FAILED: Final = "ConditionalCheckFailed"
+_RETRYABLE_REASONS: Final = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+)
+
+
+class _GaveUp(RetryableStoreError):
+    """A member transaction still failing after ``MAX_ATTEMPTS``: its keys are reported unwritten."""
+
+    def __init__(self, message: str, calls: int) -> None:
+        super().__init__(message)
+        self.calls = calls
+
+
+_Counted = tuple["MemberSet", str]
+"""(set, member): one member of one set in one window."""
+
+
+@dataclass(frozen=True, slots=True)
+class DistinctWrite:
+    """What writing a batch's members cost and did."""
+
+    read: int
+    """Member items looked up (one read unit each: strongly consistent, under 4 KB)."""
+    transactions: int
+    """``TransactWriteItems`` calls, retries included."""
+    added: int
+    """Members counted by this call (new member items written)."""
+    unwritten: frozenset[str] = frozenset()
+    """Keys some of whose new members may be uncounted (their transaction gave up): written again later."""
+
+
+class DynamoDBDistinctStore:
+    """Writes distinct-count members and counts to the counters table."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        counters_table: str,
+        hot_keys: HotKeys | None = None,
+        *,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        max_actions: int = MAX_ACTIONS,
+    ) -> None:
+        self._client = client
+        self._table = counters_table
+        self._hot_keys = hot_keys or HotKeys()
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._max_actions = max_actions
+        self._remaining_ms: Callable[[], int] | None = None
+
+    def write_members(
+        self,
+        members: Mapping[str, Mapping[MemberSet, frozenset[str]]],
+        remaining_ms: Callable[[], int] | None = None,
+    ) -> DistinctWrite:
+        """Count the members of each key's sets that are not counted yet; returns what it cost, and the keys
+        whose members may be uncounted (their transaction kept failing: writing again is safe).
+
+        Raises ``RetryableStoreError`` when the member read fails (every key is then unwritten) or
+        ``StoreError``.
+        """
+        wanted = [
+            (member_set, member)
+            for sets in members.values()
+            for member_set, names in sets.items()
+            for member in sorted(names)
+        ]
+        keys = (member_key(s.key, s.window, s.name, member) for s, member in wanted)
+        stored = {
+            (item[PARTITION_KEY]["S"].removesuffix(MEMBER_PARTITION_SUFFIX), *member_of_item(item))
+            for item in batch_get(self._client, self._table, keys)
+        }
+        new = [(s, member) for s, member in wanted if (s.key, s.window, s.name, member) not in stored]
+        shards = {key: self._rng.randrange(self._hot_keys.shards_for(key)) for key in members}
+        transactions = added = 0
+        unwritten: set[str] = set()
+        self._remaining_ms = remaining_ms
+        for chunk in self._chunks(new):
+            try:
+                if not self._has_time(0):
+                    raise _GaveUp("no time left for the member transaction", 0)
+                sent, counted = self._write(shards, chunk)
+            except RetryableStoreError as exc:
+                transactions += exc.calls if isinstance(exc, _GaveUp) else 0
+                unwritten.update(member_set.key for member_set, _ in chunk)
+                continue
+            transactions += sent
+            added += counted
+        return DistinctWrite(len(wanted), transactions, added, frozenset(unwritten))
+
+    def _chunks(self, new: Sequence[_Counted]) -> list[list[_Counted]]:
+        """Transactions of at most ``max_actions``: each member's Put, and one ADD per counter item in it."""
+        chunks: list[list[_Counted]] = []
+        chunk: list[_Counted] = []
+        items: set[tuple[str, str, int | None]] = set()
+        for counted in new:
+            item = (counted[0].key, counted[0].window, counted[0].expires_at_s)
+            cost = 1 if item in items else 2
+            if len(chunk) + len(items) + cost > self._max_actions:
+                chunks.append(chunk)
+                chunk, items = [], set()
+            chunk.append(counted)
+            items.add(item)
+        if chunk:
+            chunks.append(chunk)
+        return chunks
+
+    def _write(self, shards: Mapping[str, int], chunk: list[_Counted]) -> tuple[int, int]:
+        """Send one transaction until it commits; returns (calls made, members it counted)."""
+        pending = list(chunk)
+        calls = 0
+        attempts = 0
+        while pending:
+            calls += 1
+            actions = self._actions(shards, pending)
+            try:
+                self._client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+            except ClientError as exc:
+                error = exc.response.get("Error", {})
+                if error.get("Code") != "TransactionCanceledException":
+                    failure = translate(exc)
+                    if not isinstance(failure, RetryableStoreError):
+                        raise failure from exc
+                    attempts = self._pause(attempts, calls, failure)
+                    continue
+                reasons = [reason.get("Code") or "None" for reason in exc.response.get("CancellationReasons", [])]
+                exists = {index for index, code in enumerate(reasons[: len(pending)]) if code == _CONDITION_FAILED}
+                if exists:  # counted by someone else since our read: send the rest (no attempt used up)
+                    pending = [counted for index, counted in enumerate(pending) if index not in exists]
+                    continue
+                if not any(code in _RETRYABLE_REASONS for code in reasons):
+                    raise translate(exc) from exc
+                attempts = self._pause(attempts, calls, RetryableStoreError("member transaction cancelled"))
+                continue
+            except BotoCoreError as exc:  # the answer was lost: it may have committed; the conditions tell
+                attempts = self._pause(attempts, calls, translate(exc))
+                continue
+            return calls, len(pending)
+        return calls, 0
+
+    def _pause(self, attempts: int, calls: int, failure: Exception) -> int:
+        """One more attempt used up: pause (full jitter), or give up with ``failure`` after the last one."""
+        attempts += 1
+        if attempts >= MAX_ATTEMPTS:
+            raise _GaveUp(f"member transaction not committed after {attempts} attempts", calls) from failure
+        pause_s = self._rng.uniform(0, _PAUSE_S * 2**attempts)
+        if not self._has_time(pause_s):
+            raise _GaveUp("no time left to send the member transaction again", calls) from failure
+        self._sleep(pause_s)
+        return attempts
+
+    def _has_time(self, pause_s: float) -> bool:
+        return self._remaining_ms is None or self._remaining_ms() >= RESERVE_MS + pause_s * 1000
+
+    def _actions(self, shards: Mapping[str, int], pending: Sequence[_Counted]) -> list[dict[str, Any]]:
+        """The member Puts first (their positions name them in a cancellation), then one ADD per counter item."""
+        actions: list[dict[str, Any]] = []
+        counts: dict[tuple[str, str, int | None], dict[str, int]] = {}
+        for member_set, member in pending:
+            item: dict[str, Any] = dict(member_key(member_set.key, member_set.window, member_set.name, member))
+            if member_set.expires_at_s is not None:
+                item[EXPIRES_AT] = {"N": str(member_set.expires_at_s)}
+            actions.append(
+                {
+                    "Put": {
+                        "TableName": self._table,
+                        "Item": item,
+                        "ConditionExpression": "attribute_not_exists(#pk)",
+                        "ExpressionAttributeNames": {"#pk": PARTITION_KEY},
+                    }
+                }
+            )
+            slot = counts.setdefault((member_set.key, member_set.window, member_set.expires_at_s), {})
+            slot[member_set.name] = slot.get(member_set.name, 0) + 1
+        for (key, window, expires_at_s), by_set in counts.items():
+            target = make_item(key, window, shards[key], expires_at_s)
+            names: dict[str, str] = {}
+            values: dict[str, Any] = {}
+            for index, (name, count) in enumerate(sorted(by_set.items())):
+                names[name_placeholder(index)] = distinct_attribute(name)
+                values[value_placeholder(index)] = {"N": str(count)}
+            if expires_at_s is not None and window != ALL_TIME:
+                names["#expires"] = EXPIRES_AT
+                values[":expires"] = {"N": str(expires_at_s)}
+            actions.append(
+                {
+                    "Update": {
+                        "TableName": self._table,
+                        "Key": item_key(target),
+                        "UpdateExpression": add_expression(len(by_set), sets_expiry=":expires" in values),
+                        "ExpressionAttributeNames": names,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+            )
+        return actions
