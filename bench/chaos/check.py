@@ -7,6 +7,10 @@
   (more than one letter for one poison message is allowed: the queue is at-least-once).
 - No valid message is in the dead-letter queue, unless it was injected as unrecoverable (doomed), and
   every doomed message is there with ``counter_out_of_range``. No Kinesis range is left given up.
+- Every message on a bounded counter (issue 15) is counted whole (its marker exists and every key it
+  names holds its deltas) or is in the dead-letter queue as ``below_floor``/``above_ceiling``, never
+  neither; no bounded counter ends outside its bounds.
+- Every distinct count holds the number of different members its key's distinct counted messages named.
 - Every gauge (issue 15) holds what the distinct gauge messages leave: the largest ``max``, the smallest
   ``min``, the ``latest`` of the latest ``ts`` (``bench.chaos.patterns``); counters with a declared start
   hold the start plus their sum (in ``Workload.expected``).
@@ -22,6 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from bench.chaos.patterns import BOUND_CODES, SEAT_CEILING, SEAT_FLOOR
 from bench.chaos.workload import DOOMED_CODE, ID_CONFLICT_CODE, TRACER
 
 if TYPE_CHECKING:
@@ -58,12 +63,25 @@ class Verdict:
     """A few of the wrong counters, for diagnosis."""
     gauges_checked: int = 0
     gauges_wrong: int = 0
+    bounded_messages: int = 0
+    bounded_counted: int = 0
+    bounded_refused: int = 0
+    """Bounded messages in the DLQ with a bound's code and no marker (a refusal the order of commits made)."""
+    bounded_unaccounted: int = 0
+    """Bounded messages neither counted nor in the DLQ with a bound's code: lost."""
+    bound_violations: int = 0
+    """Bounded counters whose final value lies outside their bounds."""
+    distinct_checked: int = 0
+    distinct_wrong: int = 0
 
     @property
     def ok(self) -> bool:
         return (
             self.counters_wrong == 0
             and self.gauges_wrong == 0
+            and self.bounded_unaccounted == 0
+            and self.bound_violations == 0
+            and self.distinct_wrong == 0
             and self.lost_events == 0
             and self.doubled_events == 0
             and not self.stray_keys
@@ -95,13 +113,14 @@ def judge(
     read: Callable[[str], dict[str, Decimal]],
     letters: Sequence[Letter],
     given_up_left: int,
-    read_gauges: Callable[[str], Mapping[str, Mapping[str, Decimal | str]]] | None = None,
+    patterns: PatternReads | None = None,
 ) -> Verdict:
-    """Compare what the store holds (``read``: all-time counters of a key; ``read_gauges``: its gauges, by
-    kind then name) with the reference."""
+    """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest issue 15's
+    patterns need) with the reference."""
     checked = wrong = lost = doubled = 0
     examples: list[str] = []
     reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
+    counted_bounded = _add_counted_bounded(workload, patterns, reference)
     for key, expected in sorted(reference.items()):
         actual = {name: value for name, value in read(key).items() if value}
         wanted = {name: value for name, value in expected.items() if value}
@@ -116,7 +135,7 @@ def judge(
                 lost += int(max(Decimal(0), want - have))
                 doubled += int(max(Decimal(0), have - want))
     stray = tuple(sorted(key for key in poison_keys(workload) if any(read(key).values())))
-    gauges_checked, gauges_wrong = _judge_gauges(workload, read_gauges, examples)
+    pattern_figures = _judge_patterns(workload, read, letters, patterns, counted_bounded, examples=examples)
 
     codes_by_poison: dict[str, Counter[str | None]] = {body: Counter() for body in workload.poison}
     doomed_seen: set[str] = set()
@@ -130,6 +149,8 @@ def judge(
             unknown += 1
         elif message.doomed and letter.code == DOOMED_CODE:
             doomed_seen.add(message.message_id)
+        elif message.bounded and letter.code in BOUND_CODES:
+            continue  # judged by _judge_patterns
         elif message.message_id in workload.alternates and letter.code == ID_CONFLICT_CODE:
             continue  # judged by _with_reused_ids
         else:
@@ -169,22 +190,108 @@ def judge(
         ids_reused_resolved=resolved,
         ids_reused_second_won=second_won,
         examples=tuple(examples),
-        gauges_checked=gauges_checked,
-        gauges_wrong=gauges_wrong,
+        **pattern_figures,
     )
 
 
-def _judge_gauges(
+@dataclass(frozen=True, slots=True)
+class PatternReads:
+    """What the verdict reads besides counters, for issue 15's patterns."""
+
+    gauges: Callable[[str], Mapping[str, Mapping[str, Decimal | str]]]
+    """A key's gauges: kind -> name -> value."""
+    distinct: Callable[[str], Mapping[str, Decimal]]
+    """A key's distinct counts (all-time): set -> members counted."""
+    counted: Callable[[str], bool]
+    """Whether a message id has a marker (it counts)."""
+
+
+def _judge_patterns(
     workload: Workload,
-    read_gauges: Callable[[str], Mapping[str, Mapping[str, Decimal | str]]] | None,
+    read: Callable[[str], dict[str, Decimal]],
+    letters: Sequence[Letter],
+    patterns: PatternReads | None,
+    counted_bounded: set[str],
+    *,
     examples: list[str],
-) -> tuple[int, int]:
+) -> dict[str, int]:
+    """The verdict's figures for issue 15's patterns (counters with starts are judged with the others)."""
+    gauges_checked, gauges_wrong = _judge_gauges(workload, patterns, examples)
+    distinct_checked, distinct_wrong = _judge_distinct(workload, patterns, examples)
+    bound_letters = {
+        message.message_id
+        for letter in letters
+        if letter.code in BOUND_CODES and (message := workload.by_body.get(letter.body)) is not None and message.bounded
+    }
+    return {
+        "gauges_checked": gauges_checked,
+        "gauges_wrong": gauges_wrong,
+        "bounded_messages": len(workload.bounded),
+        "bounded_counted": len(counted_bounded),
+        "bounded_refused": len(bound_letters - counted_bounded),
+        "bounded_unaccounted": _unaccounted(workload, counted_bounded, bound_letters, examples),
+        "bound_violations": _bound_violations(workload, read, examples),
+        "distinct_checked": distinct_checked,
+        "distinct_wrong": distinct_wrong,
+    }
+
+
+def _add_counted_bounded(
+    workload: Workload, patterns: PatternReads | None, reference: dict[str, dict[str, Decimal]]
+) -> set[str]:
+    """Add the sums of every bounded message with a marker to ``reference``; returns their ids."""
+    counted = set()
+    for message in workload.bounded:
+        if patterns is None or not patterns.counted(message.message_id):
+            continue
+        counted.add(message.message_id)
+        for key, counters in message.sums.items():
+            for name, value in counters.items():
+                reference.setdefault(key, {})
+                reference[key][name] = reference[key].get(name, Decimal(0)) + value
+    return counted
+
+
+def _unaccounted(workload: Workload, counted: set[str], lettered: set[str], examples: list[str]) -> int:
+    lost = [m.message_id for m in workload.bounded if m.message_id not in counted | lettered]
+    examples.extend(f"bounded message {mid}: neither counted nor refused" for mid in lost[: max(0, 10 - len(examples))])
+    return len(lost)
+
+
+def _bound_violations(workload: Workload, read: Callable[[str], dict[str, Decimal]], examples: list[str]) -> int:
+    violations = 0
+    for key in sorted({key for message in workload.bounded for key in message.sums if key.startswith("seats:")}):
+        taken = read(key).get("taken", Decimal(0))
+        if not SEAT_FLOOR <= taken <= SEAT_CEILING:
+            violations += 1
+            if len(examples) < 10:
+                examples.append(f"{key}/taken = {taken}: outside [{SEAT_FLOOR}, {SEAT_CEILING}]")
+    return violations
+
+
+def _judge_distinct(workload: Workload, patterns: PatternReads | None, examples: list[str]) -> tuple[int, int]:
+    """Distinct counts checked and wrong: each against the different members of its counted messages."""
+    checked = wrong = 0
+    if patterns is None:
+        return checked, wrong
+    for key, sets in sorted(workload.expected_distinct.items()):
+        stored = patterns.distinct(key)
+        for name, wanted in sorted(sets.items()):
+            checked += 1
+            if stored.get(name) != wanted:
+                wrong += 1
+                if len(examples) < 10:
+                    examples.append(f"{key} distinct {name}: {stored.get(name)} != {wanted}")
+    return checked, wrong
+
+
+def _judge_gauges(workload: Workload, patterns: PatternReads | None, examples: list[str]) -> tuple[int, int]:
     """Gauges checked and wrong: each against what the distinct counted gauge messages leave."""
     checked = wrong = 0
-    if read_gauges is None:
+    if patterns is None:
         return checked, wrong
     for key, wanted_gauges in sorted(workload.expected_gauges.items()):
-        stored = read_gauges(key)
+        stored = patterns.gauges(key)
         for kind, names in sorted(wanted_gauges.items()):
             for name, wanted_value in sorted(names.items()):
                 checked += 1

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench.chaos.patterns import COUNTER_DEFAULTS
+from bench.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +37,14 @@ class DynamoDBFaultRates:
     lost_claim_near_deadline: float = 0.15
     """Per journal claim transaction after a batch's first: it commits, its answer is lost, and the
     invocation has just more than the applier's reserve left, so the retries stop (issue 14, defect 2)."""
-    kill_before_gauges: float = 0.02
-    """Per gauge write (an ``UpdateItem`` of ``tally.store.gauges``): the invocation is killed before it is
-    sent, so the messages are counted and their gauges are not written until the redelivery (issue 15)."""
+    kill_before_gauges: float = 0.05
+    """Per invocation that writes gauges (``UpdateItem`` of ``tally.store.gauges``), at its first: the
+    invocation is killed before it is sent, so the messages are counted and their gauges are not written
+    until the redelivery (issue 15)."""
+    kill_before_members: float = 0.05
+    """Per invocation that writes members (``tally.store.distinct``), at its first transaction: the
+    invocation is killed before it is sent, so the messages count and their distinct members are not
+    written until the redelivery (issue 15)."""
     unprocessed_keys: float = 0.05
     """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
     ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
@@ -112,6 +117,12 @@ class ChaosConfig:
     """Messages on ``stock:`` keys (start 100, default delta -1), some packed, some with ``views:`` events."""
     gauge_messages: int = 600
     """Messages with ``max``/``min``/``latest`` gauges on ``g:`` keys, some packed, some with no deltas."""
+    counter_bounds: str = COUNTER_BOUNDS
+    """The run's ``CounterBounds`` (issue 15): ``seats:`` keys' ``taken`` between 0 and 40."""
+    bounded_messages: int = 600
+    """Messages stepping a bounded counter (some packed with a second seat or an unbounded key)."""
+    distinct_messages: int = 600
+    """Messages naming distinct-count members on ``page:`` keys (viewers of 80, countries of 12)."""
     closed_gate_consumers: int = 1
     """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""
     sqs_share: float = 0.5
@@ -155,11 +166,14 @@ SMOKE = ChaosConfig(
     doomed=2,
     sqs_consumers=2,
     kinesis_shards=2,
-    kinesis_batch_size=120,
+    kinesis_batch_size=250,
+    sqs_share=0.3,
     precision_doomed=2,
     pattern_keys=4,
     stock_messages=60,
     gauge_messages=60,
+    bounded_messages=80,
+    distinct_messages=60,
     dynamodb=DynamoDBFaultRates(
         connect_failure=0.03,
         lost_response=0.05,
@@ -169,7 +183,8 @@ SMOKE = ChaosConfig(
         slow=0.02,
         kill_after_claim=0.15,
         lost_claim_near_deadline=0.5,
-        kill_before_gauges=0.05,
+        kill_before_gauges=0.1,
+        kill_before_members=0.1,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
 )

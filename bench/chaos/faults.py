@@ -31,11 +31,14 @@ plus more claims) draw two more faults first (issue 14):
   answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
   retries stop with the claim's outcome unknown.
 
-Gauge writes (issue 15: one ``UpdateItem`` per key after the counters' commit) draw one more first:
+The writes that follow the counters' commit (issue 15) draw one more first:
 
-- ``kill_before_gauges``: the invocation is killed before the gauge write is sent, so its messages are
-  counted (their markers committed) and their gauges not written; the redelivery meets the markers and
-  must write the gauges then.
+- ``kill_before_gauges`` (a gauge ``UpdateItem``) / ``kill_before_members`` (a distinct-count member
+  ``TransactWriteItems``), drawn once per invocation, at its first write of that kind (per write, they
+  killed most large Kinesis batches, whose bisected halves then rarely made journal units large enough for
+  a second claim): the invocation is killed before the write is sent, so its messages are counted
+  (their markers committed) and their gauges or members not written; the redelivery meets the markers and
+  must write them then.
 
 ``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
 """
@@ -50,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from tally.store.schema import GAUGE_PREFIXES
+from tally.store.schema import GAUGE_PREFIXES, distinct_attribute
 
 if TYPE_CHECKING:
     import random
@@ -109,8 +112,10 @@ class DynamoDBChaos:
         self.reserve_ms = 3_000
         self.enabled = True
         self.killed_after_claim = False
-        self.killed_before_gauges = False
-        """Set when ``kill_before_gauges`` fired in the current invocation (the consumer resets it)."""
+        self.killed_before: str | None = None
+        """``gauges`` or ``members`` when ``kill_before_*`` fired in the current invocation."""
+        self._followers_drawn: set[str] = set()
+        """The kinds of write after the commit already drawn for in the current invocation (once each)."""
         self._unprocessed_burst = 0
         """Further ``BatchGetItem`` calls of this consumer that will leave keys unprocessed."""
         self._withheld: dict[str, Any] = {}
@@ -119,6 +124,12 @@ class DynamoDBChaos:
         for operation in FAULTABLE:
             client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
             client.meta.events.register(f"after-call.dynamodb.{operation}", self._after_call)
+
+    def begin_invocation(self) -> None:
+        """Forget what the previous invocation drew and suffered."""
+        self.killed_after_claim = False
+        self.killed_before = None
+        self._followers_drawn.clear()
 
     def _draw(self, operation: str) -> str | None:
         rates = self._rates
@@ -142,6 +153,7 @@ class DynamoDBChaos:
         claim = _claim_kind(json.loads(params["body"])["TransactItems"])
         if claim is None:
             return None
+        self._log.add(f"situation.journal_{claim}_transactions")
         roll = self._rng.random()
         if roll < self._rates.kill_after_claim:
             return "kill_after_claim"
@@ -154,11 +166,16 @@ class DynamoDBChaos:
         operation = model.name
         if self.enabled and operation == BATCH_GET and self._withhold_keys(params):
             return None
-        gauge_write = self.enabled and operation == UPDATE and _is_gauge_write(params)
-        if gauge_write and self._rng.random() < self._rates.kill_before_gauges:
-            self._log.add("ddb.kill_before_gauges")
-            self.killed_before_gauges = True
-            raise InvocationKilled("killed between the counters' commit and the gauge write")
+        follower = _after_commit_write(operation, params) if self.enabled else None
+        if follower is not None and follower not in self._followers_drawn:
+            self._followers_drawn.add(follower)
+            kill = self._rng.random() < getattr(self._rates, f"kill_before_{follower}")
+        else:
+            kill = False
+        if kill:
+            self._log.add(f"ddb.kill_before_{follower}")
+            self.killed_before = follower
+            raise InvocationKilled(f"killed between the counters' commit and the {follower} write")
         kind = None
         if self.enabled and operation == TRANSACT:
             kind = self._draw_claim_fault(params)
@@ -244,10 +261,23 @@ class DynamoDBChaos:
             raise InvocationKilled("deadline passed while a DynamoDB request was in flight")
 
 
-def _is_gauge_write(params: dict[str, Any]) -> bool:
-    """Whether an ``UpdateItem`` is ``tally.store.gauges``' (it names gauge attributes)."""
-    names = json.loads(params["body"]).get("ExpressionAttributeNames", {}).values()
-    return any(name.startswith(tuple(GAUGE_PREFIXES.values())) for name in names)
+def _after_commit_write(operation: str, params: dict[str, Any]) -> str | None:
+    """``gauges`` for ``tally.store.gauges``' ``UpdateItem``, ``members`` for ``tally.store.distinct``'s
+    ``TransactWriteItems`` (by the attributes they name), else None."""
+    if operation not in (UPDATE, TRANSACT):
+        return None
+    request = json.loads(params["body"])
+    if operation == UPDATE:
+        names = request.get("ExpressionAttributeNames", {}).values()
+        return "gauges" if any(name.startswith(tuple(GAUGE_PREFIXES.values())) for name in names) else None
+    for action in request.get("TransactItems", []):
+        names = action.get("Update", {}).get("ExpressionAttributeNames", {}).values()
+        if any(name.startswith(_COUNT_PREFIX) for name in names):
+            return "members"
+    return None
+
+
+_COUNT_PREFIX: Final = distinct_attribute("")
 
 
 def _claim_kind(actions: list[dict[str, Any]]) -> str | None:

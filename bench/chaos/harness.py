@@ -20,7 +20,7 @@ from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from bench.chaos.check import Verdict, judge
+from bench.chaos.check import PatternReads, Verdict, judge
 from bench.chaos.clock import VirtualClock
 from bench.chaos.config import VISIBILITY_TIMEOUT_S
 from bench.chaos.dlq import ConsumerPort, DeadLetterStore
@@ -31,6 +31,7 @@ from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
 from bench.chaos.sqs import Queue, consume
 from bench.chaos.workload import TRACER, Source, Workload, generate, wide_items
 from tally.apply import Applier, RetryPolicy
+from tally.core.bounds import parse_counter_bounds
 from tally.core.decode import DecodeLimits
 from tally.core.defaults import parse_counter_defaults
 from tally.core.model import SourceRecord
@@ -39,13 +40,14 @@ from tally.core.windows import parse_window_spec
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.reader import CounterReader
+from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -94,8 +96,9 @@ def wire_pipeline(
     """``tally.runtime.build_pipeline``'s wiring, on the given client and dead-letter port."""
     hot_keys = parse_hot_keys(config.hot_keys)
     defaults = parse_counter_defaults(config.counter_defaults, hot_keys)
+    bounds = parse_counter_bounds(config.counter_bounds, hot_keys, defaults)
     store = store or DynamoDBCounterStore(
-        client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults
+        client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults, bounds=bounds
     )
     journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, defaults)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
@@ -112,9 +115,17 @@ def wire_pipeline(
         policy=CHAOS_RETRIES,
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(defaults),
+        bounds=bounds,
     )
-    # The gauge store as production wires it (issue 15): without it a message with gauges is dead-lettered.
-    return BatchPipeline(applier, dead_letters, settings, gauges=DynamoDBGaugeStore(client, tables.counters))
+    # The gauge and member stores as production wires them (issue 15): without them a message with gauges
+    # or distinct members is dead-lettered.
+    return BatchPipeline(
+        applier,
+        dead_letters,
+        settings,
+        gauges=DynamoDBGaugeStore(client, tables.counters),
+        distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +373,7 @@ def run_chaos(
         reader.read_counters,
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
-        read_gauges=_gauge_reader(config, tables, client_factory),
+        patterns=_pattern_reads(config, tables, client_factory),
     )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
@@ -382,12 +393,15 @@ def run_chaos(
     )
 
 
-def _gauge_reader(
-    config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient]
-) -> Callable[[str], Mapping[str, Mapping[str, Decimal | str]]]:
-    """A key's gauges (kind -> name -> value) as ``tally.reader`` returns them to applications."""
+def _pattern_reads(config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient]) -> PatternReads:
+    """Gauges and distinct counts as ``tally.reader`` returns them to applications, and the markers."""
     reader = CounterReader(tables.counters, client=client_factory(), hot_keys=config.hot_keys)
-    return lambda key: reader.get(key).gauges
+    markers = DynamoDBCounterStore(client_factory(), tables.counters, tables.markers, TTL_SECONDS)
+    return PatternReads(
+        gauges=lambda key: reader.get(key).gauges,
+        distinct=lambda key: reader.get(key).distinct,
+        counted=lambda message_id: markers.read_marker(message_id) is not None,
+    )
 
 
 def _apply_setup(workload: Workload, run: _Run) -> None:

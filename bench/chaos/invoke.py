@@ -152,8 +152,7 @@ class Consumer:
     def _begin(self) -> Invocation:
         invocation = Invocation(self.timeout_ms)
         self.chaos.invocation = invocation
-        self.chaos.killed_after_claim = False
-        self.chaos.killed_before_gauges = False
+        self.chaos.begin_invocation()
         self._bodies = ()
         return invocation
 
@@ -166,9 +165,11 @@ class Consumer:
                 self.log.add("outcome.killed_between_claim_and_commit")
                 self.killed.add(self._bodies, self.clock.now_ms())
                 return function_error(record_ids, "killed between a journal claim and the commit")
-            if self.chaos.killed_before_gauges:
-                self.log.add("outcome.killed_before_gauges")
-                return function_error(record_ids, "killed between the commit and the gauge writes")
+            if self.chaos.killed_before is not None:
+                self.log.add(f"outcome.killed_before_{self.chaos.killed_before}")
+                return function_error(
+                    record_ids, f"killed between the commit and the {self.chaos.killed_before} writes"
+                )
             self.log.add("outcome.killed_at_deadline")
             return function_error(record_ids, "killed at the deadline")
         except UnsettledMessagesError as exc:

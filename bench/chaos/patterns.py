@@ -11,6 +11,15 @@ The load's pattern messages (``bench.chaos.workload``) exercise, under every fau
   (``last``, by ``ts``; every gauge message has its own ``ts``, so no tie is ever broken), some with no
   deltas at all. The reference is computed here, from the messages, without tally's code.
 
+- **bounded counters**: the run declares ``CounterBounds`` ``COUNTER_BOUNDS`` (``seats:`` keys' ``taken``
+  between 0 and 40); messages step it up and down by 1 to 4, some packed with a second seat or a
+  ``seatlog:`` event, so a refused message must leave every key it names untouched. Which messages a bound
+  refuses depends on the order the consumers happen to commit in, so the reference for them is what the
+  store's markers say: a bounded message with a marker must be counted whole, one without must be in the
+  dead-letter queue as ``below_floor``/``above_ceiling``, and no ``taken`` may end outside its bounds.
+- **distinct counts**: events on ``page:`` keys name a viewer (of 80) and sometimes a country (of 12);
+  each key's set must count exactly the different members its distinct counted messages named.
+
 Pattern messages are never reused with other content nor respelled (they are judged on their own
 reference), but they are re-sent like any other message. Computed in a 100-digit context, as the sums.
 """
@@ -30,6 +39,13 @@ STARTS: Final = {"stock:": {"stock": Decimal(100)}}
 """Key prefix -> counter -> start value, as ``COUNTER_DEFAULTS`` says (the reference reads this, not tally)."""
 DEFAULT_DELTAS: Final = {"stock:": {"stock": Decimal(-1)}, "views:": {"views": Decimal(1)}}
 """Key prefix -> counter -> what an event without deltas adds."""
+
+COUNTER_BOUNDS: Final = "seats:*#taken>=0;seats:*#taken<=40"
+"""What the chaos run declares as ``CounterBounds`` (``tally.core.bounds`` syntax)."""
+SEAT_FLOOR: Final = Decimal(0)
+SEAT_CEILING: Final = Decimal(40)
+BOUND_CODES: Final = frozenset({"below_floor", "above_ceiling"})
+"""The dead-letter codes of a message a bound refused (README's dead-letter table)."""
 
 GaugeValue = Decimal | str
 GaugeTable = dict[str, dict[str, GaugeValue]]
@@ -86,3 +102,11 @@ def expected_gauges(readings: Iterable[GaugeReading]) -> dict[str, GaugeTable]:
                 raise TypeError(f"a {reading.kind} gauge holds numbers: {reading}")
             table[reading.name] = max(old, new) if reading.kind == "max" else min(old, new)
     return result
+
+
+def expected_distinct(members: Iterable[tuple[str, str, str]]) -> dict[str, dict[str, int]]:
+    """key -> set -> how many different members the (key, set, member) triples name."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for key, name, member in members:
+        seen.setdefault(key, {}).setdefault(name, set()).add(member)
+    return {key: {name: len(found) for name, found in sets.items()} for key, sets in seen.items()}

@@ -54,6 +54,13 @@ def summary_table(result: ChaosResult) -> Table:
     table.add_row(
         f"gauges wrong (of {verdict.gauges_checked:,}: max, min, latest; issue 15)", _flag(verdict.gauges_wrong)
     )
+    table.add_row(f"distinct counts wrong (of {verdict.distinct_checked:,})", _flag(verdict.distinct_wrong))
+    table.add_row(
+        "bounded messages: counted / refused by a bound (in DLQ)",
+        f"{verdict.bounded_counted:,} / {verdict.bounded_refused:,} of {verdict.bounded_messages:,}",
+    )
+    table.add_row("bounded messages neither counted nor refused", _flag(verdict.bounded_unaccounted))
+    table.add_row("bounded counters outside their bounds", _flag(verdict.bound_violations))
     table.add_row("keys counted from poison", _flag(len(verdict.stray_keys)))
     table.add_row(
         "poison accounted (in DLQ with its reason)",

@@ -43,10 +43,18 @@ from decimal import Context, Decimal, localcontext
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
-from bench.chaos.patterns import GaugeReading, GaugeTable, GaugeValue, default_deltas, expected_gauges, with_starts
+from bench.chaos.patterns import (
+    GaugeReading,
+    GaugeTable,
+    GaugeValue,
+    default_deltas,
+    expected_distinct,
+    expected_gauges,
+    with_starts,
+)
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from bench.chaos.config import ChaosConfig
 
@@ -97,6 +105,10 @@ class ValidMessage:
     """The second content under an id (``Workload.alternates``)."""
     gauges: tuple[GaugeReading, ...] = ()
     """Its gauge readings (issue 15): judged against ``Workload.expected_gauges``."""
+    members: tuple[tuple[str, str, str], ...] = ()
+    """Its distinct-count members (key, set, member): judged against ``Workload.expected_distinct``."""
+    bounded: bool = False
+    """It steps a bounded counter: a bound may refuse it whole; its sums are not in ``Workload.expected``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +145,13 @@ class Workload:
     """By message id: the other content a producer sent under an id of ``valid`` (``by_body`` has both)."""
     expected_gauges: dict[str, GaugeTable] = field(default_factory=dict)
     """key -> gauge kind -> name -> the value the distinct gauge messages leave (``bench.chaos.patterns``)."""
+    expected_distinct: dict[str, dict[str, int]] = field(default_factory=dict)
+    """key -> set -> distinct members of the counted messages (all-time)."""
+
+    @property
+    def bounded(self) -> tuple[ValidMessage, ...]:
+        """The messages on bounded counters: counted or refused as the order of commits decides."""
+        return tuple(message for message in self.valid.values() if message.bounded)
 
     @property
     def precision_doomed(self) -> tuple[ValidMessage, ...]:
@@ -227,7 +246,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     expected: Sums = defaultdict(lambda: defaultdict(Decimal))
     with localcontext(REFERENCE):
         for message in everything.values():
-            if message.doomed:
+            if message.doomed or message.bounded:
                 continue
             for key, counters in message.sums.items():
                 for name, value in counters.items():
@@ -242,6 +261,9 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         alternates=alternates,
         expected_gauges=expected_gauges(
             reading for message in everything.values() if not message.doomed for reading in message.gauges
+        ),
+        expected_distinct=expected_distinct(
+            member for message in everything.values() if not message.doomed for member in message.members
         ),
     )
 
@@ -332,8 +354,9 @@ def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
     return messages
 
 
-_PatternPart = tuple[str, dict[str, Decimal], dict[str, tuple[str, GaugeValue]], int | None]
-"""One event of a pattern message: key, deltas (empty: the declared defaults), gauges (name -> kind, value), ts."""
+_PatternPart = tuple[str, dict[str, Decimal], dict[str, tuple[str, GaugeValue]], int | None, dict[str, str]]
+"""One event of a pattern message: key, deltas (empty: the declared defaults), gauges (name -> kind, value),
+ts, distinct members (set -> member)."""
 
 
 def _literal(value: GaugeValue) -> str:
@@ -341,64 +364,138 @@ def _literal(value: GaugeValue) -> str:
 
 
 def _pattern_messages(config: ChaosConfig, base_ms: int) -> dict[str, ValidMessage]:
-    """Start values, default deltas and gauges (issue 15; ``bench.chaos.patterns``), on keys of their own.
+    """The messages of issue 15's patterns (``bench.chaos.patterns``), on keys of their own.
 
-    Its own random stream, so the rest of the load stays as it was. Every gauge message has its own ``ts``
-    (``base_ms`` minus a distinct number of milliseconds), so the reference never needs tally's tie-break.
+    Their own random stream, so the rest of the load stays as it was. Every ``ts`` is distinct (``base_ms``
+    minus a distinct number of milliseconds), so the gauges' reference never needs tally's tie-break.
     """
-    rng = random.Random(f"{config.seed}:patterns")
-    messages: dict[str, ValidMessage] = {}
-    stamp = iter(range(base_ms - 1_000, 0, -3))
+    builder = _PatternBuilder(config, random.Random(f"{config.seed}:patterns"), iter(range(base_ms - 1_000, 0, -3)))
+    builder.stock()
+    builder.gauges()
+    builder.bounded()
+    builder.distinct()
+    return builder.messages
 
-    def add(message_id: str, parts: Sequence[_PatternPart]) -> None:
+
+@dataclass
+class _PatternBuilder:
+    config: ChaosConfig
+    rng: random.Random
+    stamps: Iterator[int]
+    messages: dict[str, ValidMessage] = field(default_factory=dict)
+
+    def _events(self, many: float, most: int) -> range:
+        return range(self.rng.randint(2, most) if self.rng.random() < many else 1)
+
+    def _key(self, prefix: str) -> str:
+        return f"{prefix}:{self.rng.randrange(self.config.pattern_keys)}"
+
+    def _with_ordinary(self, parts: list[_PatternPart]) -> list[_PatternPart]:
+        """A third of the messages also count on an ordinary ``k:`` key: they join the large units the
+        journal applies (start values in its chunks, gauges and members after its commit)."""
+        if self.rng.random() < 1 / 3:
+            parts.append((f"k:{self.rng.randrange(1, self.config.keys)}", {TRACER: Decimal(1)}, {}, None, {}))
+        return parts
+
+    def stock(self) -> None:
+        """Start values and default deltas: most ``stock:`` events name no delta, some ``views:`` too."""
+        rng = self.rng
+        for index in range(self.config.stock_messages):
+            parts: list[_PatternPart] = []
+            for _ in self._events(0.2, 5):
+                explicit = rng.random() < 0.3
+                deltas = {"stock": Decimal(_nonzero(rng, -3, 5)), TRACER: Decimal(1)} if explicit else {}
+                parts.append((self._key("stock"), deltas, {}, None, {}))
+            if rng.random() < 0.3:
+                parts.append((self._key("views"), {}, {}, None, {}))
+            self._add(f"c{self.config.seed}-stock-{index}", self._with_ordinary(parts))
+
+    def gauges(self) -> None:
+        """``max``, ``min`` and ``latest`` readings on ``g:`` keys, some events without deltas."""
+        rng = self.rng
+        for index in range(self.config.gauge_messages):
+            parts: list[_PatternPart] = []
+            for _ in self._events(0.2, 4):
+                ts = next(self.stamps)
+                readings: dict[str, tuple[str, GaugeValue]] = {
+                    "peak": ("max", Decimal(rng.randint(-50, 500))),
+                    "low": ("min", Decimal(rng.randint(-500, 50)).scaleb(-1)),
+                    "last": ("latest", f"v-{index}-{ts}" if rng.random() < 0.7 else Decimal(rng.randint(0, 99))),
+                }
+                readings = dict(rng.sample(sorted(readings.items()), rng.randint(1, 3)))
+                deltas = {TRACER: Decimal(1)} if rng.random() < 0.8 else {}
+                parts.append((self._key("g"), deltas, readings, ts, {}))
+            self._add(f"c{self.config.seed}-gauge-{index}", self._with_ordinary(parts))
+
+    def bounded(self) -> None:
+        """Steps of 1 to 4 up and down on ``seats:`` keys' bounded ``taken`` (no tracer: a refusal is legal)."""
+        rng, keys = self.rng, self.config.pattern_keys
+        for index in range(self.config.bounded_messages):
+            seat = rng.randrange(keys)
+            parts: list[_PatternPart] = [(f"seats:{seat}", {"taken": Decimal(_nonzero(rng, -4, 4))}, {}, None, {})]
+            roll = rng.random()
+            if roll < 0.15:  # a second seat: a refusal on either must leave both untouched
+                other = (seat + 1 + rng.randrange(keys - 1)) % keys
+                parts.append((f"seats:{other}", {"taken": Decimal(_nonzero(rng, -4, 4))}, {}, None, {}))
+            elif roll < 0.3:  # an unbounded key beside it: counted only with the seat's step
+                parts.append((f"seatlog:{seat}", {"n": Decimal(1)}, {}, None, {}))
+            self._add(f"c{self.config.seed}-bounded-{index}", parts, bounded=True)
+
+    def distinct(self) -> None:
+        """Viewers (of 80) and sometimes countries (of 12) on ``page:`` keys, some events with a ``ts``."""
+        rng = self.rng
+        for index in range(self.config.distinct_messages):
+            parts: list[_PatternPart] = []
+            for _ in self._events(0.2, 4):
+                members = {"viewers": f"u-{rng.randrange(80)}"}
+                if rng.random() < 0.3:
+                    members["countries"] = f"c-{rng.randrange(12)}"
+                ts = next(self.stamps) if rng.random() < 0.3 else None
+                parts.append((self._key("page"), {TRACER: Decimal(1)}, {}, ts, members))
+            self._add(f"c{self.config.seed}-distinct-{index}", self._with_ordinary(parts))
+
+    def _add(self, message_id: str, parts: Sequence[_PatternPart], *, bounded: bool = False) -> None:
         events: list[str] = []
         sums: Sums = defaultdict(lambda: defaultdict(Decimal))
         readings: list[GaugeReading] = []
-        for key, deltas, gauges, ts in parts:
-            fields = [f'"key":{json.dumps(key)}']
-            if deltas:
-                fields.append('"deltas":{' + ",".join(f'"{n}":{v}' for n, v in deltas.items()) + "}")
-            if ts is not None:
-                fields.append(f'"ts":{ts}')
-            if gauges:
-                fields.append(
-                    '"gauges":{' + ",".join(f'"{n}":{{"{k}":{_literal(v)}}}' for n, (k, v) in gauges.items()) + "}"
-                )
-            events.append("{" + ",".join(fields) + "}")
+        members: list[tuple[str, str, str]] = []
+        for key, deltas, gauges, ts, distinct in parts:
+            events.append(_pattern_event_json(key, deltas, gauges, ts, distinct))
+            members += [(key, name, member) for name, member in distinct.items()]
             for name, delta in (deltas or default_deltas(key)).items():
                 sums[key][name] += delta
             readings += [GaugeReading(key, name, kind, value, ts or 0) for name, (kind, value) in gauges.items()]
-        body = f'{{"id":"{message_id}",' + (
-            events[0][1:] if len(events) == 1 else '"events":[' + ",".join(events) + "]}"
+        single = len(events) == 1
+        body = f'{{"id":"{message_id}",' + (events[0][1:] if single else '"events":[' + ",".join(events) + "]}")
+        self.messages[message_id] = ValidMessage(
+            message_id,
+            body,
+            parts[0][0] if single else message_id,
+            len(events),
+            {key: dict(counters) for key, counters in sums.items()},
+            gauges=tuple(readings),
+            members=tuple(members),
+            bounded=bounded,
         )
-        partition = parts[0][0] if len(events) == 1 else message_id
-        counted = {key: dict(counters) for key, counters in sums.items()}
-        messages[message_id] = ValidMessage(message_id, body, partition, len(events), counted, gauges=tuple(readings))
 
-    for index in range(config.stock_messages):
-        parts: list[_PatternPart] = []
-        for _ in range(rng.randint(2, 5) if rng.random() < 0.2 else 1):
-            key = f"stock:{rng.randrange(config.pattern_keys)}"
-            explicit = rng.random() < 0.3
-            deltas = {"stock": Decimal(_nonzero(rng, -3, 5)), TRACER: Decimal(1)} if explicit else {}
-            parts.append((key, deltas, {}, None))
-        if rng.random() < 0.3:
-            parts.append((f"views:{rng.randrange(config.pattern_keys)}", {}, {}, None))
-        add(f"c{config.seed}-stock-{index}", parts)
-    for index in range(config.gauge_messages):
-        parts = []
-        for _ in range(rng.randint(2, 4) if rng.random() < 0.2 else 1):
-            ts = next(stamp)
-            gauges: dict[str, tuple[str, GaugeValue]] = {
-                "peak": ("max", Decimal(rng.randint(-50, 500))),
-                "low": ("min", Decimal(rng.randint(-500, 50)).scaleb(-1)),
-                "last": ("latest", f"v-{index}-{ts}" if rng.random() < 0.7 else Decimal(rng.randint(0, 99))),
-            }
-            gauges = dict(rng.sample(sorted(gauges.items()), rng.randint(1, 3)))
-            deltas = {TRACER: Decimal(1)} if rng.random() < 0.8 else {}
-            parts.append((f"g:{rng.randrange(config.pattern_keys)}", deltas, gauges, ts))
-        add(f"c{config.seed}-gauge-{index}", parts)
-    return messages
+
+def _pattern_event_json(
+    key: str,
+    deltas: dict[str, Decimal],
+    gauges: dict[str, tuple[str, GaugeValue]],
+    ts: int | None,
+    distinct: dict[str, str],
+) -> str:
+    fields = [f'"key":{json.dumps(key)}']
+    if deltas:
+        fields.append('"deltas":{' + ",".join(f'"{n}":{v}' for n, v in deltas.items()) + "}")
+    if ts is not None:
+        fields.append(f'"ts":{ts}')
+    if gauges:
+        fields.append('"gauges":{' + ",".join(f'"{n}":{{"{k}":{_literal(v)}}}' for n, (k, v) in gauges.items()) + "}")
+    if distinct:
+        fields.append('"distinct":' + json.dumps(distinct, separators=(",", ":")))
+    return "{" + ",".join(fields) + "}"
 
 
 def wide_items(workload: Workload, names_per_add: int) -> int:

@@ -15,7 +15,7 @@ from bench.chaos.dlq import DeadLetterStore
 from bench.chaos.faults import DynamoDBChaos, FaultLog
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import Ledger
-from bench.chaos.patterns import STARTS, GaugeReading, expected_gauges
+from bench.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
 from bench.chaos.sqs import Queue
 from bench.chaos.workload import generate
 from botocore.exceptions import ClientError, EndpointConnectionError
@@ -227,9 +227,13 @@ def test_the_pattern_messages_decode_to_their_reference() -> None:
     # GIVEN the smoke load's pattern messages (issue 15: start values, default deltas, gauges)
     workload = generate(SMOKE, 1_800_000_000_000)
     defaults = parse_counter_defaults(SMOKE.counter_defaults)
-    patterns = [m for m in workload.valid.values() if "-stock-" in m.message_id or "-gauge-" in m.message_id]
-    assert len(patterns) == SMOKE.stock_messages + SMOKE.gauge_messages
+    kinds = ("-stock-", "-gauge-", "-bounded-", "-distinct-")
+    patterns = [m for m in workload.valid.values() if any(kind in m.message_id for kind in kinds)]
+    assert (
+        len(patterns) == SMOKE.stock_messages + SMOKE.gauge_messages + SMOKE.bounded_messages + SMOKE.distinct_messages
+    )
     readings: list[GaugeReading] = []
+    members: list[tuple[str, str, str]] = []
     for message in patterns:
         # WHEN tally's decoder reads each body with the run's declared defaults
         decoded = decode_message(message.body, defaults=defaults)
@@ -243,8 +247,15 @@ def test_the_pattern_messages_decode_to_their_reference() -> None:
             for name, gauge in (event.gauges or {}).items():
                 value = gauge.value if isinstance(gauge.value, str) else Decimal(gauge.value)
                 readings.append(GaugeReading(event.key, name, gauge.kind.value, value, event.ts_ms or 0))
+            members += [(event.key, name, member) for name, member in (event.distinct or {}).items()]
         assert sums == message.sums
     assert expected_gauges(readings) == workload.expected_gauges
+    assert expected_distinct(members) == workload.expected_distinct
+    # AND bounded messages are kept out of the reference (a bound may refuse them), and some name two keys
+    bounded = [m for m in patterns if m.bounded]
+    assert len(bounded) == SMOKE.bounded_messages
+    assert not {key for m in bounded for key in m.sums} & set(workload.expected)
+    assert any(len(m.sums) == 2 for m in bounded)
     # AND some events named no delta, some carried only gauges, and each started counter adds its start once
     assert any('"deltas"' not in m.body for m in patterns if "-stock-" in m.message_id)
     stocks = {key: counters for key, counters in workload.expected.items() if key.startswith("stock:")}

@@ -29,8 +29,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 import tally.apply as apply_module
 from tally.commit.fates import ApplyOutcome, Fates
 from tally.core.plan import no_counter_limit
+from tally.core.sharding import parse_hot_keys
 from tally.pipeline import BatchPipeline
 from tally.runtime import CLIENT_CONFIG
+from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import add_update, translate
@@ -198,6 +200,14 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert verdict.gauges_checked > 0
     assert verdict.gauges_wrong == 0, verdict.examples
     assert result.counts.get("outcome.killed_before_gauges", 0) > 0
+    # AND every distinct count is exact, also after kills before the member writes; every message on a
+    # bounded counter is counted whole or refused by its bound, and no bounded counter left its bounds
+    assert verdict.distinct_checked > 0
+    assert verdict.distinct_wrong == 0, verdict.examples
+    assert result.counts.get("outcome.killed_before_members", 0) > 0
+    assert verdict.bounded_counted > 0
+    assert verdict.bounded_refused > 0
+    assert (verdict.bounded_unaccounted, verdict.bound_violations) == (0, 0), verdict.examples
 
 
 def test_the_harness_catches_adds_over_the_expression_limit(
@@ -308,6 +318,67 @@ def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
     # THEN the harness finds gauges that lack readings of counted messages, and fails the run
     assert result.counts.get("outcome.killed_before_gauges", 0) > 0
     assert result.verdict.gauges_wrong > 0
+    assert not result.passed
+
+
+class MembersWithoutConditions(DynamoDBDistinctStore):
+    """BROKEN on purpose: member items are Put without ``attribute_not_exists``, so a member written twice
+    (a lost answer sent again, two invocations racing) adds to the count twice."""
+
+    def _actions(self, key: str, shard: int, pending: Sequence[Any]) -> list[dict[str, Any]]:
+        actions = super()._actions(key, shard, pending)
+        for action in actions:
+            put = action.get("Put")
+            if put is not None:
+                put.pop("ConditionExpression")
+                put.pop("ExpressionAttributeNames")
+        return actions
+
+
+def _members_without_conditions(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+    pipeline._distinct = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
+    return pipeline
+
+
+def _unbounded(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    """BROKEN on purpose: the pipeline is not told the bounds (the check still knows them)."""
+    return wire_pipeline(
+        client, tables, dead_letters, replace(config, counter_bounds=""), marker_read_gate=marker_read_gate
+    )
+
+
+def test_the_harness_catches_distinct_counts_that_drift(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN member items written without their condition, under lost answers at a high rate
+    config = replace(SMOKE, events=1_000, distinct_messages=200, dynamodb=replace(SMOKE.dynamodb, lost_response=0.2))
+    # WHEN it runs
+    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_members_without_conditions)
+    # THEN some distinct count is more than its members, and the run fails
+    assert result.verdict.distinct_wrong > 0
+    assert not result.passed
+
+
+def test_the_harness_catches_a_bound_crossed(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a pipeline that enforces no bound WHEN the bounded messages run
+    result = _run(dynamodb_local, ddb_tables, replace(SMOKE, events=500), pipeline_factory=_unbounded)
+    # THEN some seat ends outside [0, 40] and the run fails
+    assert result.verdict.bound_violations > 0
     assert not result.passed
 
 
