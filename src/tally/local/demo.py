@@ -257,12 +257,17 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
 
 
 def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterator[tuple[str, str, str, str]]:
-    """(key, what, expected, read) for each gauge and operator record a sample's spec names (issue 15)."""
+    """(key, what, expected, read) for each gauge, distinct count and operator record a sample's spec names
+    (issue 15)."""
     for key, kinds in spec.get("gauges", {}).items():
         stored = reader.get(key).gauges
         for kind, gauges in kinds.items():
             for name, value in gauges.items():
                 yield key, f"{kind} {name}", value, str(stored.get(kind, {}).get(name))
+    for key, sets in spec.get("distinct", {}).items():
+        counted = reader.get(key).distinct
+        for name, value in sets.items():
+            yield key, f"distinct {name}", value, str(counted.get(name))
     for key, kinds in spec.get("operators", {}).items():
         records = reader.get(key).operators
         for kind, counters in kinds.items():
