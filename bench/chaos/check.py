@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from bench.chaos.patterns import BOUND_CODES, SEAT_CEILING, SEAT_FLOOR
+from bench.chaos.patterns import BOUND_CODES, LEVEL, SEAT_CEILING, SEAT_FLOOR
 from bench.chaos.workload import DOOMED_CODE, ID_CONFLICT_CODE, TRACER
 
 if TYPE_CHECKING:
@@ -73,6 +73,10 @@ class Verdict:
     """Bounded counters whose final value lies outside their bounds."""
     distinct_checked: int = 0
     distinct_wrong: int = 0
+    levels_checked: int = 0
+    """``r:`` keys whose ``level`` (resets and deltas in the shard's order) was judged with the counters."""
+    levels_unjudged: int = 0
+    """``r:`` keys left unjudged: a record of theirs was given up and replayed out of the shard's order."""
 
     @property
     def ok(self) -> bool:
@@ -113,27 +117,17 @@ def judge(
     read: Callable[[str], dict[str, Decimal]],
     letters: Sequence[Letter],
     given_up_left: int,
+    *,
     patterns: PatternReads | None = None,
+    replayed: frozenset[str] = frozenset(),
 ) -> Verdict:
     """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest issue 15's
-    patterns need) with the reference."""
-    checked = wrong = lost = doubled = 0
+    patterns need; ``replayed``: bodies of Kinesis records given up and replayed) with the reference."""
     examples: list[str] = []
     reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
     counted_bounded = _add_counted_bounded(workload, patterns, reference)
-    for key, expected in sorted(reference.items()):
-        actual = {name: value for name, value in read(key).items() if value}
-        wanted = {name: value for name, value in expected.items() if value}
-        for name in sorted(set(actual) | set(wanted)):
-            checked += 1
-            have, want = actual.get(name, Decimal(0)), wanted.get(name, Decimal(0))
-            if have != want:
-                wrong += 1
-                if len(examples) < 5:
-                    examples.append(f"{key}/{name}: {have} != {want}")
-            if name == TRACER:
-                lost += int(max(Decimal(0), want - have))
-                doubled += int(max(Decimal(0), have - want))
+    unjudged = _add_levels(workload, reference, replayed)
+    checked, wrong, lost, doubled = _compare_counters(reference, read, unjudged, examples)
     stray = tuple(sorted(key for key in poison_keys(workload) if any(read(key).values())))
     pattern_figures = _judge_patterns(workload, read, letters, patterns, counted_bounded, examples=examples)
 
@@ -191,6 +185,8 @@ def judge(
         ids_reused_second_won=second_won,
         examples=tuple(examples),
         **pattern_figures,
+        levels_checked=len(workload.expected_levels) - len(unjudged),
+        levels_unjudged=len(unjudged),
     )
 
 
@@ -234,6 +230,46 @@ def _judge_patterns(
         "distinct_checked": distinct_checked,
         "distinct_wrong": distinct_wrong,
     }
+
+
+def _compare_counters(
+    reference: dict[str, dict[str, Decimal]],
+    read: Callable[[str], dict[str, Decimal]],
+    unjudged: set[str],
+    examples: list[str],
+) -> tuple[int, int, int, int]:
+    """Counters checked and wrong, and events lost and doubled (read off ``count``)."""
+    checked = wrong = lost = doubled = 0
+    for key, expected in sorted(reference.items()):
+        actual = {name: value for name, value in read(key).items() if value}
+        wanted = {name: value for name, value in expected.items() if value}
+        for name in sorted(set(actual) | set(wanted)):
+            if name == LEVEL and key in unjudged:
+                continue
+            checked += 1
+            have, want = actual.get(name, Decimal(0)), wanted.get(name, Decimal(0))
+            if have != want:
+                wrong += 1
+                if len(examples) < 5:
+                    examples.append(f"{key}/{name}: {have} != {want}")
+            if name == TRACER:
+                lost += int(max(Decimal(0), want - have))
+                doubled += int(max(Decimal(0), have - want))
+    return checked, wrong, lost, doubled
+
+
+def _add_levels(workload: Workload, reference: dict[str, dict[str, Decimal]], replayed: frozenset[str]) -> set[str]:
+    """Put each ``r:`` key's folded ``level`` into ``reference``; returns the keys left unjudged (a record of
+    theirs was replayed out of order)."""
+    unjudged = {
+        message.level_step[0]
+        for message in workload.valid.values()
+        if message.level_step is not None and message.body in replayed
+    }
+    for key, level in workload.expected_levels.items():
+        if key not in unjudged:
+            reference.setdefault(key, {})[LEVEL] = level
+    return unjudged
 
 
 def _add_counted_bounded(

@@ -123,6 +123,8 @@ class ChaosConfig:
     """Messages stepping a bounded counter (some packed with a second seat or an unbounded key)."""
     distinct_messages: int = 600
     """Messages naming distinct-count members on ``page:`` keys (viewers of 80, countries of 12)."""
+    reset_messages: int = 400
+    """Messages on ``r:`` keys' ``level`` (one in eight a reset, some corrections), on Kinesis only."""
     closed_gate_consumers: int = 1
     """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""
     sqs_share: float = 0.5
@@ -174,6 +176,7 @@ SMOKE = ChaosConfig(
     gauge_messages=60,
     bounded_messages=80,
     distinct_messages=60,
+    reset_messages=60,
     dynamodb=DynamoDBFaultRates(
         connect_failure=0.03,
         lost_response=0.05,

@@ -374,6 +374,7 @@ def run_chaos(
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
         patterns=_pattern_reads(config, tables, client_factory),
+        replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
     )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(

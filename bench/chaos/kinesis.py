@@ -46,6 +46,8 @@ class Shard:
     shard_id: str
     records: list[dict[str, Any]] = field(default_factory=list)
     given_up: list[list[Record]] = field(default_factory=list)
+    ever_given_up: set[str] = field(default_factory=set)
+    """Bodies of every record given up at least once: replayed later, out of the shard's order."""
 
 
 class Stream:
@@ -129,6 +131,9 @@ class ShardConsumer:
             if step.give_up is not None:
                 self.consumer.log.add("delivery.kinesis_given_up_records", len(step.give_up.records))
                 self.shard.given_up.append(list(step.give_up.records))
+                self.shard.ever_given_up.update(
+                    record["Data"].decode("utf-8", "surrogateescape") for record in step.give_up.records
+                )
                 continue
             if step.decision is Decision.BISECT:
                 self.consumer.log.add("redelivery.kinesis_bisected_batches")

@@ -20,6 +20,13 @@ The load's pattern messages (``bench.chaos.workload``) exercise, under every fau
 - **distinct counts**: events on ``page:`` keys name a viewer (of 80) and sometimes a country (of 12);
   each key's set must count exactly the different members its distinct counted messages named.
 
+- **corrections and resets**: on ``r:`` keys, deltas and corrections of ``level`` and resets of it (about
+  one message in eight), all through Kinesis with the key as partition key, so one shard orders them. A
+  reset does not commute with sums, so the reference folds the messages in the order the shard holds their
+  first copies (re-sends are duplicates wherever they fall); a key any of whose records Kinesis gave up and
+  replayed later is out of that order, as on AWS, and its ``level`` is reported unjudged rather than
+  judged against an order the source did not keep.
+
 Pattern messages are never reused with other content nor respelled (they are judged on their own
 reference), but they are re-sent like any other message. Computed in a 100-digit context, as the sums.
 """
@@ -46,6 +53,9 @@ SEAT_FLOOR: Final = Decimal(0)
 SEAT_CEILING: Final = Decimal(40)
 BOUND_CODES: Final = frozenset({"below_floor", "above_ceiling"})
 """The dead-letter codes of a message a bound refused (README's dead-letter table)."""
+
+LEVEL: Final = "level"
+"""The counter resets and corrections move on ``r:`` keys."""
 
 GaugeValue = Decimal | str
 GaugeTable = dict[str, dict[str, GaugeValue]]
@@ -110,3 +120,11 @@ def expected_distinct(members: Iterable[tuple[str, str, str]]) -> dict[str, dict
     for key, name, member in members:
         seen.setdefault(key, {}).setdefault(name, set()).add(member)
     return {key: {name: len(found) for name, found in sets.items()} for key, sets in seen.items()}
+
+
+def fold_levels(steps: Iterable[tuple[str, str, Decimal]]) -> dict[str, Decimal]:
+    """key -> ``level`` after the (key, ``reset``/``add``, amount) steps in order: a reset sets, the rest add."""
+    levels: dict[str, Decimal] = {}
+    for key, kind, amount in steps:
+        levels[key] = amount if kind == "reset" else levels.get(key, Decimal(0)) + amount
+    return levels

@@ -61,6 +61,10 @@ def summary_table(result: ChaosResult) -> Table:
     )
     table.add_row("bounded messages neither counted nor refused", _flag(verdict.bounded_unaccounted))
     table.add_row("bounded counters outside their bounds", _flag(verdict.bound_violations))
+    table.add_row(
+        "reset keys judged in the shard's order / left unjudged (a record replayed out of order)",
+        f"{verdict.levels_checked:,} / {verdict.levels_unjudged:,}",
+    )
     table.add_row("keys counted from poison", _flag(len(verdict.stray_keys)))
     table.add_row(
         "poison accounted (in DLQ with its reason)",

@@ -44,12 +44,14 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Final
 
 from bench.chaos.patterns import (
+    LEVEL,
     GaugeReading,
     GaugeTable,
     GaugeValue,
     default_deltas,
     expected_distinct,
     expected_gauges,
+    fold_levels,
     with_starts,
 )
 
@@ -109,6 +111,9 @@ class ValidMessage:
     """Its distinct-count members (key, set, member): judged against ``Workload.expected_distinct``."""
     bounded: bool = False
     """It steps a bounded counter: a bound may refuse it whole; its sums are not in ``Workload.expected``."""
+    level_step: tuple[str, str, Decimal] | None = None
+    """A reset or a delta of an ``r:`` key's ``level`` (key, ``reset``/``add``, amount): published on Kinesis
+    only, judged by ``fold_levels`` in the shard's order, never summed into ``Workload.expected``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +152,8 @@ class Workload:
     """key -> gauge kind -> name -> the value the distinct gauge messages leave (``bench.chaos.patterns``)."""
     expected_distinct: dict[str, dict[str, int]] = field(default_factory=dict)
     """key -> set -> distinct members of the counted messages (all-time)."""
+    expected_levels: dict[str, Decimal] = field(default_factory=dict)
+    """``r:`` key -> its ``level`` after its resets and deltas in the order of the shard that holds them."""
 
     @property
     def bounded(self) -> tuple[ValidMessage, ...]:
@@ -216,7 +223,10 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     def source() -> Source:
         return Source.SQS if rng.random() < config.sqs_share else Source.KINESIS
 
-    publications = [Publication(source(), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
+    def source_of(message: ValidMessage) -> Source:
+        return Source.KINESIS if message.level_step is not None else source()  # one shard keeps their order
+
+    publications = [Publication(source_of(m), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
     publications += [Publication(source(), body, f"poison-{index}") for index, body in enumerate(poison)]
     rng.shuffle(publications)
     respelled: dict[str, ValidMessage] = {}
@@ -229,7 +239,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         if reuse_rng.random() < config.respell_share and message.parts:  # wide messages are not respelled
             body = _respell(body)
             respelled[body] = message
-        publications.insert(position, Publication(source(), body, message.partition_key, resend=True))
+        publications.insert(position, Publication(source_of(message), body, message.partition_key, resend=True))
     alternates = _reuse_ids(config, {mid: m for mid, m in valid.items() if mid not in patterns}, reuse_rng)
     for alternate in alternates.values():
         # Half right next to the first content (same source and partition key: often the same batch), half
@@ -265,7 +275,22 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         expected_distinct=expected_distinct(
             member for message in everything.values() if not message.doomed for member in message.members
         ),
+        expected_levels=_levels(publications, everything),
     )
+
+
+def _levels(publications: Sequence[Publication], messages: dict[str, ValidMessage]) -> dict[str, Decimal]:
+    """Each ``r:`` key's ``level``, folding its messages in the order their first copies are published (on
+    Kinesis, under the key as partition key: the order its shard holds and delivers them in)."""
+    by_body = {message.body: message for message in messages.values() if message.level_step is not None}
+    seen: set[str] = set()
+    steps = []
+    for publication in publications:
+        message = by_body.get(publication.body)
+        if message is not None and message.message_id not in seen and message.level_step is not None:
+            seen.add(message.message_id)
+            steps.append(message.level_step)
+    return fold_levels(steps)
 
 
 def _valid_messages(config: ChaosConfig, base_ms: int, rng: random.Random) -> dict[str, ValidMessage]:
@@ -374,6 +399,7 @@ def _pattern_messages(config: ChaosConfig, base_ms: int) -> dict[str, ValidMessa
     builder.gauges()
     builder.bounded()
     builder.distinct()
+    builder.resets()
     return builder.messages
 
 
@@ -453,6 +479,26 @@ class _PatternBuilder:
                 ts = next(self.stamps) if rng.random() < 0.3 else None
                 parts.append((self._key("page"), {TRACER: Decimal(1)}, {}, ts, members))
             self._add(f"c{self.config.seed}-distinct-{index}", self._with_ordinary(parts))
+
+    def resets(self) -> None:
+        """Deltas (a few as corrections) and resets of ``level`` on ``r:`` keys, one message per event."""
+        rng, seed = self.rng, self.config.seed
+        for index in range(self.config.reset_messages):
+            key = self._key("r")
+            message_id = f"c{seed}-reset-{index}"
+            if rng.random() < 0.12:
+                value = Decimal(rng.randint(0, 1000))
+                body = f'{{"id":"{message_id}","key":"{key}","reset":{{"{LEVEL}":{value}}}}}'
+                step, sums = (key, "reset", value), {}
+            else:
+                delta = Decimal(_nonzero(rng, -20, 50))
+                correction = ',"correction":true' if rng.random() < 0.2 else ""
+                deltas = (
+                    f'"deltas":{{"{LEVEL}":{delta}}}' if correction else f'"deltas":{{"{LEVEL}":{delta},"{TRACER}":1}}'
+                )
+                body = f'{{"id":"{message_id}","key":"{key}",{deltas}{correction}}}'
+                step, sums = (key, "add", delta), ({} if correction else {key: {TRACER: Decimal(1)}})
+            self.messages[message_id] = ValidMessage(message_id, body, key, 1, sums, level_step=step)
 
     def _add(self, message_id: str, parts: Sequence[_PatternPart], *, bounded: bool = False) -> None:
         events: list[str] = []

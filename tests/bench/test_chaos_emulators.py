@@ -17,7 +17,7 @@ from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import Ledger
 from bench.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
 from bench.chaos.sqs import Queue
-from bench.chaos.workload import generate
+from bench.chaos.workload import Source, generate
 from botocore.exceptions import ClientError, EndpointConnectionError
 
 from tally.core.decode import decode_message
@@ -227,11 +227,10 @@ def test_the_pattern_messages_decode_to_their_reference() -> None:
     # GIVEN the smoke load's pattern messages (issue 15: start values, default deltas, gauges)
     workload = generate(SMOKE, 1_800_000_000_000)
     defaults = parse_counter_defaults(SMOKE.counter_defaults)
-    kinds = ("-stock-", "-gauge-", "-bounded-", "-distinct-")
+    kinds = ("-stock-", "-gauge-", "-bounded-", "-distinct-", "-reset-")
     patterns = [m for m in workload.valid.values() if any(kind in m.message_id for kind in kinds)]
-    assert (
-        len(patterns) == SMOKE.stock_messages + SMOKE.gauge_messages + SMOKE.bounded_messages + SMOKE.distinct_messages
-    )
+    sizes = (SMOKE.stock_messages, SMOKE.gauge_messages, SMOKE.bounded_messages, SMOKE.distinct_messages)
+    assert len(patterns) == sum(sizes) + SMOKE.reset_messages
     readings: list[GaugeReading] = []
     members: list[tuple[str, str, str]] = []
     for message in patterns:
@@ -248,6 +247,15 @@ def test_the_pattern_messages_decode_to_their_reference() -> None:
                 value = gauge.value if isinstance(gauge.value, str) else Decimal(gauge.value)
                 readings.append(GaugeReading(event.key, name, gauge.kind.value, value, event.ts_ms or 0))
             members += [(event.key, name, member) for name, member in (event.distinct or {}).items()]
+        if message.level_step is not None:  # a reset or a delta of level: judged by the fold, not summed
+            event = decoded.events[0]
+            key, kind, amount = message.level_step
+            assert (event.key, event.reset or event.deltas.get("level")) == (
+                key,
+                {"level": amount} if kind == "reset" else amount,
+            )
+            sums.get(key, {}).pop("level", None)
+            sums = {k: v for k, v in sums.items() if v}
         assert sums == message.sums
     assert expected_gauges(readings) == workload.expected_gauges
     assert expected_distinct(members) == workload.expected_distinct
@@ -256,6 +264,11 @@ def test_the_pattern_messages_decode_to_their_reference() -> None:
     assert len(bounded) == SMOKE.bounded_messages
     assert not {key for m in bounded for key in m.sums} & set(workload.expected)
     assert any(len(m.sums) == 2 for m in bounded)
+    # AND every reset-pattern message goes to Kinesis only, and the reference folds them in publication order
+    resets = {m.body for m in patterns if m.level_step is not None}
+    assert {p.source for p in workload.publications if p.body in resets} == {Source.KINESIS}
+    assert any(m.level_step[1] == "reset" for m in patterns if m.level_step is not None)
+    assert set(workload.expected_levels) == {m.level_step[0] for m in patterns if m.level_step is not None}
     # AND some events named no delta, some carried only gauges, and each started counter adds its start once
     assert any('"deltas"' not in m.body for m in patterns if "-stock-" in m.message_id)
     stocks = {key: counters for key, counters in workload.expected.items() if key.startswith("stock:")}
