@@ -99,11 +99,11 @@ bench-hot-key: install
 # (docs/benchmarks.md). Full size: several minutes; writes docs/benchmarks.{md,png,json}.
 bench: install
 	$(BIN)/python -m bench.run --size full
-	$(BIN)/python -m bench.patterns --json-out docs/patterns.json
+	$(BIN)/python -m bench.patterns --all --json-out docs/patterns.json
 
 # The cost per event of each counter pattern of issue 15 beside plain sums (README, "Counter patterns").
 bench-patterns: install
-	mkdir -p .bench && $(BIN)/python -m bench.patterns --json-out .bench/patterns.json
+	mkdir -p .bench && $(BIN)/python -m bench.patterns --all --json-out .bench/patterns.json
 
 # The same at a tiny size, in seconds, written under .bench/ (tests/bench/test_bench_smoke.py runs it in CI).
 bench-smoke: install

@@ -11,6 +11,10 @@ writes included):
 - ``gauge latest``: a delta and a ``latest`` reading, ``ts`` increasing (every batch's reading is newer);
 - ``gauge latest, late``: the same, ``ts`` decreasing (every reading loses to the stored one: the worst case).
 
+``--all`` (what ``make bench`` runs) adds the other patterns of issue 15 from their own benchmarks, on the same
+DynamoDB Local and the same load size, in one table beside the same plain sums: bounded counters
+(``bench.bounded``), corrections and resets (``bench.resets``) and distinct counts (``bench.distinct``).
+
 Run: ``python -m bench.patterns [--events 5000] [--keys 50] [--json-out FILE]`` (``make bench-patterns``; ``make
 bench`` runs it after the peers and writes docs/patterns.json). Every count and gauge is read back and checked.
 """
@@ -125,16 +129,33 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
     }
 
 
+def other_patterns(events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> list[dict[str, Any]]:
+    """Issue 15's other patterns, measured by their own benchmarks (each beside plain sums there too)."""
+    from bench import bounded, distinct, resets  # noqa: PLC0415 (only with --all)
+
+    rows: list[dict[str, Any]] = []
+    for load in bounded.LOADS[1:]:
+        rows.append({"pattern": f"bounded: {load}"} | bounded.measure(load, events, keys, client, admin))
+    for name in list(resets.PATTERNS)[1:]:
+        rows.append({"gauge_writes": 0, "conditional_failures": 0} | resets.measure(name, events, keys, client, admin))
+    for name in list(distinct.PATTERNS)[1:]:
+        rows.append({"gauge_writes": 0} | distinct.measure(name, events, keys, client, admin))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="cost per event of start values, default deltas and gauges")
     parser.add_argument("--events", type=int, default=5_000)
     parser.add_argument("--keys", type=int, default=50)
     parser.add_argument("--json-out", type=Path, help="also write the rows (and the run's size) as JSON here")
+    parser.add_argument("--all", action="store_true", help="also bounded counters, resets and distinct counts")
     args = parser.parse_args()
     rows = []
     with DynamoDBLocal() as ddb:
         admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
         rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
+        if args.all:
+            rows += other_patterns(args.events, args.keys, client, admin)
     table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
     for column in ("pattern", "write units/event", "requests/event", "gauge UpdateItems", "failed conditions", "exact"):
         table.add_column(column, justify="left" if column == "pattern" else "right")
@@ -144,8 +165,8 @@ def main() -> int:
             row["pattern"],
             f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
             f"{row['requests_per_event']:.4f}",
-            str(row["gauge_writes"]),
-            str(row["conditional_failures"]),
+            str(row.get("gauge_writes", "-")),
+            str(row.get("conditional_failures", "-")),
             "yes" if row["exact"] else "NO",
         )
     Console().print(table)
