@@ -8,6 +8,8 @@ test_plan.py): these tests pin what the model makes of its plans.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tally.cost.model import (
@@ -21,6 +23,7 @@ from tally.cost.model import (
     recommend,
     simulate,
 )
+from tests.support.events import sqs_event
 
 
 @pytest.mark.parametrize(
@@ -141,6 +144,19 @@ def test_a_batch_is_cut_to_lambdas_6_mb_payload() -> None:
     bill = price(traffic, 10_000)
     assert bill.parameters.batch_size * traffic.message_bytes <= 6 * 1024 * 1024
     assert bill.parameters.batch_size < 10_000
+
+
+def test_the_6_mb_cut_counts_each_record_as_lambda_delivers_it() -> None:
+    """A packed body is JSON-escaped inside the event and carries the record's envelope (receipt handle,
+    attributes): counting the body alone recommended 91 records of 1,000 events, 7.5 MB on the wire."""
+    traffic = Traffic(10_000, keys=1000, events_per_message=1000, key_bytes=17, windows=())
+    event = {"key": "k" * 17, "deltas": {"c0": 123456, "c1": 123456}}
+    body = json.dumps({"id": "0" * 32, "events": [event] * 1000}, separators=(",", ":"))
+    record = sqs_event([body])["Records"][0]
+    record["receiptHandle"] = "A" * 400  # AWS's receipt handles run to a few hundred characters
+    bill = price(traffic, 10_000)
+    assert bill.parameters.batch_size * len(json.dumps(record)) <= 6 * 1024 * 1024
+    assert bill.parameters.batch_size >= 60  # and not far below it
 
 
 def test_recommend_keeps_within_the_latency_budget_and_is_the_cheapest_that_does() -> None:

@@ -69,6 +69,13 @@ BATCH_GET_KEYS: Final = 100
 BATCH_WRITE_ITEMS: Final = 25
 MAX_INVOCATION_BYTES: Final = 6 * 1024 * 1024
 """Lambda's synchronous payload limit: an SQS or Kinesis batch is cut to fit it."""
+SQS_RECORD_ENVELOPE_BYTES: Final = 1000
+"""What an SQS record adds to its body in the Lambda event: message id, receipt handle (a few hundred
+characters on AWS), attributes, MD5, queue ARN and region, as JSON."""
+KINESIS_RECORD_ENVELOPE_BYTES: Final = 700
+"""A Kinesis record's event id, ARNs, sequence number, partition key and schema fields, as JSON."""
+MAX_BATCH_RECORDS: Final = 10_000
+"""The largest ``BatchSize`` (SQS standard queue) and ``StreamBatchSize`` (Kinesis)."""
 LAMBDA_FULL_VCPU_MB: Final = 1769
 """At 1,769 MB a function has one full vCPU; below, CPU time stretches in proportion."""
 PARTITION_WRITE_UNITS_PER_S: Final = 1000
@@ -155,6 +162,19 @@ class Traffic:
         """A message body's size, roughly: the producer's JSON (key, counter names, 6-digit values)."""
         per_event = self.key_bytes + 20 + self.counters * 16
         return 60 + self.events_per_message * per_event
+
+    @property
+    def record_bytes(self) -> int:
+        """One record as it weighs in Lambda's 6 MB payload, which is what cuts a batch.
+
+        SQS: the body is a JSON string inside the event's JSON, so each of its quotes is escaped (an
+        event has ``6 + 2 x counters`` of them, the envelope 4), plus the record's envelope. Kinesis: the
+        body is base64 (4 bytes per 3) plus the record's envelope.
+        """
+        if self.source == "Kinesis":
+            return -(-self.message_bytes // 3) * 4 + KINESIS_RECORD_ENVELOPE_BYTES
+        quotes = 4 + self.events_per_message * (6 + 2 * self.counters)
+        return self.message_bytes + quotes + SQS_RECORD_ENVELOPE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -466,7 +486,7 @@ def price(
 ) -> Bill:
     """The bill of ``traffic`` at ``batch_size`` records per invocation (the window chosen to fill it)."""
     window_cap = SQS_MAX_WINDOW_S if traffic.source == "SQS" else KINESIS_MAX_WINDOW_S
-    size = min(batch_size, max(1, MAX_INVOCATION_BYTES // traffic.message_bytes))
+    size = min(batch_size, MAX_BATCH_RECORDS, max(1, MAX_INVOCATION_BYTES // traffic.record_bytes))
     # A Kinesis batch holds one shard's records: it fills at the shard's rate, not the stream's.
     shards = _kinesis_shards(traffic)
     feed = traffic.records_per_second / max(1, shards)
