@@ -148,7 +148,7 @@ def test_a_batch_is_cut_to_lambdas_6_mb_payload() -> None:
 
 def test_the_6_mb_cut_counts_each_record_as_lambda_delivers_it() -> None:
     """A packed body is JSON-escaped inside the event and carries the record's envelope (receipt handle,
-    attributes): counting the body alone recommended 91 records of 1,000 events, 7.5 MB on the wire."""
+    attributes): counting the body alone recommended 91 records of 1,000 events, 6.7 MB as delivered."""
     traffic = Traffic(10_000, keys=1000, events_per_message=1000, key_bytes=17, windows=())
     event = {"key": "k" * 17, "deltas": {"c0": 123456, "c1": 123456}}
     body = json.dumps({"id": "0" * 32, "events": [event] * 1000}, separators=(",", ":"))
