@@ -561,6 +561,46 @@ def recommend(
     return _cheapest(list(bills.values()), traffic)
 
 
+def floor(
+    traffic: Traffic,
+    *,
+    latencies: Latencies = Latencies(),
+    prices: Prices = Prices(),
+    page_bytes: PageBytes = planner_page_bytes,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
+    batches: int = 4,
+) -> Bill:
+    """The floor of ``traffic``: the fewest write units per event any allowed setting reaches.
+
+    Allowed: a batch size of 1 to 10,000 records (``BatchSize``, ``StreamBatchSize``), a batching window
+    of 0 to the template's cap (60 s SQS, 300 s Kinesis), each batch cut to Lambda's 6 MB payload, as
+    ``price`` fills it at the traffic's rate. The traffic's shape is given (rate, keys, skew, events per
+    message, counters, windows, source): the floor is what the consumer's settings can reach for it, so
+    it ignores the latency budget (the budget decides how near the floor a user chooses to be). A
+    batch's writes fall as it gathers more events per key, so the floor is near the largest batch the
+    traffic fills; every size is tried anyway, since the planner's paths (direct, journal) are not
+    monotonic in the batch size.
+    """
+    sizes = sorted({*batch_sizes, MAX_BATCH_RECORDS})
+    bills: dict[float, Bill] = {}
+    for size in sizes:
+        bill = price(traffic, size, latencies=latencies, prices=prices, page_bytes=page_bytes, batches=batches)
+        bills.setdefault(bill.records_per_batch, bill)
+    return min(bills.values(), key=lambda bill: (bill.units.write_units, bill.latency_s))
+
+
+def keys_per_message(traffic: Traffic) -> float:
+    """Expected distinct keys in one message of ``events_per_message`` events drawn like the traffic.
+
+    The producer library closes a packed message at ``max_keys_per_message`` distinct keys (99 by
+    default), so a traffic description with more events per message than that allows needs the
+    producer's cap raised (``tally plan`` says so).
+    """
+    weights = [1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)]
+    total = sum(weights)
+    return float(sum(1.0 - (1.0 - weight / total) ** traffic.events_per_message for weight in weights))
+
+
 def _cheapest(bills: Sequence[Bill], traffic: Traffic) -> Bill:
     fitting = [bill for bill in bills if bill.latency_s <= traffic.latency_budget_s]
     if not fitting:
