@@ -483,8 +483,13 @@ def price(
     prices: Prices = Prices(),
     page_bytes: PageBytes = planner_page_bytes,
     batches: int = 8,
+    window_s: int | None = None,
 ) -> Bill:
-    """The bill of ``traffic`` at ``batch_size`` records per invocation (the window chosen to fill it)."""
+    """The bill of ``traffic`` at ``batch_size`` records per invocation.
+
+    The batching window is the one that fills the batch (capped by the template), or ``window_s`` when
+    given: what a deployment with those two parameters pays (the template's defaults, for example).
+    """
     window_cap = SQS_MAX_WINDOW_S if traffic.source == "SQS" else KINESIS_MAX_WINDOW_S
     size = min(batch_size, MAX_BATCH_RECORDS, max(1, MAX_INVOCATION_BYTES // traffic.record_bytes))
     # A Kinesis batch holds one shard's records: it fills at the shard's rate, not the stream's.
@@ -492,6 +497,8 @@ def price(
     feed = traffic.records_per_second / max(1, shards)
     fill_s = size / feed
     window = 0 if size == 1 else min(window_cap, max(1, math.ceil(fill_s)))
+    if window_s is not None:
+        window = min(window_cap, window_s)
     records = max(1, min(size, math.floor(feed * window))) if window else 1
     # Enough batches to see the planner's choices, few enough events to answer in about a second.
     batches = max(1, min(batches, SIMULATED_EVENTS // (records * traffic.events_per_message)))
