@@ -40,6 +40,10 @@ TARGET: Final = 0.03
 ROOT: Final = Path(__file__).resolve().parents[1]
 DEFAULT_SVG: Final = ROOT / "docs" / "cost-by-batch-size.svg"
 DEFAULT_DATA: Final = ROOT / "docs" / "cost-by-batch-size.json"
+BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
+SECTION: Final = "## Cost against batch size and windows (issue 16)"
+WRITE_UNIT_USD: Final = 0.625e-6
+"""DynamoDB on demand, us-east-1 (``tally.cost.model.Prices``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +93,9 @@ def measured_configs(series: Sequence[Series] = SERIES) -> list[Config]:
     """Where the chart is checked: small, middling and the largest batch the payload allows."""
     out = []
     for line in series:
-        sizes = (10, 100, 1000, 5000) if line.pack == 1 else (10, 100, line.cut) if line.pack == PACK else (line.cut,)
+        sizes = (
+            (10, 100, 1000, line.cut) if line.pack == 1 else (10, 100, line.cut) if line.pack == PACK else (line.cut,)
+        )
         out += [Config(line.pack > 1, line.windows, size, line.pack) for size in sizes if size <= line.cut]
     return out
 
@@ -211,7 +217,25 @@ def _series_of(config: Config) -> str:
     is_flag=True,
     help="Redraw the chart from --data (the measured points kept) instead of computing the curves again.",
 )
-def main(*, measure: bool, min_events: int, as_json: bool, svg: Path, data: Path, from_data: bool) -> None:
+@click.option(
+    "--benchmarks",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=BENCHMARKS_MD,
+    show_default=True,
+    help="Markdown whose cost section is rewritten.",
+)
+@click.option("--write-section/--no-write-section", default=True, show_default=True)
+def main(
+    *,
+    measure: bool,
+    min_events: int,
+    as_json: bool,
+    svg: Path,
+    data: Path,
+    from_data: bool,
+    benchmarks: Path,
+    write_section: bool,
+) -> None:
     """Print the model's curves (and measured points), write the chart and its data."""
     console = Console()
     if from_data:
@@ -220,12 +244,14 @@ def main(*, measure: bool, min_events: int, as_json: bool, svg: Path, data: Path
         document = build(measure=measure, min_events=min_events, previous=data, console=console)
         data.write_text(json.dumps(document, indent=2) + "\n")
     render(document, svg)
+    if write_section and benchmarks.is_file():
+        benchmarks.write_text(splice_section(benchmarks.read_text(), markdown_section(document)))
     if as_json:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return
     console.print(table([Point(**point) for point in document["curves"]]))
     console.print(measured_table([_check(row) for row in document["measured"]]))
-    console.print(f"chart: {svg}; data: {data}")
+    console.print(f"chart: {svg}; data: {data}; section {SECTION!r} of {benchmarks}")
 
 
 def build(*, measure: bool, min_events: int, previous: Path, console: Console) -> dict[str, Any]:
@@ -252,10 +278,92 @@ def build(*, measure: bool, min_events: int, previous: Path, console: Console) -
         measured = json.loads(previous.read_text())["measured"] if previous.exists() else []
     return {
         "workload": "U: 1,000 Zipf (s = 1.1) keys, two counters (units, cost), no re-sends",
+        "measured_at": _stamp() if measure else (previous_stamp(previous)),
         "curves": [asdict(point) for point in points],
         "measured": measured,
         "min_events": min_events,
     }
+
+
+def markdown_section(document: dict[str, Any], chart_name: str = "cost-by-batch-size.svg") -> list[str]:
+    """The section of docs/benchmarks.md this tool owns: the measured points, the curves, the chart."""
+    measured = document["measured"]
+    lines = [
+        SECTION,
+        "",
+        f"> Written by `make bench-cost` (`python -m bench.cost_chart --measure`){_when(document)}. "
+        "Do not edit by hand: re-run the command.",
+        "",
+        f"![write units per event against batch size]({chart_name})",
+        "",
+        "Workload U (1,000 Zipf keys, s = 1.1, two counters), no re-sends, through the real pipeline on "
+        "DynamoDB Local, write units billed by `bench.meter`; `predicted` is `tally.cost.model` (its own "
+        "batches and seed). Each batch size is at most what Lambda's 6 MB payload holds for that message "
+        "size (`Traffic.record_bytes`): about 5,500 single-event records, 700 messages of 100 events, 78 of "
+        "1,000. The naive `ADD` per event (not exact) is 1.05 write units per event (Results, above).",
+        "",
+    ]
+    if measured:
+        lines += [
+            "| configuration (messages, windows, records per batch) | events | measured WU/event "
+            "| $ per million events (writes) | predicted WU/event | ratio | exact |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for row in measured:
+            lines.append(
+                f"| {row['config']} | {row['events']:,} | {row['measured_write_units']:.4f} "
+                f"| {row['measured_write_units'] * WRITE_UNIT_USD * 1e6:.3f} | {row['predicted_write_units']:.4f} "
+                f"| {row['ratio']:.3f} | {'yes' if row['exact'] else '**no**'} |"
+            )
+        lines.append("")
+    points = [Point(**point) for point in document["curves"]]
+    names = list(dict.fromkeys(point.series for point in points))
+    by = {(point.series, point.batch_size): point for point in points}
+    lines += [
+        "The model's curves (write units per event; S single events, P100 / P1000 events per message; "
+        "on/off: windows hour,day or none):",
+        "",
+        "| BatchSize | " + " | ".join(_short(name) for name in names) + " |",
+        "| ---: | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for size in sorted({point.batch_size for point in points}):
+        cells = [f"{by[name, size].write_units:.4f}" if (name, size) in by else "" for name in names]
+        lines.append(f"| {size:,} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _when(document: dict[str, Any]) -> str:
+    stamp = document.get("measured_at")
+    return f", {stamp}" if stamp else ""
+
+
+def splice_section(markdown: str, section: Sequence[str]) -> str:
+    """``markdown`` with this tool's section replaced (or appended): up to the next ``## `` heading."""
+    lines = markdown.rstrip("\n").split("\n")
+    if SECTION in lines:
+        start = lines.index(SECTION)
+        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+        lines[start:end] = [*section, ""] if end < len(lines) else list(section)
+    else:
+        lines += ["", *section]
+    return "\n".join(lines) + "\n"
+
+
+def _stamp() -> str:
+    import subprocess  # noqa: PLC0415
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
+    ).stdout.strip()
+    return f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at {commit or 'an unknown commit'}"
+
+
+def previous_stamp(previous: Path) -> str | None:
+    if not previous.exists():
+        return None
+    stamp = json.loads(previous.read_text()).get("measured_at")
+    return stamp if isinstance(stamp, str) else None
 
 
 def _check(row: dict[str, Any]) -> Check:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.cost_chart import Series, curves, measured_configs, render
+from bench.cost_chart import SECTION, Series, curves, markdown_section, measured_configs, render, splice_section
 from bench.plan_check import TOLERANCE, Config, run_checks
 
 if TYPE_CHECKING:
@@ -48,3 +48,27 @@ def test_a_large_packed_message_configuration_is_measured_and_predicted(dynamodb
     assert check.config == "packed 60, windows off, 3"
     assert check.exact
     assert abs(check.ratio - 1) <= TOLERANCE
+
+
+def test_the_benchmarks_section_is_replaced_in_place_or_appended() -> None:
+    line = Series(pack=1, windows=False)
+    document = {
+        "curves": [{"series": line.name, "batch_size": 10, "records": 10, "write_units": 3.75}],
+        "measured": [
+            {
+                "config": "single, windows off, 10",
+                "events": 100,
+                "measured_write_units": 3.7,
+                "predicted_write_units": 3.75,
+                "ratio": 1.01,
+                "exact": True,
+            }
+        ],
+    }
+    section = markdown_section(document)
+    appended = splice_section("# B\n\n## Results\n\nx\n", section)
+    assert appended.endswith("\n".join(section) + "\n")
+    again = splice_section(appended.replace("3.7000", "9.9999") + "\n## Later\n\ny\n", section)
+    assert again.count(SECTION) == 1
+    assert "9.9999" not in again
+    assert again.endswith("## Later\n\ny\n")
