@@ -300,7 +300,10 @@ def markdown_section(document: dict[str, Any], chart_name: str = "cost-by-batch-
         "DynamoDB Local, write units billed by `bench.meter`; `predicted` is `tally.cost.model` (its own "
         "batches and seed). Each batch size is at most what Lambda's 6 MB payload holds for that message "
         "size (`Traffic.record_bytes`): about 5,500 single-event records, 700 messages of 100 events, 78 of "
-        "1,000. The naive `ADD` per event (not exact) is 1.05 write units per event (Results, above).",
+        "1,000. The naive `ADD` per event (not exact) is 1.05 write units per event (Results, above). "
+        'The floor of a traffic (README, "What it costs"; `tally.cost.model.floor`) is the lowest point '
+        "its curve reaches at the batches its rate fills in the longest window: the right-hand end of "
+        "a curve for traffic that fills the 6 MB payload.",
         "",
     ]
     if measured:
