@@ -58,10 +58,26 @@ class Config:
     packed: bool
     windows: bool
     batch_size: int
+    pack: int = PACK
+    """Events per packed message (ignored for single-event messages)."""
 
     @property
     def name(self) -> str:
-        return f"{'packed' if self.packed else 'single'}, windows {'on' if self.windows else 'off'}, {self.batch_size}"
+        kind = "single" if not self.packed else "packed" if self.pack == PACK else f"packed {self.pack:,}"
+        return f"{kind}, windows {'on' if self.windows else 'off'}, {self.batch_size}"
+
+    @property
+    def events_per_message(self) -> int:
+        return self.pack if self.packed else 1
+
+
+HIGH_VOLUME: Final = (
+    Config(packed=True, windows=False, batch_size=78, pack=1000),
+    Config(packed=True, windows=True, batch_size=78, pack=1000),
+)
+"""Issue 16, part 2: what ``tally plan`` recommends for 10,000 events/s of 1,000-event messages on
+1,000 Zipf keys (the producer's ``max_keys_per_message`` raised): 78 records, the most Lambda's 6 MB
+payload holds (``Traffic.record_bytes``); the target is <= 0.03 write units per event, windows off."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,9 +102,12 @@ class Check:
         return self.exact and abs(self.ratio - 1) <= TOLERANCE
 
 
-def configs(batch_sizes: Sequence[int] = (10, 100, 700)) -> list[Config]:
+def configs(batch_sizes: Sequence[int] = (10, 100, 700), pack: int = PACK) -> list[Config]:
     return [
-        Config(packed, windows, size) for packed in (False, True) for windows in (False, True) for size in batch_sizes
+        Config(packed, windows, size, pack)
+        for packed in (False, True)
+        for windows in (False, True)
+        for size in batch_sizes
     ]
 
 
@@ -102,16 +121,17 @@ def run_checks(
     seed: int = 20_261_124,
     pack: int = PACK,
     progress: Callable[[str], None] = lambda _: None,
+    only: Sequence[Config] | None = None,
 ) -> list[Check]:
-    """Every configuration, measured on ``ddb`` and predicted by the model."""
+    """Every configuration (or ``only`` these), measured on ``ddb`` and predicted by the model."""
     admin = ddb.client()
     client = ddb.client(CLIENT_CONFIG)
     checks = []
-    for config in configs(batch_sizes):
+    for config in configs(batch_sizes, pack) if only is None else only:
         progress(config.name)
-        per_batch = config.batch_size * (pack if config.packed else 1)
+        per_batch = config.batch_size * config.events_per_message
         batches = max(min_batches, math.ceil(min_events / per_batch))
-        spec = WorkloadSpec(events=batches * per_batch, keys=keys, resend_rate=0.0, pack=pack, seed=seed)
+        spec = WorkloadSpec(events=batches * per_batch, keys=keys, resend_rate=0.0, pack=config.pack, seed=seed)
         stream = deliver("U", usage_events(spec), spec, packed=config.packed).without_resends()
         run = run_peer(
             _factory(config),
@@ -124,7 +144,7 @@ def run_checks(
             events_per_second=1.0,  # the units per event do not depend on the rate
             keys=keys,
             zipf_s=spec.zipf_s,
-            events_per_message=pack if config.packed else 1,
+            events_per_message=config.events_per_message,
             counters=COUNTERS,
             key_bytes=KEY_BYTES,
             windows=WINDOWS if config.windows else (),
@@ -181,12 +201,21 @@ def table(checks: Sequence[Check]) -> Table:
 @click.option("--min-events", type=click.IntRange(min=1), default=20_000, show_default=True)
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True)
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the checks as JSON.")
-def main(min_events: int, keys: int, json_out: Path | None) -> None:
+@click.option(
+    "--high-volume",
+    is_flag=True,
+    help="Only the recommended high-volume settings (1,000-event messages, 78 records: issue 16, part 2).",
+)
+def main(min_events: int, keys: int, json_out: Path | None, high_volume: bool) -> None:
     """Run every configuration on a DynamoDB Local of its own; exit 1 if any prediction misses by over 10%."""
     console = Console()
     with DynamoDBLocal() as ddb:
         checks = run_checks(
-            ddb, keys=keys, min_events=min_events, progress=lambda name: console.print(f"running {name} ...")
+            ddb,
+            keys=keys,
+            min_events=min_events,
+            progress=lambda name: console.print(f"running {name} ..."),
+            only=HIGH_VOLUME if high_volume else None,
         )
     console.print(table(checks))
     if json_out is not None:

@@ -357,7 +357,17 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
             results.profile.strip(),
             "```",
         ]
+    lines += _cost_section()
     return "\n".join(lines) + "\n"
+
+
+def _cost_section() -> list[str]:
+    """``make bench-cost``'s section (bench.cost_chart), kept when ``make bench`` rewrites the file."""
+    from bench.cost_chart import DEFAULT_DATA, markdown_section  # noqa: PLC0415 (it measures; load it late)
+
+    if not DEFAULT_DATA.is_file():
+        return []
+    return ["", *markdown_section(json.loads(DEFAULT_DATA.read_text()))]
 
 
 RESULT_COLUMNS: Final = (

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 def test_every_prediction_is_within_ten_percent_of_its_run(dynamodb_local: DynamoDBLocal) -> None:
     sizes = (5, 25)
     checks = run_checks(dynamodb_local, keys=40, min_events=300, batch_sizes=sizes, pack=10)
-    assert [check.config for check in checks] == [config.name for config in configs(sizes)]
+    assert [check.config for check in checks] == [config.name for config in configs(sizes, pack=10)]
     console = Console(file=io.StringIO(), width=200)
     console.print(table(checks))
     for check in checks:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from contextlib import contextmanager
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from click.testing import CliRunner
 
@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from tally.local.dynamodb_local import DynamoDBLocal
     from tally.local.resources import LocalResources
 
+SHORT_WINDOWS: Final = {"BatchingWindowSeconds": "1", "StreamBatchingWindowSeconds": "1"}
+"""The template's batching windows (20 s, chosen for cost: README, "What it costs") would hold every
+partly filled local batch for 20 s; the end-to-end tests exercise delivery, not cost, so they
+run with 1 s unless a test sets its own."""
+
 
 @contextmanager
 def running_stack(
@@ -32,7 +37,7 @@ def running_stack(
 ) -> Iterator[LocalResources]:
     """A local stack (its own tables, queues, stream and CloudFormation stack) on the shared endpoints,
     with the environment ``tally`` commands read set to it."""
-    with LocalStack(parameters, dynamodb_endpoint=dynamodb_local.endpoint_url, aws_endpoint=moto_endpoint) as resources:
+    with LocalStack({**SHORT_WINDOWS, **parameters}, dynamodb_endpoint=dynamodb_local.endpoint_url, aws_endpoint=moto_endpoint) as resources:
         for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_CLOUDFORMATION"):
             monkeypatch.delenv(name, raising=False)
         for name, value in resources.cli_environment().items():

@@ -19,11 +19,15 @@ SCHEMA = {
     "usd_per_million_events": float,
     "latency_seconds": float,
     "assumptions": list,
+    "floor": dict,
+    "producer": dict,
 }
 NUMBERS = {
     "per_event": {"write_units", "read_units"},
     "per_batch": {"records", "events", "transactions", "requests", "handler_seconds"},
     "per_month": {"events", "dynamodb_usd", "lambda_invocations", "lambda_gb_seconds", "lambda_usd", "total_usd"},
+    "floor": {"write_units", "ratio", "batch_size", "batching_window_seconds", "latency_seconds"},
+    "producer": {"keys_per_message", "max_keys_per_message"},
 }
 
 
@@ -78,6 +82,23 @@ def test_the_table_names_the_parameters_and_the_bill() -> None:
     assert result.exit_code == 0, result.output
     for text in ("BatchSize", "write units / event", "DynamoDB $ / month", "Lambda GB-s / month", "assumed:"):
         assert text in result.output
+
+
+def test_the_floor_and_the_producers_key_cap_are_reported() -> None:
+    document = plan_json("--events-per-second", "10000", "--keys", "1000", "--events-per-message", "1000")
+    lowest, producer, per_event = document["floor"], document["producer"], document["per_event"]
+    assert isinstance(lowest, dict)
+    assert isinstance(producer, dict)
+    assert isinstance(per_event, dict)
+    assert lowest["ratio"] == pytest.approx(per_event["write_units"] / lowest["write_units"])
+    assert lowest["ratio"] >= 1 - 1e-9
+    # 1,000 events span about 280 of 1,000 Zipf keys; the cap leaves room for a message above the mean
+    assert producer["max_keys_per_message"] >= 1.2 * producer["keys_per_message"]
+    result = CliRunner().invoke(
+        cli, ["plan", "--events-per-second", "10000", "--keys", "1000", "--events-per-message", "1000"]
+    )
+    assert "max_keys_per_message=" in result.output
+    assert "write units / floor" in result.output
 
 
 def test_an_unknown_window_is_a_usage_error() -> None:

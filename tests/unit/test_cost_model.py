@@ -8,6 +8,8 @@ test_plan.py): these tests pin what the model makes of its plans.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tally.cost.model import (
@@ -16,11 +18,14 @@ from tally.cost.model import (
     Prices,
     Traffic,
     bill_batch,
+    floor,
+    keys_per_message,
     planner_page_bytes,
     price,
     recommend,
     simulate,
 )
+from tests.support.events import sqs_event
 
 
 @pytest.mark.parametrize(
@@ -143,6 +148,19 @@ def test_a_batch_is_cut_to_lambdas_6_mb_payload() -> None:
     assert bill.parameters.batch_size < 10_000
 
 
+def test_the_6_mb_cut_counts_each_record_as_lambda_delivers_it() -> None:
+    """A packed body is JSON-escaped inside the event and carries the record's envelope (receipt handle,
+    attributes): counting the body alone recommended 91 records of 1,000 events, 6.7 MB as delivered."""
+    traffic = Traffic(10_000, keys=1000, events_per_message=1000, key_bytes=17, windows=())
+    event = {"key": "k" * 17, "deltas": {"c0": 123456, "c1": 123456}}
+    body = json.dumps({"id": "0" * 32, "events": [event] * 1000}, separators=(",", ":"))
+    record = sqs_event([body])["Records"][0]
+    record["receiptHandle"] = "A" * 400  # AWS's receipt handles run to a few hundred characters
+    bill = price(traffic, 10_000)
+    assert bill.parameters.batch_size * len(json.dumps(record)) <= 6 * 1024 * 1024
+    assert bill.parameters.batch_size >= 60  # and not far below it
+
+
 def test_recommend_keeps_within_the_latency_budget_and_is_the_cheapest_that_does() -> None:
     traffic = Traffic(50, keys=1000, latency_budget_s=3)
     chosen = recommend(traffic, batch_sizes=(10, 100, 1000))
@@ -151,6 +169,55 @@ def test_recommend_keeps_within_the_latency_budget_and_is_the_cheapest_that_does
     relaxed = recommend(Traffic(50, keys=1000, latency_budget_s=60), batch_sizes=(10, 100, 1000))
     assert relaxed.parameters.batch_size == 1000
     assert relaxed.usd_month < chosen.usd_month
+
+
+def test_the_floor_is_the_fewest_write_units_any_allowed_setting_reaches() -> None:
+    traffic = Traffic(200, keys=1000, windows=("hour", "day"))
+    lowest = floor(traffic, batch_sizes=(10, 100, 1000))
+    for size in (1, 10, 100, 1000, 5000, 10_000):
+        assert lowest.units.write_units <= price(traffic, size, batches=4).units.write_units + 1e-12
+    # the largest batch this traffic fills: 200 records/s for the template's 60 s window, 12,000 records,
+    # cut to 10,000 by BatchSize's limit and to 6 MB / 1,144 bytes = 5,499 by Lambda's payload
+    assert lowest.records_per_batch == 6 * 1024 * 1024 // traffic.record_bytes
+    assert lowest.parameters.batching_window_s == 28
+
+
+def test_the_floor_ignores_the_latency_budget() -> None:
+    hurried = floor(Traffic(20, keys=100, latency_budget_s=1), batch_sizes=(10, 100))
+    patient = floor(Traffic(20, keys=100, latency_budget_s=600), batch_sizes=(10, 100))
+    assert hurried.units.write_units == patient.units.write_units
+    assert hurried.parameters.batching_window_s == 60  # 1,200 records in the template's longest window
+
+
+@pytest.mark.parametrize(
+    "traffic",
+    [
+        Traffic(10, keys=100, latency_budget_s=120),
+        Traffic(100, keys=1000, latency_budget_s=90),
+        Traffic(1000, keys=1000, windows=()),
+        Traffic(1000, keys=1000, events_per_message=220, latency_budget_s=120),
+        Traffic(10_000, keys=1000, events_per_message=1000, windows=()),
+        Traffic(500, keys=10_000, zipf_s=0.8, source="Kinesis", latency_budget_s=300),
+    ],
+    ids=["single-10/s", "single-100/s", "single-1000/s-no-windows", "packed-1000/s", "packed-10k/s", "kinesis"],
+)
+def test_recommend_is_within_1_2x_of_the_floor_when_the_budget_allows(traffic: Traffic) -> None:
+    """Issue 16, part 2: the settings ``tally plan`` recommends cost at most 1.2x the floor's write units."""
+    chosen = recommend(traffic, batches=2)
+    lowest = floor(traffic, batches=2)
+    assert lowest.latency_s <= traffic.latency_budget_s  # the budget allows the floor's settings
+    assert chosen.units.write_units <= 1.2 * lowest.units.write_units
+
+
+def test_packed_u_reaches_0_03_write_units_per_event_with_the_high_volume_settings() -> None:
+    """Issue 16, part 2: 1,000 events per message (the producer's key cap raised), the 6 MB batch."""
+    traffic = Traffic(10_000, keys=1000, events_per_message=1000, windows=())
+    chosen = recommend(traffic)
+    assert chosen.units.write_units <= 0.03
+    assert chosen.parameters.batch_size * traffic.record_bytes <= 6 * 1024 * 1024
+    # with the producer's default 99-key cap, a message holds about 220 events and the floor is above 0.03
+    assert keys_per_message(Traffic(1, keys=1000, events_per_message=220)) == pytest.approx(99, abs=1)
+    assert floor(Traffic(10_000, keys=1000, events_per_message=220, windows=())).units.write_units > 0.03
 
 
 def test_kinesis_gets_shards_for_its_record_rate_and_batches_fill_per_shard() -> None:

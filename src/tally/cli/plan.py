@@ -2,12 +2,17 @@
 
 The model is ``tally.cost.model`` (pure); this command only reads the options, gives the model the
 store's own page encoding (so a journal page is billed at the size the store would write), and prints a
-table or, with ``--json``, the ``Bill.as_json`` document. No AWS call is made.
+table or, with ``--json``, the ``Bill.as_json`` document with two more sections: ``floor`` (the fewest
+write units per event any allowed setting reaches for this traffic, and the chosen settings' ratio to
+it: issue 16 asks for at most 1.2 when the latency budget allows) and ``producer`` (the
+``max_keys_per_message`` the producer library needs to pack the given events per message). No AWS call
+is made.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import TYPE_CHECKING
 
@@ -15,7 +20,17 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from tally.cost.model import DEFAULT_TRANSACTION_MS, Bill, Latencies, Traffic, price, recommend
+from tally.cost.model import (
+    DEFAULT_TRANSACTION_MS,
+    Bill,
+    Latencies,
+    Traffic,
+    floor,
+    keys_per_message,
+    price,
+    recommend,
+)
+from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
 from tally.store.schema import encode_page
 
 if TYPE_CHECKING:
@@ -89,15 +104,36 @@ def plan(
             bill = recommend(traffic, latencies=latencies, page_bytes=_page_bytes)
         else:
             bill = price(traffic, batch_size, latencies=latencies, page_bytes=_page_bytes)
+        lowest = floor(traffic, latencies=latencies, page_bytes=_page_bytes)
     except (ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
+    extra = _extra(bill, lowest)
     if as_json:
-        sys.stdout.write(json.dumps(bill.as_json(), indent=2) + "\n")
+        sys.stdout.write(json.dumps({**bill.as_json(), **extra}, indent=2) + "\n")
         return
-    _print(bill)
+    _print(bill, extra)
 
 
-def _print(bill: Bill) -> None:
+def _extra(bill: Bill, lowest: Bill) -> dict[str, dict[str, float | int]]:
+    """The floor beside the chosen settings, and the producer's key cap the events per message need."""
+    keys = keys_per_message(bill.traffic)
+    return {
+        "floor": {
+            "write_units": lowest.units.write_units,
+            "ratio": bill.units.write_units / lowest.units.write_units,
+            "batch_size": lowest.parameters.batch_size,
+            "batching_window_seconds": lowest.parameters.batching_window_s,
+            "latency_seconds": lowest.latency_s,
+        },
+        "producer": {
+            "keys_per_message": keys,
+            # 20% above the mean, so that few messages reach the cap before their events do
+            "max_keys_per_message": max(DEFAULT_MAX_KEYS_PER_MESSAGE, math.ceil(1.2 * keys)),
+        },
+    }
+
+
+def _print(bill: Bill, extra: dict[str, dict[str, float | int]]) -> None:
     console = Console()
     parameters = Table(title="template parameters (sam deploy --parameter-overrides)")
     parameters.add_column("parameter")
@@ -124,8 +160,23 @@ def _print(bill: Bill) -> None:
         ("total $ / month", f"{bill.usd_month:,.2f}"),
         ("$ / million events", f"{bill.usd_per_million_events:.4f}"),
     ]
+    lowest, producer = extra["floor"], extra["producer"]
+    rows += [
+        (
+            "floor: write units / event",
+            f"{lowest['write_units']:.4f} (BatchSize {lowest['batch_size']:,}, window "
+            f"{lowest['batching_window_seconds']} s, latency {lowest['latency_seconds']:,.1f} s)",
+        ),
+        ("write units / floor", f"{lowest['ratio']:.2f}"),
+    ]
     for name, value in rows:
         figures.add_row(name, value)
     console.print(figures)
+    if producer["max_keys_per_message"] > DEFAULT_MAX_KEYS_PER_MESSAGE:
+        console.print(
+            f"producer: {bill.traffic.events_per_message:,} events per message span about "
+            f"{producer['keys_per_message']:,.0f} keys: SqsPublisher/KinesisPublisher(max_keys_per_message="
+            f"{producer['max_keys_per_message']}) (the default {DEFAULT_MAX_KEYS_PER_MESSAGE} closes a message earlier)"
+        )
     for assumption in bill.assumptions:
         console.print(f"assumed: {assumption}")

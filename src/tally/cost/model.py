@@ -69,6 +69,13 @@ BATCH_GET_KEYS: Final = 100
 BATCH_WRITE_ITEMS: Final = 25
 MAX_INVOCATION_BYTES: Final = 6 * 1024 * 1024
 """Lambda's synchronous payload limit: an SQS or Kinesis batch is cut to fit it."""
+SQS_RECORD_ENVELOPE_BYTES: Final = 1000
+"""What an SQS record adds to its body in the Lambda event: message id, receipt handle (a few hundred
+characters on AWS), attributes, MD5, queue ARN and region, as JSON."""
+KINESIS_RECORD_ENVELOPE_BYTES: Final = 700
+"""A Kinesis record's event id, ARNs, sequence number, partition key and schema fields, as JSON."""
+MAX_BATCH_RECORDS: Final = 10_000
+"""The largest ``BatchSize`` (SQS standard queue) and ``StreamBatchSize`` (Kinesis)."""
 LAMBDA_FULL_VCPU_MB: Final = 1769
 """At 1,769 MB a function has one full vCPU; below, CPU time stretches in proportion."""
 PARTITION_WRITE_UNITS_PER_S: Final = 1000
@@ -155,6 +162,19 @@ class Traffic:
         """A message body's size, roughly: the producer's JSON (key, counter names, 6-digit values)."""
         per_event = self.key_bytes + 20 + self.counters * 16
         return 60 + self.events_per_message * per_event
+
+    @property
+    def record_bytes(self) -> int:
+        """One record as it weighs in Lambda's 6 MB payload, which is what cuts a batch.
+
+        SQS: the body is a JSON string inside the event's JSON, so each of its quotes is escaped (an
+        event has ``6 + 2 x counters`` of them, the envelope 4), plus the record's envelope. Kinesis: the
+        body is base64 (4 bytes per 3) plus the record's envelope.
+        """
+        if self.source == "Kinesis":
+            return -(-self.message_bytes // 3) * 4 + KINESIS_RECORD_ENVELOPE_BYTES
+        quotes = 4 + self.events_per_message * (6 + 2 * self.counters)
+        return self.message_bytes + quotes + SQS_RECORD_ENVELOPE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,15 +483,22 @@ def price(
     prices: Prices = Prices(),
     page_bytes: PageBytes = planner_page_bytes,
     batches: int = 8,
+    window_s: int | None = None,
 ) -> Bill:
-    """The bill of ``traffic`` at ``batch_size`` records per invocation (the window chosen to fill it)."""
+    """The bill of ``traffic`` at ``batch_size`` records per invocation.
+
+    The batching window is the one that fills the batch (capped by the template), or ``window_s`` when
+    given: what a deployment with those two parameters pays (the template's defaults, for example).
+    """
     window_cap = SQS_MAX_WINDOW_S if traffic.source == "SQS" else KINESIS_MAX_WINDOW_S
-    size = min(batch_size, max(1, MAX_INVOCATION_BYTES // traffic.message_bytes))
+    size = min(batch_size, MAX_BATCH_RECORDS, max(1, MAX_INVOCATION_BYTES // traffic.record_bytes))
     # A Kinesis batch holds one shard's records: it fills at the shard's rate, not the stream's.
     shards = _kinesis_shards(traffic)
     feed = traffic.records_per_second / max(1, shards)
     fill_s = size / feed
     window = 0 if size == 1 else min(window_cap, max(1, math.ceil(fill_s)))
+    if window_s is not None:
+        window = min(window_cap, window_s)
     records = max(1, min(size, math.floor(feed * window))) if window else 1
     # Enough batches to see the planner's choices, few enough events to answer in about a second.
     batches = max(1, min(batches, SIMULATED_EVENTS // (records * traffic.events_per_message)))
@@ -539,6 +566,46 @@ def recommend(
             break  # the batching window, or the 6 MB payload, caps the batch: larger sizes change nothing
         bills[bill.records_per_batch] = bill
     return _cheapest(list(bills.values()), traffic)
+
+
+def floor(
+    traffic: Traffic,
+    *,
+    latencies: Latencies = Latencies(),
+    prices: Prices = Prices(),
+    page_bytes: PageBytes = planner_page_bytes,
+    batch_sizes: Sequence[int] = BATCH_SIZES,
+    batches: int = 4,
+) -> Bill:
+    """The floor of ``traffic``: the fewest write units per event any allowed setting reaches.
+
+    Allowed: a batch size of 1 to 10,000 records (``BatchSize``, ``StreamBatchSize``), a batching window
+    of 0 to the template's cap (60 s SQS, 300 s Kinesis), each batch cut to Lambda's 6 MB payload, as
+    ``price`` fills it at the traffic's rate. The traffic's shape is given (rate, keys, skew, events per
+    message, counters, windows, source): the floor is what the consumer's settings can reach for it, so
+    it ignores the latency budget (the budget decides how near the floor a user chooses to be). A
+    batch's writes fall as it gathers more events per key, so the floor is near the largest batch the
+    traffic fills; every size is tried anyway, since the planner's paths (direct, journal) are not
+    monotonic in the batch size.
+    """
+    sizes = sorted({*batch_sizes, MAX_BATCH_RECORDS})
+    bills: dict[float, Bill] = {}
+    for size in sizes:
+        bill = price(traffic, size, latencies=latencies, prices=prices, page_bytes=page_bytes, batches=batches)
+        bills.setdefault(bill.records_per_batch, bill)
+    return min(bills.values(), key=lambda bill: (bill.units.write_units, bill.latency_s))
+
+
+def keys_per_message(traffic: Traffic) -> float:
+    """Expected distinct keys in one message of ``events_per_message`` events drawn like the traffic.
+
+    The producer library closes a packed message at ``max_keys_per_message`` distinct keys (99 by
+    default), so a traffic description with more events per message than that allows needs the
+    producer's cap raised (``tally plan`` says so).
+    """
+    weights = [1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)]
+    total = sum(weights)
+    return float(sum(1.0 - (1.0 - weight / total) ** traffic.events_per_message for weight in weights))
 
 
 def _cheapest(bills: Sequence[Bill], traffic: Traffic) -> Bill:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
-from tally.producer.packing import PackLimits, build_messages, new_message_id
+from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, PackLimits, build_messages, new_message_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -65,6 +65,7 @@ class KinesisPublisher:
         stream_arn: str | None = None,
         pack: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         policy: RetryPolicy | None = None,
         partition_key: Callable[[OutgoingMessage], str] = default_partition_key,
         new_id: Callable[[], str] = new_message_id,
@@ -79,7 +80,7 @@ class KinesisPublisher:
             )
         self.stream_name = stream_name
         self.stream_arn = stream_arn
-        self.limits = PackLimits(max_bytes=max_message_bytes) if pack else None
+        self.limits = PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message) if pack else None
         self._client = client
         self._partition_key = partition_key
         self._new_id = new_id

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
-from tally.producer.packing import PackLimits, build_messages, new_message_id
+from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, PackLimits, build_messages, new_message_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -64,6 +64,7 @@ class SqsPublisher:
         *,
         pack: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         policy: RetryPolicy | None = None,
         group_id: Callable[[OutgoingMessage], str] = default_group_id,
         new_id: Callable[[], str] = new_message_id,
@@ -72,7 +73,7 @@ class SqsPublisher:
     ) -> None:
         self.queue_url = queue_url
         self.fifo = queue_url.endswith(".fifo")
-        self.limits = PackLimits(max_bytes=max_message_bytes) if pack else None
+        self.limits = PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message) if pack else None
         self._client = client
         self._group_id = group_id
         self._new_id = new_id
