@@ -37,7 +37,9 @@ def running_stack(
 ) -> Iterator[LocalResources]:
     """A local stack (its own tables, queues, stream and CloudFormation stack) on the shared endpoints,
     with the environment ``tally`` commands read set to it."""
-    with LocalStack({**SHORT_WINDOWS, **parameters}, dynamodb_endpoint=dynamodb_local.endpoint_url, aws_endpoint=moto_endpoint) as resources:
+    with LocalStack(
+        {**SHORT_WINDOWS, **parameters}, dynamodb_endpoint=dynamodb_local.endpoint_url, aws_endpoint=moto_endpoint
+    ) as resources:
         for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_CLOUDFORMATION"):
             monkeypatch.delenv(name, raising=False)
         for name, value in resources.cli_environment().items():
