@@ -124,6 +124,8 @@ class ChaosConfig:
     distinct_messages: int = 600
     """Messages naming distinct-count members on ``page:`` keys (viewers of 80, countries of 12)."""
     reset_messages: int = 400
+    reset_keys: int = 8
+    """``r:`` keys: a key with a record Kinesis gave up and replayed is left unjudged, so have several."""
     """Messages on ``r:`` keys' ``level`` (one in eight a reset, some corrections), on Kinesis only."""
     closed_gate_consumers: int = 1
     """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""

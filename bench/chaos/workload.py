@@ -484,7 +484,7 @@ class _PatternBuilder:
         """Deltas (a few as corrections) and resets of ``level`` on ``r:`` keys, one message per event."""
         rng, seed = self.rng, self.config.seed
         for index in range(self.config.reset_messages):
-            key = self._key("r")
+            key = f"r:{rng.randrange(self.config.reset_keys)}"
             message_id = f"c{seed}-reset-{index}"
             if rng.random() < 0.12:
                 value = Decimal(rng.randint(0, 1000))

@@ -12,45 +12,42 @@ variants, defined here and never in src/, run under the same harness and must be
   SQS and Kinesis gave them up; now only the wide messages are refused, and they are valid: still a FAIL).
 - markers written without content digests (as before issue 14's defect 6): an id reused with other
   content across batches is then taken for a duplicate, and the other content is silently dropped.
+
+The broken variants of issue 15's counter patterns are in ``test_chaos_patterns.py`` (a file of their own,
+so that ``--dist loadfile`` runs the two halves on different workers).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
 from bench.chaos.config import SMOKE, DynamoDBFaultRates
-from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipeline
+from bench.chaos.harness import PipelineFactory, Tables, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
 import tally.apply as apply_module
-from tally.commit.fates import ApplyOutcome, Fates
+from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
-from tally.core.sharding import parse_hot_keys
-from tally.pipeline import BatchPipeline
-from tally.runtime import CLIENT_CONFIG
-from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import add_update, translate
+from tests.support.chaos import run_on
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from bench.chaos.config import ChaosConfig
-    from bench.chaos.harness import ChaosResult
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.aggregate import Totals
     from tally.core.ledger import Claim
-    from tally.core.model import Message
     from tally.core.plan import Chunk
     from tally.local.dynamodb_local import DynamoDBLocal
     from tally.marker_reads import MarkerReadGate
-    from tally.pipeline import DeadLetterQueue
+    from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -61,6 +58,8 @@ class StoreWithoutMarkers(DynamoDBCounterStore):
 
     def apply(self, chunk: Chunk, now_ms: int) -> None:
         actions = [add_update(self.counters_table, key, counters) for key, counters in chunk.increments.items()]
+        if not actions:  # gauges, members or a reset only: nothing to add (an empty transaction names no table)
+            return
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
@@ -124,23 +123,12 @@ _planner_without_the_expression_bound = _broken(without_counter_limit=True)
 _markers_without_digests = _broken(StoreWithoutDigests, JournalWithoutDigests)
 
 
-def _run(
-    dynamodb_local: DynamoDBLocal,
-    ddb_tables: DynamoDBTables,
-    config: ChaosConfig,
-    pipeline_factory: PipelineFactory = wire_pipeline,
-) -> ChaosResult:
-    tables = Tables(ddb_tables.counters_table, ddb_tables.markers_table)
-    client_factory = partial(dynamodb_local.client, CLIENT_CONFIG)
-    return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory)
-
-
 def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN the smoke configuration: SQS and Kinesis, concurrent consumers, every fault kind at its rate
     # WHEN it runs through the production pipeline on DynamoDB Local
-    result = _run(dynamodb_local, ddb_tables, SMOKE)
+    result = run_on(dynamodb_local, ddb_tables, SMOKE)
 
     # THEN nothing is lost or doubled, every counter is exact, poison and doomed messages are accounted
     verdict = result.verdict
@@ -209,8 +197,9 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert verdict.bounded_refused > 0
     assert (verdict.bounded_unaccounted, verdict.bound_violations) == (0, 0), verdict.examples
     # AND resets and corrections: every reset key whose records kept the shard's order holds its fold
-    # (judged with the counters above); at most one of the four lost its order to a give-up and replay
-    assert verdict.levels_checked >= 3
+    # (judged with the counters above); a key with a record given up and replayed out of order is reported
+    assert verdict.levels_checked >= 1
+    assert verdict.levels_checked + verdict.levels_unjudged == SMOKE.reset_keys
 
 
 def test_the_harness_catches_adds_over_the_expression_limit(
@@ -219,7 +208,7 @@ def test_the_harness_catches_adds_over_the_expression_limit(
     # GIVEN a planner that lets an ADD carry any number of counters, under the smoke run's faults
     config = replace(SMOKE, events=1_000)
     # WHEN it runs
-    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_planner_without_the_expression_bound)
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_planner_without_the_expression_bound)
     # THEN the wide messages are never counted, and the run fails
     assert result.verdict.lost_events > 0
     assert result.verdict.counters_wrong > 0
@@ -252,7 +241,7 @@ def test_the_harness_catches_a_broken_variant(
     factory, config = BROKEN_VARIANTS[variant]
 
     # WHEN it runs under the same harness and faults
-    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=factory)
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=factory)
 
     # THEN the harness reports doubled events and fails the run
     assert result.verdict.doubled_events > 0
@@ -267,121 +256,10 @@ def test_the_harness_catches_markers_without_content_digests(
     config = replace(SMOKE, events=1_000, reuse_share=0.05)
 
     # WHEN it runs under the same harness and faults
-    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_markers_without_digests)
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_markers_without_digests)
 
     # THEN reused ids met across batches are not dead-lettered, and the harness fails the run
     assert result.verdict.ids_reused_resolved < result.verdict.ids_reused
-    assert not result.passed
-
-
-class PipelineWritingGaugesOfNewMessagesOnly(BatchPipeline):
-    """BROKEN on purpose: gauges written for messages applied now, not for those a marker shows applied."""
-
-    newly_applied: frozenset[str] = frozenset()
-
-    def _write_gauges(
-        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]
-    ) -> tuple[int, frozenset[str]]:
-        return super()._write_gauges(messages, unique, settled & self.newly_applied)
-
-
-def _gauges_of_new_messages_only(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
-    pipeline.__class__ = PipelineWritingGaugesOfNewMessagesOnly
-    applier = pipeline._applier
-    apply = applier.apply
-
-    def remembering(*args: Any, **kwargs: Any) -> ApplyOutcome:
-        outcome = apply(*args, **kwargs)
-        pipeline.newly_applied = outcome.applied  # type: ignore[attr-defined]
-        return outcome
-
-    applier.apply = remembering  # type: ignore[method-assign]
-    return pipeline
-
-
-def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
-    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
-) -> None:
-    # GIVEN a pipeline that writes gauges only for messages it applies now (the naive variant of issue 15,
-    # part 4): a redelivery after a kill between the commit and the gauge writes finds the markers and
-    # writes nothing
-    config = replace(SMOKE, events=1_000, dynamodb=replace(SMOKE.dynamodb, kill_before_gauges=0.5))
-
-    # WHEN it runs under the smoke run's faults
-    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_gauges_of_new_messages_only)
-
-    # THEN the harness finds gauges that lack readings of counted messages, and fails the run
-    assert result.counts.get("outcome.killed_before_gauges", 0) > 0
-    assert result.verdict.gauges_wrong > 0
-    assert not result.passed
-
-
-class MembersWithoutConditions(DynamoDBDistinctStore):
-    """BROKEN on purpose: member items are Put without ``attribute_not_exists``, so a member written twice
-    (a lost answer sent again, two invocations racing) adds to the count twice."""
-
-    def _actions(self, key: str, shard: int, pending: Sequence[Any]) -> list[dict[str, Any]]:
-        actions = super()._actions(key, shard, pending)
-        for action in actions:
-            put = action.get("Put")
-            if put is not None:
-                put.pop("ConditionExpression")
-                put.pop("ExpressionAttributeNames")
-        return actions
-
-
-def _members_without_conditions(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
-    pipeline._distinct = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
-    return pipeline
-
-
-def _unbounded(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    """BROKEN on purpose: the pipeline is not told the bounds (the check still knows them)."""
-    return wire_pipeline(
-        client, tables, dead_letters, replace(config, counter_bounds=""), marker_read_gate=marker_read_gate
-    )
-
-
-def test_the_harness_catches_distinct_counts_that_drift(
-    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
-) -> None:
-    # GIVEN member items written without their condition, under lost answers at a high rate
-    config = replace(SMOKE, events=1_000, distinct_messages=200, dynamodb=replace(SMOKE.dynamodb, lost_response=0.2))
-    # WHEN it runs
-    result = _run(dynamodb_local, ddb_tables, config, pipeline_factory=_members_without_conditions)
-    # THEN some distinct count is more than its members, and the run fails
-    assert result.verdict.distinct_wrong > 0
-    assert not result.passed
-
-
-def test_the_harness_catches_a_bound_crossed(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables) -> None:
-    # GIVEN a pipeline that enforces no bound WHEN the bounded messages run
-    result = _run(dynamodb_local, ddb_tables, replace(SMOKE, events=500), pipeline_factory=_unbounded)
-    # THEN some seat ends outside [0, 40] and the run fails
-    assert result.verdict.bound_violations > 0
     assert not result.passed
 
 
@@ -401,7 +279,7 @@ def test_the_harness_counts_a_lost_fate_as_an_unexpected_error(
     config = replace(SMOKE, events=500)
 
     # WHEN it runs under the smoke run's faults (redeliveries guaranteed)
-    result = _run(dynamodb_local, ddb_tables, config)
+    result = run_on(dynamodb_local, ddb_tables, config)
 
     # THEN the defect is an unexpected error and the run fails, whatever the counts say
     assert any("UnsettledMessagesError" in error for error in result.unexpected_errors)

@@ -1,0 +1,148 @@
+"""The chaos run catches a broken variant of each counter pattern of issue 15 (defined here, never in src/).
+
+- gauges written only for the messages a batch applies now: a kill between the counters' commit and the
+  gauge writes leaves the redelivery, which finds the markers, writing nothing;
+- member items written without ``attribute_not_exists``: a member written twice (a lost answer sent again,
+  two invocations racing) adds to its distinct count twice;
+- a pipeline not told the deployment's bounds: a seat goes below 0 or above 40.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from bench.chaos.config import SMOKE
+from bench.chaos.harness import Tables, wire_pipeline
+
+from tally.core.sharding import parse_hot_keys
+from tally.pipeline import BatchPipeline
+from tally.store.distinct import DynamoDBDistinctStore
+from tests.support.chaos import run_on
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from bench.chaos.config import ChaosConfig
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.commit.fates import ApplyOutcome
+    from tally.core.model import Message
+    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally.marker_reads import MarkerReadGate
+    from tally.pipeline import DeadLetterQueue
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+
+class PipelineWritingGaugesOfNewMessagesOnly(BatchPipeline):
+    """BROKEN on purpose: gauges written for messages applied now, not for those a marker shows applied."""
+
+    newly_applied: frozenset[str] = frozenset()
+
+    def _write_gauges(
+        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]
+    ) -> tuple[int, frozenset[str]]:
+        return super()._write_gauges(messages, unique, settled & self.newly_applied)
+
+
+def _gauges_of_new_messages_only(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+    pipeline.__class__ = PipelineWritingGaugesOfNewMessagesOnly
+    applier = pipeline._applier
+    apply = applier.apply
+
+    def remembering(*args: Any, **kwargs: Any) -> ApplyOutcome:
+        outcome = apply(*args, **kwargs)
+        pipeline.newly_applied = outcome.applied  # type: ignore[attr-defined]
+        return outcome
+
+    applier.apply = remembering  # type: ignore[method-assign]
+    return pipeline
+
+
+def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a pipeline that writes gauges only for messages it applies now (the naive variant of issue 15,
+    # part 4): a redelivery after a kill between the commit and the gauge writes finds the markers and
+    # writes nothing
+    config = replace(SMOKE, events=1_000, dynamodb=replace(SMOKE.dynamodb, kill_before_gauges=0.5))
+
+    # WHEN it runs under the smoke run's faults
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_gauges_of_new_messages_only)
+
+    # THEN the harness finds gauges that lack readings of counted messages, and fails the run
+    assert result.counts.get("outcome.killed_before_gauges", 0) > 0
+    assert result.verdict.gauges_wrong > 0
+    assert not result.passed
+
+
+class MembersWithoutConditions(DynamoDBDistinctStore):
+    """BROKEN on purpose: member items are Put without ``attribute_not_exists``, so a member written twice
+    (a lost answer sent again, two invocations racing) adds to the count twice."""
+
+    def _actions(self, key: str, shard: int, pending: Sequence[Any]) -> list[dict[str, Any]]:
+        actions = super()._actions(key, shard, pending)
+        for action in actions:
+            put = action.get("Put")
+            if put is not None:
+                put.pop("ConditionExpression")
+                put.pop("ExpressionAttributeNames")
+        return actions
+
+
+def _members_without_conditions(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+    pipeline._distinct = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
+    return pipeline
+
+
+def _unbounded(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    """BROKEN on purpose: the pipeline is not told the bounds (the check still knows them)."""
+    return wire_pipeline(
+        client, tables, dead_letters, replace(config, counter_bounds=""), marker_read_gate=marker_read_gate
+    )
+
+
+def test_the_harness_catches_distinct_counts_that_drift(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN member items written without their condition, under lost answers at a high rate
+    config = replace(SMOKE, events=1_000, distinct_messages=200, dynamodb=replace(SMOKE.dynamodb, lost_response=0.2))
+    # WHEN it runs
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_members_without_conditions)
+    # THEN some distinct count is more than its members, and the run fails
+    assert result.verdict.distinct_wrong > 0
+    assert not result.passed
+
+
+def test_the_harness_catches_a_bound_crossed(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a pipeline that enforces no bound WHEN the bounded messages run
+    result = run_on(dynamodb_local, ddb_tables, replace(SMOKE, events=500), pipeline_factory=_unbounded)
+    # THEN some seat ends outside [0, 40] and the run fails
+    assert result.verdict.bound_violations > 0
+    assert not result.passed
