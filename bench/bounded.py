@@ -17,74 +17,47 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.deployment import default_settings
-from bench.meter import DynamoDBMeter
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.metered_load import BATCH, fresh_id, run_metered
 from tally.config import COUNTER_BOUNDS, COUNTER_DEFAULTS, WINDOWS
-from tally.core.model import SourceRecord
 from tally.local.dynamodb_local import DynamoDBLocal
-from tally.reader.dynamodb import CounterReader
-from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
-BATCH = 100
-NOW_MS = time.time_ns() // 1_000_000
 LOADS = ("sums", "floor, never reached", "floor, half refused")
 
 
 def measure(load: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
-    suffix = uuid.uuid4().hex[:8]
-    counters, markers = f"bench-bnd-counters-{suffix}", f"bench-bnd-markers-{suffix}"
-    definitions = _definitions()
-    create_from_template(admin, definitions["CountersTable"], counters)
-    create_from_template(admin, definitions["MarkersTable"], markers)
+    suffix = fresh_id()
     sales_per_key = events // keys
     start = {"sums": 0, "floor, never reached": 10 * sales_per_key, "floor, half refused": sales_per_key // 2}[load]
     declared = {WINDOWS: "", COUNTER_DEFAULTS: f"p:*#stock=start:{start}" if start else ""}
     if load != "sums":
         declared[COUNTER_BOUNDS] = "p:*#stock>=0"
-    dead_letters = RecordingDeadLetterQueue()
-    pipeline = wire_pipeline(client, dead_letters, default_settings(counters, markers, declared))
-    meter = DynamoDBMeter()
-    meter.track(counters, ["pk", "sk"], "counters")
-    meter.track(markers, ["id"], "markers")
     bodies = [
         json.dumps({"id": f"{suffix}-{n}", "key": f"p:{n % keys}", "deltas": {"stock": -1}}) for n in range(events)
     ]
-    meter.attach(client)
-    started = time.perf_counter()
-    failed = 0
-    for first in range(0, events, BATCH):
-        records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(bodies[first : first + BATCH])]
-        failed += len(pipeline.process(records, NOW_MS, lambda: 60_000).failed_record_ids)
-    elapsed = time.perf_counter() - started
-    meter.detach(client)
-    usage = meter.usage()
+    run = run_metered(bodies, declared, client, admin, tag="bnd")
     refused = events - keys * (sales_per_key // 2) if load == "floor, half refused" else 0
     expected = Decimal(start - (sales_per_key - (refused // keys)))
-    counted = CounterReader(counters, client=admin).get_many([f"p:{k}" for k in range(keys)])
-    codes = {str(letter.rejection.code) for letter in dead_letters.letters}
-    exact = not failed and not meter.unsupported and len(dead_letters.letters) == refused
-    exact = exact and codes <= {"below_floor"}
+    counted = run.reader.get_many([f"p:{k}" for k in range(keys)])
+    codes = {str(letter.rejection.code) for letter in run.dead_letters}
+    exact = not run.failed and len(run.dead_letters) == refused and codes <= {"below_floor"}
     exact = exact and all(value.values.get("stock", Decimal(start)) == expected for value in counted.values())
     return {
         "load": load,
-        "write_units_per_event": usage.write_units / events,
-        "requests_per_event": usage.requests / events,
-        "transactions": usage.calls.get("TransactWriteItems", 0),
-        "refused": len(dead_letters.letters),
-        "events_per_s": events / elapsed,
+        "write_units_per_event": run.usage.write_units / events,
+        "requests_per_event": run.usage.requests / events,
+        "transactions": run.usage.calls.get("TransactWriteItems", 0),
+        "refused": len(run.dead_letters),
+        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

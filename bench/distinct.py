@@ -21,33 +21,24 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import time
-import uuid
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.deployment import default_settings
-from bench.meter import DynamoDBMeter
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
 from tally.core.items import ALL_TIME
-from tally.core.model import SourceRecord
 from tally.local.dynamodb_local import DynamoDBLocal
-from tally.reader.dynamodb import CounterReader
-from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-BATCH = 100
-NOW_MS = time.time_ns() // 1_000_000
 REPEATING_MEMBERS = 20
 
 Body = dict[str, Any]
@@ -76,17 +67,7 @@ PATTERNS: dict[str, tuple[Callable[[str, int, random.Random], Body], str]] = {
 
 def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
     make, windows = PATTERNS[name]
-    suffix = uuid.uuid4().hex[:8]
-    counters, markers = f"bench-dc-counters-{suffix}", f"bench-dc-markers-{suffix}"
-    definitions = _definitions()
-    create_from_template(admin, definitions["CountersTable"], counters)
-    create_from_template(admin, definitions["MarkersTable"], markers)
-    settings = default_settings(counters, markers, {WINDOWS: windows})
-    dead_letters = RecordingDeadLetterQueue()
-    pipeline = wire_pipeline(client, dead_letters, settings)
-    meter = DynamoDBMeter()
-    meter.track(counters, ["pk", "sk"], "counters")
-    meter.track(markers, ["id"], "markers")
+    suffix = fresh_id()
     rng = random.Random(7)
     bodies = []
     expected: dict[str, int] = {}
@@ -98,20 +79,10 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
         expected[key] = expected.get(key, 0) + 1
         for set_name, member in body.get("distinct", {}).items():
             members.append((key, ALL_TIME, set_name, member))
-    meter.attach(client)
-    started = time.perf_counter()
-    failed = added = 0
-    for start in range(0, events, BATCH):
-        records = [SourceRecord(f"r{start + i}", body, NOW_MS) for i, body in enumerate(bodies[start : start + BATCH])]
-        result = pipeline.process(records, NOW_MS, lambda: 60_000)
-        failed += len(result.failed_record_ids)
-        added += result.members_added
-    elapsed = time.perf_counter() - started
-    meter.detach(client)
-    usage = meter.usage()
-    counted = CounterReader(counters, client=admin).get_many(expected)
+    run = run_metered(bodies, {WINDOWS: windows}, client, admin, tag="dc")
+    counted = run.reader.get_many(expected)
     want = exact_distinct(members)
-    exact = not failed and not dead_letters.letters and not meter.unsupported
+    exact = not run.failed and not run.dead_letters
     exact = exact and all(counted[key].value() == Decimal(count) for key, count in expected.items())
     exact = exact and all(
         counted[key].distinct == {n: Decimal(c) for (k, _, n), c in want.items() if k == key} for key in expected
@@ -119,12 +90,12 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
     return {
         "pattern": name,
         "events": events,
-        "write_units_per_event": usage.write_units / events,
-        "read_units_per_event": usage.read_units / events,
-        "requests_per_event": usage.requests / events,
-        "members_added": added,
-        "conditional_failures": usage.conditional_failures,
-        "events_per_s": events / elapsed,
+        "write_units_per_event": run.usage.write_units / events,
+        "read_units_per_event": run.usage.read_units / events,
+        "requests_per_event": run.usage.requests / events,
+        "members_added": sum(result.members_added for result in run.results),
+        "conditional_failures": run.usage.conditional_failures,
+        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

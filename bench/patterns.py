@@ -24,8 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import time
-import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,23 +31,16 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from bench.deployment import default_settings
-from bench.meter import DynamoDBMeter
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 from tally.config import COUNTER_DEFAULTS, WINDOWS
-from tally.core.model import SourceRecord
 from tally.local.dynamodb_local import DynamoDBLocal
-from tally.reader.dynamodb import CounterReader
-from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-BATCH = 100
-NOW_MS = time.time_ns() // 1_000_000
 
 Body = dict[str, Any]
 
@@ -85,17 +76,7 @@ PATTERNS: dict[str, tuple[Callable[[str, int, random.Random], Body], str]] = {
 
 def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
     make, declared = PATTERNS[name]
-    suffix = uuid.uuid4().hex[:8]
-    counters, markers = f"bench-pat-counters-{suffix}", f"bench-pat-markers-{suffix}"
-    definitions = _definitions()
-    create_from_template(admin, definitions["CountersTable"], counters)
-    create_from_template(admin, definitions["MarkersTable"], markers)
-    settings = default_settings(counters, markers, {WINDOWS: "", COUNTER_DEFAULTS: declared})
-    dead_letters = RecordingDeadLetterQueue()
-    pipeline = wire_pipeline(client, dead_letters, settings)
-    meter = DynamoDBMeter()
-    meter.track(counters, ["pk", "sk"], "counters")
-    meter.track(markers, ["id"], "markers")
+    suffix = fresh_id()
     rng = random.Random(7)
     bodies = []
     expected: dict[str, int] = {}
@@ -103,28 +84,19 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
         key = f"p:{number % keys}"
         bodies.append(json.dumps({"id": f"{suffix}-{number}", **make(key, number, rng)}))
         expected[key] = expected.get(key, 0) + 1
-    meter.attach(client)
-    started = time.perf_counter()
-    failed = 0
-    for start in range(0, events, BATCH):
-        records = [SourceRecord(f"r{start + i}", body, NOW_MS) for i, body in enumerate(bodies[start : start + BATCH])]
-        failed += len(pipeline.process(records, NOW_MS, lambda: 60_000).failed_record_ids)
-    elapsed = time.perf_counter() - started
-    meter.detach(client)
-    usage = meter.usage()
-    reader = CounterReader(counters, client=admin)
+    run = run_metered(bodies, {WINDOWS: "", COUNTER_DEFAULTS: declared}, client, admin, tag="pat")
     start_value = 1000 if declared else 0
-    counted = reader.get_many(expected)
-    exact = not failed and not dead_letters.letters and not meter.unsupported
+    counted = run.reader.get_many(expected)
+    exact = not run.failed and not run.dead_letters
     exact = exact and all(counted[key].value() == Decimal(start_value + count) for key, count in expected.items())
     return {
         "pattern": name,
         "events": events,
-        "write_units_per_event": usage.write_units / events,
-        "requests_per_event": usage.requests / events,
-        "conditional_failures": usage.conditional_failures,
-        "gauge_writes": usage.calls.get("UpdateItem", 0),
-        "events_per_s": events / elapsed,
+        "write_units_per_event": run.usage.write_units / events,
+        "requests_per_event": run.usage.requests / events,
+        "conditional_failures": run.usage.conditional_failures,
+        "gauge_writes": run.usage.calls.get("UpdateItem", 0),
+        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

@@ -17,32 +17,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.deployment import default_settings
-from bench.meter import DynamoDBMeter
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.metered_load import BATCH, fresh_id, run_metered
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
-from tally.core.model import Message, SourceRecord
+from tally.core.model import Message
 from tally.core.resets import expected_values
 from tally.local.dynamodb_local import DynamoDBLocal
-from tally.reader.dynamodb import CounterReader
-from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-BATCH = 100
-NOW_MS = time.time_ns() // 1_000_000
 
 Body = dict[str, Any]
 
@@ -73,39 +65,21 @@ PATTERNS: dict[str, Callable[[str, int], Body]] = {
 
 def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> dict[str, Any]:
     make = PATTERNS[name]
-    suffix = uuid.uuid4().hex[:8]
-    counters, markers = f"bench-rst-counters-{suffix}", f"bench-rst-markers-{suffix}"
-    definitions = _definitions()
-    create_from_template(admin, definitions["CountersTable"], counters)
-    create_from_template(admin, definitions["MarkersTable"], markers)
-    settings = default_settings(counters, markers, {WINDOWS: ""})
-    dead_letters = RecordingDeadLetterQueue()
-    pipeline = wire_pipeline(client, dead_letters, settings)
-    meter = DynamoDBMeter()
-    meter.track(counters, ["pk", "sk"], "counters")
-    meter.track(markers, ["id"], "markers")
+    suffix = fresh_id()
     bodies = [json.dumps({"id": f"{suffix}-{n}", **make(f"p:{n % keys}", n)}) for n in range(events)]
-    meter.attach(client)
-    started = time.perf_counter()
-    failed = 0
-    for start in range(0, events, BATCH):
-        records = [SourceRecord(f"r{start + i}", body, NOW_MS) for i, body in enumerate(bodies[start : start + BATCH])]
-        failed += len(pipeline.process(records, NOW_MS, lambda: 60_000).failed_record_ids)
-    elapsed = time.perf_counter() - started
-    meter.detach(client)
-    usage = meter.usage()
+    run = run_metered(bodies, {WINDOWS: ""}, client, admin, tag="rst")
     decoded = [decode_message(body) for body in bodies]
     expected = expected_values(message for message in decoded if isinstance(message, Message))
-    counted = CounterReader(counters, client=admin).get_many(expected)
-    exact = not failed and not dead_letters.letters and not meter.unsupported
+    counted = run.reader.get_many(expected)
+    exact = not run.failed and not run.dead_letters
     exact = exact and all(counted[key].value() == values["count"] for key, values in expected.items())
     return {
         "pattern": name,
         "events": events,
-        "write_units_per_event": usage.write_units / events,
-        "requests_per_event": usage.requests / events,
-        "transactions": usage.calls.get("TransactWriteItems", 0),
-        "events_per_s": events / elapsed,
+        "write_units_per_event": run.usage.write_units / events,
+        "requests_per_event": run.usage.requests / events,
+        "transactions": run.usage.calls.get("TransactWriteItems", 0),
+        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

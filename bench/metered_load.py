@@ -1,0 +1,91 @@
+"""One metered run of single-event messages through the handlers' wiring, for the pattern benchmarks.
+
+``bench.patterns``, ``bench.bounded``, ``bench.distinct`` and ``bench.resets`` each measure a load shape
+beside plain sums; what they share is here: fresh tables from the template, the handlers' own wiring
+(``tally.runtime.wire_pipeline``) with the deployment's declarations, batches of ``BATCH`` records, and
+``bench.meter`` billing every call from item sizes. Each benchmark builds its bodies and judges the counts.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from bench.deployment import default_settings
+from bench.meter import DynamoDBMeter
+from bench.peers.tables import create_from_template
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from tally.core.model import SourceRecord
+from tally.reader.dynamodb import CounterReader
+from tally.runtime import wire_pipeline
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.meter import Usage
+    from tally.core.model import DeadLetter
+    from tally.pipeline import BatchResult
+
+BATCH: Final = 100
+NOW_MS: Final = time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class MeteredRun:
+    """What one load cost and left behind."""
+
+    usage: Usage
+    seconds: float
+    results: tuple[BatchResult, ...]
+    dead_letters: tuple[DeadLetter, ...]
+    reader: CounterReader
+    """Reads the run's counters table (on the uninstrumented client)."""
+
+    @property
+    def failed(self) -> int:
+        return sum(len(result.failed_record_ids) for result in self.results)
+
+
+def fresh_id() -> str:
+    """A prefix for one run's message ids and table names."""
+    return uuid.uuid4().hex[:8]
+
+
+def run_metered(
+    bodies: Sequence[str],
+    declared: Mapping[str, str],
+    client: DynamoDBClient,
+    admin: DynamoDBClient,
+    *,
+    tag: str,
+    remaining_ms: Callable[[], int] = lambda: 60_000,
+) -> MeteredRun:
+    """Process ``bodies`` in batches of ``BATCH`` under ``declared`` (``TALLY_*`` variables) on new tables."""
+    suffix = fresh_id()
+    counters, markers = f"bench-{tag}-counters-{suffix}", f"bench-{tag}-markers-{suffix}"
+    definitions = _definitions()
+    create_from_template(admin, definitions["CountersTable"], counters)
+    create_from_template(admin, definitions["MarkersTable"], markers)
+    dead_letters = RecordingDeadLetterQueue()
+    pipeline = wire_pipeline(client, dead_letters, default_settings(counters, markers, dict(declared)))
+    meter = DynamoDBMeter()
+    meter.track(counters, ["pk", "sk"], "counters")
+    meter.track(markers, ["id"], "markers")
+    meter.attach(client)
+    started = time.perf_counter()
+    results = []
+    for first in range(0, len(bodies), BATCH):
+        batch = bodies[first : first + BATCH]
+        records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(batch)]
+        results.append(pipeline.process(records, NOW_MS, remaining_ms))
+    seconds = time.perf_counter() - started
+    meter.detach(client)
+    if meter.unsupported:
+        raise RuntimeError(f"calls the meter cannot bill: {meter.unsupported}")
+    return MeteredRun(
+        meter.usage(), seconds, tuple(results), tuple(dead_letters.letters), CounterReader(counters, client=admin)
+    )
