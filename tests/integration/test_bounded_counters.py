@@ -24,10 +24,8 @@ from tally.core.model import SourceRecord
 from tally.core.windows import parse_window_spec
 from tally.marker_reads import MarkerReadGate
 from tally.reader import CounterReader
-from tally.sources import kinesis as kinesis_source
-from tally.sources import sqs as sqs_source
 from tally.store.dynamodb import DynamoDBCounterStore
-from tests.support.events import EVENTS_DIR, load_event
+from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
@@ -42,14 +40,10 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-SENT_MS = 4_102_444_800_000  # the samples' SentTimestamp / arrival time (2100-01-01)
+SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
-EXPECTED: dict[str, Any] = {
-    name: spec
-    for name, spec in json.loads((EVENTS_DIR / "expected.json").read_text()).items()
-    if name.endswith("-bounded.json")
-}
-SOURCES = {"sqs": sqs_source.records_from_event, "kinesis": kinesis_source.records_from_event}
+EXPECTED = expected_samples("-bounded.json")
+SOURCES = RECORDS_FROM_EVENT
 BOUNDS = parse_counter_bounds("stock:*#stock>=0;quota:*#calls<=10")
 STARTS = parse_counter_defaults("stock:*#stock=start:5")
 

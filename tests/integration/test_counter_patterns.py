@@ -25,10 +25,8 @@ from tally.core.gauges import latest_order
 from tally.core.model import SourceRecord
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
-from tally.sources import kinesis as kinesis_source
-from tally.sources import sqs as sqs_source
 from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
-from tests.support.events import EVENTS_DIR, load_event
+from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import make_pipeline, make_store
 
 if TYPE_CHECKING:
@@ -38,14 +36,10 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-SENT_MS = 4_102_444_800_000  # the samples' SentTimestamp / arrival time (2100-01-01)
+SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
-EXPECTED: dict[str, Any] = {
-    name: spec
-    for name, spec in json.loads((EVENTS_DIR / "expected.json").read_text()).items()
-    if name.endswith("-patterns.json")
-}
-SOURCES = {"sqs": sqs_source.records_from_event, "kinesis": kinesis_source.records_from_event}
+EXPECTED = expected_samples("-patterns.json")
+SOURCES = RECORDS_FROM_EVENT
 STOCK = parse_counter_defaults("stock:*#stock=start:100,delta:-1;views:*#count=delta:1")
 
 

@@ -4,9 +4,30 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
+
+from tally.sources import kinesis as kinesis_source
+from tally.sources import sqs as sqs_source
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from tally.core.model import SourceRecord
 
 EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
+SAMPLES_SENT_MS: Final = 4_102_444_800_000
+"""The samples' SentTimestamp / arrival time (2100-01-01): their events' ``ts`` are never in the future."""
+RECORDS_FROM_EVENT: Final[dict[str, Callable[[dict[str, Any]], Sequence[SourceRecord]]]] = {
+    "sqs": sqs_source.records_from_event,
+    "kinesis": kinesis_source.records_from_event,
+}
+"""The source's own decoding of a Lambda event, by ``expected.json``'s ``source``."""
+
+
+def expected_samples(suffix: str) -> dict[str, Any]:
+    """``events/expected.json``'s entries for the sample files whose names end with ``suffix``."""
+    specs: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text(encoding="utf-8"))
+    return {name: spec for name, spec in specs.items() if name.endswith(suffix)}
 
 
 def load_event(name: str) -> dict[str, Any]:
