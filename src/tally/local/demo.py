@@ -95,7 +95,8 @@ DEMO_PARAMETERS: Final = {
     "StreamBatchingWindowSeconds": "1",
 }
 """Template parameter overrides (as ``sam deploy --parameter-overrides``): both sources, two shards so
-two shard pollers run side by side, and the busiest key written to four shard items."""
+two shard pollers run side by side, the busiest key written to four shard items, the samples' counter
+declarations, and short batching windows."""
 VISIBILITY_TIMEOUT_S: Final = 30
 """The template's queue visibility timeout (6 x the function timeout + 60 s) would hold a retried
 record for minutes; the demo's queue uses this instead, still above any local invocation's duration."""
