@@ -131,3 +131,33 @@ def test_kinesis_bisects_a_crashing_batch_and_gives_up_only_the_culprit(
         assert (batch["start_sequence_number"], batch["end_sequence_number"], batch["size"]) == (culprit, culprit, 1)
         assert batch["condition"] == "RetryAttemptsExhausted"
         assert mappings.stats["EventStreamBatch"].batches_given_up == 1
+
+
+def test_sqs_batches_are_cut_at_lambdas_6_mb_payload(
+    dynamodb_local: DynamoDBLocal, serial_moto_endpoint: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # GIVEN the template's batch size of 10,000, two pollers, and 60 packed messages of about 247 KB (14.8 MB
+    # in all: more than 6 MB for each poller)
+    log = tmp_path / "invocations.jsonl"
+    parameters = {"Source": "SQS", "MaximumConcurrency": "2", "BatchSize": "10000", "BatchingWindowSeconds": "2"}
+    event = '{"key":"poll:big","delta":1}'
+    with running_stack(dynamodb_local, serial_moto_endpoint, monkeypatch, parameters) as stack:
+        assert stack.queue_url is not None
+        sqs = stack.client("sqs")
+        sizes = {}
+        for index in range(60):
+            body = f'{{"id":"big-{index}","events":[' + ",".join([event] * 8_500) + "]}"
+            sizes[sqs.send_message(QueueUrl=stack.queue_url, MessageBody=body)["MessageId"]] = len(body)
+        environment = {MARKER: "never-present", INVOCATIONS: str(log)}
+        handlers = {"CounterFunction": f"{HANDLERS}.sqs_reports_marked_records_failed"}
+        # WHEN the pollers deliver them
+        with pollers(stack, tmp_path, environment=environment, handlers=handlers) as mappings:
+            mappings.wait_until_drained(DRAIN_S)
+    # THEN no invocation carried more than Lambda's 6 MB (the bodies alone, a lower bound of the event's
+    # JSON): each poller's batch was cut at least once, and every message was counted once
+    batches = invocations(log)
+    assert all(sum(sizes[message_id] for message_id in batch) <= 6 * 1024 * 1024 for batch in batches)
+    assert len(batches) >= 3
+    delivered = [message_id for batch in batches for message_id in batch]
+    assert sorted(delivered) == sorted(sizes)
+    assert tally_json("get", "poll:big", "--json") == {"count": 60 * 8_500}

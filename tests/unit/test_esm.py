@@ -22,6 +22,7 @@ from tally.local.esm import (
     function_error,
     invocation_outcome,
     read_response,
+    records_within_payload,
     settle_sqs,
 )
 from tests.support.kinesis import ShardConsumer
@@ -193,3 +194,32 @@ def test_the_tests_shard_double_drives_the_same_decisions() -> None:
     s = [record["SequenceNumber"] for record in batch]
     assert consumer.invocations == [s, s[:2], s[:1], [culprit], [culprit], s[2:]]
     assert [(g.first_sequence_number, g.last_sequence_number) for g in consumer.given_up] == [(culprit, culprit)]
+
+
+@pytest.mark.parametrize(
+    ("sizes", "limit", "fits"),
+    [
+        ([], 100, 0),
+        ([10, 10, 10], 1_000, 3),  # all fit
+        ([40, 40, 40], 100, 2),  # '{"Records": []}' is 15: 15 + 40 + 2 + 40 = 97; + 2 + 40 = 139 > 100
+        ([40, 43], 100, 2),  # 15 + 40 + 2 + 43 = 100: the limit itself is allowed
+        ([40, 44], 100, 1),  # 101: one byte over
+        ([200], 100, 1),  # a record alone is always delivered (none can exceed Lambda's limit)
+    ],
+)
+def test_a_batch_is_cut_where_the_event_json_would_pass_the_payload_limit(
+    sizes: list[int], limit: int, fits: int
+) -> None:
+    # GIVEN records of these JSON sizes WHEN cut to Lambda's payload THEN the leading ones that fit remain
+    assert records_within_payload(sizes, limit) == fits
+
+
+def test_the_cut_counts_the_event_as_json_dumps_writes_it() -> None:
+    # GIVEN records whose event JSON is exactly at the limit THEN all fit, and one byte less cuts one
+    import json  # noqa: PLC0415
+
+    records = [{"body": "x" * 50}, {"body": "y" * 60}]
+    sizes = [len(json.dumps(record)) for record in records]
+    event = len(json.dumps({"Records": records}))
+    assert records_within_payload(sizes, event) == 2
+    assert records_within_payload(sizes, event - 1) == 1

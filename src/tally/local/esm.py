@@ -64,6 +64,27 @@ class BatchOutcome:
         return not self.failed
 
 
+MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
+"""Lambda's synchronous invocation payload limit: an event source mapping never delivers a bigger event."""
+_EVENT_ENVELOPE_BYTES: Final = len('{"Records": []}')
+
+
+def records_within_payload(record_bytes: Sequence[int], limit: int = MAX_INVOKE_PAYLOAD_BYTES) -> int:
+    """How many leading records, each of ``record_bytes`` as JSON in the event, fit one invocation's payload.
+
+    Lambda cuts a batch at the 6 MB payload counting each record whole, as it delivers it (the body
+    JSON-escaped inside the record's envelope, or base64 for Kinesis), plus the event's own envelope and
+    the separators. At least one record: a record cannot exceed the limit (SQS and Kinesis cap messages
+    far below it).
+    """
+    total = _EVENT_ENVELOPE_BYTES
+    for count, size in enumerate(record_bytes):
+        total += size + (2 if count else 0)  # ", " between records
+        if total > limit:
+            return max(1, count)
+    return len(record_bytes)
+
+
 def read_response(response: object, record_ids: Sequence[str]) -> BatchOutcome:
     """Read a partial batch response (``ReportBatchItemFailures``) for a batch of ``record_ids``."""
     everything = frozenset(record_ids)

@@ -7,7 +7,8 @@ against moto's endpoints: receive, batch, invoke, delete, checkpoint, send to th
 
 - ``ReceiveMessage`` (10 at a time, all attributes; short polls, see ``_IDLE_QUEUE_POLL_S``) until
   the batch holds ``BatchSize`` messages, the ``MaximumBatchingWindowInSeconds`` since the first one
-  has passed, or the 6 MB invocation payload limit is reached; with a window of 0, the first
+  has passed, or the 6 MB invocation payload limit is reached (counted on the event's JSON, as Lambda
+  counts it; messages received beyond it start the next batch); with a window of 0, the first
   non-empty receive is the batch;
 - invokes the function with a Lambda-format SQS event (``tally.local.lambda_events``) and deletes what
   ``esm.settle_sqs`` says. The rest reappear after the queue's visibility timeout, and moto moves a
@@ -44,9 +45,10 @@ from tally.local.esm import (
     KinesisRetryPolicy,
     ShardBatch,
     invocation_outcome,
+    records_within_payload,
     settle_sqs,
 )
-from tally.local.lambda_events import kinesis_event, on_failure_record, sqs_event
+from tally.local.lambda_events import kinesis_event, kinesis_record, on_failure_record, sqs_event, sqs_record
 from tally.local.meter import DynamoDBWrites
 
 if TYPE_CHECKING:
@@ -61,8 +63,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
-"""Lambda's synchronous invocation payload limit: a batch stops growing before it."""
 _RECEIVE_MAX: Final = 10
 _IDLE_QUEUE_POLL_S: Final = 0.2
 """Pause after an empty receive. Lambda long-polls; the local moto server serves one request at a time,
@@ -196,6 +196,8 @@ class SqsPoller(_Poller):
         self._source = source
         self._function = function
         self._region = region
+        self._carried: list[dict[str, Any]] = []
+        """Messages received beyond the 6 MB payload: the first of the next batch."""
 
     def poll_once(self) -> bool:
         messages = self._receive_batch()
@@ -214,8 +216,7 @@ class SqsPoller(_Poller):
         return True
 
     def _receive_batch(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = []
-        payload = 0
+        messages, self._carried = self._carried, []
         deadline: float | None = None
         while not self.stop_event.is_set():
             # The first message opens the batching window; the batch fills until it closes.
@@ -227,18 +228,25 @@ class SqsPoller(_Poller):
                 MessageAttributeNames=["All"],
             ).get("Messages", [])
             messages.extend(received)  # type: ignore[arg-type]
-            payload += sum(len(message["Body"].encode("utf-8")) for message in received)
             if not messages:
                 return []
             self._set_busy()
             if deadline is None:
                 deadline = time.monotonic() + self._source.maximum_batching_window_seconds
+            fits = records_within_payload([self._record_bytes(message) for message in messages])
+            if fits < len(messages):
+                # Over Lambda's 6 MB: what does not fit waits for the next batch (still in flight, as on AWS).
+                messages, self._carried = messages[:fits], messages[fits:]
+                break
             now = time.monotonic()
-            if len(messages) >= self._source.batch_size or payload >= MAX_INVOKE_PAYLOAD_BYTES or now >= deadline:
+            if len(messages) >= self._source.batch_size or now >= deadline:
                 break
             if not received:
                 self.stop_event.wait(min(0.1, deadline - now))
         return messages
+
+    def _record_bytes(self, message: dict[str, Any]) -> int:
+        return len(json.dumps(sqs_record(message, self._queue_arn, self._region)).encode("utf-8"))
 
     def _delete_done(self, messages: Sequence[dict[str, Any]]) -> None:
         for start in range(0, len(messages), _RECEIVE_MAX):
@@ -318,7 +326,12 @@ class KinesisShardPoller(_Poller):
                 break
             if not fetched:
                 self.stop_event.wait(min(0.2, deadline - now))
-        return [self._buffer.popleft() for _ in range(min(self._source.batch_size, len(self._buffer)))]
+        candidates = [self._buffer[index] for index in range(min(self._source.batch_size, len(self._buffer)))]
+        sizes = [
+            len(json.dumps(kinesis_record(record, self._stream_arn, self._shard_id, self._region)).encode("utf-8"))
+            for record in candidates
+        ]
+        return [self._buffer.popleft() for _ in range(records_within_payload(sizes))] if candidates else []
 
     def _get_records(self, limit: int) -> int:
         if self._iterator is None:
