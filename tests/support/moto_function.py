@@ -18,7 +18,7 @@ from moto import mock_aws
 from tally.local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Mapping, Sequence
 
     import pytest
 
@@ -58,3 +58,30 @@ def moto_function(monkeypatch: pytest.MonkeyPatch, **environment: str) -> Iterat
         dlq_url = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
         monkeypatch.setenv("TALLY_DLQ_URL", dlq_url)
         yield MotoFunction(dynamodb, sqs, dlq_url)
+
+
+@contextmanager
+def counters_on_moto(
+    monkeypatch: pytest.MonkeyPatch, items: Sequence[Mapping[str, Any]], *, markers_table: bool = False
+) -> Iterator[None]:
+    """The template's counters table named ``counters`` on moto, holding ``items``, with the credentials and
+    ``TALLY_COUNTERS_TABLE`` (and ``TALLY_MARKERS_TABLE``) the CLI reads, and no local endpoint."""
+    environment = {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "TALLY_COUNTERS_TABLE": "counters",
+    }
+    if markers_table:
+        environment["TALLY_MARKERS_TABLE"] = "markers"
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
+    with mock_aws():
+        dynamodb = boto3.client("dynamodb")
+        definition = table_definitions(load_template(TEMPLATE))["CountersTable"]
+        dynamodb.create_table(**definition.create_table_kwargs("counters"))
+        for item in items:
+            dynamodb.put_item(TableName="counters", Item=item)  # type: ignore[arg-type]
+        yield

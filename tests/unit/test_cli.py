@@ -4,43 +4,24 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 
 from tally.cli.main import cli, counters_json
-from tally.local.template import load_template, table_definitions
+from tests.support.moto_function import counters_on_moto
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
-
 
 @pytest.fixture
 def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "TALLY_COUNTERS_TABLE": "counters",
-        "TALLY_MARKERS_TABLE": "markers",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
-    with mock_aws():
-        client = boto3.client("dynamodb")
-        client.create_table(
-            **table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("counters")
-        )
-        client.put_item(
-            TableName="counters",
-            Item={
+    with counters_on_moto(
+        monkeypatch,
+        [
+            {
                 "pk": {"S": "shop:42"},
                 "sk": {"S": "all"},
                 "c#revenue": {"N": "0.1"},
@@ -50,16 +31,15 @@ def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                 "latest_order#lastPurchaseAt": {"B": b"\x00" * 24},
                 "dc#buyers": {"N": "2"},
             },
-        )
-        client.put_item(  # the hour window 2026-11-24T20:00Z: 1 buyer in it
-            TableName="counters",
-            Item={
+            {  # the hour window 2026-11-24T20:00Z: 1 buyer in it
                 "pk": {"S": "shop:42"},
                 "sk": {"S": "h#2026-11-24T20:00Z"},
                 "c#orders": {"N": "1"},
                 "dc#buyers": {"N": "1"},
             },
-        )
+        ],
+        markers_table=True,
+    ):
         yield
 
 

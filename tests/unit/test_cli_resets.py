@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 
 from tally.cli.main import cli
 from tally.core.decode import MAX_OPERATOR_COUNTERS, DecodeLimits, decode_message
@@ -19,19 +16,17 @@ from tally.core.model import CounterEvent, Message
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
-from tally.local.template import load_template, table_definitions
 from tally.producer import Event
 from tally.producer.event import MAX_OPERATOR_COUNTERS as PRODUCER_MAX_OPERATOR_COUNTERS
 from tally.producer.packing import PackLimits, build_messages
 from tally.producer.wire import packed_message
 from tests.support.events import load_event
-from tests.support.moto_function import moto_function
+from tests.support.moto_function import counters_on_moto, moto_function
 from tests.support.moto_server import client, drain_queue, unique
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 LIMITS = DecodeLimits(max_key_bytes=2000, max_id_bytes=1024)
 TS = 4_102_444_800_000
 
@@ -161,23 +156,10 @@ def test_operator_usage_errors(aws: str, args: tuple[str, ...]) -> None:
 # ---------------------------------------------------------------------------------- tally get --operators
 @pytest.fixture
 def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "TALLY_COUNTERS_TABLE": "counters",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
-    with mock_aws():
-        dynamodb = boto3.client("dynamodb")
-        dynamodb.create_table(
-            **table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("counters")
-        )
-        dynamodb.put_item(
-            TableName="counters",
-            Item={
+    with counters_on_moto(
+        monkeypatch,
+        [
+            {
                 "pk": {"S": "stock:1"},
                 "sk": {"S": "all"},
                 "c#stock": {"N": "97"},
@@ -187,8 +169,9 @@ def counters(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
                 "corrected_at#stock": {"N": str(TS + 1000)},
                 "corrected_id#stock": {"S": "fix-2"},
                 "corrected_by#stock": {"N": "-3"},
-            },
-        )
+            }
+        ],
+    ):
         yield
 
 
