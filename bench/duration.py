@@ -20,11 +20,16 @@ assumed latencies, and their sum is what is computed here.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import json
+import logging
+import os
 import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -32,18 +37,27 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench.deployment import TEMPLATE, template_environment
+from bench.latency_proxy import LatencyProxy, ProxiedRequest
 from bench.peers import lambda_context
+from bench.peers.tables import create_from_template, drop_tables
 from bench.peers.tally_pipeline import TallyCounter
 from bench.plan_check import COUNTERS, KEY_BYTES, PACK, store_page_bytes
 from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
-from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, Traffic, price
+from tally.config import COUNTERS_TABLE, DLQ_URL, MARKERS_TABLE, WINDOWS
+from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, Traffic, price
 from tally.local.dynamodb_local import DynamoDBLocal
+from tally.local.esm import records_within_payload
+from tally.local.template import load_template, table_definitions
 from tally.runtime import CLIENT_CONFIG
+from tally.store.dynamodb import DynamoDBCounterStore
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.workloads import Delivery, Stream
 
 _START: Final = "bench_duration_start"
 LATENCY_OF: Final = {
@@ -213,29 +227,367 @@ def table(rows: Sequence[Duration], memory_mb: int) -> Table:
     return out
 
 
+# ------------------------------------------------------------------------------------------------------
+# Through the latency proxy (issue 16, part 5): the real handler, AWS-like request latencies.
+
+_HANDLER_MODULE: Final = "tally.handlers.sqs"
+MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ProxiedDuration:
+    """One configuration's batches through ``bench.latency_proxy``, averaged per batch."""
+
+    config: str
+    batches: int
+    records_per_batch: float
+    events_per_batch: float
+    wall_ms: float
+    """The handler's wall time here (one full core, shared), requests answered at AWS-like latencies."""
+    cpu_ms: float
+    """CPU this process used (``time.process_time``; the proxy and DynamoDB Local run in other processes)."""
+    requests: Mapping[str, float]
+    """Requests per batch, by operation, as the proxy saw them."""
+    request_ms: float
+    """Sum over the batch's requests of the time each took to be answered (overlapping ones counted each)."""
+    modeled_ms: float
+    """Of which the published AWS latencies (``RequestLatencies``)."""
+    excess_ms: float
+    """Of which DynamoDB Local answered later than the model: its share of the wall time, not AWS's."""
+    lambda_ms: float
+    """The duration on Lambda at ``memory_mb``: wall - excess, plus the CPU stretched to the memory's vCPU
+    share (``cpu x (1769 / memory - 1)``; exact for sequential requests, an upper bound when they overlap)."""
+    computed_ms: float
+    """Today's computed figure for the same batches: CPU x 1769/memory + requests x assumed ``Latencies``."""
+    model_ms: float
+    """``tally plan``'s model for the same traffic and records per batch."""
+    gb_s_per_million_events: float
+    computed_gb_s_per_million_events: float
+    model_gb_s_per_million_events: float
+    exact: bool
+    """Every key's all-time counters equal the workload's sums afterwards."""
+
+
+def payload_batches(deliveries: Sequence[Delivery], batch_size: int, sent_ms: int) -> list[list[Delivery]]:
+    """Lambda's batches: at most ``batch_size`` records, cut where the event's JSON would pass 6 MB."""
+    batches: list[list[Delivery]] = []
+    start = 0
+    while start < len(deliveries):
+        candidates = deliveries[start : start + batch_size]
+        sizes = [len(json.dumps(record)) for record in lambda_event(candidates, sent_ms)["Records"]]
+        count = records_within_payload(sizes, MAX_INVOKE_PAYLOAD_BYTES)
+        batches.append(list(candidates[:count]))
+        start += count
+    return batches
+
+
+@contextlib.contextmanager
+def handler_environment(environment: Mapping[str, str]) -> Iterator[Any]:
+    """``tally.handlers.sqs`` imported (or rebuilt) under ``environment``, its output kept off the terminal.
+
+    The handler reads its settings at its first invocation (``pipeline``, cached): the cache is cleared on
+    the way in and out, so each configuration builds its own pipeline, as a new deployment would.
+    """
+    saved = {name: os.environ.get(name) for name in environment}
+    os.environ.update(environment)
+    module = importlib.import_module(_HANDLER_MODULE)
+    module.pipeline.cache_clear()
+    stream = module.logger.registered_handler
+    with open(os.devnull, "w") as devnull:
+        previous = stream.setStream(devnull) if isinstance(stream, logging.StreamHandler) else None
+        try:
+            with contextlib.redirect_stdout(devnull):  # Powertools prints its EMF metrics
+                yield module
+        finally:
+            if isinstance(stream, logging.StreamHandler) and previous is not None:
+                stream.setStream(previous)
+            module.pipeline.cache_clear()
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
+
+
+def handler_settings(counters_table: str, markers_table: str, dynamodb_url: str) -> dict[str, str]:
+    """The function's environment as a default deployment sets it, its DynamoDB endpoint ``dynamodb_url``."""
+    return {
+        **template_environment(load_template(TEMPLATE)),
+        COUNTERS_TABLE: counters_table,
+        MARKERS_TABLE: markers_table,
+        DLQ_URL: "http://127.0.0.1:9/000000000000/bench-duration-dlq",  # a workload with no poison: never sent to
+        "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
+        "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:9",
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_REGION": "us-east-1",
+        "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
+    }
+
+
+def measure_through_proxy(
+    ddb: DynamoDBLocal,
+    proxy: LatencyProxy,
+    *,
+    packed: bool,
+    batch_size: int,
+    batches: int,
+    windows: bool = True,
+    keys: int = 1000,
+    memory_mb: int = 512,
+    latencies: Latencies | None = None,
+    seed: int = 20_261_124,
+    extra_environment: Mapping[str, str] | None = None,
+) -> ProxiedDuration:
+    """Run ``batches`` Lambda batches through the unmodified SQS handler, its DynamoDB client on the proxy."""
+    latencies = latencies or Latencies()
+    admin = ddb.client()
+    suffix = uuid.uuid4().hex[:10]
+    counters_table, markers_table = f"bench-dur-counters-{suffix}", f"bench-dur-markers-{suffix}"
+    definitions = table_definitions(load_template(TEMPLATE))
+    create_from_template(admin, definitions["CountersTable"], counters_table)
+    create_from_template(admin, definitions["MarkersTable"], markers_table)
+    environment = {
+        **handler_settings(counters_table, markers_table, proxy.endpoint_url),
+        **({} if windows else {WINDOWS: ""}),
+        **(extra_environment or {}),
+    }
+    pack = PACK if packed else 1
+    sent_ms = time.time_ns() // 1_000_000
+    stream, warm_up, cut = _workload(packed=packed, batch_size=batch_size, batches=batches, keys=keys, seed=seed)
+    context = lambda_context(900_000)
+    wall_s = cpu_s = 0.0
+    seen: list[ProxiedRequest] = []
+    try:
+        with handler_environment(environment) as module:
+            module.handler(lambda_event(warm_up, sent_ms), context)
+            for batch in cut:
+                event = lambda_event(batch, sent_ms)
+                proxy.reset()
+                started, cpu_started = time.perf_counter(), time.process_time()
+                response = module.handler(event, context)
+                wall_s += time.perf_counter() - started
+                cpu_s += time.process_time() - cpu_started
+                seen.extend(proxy.requests())
+                if response.get("batchItemFailures"):
+                    raise RuntimeError(f"a benchmark batch failed records: {response}")
+        counted = first_deliveries_of([warm_up, *cut])
+        exact = _exact(admin, counters_table, markers_table, stream, counted)
+    finally:
+        drop_tables(admin, [counters_table, markers_table])
+    ran = len(cut)
+    records = sum(len(batch) for batch in cut)
+    events = sum(delivery.event_count for batch in cut for delivery in batch)
+    calls = Counter(request.operation for request in seen)
+    requests = {name: count / ran for name, count in calls.items()}
+    request_s = sum(request.answered_s - request.arrived_s for request in seen) / ran
+    modeled_s = sum(request.modeled_s for request in seen) / ran
+    excess_s = sum(request.excess_s for request in seen) / ran
+    wall = wall_s / ran
+    cpu = cpu_s / ran
+    stretch = max(1.0, LAMBDA_FULL_VCPU_MB / memory_mb)
+    lambda_s = max(cpu * stretch, wall - excess_s + cpu * (stretch - 1))
+    computed_s = (
+        cpu * stretch
+        + sum(requests.get(name, 0.0) * getattr(latencies, field) for name, field in LATENCY_OF.items()) / 1000
+    )
+    traffic = Traffic(
+        events_per_second=float(records / ran * pack),
+        keys=keys,
+        events_per_message=pack,
+        counters=COUNTERS,
+        key_bytes=KEY_BYTES,
+        windows=("hour", "day") if windows else (),
+        memory_mb=memory_mb,
+    )
+    model = price(traffic, round(records / ran), latencies=latencies, page_bytes=store_page_bytes, batches=max(2, ran))
+    gb = memory_mb / 1024
+    per_event = ran / events * 1e6
+    return ProxiedDuration(
+        config=f"{'packed' if packed else 'single'}, windows {'on' if windows else 'off'}, BatchSize {batch_size:,}",
+        batches=ran,
+        records_per_batch=records / ran,
+        events_per_batch=events / ran,
+        wall_ms=wall * 1000,
+        cpu_ms=cpu * 1000,
+        requests=requests,
+        request_ms=request_s * 1000,
+        modeled_ms=modeled_s * 1000,
+        excess_ms=excess_s * 1000,
+        lambda_ms=lambda_s * 1000,
+        computed_ms=computed_s * 1000,
+        model_ms=model.handler_s * 1000,
+        gb_s_per_million_events=lambda_s * gb * per_event,
+        computed_gb_s_per_million_events=computed_s * gb * per_event,
+        model_gb_s_per_million_events=model.handler_s * gb / model.units.events_per_batch * 1e6,
+        exact=exact,
+    )
+
+
+def _workload(
+    *, packed: bool, batch_size: int, batches: int, keys: int, seed: int
+) -> tuple[Stream, list[Delivery], list[list[Delivery]]]:
+    """U delivered as Lambda would: a warm-up batch, then ``batches`` batches to time.
+
+    One more batch than timed: the first warms the container (imports, the cached pipeline, the client's
+    connections) and DynamoDB Local's JIT, as a warm Lambda container would be; it is counted, not timed.
+    """
+    pack = PACK if packed else 1
+    # Enough events for ``batches`` full batches (a packed record is at least 100 events).
+    spec = WorkloadSpec(events=(batches + 1) * batch_size * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
+    stream = deliver("U", usage_events(spec), spec, packed=packed).without_resends()
+    warm_up, *cut = payload_batches(stream.deliveries, batch_size, time.time_ns() // 1_000_000)[: batches + 1]
+    if not cut:
+        raise ValueError(f"{batches} batch(es) of {batch_size} records need more events than the workload drew")
+    return stream, warm_up, cut
+
+
+def first_deliveries_of(batches: Sequence[Sequence[Delivery]]) -> list[Delivery]:
+    return [delivery for batch in batches for delivery in batch]
+
+
+def _exact(
+    admin: DynamoDBClient, counters_table: str, markers_table: str, stream: Stream, counted: Sequence[Delivery]
+) -> bool:
+    """Whether every key's all-time counters are the sums of the delivered messages' events."""
+    expected: dict[str, dict[str, Decimal]] = {}
+    for delivery in counted:
+        for index in range(delivery.first_event, delivery.first_event + delivery.event_count):
+            event = stream.events[index]
+            sums = expected.setdefault(event.key, {})
+            for name, delta in event.deltas.items():
+                sums[name] = sums.get(name, Decimal(0)) + Decimal(delta)
+    store = DynamoDBCounterStore(admin, counters_table, markers_table, 86_400)
+    return all(
+        {name: value for name, value in store.read_counters(key).items() if name in sums} == sums
+        for key, sums in expected.items()
+    )
+
+
+def proxied_table(rows: Sequence[ProxiedDuration], memory_mb: int) -> Table:
+    out = Table(title=f"handler duration per batch through the latency proxy (workload U), Lambda at {memory_mb} MB")
+    for name in (
+        "configuration",
+        "batches",
+        "records/batch",
+        "events/batch",
+        "requests/batch",
+        "wall ms here",
+        "CPU ms",
+        "in requests ms (modeled; Local's excess)",
+        "Lambda ms",
+        "computed ms",
+        "model ms",
+        "GB-s / M events: proxy / computed / model",
+        "exact",
+    ):
+        out.add_column(name, justify="left" if name == "configuration" else "right")
+    for row in rows:
+        out.add_row(
+            row.config,
+            str(row.batches),
+            f"{row.records_per_batch:,.0f}",
+            f"{row.events_per_batch:,.0f}",
+            ", ".join(f"{name} {count:.1f}" for name, count in sorted(row.requests.items())),
+            f"{row.wall_ms:,.0f}",
+            f"{row.cpu_ms:,.0f}",
+            f"{row.request_ms:,.0f} ({row.modeled_ms:,.0f}; {row.excess_ms:,.0f})",
+            f"{row.lambda_ms:,.0f}",
+            f"{row.computed_ms:,.0f}",
+            f"{row.model_ms:,.0f}",
+            f"{row.gb_s_per_million_events:,.1f} / {row.computed_gb_s_per_million_events:,.1f} / "
+            f"{row.model_gb_s_per_million_events:,.1f}",
+            "yes" if row.exact else "NO",
+        )
+    return out
+
+
+def template_memory_mb() -> int:
+    """The template's ``MemorySize`` parameter default: what a default deployment runs with."""
+    return int(load_template(TEMPLATE)["Parameters"]["MemorySize"]["Default"])
+
+
+def template_batch_size() -> int:
+    return int(load_template(TEMPLATE)["Parameters"]["BatchSize"]["Default"])
+
+
+def run_proxied(
+    batches: int, memory_mb: int, extra_environment: Mapping[str, str] | None = None
+) -> list[ProxiedDuration]:
+    """Single and packed U, at the template's ``BatchSize`` (cut at 6 MB) and at 100 records, windows on."""
+    console = Console(width=200, stderr=True)
+    rows = []
+    with DynamoDBLocal() as ddb, LatencyProxy(ddb.endpoint_url) as proxy:
+        for packed in (False, True):
+            for size in (template_batch_size(), 100):
+                console.print(f"through the proxy: {'packed' if packed else 'single'}, BatchSize {size} ...")
+                rows.append(
+                    measure_through_proxy(
+                        ddb,
+                        proxy,
+                        packed=packed,
+                        batch_size=size,
+                        batches=batches,
+                        memory_mb=memory_mb,
+                        extra_environment=extra_environment,
+                    )
+                )
+    return rows
+
+
 @click.command()
 @click.option("--batches", type=click.IntRange(min=1), default=10, show_default=True)
-@click.option("--memory", "memory_mb", type=click.IntRange(128, 10_240), default=512, show_default=True)
+@click.option(
+    "--memory",
+    "memory_mb",
+    type=click.IntRange(128, 10_240),
+    default=None,
+    help="Default: 512, or with --proxy the template's MemorySize.",
+)
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the rows as JSON.")
-def main(batches: int, memory_mb: int, json_out: Path | None) -> None:
-    """Time batches of 100 and 700 records, single and packed, windows on and off."""
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@click.option(
+    "--proxy",
+    is_flag=True,
+    help="Run the real handler through bench.latency_proxy (published AWS latencies) instead of pricing requests.",
+)
+def main(batches: int, memory_mb: int | None, json_out: Path | None, as_json: bool, proxy: bool) -> None:
+    """Time batches: by default 100 and 700 records, single and packed, windows on and off, requests priced
+    at assumed latencies; with ``--proxy``, the real handler through the latency proxy."""
     console = Console(width=200)
-    rows = []
-    with DynamoDBLocal() as ddb:
-        for packed in (False, True):
-            for windows in (False, True):
-                for size in (100, 700):
-                    console.print(f"running {'packed' if packed else 'single'}, windows {windows}, {size} ...")
-                    rows.append(
-                        measure(
-                            ddb, packed=packed, windows=windows, batch_size=size, batches=batches, memory_mb=memory_mb
+    documents: list[dict[str, Any]]
+    if proxy:
+        memory = memory_mb or template_memory_mb()
+        proxied = run_proxied(batches, memory)
+        documents = [asdict(row) for row in proxied]
+        if not as_json:
+            console.print(proxied_table(proxied, memory))
+            console.print(
+                "Lambda ms = wall - Local's excess + CPU x (1769 MB / memory - 1); computed = CPU x 1769/memory + "
+                f"requests x assumed {Latencies()}; proxy latencies {RequestLatencies()}"
+            )
+    else:
+        memory = memory_mb or 512
+        rows = []
+        with DynamoDBLocal() as ddb:
+            for packed in (False, True):
+                for windows in (False, True):
+                    for size in (100, 700):
+                        console.print(f"running {'packed' if packed else 'single'}, windows {windows}, {size} ...")
+                        rows.append(
+                            measure(
+                                ddb, packed=packed, windows=windows, batch_size=size, batches=batches, memory_mb=memory
+                            )
                         )
-                    )
-    console.print(table(rows, memory_mb))
-    if json_out is not None:
         documents = [asdict(row) for row in rows]
+        if not as_json:
+            console.print(table(rows, memory))
+            console.print(f"AWS-like = CPU x max(1, 1769 MB / memory) + requests x assumed latencies {Latencies()}")
+    if as_json:
+        print(json.dumps(documents, indent=2))
+    if json_out is not None:
         json_out.write_text(json.dumps(documents, indent=2) + "\n")
-    console.print(f"AWS-like = CPU x max(1, 1769 MB / memory) + requests x assumed latencies {Latencies()}")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,13 @@ prices its duration with.
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.duration import measure
+from bench.duration import measure, measure_through_proxy, payload_batches
+from bench.latency_proxy import LatencyProxy
+from bench.workloads import Delivery, lambda_event
 
 from tally.cost.model import Latencies, Traffic, simulate
 
@@ -38,3 +41,30 @@ def test_a_batch_is_timed_and_its_transactions_are_the_models(dynamodb_local: Dy
     # AWS-like duration: the measured CPU (at 512 MB's vCPU share) plus 10 ms per transaction
     assert row.process_cpu_ms > 0
     assert row.aws_like_ms == pytest.approx(row.process_cpu_ms * 1769 / 512 + 10 * transactions)
+
+
+def test_batches_are_cut_at_lambdas_6_mb_payload() -> None:
+    """``--proxy`` runs the template's BatchSize as Lambda delivers it: at most 6 MB of event per batch."""
+    body = "x" * 250_000
+    deliveries = [Delivery(f"r{i}", f"m{i}", body, i, 1, resend=False) for i in range(60)]
+    batches = payload_batches(deliveries, 10_000, sent_ms=1_795_000_000_000)
+    assert [delivery for batch in batches for delivery in batch] == deliveries
+    assert len(batches) == 3
+    for batch in batches:
+        assert len(json.dumps(lambda_event(batch, 1_795_000_000_000))) <= 6 * 1024 * 1024
+    assert len(payload_batches(deliveries, 7, sent_ms=0)[0]) == 7
+
+
+def test_the_real_handler_through_the_proxy(dynamodb_local: DynamoDBLocal) -> None:
+    """One tiny configuration end to end: exact, every request the proxy answered is accounted for."""
+    with LatencyProxy(dynamodb_local.endpoint_url) as proxy:
+        row = measure_through_proxy(dynamodb_local, proxy, packed=False, batch_size=50, batches=2, keys=40)
+    assert row.exact
+    assert row.batches == 2
+    assert row.records_per_batch == 50
+    assert row.requests["TransactWriteItems"] >= 1
+    # every request waited at least its modeled latency; the excess is what DynamoDB Local added
+    assert row.request_ms >= row.modeled_ms
+    assert row.excess_ms <= row.request_ms - row.modeled_ms + 1e-6
+    assert row.cpu_ms > 0
+    assert row.lambda_ms >= row.cpu_ms * 1769 / 512
