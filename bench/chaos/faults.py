@@ -1,8 +1,11 @@
 """Seeded, rate-based DynamoDB faults at the botocore layer: the code under test is the production code.
 
-``DynamoDBChaos`` is registered on ONE consumer's client (each consumer has its own client, its own
-random sequence and runs in one thread). For each DynamoDB request the pipeline makes, it draws at most
-one fault:
+``DynamoDBChaos`` is registered on ONE consumer's client (each consumer has its own client and its own
+random sequence). The consumer's applier may send a round's direct transactions from several threads at
+once (``TALLY_WRITE_CONCURRENCY``, issue 16 part 5): what a fault does to a request's answer is kept in
+botocore's per-request context, never on this object, and the draws of overlapping requests interleave
+(a seed then fixes the load and the rates, not which request gets which fault). For each DynamoDB
+request the pipeline makes, it draws at most one fault:
 
 - ``connect_failure``: botocore's ``EndpointConnectionError`` raised in ``before-call``; the request
   never reaches the server (the code sees an unknown outcome and retries);
@@ -69,6 +72,10 @@ TRANSACT: Final = "TransactWriteItems"
 BATCH_GET: Final = "BatchGetItem"
 UNPROCESSED_BURST_MAX: Final = 11
 UPDATE: Final = "UpdateItem"
+_AFTER: Final = "tally_chaos_after"
+"""Key, in botocore's per-request context, of what ``after-call`` does to that request's answer."""
+_WITHHELD: Final = "tally_chaos_withheld"
+"""Key of the ``UnprocessedKeys`` a ``BatchGetItem``'s answer is to carry."""
 
 
 class InvocationKilled(Exception):
@@ -107,7 +114,6 @@ class DynamoDBChaos:
         self._rates = rates
         self._rng = rng
         self._log = log
-        self._after: str | None = None
         self.invocation: Invocation | None = None
         self.reserve_ms = 3_000
         self.enabled = True
@@ -118,8 +124,6 @@ class DynamoDBChaos:
         """The kinds of write after the commit already drawn for in the current invocation (once each)."""
         self._unprocessed_burst = 0
         """Further ``BatchGetItem`` calls of this consumer that will leave keys unprocessed."""
-        self._withheld: dict[str, Any] = {}
-        """The ``UnprocessedKeys`` the current ``BatchGetItem``'s answer is to carry."""
         """Set when ``kill_after_claim`` fired in the current invocation (the consumer resets it)."""
         for operation in FAULTABLE:
             client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
@@ -161,10 +165,14 @@ class DynamoDBChaos:
             return "lost_claim_near_deadline"
         return None
 
-    def _before_call(self, model: Any, params: dict[str, Any], **_: Any) -> tuple[_FakeHttpResponse, Any] | None:
-        self._after = None
+    def _before_call(
+        self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
+    ) -> tuple[_FakeHttpResponse, Any] | None:
+        # What ``after-call`` is to do rides in botocore's per-request context, not on this object: the
+        # applier sends a round's transactions from several threads on one client (issue 16, part 5).
+        context.pop(_AFTER, None)
         operation = model.name
-        if self.enabled and operation == BATCH_GET and self._withhold_keys(params):
+        if self.enabled and operation == BATCH_GET and self._withhold_keys(params, context):
             return None
         follower = _after_commit_write(operation, params) if self.enabled else None
         if follower is not None and follower not in self._followers_drawn:
@@ -185,12 +193,12 @@ class DynamoDBChaos:
             return None
         self._log.add(f"ddb.{kind}")
         if kind in ("kill_after_claim", "lost_claim_near_deadline"):
-            self._after = kind
+            context[_AFTER] = kind
             return None
         if kind == "connect_failure":
             raise EndpointConnectionError(endpoint_url="chaos://connect-failure")
         if kind == "lost_response":
-            self._after = "lose"
+            context[_AFTER] = "lose"
             return None
         if kind == "slow":
             invocation = self.invocation
@@ -198,7 +206,7 @@ class DynamoDBChaos:
                 remaining_after = self._rng.randint(-500, 2 * self.reserve_ms)
                 invocation.slow_down(remaining_after)
                 if remaining_after < 0:
-                    self._after = "kill"
+                    context[_AFTER] = "kill"
             return None
         if kind == "throttle_request":
             error = {"Code": "ProvisionedThroughputExceededException", "Message": "chaos: rate exceeded"}
@@ -217,7 +225,7 @@ class DynamoDBChaos:
         }
         return _FakeHttpResponse(), body
 
-    def _withhold_keys(self, params: dict[str, Any]) -> bool:
+    def _withhold_keys(self, params: dict[str, Any], context: dict[str, Any]) -> bool:
         """Send part of a ``BatchGetItem``'s keys and keep the rest for its answer's ``UnprocessedKeys``."""
         request = json.loads(params["body"])
         ((table, spec),) = request["RequestItems"].items()
@@ -234,14 +242,14 @@ class DynamoDBChaos:
         answered = self._rng.randint(1, len(keys) - 1)
         spec["Keys"], withheld = keys[:answered], keys[answered:]
         params["body"] = json.dumps(request).encode()
-        self._withheld = {table: dict(spec, Keys=withheld)}
-        self._after = "withhold"
+        context[_WITHHELD] = {table: dict(spec, Keys=withheld)}
+        context[_AFTER] = "withhold"
         return True
 
-    def _after_call(self, parsed: dict[str, Any] | None = None, **_: Any) -> None:
-        after, self._after = self._after, None
+    def _after_call(self, context: dict[str, Any], parsed: dict[str, Any] | None = None, **_: Any) -> None:
+        after = context.pop(_AFTER, None)
         if after == "withhold":
-            withheld, self._withheld = self._withheld, {}
+            withheld = context.pop(_WITHHELD, {})
             if parsed is not None and "Error" not in parsed:
                 unprocessed = parsed.setdefault("UnprocessedKeys", {})
                 for table, spec in withheld.items():

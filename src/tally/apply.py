@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
@@ -70,6 +71,7 @@ class Applier:
         marker_read_gate: MarkerReadGate | None = None,
         counter_limit: CounterLimit = counters_per_add,
         bounds: CounterBounds = NO_BOUNDS,
+        write_concurrency: int = 1,
     ) -> None:
         self.store = store
         self.journal = journal
@@ -87,6 +89,15 @@ class Applier:
         self.bounds = bounds
         """Declared floors and ceilings (``tally.core.bounds``): units that touch one stay off the journal.
         The store carries the same declaration into its conditions (``DynamoDBCounterStore(bounds=...)``)."""
+        self.write_concurrency = write_concurrency
+        """How many of a round's key-disjoint direct transactions may be in flight at once (1: one at a time,
+        the default here; the handlers take ``TALLY_WRITE_CONCURRENCY``, ``tally.config``)."""
+        self._pool = (
+            ThreadPoolExecutor(max_workers=write_concurrency, thread_name_prefix="tally-write")
+            if write_concurrency > 1
+            else None
+        )
+        """Built once per container and kept warm between invocations, like the boto3 client."""
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
@@ -104,6 +115,7 @@ class Applier:
             counter_limit=self.counter_limit,
             new_batch_id=self.new_batch_id,
             bounds=self.bounds,
+            pool=self._pool,
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:
@@ -142,9 +154,7 @@ class Applier:
             )
             for message_id, rejection in plan.rejected.items():
                 fates.dead_lettered(message_id, rejection)
-            again: list[MessageTotals] = []
-            for chunk in plan.direct:
-                again.extend(protocol.direct(chunk))
+            again: list[MessageTotals] = protocol.direct_all(plan.direct)
             for unit in plan.journals:
                 operators = [message for message in unit if message.is_operator]
                 for message in operators:

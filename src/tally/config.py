@@ -23,6 +23,12 @@ WINDOW_RETENTION = "TALLY_WINDOW_RETENTION"
 HOT_KEYS = "TALLY_HOT_KEYS"
 COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
+WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
+DEFAULT_WRITE_CONCURRENCY = 8
+"""A round's key-disjoint direct transactions in flight at once (issue 16, part 5): eight stays within
+botocore's default pool of 10 connections. Measured through ``bench.latency_proxy`` (README, "Handler
+duration and Lambda GB-s"); 1 writes them one at a time, as before."""
+MAX_WRITE_CONCURRENCY = 10
 
 DEFAULT_MARKER_TTL_DAYS = 35
 """Longer than SQS's 14-day maximum retention plus a 14-day dead-letter stay, with a week to spare."""
@@ -44,6 +50,8 @@ class Settings:
     """Start values and default deltas (``TALLY_COUNTER_DEFAULTS``, ``tally.core.defaults``)."""
     counter_bounds: CounterBounds = NO_BOUNDS
     """Floors and ceilings (``TALLY_COUNTER_BOUNDS``, ``tally.core.bounds``)."""
+    write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
+    """Direct transactions of a round in flight at once (``TALLY_WRITE_CONCURRENCY``, optional)."""
 
     @property
     def marker_ttl_seconds(self) -> int:
@@ -64,6 +72,11 @@ class Settings:
             raise ConfigurationError(f"{MARKER_TTL_DAYS} must be a whole number of days, not {raw_ttl!r}") from exc
         if ttl_days < 1:
             raise ConfigurationError(f"{MARKER_TTL_DAYS} must be at least 1")
+        raw_concurrency = env.get(WRITE_CONCURRENCY) or str(DEFAULT_WRITE_CONCURRENCY)
+        if not raw_concurrency.isdigit() or not 1 <= int(raw_concurrency) <= MAX_WRITE_CONCURRENCY:
+            raise ConfigurationError(
+                f"{WRITE_CONCURRENCY} must be 1 to {MAX_WRITE_CONCURRENCY}, not {raw_concurrency!r}"
+            )
         try:
             windows = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
             hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
@@ -80,4 +93,5 @@ class Settings:
             hot_keys=hot_keys,
             counter_defaults=counter_defaults,
             counter_bounds=counter_bounds,
+            write_concurrency=int(raw_concurrency),
         )

@@ -75,7 +75,13 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
     journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
     limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
     return BatchPipeline(
-        Applier(store, journal, counter_limit=counter_limit_for(defaults), bounds=bounds),
+        Applier(
+            store,
+            journal,
+            counter_limit=counter_limit_for(defaults),
+            bounds=bounds,
+            write_concurrency=settings.write_concurrency,
+        ),
         dead_letters,
         PipelineSettings(
             limits=limits,

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import random
+import threading
+import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
@@ -18,12 +20,15 @@ from bench.chaos.ledger import Ledger
 from bench.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
 from bench.chaos.sqs import Queue
 from bench.chaos.workload import Source, generate
-from botocore.exceptions import ClientError, EndpointConnectionError
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
 from tally.core.model import Message
 from tally.local.esm import BatchOutcome, function_error
+
+if TYPE_CHECKING:
+    from tally.local.dynamodb_local import DynamoDBLocal
 
 
 def _queue(clock: VirtualClock, dead_letters: DeadLetterStore, *, expiry_rate: float = 0.0) -> Queue:
@@ -276,3 +281,62 @@ def test_the_pattern_messages_decode_to_their_reference() -> None:
     summed = {key: sum((m.sums.get(key, {}).get("stock", 0) for m in patterns), 0) for key in stocks}
     assert all(stocks[key]["stock"] == summed[key] + STARTS["stock:"]["stock"] for key in stocks)
     assert {"max", "min", "latest"} <= {kind for table in workload.expected_gauges.values() for kind in table}
+
+
+class _Rolls(random.Random):
+    """A random source that answers ``random()`` from a fixed list (the draws a test needs)."""
+
+    def __init__(self, rolls: list[float]) -> None:
+        super().__init__(1)
+        self._rolls = rolls
+
+    def random(self) -> float:
+        return self._rolls.pop(0)
+
+
+@pytest.mark.integration
+def test_a_fault_stays_with_its_request_when_requests_overlap(dynamodb_local: DynamoDBLocal) -> None:
+    """The applier now sends a round's transactions from several threads on one client (issue 16, part 5):
+    a request's fault must not be dropped or moved to another request in flight at the same time."""
+    admin = dynamodb_local.client()
+    table = f"chaos-{uuid.uuid4().hex[:8]}"
+    admin.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    client = dynamodb_local.client()
+    # GIVEN the first request drawing a lost response and the second none
+    DynamoDBChaos(client, DynamoDBFaultRates(**(ONLY | {"lost_response": 0.5})), _Rolls([0.0, 0.99]), FaultLog())
+    first_waiting, second_drawn = threading.Event(), threading.Event()
+
+    def hold_the_first(**_: Any) -> None:
+        # the first request is sent only once the second has drawn its fault
+        if threading.current_thread().name == "first":
+            first_waiting.set()
+            assert second_drawn.wait(10)
+        else:
+            second_drawn.set()
+
+    client.meta.events.register("before-send.dynamodb.GetItem", hold_the_first)
+    outcomes: dict[str, str] = {}
+
+    def get() -> None:
+        name = threading.current_thread().name
+        try:
+            client.get_item(TableName=table, Key={"id": {"S": name}})
+            outcomes[name] = "answered"
+        except ReadTimeoutError:
+            outcomes[name] = "lost"
+
+    first = threading.Thread(target=get, name="first")
+    first.start()
+    assert first_waiting.wait(10)  # the first has drawn its fault and waits to be sent
+    second = threading.Thread(target=get, name="second")
+    second.start()
+    for thread in (first, second):
+        thread.join(30)
+    admin.delete_table(TableName=table)
+    # THEN the first request's response is lost and the second's is not
+    assert outcomes == {"first": "lost", "second": "answered"}

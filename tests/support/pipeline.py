@@ -83,8 +83,13 @@ def make_pipeline(
     marker_read_gate: MarkerReadGate | None = None,
     counter_defaults: CounterDefaults = NO_DEFAULTS,
     with_distinct: bool = True,
+    write_concurrency: int = 1,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
-    """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests."""
+    """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
+
+    ``write_concurrency`` is 1 here (a round's direct transactions one at a time, so tests that count or
+    order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 8).
+    """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
         limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
@@ -106,6 +111,7 @@ def make_pipeline(
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(store.defaults),
         bounds=store.bounds,
+        write_concurrency=write_concurrency,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
     distinct = (

@@ -21,20 +21,23 @@ sections below follow the life of a message:
    again, replacing it.
 
 This module owns the order of the steps and what each outcome means for each message, which it records
-in ``Fates`` (the one place a fate is given). It must not retry, wait, read the clock or count requests:
+in ``Fates`` (the one place a fate is given). It must not retry, sleep, read the clock or count requests:
 every store call goes through the ``Steps`` port (``tally.commit.retrying``), and a
 ``RetryableStoreError`` out of it means the runner gave up and the step's outcome is unknown. It notes
 three things only it can see in ``Figures`` (a journal batch started, a committed chunk refused, existing
 markers met); which of them become metrics is decided outside (``tally.runtime.report``). It must not
-know item names or conditions either: those are the adapters' (``tally.store``).
+know item names or conditions either: those are the adapters' (``tally.store``). A round's direct
+transactions may be sent on a thread pool it is given (``direct_all``); their fates are still given here,
+on the caller's thread, in plan order.
 """
 
 from __future__ import annotations
 
 import contextlib
+from concurrent.futures import FIRST_EXCEPTION, wait
 from enum import Enum
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.aggregate import merge_totals
 from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal, runs_within_bounds
@@ -55,6 +58,7 @@ from tally.errors import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
+    from concurrent.futures import Executor
 
     from tally.commit.fates import Fates, Figures
     from tally.commit.ports import CounterStore, JournalStore, Steps
@@ -69,6 +73,19 @@ class Resolution(Enum):
     APPLIED = "applied"
     PENDING = "pending"
     REPLACEABLE = "replaceable"
+
+
+class DirectStatus(Enum):
+    """A direct transaction that committed, or was never sent (no time left to start it)."""
+
+    COMMITTED = "committed"
+    NOT_STARTED = "not started"
+
+
+DirectOutcome: TypeAlias = (
+    "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | BoundRefusedError"
+)
+"""What came of one direct transaction: its status, or the store's answer the protocol settles it by."""
 
 
 def refusal_code(refused: WriteRejectedError) -> RejectCode:
@@ -93,8 +110,11 @@ class CommitProtocol:
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
         bounds: CounterBounds = NO_BOUNDS,
+        pool: Executor | None = None,
     ) -> None:
         self._store = store
+        self._pool = pool
+        """Threads for a round's key-disjoint direct transactions (``direct_all``); None: one at a time."""
         self._bounds = bounds
         """Declared floors and ceilings: only to name why a message a bound refused is dead-lettered."""
         self._journal = journal
@@ -145,12 +165,74 @@ class CommitProtocol:
         ``predicted``: the chunk was grouped from the stored values a bound's refusal returned; if a bound
         refuses it all the same (the value moved meanwhile), its messages go one by one.
         """
+        return self._settle_direct(chunk, self._write_direct(chunk), predicted=predicted)
+
+    def direct_all(self, chunks: Sequence[Chunk]) -> list[MessageTotals]:
+        """A round's direct transactions; returns the messages to plan again.
+
+        The planner's direct chunks never share an item (key, window, shard) or a marker, so, when a pool
+        is given, they are written concurrently and their outcomes then settled one by one in plan order,
+        on this thread, exactly as ``direct`` settles them: only the waiting overlaps (issue 16, part 5).
+        Sequential still where order matters: a bounded counter's chunks (their worst-prefix order) and a
+        reset or correction (its segment's order, ``tally.core.resets``).
+        """
+        if (
+            self._pool is None
+            or len(chunks) < 2  # one transaction has nothing to overlap with
+            or any(self._bounded(chunk) or any(m.is_operator for m in chunk.messages) for chunk in chunks)
+        ):
+            return [message for chunk in chunks for message in self.direct(chunk)]
+        outcomes = self._write_concurrently(self._pool, chunks)
+        return [
+            message
+            for chunk, outcome in zip(chunks, outcomes, strict=True)
+            for message in self._settle_direct(chunk, outcome)
+        ]
+
+    def _write_concurrently(self, pool: Executor, chunks: Sequence[Chunk]) -> list[DirectOutcome]:
+        """Each chunk's transaction on ``pool``; any other error is raised once none is left in flight.
+
+        Such an error (a missing table, a denied permission, the invocation killed) fails the whole batch,
+        as it does sequentially: the transactions that committed are settled by their markers on
+        redelivery. Those not started yet are cancelled, those in flight are waited for, so that nothing
+        of this batch is still writing when the error leaves.
+        """
+        futures = [pool.submit(self._write_direct, chunk) for chunk in chunks]
+        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+        if pending:  # an error came out of a transaction: start no more
+            for future in pending:
+                future.cancel()
+            wait(pending)
+        for future in futures:
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                raise error
+        return [future.result() for future in futures]
+
+    def _write_direct(self, chunk: Chunk) -> DirectOutcome:
+        """Send one direct transaction (on any thread): what came of it, for ``_settle_direct``.
+
+        Touches nothing of this protocol's state but the runner (whose figures are locked), so that
+        concurrent calls are safe.
+        """
         if not self._steps.may_start():
-            self._fates.failed(chunk.message_ids)
-            return []
+            return DirectStatus.NOT_STARTED
         try:
             self._steps.write(partial(self._store.apply, chunk, self._now_ms))
-        except MarkersExistError as exists:
+        except (MarkersExistError, RetryableStoreError, WriteRejectedError, BoundRefusedError) as outcome:
+            return outcome
+        return DirectStatus.COMMITTED
+
+    def _settle_direct(self, chunk: Chunk, outcome: DirectOutcome, *, predicted: bool = False) -> list[MessageTotals]:
+        """Give the chunk's messages their fates from its transaction's outcome; returns those to plan again."""
+        if outcome is DirectStatus.NOT_STARTED:
+            self._fates.failed(chunk.message_ids)
+            return []
+        if outcome is DirectStatus.COMMITTED:
+            self._fates.applied(chunk.messages)
+            return []
+        if isinstance(outcome, MarkersExistError):
+            exists = outcome
             if not exists.message_ids & set(chunk.message_ids):
                 raise StoreError("markers reported for messages outside the transaction") from exists
             # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
@@ -164,10 +246,11 @@ class CommitProtocol:
             return [m for m in rest if m.message_id in claimable] + self._in_order(
                 [m for m in rest if m.message_id not in claimable]
             )
-        except RetryableStoreError:
+        if isinstance(outcome, RetryableStoreError):
             self._fates.failed(chunk.message_ids)
             return []
-        except WriteRejectedError as refused:
+        if isinstance(outcome, WriteRejectedError):
+            refused = outcome
             if len(chunk.messages) > 1:
                 again: list[MessageTotals] = []
                 for message in chunk.messages:
@@ -176,24 +259,25 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
-        except BoundRefusedError as refused:
-            # A bounded counter would cross its floor or ceiling somewhere in the chunk's order (issue 15):
-            # nothing was applied. The messages that share keys with a refused item are applied in order: the
-            # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
-            # each write with its own condition, so only a message that would cross is refused; the others
-            # are written together again.
-            if len(chunk.messages) > 1:
-                in_order, others = split_refused(chunk.messages, refused.keys)
-                again = self._in_order(others)
-                runs = (
-                    [[m] for m in in_order] if predicted else runs_within_bounds(in_order, refused.stored, self._bounds)
-                )
-                for run in runs:
-                    again.extend(self._in_order(run, predicted=True))
-                return again
-            self._refused_by_bound(chunk.messages[0], refused)
-            return []
-        self._fates.applied(chunk.messages)
+        # What is left is a bound's refusal (BoundRefusedError).
+        bound_refused = outcome
+        # A bounded counter would cross its floor or ceiling somewhere in the chunk's order (issue 15):
+        # nothing was applied. The messages that share keys with a refused item are applied in order: the
+        # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
+        # each write with its own condition, so only a message that would cross is refused; the others
+        # are written together again.
+        if len(chunk.messages) > 1:
+            in_order, others = split_refused(chunk.messages, bound_refused.keys)
+            again = self._in_order(others)
+            runs = (
+                [[m] for m in in_order]
+                if predicted
+                else runs_within_bounds(in_order, bound_refused.stored, self._bounds)
+            )
+            for run in runs:
+                again.extend(self._in_order(run, predicted=True))
+            return again
+        self._refused_by_bound(chunk.messages[0], bound_refused)
         return []
 
     def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:

@@ -7,12 +7,16 @@ protocol, which hands the records concerned back to the source. Retrying is safe
 conditional on idempotency markers or on a journal state (docs/journal.md). Any other error propagates
 at once: a missing table or a denied permission must fail the batch, not be retried into a timeout.
 
+Steps may be run from several threads at once (a round's key-disjoint direct transactions): the counts
+are taken under a lock, and each step gets its own ``Retrying``.
+
 This module owns the deadline and the counting of requests and retries; it knows nothing of markers,
 batches or messages, and must not decide what a failure means (``tally.commit.protocol`` does).
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -60,6 +64,8 @@ class RetryingSteps:
         self._remaining_ms = remaining_ms
         self._figures = figures
         self._sleep = sleep
+        self._counting = threading.Lock()
+        """A round's direct transactions may run on several threads (``CommitProtocol.direct_all``)."""
 
     def write(self, step: Callable[[], T]) -> T:
         return self._attempt(step, counts_as_request=True)
@@ -95,8 +101,10 @@ class RetryingSteps:
             for attempt in retrying:
                 with attempt:
                     if counts_as_request:
-                        self._figures.requests += 1
+                        with self._counting:
+                            self._figures.requests += 1
                     return step()
         finally:
-            self._figures.retries += retrying.statistics.get("attempt_number", 1) - 1
+            with self._counting:
+                self._figures.retries += retrying.statistics.get("attempt_number", 1) - 1
         raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover

@@ -1,0 +1,216 @@
+"""A round's key-disjoint direct transactions written concurrently (issue 16, part 5), on DynamoDB Local.
+
+The applier sends a round's direct chunks on a small thread pool (``TALLY_WRITE_CONCURRENCY``) and settles
+their outcomes in plan order on its own thread. What must not change: the counts (the same as one at a
+time, and exact), what a failed, lost or conflicted transaction means for its messages (handed back,
+settled by its markers, retried), and recovery from an invocation killed with some transactions
+committed and others not (the redelivery counts each message once).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
+from tally.errors import RetryableStoreError
+from tally.store.dynamodb import DynamoDBCounterStore
+from tests.conftest import _create_table, _template_tables
+from tests.support.counts import nonzero, read_all
+from tests.support.pipeline import TTL_DAYS, make_pipeline
+from tests.support.workload import SENT_MS, Workload, generate
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.core.plan import Chunk
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+NOW_MS = SENT_MS + 60_000
+CONCURRENCY = 4
+
+
+def plenty() -> int:
+    return 60_000
+
+
+def _workload(seed: int = 16) -> Workload:
+    # Single-event messages over many keys, no re-sends: many small units, so about ten direct chunks.
+    return generate(seed=seed, messages=600, keys=300, packed_every=10**9, resend_rate=0.0)
+
+
+class InstrumentedStore(DynamoDBCounterStore):
+    """The real store, with a hook around each direct transaction and a count of those in flight at once."""
+
+    def __init__(self, *args: Any, around: Callable[[Chunk, Callable[[], None]], None] | None = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self._around = around
+        self._lock = threading.Lock()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.chunks = 0
+
+    def apply(self, chunk: Chunk, now_ms: int) -> None:
+        with self._lock:
+            self.in_flight += 1
+            self.chunks += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            if self._around is None:
+                super().apply(chunk, now_ms)
+            else:
+                self._around(chunk, lambda: super(InstrumentedStore, self).apply(chunk, now_ms))
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+
+def _store(
+    tables: DynamoDBTables,
+    around: Callable[[Chunk, Callable[[], None]], None] | None = None,
+    bounds: CounterBounds = NO_BOUNDS,
+) -> Any:
+    return InstrumentedStore(
+        tables.client, tables.counters_table, tables.markers_table, TTL_DAYS * 86_400, around=around, bounds=bounds
+    )
+
+
+@pytest.fixture
+def second_tables(ddb_tables: DynamoDBTables) -> Iterator[DynamoDBTables]:
+    """Another pair of template tables on the same DynamoDB Local."""
+    client: DynamoDBClient = ddb_tables.client
+    suffix = uuid.uuid4().hex[:12]
+    definitions = _template_tables()
+    counters, markers = f"tally-test-counters-{suffix}", f"tally-test-markers-{suffix}"
+    _create_table(client, definitions["CountersTable"], counters)
+    _create_table(client, definitions["MarkersTable"], markers)
+    yield type(ddb_tables)(client, counters, markers, ddb_tables.endpoint_url)
+    for name in (counters, markers):
+        client.delete_table(TableName=name)
+
+
+def test_direct_transactions_overlap_and_count_as_one_at_a_time(
+    ddb_tables: DynamoDBTables, second_tables: DynamoDBTables
+) -> None:
+    workload = _workload()
+
+    def slowly(_: Chunk, send: Callable[[], None]) -> None:
+        time.sleep(0.05)  # long enough for the pool's other threads to start theirs
+        send()
+
+    # GIVEN the same batch, one at a time on one pair of tables and concurrently on another
+    sequential_store = _store(ddb_tables)
+    sequential, _ = make_pipeline(sequential_store)
+    concurrent_store = _store(second_tables, slowly)
+    concurrent, _ = make_pipeline(concurrent_store, write_concurrency=CONCURRENCY)
+    # WHEN each applies it
+    one = sequential.process(workload.records, NOW_MS, plenty)
+    many = concurrent.process(workload.records, NOW_MS, plenty)
+    # THEN the transactions overlapped, and the outcomes and the counts are the same, and exact
+    assert concurrent_store.chunks > CONCURRENCY
+    assert sequential_store.most_in_flight == 1
+    assert concurrent_store.most_in_flight > 1
+    assert many.failed_record_ids == one.failed_record_ids == ()
+    assert (many.messages_applied, many.transactions) == (one.messages_applied, one.transactions)
+    assert read_all(concurrent_store, workload.expected) == read_all(sequential_store, workload.expected)
+    assert read_all(concurrent_store, workload.expected) == nonzero(workload.expected)
+
+
+def test_a_bounded_counter_keeps_its_chunks_one_at_a_time(ddb_tables: DynamoDBTables) -> None:
+    """A bound is checked on the worst prefix of its messages in order (issue 15): no overlap then."""
+    workload = _workload(seed=19)
+    store = _store(ddb_tables, bounds=parse_counter_bounds("key-1*#count>=-1000000"))
+    pipeline, _ = make_pipeline(store, write_concurrency=CONCURRENCY)
+    result = pipeline.process(workload.records, NOW_MS, plenty)
+    assert store.chunks > 1
+    assert store.most_in_flight == 1
+    assert result.failed_record_ids == ()
+    assert read_all(store, workload.expected) == nonzero(workload.expected)
+
+
+@pytest.mark.parametrize("fault", ["throttled through every retry", "conflict once", "lost response"])
+def test_a_fault_in_one_concurrent_transaction_is_handled_as_one_at_a_time(
+    ddb_tables: DynamoDBTables, fault: str
+) -> None:
+    workload = _workload(seed=17)
+    victim: list[tuple[str, ...]] = []
+    tries: dict[tuple[str, ...], int] = {}
+    lock = threading.Lock()
+
+    def faulty(chunk: Chunk, send: Callable[[], None]) -> None:
+        with lock:
+            if not victim:
+                victim.append(chunk.message_ids)  # the first chunk any thread sends
+            attempt = tries[chunk.message_ids] = tries.get(chunk.message_ids, 0) + 1
+        if chunk.message_ids != victim[0]:
+            send()
+        elif fault == "throttled through every retry":
+            raise RetryableStoreError("throttled")
+        elif fault == "conflict once" and attempt == 1:
+            raise RetryableStoreError("TransactionConflict")
+        elif fault == "lost response" and attempt == 1:
+            send()
+            raise RetryableStoreError("read timeout after the commit")
+        else:
+            send()
+
+    store = _store(ddb_tables, faulty)
+    pipeline, _ = make_pipeline(store, write_concurrency=CONCURRENCY)
+    first = pipeline.process(workload.records, NOW_MS, plenty)
+    handed_back = set(first.failed_record_ids)
+    if fault == "throttled through every retry":
+        # only the victim's messages come back; never an empty response while something failed
+        assert len(handed_back) == len(victim[0]) > 0
+        assert first.messages_applied == len(workload.records) - len(victim[0])
+    else:
+        assert handed_back == set()
+        assert first.messages_applied + first.already_applied == len(workload.records)
+    # WHEN the source redelivers the batch THEN each message counts once
+    store_after = _store(ddb_tables)
+    again, _ = make_pipeline(store_after, write_concurrency=CONCURRENCY)
+    second = again.process(workload.records, NOW_MS, plenty)
+    assert second.failed_record_ids == ()
+    assert second.messages_applied == len(handed_back)
+    assert read_all(store_after, workload.expected) == nonzero(workload.expected)
+
+
+class Killed(Exception):
+    """The invocation dies (a timeout, an out-of-memory kill) while transactions are in flight."""
+
+
+def test_a_kill_with_some_transactions_committed_is_recovered_exactly_once(ddb_tables: DynamoDBTables) -> None:
+    workload = _workload(seed=18)
+    sent: list[tuple[str, ...]] = []
+    lock = threading.Lock()
+
+    def killed_at_the_third(chunk: Chunk, send: Callable[[], None]) -> None:
+        with lock:
+            sent.append(chunk.message_ids)
+            number = len(sent)
+        if number == 3:
+            raise Killed
+        send()
+
+    store = _store(ddb_tables, killed_at_the_third)
+    pipeline, _ = make_pipeline(store, write_concurrency=2)
+    with pytest.raises(Killed):
+        pipeline.process(workload.records, NOW_MS, plenty)
+    # some transactions committed and some did not
+    markers = ddb_tables.client.scan(TableName=ddb_tables.markers_table, Select="COUNT")["Count"]
+    assert 0 < markers < len(workload.records)
+    # WHEN the source redelivers the whole batch THEN the committed ones are settled by their markers
+    store_after = _store(ddb_tables)
+    again, _ = make_pipeline(store_after, write_concurrency=2)
+    second = again.process(workload.records, NOW_MS, plenty)
+    assert second.failed_record_ids == ()
+    assert second.already_applied == markers
+    assert second.messages_applied == len(workload.records) - markers
+    assert read_all(store_after, workload.expected) == nonzero(workload.expected)
