@@ -44,7 +44,15 @@ from bench.peers.tables import create_from_template, drop_tables
 from bench.peers.tally_pipeline import TallyCounter
 from bench.plan_check import COUNTERS, KEY_BYTES, PACK, store_page_bytes
 from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
-from tally.config import COUNTERS_TABLE, DLQ_URL, MARKERS_TABLE, WINDOWS
+from tally.config import (
+    COUNTERS_TABLE,
+    DEFAULT_WRITE_CONCURRENCY,
+    DLQ_URL,
+    MARKERS_TABLE,
+    MAX_WRITE_CONCURRENCY,
+    WINDOWS,
+    WRITE_CONCURRENCY,
+)
 from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, Traffic, price
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.esm import records_within_payload
@@ -134,7 +142,10 @@ def measure(
     pack = PACK if packed else 1
     spec = WorkloadSpec(events=batches * batch_size * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
     stream = deliver("U", usage_events(spec), spec, packed=packed).without_resends()
-    peer = TallyCounter(client, admin, uuid.uuid4().hex[:10], packed=packed, windows=windows)
+    # One request at a time: this mode prices the requests one after another, as the cost model does.
+    peer = TallyCounter(
+        client, admin, uuid.uuid4().hex[:10], packed=packed, windows=windows, overrides={WRITE_CONCURRENCY: "1"}
+    )
     timer = CallTimer()
     context = lambda_context(900_000)
     handler_s = 0.0
@@ -252,11 +263,12 @@ class ProxiedDuration:
     """Sum over the batch's requests of the time each took to be answered (overlapping ones counted each)."""
     modeled_ms: float
     """Of which the published AWS latencies (``RequestLatencies``)."""
-    excess_ms: float
-    """Of which DynamoDB Local answered later than the model: its share of the wall time, not AWS's."""
+    stalled_ms: float
+    """How long the handler waited only on DynamoDB Local (``stalled_s``): its share of the wall time, not AWS's."""
     lambda_ms: float
-    """The duration on Lambda at ``memory_mb``: wall - excess, plus the CPU stretched to the memory's vCPU
-    share (``cpu x (1769 / memory - 1)``; exact for sequential requests, an upper bound when they overlap)."""
+    """The duration on Lambda at ``memory_mb``: wall - stalled, plus the CPU stretched to the memory's vCPU
+    share (``cpu x (1769 / memory - 1)``: exact when nothing overlaps the CPU, an upper bound when
+    concurrent requests wait while the handler computes)."""
     computed_ms: float
     """Today's computed figure for the same batches: CPU x 1769/memory + requests x assumed ``Latencies``."""
     model_ms: float
@@ -358,7 +370,7 @@ def measure_through_proxy(
     stream, warm_up, cut = _workload(packed=packed, batch_size=batch_size, batches=batches, keys=keys, seed=seed)
     context = lambda_context(900_000)
     wall_s = cpu_s = 0.0
-    seen: list[ProxiedRequest] = []
+    per_batch: list[list[ProxiedRequest]] = []
     try:
         with handler_environment(environment) as module:
             module.handler(lambda_event(warm_up, sent_ms), context)
@@ -369,7 +381,7 @@ def measure_through_proxy(
                 response = module.handler(event, context)
                 wall_s += time.perf_counter() - started
                 cpu_s += time.process_time() - cpu_started
-                seen.extend(proxy.requests())
+                per_batch.append(proxy.requests())
                 if response.get("batchItemFailures"):
                     raise RuntimeError(f"a benchmark batch failed records: {response}")
         counted = first_deliveries_of([warm_up, *cut])
@@ -379,15 +391,16 @@ def measure_through_proxy(
     ran = len(cut)
     records = sum(len(batch) for batch in cut)
     events = sum(delivery.event_count for batch in cut for delivery in batch)
+    seen = [request for batch in per_batch for request in batch]
     calls = Counter(request.operation for request in seen)
     requests = {name: count / ran for name, count in calls.items()}
     request_s = sum(request.answered_s - request.arrived_s for request in seen) / ran
     modeled_s = sum(request.modeled_s for request in seen) / ran
-    excess_s = sum(request.excess_s for request in seen) / ran
+    stalled = sum(stalled_s(batch) for batch in per_batch) / ran
     wall = wall_s / ran
     cpu = cpu_s / ran
     stretch = max(1.0, LAMBDA_FULL_VCPU_MB / memory_mb)
-    lambda_s = max(cpu * stretch, wall - excess_s + cpu * (stretch - 1))
+    lambda_s = max(cpu * stretch, wall - stalled + cpu * (stretch - 1))
     computed_s = (
         cpu * stretch
         + sum(requests.get(name, 0.0) * getattr(latencies, field) for name, field in LATENCY_OF.items()) / 1000
@@ -405,7 +418,10 @@ def measure_through_proxy(
     gb = memory_mb / 1024
     per_event = ran / events * 1e6
     return ProxiedDuration(
-        config=f"{'packed' if packed else 'single'}, windows {'on' if windows else 'off'}, BatchSize {batch_size:,}",
+        config=(
+            f"{'packed' if packed else 'single'}, windows {'on' if windows else 'off'}, BatchSize {batch_size:,}, "
+            f"write concurrency {environment.get(WRITE_CONCURRENCY, DEFAULT_WRITE_CONCURRENCY)}"
+        ),
         batches=ran,
         records_per_batch=records / ran,
         events_per_batch=events / ran,
@@ -414,7 +430,7 @@ def measure_through_proxy(
         requests=requests,
         request_ms=request_s * 1000,
         modeled_ms=modeled_s * 1000,
-        excess_ms=excess_s * 1000,
+        stalled_ms=stalled * 1000,
         lambda_ms=lambda_s * 1000,
         computed_ms=computed_s * 1000,
         model_ms=model.handler_s * 1000,
@@ -441,6 +457,34 @@ def _workload(
     if not cut:
         raise ValueError(f"{batches} batch(es) of {batch_size} records need more events than the workload drew")
     return stream, warm_up, cut
+
+
+def stalled_s(requests: Sequence[ProxiedRequest]) -> float:
+    """How long the client waited only because DynamoDB Local answered later than the model.
+
+    The time when some request is overdue (past ``arrival + modeled``, not yet answered) while no request
+    is within its modeled latency: then, on AWS, everything in flight would have been answered and the
+    client would have moved on. For requests one after another this is the sum of their excesses; for
+    concurrent ones it is the part of DynamoDB Local's serialisation that held the whole client up (a
+    request overdue while another is legitimately in flight costs nothing on AWS either).
+    """
+    edges: list[tuple[float, int, int]] = []  # (time, overdue change, in-model change)
+    for request in requests:
+        due = request.arrived_s + request.modeled_s
+        edges += [(request.arrived_s, 0, 1), (min(due, request.answered_s), 0, -1)]
+        if request.answered_s > due:
+            edges += [(due, 1, 0), (request.answered_s, -1, 0)]
+    edges.sort()
+    stalled = 0.0
+    overdue = in_model = 0
+    previous = edges[0][0] if edges else 0.0
+    for at, overdue_change, in_model_change in edges:
+        if overdue > 0 and in_model == 0:
+            stalled += at - previous
+        overdue += overdue_change
+        in_model += in_model_change
+        previous = at
+    return stalled
 
 
 def first_deliveries_of(batches: Sequence[Sequence[Delivery]]) -> list[Delivery]:
@@ -475,7 +519,8 @@ def proxied_table(rows: Sequence[ProxiedDuration], memory_mb: int) -> Table:
         "requests/batch",
         "wall ms here",
         "CPU ms",
-        "in requests ms (modeled; Local's excess)",
+        "in requests ms (modeled)",
+        "stalled on Local ms",
         "Lambda ms",
         "computed ms",
         "model ms",
@@ -492,7 +537,8 @@ def proxied_table(rows: Sequence[ProxiedDuration], memory_mb: int) -> Table:
             ", ".join(f"{name} {count:.1f}" for name, count in sorted(row.requests.items())),
             f"{row.wall_ms:,.0f}",
             f"{row.cpu_ms:,.0f}",
-            f"{row.request_ms:,.0f} ({row.modeled_ms:,.0f}; {row.excess_ms:,.0f})",
+            f"{row.request_ms:,.0f} ({row.modeled_ms:,.0f})",
+            f"{row.stalled_ms:,.0f}",
             f"{row.lambda_ms:,.0f}",
             f"{row.computed_ms:,.0f}",
             f"{row.model_ms:,.0f}",
@@ -512,27 +558,30 @@ def template_batch_size() -> int:
     return int(load_template(TEMPLATE)["Parameters"]["BatchSize"]["Default"])
 
 
-def run_proxied(
-    batches: int, memory_mb: int, extra_environment: Mapping[str, str] | None = None
-) -> list[ProxiedDuration]:
-    """Single and packed U, at the template's ``BatchSize`` (cut at 6 MB) and at 100 records, windows on."""
+def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int]) -> list[ProxiedDuration]:
+    """Single and packed U, at the template's ``BatchSize`` (cut at 6 MB) and at 100 records, windows on,
+    at each ``TALLY_WRITE_CONCURRENCY`` of ``concurrencies``."""
     console = Console(width=200, stderr=True)
     rows = []
     with DynamoDBLocal() as ddb, LatencyProxy(ddb.endpoint_url) as proxy:
         for packed in (False, True):
             for size in (template_batch_size(), 100):
-                console.print(f"through the proxy: {'packed' if packed else 'single'}, BatchSize {size} ...")
-                rows.append(
-                    measure_through_proxy(
-                        ddb,
-                        proxy,
-                        packed=packed,
-                        batch_size=size,
-                        batches=batches,
-                        memory_mb=memory_mb,
-                        extra_environment=extra_environment,
+                for concurrency in concurrencies:
+                    console.print(
+                        f"through the proxy: {'packed' if packed else 'single'}, BatchSize {size}, "
+                        f"write concurrency {concurrency} ..."
                     )
-                )
+                    rows.append(
+                        measure_through_proxy(
+                            ddb,
+                            proxy,
+                            packed=packed,
+                            batch_size=size,
+                            batches=batches,
+                            memory_mb=memory_mb,
+                            extra_environment={WRITE_CONCURRENCY: str(concurrency)},
+                        )
+                    )
     return rows
 
 
@@ -548,23 +597,37 @@ def run_proxied(
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the rows as JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
 @click.option(
+    "--write-concurrency",
+    "concurrencies",
+    type=click.IntRange(1, MAX_WRITE_CONCURRENCY),
+    multiple=True,
+    help=f"With --proxy: TALLY_WRITE_CONCURRENCY to run (repeat to compare; default {DEFAULT_WRITE_CONCURRENCY}).",
+)
+@click.option(
     "--proxy",
     is_flag=True,
     help="Run the real handler through bench.latency_proxy (published AWS latencies) instead of pricing requests.",
 )
-def main(batches: int, memory_mb: int | None, json_out: Path | None, as_json: bool, proxy: bool) -> None:
+def main(  # noqa: PLR0917 - click passes one argument per option
+    batches: int,
+    memory_mb: int | None,
+    json_out: Path | None,
+    as_json: bool,
+    concurrencies: tuple[int, ...],
+    proxy: bool,
+) -> None:
     """Time batches: by default 100 and 700 records, single and packed, windows on and off, requests priced
     at assumed latencies; with ``--proxy``, the real handler through the latency proxy."""
     console = Console(width=200)
     documents: list[dict[str, Any]]
     if proxy:
         memory = memory_mb or template_memory_mb()
-        proxied = run_proxied(batches, memory)
+        proxied = run_proxied(batches, memory, concurrencies or (DEFAULT_WRITE_CONCURRENCY,))
         documents = [asdict(row) for row in proxied]
         if not as_json:
             console.print(proxied_table(proxied, memory))
             console.print(
-                "Lambda ms = wall - Local's excess + CPU x (1769 MB / memory - 1); computed = CPU x 1769/memory + "
+                "Lambda ms = wall - stalled on Local + CPU x (1769 MB / memory - 1); computed = CPU x 1769/memory + "
                 f"requests x assumed {Latencies()}; proxy latencies {RequestLatencies()}"
             )
     else:

@@ -18,6 +18,7 @@ apart, so a reader can re-bill it either way.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -92,6 +93,9 @@ class DynamoDBMeter:
     def __init__(self) -> None:
         self.shadow = ShadowTables()
         self._aliases: dict[str, str] = {}
+        self._lock = threading.Lock()
+        """The pipeline sends a round's direct transactions from several threads (``TALLY_WRITE_CONCURRENCY``):
+        each call is billed whole under this lock, so no count is lost to an interleaving."""
         self.reset()
 
     def track(self, table: str, key_names: Sequence[str], alias: str | None = None) -> None:
@@ -165,21 +169,23 @@ class DynamoDBMeter:
         params["ReturnConsumedCapacity"] = "TOTAL"
 
     def _before_send(self, **_: Any) -> None:
-        self._attempts += 1
+        with self._lock:
+            self._attempts += 1
 
     def _after_call(self, parsed: Mapping[str, Any], context: Mapping[str, Any], **_: Any) -> None:
         request = context.get(_CONTEXT_KEY)
         if request is None:
             return
-        started = time.perf_counter()
-        try:
-            self._account(request, parsed)
-        except UnsupportedRequest as exc:
-            # Kept as well as raised: a peer that catches exceptions per record (Powertools) must not hide it.
-            self.unsupported.append(str(exc))
-            raise
-        finally:
-            self.overhead_s += time.perf_counter() - started
+        with self._lock:
+            started = time.perf_counter()
+            try:
+                self._account(request, parsed)
+            except UnsupportedRequest as exc:
+                # Kept as well as raised: a peer that catches exceptions per record (Powertools) must not hide it.
+                self.unsupported.append(str(exc))
+                raise
+            finally:
+                self.overhead_s += time.perf_counter() - started
 
     def _account(self, request: tuple[str, Mapping[str, Any]], parsed: Mapping[str, Any]) -> None:
         operation, params = request

@@ -99,13 +99,16 @@ class TallyCounter:
         packed: bool,
         windows: bool = False,
         variant: str = "",
+        overrides: Mapping[str, str] | None = None,
     ) -> None:
         self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}{variant}"
         self._admin = admin
         definitions = _definitions()
         self.counters_table = f"bench-tally-counters-{suffix}"
         self.markers_table = f"bench-tally-markers-{suffix}"
-        self.settings = default_settings(self.counters_table, self.markers_table, None if windows else {WINDOWS: ""})
+        self.settings = default_settings(
+            self.counters_table, self.markers_table, {**({} if windows else {WINDOWS: ""}), **(overrides or {})}
+        )
         create_from_template(admin, definitions["CountersTable"], self.counters_table)
         create_from_template(admin, definitions["MarkersTable"], self.markers_table)
         self._key_names = {

@@ -24,10 +24,11 @@ HOT_KEYS = "TALLY_HOT_KEYS"
 COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
-DEFAULT_WRITE_CONCURRENCY = 8
-"""A round's key-disjoint direct transactions in flight at once (issue 16, part 5): eight stays within
-botocore's default pool of 10 connections. Measured through ``bench.latency_proxy`` (README, "Handler
-duration and Lambda GB-s"); 1 writes them one at a time, as before."""
+DEFAULT_WRITE_CONCURRENCY = 4
+"""A round's key-disjoint direct transactions in flight at once (issue 16, part 5). Four is the most whose
+gain ``python -m bench.duration --proxy`` could measure: beyond it DynamoDB Local, which serialises
+transactions, answers later than AWS would and the proxy can no longer hide it (README, "Handler duration
+and Lambda GB-s"). At most 10, botocore's default connection pool; 1 writes them one at a time, as before."""
 MAX_WRITE_CONCURRENCY = 10
 
 DEFAULT_MARKER_TTL_DAYS = 35

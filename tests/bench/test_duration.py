@@ -11,8 +11,8 @@ import json
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.duration import measure, measure_through_proxy, payload_batches
-from bench.latency_proxy import LatencyProxy
+from bench.duration import measure, measure_through_proxy, payload_batches, stalled_s
+from bench.latency_proxy import LatencyProxy, ProxiedRequest
 from bench.workloads import Delivery, lambda_event
 
 from tally.cost.model import Latencies, Traffic, simulate
@@ -63,8 +63,23 @@ def test_the_real_handler_through_the_proxy(dynamodb_local: DynamoDBLocal) -> No
     assert row.batches == 2
     assert row.records_per_batch == 50
     assert row.requests["TransactWriteItems"] >= 1
-    # every request waited at least its modeled latency; the excess is what DynamoDB Local added
+    # every request waited at least its modeled latency; the stall is what DynamoDB Local added
     assert row.request_ms >= row.modeled_ms
-    assert row.excess_ms <= row.request_ms - row.modeled_ms + 1e-6
+    assert 0 <= row.stalled_ms <= row.request_ms - row.modeled_ms + 1e-6
     assert row.cpu_ms > 0
     assert row.lambda_ms >= row.cpu_ms * 1769 / 512
+
+
+def _request(arrived: float, modeled: float, answered: float) -> ProxiedRequest:
+    return ProxiedRequest("TransactWriteItems", 100, arrived, answered - arrived, modeled, answered, 200)
+
+
+def test_the_stall_on_dynamodb_local_is_what_aws_would_not_have_waited() -> None:
+    # one after another: the sum of the excesses
+    assert stalled_s([_request(0, 1, 3), _request(3, 1, 4), _request(4, 1, 6)]) == pytest.approx(3)
+    # eight sent together, DynamoDB Local serialising them: all would have been answered at 1
+    serialised = [_request(0, 1, 2 * (i + 1)) for i in range(8)]
+    assert 16 - stalled_s(serialised) == pytest.approx(1)
+    # overdue while another is legitimately in flight: AWS would have waited for that one anyway
+    assert stalled_s([_request(0, 1, 2), _request(0.5, 2, 2.5)]) == pytest.approx(0)
+    assert stalled_s([]) == 0

@@ -88,7 +88,7 @@ def make_pipeline(
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
     ``write_concurrency`` is 1 here (a round's direct transactions one at a time, so tests that count or
-    order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 8).
+    order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 4).
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
