@@ -450,8 +450,13 @@ def _workload(
     connections) and DynamoDB Local's JIT, as a warm Lambda container would be; it is counted, not timed.
     """
     pack = PACK if packed else 1
-    # Enough events for ``batches`` full batches (a packed record is at least 100 events).
-    spec = WorkloadSpec(events=(batches + 1) * batch_size * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
+    # Enough events for ``batches`` full batches: a batch holds ``batch_size`` records, or fewer when the
+    # 6 MB payload fills first (sized on a sample of the same stream; its smallest record, so never short).
+    sample_spec = WorkloadSpec(events=20 * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
+    sample = lambda_event(deliver("U", usage_events(sample_spec), sample_spec, packed=packed).deliveries, 0)
+    smallest = min(len(json.dumps(record)) for record in sample["Records"])
+    records = min(batch_size, MAX_INVOKE_PAYLOAD_BYTES // smallest + 1)
+    spec = WorkloadSpec(events=(batches + 1) * records * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
     stream = deliver("U", usage_events(spec), spec, packed=packed).without_resends()
     warm_up, *cut = payload_batches(stream.deliveries, batch_size, time.time_ns() // 1_000_000)[: batches + 1]
     if not cut:
