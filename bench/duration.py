@@ -14,8 +14,14 @@ times every DynamoDB call with botocore's ``before-call``/``after-call`` hooks, 
 
 and from them the AWS-like duration per batch and Lambda GB-seconds per million events at a memory size
 (CPU stretched by 1,769 MB / memory, Lambda's vCPU share), beside what ``tally plan``'s model predicts
-for the same traffic. This is issue 16's part 5 without its latency proxy: the proxy would only sleep
-assumed latencies, and their sum is what is computed here.
+for the same traffic (requests one after another: ``TALLY_WRITE_CONCURRENCY=1``, as the model prices them).
+
+``--proxy`` (issue 16, part 5) runs the unmodified SQS handler instead, its DynamoDB endpoint on
+``bench.latency_proxy`` (published AWS latencies in front of DynamoDB Local), at the template's settings,
+``BatchSize`` cut at Lambda's 6 MB payload and 100 records, at each ``--write-concurrency``; per batch the
+wall time, CPU, the requests as the proxy saw them, the time stalled on DynamoDB Local (which the proxy
+cannot hide), the duration at the template's memory and GB-s per million events, beside the computed
+figure above and ``tally plan``'s model.
 """
 
 from __future__ import annotations

@@ -107,7 +107,9 @@ class Prices:
 class Latencies:
     """Per-request latencies (ms) and handler CPU (µs) the duration model adds up.
 
-    The request latencies are assumptions (no AWS account here to measure them). The CPU figures are
+    The request latencies are assumptions (no AWS account here to measure them), below the published
+    figures of ``RequestLatencies`` that ``bench.latency_proxy`` answers after (a 100-action transaction:
+    15 ms here, 57.6 ms extrapolated there; README, "Handler duration through the latency proxy"). The CPU figures are
     measured: ``python -m bench.duration --batches 3`` times the real pipeline's process CPU
     (``time.process_time``: decoding, aggregation, planning and botocore's request building and parsing)
     on 8 configurations of workload U; a least-squares fit gives 115 µs per item written (a transaction
