@@ -19,7 +19,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-cost bench-patterns bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -127,6 +127,11 @@ bench-plan: install
 # (README, "What it costs"; issue 16): writes docs/cost-by-batch-size.svg and .json.
 bench-cost: install
 	$(BIN)/python -m bench.cost_chart --measure --min-events 20000
+
+# Handler duration through bench.latency_proxy (published AWS latencies in front of DynamoDB Local), one
+# direct transaction at a time and four (README, "Handler duration through the latency proxy"; issue 16).
+bench-duration: install
+	mkdir -p .bench && $(BIN)/python -m bench.duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json
 
 # The commit journal against the chunked path on workload U, packed (docs/journal.md).
 bench-journal: install
