@@ -28,7 +28,7 @@ DEFAULT_WRITE_CONCURRENCY = 4
 """A round's key-disjoint direct transactions in flight at once (issue 16, part 5). Four is the most whose
 gain ``python -m bench.duration --proxy`` could measure: beyond it DynamoDB Local, which serialises
 transactions, answers later than AWS would and the proxy can no longer hide it (README, "Handler duration
-and Lambda GB-s"). At most 10, botocore's default connection pool; 1 writes them one at a time, as before."""
+through the latency proxy"). At most 10, botocore's default connection pool; 1 writes them one at a time, as before."""
 MAX_WRITE_CONCURRENCY = 10
 
 DEFAULT_MARKER_TTL_DAYS = 35
@@ -74,7 +74,9 @@ class Settings:
         if ttl_days < 1:
             raise ConfigurationError(f"{MARKER_TTL_DAYS} must be at least 1")
         raw_concurrency = env.get(WRITE_CONCURRENCY) or str(DEFAULT_WRITE_CONCURRENCY)
-        if not raw_concurrency.isdigit() or not 1 <= int(raw_concurrency) <= MAX_WRITE_CONCURRENCY:
+        if not (raw_concurrency.isascii() and raw_concurrency.isdigit()) or not (
+            1 <= int(raw_concurrency) <= MAX_WRITE_CONCURRENCY
+        ):
             raise ConfigurationError(
                 f"{WRITE_CONCURRENCY} must be 1 to {MAX_WRITE_CONCURRENCY}, not {raw_concurrency!r}"
             )

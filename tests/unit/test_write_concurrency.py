@@ -26,7 +26,7 @@ def test_accepted_values(raw: str, expected: int) -> None:
     assert Settings.from_env({**BASE, WRITE_CONCURRENCY: raw}).write_concurrency == expected
 
 
-@pytest.mark.parametrize("raw", ["0", "11", "four", "-1", "2.5"])
+@pytest.mark.parametrize("raw", ["0", "11", "four", "-1", "2.5", "\u00b2"])
 def test_refused_values(raw: str) -> None:
     with pytest.raises(ConfigurationError, match=WRITE_CONCURRENCY):
         Settings.from_env({**BASE, WRITE_CONCURRENCY: raw})
