@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -85,8 +86,11 @@ def block_item(session: str, block: int) -> str:
     return f"{_BLOCK_PREFIX}{session}#{block}"
 
 
+@lru_cache(maxsize=65_536)
 def marker_item(message_id: str) -> str:
-    """The ledger id of the item holding ``message_id``'s marker: its block's, or ``m#<id>`` of its own."""
+    """The ledger id of the item holding ``message_id``'s marker: its block's, or ``m#<id>`` of its own.
+
+    Cached: the planner asks it several times per message of a batch (up to 10,000)."""
     numbered = parse_numbered(message_id)
     if numbered is None:
         return _MESSAGE_PREFIX + message_id
