@@ -27,6 +27,7 @@ from tally.cost.capacity import item_size
 from tally.errors import MarkersExistError
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import BLOCK_EXPIRY_MARGIN_S
+from tests.integration.test_bounded_counters import bounded_pipeline, record, value_of
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
 from tests.support.faults import DynamoDBFaults
@@ -260,3 +261,25 @@ def test_a_block_expires_after_its_latest_marker(ddb_tables: DynamoDBTables) -> 
     # landing out of order), so no marker it holds expires before its own claim time + TTL
     (item,) = ledger_items(ddb_tables)
     assert int(item["expires_at"]["N"]) == later // 1000 + TTL_DAYS * 86_400 + BLOCK_EXPIRY_MARGIN_S
+
+
+def test_a_numbered_sale_refused_by_a_bound_and_redriven_after_a_restock_counts_once(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN stock starting at 5 with a floor of 0, and numbered sales of one block: seq 0 sells 3, seq 1 sells 7
+    pipeline, dlq = bounded_pipeline(ddb_tables)
+    sale = numbered_id(SESSION, 1)
+    records = [record(numbered_id(SESSION, 0), "stock:1", stock=-3), record(sale, "stock:1", stock=-7)]
+
+    # WHEN the batch is processed (seq 1 refused at the floor), the dead letter redriven after a restock of 10
+    # (a new record, the same body), and then redriven again
+    pipeline.process(records, NOW_MS, plenty)
+    refused = [letter.record.body for letter in dlq.letters]
+    pipeline.process([record(numbered_id(SESSION, 2), "stock:1", stock=10)], NOW_MS, plenty)
+    after = pipeline.process([SourceRecord("redrive-1", refused[0], NOW_MS)], NOW_MS, plenty)
+    again = pipeline.process([SourceRecord("redrive-2", refused[0], NOW_MS)], NOW_MS, plenty)
+
+    # THEN the refused sale had no marker in the block until it counted, then counted once: 5 - 3 + 10 - 7
+    assert [str(letter.rejection.code) for letter in dlq.letters] == ["below_floor"]
+    assert (after.messages_applied, again.already_applied) == (1, 1)
+    assert value_of(ddb_tables, "stock:1", "stock") == 5
