@@ -19,7 +19,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -122,6 +122,11 @@ chaos-smoke: install
 # miss over 10%. Writes .bench/plan_check.json.
 bench-plan: install
 	mkdir -p .bench && $(BIN)/python -m bench.plan_check --min-events 20000 --json-out .bench/plan_check.json
+
+# Single-event messages under numbered ids beside random ids and the naive ADD (issue 16, part 3; README,
+# "What it costs"). Writes .bench/plan_check_numbered.json.
+bench-plan-numbered: install
+	mkdir -p .bench && $(BIN)/python -m bench.plan_check --numbered --min-events 20000 --json-out .bench/plan_check_numbered.json
 
 # Write units per event against batch size, windows on/off, model curves with measured points on them
 # (README, "What it costs"; issue 16): writes docs/cost-by-batch-size.svg and .json.

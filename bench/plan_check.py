@@ -9,6 +9,12 @@ draws its own batches with its own seed. A configuration PASSes when the predict
 are within 10% of the measured; read units are printed beside them, not judged (the measured run's
 marker-read gate warms up for 10 batches per container, which the model amortises to nothing).
 
+``--numbered`` (issue 16, part 3) runs single-event messages under the producer library's numbered ids
+(``<session>.<seq>``: 16 consecutive messages share a marker item) beside the same stream under random ids,
+at batches of 100 and at the template's default (``BatchSize`` 10,000, which Lambda's 6 MB payload cuts
+to 5,504 single-event records), windows off and on, and the naive peer (one ``ADD`` per event, not exact)
+on the same stream: the target is <= 1.3 write units per event with numbered ids.
+
 The streams carry no producer re-sends here (``Stream.without_resends``): a re-send costs reads, not
 writes, and a re-send the gate lets through costs a cancelled transaction, which is the suite's subject.
 """
@@ -26,10 +32,11 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from bench.peers.naive import NaiveCounter
 from bench.peers.tally_pipeline import TallyCounter
 from bench.suite import run_peer
 from bench.workloads import WorkloadSpec, deliver, usage_events
-from tally.cost.model import Traffic, simulate
+from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
 from tally.store.schema import encode_page
@@ -60,11 +67,14 @@ class Config:
     batch_size: int
     pack: int = PACK
     """Events per packed message (ignored for single-event messages)."""
+    numbered: bool = False
+    """The producer library's numbered ids (block markers) instead of random ones."""
 
     @property
     def name(self) -> str:
         kind = "single" if not self.packed else "packed" if self.pack == PACK else f"packed {self.pack:,}"
-        return f"{kind}, windows {'on' if self.windows else 'off'}, {self.batch_size}"
+        ids = ", numbered ids" if self.numbered else ""
+        return f"{kind}{ids}, windows {'on' if self.windows else 'off'}, {self.batch_size}"
 
     @property
     def events_per_message(self) -> int:
@@ -78,6 +88,19 @@ HIGH_VOLUME: Final = (
 """Issue 16, part 2: what ``tally plan`` recommends for 10,000 events/s of 1,000-event messages on
 1,000 Zipf keys (the producer's ``max_keys_per_message`` raised): 78 records, the most Lambda's 6 MB
 payload holds (``Traffic.record_bytes``); the target is <= 0.03 write units per event, windows off."""
+
+
+SINGLE_AT_DEFAULTS: Final = min(
+    MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // Traffic(1.0, 1000, counters=COUNTERS, key_bytes=KEY_BYTES).record_bytes
+)
+"""Single-event records per batch at the template's ``BatchSize`` (10,000): what Lambda's 6 MB payload holds."""
+NUMBERED: Final = tuple(
+    Config(packed=False, windows=windows, batch_size=size, numbered=numbered)
+    for windows in (False, True)
+    for size in (100, SINGLE_AT_DEFAULTS)
+    for numbered in (True, False)
+)
+"""Issue 16, part 3: single-event messages, numbered ids beside random ids, at 100 records and at the defaults."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,7 +155,8 @@ def run_checks(
         per_batch = config.batch_size * config.events_per_message
         batches = max(min_batches, math.ceil(min_events / per_batch))
         spec = WorkloadSpec(events=batches * per_batch, keys=keys, resend_rate=0.0, pack=config.pack, seed=seed)
-        stream = deliver("U", usage_events(spec), spec, packed=config.packed).without_resends()
+        stream = deliver("U", usage_events(spec), spec, packed=config.packed, numbered=config.numbered)
+        stream = stream.without_resends()
         run = run_peer(
             _factory(config),
             stream,
@@ -148,6 +172,7 @@ def run_checks(
             counters=COUNTERS,
             key_bytes=KEY_BYTES,
             windows=WINDOWS if config.windows else (),
+            numbered_ids=config.numbered,
         )
         predicted = simulate(traffic, config.batch_size, batches=batches, seed=seed + 1, page_bytes=store_page_bytes)
         checks.append(
@@ -163,6 +188,17 @@ def run_checks(
             )
         )
     return checks
+
+
+def naive_write_units(
+    ddb: DynamoDBLocal, *, keys: int = 1000, min_events: int = 20_000, batch_size: int = 100, seed: int = 20_261_124
+) -> float:
+    """Write units per event of the naive peer (one ``UpdateItem ADD`` per event: not exact under faults) on
+    the same single-event stream, metered the same way: what issue 16's target is measured against."""
+    spec = WorkloadSpec(events=max(min_events, 2 * batch_size), keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
+    stream = deliver("U", usage_events(spec), spec, packed=False).without_resends()
+    run = run_peer(NaiveCounter, stream, client=ddb.client(CLIENT_CONFIG), admin=ddb.client(), batch_size=batch_size)
+    return run.write_units_per_event
 
 
 def _factory(config: Config) -> PeerFactory:
@@ -206,20 +242,39 @@ def table(checks: Sequence[Check]) -> Table:
     is_flag=True,
     help="Only the recommended high-volume settings (1,000-event messages, 78 records: issue 16, part 2).",
 )
-def main(min_events: int, keys: int, json_out: Path | None, high_volume: bool) -> None:
+@click.option(
+    "--numbered",
+    is_flag=True,
+    help="Only single-event messages, numbered ids beside random ids, at 100 records and the defaults, and the "
+    "naive peer at 100 (issue 16, part 3).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on standard output (no table).")
+def main(
+    *, min_events: int, keys: int, json_out: Path | None, high_volume: bool, numbered: bool, as_json: bool
+) -> None:
     """Run every configuration on a DynamoDB Local of its own; exit 1 if any prediction misses by over 10%."""
-    console = Console()
+    console = Console(stderr=as_json)
+    only = HIGH_VOLUME if high_volume else NUMBERED if numbered else None
     with DynamoDBLocal() as ddb:
         checks = run_checks(
-            ddb,
-            keys=keys,
-            min_events=min_events,
-            progress=lambda name: console.print(f"running {name} ..."),
-            only=HIGH_VOLUME if high_volume else None,
+            ddb, keys=keys, min_events=min_events, progress=lambda name: console.print(f"running {name} ..."), only=only
         )
-    console.print(table(checks))
+        naive = None
+        if numbered:
+            console.print("running naive ADD, single, windows off, 100 ...")
+            naive = naive_write_units(ddb, keys=keys, min_events=min_events)
+    rows: list[dict[str, object]] = [
+        {**asdict(check), "ratio": check.ratio, "passed": check.passed} for check in checks
+    ]
+    if naive is not None:
+        rows.append({"config": "naive ADD (not exact), single, windows off, 100", "measured_write_units": naive})
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        console.print(table(checks))
+        if naive is not None:
+            console.print(f"naive ADD (not exact), single, windows off, 100: {naive:.4f} write units per event")
     if json_out is not None:
-        rows = [{**asdict(check), "ratio": check.ratio, "passed": check.passed} for check in checks]
         json_out.write_text(json.dumps(rows, indent=2) + "\n")
     sys.exit(0 if all(check.passed for check in checks) else 1)
 

@@ -27,6 +27,8 @@ from functools import cached_property
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
+from tally.core.numbered import numbered_id
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
@@ -152,14 +154,24 @@ def _deltas(spec: WorkloadSpec) -> list[tuple[int, Decimal]]:
     return [(rng.randint(1, 20), Decimal(rng.randint(1, 99_999)).scaleb(-5)) for _ in range(spec.events)]
 
 
-def deliver(workload: str, events: Sequence[Event], spec: WorkloadSpec, *, packed: bool) -> Stream:
-    """The stream of SQS records for ``events``: messages, re-sends inserted a little later."""
+def deliver(
+    workload: str, events: Sequence[Event], spec: WorkloadSpec, *, packed: bool, numbered: bool = False
+) -> Stream:
+    """The stream of SQS records for ``events``: messages, re-sends inserted a little later.
+
+    ``numbered``: the messages carry the producer library's numbered ids (``NumberedIds``: one session,
+    seqs in order), whose markers the consumer keeps 16 to a block item (issue 16, part 3).
+    """
     rng = random.Random(f"{spec.seed}/{workload}/{'packed' if packed else 'single'}")
     size = spec.pack if packed else 1
     messages: list[tuple[str, str, int, int]] = []
+    session = uuid.UUID(int=random.Random(f"{spec.seed}/{workload}/session").getrandbits(128), version=4).hex
     for number, first in enumerate(range(0, len(events), size)):
         chunk = events[first : first + size]
-        message_id = f"{workload}-{spec.seed}-{'p' if packed else 's'}{number:07d}"
+        if numbered:
+            message_id = numbered_id(session, number)
+        else:
+            message_id = f"{workload}-{spec.seed}-{'p' if packed else 's'}{number:07d}"
         body = _packed_body(message_id, chunk) if packed else _single_body(message_id, chunk[0])
         messages.append((message_id, body, first, len(chunk)))
     resent = rng.sample(range(len(messages)), round(len(messages) * spec.resend_rate))

@@ -94,6 +94,11 @@ class ChaosConfig:
     """Share of those re-sends that spell the same content differently (still duplicates, not conflicts)."""
     reuse_share: float = 0.01
     """Share of valid messages whose id another message reuses with other content (an ``id_conflict``)."""
+    numbered_share: float = 0.5
+    """Share of the ordinary valid messages sent by producers that number their ids (``<session>.<seq>``,
+    the producer library's default, issue 16 part 3: markers shared by 16 consecutive seqs), from
+    ``numbered_sessions`` sessions; the others keep ids of their own."""
+    numbered_sessions: int = 3
     poison_share: float = 0.02
     """Poison messages per valid message."""
     doomed: int = 5
@@ -172,6 +177,9 @@ SMOKE = ChaosConfig(
     kinesis_shards=2,
     kinesis_batch_size=250,
     sqs_share=0.3,
+    # A quarter numbered: at this size half would put a batch's numbered messages in a few dozen blocks, and
+    # journal units would rarely need a second claim (the lost_claim_near_deadline fault draws on those).
+    numbered_share=0.25,
     precision_doomed=2,
     pattern_keys=4,
     stock_messages=60,

@@ -35,6 +35,7 @@ from tally.core.bounds import parse_counter_bounds
 from tally.core.decode import DecodeLimits
 from tally.core.defaults import parse_counter_defaults
 from tally.core.model import SourceRecord
+from tally.core.numbered import parse_numbered
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_spec
 from tally.marker_reads import MarkerReadGate
@@ -269,7 +270,7 @@ def _needs_another_redrive(run: _Run, workload: Workload, config: ChaosConfig, *
     return moved
 
 
-def run_chaos(
+def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
     config: ChaosConfig,
     client_factory: Callable[[], DynamoDBClient],
     tables: Tables,
@@ -305,6 +306,8 @@ def run_chaos(
             run.log.add("poison.published")
         if publication.body in precision_bodies:
             run.log.add("situation.sum_over_38_digits_published")
+        if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
+            run.log.add("situation.numbered_id_published")  # its marker shares a block item (issue 16, part 3)
         if publication.source is Source.SQS:
             queue.send(publication.body)
         else:

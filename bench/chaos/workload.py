@@ -26,6 +26,11 @@ in the other's when the first is the one dead-lettered. Some re-sends spell the 
 (``respell_share``: the ``delta`` shorthand written out, ``1.0`` for ``1``, trailing zeros, spaces): those
 are duplicates, and must never be taken for a conflict.
 
+Numbered ids (issue 16, part 3; ``ChaosConfig.numbered_share``): half the ordinary messages come from
+producers that number their ids as the producer library does (``<session>.<seq>``, three sessions), so
+their markers share block items, which concurrent consumers of both sources write at once under every
+fault the run draws; re-sends, respellings and reused ids apply to them as to the others.
+
 The precision-doomed ones (issue 14, defect 3) are packed: 40 events on ordinary keys, then one adding
 ``1E-20`` to a counter a setup message set to ``1E+20`` (41 digits). With the windows, the message alone
 holds more than 98 counter items, so that counter falls in a later journal apply chunk.
@@ -54,6 +59,7 @@ from bench.chaos.patterns import (
     fold_levels,
     with_starts,
 )
+from tally.producer.packing import NumberedIds
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -318,8 +324,9 @@ def _valid_messages(config: ChaosConfig, base_ms: int, rng: random.Random) -> di
 
     valid: dict[str, ValidMessage] = {}
     events = 0
+    ids = _NumberedProducers(config)
     while events < config.events:
-        message_id = f"c{config.seed}-{len(valid)}"
+        message_id = ids.next_id() or f"c{config.seed}-{len(valid)}"
         packed = rng.random() < config.packed_share
         parts = [
             (pick_key(), pick_deltas(), pick_ts())
@@ -337,6 +344,23 @@ def _valid_messages(config: ChaosConfig, base_ms: int, rng: random.Random) -> di
         )
         events += len(parts)
     return valid
+
+
+class _NumberedProducers:
+    """Which ordinary messages carry numbered ids, and which: drawn from a stream of their own, so the rest of
+    the load stays as it was. Each numbered producer counts its seqs from 0, in the order messages are made,
+    so consecutive seqs of a session share block markers across batches, sources and consumers."""
+
+    def __init__(self, config: ChaosConfig) -> None:
+        self._rng = random.Random(f"{config.seed}:numbered")
+        self._share = config.numbered_share
+        sessions = [f"{self._rng.getrandbits(128):032x}" for _ in range(max(1, config.numbered_sessions))]
+        self._producers = [NumberedIds(session) for session in sessions]
+
+    def next_id(self) -> str | None:
+        if self._rng.random() >= self._share:
+            return None
+        return self._rng.choice(self._producers)()
 
 
 def _wide_messages(config: ChaosConfig, rng: random.Random) -> dict[str, ValidMessage]:

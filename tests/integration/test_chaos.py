@@ -31,6 +31,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 import tally.apply as apply_module
 from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
+from tally.store import schema
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import add_update, translate
@@ -169,6 +170,8 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # AND the load had items with more counter names than one ADD carries (issue 14)
     assert result.wide_messages == SMOKE.wide_messages
     assert result.wide_items == SMOKE.wide_keys
+    # AND half the ordinary messages carried numbered ids, whose markers share block items (issue 16, part 3)
+    assert result.situations.get("situation.numbered_id_published", 0) > 0
 
     # AND it produced every situation of issue 14: warm consumers whose marker read gate has closed, kills
     # between a journal claim and the commit redelivered after the lease (also to a closed gate), claims
@@ -268,6 +271,31 @@ class FatesForgettingRedeliveries(Fates):
 
     def already_applied(self, message_id: str) -> None:
         return None
+
+
+def test_the_harness_catches_block_markers_that_check_only_their_first_seq(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN block markers (issue 16, part 3) whose write is conditional on the block's first seq of the
+    # transaction only: a re-sent or redelivered seq written beside a new one overwrites its marker
+    real = schema.block_update
+
+    def first_seq_only(*args: Any, **kwargs: Any) -> Any:
+        action, role = real(*args, **kwargs)
+        update = action["Update"]
+        update["ConditionExpression"] = update["ConditionExpression"].split(" AND ")[0]
+        return action, role
+
+    monkeypatch.setattr(schema, "block_update", first_seq_only)
+    config = replace(SMOKE, events=1_000, numbered_share=1.0, numbered_sessions=1, resend_share=0.2)
+
+    # WHEN it runs under the same harness and faults, every ordinary message numbered
+    result = run_on(dynamodb_local, ddb_tables, config)
+
+    # THEN duplicates are counted again, and the run fails
+    assert result.situations.get("situation.numbered_id_published", 0) > 0
+    assert result.verdict.doubled_events > 0
+    assert not result.passed
 
 
 def test_the_harness_counts_a_lost_fate_as_an_unexpected_error(

@@ -35,12 +35,13 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from tally.apply import Applier, RetryPolicy
 from tally.core.decode import DecodeLimits
 from tally.core.model import SourceRecord
+from tally.core.numbered import numbered_id
 from tally.local.template import load_template, table_definitions
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import decode_page
+from tally.store.schema import decode_page, marker_records
 from tests.conftest import TEMPLATE_PATH
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
@@ -53,6 +54,7 @@ pytestmark = pytest.mark.integration
 START_MS = 4_102_444_800_000
 TTL_S = 35 * 86_400
 KEYS = [f"k{i}" for i in range(4)]
+SESSION = "5e55105e55105e55105e55105e55105e"
 
 
 class Crash(BaseException):
@@ -112,14 +114,18 @@ def message_pool(draw: st.DrawFn) -> list[tuple[str, str, dict[str, int]]]:
 
     Some messages touch every key: more than a four-action transaction holds, so their units go through
     the journal (otherwise rare at this size: splitting small units into direct transactions is cheaper).
+    The ids are drawn as the producer's own, numbered (``<session>.<seq>`` from seq 14: two block items,
+    issue 16 part 3), or a mix of both.
     """
     pool = []
+    style = draw(st.sampled_from(["own", "numbered", "mixed"]))
     for index in range(draw(st.integers(min_value=3, max_value=8))):
         if draw(st.booleans()):
             events = [(key, draw(st.integers(1, 9))) for key in KEYS]
         else:
             events = draw(st.lists(st.tuples(st.sampled_from(KEYS), st.integers(-5, 9)), min_size=1, max_size=4))
-        message_id = f"msg-{index}"
+        numbered = style == "numbered" or (style == "mixed" and index % 2 == 0)
+        message_id = numbered_id(SESSION, 14 + index) if numbered else f"msg-{index}"
         net: dict[str, int] = defaultdict(int)
         for key, delta in events:
             net[key] += delta
@@ -210,12 +216,13 @@ class JournalMachine(RuleBasedStateMachine):
         nets = {message_id: net for message_id, _, net in self.pool}
         expected: dict[str, Decimal] = defaultdict(Decimal)
         for item_id, item in ledger.items():
-            if item_id.startswith("m#"):
-                batch = item.get("batch")
-                state = None if batch is None else ledger["b#" + batch["S"]]["state"]["S"]
-                if batch is None or state == "DONE":
-                    for key, delta in nets[item_id[2:]].items():
-                        expected[key] += delta
+            if item_id.startswith(("m#", "s#")):  # a marker of its own, or a block of numbered markers
+                for message_id, marker in marker_records(item, nets).items():
+                    batch = marker.batch_id
+                    state = None if batch is None else ledger["b#" + batch]["state"]["S"]
+                    if batch is None or state == "DONE":
+                        for key, delta in nets[message_id].items():
+                            expected[key] += delta
             elif item_id.startswith("b#") and "#" not in item_id[2:] and item["state"]["S"] == "COMMITTED":
                 batch_id = item_id[2:]
                 for index in range(int(item["chunks"]["N"])):

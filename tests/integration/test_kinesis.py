@@ -23,7 +23,7 @@ from tally.dlq import SqsDeadLetterQueue
 from tally.handlers import kinesis as kinesis_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.lambda_events import kinesis_event
-from tally.producer import Event, KinesisPublisher
+from tally.producer import Event, KinesisPublisher, new_message_id
 from tally.producer import RetryPolicy as PublishRetryPolicy
 from tally.sources.kinesis import failure_report, records_from_event
 from tests.support.counts import nonzero, read_all
@@ -166,7 +166,9 @@ def test_redelivery_from_the_lowest_failed_record_counts_once(ddb_tables: Dynamo
     # whose first transaction is throttled past the applier's patience
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=2, count=300, keys=400, with_ids=0)
-    assert stream.publisher(pack=False).publish(events).ok
+    # Random ids: numbered ones (the library's default) would join the 300 messages into one unit through
+    # their shared block markers (tally.core.plan), and one throttled transaction would fail them all.
+    assert stream.publisher(pack=False, new_id=new_message_id).publish(events).ok
     faults = DynamoDBFaults(ddb_tables.client)
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
@@ -183,6 +185,29 @@ def test_redelivery_from_the_lowest_failed_record_counts_once(ddb_tables: Dynamo
     assert len(consumer.invocations[1]) > len(first.failed_record_ids)
     assert retry.already_applied > 0
     assert retry.failed_record_ids == ()
+    assert counted(store, expected) == nonzero(expected)
+
+
+def test_numbered_messages_throttled_as_one_unit_are_all_retried_and_count_once(
+    ddb_tables: DynamoDBTables, moto_endpoint: str
+) -> None:
+    # GIVEN a shard of 300 numbered single events (the library's default ids: one unit through their block
+    # markers), and a store whose first transaction is throttled past the applier's patience
+    stream = Stream(moto_endpoint)
+    events, expected = workload(seed=2, count=300, keys=400, with_ids=0)
+    assert stream.publisher(pack=False).publish(events).ok
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
+    handler = PipelineHandler(pipeline)
+    faults.cancel("ThrottlingError", count=1)
+    # WHEN Lambda consumes the shard
+    (consumer,) = stream.consume(handler, batch_size=300)
+    # THEN the whole batch came back from its first record, and was counted once
+    first, retry = handler.results[0], handler.results[1]
+    assert len(first.failed_record_ids) == 300
+    assert consumer.invocations[1] == consumer.invocations[0]
+    assert (retry.failed_record_ids, retry.messages_applied) == ((), 300)
     assert counted(store, expected) == nonzero(expected)
 
 

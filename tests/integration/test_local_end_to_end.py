@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tally.cli.synthetic import generate
-from tally.producer import KinesisPublisher, PackLimits, SqsPublisher, build_messages, new_message_id
+from tally.producer import KinesisPublisher, NumberedIds, PackLimits, SqsPublisher, build_messages, new_message_id
 from tests.support.local_stack import pollers, running_stack, tally, tally_json, tally_lines
 
 if TYPE_CHECKING:
@@ -37,9 +37,10 @@ DRAIN_S = 180
 
 
 def planned(events: int, seed: int) -> tuple[list[OutgoingMessage], dict[str, dict[str, Decimal]]]:
-    """Messages (a few single, the rest packed) and the exact totals they must add up to."""
+    """Messages (a few single, numbered as the library numbers them, the rest packed under random ids) and
+    the exact totals they must add up to."""
     load = generate(events, 12, seed=seed, now_ms=time.time_ns() // 1_000_000, prefix="e2e:")
-    singles = build_messages(load.events[:20], None, new_message_id)
+    singles = build_messages(load.events[:20], None, NumberedIds())  # block markers (issue 16, part 3)
     packed = build_messages(load.events[20:], PackLimits(max_bytes=64 * 1024, max_events=40), new_message_id)
     return singles + packed, load.totals
 

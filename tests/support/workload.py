@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
@@ -28,13 +29,19 @@ def generate(
     packed_every: int = 4,
     resend_rate: float = 0.1,
     prefix: str = "m",
+    numbered: bool = False,
 ) -> Workload:
-    """Single and packed messages with int and decimal deltas; some ids are re-sent as new records."""
+    """Single and packed messages with int and decimal deltas; some ids are re-sent as new records.
+
+    ``numbered``: the ids are the producer library's numbered ids (``<session>.<seq>``, one session per
+    seed and prefix, seqs in order of creation), whose markers share block items (issue 16, part 3).
+    """
+    session = f"{zlib.crc32(prefix.encode()):08x}{seed:024x}"[-32:]
     rng = random.Random(seed)
     bodies: list[tuple[str, str]] = []
     expected: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for number in range(messages):
-        message_id = f"{prefix}-{seed}-{number}"
+        message_id = f"{session}.{number}" if numbered else f"{prefix}-{seed}-{number}"
         events = []
         for _ in range(rng.randint(2, 6) if number % packed_every == 0 else 1):
             key = f"key-{rng.randrange(keys)}"

@@ -262,3 +262,19 @@ def test_hot_keys_are_recommended_only_when_batches_overlap() -> None:
 def test_an_impossible_traffic_description_is_refused(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match="must"):
         Traffic(**bad)  # type: ignore[arg-type]
+
+
+def test_numbered_ids_are_billed_one_marker_item_per_block() -> None:
+    # GIVEN one key and a batch of 50 single events: 50 markers + 1 ADD under random ids; numbered ids
+    # (one producer session, in order: 4 blocks of up to 16) write 4 marker items + 1 ADD (issue 16, part 3)
+    random_ids = simulate(Traffic(100, keys=1, windows=()), 50, batches=1)
+    numbered = simulate(Traffic(100, keys=1, windows=(), numbered_ids=True), 50, batches=1)
+    assert random_ids.write_units == pytest.approx(2 * (50 + 1) / 50)
+    assert numbered.write_units == pytest.approx(2 * (4 + 1) / 50)
+
+
+def test_single_event_u_with_numbered_ids_is_priced_under_the_issue_16_target() -> None:
+    # GIVEN workload U's shape (1,000 Zipf keys, two counters, windows off) at batches of 100
+    traffic = Traffic(100, keys=1000, windows=(), numbered_ids=True)
+    # THEN the model prices it at <= 1.3 write units per event (bench.plan_check --numbered measures it)
+    assert simulate(traffic, 100, batches=8).write_units <= 1.3

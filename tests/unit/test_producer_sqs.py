@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally.core.numbered import parse_numbered
 from tally.errors import TallyError
-from tally.producer import Event, PublishError, RetryPolicy, SqsPublisher
+from tally.producer import Event, PublishError, RetryPolicy, SqsPublisher, new_message_id
 from tests.support.moto_server import client, drain_queue, unique
 from tests.support.producer_faults import BatchFaults
 
@@ -211,3 +212,34 @@ def test_fifo_deduplicates_a_retried_entry_within_its_window(sqs: Any) -> None:
     faults.fail_entries(0)
     assert publisher(sqs, url, pack=False).publish([Event.count("a"), Event.count("b")]).retried == 1
     assert sorted(bodies_by_id(drain_queue(sqs, url))) == ["m-1", "m-2"]  # SQS dropped the re-send itself
+
+
+def test_by_default_messages_are_numbered_in_one_session_and_keep_their_ids_on_retry(sqs: Any) -> None:
+    # GIVEN a publisher with the default ids, on a FIFO queue, whose first call loses two entries
+    url = sqs.create_queue(
+        QueueName=unique("q") + ".fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "false"}
+    )["QueueUrl"]
+    faults = BatchFaults(sqs)
+    faults.fail_entries(0, 3, code="InternalError")
+    pub = SqsPublisher(sqs, url, policy=FAST, pack=False, sleep=Sleeps(), rng=random.Random(7))
+
+    # WHEN 12 single events are published
+    result = pub.publish([Event.count(f"k{i}") for i in range(12)])
+
+    # THEN their ids are <session>.0 .. <session>.11 (numbered, one session, each a valid deduplication id),
+    # the retried entries kept theirs, and a second publisher starts another session
+    assert (result.ok, result.retried) == (True, 2)
+    ids = sorted(bodies_by_id(drain_queue(sqs, url)), key=lambda mid: int(mid.split(".")[1]))
+    parsed = [parse_numbered(mid) for mid in ids]
+    assert [p.seq for p in parsed if p is not None] == list(range(12))
+    assert {p.session for p in parsed if p is not None} == {ids[0].split(".")[0]}
+    other = SqsPublisher(sqs, url, pack=False).prepare([Event.count("k")])[0].message_id
+    assert parse_numbered(other) is not None
+    assert other.split(".")[0] != ids[0].split(".")[0]
+
+
+def test_random_uuid_ids_remain_available(sqs: Any) -> None:
+    url = sqs.create_queue(QueueName=unique("q"))["QueueUrl"]
+    (message,) = SqsPublisher(sqs, url, new_id=new_message_id).prepare([Event.count("k")])
+    assert parse_numbered(message.message_id) is None
+    assert len(message.message_id) == 32

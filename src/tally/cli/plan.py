@@ -59,6 +59,12 @@ def _page_bytes(increments: Totals) -> int:
 @click.option("--key-bytes", type=click.IntRange(1, 2000), default=17, show_default=True)
 @click.option("--windows", default="hour,day", show_default=True, help="Time windows counted ('' for none).")
 @click.option("--resend-rate", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True)
+@click.option(
+    "--numbered-ids/--random-ids",
+    default=False,
+    show_default=True,
+    help="Whether producers number their messages (the producer library's ids): markers then share items.",
+)
 @click.option("--source", type=click.Choice(["SQS", "Kinesis"]), default="SQS", show_default=True)
 @click.option(
     "--latency-budget", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Seconds."
@@ -77,6 +83,7 @@ def plan(
     key_bytes: int,
     windows: str,
     resend_rate: float,
+    numbered_ids: bool,
     source: str,
     latency_budget: float,
     memory_mb: int,
@@ -95,6 +102,7 @@ def plan(
             key_bytes=key_bytes,
             windows=tuple(name.strip() for name in windows.split(",") if name.strip()),
             resend_rate=resend_rate,
+            numbered_ids=numbered_ids,
             source=source,
             latency_budget_s=latency_budget,
             memory_mb=memory_mb,

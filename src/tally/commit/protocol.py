@@ -44,6 +44,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal, runs_within_bou
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
+from tally.core.numbered import marker_item
 from tally.core.numbers import add, storage_problem
 from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions, split_refused
 from tally.errors import (
@@ -396,7 +397,11 @@ class CommitProtocol:
     def _claim(self, batch_id: str, lease_until_ms: int, unit: Sequence[MessageTotals]) -> list[MessageTotals] | None:
         """Claim what can be claimed for the batch; None if the batch was aborted under us."""
         by_id = {message.message_id: message for message in unit}
-        to_claim = [message.message_id for message in unit]
+        # A block's messages next to each other, so that they are claimed by one action (tally.core.numbered).
+        first_seen: dict[str, int] = {}
+        for message in unit:
+            first_seen.setdefault(marker_item(message.message_id), len(first_seen))
+        to_claim = sorted(by_id, key=lambda mid: first_seen[marker_item(mid)])
         claimed: list[MessageTotals] = []
         opened = False
         while to_claim:
@@ -440,15 +445,19 @@ class CommitProtocol:
         return claimed if opened else []
 
     def _next_claims(self, to_claim: Sequence[str]) -> list[Claim]:
-        """As many claims as fit one transaction besides the header action (a replacing claim takes two)."""
+        """As many claims as fit one transaction besides the header action: one action per marker item (a
+        block's claims share one), and one more per replacing claim (its aborted batch's check)."""
         claims: list[Claim] = []
+        items: set[str] = set()
         actions = 1
         for message_id in to_claim:
             replaces = self._replaces.get(message_id)
-            cost = 1 if replaces is None else 2
+            item = marker_item(message_id)
+            cost = (item not in items) + (replaces is not None)
             if actions + cost > self._max_actions:
                 break
             claims.append(Claim(message_id, replaces, self._digests.get(message_id, b"")))
+            items.add(item)
             actions += cost
         return claims
 

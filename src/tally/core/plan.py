@@ -2,8 +2,10 @@
 
 This is the one place that decides what travels together. The rule that makes counting exactly-once
 is that a message's idempotency marker is committed in the same transaction as every delta it carries;
-so a message is never split across transactions, and a transaction holds one conditional marker per
-message plus one ``ADD`` per distinct key of those messages, at most ``max_actions`` in all.
+so a message is never split across transactions, and a transaction holds one conditional action per
+marker item plus one ``ADD`` per distinct key of those messages, at most ``max_actions`` in all. A marker
+item holds one message's marker, or those of several consecutive numbered messages of one producer session
+(a block, ``tally.core.numbered.marker_item``: issue 16, part 3), which share one action.
 
 Packing is greedy, in batch order. A new transaction starts when the next message would overflow the
 action limit, or when adding it would make some key's net delta unstorable (more than 38 significant
@@ -26,10 +28,11 @@ from typing import TYPE_CHECKING, TypeAlias
 from tally.core.aggregate import MessageTotals, Totals, add_into
 from tally.core.items import ItemKey, item_label, item_parts
 from tally.core.model import RejectCode, Rejection
+from tally.core.numbered import marker_item
 from tally.core.numbers import Number, add, storage_problem
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 MAX_TRANSACTION_ACTIONS = 100
 """DynamoDB's limit on actions in one ``TransactWriteItems`` call."""
@@ -56,8 +59,13 @@ class Chunk:
         return tuple(message.message_id for message in self.messages)
 
     @property
+    def marker_items(self) -> int:
+        """Marker items the transaction writes: one action each, whatever the messages they hold."""
+        return _marker_count(self.messages)
+
+    @property
     def action_count(self) -> int:
-        return len(self.messages) + len(self.increments)
+        return self.marker_items + len(self.increments)
 
     @property
     def event_count(self) -> int:
@@ -86,12 +94,14 @@ def plan_transactions(
     chunks: list[Chunk] = []
     rejected: dict[str, Rejection] = {}
     members: list[MessageTotals] = []
+    markers: set[str] = set()
     sums: dict[ItemKey, dict[str, Number]] = {}
 
     def close() -> None:
         if members:
             chunks.append(_chunk(members, sums))
             members.clear()
+            markers.clear()
             sums.clear()
 
     for message in messages:
@@ -100,13 +110,15 @@ def plan_transactions(
             rejected[message.message_id] = rejection
             continue
         new_keys = sum(1 for key in message.totals if key not in sums)
+        new_marker = marker_item(message.message_id) not in markers
         if (
-            len(members) + 1 + len(sums) + new_keys > max_actions
+            len(markers) + new_marker + len(sums) + new_keys > max_actions
             or not _fits(sums, message.totals)
             or not _within_counter_limit(sums, message.totals, counter_limit)
         ):
             close()
         members.append(message)
+        markers.add(marker_item(message.message_id))
         add_into(sums, message.totals)
     close()
     return WritePlan(tuple(chunks), rejected)
@@ -222,10 +234,11 @@ def plan_batch(
     small: list[tuple[MessageTotals, ...]] = []
     direct: list[Chunk] = []
     journals: list[tuple[MessageTotals, ...]] = []
-    for unit in _storable_units(_components(writable)):
-        keys = _action_count(unit) - len(unit)
+    for unit in _storable_units(_components(writable, by_marker=True)):
+        markers = _marker_count(unit)
+        keys = _action_count(unit) - markers
         forced = any(message.message_id in force_journal for message in unit)
-        if not forced and len(unit) + keys <= max_actions and _one_add_per_item(unit, counter_limit):
+        if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
             small.append(unit)
             continue
         split = plan_transactions(unit, max_actions, counter_limit)
@@ -234,7 +247,7 @@ def plan_batch(
             rejected.update(split.rejected)
             continue
         direct_cost = sum(chunk.action_count for chunk in split.chunks)
-        if forced or split.rejected or direct_cost > len(unit) + keys + journal_overhead(len(unit), keys):
+        if forced or split.rejected or direct_cost > markers + keys + journal_overhead(markers, keys):
             journals.append(unit)
         else:
             direct.extend(split.chunks)
@@ -242,13 +255,13 @@ def plan_batch(
     return BatchPlan(tuple(direct), tuple(journals), rejected)
 
 
-def journal_overhead(messages: int, keys: int) -> int:
-    """Extra item writes of the journal over the floor (markers + ADDs), in ~1 KB write units.
+def journal_overhead(markers: int, keys: int) -> int:
+    """Extra item writes of the journal over the floor (marker items + ADDs), in ~1 KB write units.
 
     Header, commit and finish updates, one applied-record per apply chunk, a header check per extra
     claim transaction, and the pages. Only used to choose a path: both are exactly-once.
     """
-    claim_transactions = -(-(messages + 1) // (MAX_TRANSACTION_ACTIONS - 1))
+    claim_transactions = -(-(markers + 1) // (MAX_TRANSACTION_ACTIONS - 1))
     apply_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
     return 3 + claim_transactions + 2 * apply_chunks
 
@@ -317,36 +330,48 @@ def _unstorable(message: MessageTotals) -> Rejection | None:
     return None
 
 
-def _components(messages: Sequence[MessageTotals]) -> list[tuple[MessageTotals, ...]]:
-    """Messages grouped so that no two groups share a key (union-find over keys), in batch order."""
-    parent: dict[ItemKey, ItemKey] = {}
+def _nodes(message: MessageTotals, *, by_marker: bool) -> Iterable[Hashable]:
+    """What links ``message`` to others: its keys, and (``by_marker``) its marker item."""
+    nodes: list[Hashable] = [("key", key) for key in message.totals]
+    if by_marker:
+        nodes.append(("marker", marker_item(message.message_id)))
+    return nodes
 
-    def find(key: ItemKey) -> ItemKey:
-        root = key
+
+def _components(messages: Sequence[MessageTotals], *, by_marker: bool = False) -> list[tuple[MessageTotals, ...]]:
+    """Messages grouped so that no two groups share a key (union-find over keys), in batch order.
+
+    ``by_marker``: nor a marker item, so that numbered messages of one block land in one unit and their
+    markers are written by one action (a block split between units would be written once per unit).
+    """
+    parent: dict[Hashable, Hashable] = {}
+
+    def find(node: Hashable) -> Hashable:
+        root = node
         while parent[root] != root:
             root = parent[root]
-        while parent[key] != root:
-            parent[key], key = root, parent[key]
+        while parent[node] != root:
+            parent[node], node = root, parent[node]
         return root
 
     for message in messages:
-        keys = iter(message.totals)
-        first = next(keys, None)
+        nodes = iter(_nodes(message, by_marker=by_marker))
+        first = next(nodes, None)
         if first is None:
             continue
         parent.setdefault(first, first)
-        for key in keys:
-            parent.setdefault(key, key)
-            parent[find(key)] = find(first)
-    groups: dict[ItemKey, list[MessageTotals]] = {}
-    keyless: list[MessageTotals] = []
+        for node in nodes:
+            parent.setdefault(node, node)
+            parent[find(node)] = find(first)
+    groups: dict[Hashable, list[MessageTotals]] = {}
+    alone: list[MessageTotals] = []
     for message in messages:
-        first = next(iter(message.totals), None)
+        first = next(iter(_nodes(message, by_marker=by_marker)), None)
         if first is None:
-            keyless.append(message)  # every delta netted to zero: only a marker to write
+            alone.append(message)  # every delta netted to zero: only a marker to write
         else:
             groups.setdefault(find(first), []).append(message)
-    return [tuple(group) for group in groups.values()] + [(message,) for message in keyless]
+    return [tuple(group) for group in groups.values()] + [(message,) for message in alone]
 
 
 def _storable_units(components: Sequence[tuple[MessageTotals, ...]]) -> list[tuple[MessageTotals, ...]]:
@@ -403,27 +428,37 @@ def split_refused(
     return suspects, others
 
 
+def _marker_count(messages: Iterable[MessageTotals]) -> int:
+    """Distinct marker items of ``messages``: the transaction actions their markers take."""
+    return len({marker_item(message.message_id) for message in messages})
+
+
 def _action_count(unit: Sequence[MessageTotals]) -> int:
-    return len(unit) + len({key for message in unit for key in message.totals})
+    return _marker_count(unit) + len({key for message in unit for key in message.totals})
 
 
 def _pack_small_units(units: Sequence[tuple[MessageTotals, ...]], max_actions: int) -> list[Chunk]:
-    """First-fit decreasing: small units (disjoint keys) share transactions, each key written once."""
+    """First-fit decreasing: small units (disjoint keys) share transactions, each key written once.
+
+    Units share no marker item either (``_components(by_marker=True)``) unless a component was cut for its
+    sums (``_storable_units``): a bin counts its distinct marker items, so such a pair still fits exactly.
+    """
     sized = sorted(
-        ((len(unit) + len({key for m in unit for key in m.totals}), index, unit) for index, unit in enumerate(units)),
-        key=lambda item: (-item[0], item[1]),
+        ((_action_count(unit), index, unit) for index, unit in enumerate(units)), key=lambda item: (-item[0], item[1])
     )
-    bins: list[tuple[int, list[MessageTotals]]] = []
-    for actions, _, unit in sized:
-        for position, (used, members) in enumerate(bins):
-            if used + actions <= max_actions:
+    bins: list[tuple[int, set[str], list[MessageTotals]]] = []
+    for _, _, unit in sized:
+        markers = {marker_item(message.message_id) for message in unit}
+        keys = len({key for message in unit for key in message.totals})
+        for position, (used_keys, used_markers, members) in enumerate(bins):
+            if used_keys + keys + len(used_markers | markers) <= max_actions:
                 members.extend(unit)
-                bins[position] = (used + actions, members)
+                bins[position] = (used_keys + keys, used_markers | markers, members)
                 break
         else:
-            bins.append((actions, list(unit)))
+            bins.append((keys, markers, list(unit)))
     chunks = []
-    for _, members in bins:
+    for _, _, members in bins:
         sums: dict[ItemKey, dict[str, Number]] = {}
         for message in members:
             add_into(sums, message.totals)

@@ -8,8 +8,10 @@ like the traffic (seeded, Zipf keys), turns each message into the ``MessageTotal
 them, and bills every item it would write by DynamoDB's rules (``tally.cost.capacity``), path by path
 as ``tally.commit.protocol`` and ``tally.store.journal`` write them:
 
-- direct transaction: one marker ``Put`` per message and one ``ADD`` per item, 2 units per item per KB;
-- journal unit: claim transactions (the header, or a check of it, plus up to 99 markers each); a unit of
+- direct transaction: one marker action per marker item (a message's own, or, for numbered ids, a block
+  of 16 consecutive messages: ``tally.core.numbered``) and one ``ADD`` per item, 2 units per item per KB
+  (a block stays within 1 KB);
+- journal unit: claim transactions (the header, or a check of it, plus up to 99 marker items each); a unit of
   one apply chunk commits in one transaction (header + ADDs); a larger one reads its later chunks'
   items once (consistent, the range check), writes its pages (``BatchWriteItem``, 1 unit per KB), then
   the commit (header, applied-record, chunk 0), one transaction per later chunk (applied-record + ADDs)
@@ -44,6 +46,7 @@ from typing import TYPE_CHECKING, Final
 
 from tally.core.aggregate import MessageTotals
 from tally.core.items import ItemKey, item_parts, make_item
+from tally.core.numbered import distinct_marker_items, numbered_id
 from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, MAX_TRANSACTION_ACTIONS, plan_apply_chunks, plan_batch
 from tally.core.windows import parse_window_spec
 from tally.cost.capacity import number_size, read_units, transactional_write_units, write_units
@@ -177,6 +180,10 @@ class Traffic:
     windows: tuple[str, ...] = ("hour", "day")
     resend_rate: float = 0.0
     """Share of messages the producers send again (the same id)."""
+    numbered_ids: bool = False
+    """Whether the producers number their messages (``<session>.<seq>``, the producer library's default
+    since issue 16 part 3): consecutive messages then share marker items. The model draws one producer
+    session, its messages in order; several producers interleaving cost a block write more per batch each."""
     source: str = "SQS"
     latency_budget_s: float = 60.0
     """How long an event may take from publish to counted."""
@@ -281,6 +288,7 @@ def simulate(
     windows, _ = spec.windows_of(now_ms, now_ms)
     window_items = [(unit.window_id(start), unit.expires_at_s(start)) for unit, start in windows]
     new_per_batch = max(1, round(batch_records / (1 + traffic.resend_rate)))
+    session = f"{seed:032x}"[-32:]
     resent_per_batch = batch_records - new_per_batch
     bills: list[BatchBill] = []
     number = 0
@@ -295,7 +303,8 @@ def simulate(
                     counters = totals.setdefault(item, {})
                     for name in names:
                         counters[name] = counters.get(name, 0) + 1
-            messages.append(MessageTotals(f"m{number:032d}", totals, len(ranks)))
+            message_id = numbered_id(session, number) if traffic.numbered_ids else f"m{number:032d}"
+            messages.append(MessageTotals(message_id, totals, len(ranks)))
             number += 1
         bills.append(bill_batch(messages, resent_per_batch, traffic, page_bytes=page_bytes))
     count = len(bills)
@@ -333,14 +342,15 @@ def bill_batch(
         reads += read_units(MARKER_BYTES, consistent=False) * records
         batch_gets += -(-records // BATCH_GET_KEYS)
     for chunk in plan.direct:
-        writes += marker_units * len(chunk.messages) + _adds(chunk.increments, traffic)
+        writes += marker_units * chunk.marker_items + _adds(chunk.increments, traffic)
         transactions += 1
         items += chunk.action_count
     for unit in plan.journals:
-        claim_transactions = -(-len(unit) // CLAIMS_PER_TRANSACTION)
-        writes += marker_units * len(unit) + header_units * claim_transactions
+        markers = distinct_marker_items(message.message_id for message in unit)
+        claim_transactions = -(-markers // CLAIMS_PER_TRANSACTION)
+        writes += marker_units * markers + header_units * claim_transactions
         transactions += claim_transactions
-        items += len(unit) + claim_transactions
+        items += markers + claim_transactions
         increments = _merged(unit)
         chunks = plan_apply_chunks(increments, max_keys=MAX_JOURNAL_CHUNK_KEYS)
         if len(chunks) <= 1:
@@ -482,6 +492,7 @@ class Bill:
                 "counters": self.traffic.counters,
                 "windows": list(self.traffic.windows),
                 "resend_rate": self.traffic.resend_rate,
+                "numbered_ids": self.traffic.numbered_ids,
                 "source": self.traffic.source,
                 "latency_budget_s": self.traffic.latency_budget_s,
             },

@@ -21,7 +21,7 @@ events are packed many to a message by default, which is what makes the consumer
 from tally.producer.delivery import RetryPolicy
 from tally.producer.event import Event, WireLimits
 from tally.producer.kinesis import KinesisPublisher
-from tally.producer.packing import PackLimits, build_messages, new_message_id
+from tally.producer.packing import NumberedIds, PackLimits, build_messages, new_message_id
 from tally.producer.result import FailedMessage, PublishError, PublishResult
 from tally.producer.sqs import SqsPublisher
 from tally.producer.wire import OutgoingMessage, packed_message, single_message
@@ -30,6 +30,7 @@ __all__ = [
     "Event",
     "FailedMessage",
     "KinesisPublisher",
+    "NumberedIds",
     "OutgoingMessage",
     "PackLimits",
     "PublishError",

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
-from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, PackLimits, build_messages, new_message_id
+from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -68,7 +68,7 @@ class KinesisPublisher:
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         policy: RetryPolicy | None = None,
         partition_key: Callable[[OutgoingMessage], str] = default_partition_key,
-        new_id: Callable[[], str] = new_message_id,
+        new_id: Callable[[], str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -83,7 +83,9 @@ class KinesisPublisher:
         self.limits = PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message) if pack else None
         self._client = client
         self._partition_key = partition_key
-        self._new_id = new_id
+        self._new_id = new_id if new_id is not None else NumberedIds()
+        """Message ids: numbered by default (one session per publisher), which the consumer's markers share
+        items for (README, "Numbered ids"); ``new_id=new_message_id`` gives random UUIDs instead."""
         self._delivery = Delivery(self, policy or RetryPolicy(), sleep, rng or random.Random())
 
     def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:

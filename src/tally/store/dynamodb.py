@@ -8,24 +8,20 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_parts
-from tally.core.ledger import MarkerRecord
+from tally.core.ledger import Claim, MarkerRecord
 from tally.core.sharding import HotKeys
 from tally.errors import BoundRefusedError
 from tally.reader.dynamodb import CounterReader
 from tally.store.schema import (
     ALL_TIME,
-    EXPIRES_AT,
     LEDGER_ID,
-    MARKER_APPLIED_AT,
-    MARKER_BATCH,
-    MARKER_DIGEST,
     MAX_COUNTER_KEY_BYTES,
     MAX_MESSAGE_ID_BYTES,
     PARTITION_KEY,
@@ -34,8 +30,9 @@ from tally.store.schema import (
     batch_get,
     bound_check,
     counters_from_item,
+    marker_actions,
     marker_id,
-    marker_put,
+    marker_records,
     translate,
 )
 
@@ -65,18 +62,6 @@ __all__ = [
 ]
 
 from tally.store.schema import COUNTER_PREFIX
-
-
-def _marker_record(message_id: str, item: Mapping[str, Any]) -> MarkerRecord:
-    batch = item.get(MARKER_BATCH)
-    digest = item.get(MARKER_DIGEST)
-    return MarkerRecord(
-        message_id=message_id,
-        applied_at_ms=int(item[MARKER_APPLIED_AT]["N"]),
-        expires_at_s=int(item[EXPIRES_AT]["N"]),
-        batch_id=batch["S"] if batch is not None else None,
-        digest=bytes(digest["B"]) if digest is not None else None,
-    )
 
 
 class DynamoDBCounterStore:
@@ -116,10 +101,8 @@ class DynamoDBCounterStore:
         their order, would cross a floor or a ceiling).
         """
         expires_at = now_ms // 1000 + self.marker_ttl_seconds
-        actions = [
-            marker_put(self.markers_table, message.message_id, now_ms, expires_at, digest=message.digest)
-            for message in chunk.messages
-        ]
+        claims = [Claim(message.message_id, digest=message.digest) for message in chunk.messages]
+        actions = marker_actions(self.markers_table, claims, now_ms, expires_at)
         if any(message.stamp is not None for message in chunk.messages):
             # An operator's reset or correction is applied as given: a bound does not refuse it (README).
             actions += self._operator_updates(chunk)
@@ -193,11 +176,13 @@ class DynamoDBCounterStore:
         strongly consistent, then name it); a stale marker of an aborted batch that has since been
         replaced fails the replacing claim's condition the same way.
         """
-        keys = ({LEDGER_ID: {"S": marker_id(mid)}} for mid in message_ids)
+        by_item: dict[str, list[str]] = {}
+        for message_id in message_ids:
+            by_item.setdefault(marker_id(message_id), []).append(message_id)
+        keys = ({LEDGER_ID: {"S": item_id}} for item_id in by_item)  # a block is asked for once
         found: dict[str, MarkerRecord] = {}
         for item in batch_get(self.client, self.markers_table, keys, consistent=False):
-            record = _marker_record(item["id"]["S"][2:], item)
-            found[record.message_id] = record
+            found.update(marker_records(item, by_item[item[LEDGER_ID]["S"]]))
         return found
 
     def read_marker(self, message_id: str) -> MarkerRecord | None:
@@ -211,4 +196,4 @@ class DynamoDBCounterStore:
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc) from exc
         item = response.get("Item")
-        return None if item is None else _marker_record(message_id, item)
+        return None if item is None else marker_records(item, [message_id]).get(message_id)

@@ -35,7 +35,7 @@ from tally.store.schema import (
     encode_page,
     header_id,
     item_key,
-    marker_put,
+    marker_actions,
     page_id,
     translate,
 )
@@ -105,20 +105,10 @@ class DynamoDBJournal:
         self, batch_id: str, claims: Sequence[Claim], now_ms: int
     ) -> list[tuple[TransactWriteItemTypeDef, Role]]:
         expires_at = now_ms // 1000 + self._ttl
-        actions = []
+        # One action per marker item: a block's claims share one (tally.core.numbered).
+        actions = marker_actions(self._markers, claims, now_ms, expires_at, batch_id=batch_id)
         checked: set[str] = set()
         for claim in claims:
-            actions.append(
-                marker_put(
-                    self._markers,
-                    claim.message_id,
-                    now_ms,
-                    expires_at,
-                    batch_id=batch_id,
-                    replaces=claim.replaces,
-                    digest=claim.digest,
-                )
-            )
             if claim.replaces is not None and claim.replaces not in checked:
                 # The replaced marker counts as absent only because its batch is aborted: check it here,
                 # once per batch (DynamoDB refuses two operations on one item in a transaction).

@@ -14,6 +14,11 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
   the message's deltas (a direct transaction). With ``batch`` it belongs to that journal batch and counts
   as applied exactly when that batch is COMMITTED or DONE. ``digest`` (Binary, 16 bytes) is the digest of
   the content it counts (``tally.core.digest``); markers written before digests existed have none.
+- ``s#<session>#<block>``: the markers of numbered messages ``<session>.<seq>`` (issue 16, part 3;
+  ``tally.core.numbered``) whose ``seq // 16`` is ``block``, one per attribute: ``<seq % 16>`` (Binary:
+  the applied time, 6 bytes of epoch ms, then the 16-byte digest if any) and, for a journal claim,
+  ``b<seq % 16>`` (the batch). Each says what an ``m#`` marker says about its message
+  (``marker_records`` reads both kinds into the same ``MarkerRecord``).
 - ``b#<batch id>``: a journal header (``state``, ``lease_until``, ``chunks``).
 - ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i``.
 - ``b#<batch id>#a<i>``: the record that apply chunk ``i`` was applied.
@@ -35,6 +40,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, ItemKey, item_label, item_parts, make_item
+from tally.core.ledger import MarkerRecord
+from tally.core.numbered import marker_item, parse_numbered
 from tally.core.numbers import to_wire
 from tally.errors import (
     BatchStateError,
@@ -66,6 +73,7 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.bounds import BoundCheck
+    from tally.core.ledger import Claim
     from tally.core.resets import OperatorStamp
 
 __all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
@@ -115,7 +123,18 @@ _RETRYABLE_ERRORS: Final = frozenset(
 
 
 def marker_id(message_id: str) -> str:
-    return "m#" + message_id
+    """The ledger id of the item holding ``message_id``'s marker (its own, or its block's)."""
+    return marker_item(message_id)
+
+
+BLOCK_EXPIRY_MARGIN_S: Final = 3_600
+"""A block item's ``expires_at`` is its latest write's claim time + TTL + this margin. Writes to one block can
+land out of order only while both are in flight, and an invocation's claim time is at most its timeout (900 s)
+before its writes, so the block never expires before any of its markers' own expiry (claim time + TTL)."""
+_BLOCK_TIME_BYTES: Final = 6
+"""Applied time on a block attribute: epoch ms in 6 bytes (until the year 10889)."""
+_ROLE_SEPARATOR: Final = "\x1e"
+_REPLACES_SEPARATOR: Final = "\x1f"
 
 
 def header_id(batch_id: str) -> str:
@@ -133,7 +152,142 @@ def applied_id(batch_id: str, index: int) -> str:
 # ------------------------------------------------------------------------------------------ actions
 # Each transaction action is paired with its role, so a cancellation can be read back by position.
 Role = tuple[str, str]
-"""("marker", message id) | ("add", counter key) | ("batch", batch id) | ("applied", batch id)."""
+"""("marker", message id) | ("block", its claims: ``_block_role``) | ("add", counter key) | ("batch", batch id)
+| ("applied", batch id)."""
+
+
+def marker_actions(
+    table: str, claims: Sequence[Claim], now_ms: int, expires_at_s: int, *, batch_id: str | None = None
+) -> list[tuple[TransactWriteItemTypeDef, Role]]:
+    """One conditional action per marker item for ``claims`` (a direct transaction's messages: no batch and
+    no ``replaces``; a journal claim's: ``batch_id``), in the order of their first message.
+
+    A message with a marker item of its own gets ``marker_put``; the numbered messages of one block share
+    one ``block_update``, as the planner counted (``tally.core.plan``).
+    """
+    by_item: dict[str, list[Claim]] = {}
+    for claim in claims:
+        by_item.setdefault(marker_item(claim.message_id), []).append(claim)
+    actions = []
+    for item, members in by_item.items():
+        if item.startswith("s#"):
+            actions.append(block_update(table, item, members, now_ms, expires_at_s, batch_id=batch_id))
+        else:
+            (claim,) = members
+            actions.append(
+                marker_put(
+                    table,
+                    claim.message_id,
+                    now_ms,
+                    expires_at_s,
+                    batch_id=batch_id,
+                    replaces=claim.replaces,
+                    digest=claim.digest,
+                )
+            )
+    return actions
+
+
+def block_update(
+    table: str, item: str, claims: Sequence[Claim], now_ms: int, expires_at_s: int, *, batch_id: str | None = None
+) -> tuple[TransactWriteItemTypeDef, Role]:
+    """The markers of ``claims`` (numbered messages of the block ``item``) in one ``Update`` of the block.
+
+    Each message's attribute is set on the condition that it does not exist (or, for a claim that
+    ``replaces`` an aborted batch's marker, that the marker names that batch), all in one condition, so the
+    action succeeds or fails as ``marker_put`` would for each; ``ALL_OLD`` returns the block in the
+    cancellation reason, from which ``translate`` reads the markers that stood in the way. The block's
+    ``expires_at`` moves to this write's (``BLOCK_EXPIRY_MARGIN_S``).
+    """
+    names: dict[str, str] = {"#expires": EXPIRES_AT}
+    values: dict[str, Any] = {":expires": {"N": str(expires_at_s + BLOCK_EXPIRY_MARGIN_S)}}
+    sets = ["#expires = :expires"]
+    conditions = []
+    for claim in claims:
+        numbered = parse_numbered(claim.message_id)
+        if numbered is None:
+            raise ValueError(f"{claim.message_id!r} is not a numbered id")
+        offset = numbered.offset
+        names[f"#m{offset}"] = str(offset)
+        values[f":m{offset}"] = {"B": now_ms.to_bytes(_BLOCK_TIME_BYTES, "big") + claim.digest}
+        sets.append(f"#m{offset} = :m{offset}")
+        if batch_id is not None:
+            names[f"#b{offset}"] = f"b{offset}"
+            values[f":b{offset}"] = {"S": batch_id}
+            sets.append(f"#b{offset} = :b{offset}")
+        if claim.replaces is None:
+            conditions.append(f"attribute_not_exists(#m{offset})")
+        else:
+            names[f"#b{offset}"] = f"b{offset}"
+            values[f":r{offset}"] = {"S": claim.replaces}
+            conditions.append(f"#b{offset} = :r{offset}")
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": {LEDGER_ID: {"S": item}},
+        "UpdateExpression": "SET " + ", ".join(sets),
+        "ConditionExpression": " AND ".join(conditions),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    return {"Update": update}, ("block", _block_role(claims))  # type: ignore[typeddict-item]
+
+
+def _block_role(claims: Sequence[Claim]) -> str:
+    return _ROLE_SEPARATOR.join(claim.message_id + _REPLACES_SEPARATOR + (claim.replaces or "") for claim in claims)
+
+
+def _block_claims(role: str) -> list[tuple[str, str | None]]:
+    """(message id, the batch it replaces or None) of a block action's role."""
+    pairs = []
+    for entry in role.split(_ROLE_SEPARATOR):
+        message_id, _, replaces = entry.partition(_REPLACES_SEPARATOR)
+        pairs.append((message_id, replaces or None))
+    return pairs
+
+
+def marker_records(item: Mapping[str, Any], message_ids: Iterable[str]) -> dict[str, MarkerRecord]:
+    """The markers of ``message_ids`` that a raw marker item (``m#`` or block) holds, as ``MarkerRecord``s.
+
+    Every reader of markers goes through here (or ``translate``, for a cancellation's ``ALL_OLD``), so a
+    message's marker reads the same whether it has an item of its own or shares its block's.
+    """
+    expires_at_s = int(item[EXPIRES_AT]["N"])
+    found: dict[str, MarkerRecord] = {}
+    item_id = item[LEDGER_ID]["S"]
+    for message_id in message_ids:
+        if not item_id.startswith("s#"):
+            if item_id == marker_id(message_id):
+                found[message_id] = _own_marker_record(message_id, item, expires_at_s)
+            continue
+        numbered = parse_numbered(message_id)
+        if numbered is None or marker_id(message_id) != item_id:
+            continue
+        value = item.get(str(numbered.offset))
+        if value is None:
+            continue
+        data = bytes(value["B"])
+        batch = item.get(f"b{numbered.offset}")
+        found[message_id] = MarkerRecord(
+            message_id=message_id,
+            applied_at_ms=int.from_bytes(data[:_BLOCK_TIME_BYTES], "big"),
+            expires_at_s=expires_at_s,
+            batch_id=batch["S"] if batch is not None else None,
+            digest=data[_BLOCK_TIME_BYTES:] or None,
+        )
+    return found
+
+
+def _own_marker_record(message_id: str, item: Mapping[str, Any], expires_at_s: int) -> MarkerRecord:
+    batch = item.get(MARKER_BATCH)
+    digest = item.get(MARKER_DIGEST)
+    return MarkerRecord(
+        message_id=message_id,
+        applied_at_ms=int(item[MARKER_APPLIED_AT]["N"]),
+        expires_at_s=expires_at_s,
+        batch_id=batch["S"] if batch is not None else None,
+        digest=bytes(digest["B"]) if digest is not None else None,
+    )
 
 
 def marker_put(
@@ -152,7 +306,7 @@ def marker_put(
     message without another read.
     """
     item: dict[str, Any] = {
-        LEDGER_ID: {"S": marker_id(message_id)},
+        LEDGER_ID: {"S": "m#" + message_id},
         MARKER_APPLIED_AT: {"N": str(now_ms)},
         EXPIRES_AT: {"N": str(expires_at_s)},
     }
@@ -466,6 +620,36 @@ def _read_marker_reason(
         digests[message_id] = bytes(digest["B"])
 
 
+def _markers_in_the_way(
+    role: str, name: str, old_item: Mapping[str, Any], batches: dict[str, str], digests: dict[str, bytes]
+) -> set[str]:
+    """The messages of a cancelled marker or block action whose own condition failed (from ``ALL_OLD``).
+
+    A message whose attribute exists failed ``attribute_not_exists``, unless it claimed to replace an aborted
+    batch's marker and the marker still names that batch. A replacing claim whose marker is gone failed too
+    (reported with no batch, as ``marker_put``'s cancellation reports a vanished marker).
+    """
+    if role == "marker":
+        _read_marker_reason(name, old_item, batches, digests)
+        return {name}
+    stood: set[str] = set()
+    records = marker_records(old_item, [mid for mid, _ in _block_claims(name)]) if old_item else {}
+    for message_id, replaces in _block_claims(name):
+        record = records.get(message_id)
+        if record is None:
+            if replaces is not None:
+                stood.add(message_id)
+            continue
+        if replaces is not None and record.batch_id == replaces:
+            continue
+        stood.add(message_id)
+        if record.batch_id is not None:
+            batches[message_id] = record.batch_id
+        if record.digest is not None:
+            digests[message_id] = record.digest
+    return stood
+
+
 def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     """Turn a failed DynamoDB call into tally's errors, reading cancellation reasons by position."""
     if not isinstance(exc, ClientError):
@@ -501,9 +685,11 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         reason_code = reason.get("Code") or "None"
         if reason_code == "None":
             continue
-        if reason_code == "ConditionalCheckFailed" and role == "marker":
-            markers.add(name)
-            _read_marker_reason(name, reason.get("Item", {}), batches, digests)
+        if reason_code == "ConditionalCheckFailed" and role in {"marker", "block"}:
+            stood = _markers_in_the_way(role, name, reason.get("Item", {}), batches, digests)
+            markers.update(stood)
+            if not stood:
+                details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
         elif reason_code == "ConditionalCheckFailed" and role == "batch":
             failed_batch = name
         elif reason_code == "ConditionalCheckFailed" and role == "applied":
