@@ -9,6 +9,7 @@ committed and others not (the redelivery counts each message once).
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
+from tally.core.model import SourceRecord
 from tally.errors import RetryableStoreError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.conftest import _create_table, _template_tables
@@ -214,3 +216,58 @@ def test_a_kill_with_some_transactions_committed_is_recovered_exactly_once(ddb_t
     assert second.already_applied == markers
     assert second.messages_applied == len(workload.records) - markers
     assert read_all(store_after, workload.expected) == nonzero(workload.expected)
+
+
+class ItemOverlapStore(InstrumentedStore):
+    """Records every pair of transactions in flight at once that write the same item, key or marker.
+
+    AWS cancels one of two overlapping transactions on the same item (``TransactionConflict``); DynamoDB Local
+    runs them one after the other and says nothing, so the overlap itself is what this checks.
+    """
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        self.flying: list[frozenset[object]] = []
+        self.overlaps: list[frozenset[object]] = []
+        super().__init__(*args, around=self._watch, **kw)
+
+    def _watch(self, chunk: Chunk, send: Callable[[], None]) -> None:
+        items = chunk.items
+        with self._lock:
+            self.overlaps.extend(items & other for other in self.flying if items & other)
+            self.flying.append(items)
+        try:
+            time.sleep(0.05)  # long enough for the pool's other threads to start theirs
+            send()
+        finally:
+            with self._lock:
+                self.flying.remove(items)
+
+
+def test_chunks_of_one_split_unit_never_overlap(ddb_tables: DynamoDBTables) -> None:
+    """A unit too large for one transaction is split into direct chunks that share its keys (and block
+    marker items): written at once, they would conflict on AWS. Seen failing before the fix: the two chunks
+    of the hub unit were in flight together."""
+    # GIVEN 60 messages that all touch "hub" (one unit of 121 actions: two direct chunks sharing "hub"),
+    # and 60 independent small messages that can overlap with them
+    records = [
+        SourceRecord(
+            f"hub-{i}",
+            json.dumps({"id": f"hub-{i}", "events": [{"key": "hub", "delta": 1}, {"key": f"spoke-{i}", "delta": 1}]}),
+            SENT_MS,
+        )
+        for i in range(60)
+    ] + [
+        SourceRecord(f"solo-{i}", json.dumps({"id": f"solo-{i}", "key": f"solo-{i}", "delta": 1}), SENT_MS)
+        for i in range(60)
+    ]
+    store = ItemOverlapStore(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_DAYS * 86_400)
+    pipeline, _ = make_pipeline(store, write_concurrency=CONCURRENCY)
+    # WHEN the batch is applied concurrently
+    result = pipeline.process(records, NOW_MS, plenty)
+    # THEN something overlapped, but never two transactions on one item, and the counts are exact
+    assert result.failed_record_ids == ()
+    assert store.most_in_flight > 1
+    assert store.overlaps == []
+    expected = {"hub": {"count": 60}} | {f"spoke-{i}": {"count": 1} for i in range(60)}
+    expected |= {f"solo-{i}": {"count": 1} for i in range(60)}
+    assert read_all(store, expected) == expected

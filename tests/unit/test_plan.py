@@ -7,12 +7,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tally.core.aggregate import MessageTotals, message_totals
+from tally.core.aggregate import MessageTotals, add_into, message_totals
 from tally.core.model import CounterEvent, Message, RejectCode
-from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_transactions
+from tally.core.plan import MAX_TRANSACTION_ACTIONS, Chunk, item_disjoint_lanes, plan_transactions
 
 if TYPE_CHECKING:
     from tally.core.aggregate import Totals
+    from tally.core.items import ItemKey
+    from tally.core.numbers import Number
 
 NINES_38 = 10**38 - 1
 BIG = Decimal("9E+125")
@@ -254,3 +256,40 @@ def test_plan_never_raises_on_storable_nets(first: Decimal, second: int | Decima
     plan = plan_transactions(messages)
     # THEN both are planned (the combined net is storable) instead of a decimal signal escaping
     assert [mid for chunk in plan.chunks for mid in chunk.message_ids] == ["a", "b"]
+
+
+# ------------------------------------------------------------ lanes of concurrent direct transactions
+_SESSION = "0" * 32
+
+
+def _chunk_of(*messages: tuple[str, tuple[str, ...]]) -> Chunk:
+    members = tuple(MessageTotals(mid, {key: {"count": 1} for key in keys}, 1) for mid, keys in messages)
+    increments: dict[ItemKey, dict[str, Number]] = {}
+    for member in members:
+        add_into(increments, member.totals)
+    return Chunk(members, increments)
+
+
+@pytest.mark.parametrize(
+    ("chunks", "lanes"),
+    [
+        pytest.param([_chunk_of(("m1", ("a",))), _chunk_of(("m2", ("b",)))], [[0], [1]], id="disjoint"),
+        pytest.param(
+            [_chunk_of(("m1", ("hub", "a"))), _chunk_of(("m2", ("b",))), _chunk_of(("m3", ("hub", "c")))],
+            [[0, 2], [1]],
+            id="a split unit's chunks share its key",
+        ),
+        pytest.param(
+            [_chunk_of((f"{_SESSION}.1", ("a",))), _chunk_of((f"{_SESSION}.2", ("b",)))],
+            [[0, 1]],
+            id="one block marker item",
+        ),
+        pytest.param(
+            [_chunk_of(("m1", ("a",))), _chunk_of(("m2", ("b",))), _chunk_of(("m3", ("a", "b")))],
+            [[0, 1, 2]],
+            id="a later chunk joins two lanes",
+        ),
+    ],
+)
+def test_chunks_sharing_an_item_share_a_lane_in_plan_order(chunks: list[Chunk], lanes: list[list[int]]) -> None:
+    assert item_disjoint_lanes(chunks) == lanes

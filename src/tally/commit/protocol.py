@@ -46,7 +46,13 @@ from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered import marker_item
 from tally.core.numbers import add, storage_problem
-from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_transactions, split_refused
+from tally.core.plan import (
+    item_disjoint_lanes,
+    nonzero_increments,
+    plan_apply_chunks,
+    plan_transactions,
+    split_refused,
+)
 from tally.errors import (
     BatchStateError,
     BoundRefusedError,
@@ -171,9 +177,11 @@ class CommitProtocol:
     def direct_all(self, chunks: Sequence[Chunk]) -> list[MessageTotals]:
         """A round's direct transactions; returns the messages to plan again.
 
-        The planner's direct chunks never share an item (key, window, shard) or a marker, so, when a pool
-        is given, they are written concurrently and their outcomes then settled one by one in plan order,
-        on this thread, exactly as ``direct`` settles them: only the waiting overlaps (issue 16, part 5).
+        When a pool is given, chunks that share no item (key, window, shard or marker item) are written
+        concurrently, chunks that do (the parts of one split unit) one after the other in plan order
+        (``item_disjoint_lanes``: on AWS two transactions in flight on one item conflict); their outcomes are
+        then settled one by one in plan order, on this thread, exactly as ``direct`` settles them: only the
+        waiting overlaps (issue 16, part 5).
         Sequential still where order matters: a bounded counter's chunks (their worst-prefix order) and a
         reset or correction (its segment's order, ``tally.core.resets``).
         """
@@ -198,7 +206,8 @@ class CommitProtocol:
         redelivery. Those not started yet are cancelled, those in flight are waited for, so that nothing
         of this batch is still writing when the error leaves.
         """
-        futures = [pool.submit(self._write_direct, chunk) for chunk in chunks]
+        lanes = item_disjoint_lanes(chunks)
+        futures = [pool.submit(self._write_lane, [chunks[index] for index in lane]) for lane in lanes]
         _, pending = wait(futures, return_when=FIRST_EXCEPTION)
         if pending:  # an error came out of a transaction: start no more
             for future in pending:
@@ -208,7 +217,14 @@ class CommitProtocol:
             error = None if future.cancelled() else future.exception()
             if error is not None:
                 raise error
-        return [future.result() for future in futures]
+        outcomes: dict[int, DirectOutcome] = {}
+        for lane, future in zip(lanes, futures, strict=True):
+            outcomes.update(zip(lane, future.result(), strict=True))
+        return [outcomes[index] for index in range(len(chunks))]
+
+    def _write_lane(self, chunks: Sequence[Chunk]) -> list[DirectOutcome]:
+        """Chunks that share items, one after the other (on one of the pool's threads)."""
+        return [self._write_direct(chunk) for chunk in chunks]
 
     def _write_direct(self, chunk: Chunk) -> DirectOutcome:
         """Send one direct transaction (on any thread): what came of it, for ``_settle_direct``.

@@ -64,6 +64,14 @@ class Chunk:
         return _marker_count(self.messages)
 
     @property
+    def items(self) -> frozenset[Hashable]:
+        """Every item the transaction writes, counter items and marker items: two transactions that share
+        one conflict on AWS (``TransactionConflict``) when they are in flight at once."""
+        return frozenset(
+            [("key", key) for key in self.increments] + [("marker", marker_item(m.message_id)) for m in self.messages]
+        )
+
+    @property
     def action_count(self) -> int:
         return self.marker_items + len(self.increments)
 
@@ -253,6 +261,27 @@ def plan_batch(
             direct.extend(split.chunks)
     direct.extend(_pack_small_units(small, max_actions))
     return BatchPlan(tuple(direct), tuple(journals), rejected)
+
+
+def item_disjoint_lanes(chunks: Sequence[Chunk]) -> list[list[int]]:
+    """Chunk indices grouped so that no two groups write a common item, each group in plan order.
+
+    Groups may be written at the same time; a group's chunks must go one after the other. The chunks of one
+    unit split into several transactions share its keys (and block marker items): on AWS two transactions in
+    flight on one item conflict, so they share a lane (issue 16, part 5).
+    """
+    lanes: list[tuple[set[Hashable], list[int]]] = []
+    for index, chunk in enumerate(chunks):
+        items = chunk.items
+        touching = [lane for lane in lanes if not lane[0].isdisjoint(items)]
+        merged: tuple[set[Hashable], list[int]] = (set(items), [index])
+        for lane in touching:
+            lanes.remove(lane)
+            merged[0].update(lane[0])
+            merged[1].extend(lane[1])
+        merged[1].sort()
+        lanes.append(merged)
+    return sorted((indices for _, indices in lanes), key=lambda indices: indices[0])
 
 
 def journal_overhead(markers: int, keys: int) -> int:
