@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS
+from tally.config import DEFAULT_WRITE_CONCURRENCY
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +109,10 @@ class ChaosConfig:
     wide_messages: int = 24
     """Messages of 100 counters (the per-event maximum) on a wide key; every third is packed (4 events,
     400 names in one message). Four single ones on one key are already 400 names on one item."""
+    split_pairs: int = 12
+    """Pairs of packed messages of 56 keys each, sharing one (``u:<pair>:hub``): in one batch, a unit of 113
+    actions that the planner splits into two direct transactions sharing an item, which must never be in
+    flight together (issue 16, part 5: on AWS they conflict)."""
     long_decimals: int = 12
     """Messages adding a 37-digit decimal to the hot key: its shards' sum needs more than 28 digits."""
     precision_doomed: int = 5
@@ -153,6 +158,8 @@ class ChaosConfig:
     counted, as on AWS, and an operator redrives again; one still there after these fails the run."""
     hot_keys: str = "hot:*=4"
     windows: str = "hour,day"
+    write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
+    """A round's item-disjoint direct transactions in flight at once, as the handler's default (issue 16)."""
     window_retention: str = "minute=7,hour=90,day=0"
     dynamodb: DynamoDBFaultRates = field(default_factory=DynamoDBFaultRates)
     delivery: DeliveryFaultRates = field(default_factory=DeliveryFaultRates)

@@ -43,6 +43,14 @@ The writes that follow the counters' commit (issue 15) draw one more first:
   (their markers committed) and their gauges or members not written; the redelivery meets the markers and
   must write them then.
 
+Not a drawn fault but DynamoDB's own rule (issue 16, part 5): two transactions in flight at once on one
+item conflict, and DynamoDB Local never says so. ``InFlightTransactions``, shared by every consumer of a
+run, answers a ``TransactWriteItems`` that would write an item another one still in flight writes with
+``TransactionConflict`` on that action, as DynamoDB does (``situation.transaction_overlaps``). Two
+transactions of ONE client in flight on one item are the applier's own doing (it must never send such a
+pair at once, ``tally.core.plan.item_disjoint_lanes``): each is recorded in ``self_overlaps``, which fails
+the run.
+
 ``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
 """
 
@@ -76,6 +84,8 @@ _AFTER: Final = "tally_chaos_after"
 """Key, in botocore's per-request context, of what ``after-call`` does to that request's answer."""
 _WITHHELD: Final = "tally_chaos_withheld"
 """Key of the ``UnprocessedKeys`` a ``BatchGetItem``'s answer is to carry."""
+_FLYING: Final = "tally_chaos_in_flight"
+"""The request's token in ``InFlightTransactions`` (a transaction sent and not yet answered)."""
 
 
 class InvocationKilled(Exception):
@@ -107,10 +117,77 @@ class _FakeHttpResponse:
     text: str = ""
 
 
+_KEY_ATTRIBUTES: Final = ("pk", "sk", "id")
+"""The key attributes of tally's two tables (counters: pk, sk; markers: id): what names an item in a Put."""
+
+
+def transaction_items(params: dict[str, Any]) -> list[str]:
+    """The item each action of a ``TransactWriteItems`` request writes or checks, one per action, in order."""
+    items = []
+    for action in json.loads(params["body"])["TransactItems"]:
+        ((kind, spec),) = action.items()
+        key = spec["Item"] if kind == "Put" else spec["Key"]
+        named = {name: key[name] for name in _KEY_ATTRIBUTES if name in key}
+        items.append(json.dumps([spec["TableName"], named], sort_keys=True))
+    return items
+
+
+class InFlightTransactions:
+    """The items of the transactions in flight right now, across every client that shares this object."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flying: dict[int, tuple[int, frozenset[str]]] = {}
+        self._next = 0
+        self.self_overlaps: list[str] = []
+
+    def enter(self, client_id: int, items: list[str]) -> tuple[int | None, int | None]:
+        """Register a transaction about to be sent: (its token, None), or (None, the index of an action whose
+        item another transaction in flight writes: DynamoDB cancels this one with ``TransactionConflict``)."""
+        wanted = frozenset(items)
+        with self._lock:
+            for owner, flying in self._flying.values():
+                shared = wanted & flying
+                if shared:
+                    if owner == client_id:
+                        self.self_overlaps.append(f"one invocation sent two transactions on {sorted(shared)[0]}")
+                    return None, items.index(sorted(shared)[0])
+            self._next += 1
+            self._flying[self._next] = (client_id, wanted)
+            return self._next, None
+
+    def leave(self, token: int) -> None:
+        with self._lock:
+            self._flying.pop(token, None)
+
+
+def _cancelled(reason: str, actions: int, victim: int) -> tuple[_FakeHttpResponse, Any]:
+    """A ``TransactionCanceledException`` answer with ``reason`` on action ``victim``, as DynamoDB sends it."""
+    reasons = [{"Code": reason, "Message": "chaos"} if i == victim else {"Code": "None"} for i in range(actions)]
+    body = {
+        "Error": {
+            "Code": "TransactionCanceledException",
+            "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{reason}]",
+        },
+        "CancellationReasons": reasons,
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
+    return _FakeHttpResponse(), body
+
+
 class DynamoDBChaos:
     """Injects faults into one client's requests; ``invocation`` is set by the consumer for each batch."""
 
-    def __init__(self, client: DynamoDBClient, rates: DynamoDBFaultRates, rng: random.Random, log: FaultLog) -> None:
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        rates: DynamoDBFaultRates,
+        rng: random.Random,
+        log: FaultLog,
+        in_flight: InFlightTransactions | None = None,
+    ) -> None:
+        self._in_flight = in_flight
+        """Shared by a run's consumers: DynamoDB's conflict between transactions in flight on one item."""
         self._rates = rates
         self._rng = rng
         self._log = log
@@ -128,6 +205,7 @@ class DynamoDBChaos:
         for operation in FAULTABLE:
             client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
             client.meta.events.register(f"after-call.dynamodb.{operation}", self._after_call)
+        client.meta.events.register(f"after-call-error.dynamodb.{TRANSACT}", self._left)
 
     def begin_invocation(self) -> None:
         """Forget what the previous invocation drew and suffered."""
@@ -189,6 +267,15 @@ class DynamoDBChaos:
             kind = self._draw_claim_fault(params)
         if kind is None and self.enabled:
             kind = self._draw(operation)
+        sent = kind is None or kind in ("kill_after_claim", "lost_claim_near_deadline", "lost_response", "slow")
+        if sent and operation == TRANSACT and self._in_flight is not None:
+            # DynamoDB cancels it if another transaction in flight writes one of its items
+            items = transaction_items(params)
+            token, conflicted = self._in_flight.enter(id(self), items)
+            if conflicted is not None:
+                self._log.add("situation.transaction_overlaps")
+                return _cancelled("TransactionConflict", len(items), conflicted)
+            context[_FLYING] = token
         if kind is None:
             return None
         self._log.add(f"ddb.{kind}")
@@ -213,17 +300,7 @@ class DynamoDBChaos:
             return _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
         reason = "ThrottlingError" if kind == "throttle_cancel" else "TransactionConflict"
         actions = len(json.loads(params["body"])["TransactItems"])
-        victim = self._rng.randrange(actions)
-        reasons = [{"Code": reason, "Message": "chaos"} if i == victim else {"Code": "None"} for i in range(actions)]
-        body = {
-            "Error": {
-                "Code": "TransactionCanceledException",
-                "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{reason}]",
-            },
-            "CancellationReasons": reasons,
-            "ResponseMetadata": {"HTTPStatusCode": 400},
-        }
-        return _FakeHttpResponse(), body
+        return _cancelled(reason, actions, self._rng.randrange(actions))
 
     def _withhold_keys(self, params: dict[str, Any], context: dict[str, Any]) -> bool:
         """Send part of a ``BatchGetItem``'s keys and keep the rest for its answer's ``UnprocessedKeys``."""
@@ -246,7 +323,14 @@ class DynamoDBChaos:
         context[_AFTER] = "withhold"
         return True
 
+    def _left(self, context: dict[str, Any], **_: Any) -> None:
+        """The transaction's answer came back (or its sending failed): it is no longer in flight."""
+        token = context.pop(_FLYING, None)
+        if token is not None and self._in_flight is not None:
+            self._in_flight.leave(token)
+
     def _after_call(self, context: dict[str, Any], parsed: dict[str, Any] | None = None, **_: Any) -> None:
+        self._left(context)
         after = context.pop(_AFTER, None)
         if after == "withhold":
             withheld = context.pop(_WITHHELD, {})

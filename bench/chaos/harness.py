@@ -24,7 +24,7 @@ from bench.chaos.check import PatternReads, Verdict, judge
 from bench.chaos.clock import VirtualClock
 from bench.chaos.config import VISIBILITY_TIMEOUT_S
 from bench.chaos.dlq import ConsumerPort, DeadLetterStore
-from bench.chaos.faults import DynamoDBChaos, FaultLog
+from bench.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions
 from bench.chaos.invoke import Consumer, KilledClaims
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
@@ -117,6 +117,7 @@ def wire_pipeline(
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(defaults),
         bounds=bounds,
+        write_concurrency=config.write_concurrency,
     )
     # The gauge and member stores as production wires them (issue 15): without them a message with gauges
     # or distinct members is dead-lettered.
@@ -190,13 +191,17 @@ class _Run:
     ledger: Ledger = field(default_factory=Ledger)
     unexpected: list[BaseException] = field(default_factory=list)
     injectors: list[DynamoDBChaos] = field(default_factory=list)
+    in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
+    """DynamoDB's conflicts between transactions in flight on one item, across every consumer."""
     killed: KilledClaims = field(default_factory=KilledClaims)
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
         config = self.config
         client = self.client_factory()
-        chaos = DynamoDBChaos(client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log)
+        chaos = DynamoDBChaos(
+            client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log, self.in_flight
+        )
         chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
         self.injectors.append(chaos)
         port = ConsumerPort(
@@ -389,7 +394,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         verdict=verdict,
         jepsen_reads=jm.reads,
         jepsen_violations=tuple(jm.violations),
-        unexpected_errors=tuple(repr(exc) for exc in run.unexpected),
+        unexpected_errors=tuple(repr(exc) for exc in run.unexpected) + tuple(run.in_flight.self_overlaps),
         seconds=time.perf_counter() - started,
         virtual_seconds=run.clock.jumped_ms / 1000,
         wide_items=wide_items(workload, ONE_ADD_NAMES),

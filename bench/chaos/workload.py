@@ -42,7 +42,7 @@ import json
 import random
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Context, Decimal, localcontext
 from enum import StrEnum
@@ -62,7 +62,7 @@ from bench.chaos.patterns import (
 from tally.producer.packing import NumberedIds
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from bench.chaos.config import ChaosConfig
 
@@ -217,6 +217,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     rng = random.Random(f"{config.seed}:workload")
     valid = _valid_messages(config, base_ms, rng)
     valid |= _wide_messages(config, rng)
+    valid |= _split_unit_messages(config, rng)
     valid |= _long_decimal_messages(config)
     patterns = _pattern_messages(config, base_ms)
     valid |= patterns
@@ -235,6 +236,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     publications = [Publication(source_of(m), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
     publications += [Publication(source(), body, f"poison-{index}") for index, body in enumerate(poison)]
     rng.shuffle(publications)
+    _keep_split_pairs_together(publications, valid)
     respelled: dict[str, ValidMessage] = {}
     reuse_rng = random.Random(f"{config.seed}:reuse")  # its own stream: the rest of the load stays as it was
     for message in rng.sample(list(valid.values()), int(len(valid) * config.resend_share)):
@@ -391,6 +393,44 @@ def _wide_messages(config: ChaosConfig, rng: random.Random) -> dict[str, ValidMe
             message_id, body, key if events == 1 else message_id, events, {key: dict(sums)}
         )
     return messages
+
+
+SPLIT_UNIT_KEYS: Final = (18, 33, 50, 55)
+"""Keys of its own in each message of a split pair, beside the pair's hub, by pair: a pair is a unit just over
+one transaction whether hour and day windows are items of their own (3 items a key: 18, 33) or ride on the
+key's item (1: 50, 55)."""
+
+
+def _split_unit_messages(config: ChaosConfig, rng: random.Random) -> dict[str, ValidMessage]:
+    """``split_pairs`` pairs of packed messages over keys of their own plus the pair's hub (same partition key,
+    so a Kinesis shard keeps them together): too large for one transaction, cheaper split than journaled."""
+    messages: dict[str, ValidMessage] = {}
+    for pair in range(config.split_pairs):
+        hub = f"u:{pair}:hub"
+        for side in "ab":
+            message_id = f"c{config.seed}-split-{pair}{side}"
+            own = SPLIT_UNIT_KEYS[pair % len(SPLIT_UNIT_KEYS)]
+            keys = [hub, *(f"u:{pair}:{side}{index}" for index in range(own))]
+            parts = {key: {TRACER: Decimal(1), "n": Decimal(rng.randint(1, 9))} for key in keys}
+            body = (
+                f'{{"id":"{message_id}","events":['
+                + ",".join("{" + _event_json(key, deltas, None) + "}" for key, deltas in parts.items())
+                + "]}"
+            )
+            messages[message_id] = ValidMessage(message_id, body, hub, len(keys), parts)
+    return messages
+
+
+def _keep_split_pairs_together(publications: list[Publication], valid: Mapping[str, ValidMessage]) -> None:
+    """Publish each split pair's second message right after its first, on the same source (one batch, often)."""
+    for message_id, message in valid.items():
+        if "-split-" not in message_id or not message_id.endswith("b"):
+            continue
+        first = valid[message_id[:-1] + "a"].body
+        second = next(i for i, p in enumerate(publications) if p.body == message.body)
+        publication = publications.pop(second)
+        place = next(i for i, p in enumerate(publications) if p.body == first)
+        publications.insert(place + 1, replace(publication, source=publications[place].source))
 
 
 def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 import threading
 import uuid
@@ -14,7 +15,7 @@ import pytest
 from bench.chaos.clock import Invocation, VirtualClock
 from bench.chaos.config import SMOKE, DynamoDBFaultRates
 from bench.chaos.dlq import DeadLetterStore
-from bench.chaos.faults import DynamoDBChaos, FaultLog
+from bench.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions, transaction_items
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import Ledger
 from bench.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
@@ -340,3 +341,50 @@ def test_a_fault_stays_with_its_request_when_requests_overlap(dynamodb_local: Dy
     admin.delete_table(TableName=table)
     # THEN the first request's response is lost and the second's is not
     assert outcomes == {"first": "lost", "second": "answered"}
+
+
+def _transaction(*keys: str) -> dict[str, Any]:
+    """botocore's request parameters of a transaction updating counter items ``keys``."""
+    actions = [
+        {"Update": {"TableName": "counters", "Key": {"pk": {"S": key}, "sk": {"S": "all"}}, "UpdateExpression": "x"}}
+        for key in keys
+    ]
+    return {"body": json.dumps({"TransactItems": actions}).encode()}
+
+
+def test_transactions_in_flight_on_one_item_conflict_as_on_dynamodb() -> None:
+    """DynamoDB cancels a transaction that writes an item another transaction in flight writes; DynamoDB
+    Local never does, so the chaos run answers it (issue 16, part 5)."""
+    in_flight = InFlightTransactions()
+    # GIVEN one consumer's transaction in flight on a and b
+    token, conflicted = in_flight.enter(1, transaction_items(_transaction("a", "b")))
+    assert token is not None
+    assert conflicted is None
+    # THEN another consumer's on c goes, its one on b is cancelled on that action, and so is the same
+    # consumer's (the applier's own doing: recorded to fail the run)
+    assert in_flight.enter(2, transaction_items(_transaction("c")))[1] is None
+    assert in_flight.enter(2, transaction_items(_transaction("x", "b")))[1] == 1
+    assert in_flight.self_overlaps == []
+    assert in_flight.enter(1, transaction_items(_transaction("b")))[1] == 0
+    assert len(in_flight.self_overlaps) == 1
+    # AND once the first is answered, b is free again
+    in_flight.leave(token)
+    assert in_flight.enter(2, transaction_items(_transaction("b")))[1] is None
+
+
+def test_a_conflict_answer_reaches_the_code_as_dynamodb_words_it() -> None:
+    # GIVEN two clients sharing the run's in-flight transactions, the first with a transaction held in flight
+    in_flight = InFlightTransactions()
+    client, _ = _client_with(DynamoDBFaultRates(**ONLY))
+    DynamoDBChaos(client, DynamoDBFaultRates(**ONLY), random.Random(1), FaultLog(), in_flight)
+    held = in_flight.enter(99, transaction_items(_transaction("a")))[0]
+    assert held is not None
+    update = {
+        "Update": {"TableName": "counters", "Key": {"pk": {"S": "a"}, "sk": {"S": "all"}}, "UpdateExpression": "x"}
+    }
+    # WHEN the second sends a transaction on the same item
+    with pytest.raises(ClientError) as raised:
+        client.transact_write_items(TransactItems=[update])
+    # THEN it is cancelled with TransactionConflict, never sent
+    assert raised.value.response["Error"]["Code"] == "TransactionCanceledException"
+    assert [r["Code"] for r in raised.value.response["CancellationReasons"]] == ["TransactionConflict"]

@@ -29,6 +29,7 @@ from bench.chaos.harness import PipelineFactory, Tables, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
 import tally.apply as apply_module
+import tally.commit.protocol as protocol_module
 from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
 from tally.store import schema
@@ -311,4 +312,22 @@ def test_the_harness_counts_a_lost_fate_as_an_unexpected_error(
 
     # THEN the defect is an unexpected error and the run fails, whatever the counts say
     assert any("UnsettledMessagesError" in error for error in result.unexpected_errors)
+    assert not result.passed
+
+
+def test_the_harness_catches_concurrent_transactions_on_one_item(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an applier that writes every direct chunk of a round at once, the parts of a split unit too
+    # (issue 16, part 5, before item_disjoint_lanes): on AWS they conflict on their shared items
+    monkeypatch.setattr(protocol_module, "item_disjoint_lanes", lambda chunks: [[i] for i in range(len(chunks))])
+    # The run's split pairs (two packed messages sharing a hub key: one unit split into two direct chunks);
+    # no bounded counter or reset, which keep a round's transactions one at a time
+    config = replace(SMOKE, bounded_messages=0, reset_messages=0)
+
+    # WHEN it runs under the same harness and faults, whose DynamoDB cancels overlapping transactions
+    result = run_on(dynamodb_local, ddb_tables, config)
+
+    # THEN the harness names the applier's own overlapping transactions and fails the run
+    assert any("two transactions on" in error for error in result.unexpected_errors)
     assert not result.passed
