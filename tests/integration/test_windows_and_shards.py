@@ -76,9 +76,9 @@ def test_hourly_series_is_exact_under_faults_and_reads_gaps_as_zero(ddb_tables: 
 
 
 def test_open_hour_and_day_windows_are_attributes_of_the_keys_item(ddb_tables: DynamoDBTables) -> None:
-    # GIVEN one event with hour and day windows on; WHEN it is counted
+    # GIVEN one event with hour and day windows on; WHEN it is counted (and its windows are not moved yet)
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    pipeline, _ = make_pipeline(store, windows=WINDOWS)
+    pipeline, _ = make_pipeline(store, windows=WINDOWS, move_windows=False)
     pipeline.process([SourceRecord("r", f'{{"id":"x","key":"k","delta":1,"ts":{DAY0 + 5}}}', NOW_MS)], NOW_MS, plenty)
     # THEN the batch wrote one item, the key's, holding the all-time value and both open windows (issue 16)
     items = {item["sk"]["S"]: item for item in ddb_tables.client.scan(TableName=ddb_tables.counters_table)["Items"]}

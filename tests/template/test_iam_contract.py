@@ -158,8 +158,9 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     two_hours_later_ms = time.time_ns() // 1_000_000 + 2 * 3_600_000
     result = sqs_handler.pipeline().process(records_from_event(stalled), two_hours_later_ms, lambda: 60_000)
     assert result.failed_record_ids == ()
-    # A key written in hour 0 and again in hour 2: the second batch moves hour 0 off its item (issue 16).
-    for n, hour in ((1, 0), (2, 2)):
+    # A key written in hour 0 and again the next day: the second batch moves the ended hour and day off its
+    # item (issue 16).
+    for n, hour in ((1, 0), (2, 24)):
         at_ms = 4_102_444_800_000 + hour * 3_600_000
         event = sqs_event([json.dumps({"id": f"moved-{n}", "key": "moved", "delta": 1})], first=200 + n, sent_ms=at_ms)
         moved = sqs_handler.pipeline().process(records_from_event(event), at_ms, lambda: 60_000)

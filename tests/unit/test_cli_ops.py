@@ -137,15 +137,12 @@ def test_windows_close_moves_every_keys_ended_windows_once(
     # WHEN an operator closes the windows, twice
     first = json.loads(run("windows", "close", "--json").output)
     second = json.loads(run("windows", "close", "--json").output)
-    # THEN the first run moved both windows to their items and the second found nothing
-    assert (first["key_items_checked"], first["windows_moved"], first["window_items_written"]) == (
-        4,
-        2,
-        2,
-    )  # a, b, b shard 3, w
+    # THEN the first run moved both windows to the day's item (the hour beside the day's total), the second
+    # found nothing (4 key items: a, b, b's shard 3, w)
+    assert (first["key_items_checked"], first["windows_moved"], first["window_items_written"]) == (4, 2, 1)
     assert second["windows_moved"] == 0
     stored = {i["sk"]["S"]: i for i in dynamodb.scan(TableName="c")["Items"] if i["pk"]["S"] == "w"}
-    assert stored["h#2020-01-01T05:00Z"]["c#count"] == {"N": "3"}
+    assert stored["d#2020-01-01"]["w#h#2020-01-01T05:00Z\x1fcount"] == {"N": "3"}
     assert stored["d#2020-01-01"]["c#count"] == {"N": "3"}
     assert not [name for name in stored["all"] if name.startswith("w#")]
     assert "0 ended windows of 0 key items moved" in run("windows", "close").output

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from tally.core.items import CounterItem
+from tally.core.items import CounterItem, window_counter
 from tally.core.windows import DAY_MS, HOUR_MS, closed_windows, parse_window_id, parse_window_spec
 from tally.store.windows import MAX_MOVED_ATTRIBUTES, plan_move
 
@@ -43,5 +43,16 @@ def test_one_move_takes_at_most_its_attribute_limit_and_the_rest_waits() -> None
     move = plan_move(raw, SPEC, DAY0 + 3 * DAY_MS)
     assert move is not None
     assert len(move.removed) == MAX_MOVED_ATTRIBUTES
-    assert move.adds[0][0] == CounterItem("k", "h#2100-01-01T00:00Z", 3, (DAY0 + HOUR_MS + 90 * DAY_MS) // 1000)
+    ((day_item, counters),) = move.adds  # every hour onto day 0's item of shard 3 (days kept forever)
+    assert day_item == CounterItem("k", "d#2100-01-01", 3, None)
+    assert counters[window_counter("h#2100-01-01T00:00Z", "c0")] == 1
     assert plan_move({"pk": {"S": "k"}, "sk": {"S": "all"}, "c#n": {"N": "9"}}, SPEC, DAY0) is None
+
+
+def test_ended_hours_wait_while_the_item_is_small_and_its_day_is_open() -> None:
+    raw = {"pk": {"S": "k"}, "sk": {"S": "all"}, "w#h#2100-01-01T00:00Z\x1fn": {"N": "1"}}
+    assert plan_move(raw, SPEC, DAY0 + 2 * HOUR_MS) is None
+    assert plan_move(raw, SPEC, DAY0 + 2 * HOUR_MS, move_at_bytes=0) is not None
+    assert plan_move(raw, SPEC, DAY0 + 2 * HOUR_MS, move_at_bytes=20) is not None  # the item is over 20 bytes
+    with_day = raw | {"w#d#2100-01-01\x1fn": {"N": "1"}}
+    assert plan_move(with_day, SPEC, DAY0 + DAY_MS) is not None  # a day ended: everything moves

@@ -112,6 +112,8 @@ class EndedWindow:
     """An ended window found open on a key's item: what a move takes off it, and where it goes."""
 
     window: str
+    unit: str
+    """``hour``, ``day`` (or ``minute``)."""
     start_ms: int
     counters: Mapping[str, Decimal]
     kept: bool
@@ -139,9 +141,20 @@ def closed_windows(
             continue
         expires = unit.expires_at_s(start)
         kept = expires is None or expires * 1000 > now_ms
-        ended.append(EndedWindow(window, start, counters, kept, expires))
+        ended.append(EndedWindow(window, name, start, counters, kept, expires))
     ended.sort(key=lambda found: (found.start_ms, found.window))
     return ended
+
+
+def hours_on_day_items(spec: WindowSpec) -> bool:
+    """Whether ended hours are kept on their day's window item (as ``w#`` attributes beside the day's total)
+    rather than on hour items of their own: when both are counted and the day item lives at least as long as
+    its hours (the day kept forever, or hours kept no longer than days), since TTL deletes whole items."""
+    units = {unit.name: unit for unit in spec.units}
+    hour, day = units.get("hour"), units.get("day")
+    if hour is None or day is None:
+        return False
+    return day.retention_ms is None or (hour.retention_ms is not None and hour.retention_ms <= day.retention_ms)
 
 
 def parse_window_spec(windows: str, retention_days: str = "", future_tolerance_ms: int = HOUR_MS) -> WindowSpec:

@@ -12,7 +12,8 @@ Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yam
   DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get``);
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
   windows, paginated, and for hour and day windows one ``BatchGetItem`` of the key's item(s), whose ``w#``
-  attributes hold the windows not yet moved to their own items (issue 16);
+  attributes hold the windows not yet moved off them, and for hours one more ``Query`` per partition over
+  the days they fall in, whose items keep ended hours as ``w#`` attributes (issue 16);
 - ``top``: a ``Scan`` of the whole counters table (paginated): its cost grows with the table, so it is
   for operators and batch jobs, never for a page view.
 
@@ -35,7 +36,7 @@ from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOWS
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
-from tally.core.windows import WindowSpec, WindowUnit, parse_window_spec
+from tally.core.windows import DAY_MS, UNITS, WindowSpec, WindowUnit, parse_window_spec
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
@@ -193,10 +194,18 @@ class CounterReader:
                 add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
                 add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
         if unit.on_key_item:
-            # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them.
+            # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them;
+            # and ended hours kept on their day's item (a ``Query`` of the days they fall in, per partition).
             wanted = {unit.window_id(start) for start in starts}
             key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
-            for item in batch_get(self.client, self.counters_table, key_items):
+            holders = list(batch_get(self.client, self.counters_table, key_items))
+            if unit.duration_ms < DAY_MS:
+                day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
+                first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
+                for shard in shards:
+                    partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
+                    holders.extend(self._query(partition, first_day, last_day))
+            for item in holders:
                 for window_id, counters in open_windows_from_item(item).items():
                     if window_id in wanted:
                         add_into(found.setdefault(window_id, {}), counters)

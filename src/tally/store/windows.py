@@ -1,17 +1,18 @@
-"""Moving ended windows off a key's item into their own window items, exactly once (issue 16, part 1).
+"""Moving ended windows off a key's item into window items, exactly once (issue 16, part 1).
 
 A batch counts an event's hour and day windows on the key's own item (``w#<window id>\x1f<counter>``,
-``tally.store.schema``), so it writes one item per key. Once a window has ended, this module moves it to the
-window's own item (``sk`` = the window id, ``c#<counter>``, the TTL of its retention), where a series
-``Query`` finds it and TTL deletes it. Per key item, in ONE ``TransactWriteItems`` with other key items:
+``tally.store.schema``), so it writes one item per key. Ended windows are later moved off it: a day to its
+day item (``sk`` = ``d#...``, ``c#<counter>``, TTL of its retention), an hour to its day's item as a ``w#``
+attribute beside the day's total (or, when the day item would not live as long as its hours, or days are
+not counted, to an hour item of its own). Per key item, in ONE ``TransactWriteItems`` with other key items:
 
 - an ``Update`` of the key's item: ``REMOVE`` of the ended windows' attributes, on the condition that each
   still equals the value read (``ReturnValuesOnConditionCheckFailure=ALL_OLD``);
-- per ended window still within its retention, an ``ADD`` of the same values to the window's item (its
-  expiry set if not set yet, as a direct write would). A window past its retention is only removed: writing
-  it would resurrect an expired counter (``WindowSpec.windows_of``).
+- per window item, one ``ADD`` of the same values (its expiry set if not set yet, as a direct write would).
+  A window past its retention is only removed: writing it would resurrect an expired counter
+  (``WindowSpec.windows_of``).
 
-Both or neither, so a window's counts are on the key's item or on its window item, never both and never
+Both or neither, so a window's counts are on the key's item or on a window item, never both and never
 neither: readers add the two (``tally.reader``), before and after a move alike. A late event that changed
 an attribute between the read and the transaction fails the condition: the item the cancellation returns
 is the new read, and the move is tried again (``MAX_ATTEMPTS``), else left for a later batch. Two containers
@@ -20,12 +21,18 @@ nothing left to move. A container whose clock runs fast may move a window anothe
 that ADD re-creates the attribute, which a later move takes. So correctness depends on no clock; only how
 soon a window leaves the key's item does.
 
-Who moves, when: ``after_batch`` (``tally.pipeline``, after the commit, like gauges and distinct members)
-checks the key items the batch just wrote that this container has not checked since the hour began (a
-per-container memory, lost on a cold start: a second check costs a read, nothing more), with one
-``BatchGetItem``, and moves what has ended. A kill anywhere here leaves attributes that readers still count
-and the next batch writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended
-windows, for keys no batch writes again.
+When: reads are exact wherever a window is, so moving is worth its writes only to keep the key's item small
+(each batch's write of it is billed per KB) and to let TTL delete what has expired. Ended windows wait on
+the item until one of them began before today (UTC) or the item reaches ``MOVE_AT_BYTES``, then move
+together: per key and day about one key-item update and one day-item write, instead of two items per key
+and hour.
+
+Who: ``after_batch`` (``tally.pipeline``, after the commit, like gauges and distinct members) checks the
+key items the batch just wrote that this container has not checked since the hour began (a per-container
+memory, lost on a cold start: a second check costs a read, nothing more), with one ``BatchGetItem``, and
+moves what is due. A kill anywhere here leaves attributes that readers still count and a later batch
+writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys no
+batch writes again.
 """
 
 from __future__ import annotations
@@ -34,13 +41,15 @@ import logging
 import random
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey
-from tally.core.numbers import to_wire
-from tally.core.windows import HOUR_MS, closed_windows
+from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
+from tally.core.numbers import EXACT, to_wire
+from tally.core.windows import DAY_MS, HOUR_MS, closed_windows, hours_on_day_items
+from tally.cost.capacity import item_size
 from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
@@ -54,7 +63,6 @@ from tally.store.schema import (
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-    from decimal import Decimal
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -68,6 +76,9 @@ MAX_ACTIONS: Final = 100
 MAX_MOVED_ATTRIBUTES: Final = 100
 """Attributes one key item's ``REMOVE`` takes: its condition holds two operators each (``=``, ``AND``),
 within DynamoDB's 300 per expression, and about 17 bytes each, within its 4 KB. More wait for the next move."""
+MOVE_AT_BYTES: Final = 700
+"""A key item at least this large (attribute names and values) has its ended windows moved even before a day
+ends: about 5 hours of two counters, so the item stays within its first KB (a write costs 2 units per KB)."""
 MAX_ATTEMPTS: Final = 3
 """Transactions per group of key items: a late event (condition failed) or a conflict is tried again with
 what the cancellation returned, this many times in all; what is still unmoved is left for a later batch."""
@@ -121,27 +132,56 @@ class _Move:
     removed: Mapping[str, Decimal]
     """Attribute -> the value read (the condition)."""
     adds: tuple[tuple[CounterItem, Mapping[str, Decimal]], ...]
+    """Window item -> what it gets: ``c#`` totals of its own window, ``w#`` attributes of the hours it keeps."""
     windows: int
 
 
-def plan_move(raw: Mapping[str, Any], windows: WindowSpec, now_ms: int) -> _Move | None:
-    """What moving ``raw``'s ended windows writes; None when none has ended. At most ``MAX_MOVED_ATTRIBUTES``
-    attributes and ``MAX_ACTIONS - 1`` window items (the oldest windows first): the rest waits."""
+def plan_move(
+    raw: Mapping[str, Any], windows: WindowSpec, now_ms: int, *, move_at_bytes: int = MOVE_AT_BYTES
+) -> _Move | None:
+    """What moving ``raw``'s ended windows writes; None when none has ended, or while none need move yet.
+
+    Reads are exact wherever a window is, so a move is only worth its writes when it keeps the key's item
+    small (every batch pays for its size, per KB) or lets TTL see a window: ended windows wait on the item,
+    and go together, once one of them began before today (UTC; a day that has ended always did) or the item
+    reaches ``move_at_bytes`` (0: as soon as one has ended, as ``close_all`` does). Ended hours go to their
+    day's item as ``w#`` attributes beside the day's total when that item lives as long as they do
+    (``hours_on_day_items``): one window item written for a day's hours, not one per hour. At most
+    ``MAX_MOVED_ATTRIBUTES`` attributes and ``MAX_ACTIONS - 1`` window items, oldest windows first: the rest
+    waits for the next move.
+    """
+    ended = closed_windows(open_windows_from_item(raw), windows, now_ms)
+    if not ended:
+        return None
+    today = now_ms - now_ms % DAY_MS
+    if move_at_bytes and item_size(raw) < move_at_bytes and all(found.start_ms >= today for found in ended):
+        return None  # only hours of today have ended, and the item is small: they wait
     item = counter_item_of(raw)
+    on_days = hours_on_day_items(windows)
+    day = windows.unit("day") if on_days else None
     removed: dict[str, Decimal] = {}
-    adds: list[tuple[CounterItem, Mapping[str, Decimal]]] = []
+    adds: dict[CounterItem, dict[str, Decimal]] = {}
     count = 0
-    for ended in closed_windows(open_windows_from_item(raw), windows, now_ms):
-        if len(removed) + len(ended.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= MAX_ACTIONS - 1:
+    for found in ended:
+        if len(removed) + len(found.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= MAX_ACTIONS - 1:
             break
-        removed.update({window_attribute(ended.window, name): value for name, value in ended.counters.items()})
+        removed.update({window_attribute(found.window, name): value for name, value in found.counters.items()})
         count += 1
-        if ended.kept:
-            target = CounterItem(item.key, ended.window, item.shard, ended.expires_at_s)
-            adds.append((target, ended.counters))
+        if not found.kept:
+            continue  # past its retention: removed, never written (it would resurrect an expired counter)
+        if day is not None and found.unit == "hour":
+            day_start = day.start_ms(found.start_ms)
+            target = CounterItem(item.key, day.window_id(day_start), item.shard, day.expires_at_s(day_start))
+            named = {window_counter(found.window, name): value for name, value in found.counters.items()}
+        else:
+            target = CounterItem(item.key, found.window, item.shard, found.expires_at_s)
+            named = dict(found.counters)
+        into = adds.setdefault(target, {})
+        for name, value in named.items():
+            into[name] = EXACT.add(into.get(name, Decimal(0)), value)
     if not removed:
         return None
-    return _Move(item, removed, tuple(adds), count)
+    return _Move(item, removed, tuple(adds.items()), count)
 
 
 class DynamoDBWindowMover:
@@ -156,7 +196,10 @@ class DynamoDBWindowMover:
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
         max_actions: int = MAX_ACTIONS,
+        move_at_bytes: int = MOVE_AT_BYTES,
     ) -> None:
+        self._move_at_bytes = move_at_bytes
+        """0: every ended window is moved as soon as a batch finds it (tests; ``close_all`` always does)."""
         self._client = client
         self._table = counters_table
         self._windows = windows
@@ -198,14 +241,18 @@ class DynamoDBWindowMover:
             total += WindowsMoved(checked=1)
             page.append(raw)
             if len(page) >= 1000:
-                total += self.move(page, now_ms)
+                total += self.move(page, now_ms, every=True)
                 page = []
-        return total + self.move(page, now_ms)
+        return total + self.move(page, now_ms, every=True)
 
-    def move(self, raws: Iterable[Mapping[str, Any]], now_ms: int) -> WindowsMoved:
-        """Move the ended windows of these raw key items, in transactions of at most ``max_actions`` actions."""
+    def move(self, raws: Iterable[Mapping[str, Any]], now_ms: int, *, every: bool = False) -> WindowsMoved:
+        """Move the ended windows of these raw key items that need moving (``plan_move``; ``every``: all of
+        them), in transactions of at most ``max_actions`` actions."""
         self._unmoved = []
-        moves = [move for raw in raws if (move := plan_move(raw, self._windows, now_ms)) is not None]
+        limit = 0 if every else self._move_at_bytes
+        moves = [
+            move for raw in raws if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit)) is not None
+        ]
         total = WindowsMoved()
         for group in self._groups(moves):
             total += self._commit(group, now_ms)
@@ -274,7 +321,7 @@ class DynamoDBWindowMover:
         for owner, reason in zip(owners, reasons, strict=False):
             code = reason.get("Code") or "None"
             if code == "ConditionalCheckFailed" and "Item" in reason:
-                replanned[owner] = plan_move(reason["Item"], self._windows, now_ms)
+                replanned[owner] = plan_move(reason["Item"], self._windows, now_ms, move_at_bytes=0)
             elif code == "ConditionalCheckFailed":
                 replanned[owner] = None  # the key item is gone: nothing left to move
             elif code not in _RETRYABLE_REASONS and code != "None":
