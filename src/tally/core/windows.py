@@ -62,6 +62,11 @@ class WindowUnit:
         return (start_ms + self.duration_ms + self.retention_ms) // 1000
 
 
+MOVE_AT_BYTES: Final = 700
+"""A key item at least this large (attribute names and values) has its ended windows moved off it even before
+its day ends (``tally.store.windows``): about 5 hours of two counters, so the item stays within the first KB
+each batch's write of it pays for (2 write units per KB)."""
+
 UNITS: Final = {"minute": ("m", MINUTE_MS), "hour": ("h", HOUR_MS), "day": ("d", DAY_MS)}
 
 

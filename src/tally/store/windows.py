@@ -48,7 +48,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
 from tally.core.numbers import EXACT, to_wire
-from tally.core.windows import DAY_MS, HOUR_MS, closed_windows, hours_on_day_items
+from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
 from tally.cost.capacity import item_size
 from tally.store.schema import (
     PARTITION_KEY,
@@ -76,9 +76,6 @@ MAX_ACTIONS: Final = 100
 MAX_MOVED_ATTRIBUTES: Final = 100
 """Attributes one key item's ``REMOVE`` takes: its condition holds two operators each (``=``, ``AND``),
 within DynamoDB's 300 per expression, and about 17 bytes each, within its 4 KB. More wait for the next move."""
-MOVE_AT_BYTES: Final = 700
-"""A key item at least this large (attribute names and values) has its ended windows moved even before a day
-ends: about 5 hours of two counters, so the item stays within its first KB (a write costs 2 units per KB)."""
 MAX_ATTEMPTS: Final = 3
 """Transactions per group of key items: a late event (condition failed) or a conflict is tried again with
 what the cancellation returned, this many times in all; what is still unmoved is left for a later batch."""
