@@ -200,6 +200,11 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # (judged with the counters above); a key with a record given up and replayed out of order is reported
     assert verdict.levels_checked >= 1
     assert verdict.levels_checked + verdict.levels_unjudged == SMOKE.reset_keys
+    # AND windows on the key's item (issue 16): ended windows were moved during the run, under kills before
+    # the move and late events racing it (fault kinds above), and every hour and day window is exact
+    assert result.situations.get("situation.window_move_transactions", 0) > 0, result.situations
+    assert verdict.windows_checked > 0
+    assert verdict.windows_wrong == 0, verdict.examples
 
 
 def test_the_harness_catches_adds_over_the_expression_limit(
