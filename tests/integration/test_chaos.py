@@ -31,9 +31,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 import tally.apply as apply_module
 from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
+from tally.core.windows import parse_window_spec
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import add_update, translate
+from tally.store.windows import DynamoDBWindowMover
 from tests.support.chaos import run_on
 
 if TYPE_CHECKING:
@@ -86,6 +88,30 @@ class JournalWithoutAppliedRecords(DynamoDBJournal):
 
     def apply_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
         self._transact(self._adds(increments))
+
+
+class MoverLeavingAttributes(DynamoDBWindowMover):
+    """BROKEN on purpose: a window move adds to the window items and leaves the key item's attributes."""
+
+    def _remove(self, move: Any) -> Any:
+        action = super()._remove(move)
+        names = action["Update"]["ExpressionAttributeNames"]
+        action["Update"]["UpdateExpression"] = "SET " + ", ".join(f"{name} = {name}" for name in names)
+        return action
+
+
+def _mover_leaving_attributes(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+    spec = parse_window_spec(config.windows, config.window_retention)
+    pipeline._windows = MoverLeavingAttributes(client, tables.counters, spec)  # the REMOVE taken away
+    return pipeline
 
 
 def _broken(
@@ -251,6 +277,18 @@ def test_the_harness_catches_a_broken_variant(
     # THEN the harness reports doubled events and fails the run
     assert result.verdict.doubled_events > 0
     assert result.verdict.counters_wrong > 0
+    assert not result.passed
+
+
+def test_the_harness_catches_window_moves_that_leave_their_attributes(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a mover that adds ended windows to their window items but leaves them on the key items (issue 16)
+    result = run_on(
+        dynamodb_local, ddb_tables, replace(SMOKE, events=1_000), pipeline_factory=_mover_leaving_attributes
+    )
+    # THEN the all-time counters are exact but the windows read twice what they hold, and the run fails
+    assert result.verdict.windows_wrong > 0
     assert not result.passed
 
 
