@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOWS
+from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
@@ -122,8 +122,10 @@ class CounterReader:
         cls, environ: Mapping[str, str] | None = None, *, client: DynamoDBClient | None = None
     ) -> CounterReader:
         """From the variables the template gives its functions (and ``tally stack --env`` prints):
-        ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS``."""
+        ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS`` (with ``TALLY_WINDOW_RETENTION``, past
+        which a window reads empty)."""
         env = os.environ if environ is None else environ
+        windows = env.get(WINDOWS)
         if not env.get(COUNTERS_TABLE):
             raise ConfigurationError(f"missing environment variable(s): {COUNTERS_TABLE}")
         try:
@@ -131,7 +133,7 @@ class CounterReader:
                 env[COUNTERS_TABLE],
                 client=client,
                 hot_keys=env.get(HOT_KEYS, ""),
-                windows=env.get(WINDOWS),
+                windows=None if windows is None else parse_window_spec(windows, env.get(WINDOW_RETENTION, "")),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
