@@ -234,8 +234,11 @@ def simulate(
     seed: int = 20_261_124,
     page_bytes: PageBytes = planner_page_bytes,
     now_ms: int = 1_795_000_000_000,
+    moves: bool = True,
 ) -> UnitsPerEvent:
-    """Draw ``batches`` batches of ``batch_records`` records shaped like ``traffic``; bill each."""
+    """Draw ``batches`` batches of ``batch_records`` records shaped like ``traffic``; bill each, and add the
+    moves of ended windows at the traffic's rate (``window_moves``; ``moves=False``: the batches alone, as a
+    run shorter than an hour measures them)."""
     if batch_records < 1 or batches < 1:
         raise ValueError("a simulation needs at least one batch of one record")
     rng = random.Random(seed)
@@ -273,7 +276,7 @@ def simulate(
         bills.append(bill_batch(messages, resent_per_batch, traffic, page_bytes=page_bytes))
     count = len(bills)
     events = sum(bill.events for bill in bills)
-    move_writes, move_reads = window_moves(traffic)
+    move_writes, move_reads = window_moves(traffic) if moves else (0.0, 0.0)
     return UnitsPerEvent(
         batch_records=batch_records,
         write_units=sum(bill.write_units for bill in bills) / events + move_writes,
