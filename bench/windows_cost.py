@@ -121,13 +121,13 @@ def default_configs() -> list[Config]:
     ]
 
 
-def run(ddb: DynamoDBLocal, config: Config, *, seed: int = 20_261_124) -> Result:
+def run(ddb: DynamoDBLocal, config: Config, *, seed: int = 20_261_124, keys: int = KEYS) -> Result:
     """Both runs of one configuration, on tables of their own."""
     admin = ddb.client()
     client = ddb.client(CLIENT_CONFIG)
     pack = PACK if config.packed else 1
     batches = config.hours * config.batches_per_hour
-    spec = WorkloadSpec(events=batches * config.batch_records * pack, keys=KEYS, resend_rate=0.0, pack=PACK, seed=seed)
+    spec = WorkloadSpec(events=batches * config.batch_records * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
     stream = deliver("U", usage_events(spec), spec, packed=config.packed).without_resends()
     off = _run_one(client, admin, stream, config, windows=False)
     on = _run_one(client, admin, stream, config, windows=True)
