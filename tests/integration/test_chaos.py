@@ -251,13 +251,16 @@ BROKEN_VARIANTS = {
     "journal chunks without applied-records": (
         _journal_without_applied_records,
         # Large packed messages over many keys make multi-chunk journal batches; lost responses make their
-        # chunks be applied again (measured: 300-700 doubled events per run, never 0 in 4 runs).
+        # chunks be applied again (measured: 300-700 doubled events per run, never 0 in 4 runs). Since hour
+        # and day windows ride on the key's item (issue 16) a key is one item, not three, so messages of up to
+        # 60 events on 200 keys rarely needed a second chunk any more (doubled_events 0 in 2 of 4 runs, only
+        # the wide keys' later parts doubled): up to 150 events on 400 keys do.
         replace(
             SMOKE,
             events=2_000,
-            keys=200,
+            keys=400,
             packed_share=0.6,
-            max_packed_events=60,
+            max_packed_events=150,
             dynamodb=replace(SMOKE.dynamodb, lost_response=0.3),
         ),
     ),
