@@ -15,6 +15,11 @@ at batches of 100 and at the template's default (``BatchSize`` 10,000, which Lam
 to 5,504 single-event records), windows off and on, and the naive peer (one ``ADD`` per event, not exact)
 on the same stream: the target is <= 1.3 write units per event with numbered ids.
 
+Hour and day windows ride on the key's item (issue 16); the runs last minutes, so no window ends and none
+is moved: the model is asked for the batches alone (``simulate(moves=False)``). ``--windows`` runs a
+simulated day instead (``bench.windows_cost``: the batches, the moves and the final close) and checks the
+model with its moves at the same rate.
+
 The streams carry no producer re-sends here (``Stream.without_resends``): a re-send costs reads, not
 writes, and a re-send the gate lets through costs a cancelled transaction, which is the suite's subject.
 """
@@ -174,7 +179,11 @@ def run_checks(
             windows=WINDOWS if config.windows else (),
             numbered_ids=config.numbered,
         )
-        predicted = simulate(traffic, config.batch_size, batches=batches, seed=seed + 1, page_bytes=store_page_bytes)
+        # The run lasts minutes, within an hour: it moves no ended windows, so they are not priced here
+        # (``--windows`` measures them over a simulated day).
+        predicted = simulate(
+            traffic, config.batch_size, batches=batches, seed=seed + 1, page_bytes=store_page_bytes, moves=False
+        )
         checks.append(
             Check(
                 config=config.name,
@@ -233,6 +242,52 @@ def table(checks: Sequence[Check]) -> Table:
     return out
 
 
+WINDOWS_CONFIGS: Final = (
+    (False, 100, 12),
+    (False, 100, 1),
+    (True, 100, 1),
+)
+"""``--windows``: (packed, records per batch, batches per hour) over a simulated day (``bench.windows_cost``)."""
+
+
+def run_window_checks(ddb: DynamoDBLocal, progress: Callable[[str], None] = lambda _: None) -> list[Check]:
+    """Issue 16, part 1: windows on the key's item and their moves, measured over a simulated day
+    (``bench.windows_cost``: the batches, the moves they make, and the final close) against the model at
+    the same rate (events per second = records x events per message x batches per hour / 3,600)."""
+    from bench.windows_cost import Config as WindowsConfig  # noqa: PLC0415 - only this mode needs it
+    from bench.windows_cost import run as run_windows  # noqa: PLC0415
+
+    checks = []
+    for packed, records, rate in WINDOWS_CONFIGS:
+        config = WindowsConfig(packed, records, rate)
+        progress(config.name)
+        measured = run_windows(ddb, config)
+        events_per_message = PACK if packed else 1
+        traffic = Traffic(
+            events_per_second=records * events_per_message * rate / 3600,
+            keys=1000,
+            events_per_message=events_per_message,
+            counters=COUNTERS,
+            key_bytes=KEY_BYTES,
+            windows=WINDOWS,
+        )
+        batches = config.hours * rate
+        predicted = simulate(traffic, records, batches=min(batches, 24), page_bytes=store_page_bytes)
+        checks.append(
+            Check(
+                config=f"{config.name} over {config.hours} h, windows on",
+                events=measured.events,
+                batches=measured.batches,
+                predicted_write_units=predicted.write_units,
+                measured_write_units=measured.write_units_on,
+                predicted_read_units=predicted.read_units,
+                measured_read_units=measured.read_units_on,
+                exact=measured.exact,
+            )
+        )
+    return checks
+
+
 @click.command()
 @click.option("--min-events", type=click.IntRange(min=1), default=20_000, show_default=True)
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True)
@@ -248,18 +303,33 @@ def table(checks: Sequence[Check]) -> Table:
     help="Only single-event messages, numbered ids beside random ids, at 100 records and the defaults, and the "
     "naive peer at 100 (issue 16, part 3).",
 )
+@click.option(
+    "--windows",
+    "windows_mode",
+    is_flag=True,
+    help="Only windows on the key's item and their moves, over a simulated day (issue 16, part 1).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on standard output (no table).")
 def main(
-    *, min_events: int, keys: int, json_out: Path | None, high_volume: bool, numbered: bool, as_json: bool
+    *,
+    min_events: int,
+    keys: int,
+    json_out: Path | None,
+    high_volume: bool,
+    numbered: bool,
+    windows_mode: bool,
+    as_json: bool,
 ) -> None:
     """Run every configuration on a DynamoDB Local of its own; exit 1 if any prediction misses by over 10%."""
     console = Console(stderr=as_json)
     only = HIGH_VOLUME if high_volume else NUMBERED if numbered else None
+    naive = None
     with DynamoDBLocal() as ddb:
-        checks = run_checks(
-            ddb, keys=keys, min_events=min_events, progress=lambda name: console.print(f"running {name} ..."), only=only
-        )
-        naive = None
+        progress = lambda name: console.print(f"running {name} ...")  # noqa: E731
+        if windows_mode:
+            checks = run_window_checks(ddb, progress)
+        else:
+            checks = run_checks(ddb, keys=keys, min_events=min_events, progress=progress, only=only)
         if numbered:
             console.print("running naive ADD, single, windows off, 100 ...")
             naive = naive_write_units(ddb, keys=keys, min_events=min_events)

@@ -11,6 +11,8 @@
   names holds its deltas) or is in the dead-letter queue as ``below_floor``/``above_ceiling``, never
   neither; no bounded counter ends outside its bounds.
 - Every distinct count holds the number of different members its key's distinct counted messages named.
+- Every hour and day window of the ``win:`` keys (issue 16: their windows are moved off the key items during
+  the run, under kills and stale conditions) holds exactly the sum of its events, after a final close.
 - Every gauge (issue 15) holds what the distinct gauge messages leave: the largest ``max``, the smallest
   ``min``, the ``latest`` of the latest ``ts`` (``bench.chaos.patterns``); counters with a declared start
   hold the start plus their sum (in ``Workload.expected``).
@@ -77,6 +79,9 @@ class Verdict:
     """``r:`` keys whose ``level`` (resets and deltas in the shard's order) was judged with the counters."""
     levels_unjudged: int = 0
     """``r:`` keys left unjudged: a record of theirs was given up and replayed out of the shard's order."""
+    windows_checked: int = 0
+    """(``win:`` key, hour or day window) pairs read back after the final close (issue 16)."""
+    windows_wrong: int = 0
 
     @property
     def ok(self) -> bool:
@@ -86,6 +91,7 @@ class Verdict:
             and self.bounded_unaccounted == 0
             and self.bound_violations == 0
             and self.distinct_wrong == 0
+            and self.windows_wrong == 0
             and self.lost_events == 0
             and self.doubled_events == 0
             and not self.stray_keys
@@ -120,6 +126,7 @@ def judge(
     *,
     patterns: PatternReads | None = None,
     replayed: frozenset[str] = frozenset(),
+    read_window: Callable[[str, str], Mapping[str, Decimal]] | None = None,
 ) -> Verdict:
     """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest issue 15's
     patterns need; ``replayed``: bodies of Kinesis records given up and replayed) with the reference."""
@@ -187,7 +194,26 @@ def judge(
         **pattern_figures,
         levels_checked=len(workload.expected_levels) - len(unjudged),
         levels_unjudged=len(unjudged),
+        windows_checked=len(workload.expected_windows) if read_window is not None else 0,
+        windows_wrong=_judge_windows(workload, read_window, examples),
     )
+
+
+def _judge_windows(
+    workload: Workload, read_window: Callable[[str, str], Mapping[str, Decimal]] | None, examples: list[str]
+) -> int:
+    """Every hour and day window of the ``win:`` keys, read back (wherever it sits after the moves), against
+    the sum of the window messages' events in it (issue 16). Returns how many are wrong."""
+    if read_window is None:
+        return 0
+    wrong = 0
+    for (key, window), expected in sorted(workload.expected_windows.items()):
+        found = {name: value for name, value in read_window(key, window).items() if value}
+        if found != {name: value for name, value in expected.items() if value}:
+            wrong += 1
+            if len(examples) < 10:
+                examples.append(f"window {key} {window}: read {found}, expected {expected}")
+    return wrong
 
 
 @dataclass(frozen=True, slots=True)

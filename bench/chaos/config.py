@@ -46,6 +46,14 @@ class DynamoDBFaultRates:
     """Per invocation that writes members (``tally.store.distinct``), at its first transaction: the
     invocation is killed before it is sent, so the messages count and their distinct members are not
     written until the redelivery (issue 15)."""
+    kill_before_window_transfer: float = 0.1
+    """Per invocation that moves ended windows off key items (``tally.store.windows``), at its first move
+    transaction: the invocation is killed after its commit and its key items' read, before the move is sent;
+    the windows stay on the key items (still read exactly) until a later batch or the final close (issue 16)."""
+    late_event_race: float = 0.2
+    """Per window-move transaction: a late event changed a moved attribute between the move's read and its
+    transaction (the condition's value is made stale, so DynamoDB refuses it with the item as it is): the move
+    must re-plan from the returned item and move the new value, exactly once (issue 16)."""
     unprocessed_keys: float = 0.05
     """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
     ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
@@ -157,6 +165,10 @@ class ChaosConfig:
     code): a message whose receives kept failing lands there after ``maxReceiveCount`` even if it was
     counted, as on AWS, and an operator redrives again; one still there after these fails the run."""
     hot_keys: str = "hot:*=4"
+    window_messages: int = 60
+    """Messages on ``win:`` keys whose events' ``ts`` lie in the previous UTC day: their ended hour and day
+    windows are moved off the key items during the run (issue 16); every window is checked after a final close."""
+    window_keys: int = 3
     windows: str = "hour,day"
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
     """A round's item-disjoint direct transactions in flight at once, as the handler's default (issue 16)."""
@@ -194,6 +206,8 @@ SMOKE = ChaosConfig(
     bounded_messages=80,
     distinct_messages=60,
     reset_messages=60,
+    window_messages=150,
+    window_keys=10,
     dynamodb=DynamoDBFaultRates(
         connect_failure=0.03,
         lost_response=0.05,
@@ -205,6 +219,7 @@ SMOKE = ChaosConfig(
         lost_claim_near_deadline=0.5,
         kill_before_gauges=0.1,
         kill_before_members=0.1,
+        kill_before_window_transfer=0.3,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
 )

@@ -50,6 +50,14 @@ run, answers a ``TransactWriteItems`` that would write an item another one still
 transactions of ONE client in flight on one item are the applier's own doing (it must never send such a
 pair at once, ``tally.core.plan.item_disjoint_lanes``): each is recorded in ``self_overlaps``, which fails
 the run.
+Ended windows' moves off key items (issue 16, ``tally.store.windows``: a ``TransactWriteItems`` whose key-item
+actions ``REMOVE`` ``w#`` attributes) draw two more:
+
+- ``kill_before_window_transfer``, drawn once per invocation at its first move, like the two above: the
+  invocation is killed after its commit and its key items' read, before the move is sent;
+- ``late_event_race``, per move: the condition's value of one moved attribute is made stale, as if a late
+  event had added to it between the move's read and its transaction; DynamoDB refuses the move and returns
+  the item, from which the mover must re-plan (``situation.window_move_transactions`` counts the moves sent).
 
 ``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
 """
@@ -60,11 +68,12 @@ import json
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
-from tally.store.schema import GAUGE_PREFIXES, distinct_attribute
+from tally.store.schema import GAUGE_PREFIXES, WINDOW_PREFIX, distinct_attribute
 
 if TYPE_CHECKING:
     import random
@@ -196,7 +205,7 @@ class DynamoDBChaos:
         self.enabled = True
         self.killed_after_claim = False
         self.killed_before: str | None = None
-        """``gauges`` or ``members`` when ``kill_before_*`` fired in the current invocation."""
+        """``gauges``, ``members`` or ``window_transfer`` when ``kill_before_*`` fired in the current invocation."""
         self._followers_drawn: set[str] = set()
         """The kinds of write after the commit already drawn for in the current invocation (once each)."""
         self._unprocessed_burst = 0
@@ -258,6 +267,11 @@ class DynamoDBChaos:
             kill = self._rng.random() < getattr(self._rates, f"kill_before_{follower}")
         else:
             kill = False
+        if follower == "window_transfer":
+            self._log.add("situation.window_move_transactions")
+        if follower == "window_transfer" and self._rng.random() < self._rates.late_event_race:
+            _make_stale(params)
+            self._log.add("ddb.late_event_race")
         if kill:
             self._log.add(f"ddb.kill_before_{follower}")
             self.killed_before = follower
@@ -363,10 +377,25 @@ def _after_commit_write(operation: str, params: dict[str, Any]) -> str | None:
         names = request.get("ExpressionAttributeNames", {}).values()
         return "gauges" if any(name.startswith(tuple(GAUGE_PREFIXES.values())) for name in names) else None
     for action in request.get("TransactItems", []):
-        names = action.get("Update", {}).get("ExpressionAttributeNames", {}).values()
+        update = action.get("Update", {})
+        names = update.get("ExpressionAttributeNames", {}).values()
+        if update.get("UpdateExpression", "").startswith("REMOVE ") and any(n.startswith(WINDOW_PREFIX) for n in names):
+            return "window_transfer"
         if any(name.startswith(_COUNT_PREFIX) for name in names):
             return "members"
     return None
+
+
+def _make_stale(params: dict[str, Any]) -> None:
+    """A window move's first condition value, one more than read: a late event's ADD seen by DynamoDB only."""
+    request = json.loads(params["body"])
+    for action in request["TransactItems"]:
+        update = action.get("Update", {})
+        if update.get("UpdateExpression", "").startswith("REMOVE "):
+            value = update["ExpressionAttributeValues"][":w0"]
+            value["N"] = str(Decimal(value["N"]) + 1)
+            params["body"] = json.dumps(request).encode()
+            return
 
 
 _COUNT_PREFIX: Final = distinct_attribute("")

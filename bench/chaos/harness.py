@@ -37,7 +37,7 @@ from tally.core.defaults import parse_counter_defaults
 from tally.core.model import SourceRecord
 from tally.core.numbered import parse_numbered
 from tally.core.sharding import parse_hot_keys
-from tally.core.windows import parse_window_spec
+from tally.core.windows import parse_window_id, parse_window_spec
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.reader import CounterReader
@@ -46,6 +46,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
+from tally.store.windows import DynamoDBWindowMover
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -127,6 +128,7 @@ def wire_pipeline(
         settings,
         gauges=DynamoDBGaugeStore(client, tables.counters),
         distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
+        windows=DynamoDBWindowMover(client, tables.counters, settings.windows),
     )
 
 
@@ -383,6 +385,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
         patterns=_pattern_reads(config, tables, client_factory),
         replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
+        read_window=_final_close(config, tables, client_factory, run.clock.now_ms(), run.log),
     )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
@@ -411,6 +414,24 @@ def _pattern_reads(config: ChaosConfig, tables: Tables, client_factory: Callable
         distinct=lambda key: reader.get(key).distinct,
         counted=lambda message_id: markers.read_marker(message_id) is not None,
     )
+
+
+def _final_close(
+    config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient], now_ms: int, log: FaultLog
+) -> Callable[[str, str], dict[str, Decimal]]:
+    """Move what the run left on key items (``tally windows close``, without faults), then read windows as
+    ``tally.reader`` does: (key, window id) -> counters (issue 16)."""
+    spec = parse_window_spec(config.windows, config.window_retention)
+    client = client_factory()
+    closed = DynamoDBWindowMover(client, tables.counters, spec).close_all(now_ms)
+    log.add("situation.windows_moved_by_final_close", closed.windows)
+    reader = CounterReader(tables.counters, client=client, hot_keys=config.hot_keys, windows=spec)
+
+    def read_window(key: str, window: str) -> dict[str, Decimal]:
+        name, start = parse_window_id(window)
+        return dict(reader.series(key, name, start, start, now_ms=now_ms).windows[0].values)
+
+    return read_window
 
 
 def _apply_setup(workload: Workload, run: _Run) -> None:

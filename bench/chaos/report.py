@@ -56,6 +56,10 @@ def summary_table(result: ChaosResult) -> Table:
     )
     table.add_row(f"distinct counts wrong (of {verdict.distinct_checked:,})", _flag(verdict.distinct_wrong))
     table.add_row(
+        f"hour and day windows wrong after moves and the final close (of {verdict.windows_checked:,}; issue 16)",
+        _flag(verdict.windows_wrong),
+    )
+    table.add_row(
         "bounded messages: counted / refused by a bound (in DLQ)",
         f"{verdict.bounded_counted:,} / {verdict.bounded_refused:,} of {verdict.bounded_messages:,}",
     )

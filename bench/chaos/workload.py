@@ -59,6 +59,7 @@ from bench.chaos.patterns import (
     fold_levels,
     with_starts,
 )
+from tally.core.windows import parse_window_spec
 from tally.producer.packing import NumberedIds
 
 if TYPE_CHECKING:
@@ -160,6 +161,8 @@ class Workload:
     """key -> set -> distinct members of the counted messages (all-time)."""
     expected_levels: dict[str, Decimal] = field(default_factory=dict)
     """``r:`` key -> its ``level`` after its resets and deltas in the order of the shard that holds them."""
+    expected_windows: dict[tuple[str, str], dict[str, Decimal]] = field(default_factory=dict)
+    """(``win:`` key, hour or day window id) -> counter -> the sum of the window messages' events in it."""
 
     @property
     def bounded(self) -> tuple[ValidMessage, ...]:
@@ -221,6 +224,8 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     valid |= _long_decimal_messages(config)
     patterns = _pattern_messages(config, base_ms)
     valid |= patterns
+    windowed, expected_windows = _window_messages(config, base_ms)
+    valid |= windowed
     setup, doomed = _edge_messages(config)
     precision_setup, precision_doomed = _precision_messages(config)
     setup += precision_setup
@@ -248,7 +253,9 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             body = _respell(body)
             respelled[body] = message
         publications.insert(position, Publication(source_of(message), body, message.partition_key, resend=True))
-    alternates = _reuse_ids(config, {mid: m for mid, m in valid.items() if mid not in patterns}, reuse_rng)
+    alternates = _reuse_ids(
+        config, {mid: m for mid, m in valid.items() if mid not in patterns and mid not in windowed}, reuse_rng
+    )
     for alternate in alternates.values():
         # Half right next to the first content (same source and partition key: often the same batch), half
         # anywhere (before or after it: which content arrives first is left to the race).
@@ -284,6 +291,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             member for message in everything.values() if not message.doomed for member in message.members
         ),
         expected_levels=_levels(publications, everything),
+        expected_windows=expected_windows,
     )
 
 
@@ -431,6 +439,32 @@ def _keep_split_pairs_together(publications: list[Publication], valid: Mapping[s
         publication = publications.pop(second)
         place = next(i for i, p in enumerate(publications) if p.body == first)
         publications.insert(place + 1, replace(publication, source=publications[place].source))
+
+
+def _window_messages(
+    config: ChaosConfig, base_ms: int
+) -> tuple[dict[str, ValidMessage], dict[tuple[str, str], dict[str, Decimal]]]:
+    """Messages on ``win:`` keys with ``ts`` in the previous UTC day (its hours and the day have ended, so
+    the batches that write these keys move them off the key items: issue 16), and what each window holds.
+    Their own random stream: the rest of the load is drawn as before."""
+    rng = random.Random(f"{config.seed}:windows")
+    spec = parse_window_spec(config.windows, config.window_retention)
+    yesterday = base_ms - base_ms % DAY_MS - DAY_MS
+    messages: dict[str, ValidMessage] = {}
+    expected: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    for index in range(config.window_messages if config.window_keys else 0):
+        key = f"win:{index % config.window_keys}"
+        message_id = f"c{config.seed}-win-{index}"
+        ts = yesterday + rng.randrange(DAY_MS)
+        deltas = {TRACER: Decimal(1), "units": Decimal(rng.randint(1, 9))}
+        body = f'{{"id":"{message_id}",' + _event_json(key, deltas, ts) + "}"
+        messages[message_id] = ValidMessage(message_id, body, key, 1, {key: dict(deltas)}, parts=((key, deltas, ts),))
+        for unit in spec.units:
+            if unit.on_key_item:
+                window = expected[key, unit.window_id(unit.start_ms(ts))]
+                for name, delta in deltas.items():
+                    window[name] += delta
+    return messages, {window: dict(counters) for window, counters in expected.items()}
 
 
 def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:

@@ -28,7 +28,7 @@ from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
     from decimal import Decimal
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -70,6 +70,8 @@ class PipelineTotals:
     failed_records: int = 0
     transactions: int = 0
     retries: int = 0
+    windows_moved: int = 0
+    """Ended windows moved off key items after the batches (issue 16)."""
 
     def add(self, result: BatchResult) -> None:
         self.batches += 1
@@ -82,6 +84,7 @@ class PipelineTotals:
         self.failed_records += len(result.failed_record_ids)
         self.transactions += result.transactions
         self.retries += result.retries
+        self.windows_moved += result.windows_moved
 
     def as_dict(self) -> dict[str, int]:
         return {item.name: getattr(self, item.name) for item in fields(self)}
@@ -100,7 +103,10 @@ class TallyCounter:
         windows: bool = False,
         variant: str = "",
         overrides: Mapping[str, str] | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> None:
+        self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
         self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}{variant}"
         self._admin = admin
         definitions = _definitions()
@@ -121,11 +127,12 @@ class TallyCounter:
 
     @property
     def items_per_key(self) -> int:
-        """Counter items one key's events write per batch: the all-time item and one per window."""
-        return 1 + len(self.settings.windows.units)
+        """Counter items one key's events write per batch: its own item (which holds the open hour and day
+        windows, issue 16) and one per minute window."""
+        return 1 + sum(1 for unit in self.settings.windows.units if not unit.on_key_item)
 
     def handle(self, event: Mapping[str, Any], context: LambdaContext) -> Mapping[str, Any]:
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = self._clock()
         result = self._pipeline.process(records_from_event(event), now_ms, context.get_remaining_time_in_millis)
         self.totals.add(result)
         return {"batchItemFailures": [{"itemIdentifier": record_id} for record_id in result.failed_record_ids]}

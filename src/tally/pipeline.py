@@ -14,13 +14,14 @@ redelivers, rather than being turned into an empty failure list that would delet
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from msgspec.structs import replace
 
-from tally.core.aggregate import copy_conflict, deduplicate, message_totals
+from tally.core.aggregate import copy_conflict, deduplicate, key_items_with_windows, message_totals
 from tally.core.decode import DecodeLimits, decode_message
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.distinct import batch_members, carries_members
@@ -29,16 +30,25 @@ from tally.core.model import DeadLetter, Message, RejectCode, Rejection
 from tally.core.resets import reset_items
 from tally.core.sharding import HotKeys, assign_shards
 from tally.core.windows import WindowSpec
-from tally.errors import RetryableStoreError
+from tally.errors import RetryableStoreError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from tally.apply import Applier
+    from tally.core.aggregate import MessageTotals
     from tally.core.distinct import MemberSet
     from tally.core.gauges import GaugeSlot, GaugeValue
+    from tally.core.items import ItemKey
     from tally.core.model import SourceRecord
     from tally.store.distinct import DistinctWrite
+    from tally.store.windows import WindowsMoved
+
+logger = logging.getLogger(__name__)
+
+WINDOW_MOVE_RESERVE_MS = 3_000
+"""Below this much time left, a batch moves no ended windows (they wait for a later batch): reporting the
+batch matters more, and a window left on the key's item is still counted by every read."""
 
 
 class DeadLetterQueue(Protocol):
@@ -69,6 +79,16 @@ class DistinctStore(Protocol):
     def write_members(
         self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], remaining_ms: Callable[[], int] | None = None
     ) -> DistinctWrite: ...
+
+
+class WindowMover(Protocol):
+    """The port that moves ended windows off the key items a batch wrote (``tally.store.windows``).
+
+    Optional work: a window left on a key's item is still read exactly, so a failure here never fails the
+    batch. Raises ``StoreError`` when the key items could not be read.
+    """
+
+    def after_batch(self, items: Iterable[ItemKey], now_ms: int) -> WindowsMoved: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +141,16 @@ class BatchResult:
     """Member transactions sent (retries included)."""
     members_added: int = 0
     """Members counted by this batch (new member items)."""
+    window_checks: int = 0
+    """Key items read to find ended windows (``tally.store.windows``): once per key item, container and hour."""
+    windows_moved: int = 0
+    """(key item, window) pairs moved off key items to their window items (or, past retention, removed)."""
+    window_move_transactions: int = 0
+    window_items_written: int = 0
+    """Window items the moves added to."""
+    window_moves_left: int = 0
+    """Key items whose ended windows stay on them for now (a late event kept changing them, a conflict, an
+    error): still counted by every read, moved by a later batch."""
 
 
 class BatchPipeline:
@@ -135,7 +165,10 @@ class BatchPipeline:
         *,
         gauges: GaugeStore | None = None,
         distinct: DistinctStore | None = None,
+        windows: WindowMover | None = None,
     ) -> None:
+        self._windows = windows
+        """None: ended windows stay on key items (read exactly all the same) until something moves them."""
         self._gauges = gauges
         self._distinct = distinct
         """None: this pipeline counts no distinct members, and dead-letters messages that name some."""
@@ -187,6 +220,7 @@ class BatchPipeline:
         members = self._write_members(
             messages, distinct.unique, outcome.applied | outcome.already_applied, now_ms, remaining_ms
         )
+        moved = self._move_windows(totals, outcome.applied | outcome.already_applied, now_ms, remaining_ms)
 
         for position in distinct.unique:
             rejection = outcome.rejected.get(messages[position].message_id)
@@ -236,7 +270,33 @@ class BatchPipeline:
             member_reads=members.read,
             member_transactions=members.transactions,
             members_added=members.added,
+            window_checks=moved.checked if moved is not None else 0,
+            windows_moved=moved.windows if moved is not None else 0,
+            window_move_transactions=moved.transactions if moved is not None else 0,
+            window_items_written=moved.window_items if moved is not None else 0,
+            window_moves_left=moved.left if moved is not None else 0,
         )
+
+    def _move_windows(
+        self, totals: Sequence[MessageTotals], settled: frozenset[str], now_ms: int, remaining_ms: Callable[[], int]
+    ) -> WindowsMoved | None:
+        """Move ended windows off the key items this batch's counted messages write (issue 16, part 1).
+
+        After the commit, like gauges and members, and for already-applied messages too: a kill between a
+        commit and this step leaves the windows on the key's item, where reads still count them, and the
+        redelivery (or the next batch writing the key) moves them. Never fails the batch: what is not moved
+        now is moved later.
+        """
+        if self._windows is None or remaining_ms() < WINDOW_MOVE_RESERVE_MS:
+            return None
+        items = key_items_with_windows(net.totals for net in totals if net.message_id in settled)
+        if not items:
+            return None
+        try:
+            return self._windows.after_batch(items, now_ms)
+        except StoreError as exc:
+            logger.warning("ended windows not moved this batch (read failed): %s", exc)
+            return None
 
     def _write_gauges(
         self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]

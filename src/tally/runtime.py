@@ -25,6 +25,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
+from tally.store.windows import DynamoDBWindowMover
 
 if TYPE_CHECKING:
     from aws_lambda_powertools import Logger, Metrics
@@ -92,6 +93,9 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
         ),
         gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
         distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
+        windows=DynamoDBWindowMover(dynamodb, settings.counters_table, settings.windows)
+        if any(unit.on_key_item for unit in settings.windows.units)
+        else None,
     )
 
 
@@ -119,6 +123,10 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
         "MemberReads": result.member_reads,
         "MemberTransactions": result.member_transactions,
         "MembersAdded": result.members_added,
+        "WindowItemsChecked": result.window_checks,
+        "WindowsMoved": result.windows_moved,
+        "WindowMoveTransactions": result.window_move_transactions,
+        "WindowMovesLeft": result.window_moves_left,
     }
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)

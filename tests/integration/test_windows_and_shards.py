@@ -13,6 +13,7 @@ import pytest
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
+from tally.reader.dynamodb import CounterReader
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
@@ -74,14 +75,23 @@ def test_hourly_series_is_exact_under_faults_and_reads_gaps_as_zero(ddb_tables: 
     assert store.read_counters("site") == {"count": sum(expected.values())}
 
 
-def test_window_items_carry_their_expiry_and_day_items_are_kept(ddb_tables: DynamoDBTables) -> None:
+def test_open_hour_and_day_windows_are_attributes_of_the_keys_item(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN one event with hour and day windows on; WHEN it is counted (and its windows are not moved yet)
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    pipeline, _ = make_pipeline(store, windows=WINDOWS)
+    pipeline, _ = make_pipeline(store, windows=WINDOWS, move_windows=False)
     pipeline.process([SourceRecord("r", f'{{"id":"x","key":"k","delta":1,"ts":{DAY0 + 5}}}', NOW_MS)], NOW_MS, plenty)
+    # THEN the batch wrote one item, the key's, holding the all-time value and both open windows (issue 16)
     items = {item["sk"]["S"]: item for item in ddb_tables.client.scan(TableName=ddb_tables.counters_table)["Items"]}
-    assert int(items["h#2100-01-01T00:00Z"]["expires_at"]["N"]) == (DAY0 + HOUR_MS + 90 * 86_400_000) // 1000
-    assert "expires_at" not in items["d#2100-01-01"]
+    assert set(items) == {"all"}
+    assert items["all"]["w#h#2100-01-01T00:00Z\x1fcount"] == {"N": "1"}
+    assert items["all"]["w#d#2100-01-01\x1fcount"] == {"N": "1"}
     assert "expires_at" not in items["all"]
+    # AND reads see the all-time value and each window
+    assert store.read_counters("k") == {"count": Decimal(1)}
+    assert store.read_series("k", WINDOWS.unit("hour"), DAY0, DAY0 + HOUR_MS) == [
+        (DAY0, {"count": 1}),
+        (DAY0 + HOUR_MS, {}),
+    ]
 
 
 def test_late_and_future_events(ddb_tables: DynamoDBTables) -> None:
@@ -148,3 +158,19 @@ def test_one_add_per_shard_item_per_batch(ddb_tables: DynamoDBTables) -> None:
     assert pipeline.process(records, NOW_MS, plenty).failed_record_ids == ()
     assert len(adds) == len(set(adds)) == 1
     assert store.read_counters("hot") == {"count": Decimal(1800)}
+
+
+def test_a_window_past_its_retention_reads_empty_even_while_it_waits_on_the_keys_item(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN an hour counted on the key's item, hours kept one day, and never moved off it
+    spec = parse_window_spec("hour", "hour=1")
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, windows=spec)
+    pipeline.process([SourceRecord("r", f'{{"id":"x","key":"k","delta":4,"ts":{DAY0}}}', DAY0)], DAY0, plenty)
+    reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, windows=spec)
+    # THEN it reads while kept, and as empty once its retention has passed (TTL would have deleted its item)
+    assert reader.series("k", "hour", DAY0, DAY0, now_ms=DAY0 + HOUR_MS).windows[0].values == {"count": 4}
+    expired = DAY0 + HOUR_MS + 86_400_000
+    assert reader.series("k", "hour", DAY0, DAY0, now_ms=expired).windows[0].values == {}
+    assert reader.get("k").values == {"count": 4}

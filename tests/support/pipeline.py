@@ -19,6 +19,7 @@ from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, Dy
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
+from tally.store.windows import DynamoDBWindowMover
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from tally.core.model import DeadLetter
     from tally.marker_reads import MarkerReadGate
+    from tally.pipeline import WindowMover
 
 TTL_DAYS = 35
 FAST_RETRIES = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=8, reserve_ms=1_000)
@@ -84,11 +86,15 @@ def make_pipeline(
     counter_defaults: CounterDefaults = NO_DEFAULTS,
     with_distinct: bool = True,
     write_concurrency: int = 1,
+    window_mover: WindowMover | None = None,
+    move_windows: bool = True,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
     ``write_concurrency`` is 1 here (a round's direct transactions one at a time, so tests that count or
     order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 4).
+    With hour or day windows, ended windows are moved off key items after each batch as in production
+    (``tally.store.windows``), by ``window_mover`` if given; ``move_windows=False`` leaves them there.
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
@@ -119,4 +125,7 @@ def make_pipeline(
         if with_distinct
         else None
     )
-    return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct), dlq
+    mover = window_mover
+    if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
+        mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, sleep=lambda _: None)
+    return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct, windows=mover), dlq

@@ -158,6 +158,13 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     two_hours_later_ms = time.time_ns() // 1_000_000 + 2 * 3_600_000
     result = sqs_handler.pipeline().process(records_from_event(stalled), two_hours_later_ms, lambda: 60_000)
     assert result.failed_record_ids == ()
+    # A key written in hour 0 and again the next day: the second batch moves the ended hour and day off its
+    # item (issue 16).
+    for n, hour in ((1, 0), (2, 24)):
+        at_ms = 4_102_444_800_000 + hour * 3_600_000
+        event = sqs_event([json.dumps({"id": f"moved-{n}", "key": "moved", "delta": 1})], first=200 + n, sent_ms=at_ms)
+        moved = sqs_handler.pipeline().process(records_from_event(event), at_ms, lambda: 60_000)
+        assert moved.windows_moved == (1 if hour else 0)
 
 
 def drive_the_operator_commands(aws: dict[str, Any]) -> None:
@@ -174,6 +181,15 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
     run("get", "hot", "--json")  # a hot key: BatchGetItem over its 16 shards
     run("get", "page:/home", "--window", "hour", "--json")  # Query
     run("top", "5")  # Scan
+    # A key never written again, its 2020 hour still open on its item (issue 16): moved by `tally windows close`.
+    ended = {
+        "pk": {"S": "old"},
+        "sk": {"S": "all"},
+        "c#count": {"N": "1"},
+        "w#h#2020-01-01T00:00Z\x1fcount": {"N": "1"},
+    }
+    boto3.client("dynamodb").put_item(TableName="counters", Item=ended)
+    run("windows", "close")  # Scan, TransactWriteItems (Update)
     # A stack whose Outputs name the resources, as the deployed template's do.
     outputs = {
         "CountersTableName": "counters",
@@ -292,6 +308,7 @@ LAMBDA_CALLS = {
     ("TransactWriteItems", "apply"),  # direct transactions (store.dynamodb)
     ("TransactWriteItems", "_transact"),  # the journal's steps
     ("TransactWriteItems", "_write"),  # distinct-count members and their counts (store.distinct)
+    ("TransactWriteItems", "_commit"),  # ended windows moved off key items (store.windows)
     ("TransactWriteItems.Put", "Put"),
     ("TransactWriteItems.Update", "Update"),
     ("TransactWriteItems.ConditionCheck", "ConditionCheck"),
@@ -304,6 +321,9 @@ OPERATOR_CALLS = {
     ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
     ("Query", "_query"),  # tally get --window (tally.reader)
     ("Scan", "_scan_all_time"),  # tally top (tally.reader)
+    ("Scan", "_scan_key_items"),  # tally windows close (store.windows)
+    ("TransactWriteItems", "_commit"),
+    ("TransactWriteItems.Update", "Update"),
     ("DescribeStacks", "describe"),
     ("DescribeStacks", "stack_outputs"),
     ("SendMessageBatch", "send_batch"),  # tally publish

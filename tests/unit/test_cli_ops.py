@@ -122,3 +122,27 @@ def test_stack_shows_outputs_and_the_variables_they_set(aws: dict[str, Any]) -> 
     missing = run("stack", "nope")
     assert missing.exit_code == 1
     assert "cannot read stack 'nope'" in missing.output
+
+
+def test_windows_close_moves_every_keys_ended_windows_once(
+    aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a key never written again, its 2020 hour and day still open on its item (issue 16)
+    dynamodb = boto3.client("dynamodb")
+    item = {"pk": {"S": "w"}, "sk": {"S": "all"}, "c#count": {"N": "3"}}
+    item |= {"w#h#2020-01-01T05:00Z\x1fcount": {"N": "3"}, "w#d#2020-01-01\x1fcount": {"N": "3"}}
+    dynamodb.put_item(TableName="c", Item=item)
+    monkeypatch.setenv("TALLY_WINDOWS", "hour,day")
+    monkeypatch.setenv("TALLY_WINDOW_RETENTION", "hour=0,day=0")
+    # WHEN an operator closes the windows, twice
+    first = json.loads(run("windows", "close", "--json").output)
+    second = json.loads(run("windows", "close", "--json").output)
+    # THEN the first run moved both windows to the day's item (the hour beside the day's total), the second
+    # found nothing (4 key items: a, b, b's shard 3, w)
+    assert (first["key_items_checked"], first["windows_moved"], first["window_items_written"]) == (4, 2, 1)
+    assert second["windows_moved"] == 0
+    stored = {i["sk"]["S"]: i for i in dynamodb.scan(TableName="c")["Items"] if i["pk"]["S"] == "w"}
+    assert stored["d#2020-01-01"]["w#h#2020-01-01T05:00Z\x1fcount"] == {"N": "3"}
+    assert stored["d#2020-01-01"]["c#count"] == {"N": "3"}
+    assert not [name for name in stored["all"] if name.startswith("w#")]
+    assert "0 ended windows of 0 key items moved" in run("windows", "close").output

@@ -24,6 +24,7 @@ from tally.cost.model import (
     price,
     recommend,
     simulate,
+    window_moves,
 )
 from tests.support.events import sqs_event
 
@@ -33,9 +34,10 @@ from tests.support.events import sqs_event
     [
         # GIVEN every event on one key: the whole batch is one unit, one transaction: 10 markers + 1 ADD
         (Traffic(100, keys=1, windows=()), 10, 2 * (10 + 1) / 10, 0.0),
-        # the template's windows: 3 items per key (all-time, hour, day)
-        (Traffic(100, keys=1), 10, 2 * (10 + 3) / 10, 0.0),
-        (Traffic(100, keys=1, windows=("minute", "hour", "day")), 10, 2 * (10 + 4) / 10, 0.0),
+        # the template's windows: hour and day ride on the key's item (issue 16): 1 item per key, plus the
+        # moves of ended windows (window_moves, added below); minutes are items of their own
+        (Traffic(100, keys=1), 10, 2 * (10 + 1) / 10, 0.0),
+        (Traffic(100, keys=1, windows=("minute", "hour", "day")), 10, 2 * (10 + 2) / 10, 0.0),
         # one packed message of 100 events on one key: 1 marker + 1 ADD for 100 events
         (Traffic(100, keys=1, events_per_message=100, windows=()), 1, 2 * (1 + 1) / 100, 0.0),
         # re-sends: 10 records, 8 new messages; every record's marker read at half a unit, per new event
@@ -46,8 +48,23 @@ def test_units_per_event_match_the_hand_bill(
     traffic: Traffic, batch: int, write_units: float, read_units: float
 ) -> None:
     units = simulate(traffic, batch, batches=3)
-    assert units.write_units == pytest.approx(write_units)
-    assert units.read_units == pytest.approx(read_units)
+    move_writes, move_reads = window_moves(traffic)
+    assert units.write_units == pytest.approx(write_units + move_writes)
+    assert units.read_units == pytest.approx(read_units + move_reads)
+
+
+def test_window_moves_cost_a_key_item_and_a_day_item_per_active_key_day() -> None:
+    # GIVEN one key, busy every hour: a move at least once a day, at most every few hours (MOVE_AT_BYTES)
+    busy = Traffic(1, keys=1)
+    writes, reads = window_moves(busy)
+    per_day = 24 * 3600
+    assert 2 * 2 / per_day <= writes <= 24 * 2 * 2 / per_day
+    assert reads == pytest.approx(24 / per_day)  # one check read per key-hour
+    # AND nothing without hour or day windows; minutes alone move nothing
+    assert window_moves(Traffic(1, keys=1, windows=())) == (0.0, 0.0)
+    assert window_moves(Traffic(1, keys=1, windows=("minute",))) == (0.0, 0.0)
+    # AND the per-event share falls as the rate rises (the same key-days carry more events)
+    assert window_moves(Traffic(1000, keys=1000))[0] < window_moves(Traffic(10, keys=1000))[0] / 10
 
 
 def test_single_events_over_many_keys_cost_a_marker_and_an_add_per_distinct_key() -> None:

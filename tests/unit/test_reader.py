@@ -209,6 +209,12 @@ def test_from_environment_reads_the_functions_variables(dynamodb: Any) -> None:
         True,
         ["day"],
     )
+    # AND the windows' retention, past which a window reads empty (issue 16: it may still wait on the key's item)
+    kept = CounterReader.from_environment(
+        {"TALLY_COUNTERS_TABLE": "c", "TALLY_WINDOWS": "hour", "TALLY_WINDOW_RETENTION": "hour=2"}, client=dynamodb
+    )
+    assert kept.windows is not None
+    assert kept.windows.unit("hour").retention_ms == 2 * 86_400_000
     with pytest.raises(ConfigurationError, match="TALLY_COUNTERS_TABLE"):
         CounterReader.from_environment({}, client=dynamodb)
     with pytest.raises(ConfigurationError, match="bad hot key"):

@@ -3,21 +3,39 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tally.core.aggregate import message_totals
 from tally.core.decode import decode_message
-from tally.core.items import CounterItem, item_parts
+from tally.core.items import CounterItem, item_parts, split_window_counter, window_counter
 from tally.core.model import Message
 from tally.core.sharding import HotKeys, assign_shards, parse_hot_keys
 from tally.core.windows import DAY_MS, HOUR_MS, MINUTE_MS, parse_window_spec
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from tally.core.items import ItemKey
+    from tally.core.numbers import Number
 
 SPEC = parse_window_spec("minute,hour,day", "minute=7,hour=90,day=0")
 
 
 def ms(text: str) -> int:
     return int(datetime.fromisoformat(text).timestamp() * 1000)
+
+
+def windows_in(totals: Mapping[ItemKey, Mapping[str, Number]]) -> dict[str, dict[str, Number]]:
+    """Window id (or ``all``) -> counters, whether the window is an item or counters on the key's item."""
+    found: dict[str, dict[str, Number]] = {}
+    for item, counters in totals.items():
+        for name, value in counters.items():
+            split = split_window_counter(name)
+            window, counter = split if split is not None else (item_parts(item).window, name)
+            found.setdefault(window, {})[counter] = value
+    return found
 
 
 @pytest.mark.parametrize(
@@ -58,9 +76,36 @@ def test_iso_and_epoch_timestamps_give_the_same_windows(ts_text: str) -> None:
     message = decode_message(f'{{"id":"m","key":"k","delta":2,"ts":{ts_text}}}')
     assert isinstance(message, Message)
     totals = message_totals(message, SPEC, received_ms=0, now_ms=ms("2026-11-22T04:00:00+00:00")).totals
-    windows = sorted(item_parts(item).window for item in totals)
-    assert windows == ["all", "d#2026-11-22", "h#2026-11-22T03:00Z", "m#2026-11-22T03:15Z"]
-    assert all(counters == {"count": 2} for counters in totals.values())
+    windows = windows_in(totals)
+    assert sorted(windows) == ["all", "d#2026-11-22", "h#2026-11-22T03:00Z", "m#2026-11-22T03:15Z"]
+    assert all(counters == {"count": 2} for counters in windows.values())
+
+
+def test_hour_and_day_windows_ride_on_the_keys_item_and_minutes_are_items_of_their_own() -> None:
+    # GIVEN an event counted in minute, hour and day windows
+    message = decode_message('{"id":"m","key":"k","delta":2,"ts":"2026-11-22T03:15:00Z"}')
+    assert isinstance(message, Message)
+    totals = message_totals(message, SPEC, received_ms=0, now_ms=ms("2026-11-22T04:00:00+00:00")).totals
+    # THEN the batch writes two items: the key's (all-time, hour, day) and the minute's
+    assert totals == {
+        "k": {
+            "count": 2,
+            window_counter("h#2026-11-22T03:00Z", "count"): 2,
+            window_counter("d#2026-11-22", "count"): 2,
+        },
+        CounterItem("k", "m#2026-11-22T03:15Z", 0, (ms("2026-11-22T03:16:00+00:00") + 7 * DAY_MS) // 1000): {
+            "count": 2
+        },
+    }
+
+
+def test_a_window_counter_name_can_never_be_a_users_counter() -> None:
+    # A user counter name holding U+001F is refused, so the window counters' names are theirs alone
+    refused = decode_message('{"id":"m","key":"k","deltas":{"\\u001fh#2026-11-22T03:00Z\\u001fcount":1}}')
+    assert not isinstance(refused, Message)
+    assert refused.code.value == "invalid_counter_name"
+    assert split_window_counter(window_counter("d#2026-11-22", "a\u001fb")) == ("d#2026-11-22", "a\u001fb")
+    assert split_window_counter("count") is None
 
 
 def test_without_ts_the_window_comes_from_the_time_the_source_received_it() -> None:
@@ -68,7 +113,7 @@ def test_without_ts_the_window_comes_from_the_time_the_source_received_it() -> N
     assert isinstance(message, Message)
     received = ms("2026-11-22T03:15:00+00:00")
     totals = message_totals(message, parse_window_spec("hour"), received_ms=received, now_ms=received).totals
-    assert CounterItem("k", "h#2026-11-22T03:00Z", 0, None) in totals
+    assert windows_in(totals) == {"all": {"count": 1}, "h#2026-11-22T03:00Z": {"count": 1}}
 
 
 def test_window_expiry_is_window_end_plus_retention_and_day_is_kept() -> None:
@@ -85,7 +130,7 @@ def test_a_late_event_counts_all_time_and_in_the_windows_still_kept() -> None:
     message = decode_message(f'{{"id":"m","key":"k","delta":1,"ts":{now - 10 * DAY_MS}}}')
     assert isinstance(message, Message)
     net = message_totals(message, SPEC, received_ms=now, now_ms=now)
-    units = sorted(item_parts(item).window[:1] for item in net.totals)
+    units = sorted(window[:1] for window in windows_in(net.totals))
     assert units == ["a", "d", "h"]
     assert net.late_events == 1
 
@@ -95,8 +140,7 @@ def test_events_of_one_message_in_one_window_are_summed() -> None:
     message = decode_message(body)
     assert isinstance(message, Message)
     totals = message_totals(message, parse_window_spec("hour"), now_ms=ms("2026-11-22T04:00:00+00:00")).totals
-    assert totals["k"] == {"count": 3}
-    assert totals[CounterItem("k", "h#2026-11-22T03:00Z", 0, None)] == {"count": 3}
+    assert totals == {"k": {"count": 3, window_counter("h#2026-11-22T03:00Z", "count"): 3}}
 
 
 @pytest.mark.parametrize(

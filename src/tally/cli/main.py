@@ -24,6 +24,7 @@ from tally.cli.plan import plan
 from tally.cli.publish import publish
 from tally.cli.stack_command import stack
 from tally.cli.top import top
+from tally.cli.windows import windows
 from tally.config import COUNTERS_TABLE
 from tally.errors import TallyError
 from tally.reader import CounterReader, Series, Window, parse_time_ms
@@ -197,6 +198,7 @@ cli.add_command(stack)
 cli.add_command(plan)
 cli.add_command(reset)
 cli.add_command(correct)
+cli.add_command(windows)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from tally.core.digest import content_digest
-from tally.core.items import CounterItem, ItemKey
+from tally.core.items import ALL_TIME, WINDOW_COUNTER_MARK, CounterItem, ItemKey, item_parts, window_counter
 from tally.core.ledger import content_conflict
 from tally.core.model import IdConflict
 from tally.core.numbers import Number, add
@@ -116,7 +116,9 @@ def message_totals(
     """Net one message's events per counter item: the all-time item, and each window it counts in.
 
     An event's window comes from its ``ts``, or, without one, from ``received_ms`` (when the source
-    accepted the record). The digest is taken from the decoded events, so it depends on neither.
+    accepted the record). The digest is taken from the decoded events, so it depends on neither. Hour and
+    day windows are counters of the key's own item (``window_counter``: one item written per key, issue
+    16); minute windows are items of their own.
     """
     totals: dict[ItemKey, dict[str, Number]] = {}
     late = 0
@@ -129,8 +131,13 @@ def message_totals(
             spans, was_late = windows.windows_of(ts_ms, now_ms)
             late += was_late
             for unit, start in spans:
-                window = CounterItem(event.key, unit.window_id(start), 0, unit.expires_at_s(start))
-                _add_to_item(totals, window, event.deltas)
+                window_id = unit.window_id(start)
+                if unit.on_key_item:
+                    named = {window_counter(window_id, name): delta for name, delta in event.deltas.items()}
+                    _add_to_item(totals, event.key, named)
+                else:
+                    window = CounterItem(event.key, window_id, 0, unit.expires_at_s(start))
+                    _add_to_item(totals, window, event.deltas)
     digest = content_digest(message)
     first = message.events[0] if message.events else None
     if first is not None and (first.reset is not None or first.correction):
@@ -178,3 +185,14 @@ def _add_counters(into: dict[str, Number], deltas: Mapping[str, Number]) -> None
             into[name] = previous + delta  # ``add``'s int case, inlined: this loop runs once per counter
         else:
             into[name] = add(previous, delta)
+
+
+def key_items_with_windows(parts: Iterable[Totals]) -> list[ItemKey]:
+    """The key items (all-time, or a hot key's shard) that carry open-window counters in these totals: the
+    items whose ended windows the batch then moves (``tally.store.windows``)."""
+    found: dict[ItemKey, None] = {}
+    for totals in parts:
+        for item, counters in totals.items():
+            if item_parts(item).window == ALL_TIME and any(name[:1] == WINDOW_COUNTER_MARK for name in counters):
+                found[item] = None
+    return list(found)

@@ -385,10 +385,15 @@ def _deltas(
     max_name_bytes = limits.max_counter_name_bytes
     # The decoder built this dict for this event alone: it is checked, and fixed up, in place.
     for name, value in deltas.items():
-        if not name or (len(name) * 4 > max_name_bytes and len(name.encode("utf-8")) > max_name_bytes):
+        if (
+            not name
+            or (len(name) * 4 > max_name_bytes and len(name.encode("utf-8")) > max_name_bytes)
+            or SHARD_SEPARATOR in name
+        ):
+            # U+001F marks an open window's counter on the key's item (``tally.core.items.window_counter``).
             raise _Invalid(
                 RejectCode.INVALID_COUNTER_NAME,
-                f"counter names are 1 to {max_name_bytes} bytes of UTF-8 at `{_where(index)}.deltas`",
+                f"counter names are 1 to {max_name_bytes} bytes of UTF-8 without U+001F at `{_where(index)}.deltas`",
             )
         kind = type(value)
         # The fast path: a short decimal literal (vouched for by the float hook) or a small int.

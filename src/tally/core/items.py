@@ -27,6 +27,28 @@ class CounterItem(NamedTuple):
 
 ItemKey: TypeAlias = str | CounterItem
 
+WINDOW_COUNTER_MARK = "\x1f"
+"""Starts the name of an open window's counter on a key's item (issue 16): user counter names may not hold
+U+001F (``tally.core.decode``), so ``<mark><window id><mark><counter>`` can never be a user's counter."""
+
+
+def window_counter(window: str, counter: str) -> str:
+    """The name, in a batch's totals, of ``counter``'s delta in the open ``window`` on the key's item.
+
+    Riding on the key's item as one more counter, it travels with the all-time counters: one ADD per item,
+    the planner's action count, the journal's pages and apply chunks and the 4 KB bound
+    (``counters_per_add``) all see it as what it is, one more counter of that item.
+    """
+    return f"{WINDOW_COUNTER_MARK}{window}{WINDOW_COUNTER_MARK}{counter}"
+
+
+def split_window_counter(name: str) -> tuple[str, str] | None:
+    """(window id, counter) of a ``window_counter`` name; None for a user's (all-time) counter."""
+    if not name.startswith(WINDOW_COUNTER_MARK):
+        return None
+    window, _, counter = name[1:].partition(WINDOW_COUNTER_MARK)
+    return window, counter
+
 
 def item_parts(item: ItemKey) -> CounterItem:
     """The (key, window, shard) of any item key."""

@@ -3,13 +3,24 @@
 Windows are half-open, ``[start, start + duration)``, in UTC, aligned to the epoch (minute, hour, day).
 A window id sorts in time within its unit (``h#2026-11-22T03:00Z``), so a range of windows of one key is
 one DynamoDB ``Query`` on the sort key. Time is always passed in.
+
+Hour and day windows are *open on the key's item* while they last (issue 16, part 1): a batch adds an
+event's hour and day deltas to the key's own item, as counters named by ``tally.core.items.window_counter``,
+so it writes one item per key instead of three; once a window has ended it is moved to its own window item
+(``tally.store.windows``). Minute windows stay items of their own from the start: a key-minute would need a
+move of its own, which costs more than writing the window item in each batch unless many batches write the
+key within the same minute.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from decimal import Decimal
 
 MINUTE_MS: Final = 60_000
 HOUR_MS: Final = 3_600_000
@@ -35,12 +46,26 @@ class WindowUnit:
         text = moment.strftime("%Y-%m-%dT%H:%MZ") if self.duration_ms < DAY_MS else moment.strftime("%Y-%m-%d")
         return f"{self.prefix}#{text}"
 
+    @property
+    def on_key_item(self) -> bool:
+        """Whether an open window of this unit is counted on the key's item (hour, day) rather than its own."""
+        return self.duration_ms >= HOUR_MS
+
+    def end_ms(self, start_ms: int) -> int:
+        """The first instant after the window starting at ``start_ms``."""
+        return start_ms + self.duration_ms
+
     def expires_at_s(self, start_ms: int) -> int | None:
         """When the window's counters may be deleted (epoch seconds), or None to keep them."""
         if self.retention_ms is None:
             return None
         return (start_ms + self.duration_ms + self.retention_ms) // 1000
 
+
+MOVE_AT_BYTES: Final = 700
+"""A key item at least this large (attribute names and values) has its ended windows moved off it even before
+its day ends (``tally.store.windows``): about 5 hours of two counters, so the item stays within the first KB
+each batch's write of it pays for (2 write units per KB)."""
 
 UNITS: Final = {"minute": ("m", MINUTE_MS), "hour": ("h", HOUR_MS), "day": ("d", DAY_MS)}
 
@@ -74,6 +99,67 @@ class WindowSpec:
                 continue
             windows.append((unit, start))
         return windows, late
+
+
+def parse_window_id(window: str) -> tuple[str, int]:
+    """``"h#2026-11-22T03:00Z"`` -> (``"hour"``, its start in epoch ms); ``ValueError`` for anything else."""
+    prefix, _, text = window.partition("#")
+    for name, (unit_prefix, duration) in UNITS.items():
+        if unit_prefix == prefix:
+            pattern = "%Y-%m-%d" if duration >= DAY_MS else "%Y-%m-%dT%H:%MZ"
+            moment = datetime.strptime(text, pattern).replace(tzinfo=UTC)
+            return name, int(moment.timestamp()) * 1000
+    raise ValueError(f"not a window id: {window!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class EndedWindow:
+    """An ended window found open on a key's item: what a move takes off it, and where it goes."""
+
+    window: str
+    unit: str
+    """``hour``, ``day`` (or ``minute``)."""
+    start_ms: int
+    counters: Mapping[str, Decimal]
+    kept: bool
+    """False when its retention has passed: it is only removed (writing it would resurrect it)."""
+    expires_at_s: int | None
+
+
+def closed_windows(
+    open_windows: Mapping[str, Mapping[str, Decimal]], spec: WindowSpec, now_ms: int
+) -> list[EndedWindow]:
+    """The windows among ``open_windows`` (window id -> counters) that have ended by ``now_ms``, oldest first.
+
+    A window of a unit the deployment no longer counts keeps its counters forever (no retention is known);
+    a window id this code cannot read is never touched.
+    """
+    ended: list[EndedWindow] = []
+    for window, counters in open_windows.items():
+        try:
+            name, start = parse_window_id(window)
+        except ValueError:
+            continue
+        counted = [unit for unit in spec.units if unit.name == name]
+        unit = counted[0] if counted else WindowUnit(name, UNITS[name][0], UNITS[name][1], None)
+        if unit.window_id(start) != window or unit.end_ms(start) > now_ms:
+            continue
+        expires = unit.expires_at_s(start)
+        kept = expires is None or expires * 1000 > now_ms
+        ended.append(EndedWindow(window, name, start, counters, kept, expires))
+    ended.sort(key=lambda found: (found.start_ms, found.window))
+    return ended
+
+
+def hours_on_day_items(spec: WindowSpec) -> bool:
+    """Whether ended hours are kept on their day's window item (as ``w#`` attributes beside the day's total)
+    rather than on hour items of their own: when both are counted and the day item lives at least as long as
+    its hours (the day kept forever, or hours kept no longer than days), since TTL deletes whole items."""
+    units = {unit.name: unit for unit in spec.units}
+    hour, day = units.get("hour"), units.get("day")
+    if hour is None or day is None:
+        return False
+    return day.retention_ms is None or (hour.retention_ms is not None and hour.retention_ms <= day.retention_ms)
 
 
 def parse_window_spec(windows: str, retention_days: str = "", future_tolerance_ms: int = HOUR_MS) -> WindowSpec:

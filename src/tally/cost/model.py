@@ -41,14 +41,15 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
 from tally.core.aggregate import MessageTotals
-from tally.core.items import ItemKey, item_parts, make_item
+from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, window_counter
 from tally.core.numbered import distinct_marker_items, numbered_id
 from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, MAX_TRANSACTION_ACTIONS, plan_apply_chunks, plan_batch
-from tally.core.windows import parse_window_spec
+from tally.core.windows import MOVE_AT_BYTES, hours_on_day_items, parse_window_spec
 from tally.cost.capacity import number_size, read_units, transactional_write_units, write_units
 
 if TYPE_CHECKING:
@@ -277,8 +278,11 @@ def simulate(
     seed: int = 20_261_124,
     page_bytes: PageBytes = planner_page_bytes,
     now_ms: int = 1_795_000_000_000,
+    moves: bool = True,
 ) -> UnitsPerEvent:
-    """Draw ``batches`` batches of ``batch_records`` records shaped like ``traffic``; bill each."""
+    """Draw ``batches`` batches of ``batch_records`` records shaped like ``traffic``; bill each, and add the
+    moves of ended windows at the traffic's rate (``window_moves``; ``moves=False``: the batches alone, as a
+    run shorter than an hour measures them)."""
     if batch_records < 1 or batches < 1:
         raise ValueError("a simulation needs at least one batch of one record")
     rng = random.Random(seed)
@@ -286,7 +290,13 @@ def simulate(
     names = tuple(f"c{index}" for index in range(traffic.counters))
     spec = parse_window_spec(",".join(traffic.windows))
     windows, _ = spec.windows_of(now_ms, now_ms)
-    window_items = [(unit.window_id(start), unit.expires_at_s(start)) for unit, start in windows]
+    # Minute windows are items of their own; hour and day windows are counters of the key's item (issue 16).
+    window_items = [
+        (unit.window_id(start), unit.expires_at_s(start)) for unit, start in windows if not unit.on_key_item
+    ]
+    key_names = names + tuple(
+        window_counter(unit.window_id(start), name) for unit, start in windows if unit.on_key_item for name in names
+    )
     new_per_batch = max(1, round(batch_records / (1 + traffic.resend_rate)))
     session = f"{seed:032x}"[-32:]
     resent_per_batch = batch_records - new_per_batch
@@ -299,9 +309,12 @@ def simulate(
             totals: dict[ItemKey, dict[str, int]] = {}
             for rank in ranks:
                 key = _key_name(rank, traffic.key_bytes)
-                for item in [key, *(make_item(key, window, 0, expires) for window, expires in window_items)]:
+                for item, item_names in [
+                    (key, key_names),
+                    *((make_item(key, window, 0, expires), names) for window, expires in window_items),
+                ]:
                     counters = totals.setdefault(item, {})
-                    for name in names:
+                    for name in item_names:
                         counters[name] = counters.get(name, 0) + 1
             message_id = numbered_id(session, number) if traffic.numbered_ids else f"m{number:032d}"
             messages.append(MessageTotals(message_id, totals, len(ranks)))
@@ -309,10 +322,11 @@ def simulate(
         bills.append(bill_batch(messages, resent_per_batch, traffic, page_bytes=page_bytes))
     count = len(bills)
     events = sum(bill.events for bill in bills)
+    move_writes, move_reads = window_moves(traffic) if moves else (0.0, 0.0)
     return UnitsPerEvent(
         batch_records=batch_records,
-        write_units=sum(bill.write_units for bill in bills) / events,
-        read_units=sum(bill.read_units for bill in bills) / events,
+        write_units=sum(bill.write_units for bill in bills) / events + move_writes,
+        read_units=sum(bill.read_units for bill in bills) / events + move_reads,
         requests_per_batch=sum(bill.transactions + bill.batch_gets + bill.batch_writes for bill in bills) / count,
         transactions_per_batch=sum(bill.transactions for bill in bills) / count,
         batch_gets_per_batch=sum(bill.batch_gets for bill in bills) / count,
@@ -394,7 +408,83 @@ def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, int]]:
 
 
 def _adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
-    return float(len(increments) * transactional_write_units(_counter_item_bytes(traffic)))
+    return float(
+        sum(transactional_write_units(_item_bytes(item, counters, traffic)) for item, counters in increments.items())
+    )
+
+
+_COUNTER_NAME_BYTES: Final = 8
+"""A counter name as priced (the traffic does not say how long its names are)."""
+_WINDOW_ATTRIBUTE_BYTES: Final = len("w#h#2026-11-24T19:00Z\x1f") + _COUNTER_NAME_BYTES + WORST_NUMBER_BYTES
+"""One counter of an hour held on a key's item (``w#<window id>\x1f<counter>``), at 38 digits."""
+
+
+def _item_bytes(item: ItemKey, counters: Mapping[str, object], traffic: Traffic) -> int:
+    """An item at its largest: keys, expiry, each counter at 38 digits. A key's item holding open windows
+    is priced as it grows before its ended windows are moved off it (``MOVE_AT_BYTES`` and one more hour)."""
+    if not any(name[:1] == WINDOW_COUNTER_MARK for name in counters):
+        return _counter_item_bytes(traffic)
+    keys = len("pk") + traffic.key_bytes + len("sk") + len("all")
+    own = sum(
+        (
+            _WINDOW_ATTRIBUTE_BYTES
+            if name[:1] == WINDOW_COUNTER_MARK
+            else len("c#") + _COUNTER_NAME_BYTES + WORST_NUMBER_BYTES
+        )
+        for name in counters
+    )
+    return max(keys + own, MOVE_AT_BYTES + traffic.counters * _WINDOW_ATTRIBUTE_BYTES)
+
+
+_MOVED_NUMBER_BYTES: Final = number_size("1" * 14)
+"""A window's sum as the moves are priced: 14 digits (8 bytes). Unlike a batch's ADD, a move's cost turns on
+how many KB the moved sums fill, and pricing each at 38 digits (20 bytes) priced the day items of workload U
+at about twice their measured size (``bench.plan_check --windows``)."""
+_MOVED_ATTRIBUTE_BYTES: Final = len("w#h#2026-11-24T19:00Z\x1f") + _COUNTER_NAME_BYTES + _MOVED_NUMBER_BYTES
+
+
+@cache
+def window_moves(traffic: Traffic) -> tuple[float, float]:
+    """Write and read units per event of moving ended windows off key items (``tally.store.windows``).
+
+    Per key and day it is active in: one move at the day's end, or one per ``MOVE_AT_BYTES`` of ended hours
+    if more (a key item update plus its day's item, or plus each hour's item when hours are not kept on day
+    items), and one check read per active key-hour (one container; each more container reading a key in an
+    hour adds one). A key is active in an hour or a day with the probability that the traffic's Zipf draw
+    gives it at least one of that period's events. Zero without hour or day windows.
+    """
+    spec = parse_window_spec(",".join(traffic.windows))
+    if not any(unit.on_key_item for unit in spec.units):
+        return 0.0, 0.0
+    per_hour = traffic.events_per_second * 3600
+    weights = [1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)]
+    total = sum(weights)
+    hour_bytes = traffic.counters * _MOVED_ATTRIBUTE_BYTES
+    key_bytes = len("pk") + traffic.key_bytes + len("sk") + len("all")
+    base = key_bytes + traffic.counters * (len("c#") + _COUNTER_NAME_BYTES + _MOVED_NUMBER_BYTES)
+    hours_per_move = max(1, (MOVE_AT_BYTES - base) // hour_bytes)
+    key_units = transactional_write_units(MOVE_AT_BYTES + hour_bytes)
+    check_units = read_units(MOVE_AT_BYTES + hour_bytes, consistent=True)
+    on_days = hours_on_day_items(spec)
+    counts_hours = any(unit.name == "hour" for unit in spec.units)
+    writes = reads = 0.0
+    for weight in weights:
+        p = weight / total
+        active_hours = 24 * -math.expm1(per_hour * math.log1p(-p)) if p < 1 else 24.0
+        active_day = -math.expm1(24 * per_hour * math.log1p(-p)) if p < 1 else 1.0
+        moves = max(active_day, active_hours / hours_per_move) if counts_hours else active_day
+        if on_days or not counts_hours:
+            # The day item grows by each move's hours: on average it holds half the day's when written.
+            held = active_hours * hour_bytes * (moves + active_day) / (2 * moves) if moves else 0.0
+            targets = moves * transactional_write_units(base + math.ceil(held))
+        else:
+            targets = active_hours * transactional_write_units(_counter_item_bytes(traffic)) + active_day * (
+                transactional_write_units(_counter_item_bytes(traffic)) if "day" in traffic.windows else 0
+            )
+        writes += moves * key_units + targets
+        reads += active_hours * check_units
+    per_day = 24 * per_hour
+    return writes / per_day, reads / per_day
 
 
 def _counter_item_bytes(traffic: Traffic) -> int:

@@ -81,6 +81,8 @@ class Event:
         deltas: dict[str, int | Decimal] = {}
         for name, value in self.deltas.items():
             _check_text(name, "counter name", LIMITS.max_counter_name_bytes)
+            if SHARD_SEPARATOR in name:
+                raise ValueError(f"counter {name!r} may not contain U+001F: the consumer marks window counters with it")
             deltas[name] = _check_number(name, value)
         object.__setattr__(self, "deltas", deltas)  # a private copy: later changes by the caller are not sent
         if self.ts is not None:

@@ -11,7 +11,9 @@ Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yam
 - ``get`` and ``get_many``: ``BatchGetItem``, one per 100 items (a hot key is 16 items), the keys
   DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get``);
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
-  windows, paginated;
+  windows, paginated, and for hour and day windows one ``BatchGetItem`` of the key's item(s), whose ``w#``
+  attributes hold the windows not yet moved off them, and for hours one more ``Query`` per partition over
+  the days they fall in, whose items keep ended hours as ``w#`` attributes (issue 16);
 - ``top``: a ``Scan`` of the whole counters table (paginated): its cost grows with the table, so it is
   for operators and batch jobs, never for a page view.
 
@@ -30,11 +32,11 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOWS
+from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
-from tally.core.windows import WindowSpec, parse_window_spec
+from tally.core.windows import DAY_MS, UNITS, WindowSpec, WindowUnit, parse_window_spec
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
@@ -46,6 +48,7 @@ from tally.store.schema import (
     distinct_from_item,
     gauges_from_item,
     item_key,
+    open_windows_from_item,
     operators_from_item,
     translate,
 )
@@ -81,6 +84,13 @@ def largest(totals: Mapping[str, Mapping[str, Decimal]], n: int, counter: str | 
     return ranked[:n]
 
 
+def _kept(unit: WindowUnit, start_ms: int, now_ms: int) -> bool:
+    """Whether a window is still within its retention: one past it reads as empty, whether TTL has deleted
+    its item yet (AWS: typically within 2 days) or its counters still wait on the key's item."""
+    expires = unit.expires_at_s(start_ms)
+    return expires is None or expires * 1000 > now_ms
+
+
 class CounterReader:
     """Reads the counters table of one deployment.
 
@@ -112,8 +122,10 @@ class CounterReader:
         cls, environ: Mapping[str, str] | None = None, *, client: DynamoDBClient | None = None
     ) -> CounterReader:
         """From the variables the template gives its functions (and ``tally stack --env`` prints):
-        ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS``."""
+        ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS`` (with ``TALLY_WINDOW_RETENTION``, past
+        which a window reads empty)."""
         env = os.environ if environ is None else environ
+        windows = env.get(WINDOWS)
         if not env.get(COUNTERS_TABLE):
             raise ConfigurationError(f"missing environment variable(s): {COUNTERS_TABLE}")
         try:
@@ -121,7 +133,7 @@ class CounterReader:
                 env[COUNTERS_TABLE],
                 client=client,
                 hot_keys=env.get(HOT_KEYS, ""),
-                windows=env.get(WINDOWS),
+                windows=None if windows is None else parse_window_spec(windows, env.get(WINDOW_RETENTION, "")),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
@@ -177,13 +189,32 @@ class CounterReader:
         first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
         found: dict[str, dict[str, Decimal]] = {}
         members: dict[str, dict[str, Decimal]] = {}
-        for shard in range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1):
+        shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
+        for shard in shards:
             partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
             for item in self._query(partition, first, last):
                 add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
                 add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
+        if unit.on_key_item:
+            # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them;
+            # and ended hours kept on their day's item (a ``Query`` of the days they fall in, per partition).
+            wanted = {unit.window_id(start) for start in starts}
+            key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
+            holders = list(batch_get(self.client, self.counters_table, key_items))
+            if unit.duration_ms < DAY_MS:
+                day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
+                first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
+                for shard in shards:
+                    partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
+                    holders.extend(self._query(partition, first_day, last_day))
+            for item in holders:
+                for window_id, counters in open_windows_from_item(item).items():
+                    if window_id in wanted:
+                        add_into(found.setdefault(window_id, {}), counters)
         windows = tuple(
             Window(start, found.get(unit.window_id(start), {}), members.get(unit.window_id(start), {}))
+            if _kept(unit, start, clock)
+            else Window(start, {}, {})
             for start in starts
         )
         return Series(key, unit.name, windows)

@@ -30,10 +30,10 @@ from tally.store.schema import (
     applied_id,
     batch_get,
     batch_state_check,
-    counters_from_item,
     decode_page,
     encode_page,
     header_id,
+    item_counters,
     item_key,
     marker_actions,
     page_id,
@@ -240,8 +240,7 @@ class DynamoDBJournal:
         by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
         stored_items = batch_get(self._client, self._counters, [item_key(item) for item in items])
         found = {
-            by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: counters_from_item(stored)
-            for stored in stored_items
+            by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: item_counters(stored) for stored in stored_items
         }
         if self._defaults.has_starts:
             # What a started counter's write adds to when it is absent: its start, not zero (issue 15).

@@ -2,7 +2,10 @@
 
 Counters table: one item per key, ``pk`` = the counter key, ``sk`` = ``"all"`` for all-time values; each
 named counter is a Number attribute ``c#<name>`` (the prefix keeps any user counter name clear of the key
-attributes). Gauges (issue 15) live on the key's all-time item too: ``max#<name>``, ``min#<name>``,
+attributes). An open hour or day window's counter is ``w#<window id>\x1f<name>`` on the same item
+(``w#h#2026-11-22T03:00Z\x1fcount``, issue 16: a batch writes one item per key) until the window has ended
+and ``tally.store.windows`` moves it to the window's own item (``sk`` = the window id, ``c#<name>``, TTL).
+Gauges (issue 15) live on the key's all-time item too: ``max#<name>``, ``min#<name>``,
 ``latest#<name>`` (Number, or String for a latest text) with ``latest_order#<name>`` (Binary). Distinct
 counts (issue 15) are ``dc#<set>`` on the key's all-time and window items (on a hot key, on its shards: the
 reader sums them), and each counted member is an item of its own in the key's member partition
@@ -39,7 +42,16 @@ import msgspec
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
-from tally.core.items import ALL_TIME, SHARD_SEPARATOR, ItemKey, item_label, item_parts, make_item
+from tally.core.items import (
+    ALL_TIME,
+    SHARD_SEPARATOR,
+    WINDOW_COUNTER_MARK,
+    ItemKey,
+    item_label,
+    item_parts,
+    make_item,
+    window_counter,
+)
 from tally.core.ledger import MarkerRecord
 from tally.core.numbered import marker_item, parse_numbered
 from tally.core.numbers import to_wire
@@ -81,6 +93,8 @@ __all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
 PARTITION_KEY: Final = "pk"
 SORT_KEY: Final = "sk"
 COUNTER_PREFIX: Final = "c#"
+WINDOW_PREFIX: Final = "w#"
+"""An open window's counter on a key's item: ``w#<window id>\x1f<counter>`` (``counter_attribute``)."""
 
 LEDGER_ID: Final = "id"
 EXPIRES_AT: Final = "expires_at"
@@ -376,7 +390,7 @@ def add_update(
     names: dict[str, str] = {}
     values: dict[str, Any] = {}
     for index, (name, delta) in enumerate(ordered):
-        names[name_placeholder(index)] = COUNTER_PREFIX + name
+        names[name_placeholder(index)] = counter_attribute(name)
         values[value_placeholder(index)] = {"N": to_wire(delta)}
         if index < first_plain:
             values[start_placeholder(index)] = {"N": to_wire(started[name])}
@@ -525,6 +539,38 @@ def distinct_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
         for name, value in item.items()
         if name.startswith(DISTINCT_PREFIX)
     }
+
+
+def counter_attribute(name: str) -> str:
+    """The attribute of a counter in a batch's totals: ``c#<name>``, or, for an open window's counter
+    (``tally.core.items.window_counter``), ``w#<window id>\x1f<name>``."""
+    if name.startswith(WINDOW_COUNTER_MARK):
+        return WINDOW_PREFIX + name[1:]
+    return COUNTER_PREFIX + name
+
+
+def open_windows_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
+    """The open windows' counters on a raw key item: window id -> counter -> value (``w#`` attributes)."""
+    found: dict[str, dict[str, Decimal]] = {}
+    for attribute, value in item.items():
+        if attribute.startswith(WINDOW_PREFIX):
+            window, _, counter = attribute[len(WINDOW_PREFIX) :].partition(SHARD_SEPARATOR)
+            found.setdefault(window, {})[counter] = Decimal(value["N"])
+    return found
+
+
+def window_attribute(window: str, counter: str) -> str:
+    """The attribute of ``counter`` in the open ``window`` on a key's item."""
+    return counter_attribute(window_counter(window, counter))
+
+
+def item_counters(item: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Every counter of a raw item under the name the batch's totals give it: all-time counters by name,
+    open windows' by ``window_counter`` (what a journal's range check compares a chunk's increments with)."""
+    found = counters_from_item(item)
+    for window, counters in open_windows_from_item(item).items():
+        found.update({window_counter(window, name): value for name, value in counters.items()})
+    return found
 
 
 def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:

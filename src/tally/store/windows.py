@@ -1,0 +1,379 @@
+"""Moving ended windows off a key's item into window items, exactly once (issue 16, part 1).
+
+A batch counts an event's hour and day windows on the key's own item (``w#<window id>\x1f<counter>``,
+``tally.store.schema``), so it writes one item per key. Ended windows are later moved off it: a day to its
+day item (``sk`` = ``d#...``, ``c#<counter>``, TTL of its retention), an hour to its day's item as a ``w#``
+attribute beside the day's total (or, when the day item would not live as long as its hours, or days are
+not counted, to an hour item of its own). Per key item, in ONE ``TransactWriteItems`` with other key items:
+
+- an ``Update`` of the key's item: ``REMOVE`` of the ended windows' attributes, on the condition that each
+  still equals the value read (``ReturnValuesOnConditionCheckFailure=ALL_OLD``);
+- per window item, one ``ADD`` of the same values (its expiry set if not set yet, as a direct write would).
+  A window past its retention is only removed: writing it would resurrect an expired counter
+  (``WindowSpec.windows_of``).
+
+Both or neither, so a window's counts are on the key's item or on a window item, never both and never
+neither: readers add the two (``tally.reader``), before and after a move alike. A late event that changed
+an attribute between the read and the transaction fails the condition: the item the cancellation returns
+is the new read, and the move is tried again (``MAX_ATTEMPTS``), else left for a later batch. Two containers
+moving the same window: one commits, the other's condition fails (the attribute is gone) and it finds
+nothing left to move. A container whose clock runs fast may move a window another container still adds to:
+that ADD re-creates the attribute, which a later move takes. So correctness depends on no clock; only how
+soon a window leaves the key's item does.
+
+When: reads are exact wherever a window is, so moving is worth its writes only to keep the key's item small
+(each batch's write of it is billed per KB) and to let TTL delete what has expired. Ended windows wait on
+the item until one of them began before today (UTC) or the item reaches ``MOVE_AT_BYTES``, then move
+together: per key and day about one key-item update and one day-item write, instead of two items per key
+and hour.
+
+Who: ``after_batch`` (``tally.pipeline``, after the commit, like gauges and distinct members) checks the
+key items the batch just wrote that this container has not checked since the hour began (a per-container
+memory, lost on a cold start: a second check costs a read, nothing more), with one ``BatchGetItem``, and
+moves what is due. A kill anywhere here leaves attributes that readers still count and a later batch
+writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys no
+batch writes again.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
+from tally.core.numbers import EXACT, to_wire
+from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
+from tally.store.schema import (
+    PARTITION_KEY,
+    SORT_KEY,
+    add_update,
+    batch_get,
+    item_key,
+    open_windows_from_item,
+    translate,
+    window_attribute,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+
+    from mypy_boto3_dynamodb.client import DynamoDBClient
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from tally.core.windows import WindowSpec
+
+logger = logging.getLogger(__name__)
+
+MAX_ACTIONS: Final = 100
+"""``TransactWriteItems``' limit on actions."""
+MAX_MOVED_ATTRIBUTES: Final = 100
+"""Attributes one key item's ``REMOVE`` takes: its condition holds two operators each (``=``, ``AND``),
+within DynamoDB's 300 per expression, and about 17 bytes each, within its 4 KB. More wait for the next move."""
+MAX_ATTEMPTS: Final = 3
+"""Transactions per group of key items: a late event (condition failed) or a conflict is tried again with
+what the cancellation returned, this many times in all; what is still unmoved is left for a later batch."""
+MAX_REMEMBERED: Final = 200_000
+"""Key items one container remembers having checked this hour (about 100 bytes each); beyond, it forgets all."""
+_RETRYABLE_REASONS: Final = frozenset(
+    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+)
+_PAUSE_S: Final = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class WindowsMoved:
+    """What a move cost and did."""
+
+    checked: int = 0
+    """Key items read (``BatchGetItem``; strongly consistent, one read unit per 4 KB)."""
+    moved_items: int = 0
+    """Key items whose ended windows were moved (or, past retention, removed)."""
+    windows: int = 0
+    """(key item, window) pairs moved or removed."""
+    window_items: int = 0
+    """Window items written (each ``ADD`` of a move)."""
+    transactions: int = 0
+    """``TransactWriteItems`` calls, cancelled ones included."""
+    left: int = 0
+    """Key items whose ended windows are still on them (conditions kept failing, or a conflict): moved later."""
+
+    def __add__(self, other: WindowsMoved) -> WindowsMoved:
+        return WindowsMoved(
+            self.checked + other.checked,
+            self.moved_items + other.moved_items,
+            self.windows + other.windows,
+            self.window_items + other.window_items,
+            self.transactions + other.transactions,
+            self.left + other.left,
+        )
+
+
+def counter_item_of(raw: Mapping[str, Any]) -> CounterItem:
+    """The (key, shard) of a raw key item (``pk`` = ``<key>`` or ``<key>\x1f<shard>``, ``sk`` = ``all``)."""
+    key, _, shard = raw[PARTITION_KEY]["S"].partition(SHARD_SEPARATOR)
+    return CounterItem(key, ALL_TIME, int(shard) if shard else 0)
+
+
+@dataclass(frozen=True, slots=True)
+class _Move:
+    """One key item's move: the attributes removed (with the values read) and the window items added to."""
+
+    item: CounterItem
+    removed: Mapping[str, Decimal]
+    """Attribute -> the value read (the condition)."""
+    adds: tuple[tuple[CounterItem, Mapping[str, Decimal]], ...]
+    """Window item -> what it gets: ``c#`` totals of its own window, ``w#`` attributes of the hours it keeps."""
+    windows: int
+
+
+def plan_move(
+    raw: Mapping[str, Any], windows: WindowSpec, now_ms: int, *, move_at_bytes: int = MOVE_AT_BYTES
+) -> _Move | None:
+    """What moving ``raw``'s ended windows writes; None when none has ended, or while none need move yet.
+
+    Reads are exact wherever a window is, so a move is only worth its writes when it keeps the key's item
+    small (every batch pays for its size, per KB) or lets TTL see a window: ended windows wait on the item,
+    and go together, once one of them began before today (UTC; a day that has ended always did) or the item
+    reaches ``move_at_bytes`` (0: as soon as one has ended, as ``close_all`` does). Ended hours go to their
+    day's item as ``w#`` attributes beside the day's total when that item lives as long as they do
+    (``hours_on_day_items``): one window item written for a day's hours, not one per hour. At most
+    ``MAX_MOVED_ATTRIBUTES`` attributes and ``MAX_ACTIONS - 1`` window items, oldest windows first: the rest
+    waits for the next move.
+    """
+    ended = closed_windows(open_windows_from_item(raw), windows, now_ms)
+    if not ended:
+        return None
+    today = now_ms - now_ms % DAY_MS
+    if move_at_bytes and _item_bytes(raw) < move_at_bytes and all(found.start_ms >= today for found in ended):
+        return None  # only hours of today have ended, and the item is small: they wait
+    item = counter_item_of(raw)
+    on_days = hours_on_day_items(windows)
+    day = windows.unit("day") if on_days else None
+    removed: dict[str, Decimal] = {}
+    adds: dict[CounterItem, dict[str, Decimal]] = {}
+    count = 0
+    for found in ended:
+        if len(removed) + len(found.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= MAX_ACTIONS - 1:
+            break
+        removed.update({window_attribute(found.window, name): value for name, value in found.counters.items()})
+        count += 1
+        if not found.kept:
+            continue  # past its retention: removed, never written (it would resurrect an expired counter)
+        if day is not None and found.unit == "hour":
+            day_start = day.start_ms(found.start_ms)
+            target = CounterItem(item.key, day.window_id(day_start), item.shard, day.expires_at_s(day_start))
+            named = {window_counter(found.window, name): value for name, value in found.counters.items()}
+        else:
+            target = CounterItem(item.key, found.window, item.shard, found.expires_at_s)
+            named = dict(found.counters)
+        into = adds.setdefault(target, {})
+        for name, value in named.items():
+            into[name] = EXACT.add(into.get(name, Decimal(0)), value)
+    if not removed:
+        return None
+    return _Move(item, removed, tuple(adds.items()), count)
+
+
+def _item_bytes(raw: Mapping[str, Any]) -> int:
+    """About what DynamoDB bills ``raw`` at: attribute names plus values (a number as its digits; close enough
+    for a move's threshold, and ``tally.cost``, which bills exactly, is not shipped with the function)."""
+    total = 0
+    for name, value in raw.items():
+        total += len(name.encode("utf-8"))
+        for kind, data in value.items():
+            total += len(data) if kind == "B" else len(str(data).encode("utf-8"))
+    return total
+
+
+class DynamoDBWindowMover:
+    """Moves ended windows off key items on the counters table (see the module's docstring)."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        counters_table: str,
+        windows: WindowSpec,
+        *,
+        rng: random.Random | None = None,
+        sleep: Callable[[float], object] = time.sleep,
+        max_actions: int = MAX_ACTIONS,
+        move_at_bytes: int = MOVE_AT_BYTES,
+    ) -> None:
+        self._move_at_bytes = move_at_bytes
+        """0: every ended window is moved as soon as a batch finds it (tests; ``close_all`` always does)."""
+        self._client = client
+        self._table = counters_table
+        self._windows = windows
+        self._rng = rng or random.Random()
+        self._sleep = sleep
+        self._max_actions = max_actions
+        self._checked: dict[ItemKey, int] = {}
+        """Key item -> the start of the hour this container last checked it in."""
+        self._unmoved: list[CounterItem] = []
+        """The last ``move``'s key items whose ended windows are still on them (checked again next batch)."""
+
+    @property
+    def counts_on_key_items(self) -> bool:
+        """Whether any window of the deployment is counted on key items (else there is never anything to move)."""
+        return any(unit.on_key_item for unit in self._windows.units)
+
+    def after_batch(self, items: Iterable[ItemKey], now_ms: int) -> WindowsMoved:
+        """Check the key items a batch wrote that this container has not checked since the hour began, and
+        move their ended windows. Raises ``StoreError`` only for the read (the caller logs it and goes on)."""
+        hour = now_ms - now_ms % HOUR_MS
+        due = [item for item in dict.fromkeys(items) if self._checked.get(item) != hour]
+        if not due:
+            return WindowsMoved()
+        raws = batch_get(self._client, self._table, [item_key(item) for item in due])
+        moved = self.move(raws, now_ms)
+        if len(self._checked) + len(due) > MAX_REMEMBERED:
+            self._checked.clear()
+        unmoved = set(self._unmoved)
+        for item in due:
+            if item not in unmoved:
+                self._checked[item] = hour
+        return WindowsMoved(checked=len(due)) + moved
+
+    def close_all(self, now_ms: int) -> WindowsMoved:
+        """Move every key item's ended windows (a ``Scan`` of the key items): for keys no batch writes again."""
+        total = WindowsMoved()
+        page: list[Mapping[str, Any]] = []
+        for raw in self._scan_key_items():
+            total += WindowsMoved(checked=1)
+            page.append(raw)
+            if len(page) >= 1000:
+                total += self.move(page, now_ms, every=True)
+                page = []
+        return total + self.move(page, now_ms, every=True)
+
+    def move(self, raws: Iterable[Mapping[str, Any]], now_ms: int, *, every: bool = False) -> WindowsMoved:
+        """Move the ended windows of these raw key items that need moving (``plan_move``; ``every``: all of
+        them), in transactions of at most ``max_actions`` actions."""
+        self._unmoved = []
+        limit = 0 if every else self._move_at_bytes
+        moves = [
+            move for raw in raws if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit)) is not None
+        ]
+        total = WindowsMoved()
+        for group in self._groups(moves):
+            total += self._commit(group, now_ms)
+        return total
+
+    # ------------------------------------------------------------------------------------------- helpers
+    def _groups(self, moves: Sequence[_Move]) -> Iterator[list[_Move]]:
+        group: list[_Move] = []
+        actions = 0
+        for move in moves:
+            size = 1 + len(move.adds)
+            if group and actions + size > self._max_actions:
+                yield group
+                group, actions = [], 0
+            group.append(move)
+            actions += size
+        if group:
+            yield group
+
+    def _commit(self, group: list[_Move], now_ms: int) -> WindowsMoved:
+        transactions = 0
+        for attempt in range(1, MAX_ATTEMPTS + 1):
+            actions: list[TransactWriteItemTypeDef] = []
+            owners: list[int] = []  # the position in ``group`` of each action's move
+            for position, move in enumerate(group):
+                actions.append(self._remove(move))
+                owners.append(position)
+                for target, counters in move.adds:
+                    update, _ = add_update(self._table, target, counters)
+                    actions.append(update)
+                    owners.append(position)
+            transactions += 1
+            try:
+                self._client.transact_write_items(TransactItems=actions)
+            except ClientError as exc:
+                reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
+                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException" or not reasons:
+                    error = translate(exc)
+                    logger.warning("window move failed; left for a later batch: %s", error)
+                    break
+                group = self._after_cancellation(group, owners, reasons, now_ms)
+                if not group:
+                    return WindowsMoved(transactions=transactions)
+                if attempt < MAX_ATTEMPTS:
+                    self._sleep(self._rng.uniform(0, _PAUSE_S * 2**attempt))
+                continue
+            except BotoCoreError as exc:
+                logger.warning("window move outcome unknown; a later batch moves what is left: %s", exc)
+                break
+            return WindowsMoved(
+                moved_items=len(group),
+                windows=sum(move.windows for move in group),
+                window_items=sum(len(move.adds) for move in group),
+                transactions=transactions,
+            )
+        self._unmoved.extend(move.item for move in group)
+        return WindowsMoved(transactions=transactions, left=len(group))
+
+    def _after_cancellation(
+        self, group: list[_Move], owners: Sequence[int], reasons: Sequence[Mapping[str, Any]], now_ms: int
+    ) -> list[_Move]:
+        """The moves to try again: a key item whose condition failed is re-planned from the item the
+        cancellation returned (a late event's ADD, or another container's move); the others as they were."""
+        again: list[_Move] = []
+        replanned: dict[int, _Move | None] = {}
+        for owner, reason in zip(owners, reasons, strict=False):
+            code = reason.get("Code") or "None"
+            if code == "ConditionalCheckFailed" and "Item" in reason:
+                replanned[owner] = plan_move(reason["Item"], self._windows, now_ms, move_at_bytes=0)
+            elif code == "ConditionalCheckFailed":
+                replanned[owner] = None  # the key item is gone: nothing left to move
+            elif code not in _RETRYABLE_REASONS and code != "None":
+                logger.warning("window move refused (%s): %s", code, reason.get("Message", ""))
+                replanned[owner] = None
+                self._unmoved.append(group[owner].item)
+        for position, move in enumerate(group):
+            if position in replanned:
+                found = replanned[position]
+                if found is not None:
+                    again.append(found)
+            else:
+                again.append(move)
+        return again
+
+    def _remove(self, move: _Move) -> TransactWriteItemTypeDef:
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        conditions: list[str] = []
+        for index, (attribute, value) in enumerate(move.removed.items()):
+            names[f"#w{index}"] = attribute
+            values[f":w{index}"] = {"N": to_wire(value)}
+            conditions.append(f"#w{index} = :w{index}")
+        return {
+            "Update": {
+                "TableName": self._table,
+                "Key": item_key(move.item),
+                "UpdateExpression": "REMOVE " + ", ".join(names),
+                "ConditionExpression": " AND ".join(conditions),
+                "ExpressionAttributeNames": names,
+                "ExpressionAttributeValues": values,
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    def _scan_key_items(self) -> Iterator[Mapping[str, Any]]:
+        pages = self._client.get_paginator("scan").paginate(
+            TableName=self._table,
+            FilterExpression="#sk = :all",
+            ExpressionAttributeNames={"#sk": SORT_KEY},
+            ExpressionAttributeValues={":all": {"S": ALL_TIME}},
+            ConsistentRead=True,
+        )
+        try:
+            for page in pages:
+                yield from page.get("Items", [])
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc) from exc
