@@ -320,8 +320,7 @@ LAMBDA_CALLS = {
 OPERATOR_CALLS = {
     ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
     ("Query", "_query"),  # tally get --window (tally.reader)
-    ("Scan", "_scan_all_time"),  # tally top (tally.reader)
-    ("Scan", "_scan_key_items"),  # tally windows close (store.windows)
+    ("Scan", "scan_all_time_items"),  # tally top (tally.reader), tally windows close (store.windows)
     ("TransactWriteItems", "_commit"),
     ("TransactWriteItems.Update", "Update"),
     ("DescribeStacks", "describe"),
@@ -344,7 +343,7 @@ OPERATOR_CALLS = {
 
 
 PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
-READER_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query"), ("Scan", "_scan_all_time")}
+READER_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query"), ("Scan", "scan_all_time_items")}
 READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query")}
 # Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
 # `kinesis put-record`, an SDK's single put) publish with the same policy.

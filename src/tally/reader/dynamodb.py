@@ -33,7 +33,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
-from tally.core.items import ALL_TIME, SHARD_SEPARATOR, make_item
+from tally.core.items import SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
 from tally.core.windows import DAY_MS, UNITS, WindowSpec, WindowUnit, parse_window_spec
@@ -50,6 +50,7 @@ from tally.store.schema import (
     item_key,
     open_windows_from_item,
     operators_from_item,
+    scan_all_time_items,
     translate,
 )
 
@@ -228,7 +229,7 @@ class CounterReader:
     def all_time_totals(self) -> dict[str, dict[str, Decimal]]:
         """Every key's all-time counters, shards summed (a ``Scan``; window items are read and skipped)."""
         totals: dict[str, dict[str, Decimal]] = {}
-        for item in self._scan_all_time():
+        for item in scan_all_time_items(self.client, self.counters_table):
             add_into(totals.setdefault(key_of_partition(item[PARTITION_KEY]["S"]), {}), counters_from_item(item))
         return totals
 
@@ -250,17 +251,3 @@ class CounterReader:
             if "LastEvaluatedKey" not in response:
                 return
             kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
-
-    def _scan_all_time(self) -> Iterator[Mapping[str, Any]]:
-        pages = self.client.get_paginator("scan").paginate(
-            TableName=self.counters_table,
-            FilterExpression="#sk = :all",
-            ExpressionAttributeNames={"#sk": SORT_KEY},
-            ExpressionAttributeValues={":all": {"S": ALL_TIME}},
-            ConsistentRead=True,
-        )
-        try:
-            for page in pages:
-                yield from page.get("Items", [])
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc) from exc

@@ -78,7 +78,7 @@ from tally.store.expressions import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -763,3 +763,21 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     if retryable:
         return RetryableStoreError("transaction cancelled by a conflict or throttling")
     return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))
+
+
+def scan_all_time_items(client: DynamoDBClient, table: str) -> Iterator[Mapping[str, Any]]:
+    """Every key's all-time item (and a hot key's shard items), strongly consistent: a whole-table ``Scan``
+    that reads the window items too and keeps only ``sk = all`` (for batch jobs and operators, never a
+    request path)."""
+    pages = client.get_paginator("scan").paginate(
+        TableName=table,
+        FilterExpression="#sk = :all",
+        ExpressionAttributeNames={"#sk": SORT_KEY},
+        ExpressionAttributeValues={":all": {"S": ALL_TIME}},
+        ConsistentRead=True,
+    )
+    try:
+        for page in pages:
+            yield from page.get("Items", [])
+    except (ClientError, BotoCoreError) as exc:
+        raise translate(exc) from exc

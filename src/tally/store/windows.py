@@ -51,11 +51,11 @@ from tally.core.numbers import EXACT, to_wire
 from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
 from tally.store.schema import (
     PARTITION_KEY,
-    SORT_KEY,
     add_update,
     batch_get,
     item_key,
     open_windows_from_item,
+    scan_all_time_items,
     translate,
     window_attribute,
 )
@@ -244,7 +244,7 @@ class DynamoDBWindowMover:
         """Move every key item's ended windows (a ``Scan`` of the key items): for keys no batch writes again."""
         total = WindowsMoved()
         page: list[Mapping[str, Any]] = []
-        for raw in self._scan_key_items():
+        for raw in scan_all_time_items(self._client, self._table):
             total += WindowsMoved(checked=1)
             page.append(raw)
             if len(page) >= 1000:
@@ -363,17 +363,3 @@ class DynamoDBWindowMover:
                 "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
             }
         }
-
-    def _scan_key_items(self) -> Iterator[Mapping[str, Any]]:
-        pages = self._client.get_paginator("scan").paginate(
-            TableName=self._table,
-            FilterExpression="#sk = :all",
-            ExpressionAttributeNames={"#sk": SORT_KEY},
-            ExpressionAttributeValues={":all": {"S": ALL_TIME}},
-            ConsistentRead=True,
-        )
-        try:
-            for page in pages:
-                yield from page.get("Items", [])
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc) from exc
