@@ -38,7 +38,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import add_update, translate
 from tally.store.windows import DynamoDBWindowMover
-from tests.support.chaos import run_on
+from tests.support.chaos import rewired, run_on
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -102,18 +102,14 @@ class MoverLeavingAttributes(DynamoDBWindowMover):
         return action
 
 
-def _mover_leaving_attributes(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+def _leave_moved_attributes(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
     spec = parse_window_spec(config.windows, config.window_retention)
     pipeline._windows = MoverLeavingAttributes(client, tables.counters, spec)  # the REMOVE taken away
-    return pipeline
+
+
+_mover_leaving_attributes = rewired(_leave_moved_attributes)
 
 
 def _broken(

@@ -19,7 +19,7 @@ from bench.chaos.harness import Tables, wire_pipeline
 from tally.core.sharding import parse_hot_keys
 from tally.pipeline import BatchPipeline
 from tally.store.distinct import DynamoDBDistinctStore
-from tests.support.chaos import run_on
+from tests.support.chaos import rewired, run_on
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -48,15 +48,9 @@ class PipelineWritingGaugesOfNewMessagesOnly(BatchPipeline):
         return super()._write_gauges(messages, unique, settled & self.newly_applied)
 
 
-def _gauges_of_new_messages_only(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+def _write_gauges_of_new_messages_only(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
     pipeline.__class__ = PipelineWritingGaugesOfNewMessagesOnly
     applier = pipeline._applier
     apply = applier.apply
@@ -67,7 +61,9 @@ def _gauges_of_new_messages_only(
         return outcome
 
     applier.apply = remembering  # type: ignore[method-assign]
-    return pipeline
+
+
+_gauges_of_new_messages_only = rewired(_write_gauges_of_new_messages_only)
 
 
 def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
@@ -101,17 +97,13 @@ class MembersWithoutConditions(DynamoDBDistinctStore):
         return actions
 
 
-def _members_without_conditions(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+def _write_members_without_conditions(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
     pipeline._distinct = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
-    return pipeline
+
+
+_members_without_conditions = rewired(_write_members_without_conditions)
 
 
 def _unbounded(

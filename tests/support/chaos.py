@@ -10,10 +10,15 @@ from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipelin
 from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from bench.chaos.config import ChaosConfig
     from bench.chaos.harness import ChaosResult
+    from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.local.dynamodb_local import DynamoDBLocal
+    from tally.marker_reads import MarkerReadGate
+    from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tests.conftest import DynamoDBTables
 
 
@@ -27,3 +32,22 @@ def run_on(
     tables = Tables(ddb_tables.counters_table, ddb_tables.markers_table)
     client_factory = partial(dynamodb_local.client, CLIENT_CONFIG)
     return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory)
+
+
+def rewired(patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig], None]) -> PipelineFactory:
+    """The production wiring (``wire_pipeline``), then ``patch`` applied to each consumer's pipeline: how a
+    broken variant swaps one part for a BROKEN one."""
+
+    def factory(
+        client: DynamoDBClient,
+        tables: Tables,
+        dead_letters: DeadLetterQueue,
+        config: ChaosConfig,
+        *,
+        marker_read_gate: MarkerReadGate | None = None,
+    ) -> BatchPipeline:
+        pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
+        patch(pipeline, client, tables, config)
+        return pipeline
+
+    return factory
