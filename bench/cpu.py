@@ -37,7 +37,8 @@ from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, pro
 from bench.peers import lambda_context
 from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
 from tally.core.aggregate import deduplicate, merge_totals, message_totals
-from tally.core.decode import DecodeLimits, decode_message
+from tally.core.decode import decode_message
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import Message
 from tally.sources.sqs import records_from_event
 
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 
-LIMITS = DecodeLimits(max_key_bytes=2000, max_id_bytes=1024)
+LIMITS = WIRE_LIMITS
 
 
 @dataclass(frozen=True, slots=True)

@@ -63,6 +63,7 @@ from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, T
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.esm import records_within_payload
 from tally.local.template import load_template, table_definitions
+from tally.reader.store_view import read_counters
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 
@@ -515,7 +516,7 @@ def _exact(
                 sums[name] = sums.get(name, Decimal(0)) + Decimal(delta)
     store = DynamoDBCounterStore(admin, counters_table, markers_table, 86_400)
     return all(
-        {name: value for name, value in store.read_counters(key).items() if name in sums} == sums
+        {name: value for name, value in read_counters(store, key).items() if name in sums} == sums
         for key, sums in expected.items()
     )
 

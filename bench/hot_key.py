@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from tally.apply import Applier, RetryPolicy
-from tally.core.decode import DecodeLimits
+from tally.commit.applier import Applier, RetryPolicy
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.sharding import HotKeys, parse_hot_keys
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.template import load_template, table_definitions
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 
@@ -165,7 +166,7 @@ def run_case(
         pipeline = BatchPipeline(
             Applier(store, journal, policy=policy),
             _DropDeadLetters(),
-            PipelineSettings(DecodeLimits(), TTL_S * 1000, hot_keys=hot),
+            PipelineSettings(WIRE_LIMITS, TTL_S * 1000, hot_keys=hot),
         )
         while True:
             try:
@@ -190,8 +191,8 @@ def run_case(
     seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
-    counted = (
-        DynamoDBCounterStore(client, counters, markers, TTL_S, hot).read_counters(HOT_KEY).get("count", Decimal(0))
+    counted = read_counters(DynamoDBCounterStore(client, counters, markers, TTL_S, hot), HOT_KEY).get(
+        "count", Decimal(0)
     )
     for table in (counters, markers):
         client.delete_table(TableName=table)

@@ -44,7 +44,7 @@ from bench.workloads import WorkloadSpec, deliver, usage_events
 from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
-from tally.store.schema import encode_page
+from tally.store.pages import encode_page
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

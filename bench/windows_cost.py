@@ -46,7 +46,8 @@ from tally.cost.model import MAX_INVOCATION_BYTES, Traffic
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import CLIENT_CONFIG
-from tally.store.schema import batch_get, item_key
+from tally.store.requests import batch_get
+from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 
 if TYPE_CHECKING:

@@ -30,17 +30,18 @@ from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
 from bench.chaos.sqs import Queue, consume
 from bench.chaos.workload import TRACER, Source, Workload, generate, wide_items
-from tally.apply import Applier, RetryPolicy
+from tally.commit.applier import Applier, RetryPolicy
+from tally.commit.marker_reads import MarkerReadGate
 from tally.core.bounds import parse_counter_bounds
-from tally.core.decode import DecodeLimits
 from tally.core.defaults import parse_counter_defaults
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered import parse_numbered
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_id, parse_window_spec
-from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.reader import CounterReader
+from tally.reader.store_view import read_counters
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
@@ -103,7 +104,7 @@ def wire_pipeline(
         client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults, bounds=bounds
     )
     journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, defaults)
-    limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
+    limits = WIRE_LIMITS
     settings = PipelineSettings(
         limits=limits,
         dedup_horizon_ms=TTL_SECONDS * 1000,
@@ -340,7 +341,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     )
 
     def read_count(key: str) -> Decimal:
-        return reader.read_counters(key).get(TRACER, Decimal(0))
+        return read_counters(reader, key).get(TRACER, Decimal(0))
 
     def phase_targets(replay: bool) -> dict[str, Callable[[], None]]:
         targets: dict[str, Callable[[], None]] = {
@@ -380,7 +381,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     )
     verdict = judge(
         workload,
-        reader.read_counters,
+        partial(read_counters, reader),
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
         patterns=_pattern_reads(config, tables, client_factory),

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.chaos.clock import Invocation
 from bench.chaos.faults import InvocationKilled
-from tally.apply import RetryPolicy
+from tally.commit.applier import RetryPolicy
 from tally.errors import TallyError, UnsettledMessagesError
 from tally.local.esm import BatchOutcome, function_error, read_response
 from tally.sources import kinesis as kinesis_source
@@ -44,8 +44,8 @@ if TYPE_CHECKING:
 
     from bench.chaos.clock import VirtualClock
     from bench.chaos.faults import DynamoDBChaos, FaultLog
+    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import SourceRecord
-    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, BatchResult
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")

@@ -23,6 +23,7 @@ from bench.deployment import TEMPLATE, default_settings
 from bench.peers.tables import create_from_template, drop_tables
 from tally.config import WINDOWS
 from tally.local.template import load_template, table_definitions
+from tally.reader.store_view import read_counters
 from tally.runtime import wire_pipeline
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -149,7 +150,7 @@ class TallyCounter:
             self.settings.marker_ttl_seconds,
             hot_keys=self.settings.hot_keys,
         )
-        return {key: store.read_counters(key) for key in keys}
+        return {key: read_counters(store, key) for key in keys}
 
     def track(self, meter: DynamoDBMeter) -> None:
         aliases = {self.counters_table: "counters", self.markers_table: "markers"}

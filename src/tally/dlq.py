@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
+
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
@@ -29,8 +31,6 @@ SOURCE: Final = "tally.source"
 SOURCE_RECORD_ID: Final = "tally.source_record_id"
 BODY_ENCODING: Final = "tally.body_encoding"
 
-_MAX_BATCH_ENTRIES: Final = 10
-_MAX_BATCH_BYTES: Final = 256 * 1024
 _MAX_DETAIL_CHARS: Final = 1000
 # Characters SQS accepts in a message body (its documented XML 1.0 set).
 _NOT_SQS_TEXT: Final = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -118,7 +118,7 @@ def _batches(
     size = 0
     for entry in entries:
         entry_size = _entry_bytes(entry)
-        if batch and (len(batch) == _MAX_BATCH_ENTRIES or size + entry_size > _MAX_BATCH_BYTES):
+        if batch and (len(batch) == SQS_BATCH_MAX_ENTRIES or size + entry_size > SQS_BATCH_MAX_BYTES):
             yield batch
             batch, size = [], 0
         batch.append(entry)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 from msgspec.structs import replace
 
 from tally.core.aggregate import copy_conflict, deduplicate, key_items_with_windows, message_totals
-from tally.core.decode import DecodeLimits, decode_message
+from tally.core.decode import decode_message
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.distinct import batch_members, carries_members
 from tally.core.gauges import batch_gauges
@@ -35,11 +35,12 @@ from tally.errors import RetryableStoreError, StoreError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
 
-    from tally.apply import Applier
+    from tally.commit.applier import Applier
     from tally.core.aggregate import MessageTotals
     from tally.core.distinct import MemberSet
     from tally.core.gauges import GaugeSlot, GaugeValue
     from tally.core.items import ItemKey
+    from tally.core.limits import WireLimits
     from tally.core.model import SourceRecord
     from tally.store.distinct import DistinctWrite
     from tally.store.windows import WindowsMoved
@@ -95,7 +96,7 @@ class WindowMover(Protocol):
 class PipelineSettings:
     """What the pipeline needs to know besides its ports: input limits and the deduplication horizon."""
 
-    limits: DecodeLimits
+    limits: WireLimits
     dedup_horizon_ms: int
     """How long markers live; a message whose ``ts`` is older than this could be counted twice: refused."""
     windows: WindowSpec = field(default_factory=WindowSpec)

@@ -14,8 +14,8 @@ import boto3
 from aws_lambda_powertools.metrics import MetricUnit
 from botocore.config import Config
 
-from tally.apply import Applier
-from tally.core.decode import DecodeLimits
+from tally.commit.applier import Applier
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
 from tally.dlq import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
@@ -74,7 +74,7 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
         bounds=bounds,
     )
     journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
-    limits = DecodeLimits(max_key_bytes=store.max_key_bytes, max_id_bytes=store.max_message_id_bytes)
+    limits = WIRE_LIMITS
     return BatchPipeline(
         Applier(
             store,

@@ -34,6 +34,7 @@ from packaging.version import Version
 
 from tally.local.template import function_definition, load_template, table_definitions
 from tally.reader import CounterReader
+from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.artifact.build import (
     DEPLOYED_ARCHITECTURE,
@@ -306,7 +307,7 @@ class LocalResources:
         )
 
     def counters(self, keys: list[str]) -> dict[str, dict[str, str]]:
-        return {key: {name: str(value) for name, value in self.store.read_counters(key).items()} for key in keys}
+        return {key: {name: str(value) for name, value in read_counters(self.store, key).items()} for key in keys}
 
     def distinct(self, keys: list[str]) -> dict[str, dict[str, str]]:
         """Each key's distinct counts (issue 15, part 2), read as applications read them."""

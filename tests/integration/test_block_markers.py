@@ -25,8 +25,9 @@ from tally.core.numbered import BLOCK_SEQS, MAX_SEQ, numbered_id
 from tally.core.plan import plan_transactions
 from tally.cost.capacity import item_size
 from tally.errors import MarkersExistError
+from tally.reader.store_view import read_counters
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import BLOCK_EXPIRY_MARGIN_S
+from tally.store.markers import BLOCK_EXPIRY_MARGIN_S
 from tests.integration.test_bounded_counters import bounded_pipeline, record, value_of
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
@@ -81,7 +82,7 @@ def test_a_batch_of_numbered_messages_writes_one_marker_item_per_block(ddb_table
     assert (again.messages_applied, again.already_applied) == (0, 100)
     ids = sorted(item["id"]["S"] for item in ledger_items(ddb_tables))
     assert ids == sorted(f"s#{SESSION}#{block}" for block in range(-(-100 // BLOCK_SEQS)))
-    assert sum(store.read_counters(f"k{i}")["count"] for i in range(7)) == 100
+    assert sum(read_counters(store, f"k{i}")["count"] for i in range(7)) == 100
     assert dlq.letters == []
 
 
@@ -180,7 +181,7 @@ def test_two_invocations_writing_the_same_blocks_with_conflicts_count_each_messa
     # THEN every message counted exactly once
     assert again.failed_record_ids == ()
     assert sum(result.messages_applied for result in [*results, again]) == 160
-    assert {f"k{i}": stores[0].read_counters(f"k{i}") for i in range(5)} == {
+    assert {f"k{i}": read_counters(stores[0], f"k{i}") for i in range(5)} == {
         f"k{i}": {"count": Decimal(32)} for i in range(5)
     }
 
@@ -220,7 +221,7 @@ def test_a_claim_of_an_aborted_batch_in_a_block_is_replaced_beside_new_claims(dd
 
     # THEN the aborted claims counted nothing: every message counts once, under its new content
     assert (result.messages_applied, result.failed_record_ids, dlq.letters) == (BLOCK_SEQS, (), [])
-    assert {key: store.read_counters(key) for key in ("k0", "k1")} == {
+    assert {key: read_counters(store, key) for key in ("k0", "k1")} == {
         "k0": {"count": Decimal(8)},
         "k1": {"count": Decimal(8)},
     }

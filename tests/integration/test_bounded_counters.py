@@ -18,11 +18,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tally.commit.marker_reads import MarkerReadGate
 from tally.core.bounds import Bound, parse_counter_bounds
 from tally.core.defaults import parse_counter_defaults
 from tally.core.model import SourceRecord
 from tally.core.windows import parse_window_spec
-from tally.marker_reads import MarkerReadGate
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event

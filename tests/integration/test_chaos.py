@@ -28,15 +28,16 @@ from bench.chaos.config import SMOKE, DynamoDBFaultRates
 from bench.chaos.harness import PipelineFactory, Tables, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
-import tally.apply as apply_module
+import tally.commit.applier as apply_module
 import tally.commit.protocol as protocol_module
 from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
 from tally.core.windows import parse_window_spec
-from tally.store import schema
+from tally.store import markers
+from tally.store.actions import add_update
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import add_update, translate
+from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
 from tests.support.chaos import rewired, run_on
 
@@ -46,11 +47,11 @@ if TYPE_CHECKING:
     from bench.chaos.config import ChaosConfig
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.aggregate import Totals
     from tally.core.ledger import Claim
     from tally.core.plan import Chunk
     from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tests.conftest import DynamoDBTables
 
@@ -321,7 +322,7 @@ def test_the_harness_catches_block_markers_that_check_only_their_first_seq(
 ) -> None:
     # GIVEN block markers (issue 16, part 3) whose write is conditional on the block's first seq of the
     # transaction only: a re-sent or redelivered seq written beside a new one overwrites its marker
-    real = schema.block_update
+    real = markers.block_update
 
     def first_seq_only(*args: Any, **kwargs: Any) -> Any:
         action, role = real(*args, **kwargs)
@@ -329,7 +330,7 @@ def test_the_harness_catches_block_markers_that_check_only_their_first_seq(
         update["ConditionExpression"] = update["ConditionExpression"].split(" AND ")[0]
         return action, role
 
-    monkeypatch.setattr(schema, "block_update", first_seq_only)
+    monkeypatch.setattr(markers, "block_update", first_seq_only)
     config = replace(SMOKE, events=1_000, numbered_share=1.0, numbered_sessions=1, resend_share=0.2)
 
     # WHEN it runs under the same harness and faults, every ordinary message numbered

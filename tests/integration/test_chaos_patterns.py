@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.fates import ApplyOutcome
+    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import Message
     from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import DeadLetterQueue
     from tests.conftest import DynamoDBTables
 

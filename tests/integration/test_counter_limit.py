@@ -18,8 +18,9 @@ from tally.core.items import CounterItem
 from tally.core.model import SourceRecord
 from tally.core.plan import no_counter_limit
 from tally.core.windows import parse_window_spec
+from tally.reader.store_view import read_counters, read_series
+from tally.store.actions import add_update
 from tally.store.expressions import counters_per_add
-from tally.store.schema import add_update
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.workload import SENT_MS
 
@@ -70,8 +71,8 @@ def test_four_ordinary_messages_on_one_key_are_counted_with_the_innocent_ones(dd
     assert result.messages_applied == 9
     assert dlq.letters == []
     assert again.messages_applied == 0
-    assert store.read_counters("wide") == {f"n{100 * m + i:03d}": Decimal(i + 1) for m in range(4) for i in range(100)}
-    assert all(store.read_counters(f"page:{i}") == {"count": 1} for i in range(5))
+    assert read_counters(store, "wide") == {f"n{100 * m + i:03d}": Decimal(i + 1) for m in range(4) for i in range(100)}
+    assert all(read_counters(store, f"page:{i}") == {"count": 1} for i in range(5))
 
 
 def test_one_packed_message_with_a_thousand_counters_on_one_key_and_its_windows(ddb_tables: DynamoDBTables) -> None:
@@ -87,8 +88,8 @@ def test_one_packed_message_with_a_thousand_counters_on_one_key_and_its_windows(
     assert result.failed_record_ids == ()
     assert dlq.letters == []
     assert result.messages_applied == 1
-    assert store.read_counters("wide") == {f"n{i}": 1 for i in range(1000)}
-    ((_, hour),) = store.read_series("wide", windows.unit("hour"), SENT_MS, SENT_MS)
+    assert read_counters(store, "wide") == {f"n{i}": 1 for i in range(1000)}
+    ((_, hour),) = read_series(store, "wide", windows.unit("hour"), SENT_MS, SENT_MS)
     assert hour == {f"n{i}": 1 for i in range(1000)}
     assert pipeline.process([record], NOW_MS, plenty).messages_applied == 0
 
@@ -117,10 +118,10 @@ def test_an_add_dynamodb_refuses_for_its_size_isolates_its_message(
     # THEN the batch does not fail: the innocent messages are applied, only the culprit is dead-lettered
     assert result.failed_record_ids == ()
     assert result.messages_applied == 3
-    assert all(store.read_counters(f"page:{i}") == {"count": 1} for i in range(3))
+    assert all(read_counters(store, f"page:{i}") == {"count": 1} for i in range(3))
     assert dlq.codes() == {"r-culprit": "write_refused"}
     assert "Expression size has exceeded" in dlq.letters[0].rejection.detail
-    assert store.read_counters("wide") == {}
+    assert read_counters(store, "wide") == {}
 
 
 def test_an_item_grown_past_400_kb_refuses_only_the_message_that_would_grow_it(ddb_tables: DynamoDBTables) -> None:
@@ -143,4 +144,4 @@ def test_an_item_grown_past_400_kb_refuses_only_the_message_that_would_grow_it(d
     assert result.failed_record_ids == ()
     assert dlq.codes() == {"r0": "write_refused"}
     assert "Item size" in dlq.letters[0].rejection.detail
-    assert all(store.read_counters(f"page:{i}") == {"count": 1} for i in range(3))
+    assert all(read_counters(store, f"page:{i}") == {"count": 1} for i in range(3))

@@ -25,6 +25,7 @@ from tally.core.gauges import latest_order
 from tally.core.model import SourceRecord
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
+from tally.reader.store_view import read_series
 from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import make_pipeline, make_store
@@ -102,7 +103,7 @@ def test_start_values_count_once_through_direct_transactions_and_the_journal(ddb
     assert counters_of(ddb_tables, "stock:sku-1") == {"stock": "93"}
     assert counters_of(ddb_tables, "stock:sku-p0") == {"stock": "95"}
     assert {counters_of(ddb_tables, f"stock:sku-p{n}")["stock"] for n in range(1, 30)} == {"99"}
-    hour = store.read_series("stock:sku-1", windows.units[0], NOW_MS - HOUR_MS, NOW_MS)
+    hour = read_series(store, "stock:sku-1", windows.units[0], NOW_MS - HOUR_MS, NOW_MS)
     assert [dict(values) for _, values in hour if values] == [{"stock": Decimal(-7)}]
 
 

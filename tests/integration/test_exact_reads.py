@@ -14,6 +14,7 @@ import pytest
 from tally.core.sharding import MAX_SHARDS, parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader, largest
+from tally.reader.store_view import read_counters, read_series
 from tests.support.pipeline import make_store
 
 if TYPE_CHECKING:
@@ -52,8 +53,8 @@ def test_reading_a_hot_key_sums_its_shards_to_38_digits(ddb_tables: DynamoDBTabl
     _write_shards(ddb_tables, "hot:a", hour.window_id(DAY0))
     expected = {"big": SUM_OF_16, "small": Decimal("1.6000000000000000000000000000000000016")}
     # WHEN it is read (tally get, a series) THEN nothing is rounded
-    assert store.read_counters("hot:a") == expected
-    assert store.read_series("hot:a", hour, DAY0, DAY0 + HOUR_MS) == [(DAY0, expected), (DAY0 + HOUR_MS, {})]
+    assert read_counters(store, "hot:a") == expected
+    assert read_series(store, "hot:a", hour, DAY0, DAY0 + HOUR_MS) == [(DAY0, expected), (DAY0 + HOUR_MS, {})]
 
 
 def test_tally_top_sums_shards_to_38_digits(ddb_tables: DynamoDBTables) -> None:

@@ -16,18 +16,18 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tally.apply import Applier
+from tally.commit.applier import Applier
+from tally.commit.marker_reads import MarkerReadGate
 from tally.core.aggregate import MessageTotals, message_totals
-from tally.core.decode import DecodeLimits, decode_message
+from tally.core.decode import decode_message
 from tally.core.digest import DIGEST_BYTES, content_digest
 from tally.core.ledger import Claim
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import CounterEvent, Message, SourceRecord
 from tally.core.plan import plan_transactions
 from tally.cost.capacity import item_size
 from tally.errors import MarkersExistError
-from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, PipelineSettings
-from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tests.integration.test_stale_reads import answer_marker_reads
 from tests.support.counts import read_all
@@ -35,6 +35,7 @@ from tests.support.pipeline import FAST_RETRIES, TTL_DAYS, RecordingDeadLetterQu
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
+    from tally.store.dynamodb import DynamoDBCounterStore
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -57,7 +58,7 @@ def pipeline_with_gate(
     gate = MarkerReadGate() if reads_markers else MarkerReadGate(quiet_batches=0)
     applier = Applier(store, journal, policy=FAST_RETRIES, sleep=lambda _: None, marker_read_gate=gate)
     settings = PipelineSettings(
-        limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
+        limits=WIRE_LIMITS,
         dedup_horizon_ms=TTL_DAYS * 86_400_000,
     )
     return BatchPipeline(applier, dlq, settings), dlq

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ReadTimeoutError
 
-from tally.apply import RetryPolicy
+from tally.commit.applier import RetryPolicy
+from tally.commit.marker_reads import MarkerReadGate
 from tally.core.ledger import BatchState, Claim
 from tally.core.model import SourceRecord
-from tally.marker_reads import MarkerReadGate
 from tally.store.journal import DynamoDBJournal
 from tests.support.counts import read_all
 from tests.support.pipeline import FAST_RETRIES, RecordingDeadLetterQueue, make_pipeline, make_store

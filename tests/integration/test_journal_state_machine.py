@@ -32,16 +32,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from tally.apply import Applier, RetryPolicy
-from tally.core.decode import DecodeLimits
+from tally.commit.applier import Applier, RetryPolicy
+from tally.commit.marker_reads import MarkerReadGate
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered import numbered_id
 from tally.local.template import load_template, table_definitions
-from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import decode_page, marker_records
+from tally.store.markers import marker_records
+from tally.store.pages import decode_page
 from tests.conftest import TEMPLATE_PATH
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
@@ -179,7 +180,7 @@ class JournalMachine(RuleBasedStateMachine):
             max_actions=4,
             marker_read_gate=self.read_gate,
         )
-        settings_ = PipelineSettings(DecodeLimits(), dedup_horizon_ms=TTL_S * 1000)
+        settings_ = PipelineSettings(WIRE_LIMITS, dedup_horizon_ms=TTL_S * 1000)
         return BatchPipeline(applier, RecordingDeadLetterQueue(), settings_)
 
     def _records(self, indexes: list[int]) -> list[SourceRecord]:

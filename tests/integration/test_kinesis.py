@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tally.apply import RetryPolicy
+from tally.commit.applier import RetryPolicy
 from tally.core.model import DeadLetter, RejectCode, Rejection
 from tally.dlq import SqsDeadLetterQueue
 from tally.handlers import kinesis as kinesis_handler

@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from tally.commit.marker_reads import MarkerReadGate
 from tally.core.decode import decode_message
 from tally.core.ledger import Claim
 from tally.core.model import Message, SourceRecord
 from tally.core.resets import expected_values
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
-from tally.marker_reads import MarkerReadGate
 from tally.reader import CounterReader
 from tally.store.journal import DynamoDBJournal
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event

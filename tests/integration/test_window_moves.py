@@ -16,7 +16,8 @@ from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.cost.capacity import item_size
 from tally.reader.dynamodb import CounterReader
-from tally.store.schema import batch_get, item_key
+from tally.store.requests import batch_get
+from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store

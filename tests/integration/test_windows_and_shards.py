@@ -14,6 +14,7 @@ from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader.dynamodb import CounterReader
+from tally.reader.store_view import read_counters, read_series
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
@@ -67,12 +68,12 @@ def test_hourly_series_is_exact_under_faults_and_reads_gaps_as_zero(ddb_tables: 
         result = pipeline.process(batch, NOW_MS, plenty)
         pipeline.process([r for r in batch if r.record_id in set(result.failed_record_ids)], NOW_MS, plenty)
         pipeline.process(batch, NOW_MS, plenty)  # a whole-batch redelivery
-    series = store.read_series("site", WINDOWS.unit("hour"), DAY0, DAY0 + 23 * HOUR_MS)
+    series = read_series(store, "site", WINDOWS.unit("hour"), DAY0, DAY0 + 23 * HOUR_MS)
     assert [start for start, _ in series] == [DAY0 + h * HOUR_MS for h in range(24)]
     assert [counters.get("count", Decimal(0)) for _, counters in series] == [expected[h] for h in range(24)]
-    day = store.read_series("site", WINDOWS.unit("day"), DAY0, DAY0)
+    day = read_series(store, "site", WINDOWS.unit("day"), DAY0, DAY0)
     assert day == [(DAY0, {"count": sum(expected.values())})]
-    assert store.read_counters("site") == {"count": sum(expected.values())}
+    assert read_counters(store, "site") == {"count": sum(expected.values())}
 
 
 def test_open_hour_and_day_windows_are_attributes_of_the_keys_item(ddb_tables: DynamoDBTables) -> None:
@@ -87,8 +88,8 @@ def test_open_hour_and_day_windows_are_attributes_of_the_keys_item(ddb_tables: D
     assert items["all"]["w#d#2100-01-01\x1fcount"] == {"N": "1"}
     assert "expires_at" not in items["all"]
     # AND reads see the all-time value and each window
-    assert store.read_counters("k") == {"count": Decimal(1)}
-    assert store.read_series("k", WINDOWS.unit("hour"), DAY0, DAY0 + HOUR_MS) == [
+    assert read_counters(store, "k") == {"count": Decimal(1)}
+    assert read_series(store, "k", WINDOWS.unit("hour"), DAY0, DAY0 + HOUR_MS) == [
         (DAY0, {"count": 1}),
         (DAY0 + HOUR_MS, {}),
     ]
@@ -110,8 +111,8 @@ def test_late_and_future_events(ddb_tables: DynamoDBTables) -> None:
     )
     assert result.late_events == 1
     assert dlq.codes() == {"future": "ts_in_future"}
-    assert store.read_counters("k") == {"count": Decimal(1)}
-    assert store.read_series("k", spec.unit("hour"), late_ts, late_ts) == [(late_ts - late_ts % HOUR_MS, {})]
+    assert read_counters(store, "k") == {"count": Decimal(1)}
+    assert read_series(store, "k", spec.unit("hour"), late_ts, late_ts) == [(late_ts - late_ts % HOUR_MS, {})]
 
 
 def test_a_hot_key_spreads_over_shards_and_reads_sum_them_even_as_n_changes(ddb_tables: DynamoDBTables) -> None:
@@ -133,8 +134,8 @@ def test_a_hot_key_spreads_over_shards_and_reads_sum_them_even_as_n_changes(ddb_
             assert pipeline.process(records, NOW_MS, plenty).messages_applied == 0  # redelivered: no-op
             counts += 50
         # THEN every read, whatever the current N, sums every shard ever written
-        assert store.read_counters("hot:page") == {"count": counts}
-        assert store.read_series("hot:page", WINDOWS.unit("hour"), DAY0, DAY0) == [(DAY0, {"count": counts})]
+        assert read_counters(store, "hot:page") == {"count": counts}
+        assert read_series(store, "hot:page", WINDOWS.unit("hour"), DAY0, DAY0) == [(DAY0, {"count": counts})]
         items = ddb_tables.client.scan(TableName=ddb_tables.counters_table)["Items"]
         partitions |= {item["pk"]["S"] for item in items if item["sk"]["S"] == "all"}
     assert len(partitions) > 4  # the writes really were spread over distinct partition keys
@@ -157,7 +158,7 @@ def test_one_add_per_shard_item_per_batch(ddb_tables: DynamoDBTables) -> None:
     records = [SourceRecord(f"r{i}", f'{{"id":"p{i}","events":[{events}]}}', NOW_MS) for i in range(90)]
     assert pipeline.process(records, NOW_MS, plenty).failed_record_ids == ()
     assert len(adds) == len(set(adds)) == 1
-    assert store.read_counters("hot") == {"count": Decimal(1800)}
+    assert read_counters(store, "hot") == {"count": Decimal(1800)}
 
 
 def test_a_window_past_its_retention_reads_empty_even_while_it_waits_on_the_keys_item(

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from bench.chaos.harness import ChaosResult
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.commit.marker_reads import MarkerReadGate
     from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tests.conftest import DynamoDBTables
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from tally.reader.store_view import read_counters
+
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
@@ -18,4 +20,4 @@ def nonzero(counters: Mapping[str, Mapping[str, Decimal]]) -> dict[str, dict[str
 
 
 def read_all(store: DynamoDBCounterStore, keys: Iterable[str]) -> dict[str, dict[str, Decimal]]:
-    return nonzero({key: store.read_counters(key) for key in keys})
+    return nonzero({key: read_counters(store, key) for key in keys})

@@ -6,16 +6,15 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tally.apply import Applier, RetryPolicy
+from tally.commit.applier import Applier, RetryPolicy
 from tally.core.bounds import NO_BOUNDS, CounterBounds
-from tally.core.decode import DecodeLimits
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
-from tally.core.plan import MAX_TRANSACTION_ACTIONS
+from tally.core.limits import TRANSACT_MAX_ACTIONS, WIRE_LIMITS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.distinct import DynamoDBDistinctStore
-from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
+from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
@@ -26,8 +25,8 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import DeadLetter
-    from tally.marker_reads import MarkerReadGate
     from tally.pipeline import WindowMover
 
 TTL_DAYS = 35
@@ -81,7 +80,7 @@ def make_pipeline(
     use_journal: bool = True,
     windows: WindowSpec | None = None,
     hot_keys: HotKeys | None = None,
-    max_actions: int = MAX_TRANSACTION_ACTIONS,
+    max_actions: int = TRANSACT_MAX_ACTIONS,
     marker_read_gate: MarkerReadGate | None = None,
     counter_defaults: CounterDefaults = NO_DEFAULTS,
     with_distinct: bool = True,
@@ -98,7 +97,7 @@ def make_pipeline(
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
-        limits=DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES),
+        limits=WIRE_LIMITS,
         dedup_horizon_ms=TTL_DAYS * 86_400_000,
         windows=windows or WindowSpec(),
         hot_keys=hot_keys or HotKeys(),

@@ -439,7 +439,7 @@ def test_a_call_the_mapping_does_not_know_is_a_problem_not_a_pass(transformed: d
     call = Call.from_json(
         {
             "role": FUNCTION,
-            "site": "tally/apply.py:1 x",
+            "site": "tally/commit/applier.py:1 x",
             "service": "dynamodb",
             "operation": "ExecuteStatement",
             "targets": [],

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tally.apply import RetryPolicy
+from tally.commit.applier import RetryPolicy
 from tally.local.template import load_template
 from tests.template.test_template import TEMPLATE_PATH
 

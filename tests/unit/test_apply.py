@@ -1,4 +1,4 @@
-"""Unit tests for ``tally.apply.Applier`` against an in-memory, scriptable counter store."""
+"""Unit tests for ``tally.commit.applier.Applier`` against an in-memory, scriptable counter store."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pytest
 
-from tally.apply import Applier, ApplyOutcome, RetryPolicy
+from tally.commit.applier import Applier, ApplyOutcome, RetryPolicy
+from tally.commit.marker_reads import MarkerReadGate
 from tally.commit.protocol import CommitProtocol
 from tally.core.aggregate import MessageTotals
 from tally.core.ledger import BatchRecord, BatchState, MarkerRecord
@@ -23,7 +24,6 @@ from tally.errors import (
     UnsettledMessagesError,
     WriteRejectedError,
 )
-from tally.marker_reads import MarkerReadGate
 
 if TYPE_CHECKING:
     from collections.abc import Iterable

@@ -1,4 +1,4 @@
-"""``store.schema.batch_get`` under throttling: DynamoDB answers a partly throttled ``BatchGetItem``
+"""``tally.store.requests.batch_get`` under throttling: DynamoDB answers a partly throttled ``BatchGetItem``
 with HTTP 200 and ``UnprocessedKeys`` (botocore retries only a call that failed as a whole), and AWS asks
 callers to retry those keys with exponential backoff. Asked again at once and without end, a throttled table
 made the loop spin for the rest of the invocation (the read endpoint, ``tally get``, the journal's range check).
@@ -13,7 +13,7 @@ import pytest
 from tally.errors import RetryableStoreError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import BATCH_GET_MAX_ROUNDS, batch_get
+from tally.store.requests import BATCH_GET_MAX_ROUNDS, batch_get
 
 KEYS = [{"pk": {"S": f"k{i}"}, "sk": {"S": "all"}} for i in range(3)]
 

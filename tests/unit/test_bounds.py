@@ -25,17 +25,18 @@ from tally.core.bounds import (
     refusal,
     runs_within_bounds,
 )
-from tally.core.decode import DecodeLimits
 from tally.core.defaults import parse_counter_defaults
 from tally.core.items import CounterItem
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
 from tally.core.plan import plan_batch, split_refused
 from tally.core.sharding import parse_hot_keys
 from tally.errors import BoundRefusedError, ConfigurationError, MarkersExistError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.sources import kinesis as kinesis_source
+from tally.store.actions import add_update, bound_check
 from tally.store.expressions import bound_condition
-from tally.store.schema import add_update, bound_check, translate
+from tally.store.requests import translate
 from tests.support.events import load_event
 from tests.support.pipeline import RecordingDeadLetterQueue
 
@@ -287,7 +288,7 @@ def test_the_pipeline_hands_messages_over_in_the_sources_order() -> None:
     pipeline = BatchPipeline(
         applier,  # type: ignore[arg-type]
         RecordingDeadLetterQueue(),
-        PipelineSettings(limits=DecodeLimits(), dedup_horizon_ms=35 * 86_400_000),
+        PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=35 * 86_400_000),
     )
     # WHEN the batch goes through decode, deduplication and aggregation
     pipeline.process(records, 4_102_444_801_000, lambda: 60_000)

@@ -10,15 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from tally.cli.main import cli
-from tally.core.decode import DecodeLimits, decode_message
+from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
+from tally.core.limits import WIRE_LIMITS
 from tally.core.model import Gauge, GaugeKind, Message
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-LIMITS = DecodeLimits(max_key_bytes=2000, max_id_bytes=1024)
 
 
 @pytest.fixture
@@ -40,7 +39,7 @@ def run(*args: str, stdin: str | None = None) -> Any:
 
 
 def messages_in(bodies: list[bytes]) -> list[Message]:
-    decoded = [decode_message(body, LIMITS) for body in bodies]
+    decoded = [decode_message(body, WIRE_LIMITS) for body in bodies]
     assert all(isinstance(m, Message) for m in decoded), decoded
     return decoded  # type: ignore[return-value]
 
@@ -117,7 +116,7 @@ def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str
     # THEN the bodies carry exactly that: no delta, and the gauges
     assert result.exit_code == 0, result.output
     defaults = parse_counter_defaults("views:*#count=delta:1")
-    decoded = [decode_message(body, LIMITS, defaults) for body in queue_bodies(aws, url)]
+    decoded = [decode_message(body, WIRE_LIMITS, defaults) for body in queue_bodies(aws, url)]
     events = [event for message in decoded if isinstance(message, Message) for event in message.events]
     assert sorted((event.key, dict(event.deltas), event.gauges) for event in events) == [
         ("shop:1", {}, {"last": Gauge(GaugeKind.LATEST, "x")}),
@@ -132,7 +131,7 @@ def test_json_lines_may_name_distinct_members(aws: str) -> None:
     # WHEN they are published THEN the bodies carry the members as written
     result = run("--file", "-", "--queue-url", url, stdin=stdin)
     assert result.exit_code == 0, result.output
-    decoded = [decode_message(body, LIMITS) for body in queue_bodies(aws, url)]
+    decoded = [decode_message(body, WIRE_LIMITS) for body in queue_bodies(aws, url)]
     events = [event for message in decoded if isinstance(message, Message) for event in message.events]
     assert sorted((json.dumps(dict(event.deltas)), json.dumps(event.distinct)) for event in events) == [
         ('{"count": 1}', '{"viewers": "u-17"}'),

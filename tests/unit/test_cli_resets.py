@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from tally.cli.main import cli
-from tally.core.decode import MAX_OPERATOR_COUNTERS, DecodeLimits, decode_message
+from tally.core.decode import decode_message
+from tally.core.limits import MAX_OPERATOR_COUNTERS, WIRE_LIMITS
 from tally.core.model import CounterEvent, Message
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.producer import Event
-from tally.producer.event import MAX_OPERATOR_COUNTERS as PRODUCER_MAX_OPERATOR_COUNTERS
 from tally.producer.packing import PackLimits, build_messages
 from tally.producer.wire import packed_message
 from tests.support.events import load_event
@@ -27,15 +27,10 @@ from tests.support.moto_server import client, drain_queue, unique
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-LIMITS = DecodeLimits(max_key_bytes=2000, max_id_bytes=1024)
 TS = 4_102_444_800_000
 
 
 # ------------------------------------------------------------------------------------------- the producer
-def test_the_producer_and_the_consumer_agree_on_the_operator_limit() -> None:
-    assert PRODUCER_MAX_OPERATOR_COUNTERS == MAX_OPERATOR_COUNTERS
-
-
 def test_operator_events_are_sent_alone_and_decode_as_sent() -> None:
     events = [
         Event.count("a"),
@@ -45,7 +40,7 @@ def test_operator_events_are_sent_alone_and_decode_as_sent() -> None:
         Event.count("c"),
     ]
     messages = build_messages(events, PackLimits(max_bytes=10_000))
-    decoded = [decode_message(message.body, LIMITS) for message in messages]
+    decoded = [decode_message(message.body, WIRE_LIMITS) for message in messages]
     # In the order given: a packed message of what came before each operator event, then the event alone
     assert [m.message_id for m in decoded if isinstance(m, Message)][1::2] == ["fix-1", "fix-2"]
     assert len(messages) == 5
@@ -105,7 +100,7 @@ def test_reset_and_correct_publish_one_message_each_and_print_its_id(aws: str) -
     assert fix.output == "fix-9\n"
     # THEN the queue holds the reset twice under one id (one count at the consumer) and the correction
     bodies = [m["Body"].encode() for m in drain_queue(sqs, url)]
-    decoded = [decode_message(body, LIMITS) for body in bodies]
+    decoded = [decode_message(body, WIRE_LIMITS) for body in bodies]
     assert sorted(m.message_id for m in decoded if isinstance(m, Message)) == sorted([printed, printed, "fix-9"])
     assert len(set(bodies)) == 2
     events = {m.message_id: m.events[0] for m in decoded if isinstance(m, Message)}
@@ -132,7 +127,7 @@ def test_publish_takes_resets_and_corrections_from_json_lines(aws: str) -> None:
     # THEN three messages arrive in order, the operator events alone and decoded as written
     assert result.exit_code == 0, result.output
     assert refused.exit_code == 2
-    decoded = [decode_message(m["Body"].encode(), LIMITS) for m in drain_queue(sqs, url)]
+    decoded = [decode_message(m["Body"].encode(), WIRE_LIMITS) for m in drain_queue(sqs, url)]
     events = [m.events for m in decoded if isinstance(m, Message)]
     assert len(events) == 3
     assert {event.reset is not None or event.correction for (event,) in events} == {True, False}

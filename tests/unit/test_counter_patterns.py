@@ -18,11 +18,12 @@ from tally.core.defaults import CounterRule, parse_counter_defaults
 from tally.core.digest import content_digest
 from tally.core.gauges import GaugeValue, batch_gauges, latest_order, supersedes
 from tally.core.items import CounterItem
+from tally.core.limits import UPDATE_EXPRESSION_MAX_BYTES
 from tally.core.model import CounterEvent, Gauge, GaugeKind, Message, RejectCode, Rejection
 from tally.core.sharding import parse_hot_keys
 from tally.errors import ConfigurationError
+from tally.store.actions import add_update
 from tally.store.expressions import (
-    MAX_EXPRESSION_BYTES,
     MAX_EXPRESSION_OPERATORS,
     add_expression,
     counter_limit_for,
@@ -30,7 +31,7 @@ from tally.store.expressions import (
     gauge_expressions,
     gauges_per_update,
 )
-from tally.store.schema import add_update, gauges_from_item
+from tally.store.schema import gauges_from_item
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -175,8 +176,10 @@ def test_the_counter_limit_leaves_room_for_start_clauses() -> None:
     assert started == counters_per_add("x", started=True) < counters_per_add("x")
     assert limit("views:/a") == counters_per_add("views:/a")
     expression = add_expression(started, sets_expiry=False, started=started)
-    assert len(expression.encode()) <= MAX_EXPRESSION_BYTES
-    assert len(add_expression(started + 1, sets_expiry=False, started=started + 1).encode()) > MAX_EXPRESSION_BYTES
+    assert len(expression.encode()) <= UPDATE_EXPRESSION_MAX_BYTES
+    assert (
+        len(add_expression(started + 1, sets_expiry=False, started=started + 1).encode()) > UPDATE_EXPRESSION_MAX_BYTES
+    )
     assert counter_limit_for(parse_counter_defaults("views:*#count=delta:1")) is counters_per_add
 
 
@@ -298,8 +301,8 @@ def test_latest_order_compares_time_first_as_unsigned_bytes() -> None:
 def test_gauge_writes_fit_dynamodbs_expression_limits() -> None:
     most = gauges_per_update()
     update, condition = gauge_expressions(["latest"] * most)
-    assert len(update.encode()) <= MAX_EXPRESSION_BYTES
-    assert len(condition.encode()) <= MAX_EXPRESSION_BYTES
+    assert len(update.encode()) <= UPDATE_EXPRESSION_MAX_BYTES
+    assert len(condition.encode()) <= UPDATE_EXPRESSION_MAX_BYTES
     assert most * 4 <= MAX_EXPRESSION_OPERATORS
     assert gauge_expressions(["max", "min", "latest"]) == (
         "SET #g0 = :g0, #g1 = :g1, #g2 = :g2, #o2 = :o2",

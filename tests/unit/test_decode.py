@@ -10,7 +10,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tally.core.decode import DEFAULT_COUNTER, DecodeLimits, decode_message
+from tally.core.decode import DEFAULT_COUNTER, decode_message
+from tally.core.limits import WireLimits
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.numbers import checked_canonical
 
@@ -58,6 +59,9 @@ def assert_same_message(actual: Message | Rejection, expected: Message) -> None:
 
 
 # --- accepted shapes -----------------------------------------------------------------------------------
+
+BOUNDARY_LIMITS = WireLimits(max_id_bytes=512, max_key_bytes=1024)
+"""Smaller id and key limits than the deployed ones (``WIRE_LIMITS``), so the boundary cases stay short."""
 
 ACCEPTED: list[object] = [
     # shapes
@@ -238,7 +242,7 @@ ACCEPTED: list[object] = [
 def test_decode_accepts(raw: str | bytes, expected: Message) -> None:
     # GIVEN a well-formed body
     # WHEN it is decoded
-    decoded = decode_message(raw)
+    decoded = decode_message(raw, BOUNDARY_LIMITS)
     # THEN it is the expected message, with ints as int and decimals as the exact Decimal of the literal
     assert_same_message(decoded, expected)
 
@@ -264,7 +268,7 @@ def test_packed_message_with_many_events_within_the_default_limit() -> None:
 
 # --- rejections ----------------------------------------------------------------------------------------
 
-SMALL = DecodeLimits(max_id_bytes=4, max_key_bytes=4, max_counter_name_bytes=4, max_counters_per_event=2,
+SMALL = WireLimits(max_id_bytes=4, max_key_bytes=4, max_counter_name_bytes=4, max_counters_per_event=2,
                      max_events_per_message=2)  # fmt: skip
 
 REJECTED: list[object] = [
@@ -577,10 +581,10 @@ REJECTED: list[object] = [
 
 
 @pytest.mark.parametrize(("raw", "limits", "code"), REJECTED)
-def test_decode_rejects(raw: str | bytes, limits: DecodeLimits | None, code: RejectCode) -> None:
+def test_decode_rejects(raw: str | bytes, limits: WireLimits | None, code: RejectCode) -> None:
     # GIVEN a body that can never count
     # WHEN it is decoded
-    decoded = decode_message(raw) if limits is None else decode_message(raw, limits)
+    decoded = decode_message(raw, BOUNDARY_LIMITS if limits is None else limits)
     # THEN a Rejection with the expected code and a human-readable detail is returned (not raised)
     assert isinstance(decoded, Rejection), decoded
     assert decoded.code == code, decoded.detail
@@ -668,7 +672,7 @@ JSON_VALUES: st.SearchStrategy[object] = st.recursive(
 
 
 def _never_raises(raw: str | bytes) -> None:
-    decoded = decode_message(raw, DecodeLimits(max_key_bytes=8, max_counters_per_event=3))
+    decoded = decode_message(raw, WireLimits(max_key_bytes=8, max_counters_per_event=3))
     assert isinstance(decoded, Message | Rejection)
 
 

@@ -14,15 +14,16 @@ from typing import Any
 
 import pytest
 
-from tally.core.decode import MAX_MEMBER_BYTES, decode_message
+from tally.core.decode import decode_message
 from tally.core.digest import content_digest
 from tally.core.distinct import MemberSet, batch_members, exact_distinct
 from tally.core.items import ALL_TIME
+from tally.core.limits import MAX_MEMBER_BYTES, WIRE_LIMITS
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.producer.event import Event
 from tally.producer.wire import single_message
-from tally.store.schema import MAX_COUNTER_KEY_BYTES, distinct_from_item, member_key, member_of_item
+from tally.store.schema import distinct_from_item, member_key, member_of_item
 
 TS = 4_102_444_800_000  # 2100-01-01T00:00Z
 WINDOWS = parse_window_spec("hour,day", "hour=2,day=0")
@@ -176,7 +177,7 @@ def test_exact_distinct_is_the_size_of_each_set() -> None:
 
 # --------------------------------------------------------------------------------------- item schema
 def test_the_longest_member_item_key_fits_dynamodbs_key_limits() -> None:
-    key = "k" * MAX_COUNTER_KEY_BYTES
+    key = "k" * WIRE_LIMITS.max_key_bytes
     longest = member_key(key, "h#2100-01-01T00:00Z", "s" * 255, "ü" * (MAX_MEMBER_BYTES // 2))
     assert len(longest["pk"]["S"].encode()) <= 2048
     assert len(longest["sk"]["S"].encode()) <= 1024

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.lambda_events import sqs_event
+from tally.reader.store_view import read_counters
 from tests.unit.test_handler import stack  # noqa: F401 (the moto stack fixture)
 
 if TYPE_CHECKING:
@@ -98,8 +99,8 @@ def test_a_fifo_queue_keeps_each_groups_order_and_counts_exactly_once_across_a_p
             assert bodies == order[order.index(bodies[0]) :][: len(bodies)] if bodies else True
     # AND every good message counted exactly once (those applied before the failure and delivered again
     # were dropped by their markers), the queue is empty
-    assert mt.store.read_counters("orders:eu") == {"count": Decimal(3)}
-    assert mt.store.read_counters("orders:us") == {"count": Decimal(3)}
+    assert read_counters(mt.store, "orders:eu") == {"count": Decimal(3)}
+    assert read_counters(mt.store, "orders:us") == {"count": Decimal(3)}
     assert mt.sqs.receive_message(QueueUrl=queue_url).get("Messages", []) == []
     # AND the poison is in the FIFO dead-letter queue, with its reason, in its own message group
     (letter,) = mt.sqs.receive_message(

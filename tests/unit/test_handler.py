@@ -18,6 +18,7 @@ from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.reader import CounterReader
+from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.moto_function import moto_function
@@ -60,7 +61,7 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
 
 
 def _counters(stack: MotoStack, expected: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    return {key: {n: str(v) for n, v in stack.store.read_counters(key).items()} for key in expected}
+    return {key: {n: str(v) for n, v in read_counters(stack.store, key).items()} for key in expected}
 
 
 @pytest.mark.parametrize("event_file", sorted(EXPECTED))
@@ -114,7 +115,7 @@ def test_poison_the_dead_letter_queue_cannot_take_is_reported_not_dropped(stack:
     response = sqs_handler.handler(event, LocalLambdaContext())
     poison_ids = [r["messageId"] for r in event["Records"][1:6]]
     assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == sorted(poison_ids)
-    assert stack.store.read_counters("stock:sku-1") == {"count": Decimal(8)}
+    assert read_counters(stack.store, "stock:sku-1") == {"count": Decimal(8)}
 
 
 def test_out_of_time_reports_every_record_for_redelivery(stack: MotoStack) -> None:
@@ -123,7 +124,7 @@ def test_out_of_time_reports_every_record_for_redelivery(stack: MotoStack) -> No
     assert sorted(f["itemIdentifier"] for f in response["batchItemFailures"]) == sorted(
         r["messageId"] for r in event["Records"]
     )
-    assert stack.store.read_counters("page:/home") == {}
+    assert read_counters(stack.store, "page:/home") == {}
 
 
 def test_missing_configuration_fails_the_invocation(stack: MotoStack, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,8 +181,8 @@ def test_fifo_reports_every_record_after_the_first_failure(stack: MotoStack) -> 
     # (in batch order), so SQS hands them back in order; the good ones were applied and their redelivery
     # is a no-op
     assert [f["itemIdentifier"] for f in response["batchItemFailures"]] == ids[1:]
-    assert stack.store.read_counters("orders:eu") == {"count": Decimal(3)}
-    assert stack.store.read_counters("orders:us") == {"count": Decimal(5)}
+    assert read_counters(stack.store, "orders:eu") == {"count": Decimal(3)}
+    assert read_counters(stack.store, "orders:us") == {"count": Decimal(5)}
 
 
 def test_a_standard_queue_reports_only_what_failed(stack: MotoStack) -> None:
@@ -212,7 +213,7 @@ def test_an_id_reused_with_other_content_is_dead_lettered_and_counted_in_a_metri
     # THEN the second content is dead-lettered as id_conflict, the first counts, and the IdConflicts
     # metric says so
     assert response == {"batchItemFailures": []}
-    assert stack.store.read_counters("page:/a") == {"count": Decimal(1)}
+    assert read_counters(stack.store, "page:/a") == {"count": Decimal(1)}
     (letter,) = stack.dead_letters()
     assert letter["MessageAttributes"]["tally.error_code"]["StringValue"] == "id_conflict"
     assert letter["MessageAttributes"]["tally.source_record_id"]["StringValue"] == "r-2"
@@ -233,7 +234,7 @@ def test_a_sale_refused_at_its_floor_is_listed_then_redriven_after_a_restock_and
         sqs_event([json.dumps({"id": "in", "key": "stock:sku-9", "deltas": {"stock": 2}}), sale]), LocalLambdaContext()
     )
     assert first == {"batchItemFailures": []}
-    assert stack.store.read_counters("stock:sku-9") == {"stock": Decimal(2)}
+    assert read_counters(stack.store, "stock:sku-9") == {"stock": Decimal(2)}
     # WHEN an operator lists the dead-letter queue
     listed = CliRunner().invoke(cli, ["dlq", "list"], catch_exceptions=False)
     # THEN the refusal says why, with the counter's value and the amount
@@ -250,5 +251,5 @@ def test_a_sale_refused_at_its_floor_is_listed_then_redriven_after_a_restock_and
             "batchItemFailures": []
         }
     # THEN the sale counts once, and nothing is left in the dead-letter queue
-    assert stack.store.read_counters("stock:sku-9") == {"stock": Decimal(7)}
+    assert read_counters(stack.store, "stock:sku-9") == {"stock": Decimal(7)}
     assert stack.dead_letters() == []

@@ -41,7 +41,7 @@ def all_imports(module: str) -> set[str]:
         # the bookkeeping records; it calls nothing
         ("tally.commit.fates", {"tally.commit.protocol", "tally.commit.retrying", "tally.store", "tenacity"}),
         # the applier chooses paths; it neither retries nor talks to DynamoDB itself
-        ("tally.apply", {"tenacity", "tally.store.dynamodb", "tally.store.journal", "tally.errors"}),
+        ("tally.commit.applier", {"tenacity", "tally.store.dynamodb", "tally.store.journal", "tally.errors"}),
     ],
 )
 def test_each_layer_of_the_commit_path_keeps_to_its_own(module: str, must_not_import: set[str]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tally.core.aggregate import MessageTotals
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.numbered import (
     BLOCK_SEQS,
     MAX_SEQ,
@@ -15,7 +16,7 @@ from tally.core.numbered import (
     numbered_id,
     parse_numbered,
 )
-from tally.core.plan import MAX_TRANSACTION_ACTIONS, journal_overhead, plan_batch, plan_transactions
+from tally.core.plan import journal_overhead, plan_batch, plan_transactions
 
 SESSION = "0123456789abcdef0123456789abcdef"
 
@@ -83,7 +84,7 @@ def test_the_planner_counts_one_action_per_marker_item() -> None:
 def test_random_ids_still_take_one_action_each() -> None:
     messages = [single(f"id-{seq}", f"k{seq % 50}") for seq in range(100)]
     chunks = plan_transactions(messages).chunks
-    assert [chunk.action_count for chunk in chunks] == [MAX_TRANSACTION_ACTIONS, MAX_TRANSACTION_ACTIONS]
+    assert [chunk.action_count for chunk in chunks] == [TRANSACT_MAX_ACTIONS, TRANSACT_MAX_ACTIONS]
 
 
 def test_a_block_split_between_keys_stays_in_one_unit() -> None:

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tally.core.aggregate import MessageTotals, add_into, message_totals
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import CounterEvent, Message, RejectCode
-from tally.core.plan import MAX_TRANSACTION_ACTIONS, Chunk, item_disjoint_lanes, plan_transactions
+from tally.core.plan import Chunk, item_disjoint_lanes, plan_transactions
 
 if TYPE_CHECKING:
     from tally.core.aggregate import Totals
@@ -165,7 +166,7 @@ def test_plan_default_limit_is_dynamodbs_100_actions() -> None:
     # WHEN they are planned with the default limit
     plan = plan_transactions(messages)
     # THEN the first chunk is filled to exactly 100 actions, the rest go in a second
-    assert MAX_TRANSACTION_ACTIONS == 100
+    assert TRANSACT_MAX_ACTIONS == 100
     assert [chunk.action_count for chunk in plan.chunks] == [100, 20]
 
 

@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 
 from tally.core.aggregate import MessageTotals, merge_totals
 from tally.core.items import CounterItem
+from tally.core.limits import UPDATE_EXPRESSION_MAX_BYTES
 from tally.core.plan import nonzero_increments, plan_apply_chunks, plan_batch
-from tally.store.expressions import MAX_EXPRESSION_BYTES, add_expression, counters_per_add
-from tally.store.schema import add_update
+from tally.store.actions import add_update
+from tally.store.expressions import add_expression, counters_per_add
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ def test_the_bound_is_the_expression_the_adapter_sends() -> None:
             action, _ = add_update("table", item, counters)
             expression = action["Update"]["UpdateExpression"]
             assert expression == add_expression(count, sets_expiry=item is window)
-            assert (len(expression.encode()) <= MAX_EXPRESSION_BYTES) == (count <= most)
+            assert (len(expression.encode()) <= UPDATE_EXPRESSION_MAX_BYTES) == (count <= most)
     assert (counters_per_add("k"), counters_per_add(window)) == (331, 328)
 
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally.core.limits import KINESIS_PUT_MAX_BYTES, KINESIS_RECORD_MAX_BYTES
 from tally.producer import Event, KinesisPublisher, OutgoingMessage, RetryPolicy
-from tally.producer.kinesis import MAX_BATCH_BYTES, MAX_RECORD_BYTES
 from tests.support.moto_server import client, create_stream, read_stream
 from tests.support.producer_faults import BatchFaults
 
@@ -85,10 +85,10 @@ def test_calls_stay_under_five_mib_and_records_under_one() -> None:
     # WHEN they are grouped into PutRecords calls THEN each call carries at most 5 MiB
     batches = [list(batch) for batch in pub.batches(big)]
     assert [len(batch) for batch in batches] == [5, 5, 2]
-    assert all(sum(m.size + 1 for m in batch) <= MAX_BATCH_BYTES for batch in batches)
+    assert all(sum(m.size + 1 for m in batch) <= KINESIS_PUT_MAX_BYTES for batch in batches)
     # ... and packing never builds a record that would not fit with its partition key
     assert pub.limits is not None
-    assert pub.limits.max_bytes + 4 * 256 <= MAX_RECORD_BYTES
+    assert pub.limits.max_bytes + 4 * 256 <= KINESIS_RECORD_MAX_BYTES
 
 
 def test_packing_fills_records_far_beyond_sqs_size(kinesis: Any) -> None:

@@ -14,10 +14,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tally.core.decode import DecodeLimits, decode_message
+from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
+from tally.core.items import SHARD_SEPARATOR
+from tally.core.limits import PARTITION_KEY_MAX_BYTES, WIRE_LIMITS
 from tally.core.model import Gauge, GaugeKind, Message
 from tally.core.numbers import storage_problem
+from tally.core.sharding import MAX_SHARDS
 from tally.producer import (
     Event,
     KinesisPublisher,
@@ -27,13 +30,10 @@ from tally.producer import (
     packed_message,
     single_message,
 )
-from tally.producer.event import LIMITS
-from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES
+from tally.store.markers import marker_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-CONSUMER_LIMITS = DecodeLimits(max_key_bytes=MAX_COUNTER_KEY_BYTES, max_id_bytes=MAX_MESSAGE_ID_BYTES)
 
 
 def counting_ids(prefix: str = "m") -> Callable[[], str]:
@@ -42,7 +42,7 @@ def counting_ids(prefix: str = "m") -> Callable[[], str]:
 
 
 def decoded(body: bytes) -> Message:
-    message = decode_message(body, CONSUMER_LIMITS)
+    message = decode_message(body, WIRE_LIMITS)
     assert isinstance(message, Message), message
     return message
 
@@ -102,12 +102,12 @@ def test_the_event_keeps_its_own_copy_of_the_deltas() -> None:
     assert event.deltas == {"count": 1}
 
 
-def test_wire_limits_are_the_consumers() -> None:
-    assert LIMITS.max_key_bytes == CONSUMER_LIMITS.max_key_bytes
-    assert LIMITS.max_id_bytes == CONSUMER_LIMITS.max_id_bytes
-    assert LIMITS.max_counter_name_bytes == CONSUMER_LIMITS.max_counter_name_bytes
-    assert LIMITS.max_counters_per_event == CONSUMER_LIMITS.max_counters_per_event
-    assert LIMITS.max_events_per_message == CONSUMER_LIMITS.max_events_per_message
+def test_the_store_holds_whatever_the_wire_limits_admit() -> None:
+    # The longest key with the widest shard suffix, and the marker of the longest id, fit DynamoDB's
+    # partition key: a message the decoder admits can always be written.
+    longest_shard = f"{SHARD_SEPARATOR}{MAX_SHARDS - 1}"
+    assert WIRE_LIMITS.max_key_bytes + len(longest_shard.encode()) <= PARTITION_KEY_MAX_BYTES
+    assert len(marker_id("é" * (WIRE_LIMITS.max_id_bytes // 2)).encode()) <= PARTITION_KEY_MAX_BYTES
 
 
 # --- bodies ------------------------------------------------------------------------------------------

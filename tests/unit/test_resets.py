@@ -10,10 +10,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.aggregate import MessageTotals, message_totals
-from tally.core.decode import MAX_OPERATOR_COUNTERS, decode_message
+from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
 from tally.core.digest import content_digest
 from tally.core.items import CounterItem, window_counter
+from tally.core.limits import MAX_OPERATOR_COUNTERS, UPDATE_EXPRESSION_MAX_BYTES
 from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.resets import (
     OperatorKind,
@@ -26,8 +27,8 @@ from tally.core.resets import (
 )
 from tally.core.sharding import MAX_SHARDS, parse_hot_keys
 from tally.core.windows import parse_window_spec
-from tally.store.expressions import MAX_EXPRESSION_BYTES
-from tally.store.schema import add_update, operators_from_item
+from tally.store.actions import add_update
+from tally.store.schema import operators_from_item
 
 TS = 4_102_444_800_000
 
@@ -289,7 +290,7 @@ def test_the_largest_operator_write_fits_dynamodbs_expression_limit() -> None:
     for kind, sets in ((OperatorKind.RESET, names), (OperatorKind.CORRECTION, None)):
         stamp = OperatorStamp(kind, "k", "op", TS, names)
         (action, _) = add_update("counters", "k", {} if sets else names, starts, sets=sets, stamp=stamp)
-        assert len(action["Update"]["UpdateExpression"].encode()) < MAX_EXPRESSION_BYTES
+        assert len(action["Update"]["UpdateExpression"].encode()) < UPDATE_EXPRESSION_MAX_BYTES
 
 
 def test_records_are_read_back_by_kind() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tally.apply import Applier
+from tally.commit.applier import Applier
 from tally.config import DEFAULT_WRITE_CONCURRENCY, WRITE_CONCURRENCY, Settings
 from tally.errors import ConfigurationError
 from tally.runtime import wire_pipeline

@@ -31,7 +31,7 @@ from tally.cost.model import (
     recommend,
 )
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
-from tally.store.schema import encode_page
+from tally.store.pages import encode_page
 
 if TYPE_CHECKING:
     from tally.core.aggregate import Totals

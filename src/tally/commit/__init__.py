@@ -10,6 +10,6 @@ Read them in this order; each imports only the ones after it (and ``tally.core``
 - ``fates``: the batch's bookkeeping: one fate per message, the figures for metrics, and the outcome.
 - ``ports``: what the protocol needs from outside: the counter store, the journal, the step runner.
 
-``tally.apply.Applier`` puts them together once per invocation. This package imports nothing itself,
+``tally.commit.applier.Applier`` puts them together once per invocation. This package imports nothing itself,
 so importing one layer never drags in another.
 """

@@ -15,7 +15,6 @@ delta ever passes through a binary float.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -25,6 +24,14 @@ from msgspec import UNSET, UnsetType
 
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import SHARD_SEPARATOR
+from tally.core.limits import (
+    MAX_GAUGE_TEXT_BYTES,
+    MAX_MEMBER_BYTES,
+    MAX_OPERATOR_COUNTERS,
+    MAX_TS_MS,
+    WIRE_LIMITS,
+    WireLimits,
+)
 from tally.core.model import CounterEvent, Gauge, GaugeKind, Message, RejectCode, Rejection
 from tally.core.numbers import Number, checked_canonical, storage_problem
 
@@ -34,23 +41,7 @@ if TYPE_CHECKING:
 DEFAULT_COUNTER = "count"
 """The counter that ``"delta": n`` adds to: it is shorthand for ``"deltas": {"count": n}``."""
 
-_MAX_TS_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
-MAX_GAUGE_TEXT_BYTES = 1024
-"""The longest string a ``latest`` gauge may hold (UTF-8)."""
 _GAUGE_KINDS = {kind.value: kind for kind in GaugeKind}
-MAX_MEMBER_BYTES = 512
-"""The longest distinct-count member (UTF-8): a member item's sort key holds it whole (``tally.store.distinct``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeLimits:
-    """Size limits a message must respect; the store adapter sets the key limit it can really hold."""
-
-    max_id_bytes: int = 512
-    max_key_bytes: int = 1024
-    max_counter_name_bytes: int = 255
-    max_counters_per_event: int = 100
-    max_events_per_message: int = 10_000
 
 
 class _WireEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
@@ -115,7 +106,7 @@ class _Invalid(Exception):
 
 
 def decode_message(
-    body: str | bytes, limits: DecodeLimits = DecodeLimits(), defaults: CounterDefaults = NO_DEFAULTS
+    body: str | bytes, limits: WireLimits = WIRE_LIMITS, defaults: CounterDefaults = NO_DEFAULTS
 ) -> Message | Rejection:
     """Decode one message body; return the ``Message`` or the ``Rejection`` that explains the refusal.
 
@@ -128,7 +119,7 @@ def decode_message(
         return invalid.rejection
 
 
-def _decode(body: str | bytes, limits: DecodeLimits, defaults: CounterDefaults) -> Message:
+def _decode(body: str | bytes, limits: WireLimits, defaults: CounterDefaults) -> Message:
     if isinstance(body, str):
         try:
             raw = body.encode("utf-8")
@@ -198,7 +189,7 @@ def _parse(raw: bytes) -> _WireMessage:
         raise _Invalid(RejectCode.MALFORMED_JSON, "JSON nested too deeply") from exc
 
 
-def _check_id(message_id: str | UnsetType, limits: DecodeLimits) -> str:
+def _check_id(message_id: str | UnsetType, limits: WireLimits) -> str:
     if message_id is UNSET or not message_id:
         raise _Invalid(RejectCode.MISSING_ID, "id is missing or empty")
     if _utf8_len_over(message_id, limits.max_id_bytes):
@@ -211,7 +202,7 @@ def _where(index: int | None) -> str:
     return "$" if index is None else f"$.events[{index}]"
 
 
-def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None, defaults: CounterDefaults) -> CounterEvent:
+def _event(wire: _WireEvent, limits: WireLimits, index: int | None, defaults: CounterDefaults) -> CounterEvent:
     """One event, validated. The common case runs without building a single string: the path of the
     event (``index``: ``None`` for a single-event message) is only formatted into a rejection."""
     key = wire.key
@@ -237,7 +228,7 @@ def _event(wire: _WireEvent, limits: DecodeLimits, index: int | None, defaults: 
     return CounterEvent(key, deltas, ts_ms, gauges, members)
 
 
-def _distinct(raw: dict[str, Any], limits: DecodeLimits, index: int | None) -> dict[str, str]:
+def _distinct(raw: dict[str, Any], limits: WireLimits, index: int | None) -> dict[str, str]:
     """``{"viewers": "user-17"}``: set name -> one member (a string) per set and event (issue 15, part 2).
 
     One member per set keeps an event's content small and its digest simple; an event naming several
@@ -267,18 +258,17 @@ def _distinct(raw: dict[str, Any], limits: DecodeLimits, index: int | None) -> d
     return raw
 
 
-MAX_OPERATOR_COUNTERS = 20
 """The most counters one reset or correction names: each also records when, by which id and by how much
 on the key's item, and the whole write must stay one update expression within DynamoDB's 4 KB."""
 
 
 def _operator_event(
-    wire: _WireEvent, limits: DecodeLimits, index: int | None, key: str, ts_ms: int | None
+    wire: _WireEvent, limits: WireLimits, index: int | None, key: str, ts_ms: int | None
 ) -> CounterEvent:
     """A reset (``"reset": {"stock": 100}``) or a correction (deltas with ``"correction": true``).
 
     Both are an operator's message of their own (never a packed event: each is ordered against the
-    batch's other messages on its own, ``tally.apply``). A reset sets counters and moves nothing else, so
+    batch's other messages on its own, ``tally.commit.applier``). A reset sets counters and moves nothing else, so
     it carries no ``delta``/``deltas``/``gauges`` (and no default deltas are filled in); a correction names
     its deltas explicitly and carries no gauges.
     """
@@ -314,7 +304,7 @@ def _operator_event(
     return CounterEvent(key, {}, ts_ms, reset=values)
 
 
-def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: DecodeLimits, index: int | None) -> dict[str, Gauge]:
+def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: WireLimits, index: int | None) -> dict[str, Gauge]:
     """``{"peak": {"max": 17}, "lastPurchaseAt": {"latest": "..."}}``: one kind per gauge name."""
     where = f"{_where(index)}.gauges"
     if not raw:
@@ -353,7 +343,7 @@ def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: DecodeLimits, index:
 
 def _deltas(
     wire: _WireEvent,
-    limits: DecodeLimits,
+    limits: WireLimits,
     index: int | None,
     defaults: CounterDefaults,
     key: str,
@@ -424,7 +414,7 @@ def _number(value: object, where: str) -> Number:
 def _ts_ms(ts: int | str, index: int | None) -> int:
     where = _where(index)
     if isinstance(ts, int):
-        if not 0 <= ts <= _MAX_TS_MS:
+        if not 0 <= ts <= MAX_TS_MS:
             raise _Invalid(RejectCode.INVALID_TS, f"epoch milliseconds out of range at `{where}.ts`")
         return ts
     try:
@@ -434,7 +424,7 @@ def _ts_ms(ts: int | str, index: int | None) -> int:
     if moment.tzinfo is None:
         raise _Invalid(RejectCode.INVALID_TS, f"ISO 8601 ts needs a UTC offset or Z at `{where}.ts`")
     stamp = _exact_ms(moment)
-    if not 0 <= stamp <= _MAX_TS_MS:
+    if not 0 <= stamp <= MAX_TS_MS:
         raise _Invalid(RejectCode.INVALID_TS, f"ts out of range at `{where}.ts`")
     return stamp
 

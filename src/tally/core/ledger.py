@@ -1,6 +1,6 @@
 """Values of the idempotency ledger: message markers, journal batch headers and claims.
 
-Plain data shared by the applier (``tally.apply``, ``tally.commit``) and the DynamoDB adapters, so the
+Plain data shared by the applier (``tally.commit.applier``, ``tally.commit``) and the DynamoDB adapters, so the
 protocol code never needs to import the adapters to speak about what they store.
 """
 

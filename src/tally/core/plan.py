@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.aggregate import MessageTotals, Totals, add_into
 from tally.core.items import ItemKey, item_label, item_parts
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered import marker_item
 from tally.core.numbers import Number, add, storage_problem
@@ -34,8 +35,6 @@ from tally.core.numbers import Number, add, storage_problem
 if TYPE_CHECKING:
     from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
-MAX_TRANSACTION_ACTIONS = 100
-"""DynamoDB's limit on actions in one ``TransactWriteItems`` call."""
 
 CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
 """The most counters one ``ADD`` on an item can carry (the store's ``counters_per_add``)."""
@@ -90,7 +89,7 @@ class WritePlan:
 
 def plan_transactions(
     messages: Sequence[MessageTotals],
-    max_actions: int = MAX_TRANSACTION_ACTIONS,
+    max_actions: int = TRANSACT_MAX_ACTIONS,
     counter_limit: CounterLimit = no_counter_limit,
 ) -> WritePlan:
     """Pack distinct messages into transactions of at most ``max_actions`` actions each.
@@ -209,7 +208,7 @@ class BatchPlan:
 
 def plan_batch(
     messages: Sequence[MessageTotals],
-    max_actions: int = MAX_TRANSACTION_ACTIONS,
+    max_actions: int = TRANSACT_MAX_ACTIONS,
     force_journal: frozenset[str] = frozenset(),
     *,
     allow_journal: bool = True,
@@ -290,7 +289,7 @@ def journal_overhead(markers: int, keys: int) -> int:
     Header, commit and finish updates, one applied-record per apply chunk, a header check per extra
     claim transaction, and the pages. Only used to choose a path: both are exactly-once.
     """
-    claim_transactions = -(-(markers + 1) // (MAX_TRANSACTION_ACTIONS - 1))
+    claim_transactions = -(-(markers + 1) // (TRANSACT_MAX_ACTIONS - 1))
     apply_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
     return 3 + claim_transactions + 2 * apply_chunks
 

@@ -17,7 +17,7 @@ as ``tally.commit.protocol`` and ``tally.store.journal`` write them:
   the commit (header, applied-record, chunk 0), one transaction per later chunk (applied-record + ADDs)
   and the finish (header);
 - re-sent messages are settled by the marker read before any write: half a read unit each. Without
-  re-sends the read gate (``tally.marker_reads``) closes after 10 batches per container, so the
+  re-sends the read gate (``tally.commit.marker_reads``) closes after 10 batches per container, so the
   model bills no marker reads then (a warm-up of 10 batches a container is noise over a month).
 
 What it assumes, and says so in its output: every event of a batch falls in the same time window
@@ -47,8 +47,9 @@ from typing import TYPE_CHECKING, Final
 
 from tally.core.aggregate import MessageTotals
 from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, window_counter
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.numbered import distinct_marker_items, numbered_id
-from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, MAX_TRANSACTION_ACTIONS, plan_apply_chunks, plan_batch
+from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch
 from tally.core.windows import MOVE_AT_BYTES, hours_on_day_items, parse_window_spec
 from tally.cost.capacity import number_size, read_units, transactional_write_units, write_units
 
@@ -67,7 +68,7 @@ PAGE_OVERHEAD_BYTES: Final = 60
 """A page item besides its data: ``id`` (``b#<32 hex>#p<i>``), ``data``'s name, ``expires_at``."""
 WORST_NUMBER_BYTES: Final = number_size("9" * 38)
 """A counter value at DynamoDB's 38 digits: item sizes are billed on the largest they can be."""
-CLAIMS_PER_TRANSACTION: Final = MAX_TRANSACTION_ACTIONS - 1
+CLAIMS_PER_TRANSACTION: Final = TRANSACT_MAX_ACTIONS - 1
 """A claim transaction holds the header (or its check) and up to 99 markers."""
 BATCH_GET_KEYS: Final = 100
 BATCH_WRITE_ITEMS: Final = 25

@@ -59,6 +59,7 @@ from tally.local.produce import Producer
 from tally.local.stack import LocalStack, handle_termination
 from tally.ops.dead_letters import list_letters, redrive
 from tally.reader.dynamodb import CounterReader
+from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 
 if TYPE_CHECKING:
@@ -240,7 +241,7 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     ok = failures == 0
     for event_file, spec in sorted(expected.items()):
         for key, counters in spec["counters"].items():
-            counted = store.read_counters(key)
+            counted = read_counters(store, key)
             for name, value in counters.items():
                 match = counted.get(name) == Decimal(value)
                 ok = ok and match
@@ -353,7 +354,7 @@ def _events_counted(mappings: EventSourceMappings) -> int:
 def _check_counters(
     console: Console, resources: LocalResources, store: DynamoDBCounterStore, load: DemoLoad, rng: random.Random
 ) -> KeyCheck:
-    counted = {key: store.read_counters(key) for key in load.expected}
+    counted = {key: read_counters(store, key) for key in load.expected}
     scanned = {key: counters for key, counters in _all_time_totals(resources).items() if key.startswith("demo:")}
     check = KeyCheck(expected=load.expected, counted=counted, scanned=scanned)
     console.print(key_table(check, sample_keys(load.expected, [HOT_KEY], rng), [HOT_KEY]))

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.limits import SQS_BATCH_MAX_ENTRIES
 from tally.local.esm import (
     REPORT_BATCH_ITEM_FAILURES,
     Decision,
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-_RECEIVE_MAX: Final = 10
 _IDLE_QUEUE_POLL_S: Final = 0.2
 """Pause after an empty receive. Lambda long-polls; the local moto server serves one request at a time,
 where a waiting receive would hold up every other client, so the pollers short-poll and pause."""
@@ -222,7 +222,7 @@ class SqsPoller(_Poller):
             # The first message opens the batching window; the batch fills until it closes.
             received = self._sqs.receive_message(
                 QueueUrl=self._queue_url,
-                MaxNumberOfMessages=min(_RECEIVE_MAX, self._source.batch_size - len(messages)),
+                MaxNumberOfMessages=min(SQS_BATCH_MAX_ENTRIES, self._source.batch_size - len(messages)),
                 WaitTimeSeconds=0,
                 AttributeNames=["All"],
                 MessageAttributeNames=["All"],
@@ -249,8 +249,8 @@ class SqsPoller(_Poller):
         return len(json.dumps(sqs_record(message, self._queue_arn, self._region)).encode("utf-8"))
 
     def _delete_done(self, messages: Sequence[dict[str, Any]]) -> None:
-        for start in range(0, len(messages), _RECEIVE_MAX):
-            chunk = messages[start : start + _RECEIVE_MAX]
+        for start in range(0, len(messages), SQS_BATCH_MAX_ENTRIES):
+            chunk = messages[start : start + SQS_BATCH_MAX_ENTRIES]
             response = self._sqs.delete_message_batch(
                 QueueUrl=self._queue_url,
                 Entries=[{"Id": str(i), "ReceiptHandle": message["ReceiptHandle"]} for i, message in enumerate(chunk)],

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.limits import KINESIS_PUT_MAX_RECORDS, SQS_BATCH_MAX_ENTRIES
 from tally.dlq import BODY_ENCODING, ERROR_CODE, ERROR_MESSAGE, SOURCE, SOURCE_RECORD_ID
 from tally.errors import OperatorError
 
@@ -46,14 +47,12 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
 
-_RECEIVE_MAX: Final = 10
 _LIST_VISIBILITY_S: Final = 30
 """How long a listed message stays hidden at most (each is made visible again as soon as it is read)."""
 _REDRIVE_VISIBILITY_S: Final = 120
 """Hides a message while it is being redriven; a re-dead-lettered one stays hidden this long, so the
 redrive never meets it again."""
 _MAX_REPLAY_RECORDS: Final = 10_000
-_PUT_RECORDS_MAX: Final = 500
 _PUT_RECORDS_MAX_BYTES: Final = 4 * 1024 * 1024
 """PutRecords takes 500 records and 5 MiB (data and partition keys) per call; a margin is kept."""
 FAILURE_PREFIX: Final = "aws/lambda/"
@@ -347,7 +346,7 @@ def _put_all(kinesis: KinesisClient, stream: str, records: Sequence[tuple[bytes,
     size = 0
     for data, key in records:
         entry_size = len(data) + len(key.encode("utf-8"))
-        if chunk and (len(chunk) == _PUT_RECORDS_MAX or size + entry_size > _PUT_RECORDS_MAX_BYTES):
+        if chunk and (len(chunk) == KINESIS_PUT_MAX_RECORDS or size + entry_size > _PUT_RECORDS_MAX_BYTES):
             _put_chunk(kinesis, stream, chunk)
             chunk, size = [], 0
         chunk.append((data, key))
@@ -527,7 +526,7 @@ def stream_name(stream: str) -> str:
 def _receive(sqs: SQSClient, queue_url: str, visibility_s: int) -> list[Letter]:
     response = sqs.receive_message(
         QueueUrl=queue_url,
-        MaxNumberOfMessages=_RECEIVE_MAX,
+        MaxNumberOfMessages=SQS_BATCH_MAX_ENTRIES,
         VisibilityTimeout=visibility_s,
         WaitTimeSeconds=1,
         AttributeNames=["All"],
@@ -562,8 +561,8 @@ def _letter(message: Any) -> Letter:
 def _release(sqs: SQSClient, queue_url: str, letters: Iterable[Letter]) -> None:
     """Make the letters visible again at once (they were only being read)."""
     pending: Sequence[Letter] = list(letters)
-    for start in range(0, len(pending), _RECEIVE_MAX):
-        chunk = pending[start : start + _RECEIVE_MAX]
+    for start in range(0, len(pending), SQS_BATCH_MAX_ENTRIES):
+        chunk = pending[start : start + SQS_BATCH_MAX_ENTRIES]
         sqs.change_message_visibility_batch(
             QueueUrl=queue_url,
             Entries=[

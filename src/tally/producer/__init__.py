@@ -18,8 +18,9 @@ Every message gets its id once, before the first attempt, and keeps it on every 
 events are packed many to a message by default, which is what makes the consumer's idempotency cheap.
 """
 
+from tally.core.limits import WireLimits
 from tally.producer.delivery import RetryPolicy
-from tally.producer.event import Event, WireLimits
+from tally.producer.event import Event
 from tally.producer.kinesis import KinesisPublisher
 from tally.producer.packing import NumberedIds, PackLimits, build_messages, new_message_id
 from tally.producer.result import FailedMessage, PublishError, PublishResult

@@ -17,28 +17,17 @@ from decimal import Decimal
 from typing import Final
 
 from tally.core.items import SHARD_SEPARATOR
+from tally.core.limits import (
+    MAX_GAUGE_TEXT_BYTES,
+    MAX_MEMBER_BYTES,
+    MAX_OPERATOR_COUNTERS,
+    MAX_TS_MS,
+    WIRE_LIMITS,
+)
 from tally.core.numbers import storage_problem
 
 DEFAULT_COUNTER: Final = "count"
 """The counter a bare ``delta`` adds to (the wire format's ``"delta": n`` shorthand)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WireLimits:
-    """The consumer's limits on one message (README, "Event format"); tests pin them to the decoder's."""
-
-    max_id_bytes: int = 1024
-    max_key_bytes: int = 2000
-    max_counter_name_bytes: int = 255
-    max_counters_per_event: int = 100
-    max_events_per_message: int = 10_000
-
-
-LIMITS: Final = WireLimits()
-MAX_OPERATOR_COUNTERS: Final = 20
-"""The most counters one reset or correction names (the consumer's ``tally.core.decode``)."""
-MAX_MEMBER_BYTES: Final = 512
-"""The longest distinct member the consumer accepts (UTF-8; ``tally.core.decode.MAX_MEMBER_BYTES``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,17 +59,19 @@ class Event:
     the key's count of different members per set, all-time and in the windows of ``ts``."""
 
     def __post_init__(self) -> None:
-        _check_text(self.key, "key", LIMITS.max_key_bytes)
+        _check_text(self.key, "key", WIRE_LIMITS.max_key_bytes)
         if SHARD_SEPARATOR in self.key:
             raise ValueError("key may not contain U+001F: the consumer uses it to separate shard numbers")
         if not isinstance(self.deltas, Mapping):
             raise TypeError(f"deltas of {self.key!r} must be a mapping")
         # No deltas: the deployment's default deltas count the event (CounterDefaults), or it carries gauges.
-        if len(self.deltas) > LIMITS.max_counters_per_event:
-            raise ValueError(f"{len(self.deltas)} counters on {self.key!r} (at most {LIMITS.max_counters_per_event})")
+        if len(self.deltas) > WIRE_LIMITS.max_counters_per_event:
+            raise ValueError(
+                f"{len(self.deltas)} counters on {self.key!r} (at most {WIRE_LIMITS.max_counters_per_event})"
+            )
         deltas: dict[str, int | Decimal] = {}
         for name, value in self.deltas.items():
-            _check_text(name, "counter name", LIMITS.max_counter_name_bytes)
+            _check_text(name, "counter name", WIRE_LIMITS.max_counter_name_bytes)
             if SHARD_SEPARATOR in name:
                 raise ValueError(f"counter {name!r} may not contain U+001F: the consumer marks window counters with it")
             deltas[name] = _check_number(name, value)
@@ -88,7 +79,7 @@ class Event:
         if self.ts is not None:
             object.__setattr__(self, "ts", _epoch_ms(self.ts))
         if self.id is not None:
-            _check_text(self.id, "id", LIMITS.max_id_bytes)
+            _check_text(self.id, "id", WIRE_LIMITS.max_id_bytes)
         if self.gauges is not None:
             object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
         if self.distinct is not None:
@@ -116,7 +107,7 @@ class Event:
                 raise TypeError(f"reset of {self.key!r} must be a mapping")
             values: dict[str, int | Decimal] = {}
             for name, value in self.reset.items():
-                _check_text(name, "counter name", LIMITS.max_counter_name_bytes)
+                _check_text(name, "counter name", WIRE_LIMITS.max_counter_name_bytes)
                 values[name] = _check_number(name, value)
             object.__setattr__(self, "reset", values)
             amounts = values
@@ -139,10 +130,10 @@ class Event:
         return cls(key, deltas, ts=ts, id=id, correction=True)
 
     def _checked_distinct(self, distinct: Mapping[str, str]) -> dict[str, str]:
-        if not isinstance(distinct, Mapping) or not distinct or len(distinct) > LIMITS.max_counters_per_event:
-            raise ValueError(f"distinct of {self.key!r}: 1 to {LIMITS.max_counters_per_event} sets")
+        if not isinstance(distinct, Mapping) or not distinct or len(distinct) > WIRE_LIMITS.max_counters_per_event:
+            raise ValueError(f"distinct of {self.key!r}: 1 to {WIRE_LIMITS.max_counters_per_event} sets")
         for name, member in distinct.items():
-            _check_text(name, "set name", LIMITS.max_counter_name_bytes)
+            _check_text(name, "set name", WIRE_LIMITS.max_counter_name_bytes)
             _check_text(member, f"member of {name!r}", MAX_MEMBER_BYTES)
             if SHARD_SEPARATOR in name or SHARD_SEPARATOR in member:
                 raise ValueError(f"distinct {name!r}: set names and members may not contain U+001F")
@@ -151,18 +142,18 @@ class Event:
     def _checked_gauges(
         self, gauges: Mapping[str, tuple[str, int | Decimal | str]]
     ) -> dict[str, tuple[str, int | Decimal | str]]:
-        if not gauges or len(gauges) > LIMITS.max_counters_per_event:
-            raise ValueError(f"gauges of {self.key!r}: 1 to {LIMITS.max_counters_per_event} of them")
+        if not gauges or len(gauges) > WIRE_LIMITS.max_counters_per_event:
+            raise ValueError(f"gauges of {self.key!r}: 1 to {WIRE_LIMITS.max_counters_per_event} of them")
         checked: dict[str, tuple[str, int | Decimal | str]] = {}
         for name, reading in gauges.items():
-            _check_text(name, "gauge name", LIMITS.max_counter_name_bytes)
+            _check_text(name, "gauge name", WIRE_LIMITS.max_counter_name_bytes)
             kind, value = reading
             if kind not in ("max", "min", "latest"):
                 raise ValueError(f"gauge {name!r}: the kinds are max, min and latest, not {kind!r}")
             if kind == "latest" and self.ts is None:
                 raise ValueError(f"gauge {name!r}: a latest reading needs the event's ts")
             if kind == "latest" and isinstance(value, str):
-                _check_text(value, f"gauge {name!r}", 1024)
+                _check_text(value, f"gauge {name!r}", MAX_GAUGE_TEXT_BYTES)
                 checked[name] = (kind, value)
             else:
                 checked[name] = (kind, _check_number(name, value))
@@ -210,15 +201,12 @@ def _check_number(name: str, value: object) -> int | Decimal:
     return value
 
 
-_MAX_TS_MS: Final = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z, the consumer's bound
-
-
 def _epoch_ms(ts: object) -> int:
     if isinstance(ts, datetime):
         if ts.tzinfo is None or ts.utcoffset() is None:
             raise ValueError("ts must be timezone-aware: a naive time is refused rather than guessed")
         # Whole seconds through timestamp() are exact; the milliseconds are added without a float.
         ts = int(ts.replace(microsecond=0).timestamp()) * 1000 + ts.microsecond // 1000
-    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= _MAX_TS_MS:
+    if isinstance(ts, bool) or not isinstance(ts, int) or not 0 <= ts <= MAX_TS_MS:
         raise ValueError(f"ts must be epoch milliseconds from 1970 to 9999 or an aware datetime, got {ts!r}")
     return ts

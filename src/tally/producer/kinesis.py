@@ -19,6 +19,12 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.limits import (
+    KINESIS_PARTITION_KEY_MAX_CHARS,
+    KINESIS_PUT_MAX_BYTES,
+    KINESIS_PUT_MAX_RECORDS,
+    KINESIS_RECORD_MAX_BYTES,
+)
 from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
 
@@ -32,18 +38,13 @@ if TYPE_CHECKING:
     from tally.producer.result import PublishResult
     from tally.producer.wire import OutgoingMessage
 
-MAX_BATCH_RECORDS: Final = 500
-MAX_BATCH_BYTES: Final = 5 * 1024 * 1024
-MAX_RECORD_BYTES: Final = 1024 * 1024
-"""Data plus partition key of one record."""
-MAX_PARTITION_KEY_CHARS: Final = 256
-DEFAULT_MAX_MESSAGE_BYTES: Final = MAX_RECORD_BYTES - 4 * MAX_PARTITION_KEY_CHARS
+DEFAULT_MAX_MESSAGE_BYTES: Final = KINESIS_RECORD_MAX_BYTES - 4 * KINESIS_PARTITION_KEY_MAX_CHARS
 """The largest packed message: a record's 1 MiB less room for any partition key (256 characters of UTF-8)."""
 
 
 def bounded_partition_key(value: str) -> str:
     """``value`` if Kinesis accepts it as a partition key (1-256 characters), else its SHA-256."""
-    if 0 < len(value) <= MAX_PARTITION_KEY_CHARS:
+    if 0 < len(value) <= KINESIS_PARTITION_KEY_MAX_CHARS:
         return value
     return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
@@ -103,7 +104,7 @@ class KinesisPublisher:
     # --- BatchChannel ------------------------------------------------------------------------------
 
     def batches(self, messages: Sequence[OutgoingMessage]) -> Iterator[Sequence[OutgoingMessage]]:
-        return group(messages, MAX_BATCH_RECORDS, MAX_BATCH_BYTES, self._record_bytes)
+        return group(messages, KINESIS_PUT_MAX_RECORDS, KINESIS_PUT_MAX_BYTES, self._record_bytes)
 
     def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[EntryFailure]:
         records: list[PutRecordsRequestEntryTypeDef] = [

@@ -15,8 +15,8 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from tally.core.limits import WIRE_LIMITS
 from tally.core.numbered import numbered_id
-from tally.producer.event import LIMITS
 from tally.producer.wire import OutgoingMessage, event_json, packed_body, packed_overhead, single_message
 
 if TYPE_CHECKING:
@@ -63,14 +63,14 @@ class PackLimits:
     """How big a packed message may get: bytes (the service's limit), events and distinct keys."""
 
     max_bytes: int
-    max_events: int = LIMITS.max_events_per_message
+    max_events: int = WIRE_LIMITS.max_events_per_message
     max_keys: int = DEFAULT_MAX_KEYS_PER_MESSAGE
 
     def __post_init__(self) -> None:
         if self.max_bytes < 256 or self.max_events < 1 or self.max_keys < 1:
             raise ValueError(f"pack limits too small to hold an event: {self}")
-        if self.max_events > LIMITS.max_events_per_message:
-            raise ValueError(f"max_events above the consumer's {LIMITS.max_events_per_message} per message")
+        if self.max_events > WIRE_LIMITS.max_events_per_message:
+            raise ValueError(f"max_events above the consumer's {WIRE_LIMITS.max_events_per_message} per message")
 
 
 def build_messages(

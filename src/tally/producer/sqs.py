@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
 from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
 
@@ -33,9 +34,6 @@ if TYPE_CHECKING:
     from tally.producer.result import PublishResult
     from tally.producer.wire import OutgoingMessage
 
-MAX_BATCH_ENTRIES: Final = 10
-MAX_BATCH_BYTES: Final = 256 * 1024
-"""SendMessageBatch's payload limit as every queue accepts it (the sum of the batch's bodies)."""
 DEFAULT_MAX_MESSAGE_BYTES: Final = 256 * 1024
 """A queue's default ``MaximumMessageSize``; pass the queue's own value if it differs."""
 _FIFO_TOKEN: Final = re.compile(r"[!-~]{1,128}")  # SQS: 1-128 printable ASCII characters
@@ -96,7 +94,7 @@ class SqsPublisher:
     # --- BatchChannel ------------------------------------------------------------------------------
 
     def batches(self, messages: Sequence[OutgoingMessage]) -> Iterator[Sequence[OutgoingMessage]]:
-        return group(messages, MAX_BATCH_ENTRIES, MAX_BATCH_BYTES, lambda message: message.size)
+        return group(messages, SQS_BATCH_MAX_ENTRIES, SQS_BATCH_MAX_BYTES, lambda message: message.size)
 
     def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[EntryFailure]:
         entries = [self._entry(str(index), message) for index, message in enumerate(batch)]

@@ -15,7 +15,8 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tally.producer.event import DEFAULT_COUNTER, LIMITS, Event
+from tally.core.limits import WIRE_LIMITS
+from tally.producer.event import DEFAULT_COUNTER, Event
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -54,8 +55,8 @@ def packed_message(events: Sequence[Event], message_id: str) -> OutgoingMessage:
     _check_id(message_id)
     if not events:
         raise ValueError("a packed message needs at least one event")
-    if len(events) > LIMITS.max_events_per_message:
-        raise ValueError(f"{len(events)} events in one message (at most {LIMITS.max_events_per_message})")
+    if len(events) > WIRE_LIMITS.max_events_per_message:
+        raise ValueError(f"{len(events)} events in one message (at most {WIRE_LIMITS.max_events_per_message})")
     if any(event.is_operator for event in events):
         raise ValueError("a reset or correction is a message of its own: it cannot be packed")
     body = packed_body(message_id, [event_json(event) for event in events])
@@ -128,5 +129,5 @@ def _check_id(message_id: str) -> None:
         size = len(message_id.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise ValueError(f"message id holds a lone surrogate at {exc.start}") from exc
-    if size > LIMITS.max_id_bytes:
-        raise ValueError(f"message id is {size} bytes of UTF-8 (at most {LIMITS.max_id_bytes})")
+    if size > WIRE_LIMITS.max_id_bytes:
+        raise ValueError(f"message id is {size} bytes of UTF-8 (at most {WIRE_LIMITS.max_id_bytes})")

@@ -9,7 +9,7 @@ strongly consistent: a count read right after a batch committed includes it.
 Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yaml grants exactly these):
 
 - ``get`` and ``get_many``: ``BatchGetItem``, one per 100 items (a hot key is 16 items), the keys
-  DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get``);
+  DynamoDB leaves unprocessed asked again (``tally.store.requests.batch_get``);
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
   windows, paginated, and for hour and day windows one ``BatchGetItem`` of the key's item(s), whose ``w#``
   attributes hold the windows not yet moved off them, and for hours one more ``Query`` per partition over
@@ -40,18 +40,16 @@ from tally.core.windows import DAY_MS, UNITS, WindowSpec, WindowUnit, parse_wind
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
+from tally.store.requests import batch_get, scan_all_time_items, translate
 from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
-    batch_get,
     counters_from_item,
     distinct_from_item,
     gauges_from_item,
     item_key,
     open_windows_from_item,
     operators_from_item,
-    scan_all_time_items,
-    translate,
 )
 
 if TYPE_CHECKING:

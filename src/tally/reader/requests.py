@@ -13,17 +13,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from tally.core.items import SHARD_SEPARATOR
+from tally.core.limits import MAX_TS_MS, WIRE_LIMITS
 from tally.core.windows import UNITS, WindowUnit
 from tally.errors import InvalidReadError
-from tally.store.schema import MAX_COUNTER_KEY_BYTES
 
 if TYPE_CHECKING:
     from tally.core.windows import WindowSpec
 
 MAX_SERIES_WINDOWS: Final = 10_000
 """The most windows one series read returns (a year of hours is 8,760)."""
-MAX_TIME_MS: Final = 253_402_300_799_999
-"""9999-12-31T23:59:59.999Z, the last instant an event's ``ts`` may name."""
 DEFAULT_SERIES_WINDOWS: Final = 24
 """Without ``from``, a series covers this many windows up to ``to``."""
 
@@ -36,8 +34,8 @@ def check_key(key: str) -> str:
         size = len(key.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise InvalidReadError("the key is not valid Unicode (a lone surrogate)") from exc
-    if size > MAX_COUNTER_KEY_BYTES:
-        raise InvalidReadError(f"the key is {size} bytes of UTF-8 (at most {MAX_COUNTER_KEY_BYTES})")
+    if size > WIRE_LIMITS.max_key_bytes:
+        raise InvalidReadError(f"the key is {size} bytes of UTF-8 (at most {WIRE_LIMITS.max_key_bytes})")
     if SHARD_SEPARATOR in key:
         raise InvalidReadError("keys may not contain U+001F (it separates shard numbers)")
     return key
@@ -69,7 +67,7 @@ def parse_time_ms(text: str) -> int:
         if moment.tzinfo is None:
             raise InvalidReadError(f"{text!r} needs a UTC offset or Z")
         ms = int(moment.replace(microsecond=0).timestamp()) * 1000 + moment.microsecond // 1000
-    if not 0 <= ms <= MAX_TIME_MS:
+    if not 0 <= ms <= MAX_TS_MS:
         raise InvalidReadError(f"{text!r} is outside 1970-01-01 to 9999-12-31")
     return ms
 
@@ -77,7 +75,7 @@ def parse_time_ms(text: str) -> int:
 def series_starts(unit: WindowUnit, from_ms: int, to_ms: int, max_windows: int = MAX_SERIES_WINDOWS) -> range:
     """The start of every window from the one holding ``from_ms`` to the one holding ``to_ms``."""
     for ms in (from_ms, to_ms):
-        if not 0 <= ms <= MAX_TIME_MS:
+        if not 0 <= ms <= MAX_TS_MS:
             raise InvalidReadError(f"{ms} is outside 1970-01-01 to 9999-12-31 (epoch milliseconds)")
     first, last = unit.start_ms(from_ms), unit.start_ms(to_ms)
     if last < first:

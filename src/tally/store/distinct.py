@@ -33,19 +33,19 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.items import ALL_TIME, make_item
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.errors import RetryableStoreError
 from tally.store.expressions import add_expression, name_placeholder, value_placeholder
+from tally.store.requests import batch_get, translate
 from tally.store.schema import (
     EXPIRES_AT,
     MEMBER_PARTITION_SUFFIX,
     PARTITION_KEY,
-    batch_get,
     distinct_attribute,
     item_key,
     member_key,
     member_of_item,
-    translate,
 )
 
 if TYPE_CHECKING:
@@ -55,8 +55,6 @@ if TYPE_CHECKING:
 
     from tally.core.distinct import MemberSet
 
-MAX_ACTIONS: Final = 100
-"""``TransactWriteItems``' limit on actions."""
 MAX_ATTEMPTS: Final = 6
 """Sends of one transaction cancelled by conflicts, throttling or lost answers, before giving up (the
 messages are then reported failed and their redelivery writes the members again)."""
@@ -108,7 +106,7 @@ class DynamoDBDistinctStore:
         *,
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
-        max_actions: int = MAX_ACTIONS,
+        max_actions: int = TRANSACT_MAX_ACTIONS,
     ) -> None:
         self._client = client
         self._table = counters_table

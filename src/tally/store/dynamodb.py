@@ -8,7 +8,7 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -18,23 +18,10 @@ from tally.core.items import item_parts
 from tally.core.ledger import Claim, MarkerRecord
 from tally.core.sharding import HotKeys
 from tally.errors import BoundRefusedError
-from tally.reader.dynamodb import CounterReader
-from tally.store.schema import (
-    ALL_TIME,
-    LEDGER_ID,
-    MAX_COUNTER_KEY_BYTES,
-    MAX_MESSAGE_ID_BYTES,
-    PARTITION_KEY,
-    SORT_KEY,
-    add_update,
-    batch_get,
-    bound_check,
-    counters_from_item,
-    marker_actions,
-    marker_id,
-    marker_records,
-    translate,
-)
+from tally.store.actions import add_update, bound_check
+from tally.store.markers import marker_actions, marker_id, marker_records
+from tally.store.requests import batch_get, translate
+from tally.store.schema import ALL_TIME, LEDGER_ID, PARTITION_KEY, SORT_KEY, counters_from_item
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -46,14 +33,11 @@ if TYPE_CHECKING:
     from tally.core.numbers import Number
     from tally.core.plan import Chunk
     from tally.core.resets import OperatorStamp
-    from tally.core.windows import WindowUnit
-    from tally.store.schema import Role
+    from tally.store.actions import Role
 
 __all__ = [
     "ALL_TIME",
     "COUNTER_PREFIX",
-    "MAX_COUNTER_KEY_BYTES",
-    "MAX_MESSAGE_ID_BYTES",
     "PARTITION_KEY",
     "SORT_KEY",
     "DynamoDBCounterStore",
@@ -66,9 +50,6 @@ from tally.store.schema import COUNTER_PREFIX
 
 class DynamoDBCounterStore:
     """Counter store on two DynamoDB tables; the client is injected so tests and local runs can point it."""
-
-    max_key_bytes: Final = MAX_COUNTER_KEY_BYTES
-    max_message_id_bytes: Final = MAX_MESSAGE_ID_BYTES
 
     def __init__(
         self,
@@ -151,20 +132,6 @@ class DynamoDBCounterStore:
             )
             for item in items
         ]
-
-    def read_counters(self, key: str) -> dict[str, Decimal]:
-        """The all-time counters of ``key``, hot-key shards summed: ``tally.reader``'s read, kept here for
-        the callers that hold a store (the local demo, benchmarks, tests)."""
-        return dict(self._reader().get(key).values)
-
-    def read_series(self, key: str, unit: WindowUnit, from_ms: int, to_ms: int) -> list[tuple[int, dict[str, Decimal]]]:
-        """Every ``unit`` window of ``key`` from ``from_ms`` to ``to_ms``, in order, gaps as empty maps
-        (``tally.reader``'s series)."""
-        series = self._reader().series(key, unit.name, from_ms, to_ms)
-        return [(window.start_ms, dict(window.values)) for window in series.windows]
-
-    def _reader(self) -> CounterReader:
-        return CounterReader(self.counters_table, client=self.client, hot_keys=self.hot_keys)
 
     def read_markers(self, message_ids: Sequence[str]) -> dict[str, MarkerRecord]:
         """The markers that exist among ``message_ids`` (eventually consistent ``BatchGetItem``s of 100).

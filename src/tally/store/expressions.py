@@ -2,7 +2,7 @@
 
 DynamoDB refuses any expression string longer than 4 KB ("The maximum length of any expression string is
 4 KB", Constraints > Expression parameters), counted on the string as sent: placeholders, not the names
-and values they stand for. ``tally.store.schema.add_update`` builds its expression here, so the bound the
+and values they stand for. ``tally.store.actions.add_update`` builds its expression here, so the bound the
 planner respects (``counters_per_add``) is measured on the very string DynamoDB receives. It depends on how
 many counters an ADD carries and on whether it also sets a window's expiry, never on the counter names
 (``#c0``, ``#c1``... stand for them): names up to 255 bytes cost nothing here.
@@ -16,6 +16,7 @@ from functools import cache
 from typing import TYPE_CHECKING, Final
 
 from tally.core.items import ALL_TIME, ItemKey, item_parts
+from tally.core.limits import UPDATE_EXPRESSION_MAX_BYTES
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -23,8 +24,6 @@ if TYPE_CHECKING:
     from tally.core.bounds import BoundCheck
     from tally.core.defaults import CounterDefaults
 
-MAX_EXPRESSION_BYTES: Final = 4096
-"""DynamoDB's limit on any expression string (4 KB, binary units)."""
 _EXPIRY_SET: Final = "#expires = if_not_exists(#expires, :expires)"
 
 
@@ -70,7 +69,7 @@ def _most_counters(sets_expiry: bool, started: bool) -> int:
         return len(add_expression(count, sets_expiry=sets_expiry, started=count if started else 0).encode("utf-8"))
 
     count = 1
-    while length(count + 1) <= MAX_EXPRESSION_BYTES:
+    while length(count + 1) <= UPDATE_EXPRESSION_MAX_BYTES:
         count += 1
     return count
 
@@ -161,7 +160,9 @@ def gauges_per_update() -> int:
     """The most gauges one conditional write carries: within 4 KB per expression (worst case: all latest)
     and within the 300 operators an expression may hold."""
     count = 1
-    while all(len(e.encode("utf-8")) <= MAX_EXPRESSION_BYTES for e in gauge_expressions(["latest"] * (count + 1))):
+    while all(
+        len(e.encode("utf-8")) <= UPDATE_EXPRESSION_MAX_BYTES for e in gauge_expressions(["latest"] * (count + 1))
+    ):
         count += 1
     return min(count, MAX_EXPRESSION_OPERATORS // _OPERATORS_PER_GAUGE)
 

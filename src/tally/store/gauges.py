@@ -27,7 +27,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.model import GaugeKind
 from tally.core.numbers import to_wire
 from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
-from tally.store.schema import gauge_attribute, item_key, latest_order_attribute, translate
+from tally.store.requests import translate
+from tally.store.schema import gauge_attribute, item_key, latest_order_attribute
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

@@ -15,7 +15,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
+from tally.core.limits import BATCH_WRITE_MAX_ITEMS
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
+from tally.store.actions import add_update, batch_state_check
+from tally.store.markers import marker_actions
+from tally.store.pages import decode_page, encode_page
+from tally.store.requests import batch_get, translate
 from tally.store.schema import (
     APPLIED_REFUSED,
     EXPIRES_AT,
@@ -26,18 +31,11 @@ from tally.store.schema import (
     PAGE_DATA,
     PARTITION_KEY,
     SORT_KEY,
-    add_update,
     applied_id,
-    batch_get,
-    batch_state_check,
-    decode_page,
-    encode_page,
     header_id,
     item_counters,
     item_key,
-    marker_actions,
     page_id,
-    translate,
 )
 
 if TYPE_CHECKING:
@@ -48,9 +46,8 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.items import ItemKey
-    from tally.store.schema import Role
+    from tally.store.actions import Role
 
-_BATCH_WRITE_LIMIT: Final = 25
 JOURNAL_GRACE_SECONDS: Final = 86_400
 """Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
 
@@ -136,11 +133,11 @@ class DynamoDBJournal:
             }
             for index, page in enumerate(pages)
         ]
-        for start in range(0, len(requests), _BATCH_WRITE_LIMIT):
+        for start in range(0, len(requests), BATCH_WRITE_MAX_ITEMS):
             # Rewriting a page is harmless (same content), so a throttled write is simply retried whole.
             try:
                 response = self._client.batch_write_item(
-                    RequestItems={self._markers: requests[start : start + _BATCH_WRITE_LIMIT]}
+                    RequestItems={self._markers: requests[start : start + BATCH_WRITE_MAX_ITEMS]}
                 )
             except (ClientError, BotoCoreError) as exc:
                 raise translate(exc) from exc

@@ -47,18 +47,12 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.numbers import EXACT, to_wire
 from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
-from tally.store.schema import (
-    PARTITION_KEY,
-    add_update,
-    batch_get,
-    item_key,
-    open_windows_from_item,
-    scan_all_time_items,
-    translate,
-    window_attribute,
-)
+from tally.store.actions import add_update
+from tally.store.requests import batch_get, scan_all_time_items, translate
+from tally.store.schema import PARTITION_KEY, item_key, open_windows_from_item, window_attribute
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -70,8 +64,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAX_ACTIONS: Final = 100
-"""``TransactWriteItems``' limit on actions."""
 MAX_MOVED_ATTRIBUTES: Final = 100
 """Attributes one key item's ``REMOVE`` takes: its condition holds two operators each (``=``, ``AND``),
 within DynamoDB's 300 per expression, and about 17 bytes each, within its 4 KB. More wait for the next move."""
@@ -143,7 +135,7 @@ def plan_move(
     reaches ``move_at_bytes`` (0: as soon as one has ended, as ``close_all`` does). Ended hours go to their
     day's item as ``w#`` attributes beside the day's total when that item lives as long as they do
     (``hours_on_day_items``): one window item written for a day's hours, not one per hour. At most
-    ``MAX_MOVED_ATTRIBUTES`` attributes and ``MAX_ACTIONS - 1`` window items, oldest windows first: the rest
+    ``MAX_MOVED_ATTRIBUTES`` attributes and ``TRANSACT_MAX_ACTIONS - 1`` window items, oldest windows first: the rest
     waits for the next move.
     """
     ended = closed_windows(open_windows_from_item(raw), windows, now_ms)
@@ -159,7 +151,7 @@ def plan_move(
     adds: dict[CounterItem, dict[str, Decimal]] = {}
     count = 0
     for found in ended:
-        if len(removed) + len(found.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= MAX_ACTIONS - 1:
+        if len(removed) + len(found.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= TRANSACT_MAX_ACTIONS - 1:
             break
         removed.update({window_attribute(found.window, name): value for name, value in found.counters.items()})
         count += 1
@@ -202,7 +194,7 @@ class DynamoDBWindowMover:
         *,
         rng: random.Random | None = None,
         sleep: Callable[[float], object] = time.sleep,
-        max_actions: int = MAX_ACTIONS,
+        max_actions: int = TRANSACT_MAX_ACTIONS,
         move_at_bytes: int = MOVE_AT_BYTES,
     ) -> None:
         self._move_at_bytes = move_at_bytes

@@ -28,13 +28,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
+from tally.commit.marker_reads import MarkerReadGate
 from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.bounds import NO_BOUNDS, CounterBounds
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
-from tally.core.plan import MAX_TRANSACTION_ACTIONS, plan_batch
+from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
-from tally.marker_reads import MarkerReadGate
 from tally.store.expressions import counters_per_add
 
 if TYPE_CHECKING:
@@ -65,7 +66,7 @@ class Applier:
         *,
         policy: RetryPolicy = DEFAULT_RETRY_POLICY,
         sleep: Callable[[float], None] = time.sleep,
-        max_actions: int = MAX_TRANSACTION_ACTIONS,
+        max_actions: int = TRANSACT_MAX_ACTIONS,
         new_batch_id: Callable[[], str] = lambda: uuid.uuid4().hex,
         use_journal: bool = True,
         marker_read_gate: MarkerReadGate | None = None,

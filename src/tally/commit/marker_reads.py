@@ -6,7 +6,7 @@ a stream without any, it is one request per batch for nothing: a third of the re
 single-event messages. The conditional marker writes guard exactly-once either way, so skipping the read
 is always safe; it only moves the cost of a duplicate from a read to a cancelled transaction.
 
-This module owns only that decision (``tally.apply.Applier`` asks it once per batch and tells it what the
+This module owns only that decision (``tally.commit.applier.Applier`` asks it once per batch and tells it what the
 batch met); it must not read markers or know the store: the read is the protocol's first step
 (``tally.commit.protocol.CommitProtocol.without_existing``).
 """

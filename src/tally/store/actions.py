@@ -1,0 +1,166 @@
+"""The counters table's transaction actions: one atomic ``ADD`` per item, bound checks, and batch-state checks.
+
+Each action is built with its ``Role`` beside it, so a cancelled transaction's reasons can be read back by
+position (``tally.store.requests.translate``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from tally.core.items import (
+    ALL_TIME,
+    ItemKey,
+    item_label,
+    item_parts,
+)
+from tally.core.numbers import to_wire
+from tally.store.expressions import (
+    OPERATOR_AT,
+    OPERATOR_ID,
+    add_expression,
+    bound_condition,
+    bound_placeholders,
+    name_placeholder,
+    operator_placeholders,
+    operator_sets,
+    start_placeholder,
+    value_placeholder,
+)
+from tally.store.schema import (
+    COUNTER_PREFIX,
+    EXPIRES_AT,
+    HEADER_STATE,
+    LEDGER_ID,
+    OPERATOR_PREFIXES,
+    counter_attribute,
+    header_id,
+    item_key,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+
+    from tally.core.bounds import BoundCheck
+    from tally.core.resets import OperatorStamp
+
+
+# Each transaction action is paired with its role, so a cancellation can be read back by position.
+Role = tuple[str, str]
+"""("marker", message id) | ("block", its claims: ``_block_role``) | ("add", counter key) | ("batch", batch id)
+| ("applied", batch id)."""
+
+
+def batch_state_check(table: str, batch_id: str, state: str) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A condition that a journal batch is in ``state`` (checked atomically with the other actions)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": {LEDGER_ID: {"S": header_id(batch_id)}},
+            "ConditionExpression": "#state = :state",
+            "ExpressionAttributeNames": {"#state": HEADER_STATE},
+            "ExpressionAttributeValues": {":state": {"S": state}},
+        }
+    }, ("batch", batch_id)
+
+
+def add_update(
+    table: str,
+    item: ItemKey,
+    counters: Mapping[str, Any],
+    starts: Mapping[str, Any] | None = None,
+    bounds: Sequence[BoundCheck] = (),
+    *,
+    sets: Mapping[str, Any] | None = None,
+    stamp: OperatorStamp | None = None,
+) -> tuple[TransactWriteItemTypeDef, Role]:
+    """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
+
+    ``starts`` (counter -> start value, ``tally.core.defaults``) applies to a key's all-time item only:
+    those counters are ``SET c = if_not_exists(c, :start) + :delta`` in the same action. ``bounds``
+    (``tally.core.bounds.bound_checks``) make the write conditional: a bound it would cross cancels the
+    transaction, with the item as it was (``ALL_OLD``) in the cancellation reason.
+
+    ``sets`` (a reset's values: ``SET c = :value``, no ``if_not_exists``: after a reset the value is the
+    reset's) and ``stamp`` (the record of a reset or correction: ``reset_at#c``, ``reset_id#c``,
+    ``reset_to#c`` or ``corrected_at#c``, ``corrected_id#c``, ``corrected_by#c``) ride in the same action,
+    so the item is still written once (issue 15, part 5).
+    """
+    parts = item_parts(item)
+    started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
+    ordered = [(name, delta) for name, delta in counters.items() if name in started]
+    first_plain = len(ordered)
+    ordered += [(name, delta) for name, delta in counters.items() if name not in started]
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for index, (name, delta) in enumerate(ordered):
+        names[name_placeholder(index)] = counter_attribute(name)
+        values[value_placeholder(index)] = {"N": to_wire(delta)}
+        if index < first_plain:
+            values[start_placeholder(index)] = {"N": to_wire(started[name])}
+    expires_at_s = parts.expires_at_s
+    extra: list[str] = []
+    if sets or stamp is not None:
+        extra = _operator_clauses(names, values, sets, stamp)
+    # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
+    expression = add_expression(
+        len(ordered), sets_expiry=expires_at_s is not None, started=first_plain, extra_sets=extra
+    )
+    if expires_at_s is not None:
+        names["#expires"] = EXPIRES_AT
+        values[":expires"] = {"N": str(expires_at_s)}
+    update: dict[str, Any] = {
+        "TableName": table,
+        "Key": item_key(item),
+        "UpdateExpression": expression,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": values,
+    }
+    if bounds:
+        _add_bound_condition(update, bounds)
+    return {"Update": update}, ("add", item_label(item))  # type: ignore[typeddict-item]
+
+
+def bound_check(table: str, item: ItemKey, bounds: Sequence[BoundCheck]) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A ``ConditionCheck`` of an item's bounds, for a bounded item whose net in the transaction is zero but
+    whose steps move it (``-5`` then ``+5`` must not take a counter at 3 below a floor of 0 on the way)."""
+    check: dict[str, Any] = {"TableName": table, "Key": item_key(item)}
+    _add_bound_condition(check, bounds)
+    return {"ConditionCheck": check}, ("add", item_label(item))  # type: ignore[typeddict-item]
+
+
+def _add_bound_condition(action: dict[str, Any], bounds: Sequence[BoundCheck]) -> None:
+    names = action.setdefault("ExpressionAttributeNames", {})
+    values = action.setdefault("ExpressionAttributeValues", {})
+    for index, check in enumerate(bounds):
+        name, low, high = bound_placeholders(index)
+        names[name] = COUNTER_PREFIX + check.counter
+        if check.at_least is not None:
+            values[low] = {"N": to_wire(check.at_least)}
+        if check.at_most is not None:
+            values[high] = {"N": to_wire(check.at_most)}
+    if not values:
+        del action["ExpressionAttributeValues"]
+    action["ConditionExpression"] = bound_condition(bounds)
+    action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+
+
+def _operator_clauses(
+    names: dict[str, str], values: dict[str, Any], sets: Mapping[str, Any] | None, stamp: OperatorStamp | None
+) -> list[str]:
+    """Fill in a reset's and an operator record's placeholders; return their ``SET`` clauses."""
+    amounts = sets if sets else (stamp.values if stamp is not None else {})
+    for index, (name, amount) in enumerate(amounts.items()):
+        counter, value, at, by, recorded = operator_placeholders(index)
+        if sets:
+            names[counter] = COUNTER_PREFIX + name
+        values[value] = {"N": to_wire(amount)}
+        if stamp is not None:
+            at_prefix, id_prefix, value_prefix = OPERATOR_PREFIXES[stamp.kind.value]
+            names[at], names[by], names[recorded] = at_prefix + name, id_prefix + name, value_prefix + name
+    if stamp is not None:
+        values[OPERATOR_AT] = {"N": str(stamp.at_ms)}
+        values[OPERATOR_ID] = {"S": stamp.message_id}
+    return operator_sets(len(amounts), sets_counters=bool(sets), stamped=stamp is not None)
