@@ -27,7 +27,7 @@ from functools import cached_property
 from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
-from tally.core.numbered import numbered_id
+from tally.core.numbered_ids import numbered_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence

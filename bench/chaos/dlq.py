@@ -1,6 +1,6 @@
 """The dead-letter queue of a chaos run: poison from the pipeline (with reasons) and exhausted SQS messages.
 
-One queue, as in the template: the pipeline's dead-letter port (``tally.dlq.SqsDeadLetterQueue`` in
+One queue, as in the template: the pipeline's dead-letter port (``tally.dead_letter_sender.SqsDeadLetterQueue`` in
 production) writes poison with its ``tally.error_code``; SQS's redrive policy moves a message there,
 without any reason, once it has been received ``maxReceiveCount`` times. ``ConsumerPort`` is the port one
 consumer's pipeline gets: it may refuse a letter (a fault), and the pipeline must then report the record

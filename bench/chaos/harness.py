@@ -36,7 +36,7 @@ from tally.core.bounds import parse_counter_bounds
 from tally.core.defaults import parse_counter_defaults
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
-from tally.core.numbered import parse_numbered
+from tally.core.numbered_ids import parse_numbered
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_id, parse_window_spec
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings

@@ -17,7 +17,7 @@ from botocore.config import Config
 from tally.commit.applier import Applier
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
-from tally.dlq import SqsDeadLetterQueue
+from tally.dead_letter_sender import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.distinct import DynamoDBDistinctStore

@@ -1,6 +1,6 @@
 """Block markers for numbered message ids (issue 16, part 3), against DynamoDB Local.
 
-Numbered ids (``<session>.<seq>``, ``tally.core.numbered``) keep their markers as attributes of shared block
+Numbered ids (``<session>.<seq>``, ``tally.core.numbered_ids``) keep their markers as attributes of shared block
 items. Each test checks that every reader sees what a marker of its own would say, and that the faults the
 per-message markers are proven under (duplicates within and across batches, concurrent invocations on the
 same block with injected ``TransactionConflict``, lost responses, aborted journal claims, other content
@@ -21,7 +21,7 @@ from tally.core.aggregate import message_totals
 from tally.core.digest import DIGEST_BYTES
 from tally.core.ledger import Claim
 from tally.core.model import CounterEvent, Message, SourceRecord
-from tally.core.numbered import BLOCK_SEQS, MAX_SEQ, numbered_id
+from tally.core.numbered_ids import BLOCK_SEQS, MAX_SEQ, numbered_id
 from tally.core.plan import plan_transactions
 from tally.cost.capacity import item_size
 from tally.errors import MarkersExistError

@@ -36,7 +36,7 @@ from tally.commit.applier import Applier, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
-from tally.core.numbered import numbered_id
+from tally.core.numbered_ids import numbered_id
 from tally.local.template import load_template, table_definitions
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore

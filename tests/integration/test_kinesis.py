@@ -19,7 +19,7 @@ import pytest
 
 from tally.commit.applier import RetryPolicy
 from tally.core.model import DeadLetter, RejectCode, Rejection
-from tally.dlq import SqsDeadLetterQueue
+from tally.dead_letter_sender import SqsDeadLetterQueue
 from tally.handlers import kinesis as kinesis_handler
 from tally.local.context import LocalLambdaContext
 from tally.local.lambda_events import kinesis_event

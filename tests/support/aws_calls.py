@@ -47,7 +47,13 @@ ROLES = (FUNCTION, OPERATOR, READ_FUNCTION, READER, PRODUCER)
 # The Lambda's own orchestration: a call is the function's only when the stack passes through one of these.
 ORCHESTRATION = ("tally.handlers", "tally.runtime", "tally.pipeline", "tally.commit.applier", "tally.commit")
 # Where the function's calls are made (the nearest tally frame).
-FUNCTION_CODE = (*ORCHESTRATION, "tally.store", "tally.dlq", "tally.sources", "tally.commit.marker_reads")
+FUNCTION_CODE = (
+    *ORCHESTRATION,
+    "tally.store",
+    "tally.dead_letter_sender",
+    "tally.sources",
+    "tally.commit.marker_reads",
+)
 OPERATOR_CODE = ("tally.cli", "tally.ops")
 READ_ENDPOINT = ("tally.handlers.read",)
 READER_CODE = ("tally.reader",)

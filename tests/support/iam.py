@@ -116,7 +116,7 @@ _CLOUDFORMATION_ACTIONS = {"DescribeStacks", "DescribeStackResource", "DescribeS
 _S3_BUCKET_ACTIONS = {"ListObjectsV2": "ListBucket", "ListObjects": "ListBucket"}
 _S3_OBJECT_ACTIONS = {"GetObject": "GetObject", "DeleteObject": "DeleteObject", "PutObject": "PutObject"}
 # The operator's SQS calls: reading and deleting are on the dead-letter queue, sending (a redrive, a publish)
-# on the stack's source queue. The function sends only to the dead-letter queue (tally.dlq).
+# on the stack's source queue. The function sends only to the dead-letter queue (tally.dead_letter_sender).
 _OPERATOR_DLQ_OPERATIONS = {
     "ReceiveMessage",
     "DeleteMessage",
@@ -425,8 +425,8 @@ def _bind(call: Call) -> str | None:
     """The template resource of a call's queue, stream or stack, from what its call site does."""
     if call.service == "sqs":
         if call.role == FUNCTION:
-            # tally.dlq.SqsDeadLetterQueue, wired by tally.runtime with TALLY_DLQ_URL = !Ref EventsDeadLetterQueue
-            return DLQ if call.site.startswith("tally/dlq.py") else None
+            # tally.dead_letter_sender.SqsDeadLetterQueue, wired by tally.runtime with TALLY_DLQ_URL = !Ref EventsDeadLetterQueue
+            return DLQ if call.site.startswith("tally/dead_letter_sender.py") else None
         return DLQ if call.operation in _OPERATOR_DLQ_OPERATIONS else QUEUE
     if call.service == "kinesis":
         return STREAM

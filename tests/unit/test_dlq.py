@@ -10,7 +10,7 @@ import pytest
 from moto import mock_aws
 
 from tally.core.model import DeadLetter, RejectCode, Rejection, SourceRecord
-from tally.dlq import SqsDeadLetterQueue
+from tally.dead_letter_sender import SqsDeadLetterQueue
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -1,4 +1,4 @@
-"""Numbered message ids and their marker items (``tally.core.numbered``), and how the planner counts them
+"""Numbered message ids and their marker items (``tally.core.numbered_ids``), and how the planner counts them
 (issue 16, part 3)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from tally.core.aggregate import MessageTotals
 from tally.core.limits import TRANSACT_MAX_ACTIONS
-from tally.core.numbered import (
+from tally.core.numbered_ids import (
     BLOCK_SEQS,
     MAX_SEQ,
     NumberedId,

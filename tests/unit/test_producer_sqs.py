@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tally.core.numbered import parse_numbered
+from tally.core.numbered_ids import parse_numbered
 from tally.errors import TallyError
 from tally.producer import Event, PublishError, RetryPolicy, SqsPublisher, new_message_id
 from tests.support.moto_server import client, drain_queue, unique

@@ -17,9 +17,9 @@ import msgspec
 from rich.console import Console
 from rich.table import Table
 
+from tally.cli.corrections import correct, reset
 from tally.cli.dlq import dlq
 from tally.cli.locate import Locator, client, stack_option
-from tally.cli.operator import correct, reset
 from tally.cli.plan import plan
 from tally.cli.publish import publish
 from tally.cli.stack_command import stack

@@ -44,7 +44,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal, runs_within_bou
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
-from tally.core.numbered import marker_item
+from tally.core.numbered_ids import marker_item
 from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
     item_disjoint_lanes,
@@ -413,7 +413,7 @@ class CommitProtocol:
     def _claim(self, batch_id: str, lease_until_ms: int, unit: Sequence[MessageTotals]) -> list[MessageTotals] | None:
         """Claim what can be claimed for the batch; None if the batch was aborted under us."""
         by_id = {message.message_id: message for message in unit}
-        # A block's messages next to each other, so that they are claimed by one action (tally.core.numbered).
+        # A block's messages next to each other, so that they are claimed by one action (tally.core.numbered_ids).
         first_seen: dict[str, int] = {}
         for message in unit:
             first_seen.setdefault(marker_item(message.message_id), len(first_seen))

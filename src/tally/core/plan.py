@@ -5,7 +5,7 @@ is that a message's idempotency marker is committed in the same transaction as e
 so a message is never split across transactions, and a transaction holds one conditional action per
 marker item plus one ``ADD`` per distinct key of those messages, at most ``max_actions`` in all. A marker
 item holds one message's marker, or those of several consecutive numbered messages of one producer session
-(a block, ``tally.core.numbered.marker_item``: issue 16, part 3), which share one action.
+(a block, ``tally.core.numbered_ids.marker_item``: issue 16, part 3), which share one action.
 
 Packing is greedy, in batch order. A new transaction starts when the next message would overflow the
 action limit, or when adding it would make some key's net delta unstorable (more than 38 significant
@@ -29,7 +29,7 @@ from tally.core.aggregate import MessageTotals, Totals, add_into
 from tally.core.items import ItemKey, item_label, item_parts
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
-from tally.core.numbered import marker_item
+from tally.core.numbered_ids import marker_item
 from tally.core.numbers import Number, add, storage_problem
 
 if TYPE_CHECKING:

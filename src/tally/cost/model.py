@@ -9,7 +9,7 @@ them, and bills every item it would write by DynamoDB's rules (``tally.cost.capa
 as ``tally.commit.protocol`` and ``tally.store.journal`` write them:
 
 - direct transaction: one marker action per marker item (a message's own, or, for numbered ids, a block
-  of 16 consecutive messages: ``tally.core.numbered``) and one ``ADD`` per item, 2 units per item per KB
+  of 16 consecutive messages: ``tally.core.numbered_ids``) and one ``ADD`` per item, 2 units per item per KB
   (a block stays within 1 KB);
 - journal unit: claim transactions (the header, or a check of it, plus up to 99 marker items each); a unit of
   one apply chunk commits in one transaction (header + ADDs); a larger one reads its later chunks'
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Final
 from tally.core.aggregate import MessageTotals
 from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, window_counter
 from tally.core.limits import TRANSACT_MAX_ACTIONS
-from tally.core.numbered import distinct_marker_items, numbered_id
+from tally.core.numbered_ids import distinct_marker_items, numbered_id
 from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch
 from tally.core.windows import MOVE_AT_BYTES, hours_on_day_items, parse_window_spec
 from tally.cost.capacity import number_size, read_units, transactional_write_units, write_units

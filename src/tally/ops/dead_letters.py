@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.limits import KINESIS_PUT_MAX_RECORDS, SQS_BATCH_MAX_ENTRIES
-from tally.dlq import BODY_ENCODING, ERROR_CODE, ERROR_MESSAGE, SOURCE, SOURCE_RECORD_ID
+from tally.dead_letter_sender import BODY_ENCODING, ERROR_CODE, ERROR_MESSAGE, SOURCE, SOURCE_RECORD_ID
 from tally.errors import OperatorError
 
 if TYPE_CHECKING:
@@ -427,7 +427,7 @@ def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
         body = payload.decode("utf-8")
         if queue_url.endswith(".fifo"):
             # SQS requires both on a FIFO queue. The group: the letter's own (the producer's, kept by SQS's
-            # move and by tally.dlq), so the message rejoins its order. The deduplication id: this dead
+            # move and by tally.dead_letter_sender), so the message rejoins its order. The deduplication id: this dead
             # letter's id, never the producer's, which SQS would drop as a duplicate of the original send
             # for five minutes; the same letter redriven twice (a redrive that died before deleting it) is
             # dropped by SQS, or else by the markers.

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tally.core.limits import WIRE_LIMITS
-from tally.core.numbered import numbered_id
+from tally.core.numbered_ids import numbered_id
 from tally.producer.wire import OutgoingMessage, event_json, packed_body, packed_overhead, single_message
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class NumberedIds:
     """Numbered message ids, ``<session>.<seq>``: the publishers' default (issue 16, part 3).
 
     One instance per publisher: a random 128-bit session (32 hex digits) and a counter from 0. The consumer
-    keeps the markers of 16 consecutive seqs on one item (``tally.core.numbered``), so a batch of single-event
+    keeps the markers of 16 consecutive seqs on one item (``tally.core.numbered_ids``), so a batch of single-event
     messages writes one marker item per 16 messages instead of one per message (README, "Numbered ids"). Each
     id is drawn once, when a message is prepared, and reused on every retry of it, like ``new_message_id``'s;
     a fresh instance (a new process, a new publisher) starts a new session, so ids never repeat. Valid as SQS

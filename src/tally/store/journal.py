@@ -102,7 +102,7 @@ class DynamoDBJournal:
         self, batch_id: str, claims: Sequence[Claim], now_ms: int
     ) -> list[tuple[TransactWriteItemTypeDef, Role]]:
         expires_at = now_ms // 1000 + self._ttl
-        # One action per marker item: a block's claims share one (tally.core.numbered).
+        # One action per marker item: a block's claims share one (tally.core.numbered_ids).
         actions = marker_actions(self._markers, claims, now_ms, expires_at, batch_id=batch_id)
         checked: set[str] = set()
         for claim in claims:

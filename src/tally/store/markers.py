@@ -2,7 +2,7 @@
 
 A message's marker is an item of its own (``m#<message id>``) or, for a numbered id ``<session>.<seq>``, an
 attribute of its block item ``s#<session>#<seq // 16>`` shared with up to 15 neighbours
-(``tally.core.numbered``). Both are written with a condition (no marker yet, or one naming the aborted
+(``tally.core.numbered_ids``). Both are written with a condition (no marker yet, or one naming the aborted
 journal batch the claim replaces) and read back into the same ``MarkerRecord``, so the commit protocol never
 needs to know which kind a message has.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.ledger import MarkerRecord
-from tally.core.numbered import marker_item, parse_numbered
+from tally.core.numbered_ids import marker_item, parse_numbered
 from tally.store.schema import EXPIRES_AT, LEDGER_ID, MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
   as applied exactly when that batch is COMMITTED or DONE. ``digest`` (Binary, 16 bytes) is the digest of
   the content it counts (``tally.core.digest``); markers written before digests existed have none.
 - ``s#<session>#<block>``: the markers of numbered messages ``<session>.<seq>`` (issue 16, part 3;
-  ``tally.core.numbered``) whose ``seq // 16`` is ``block``, one per attribute: ``<seq % 16>`` (Binary:
+  ``tally.core.numbered_ids``) whose ``seq // 16`` is ``block``, one per attribute: ``<seq % 16>`` (Binary:
   the applied time, 6 bytes of epoch ms, then the 16-byte digest if any) and, for a journal claim,
   ``b<seq % 16>`` (the batch). Each says what an ``m#`` marker says about its message
   (``marker_records`` reads both kinds into the same ``MarkerRecord``).
