@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import sys
-from decimal import Context
+from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -24,10 +24,12 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
 
-FLOAT_DIGITS: Final = 12
+FLOAT_DIGITS: Final = 10
 """Significant digits a float keeps in JSON: more than any figure of a model here means, fewer than its noise."""
 _UNCUT_WIDTH: Final = 100_000
 _FLOAT_CONTEXT: Final = Context(prec=FLOAT_DIGITS)
+_WIDE_CONTEXT: Final = Context(prec=38)
+_TENTH: Final = Decimal("0.1")
 _JSON: Final = msgspec.json.Encoder(decimal_format="number")
 
 
@@ -57,11 +59,13 @@ def json_option(help_text: str = "Print JSON instead of a table.") -> Callable[[
 
 
 def exact(value: Any) -> Any:
-    """``value`` with every float as a ``Decimal`` of ``FLOAT_DIGITS`` significant digits, or an ``int`` when
-    whole (ints, Decimals, strings and the rest unchanged), through dicts, lists and tuples."""
+    """``value`` with every float as a ``Decimal`` of ``FLOAT_DIGITS`` significant digits, written with a
+    decimal point when whole (ints, Decimals, strings and the rest unchanged), through dicts, lists, tuples."""
     if isinstance(value, float):
         rounded = _FLOAT_CONTEXT.create_decimal_from_float(value).normalize(_FLOAT_CONTEXT)
-        return int(rounded) if rounded.is_finite() and rounded == rounded.to_integral_value() else rounded
+        if rounded.is_finite() and rounded == rounded.to_integral_value():  # 60.0, not 6E+1: still a float
+            return rounded.quantize(_TENTH, context=_WIDE_CONTEXT)
+        return rounded
     if isinstance(value, dict):
         return {key: exact(item) for key, item in value.items()}
     if isinstance(value, list | tuple):
