@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit
-from botocore.config import Config
 
+from tally.client_config import CLIENT_CONFIG as CLIENT_CONFIG  # noqa: PLC0414 - re-exported for bench/, tests
 from tally.commit.applier import Applier
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
@@ -36,15 +36,6 @@ if TYPE_CHECKING:
 
 METRICS_NAMESPACE = "Tally"
 """The CloudWatch namespace of tally's metrics (set in code so every handler and test agrees)."""
-
-# botocore retries throttling and 5xx on its own (reusing the transaction's ClientRequestToken); tally's
-# applier retries what is left (conflict cancellations, which botocore never retries) under its deadline.
-CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": 3},
-    connect_timeout=3,
-    read_timeout=10,
-    tcp_keepalive=True,
-)
 
 
 def build_pipeline(settings: Settings) -> BatchPipeline:

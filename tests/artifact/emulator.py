@@ -13,7 +13,14 @@ What stands where on Lambda, and here:
 
 The RIE serves ``POST /2015-03-31/functions/function/invocations`` and answers with what the handler
 returned (or Lambda's ``errorType``/``errorMessage`` document when it raised); the function is initialised
-on the first invocation, in one execution environment that stays warm, as on Lambda.
+on the first invocation, in one execution environment that stays warm, as on Lambda. When the function
+runs past its timeout (``AWS_LAMBDA_FUNCTION_TIMEOUT``, which the RIE enforces on the cold start and the
+invocation together) the RIE answers, still with HTTP 200, the text ``Task timed out after N.00 seconds``
+and resets the environment: ``invoke`` raises ``FunctionTimeout`` for it.
+
+Time limits: these tests check answers, counts and dead letters, never speed, so an emulated function gets
+``EMULATED_TIMEOUT_S`` however short the template's timeout is: a cold start (imports, first clients) on a
+loaded 2-core machine ran past the read function's own 10 s once. Speed has its own tests (tests/bench).
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import time
@@ -35,8 +43,14 @@ if TYPE_CHECKING:
 
 INVOKE_PATH = "/2015-03-31/functions/function/invocations"
 REGION = "us-east-1"
-START_TIMEOUT_S = 30.0
-INVOKE_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0
+"""How long the RIE may take to listen: generous, a loaded machine is not what these tests test."""
+EMULATED_TIMEOUT_S = 300
+"""The timeout an emulated function of the template gets (Lambda allows up to 900 s)."""
+INVOKE_MARGIN_S = 60.0
+"""How much longer than the function's timeout the client waits for the RIE's answer (its timeout answer
+included)."""
+_TIMED_OUT = re.compile(rb"Task timed out after [0-9.]+ seconds")
 
 
 @dataclass(frozen=True)
@@ -107,6 +121,10 @@ class FunctionError(AssertionError):
     """The function raised (the RIE answered with Lambda's error document) or never answered."""
 
 
+class FunctionTimeout(FunctionError):
+    """The function ran past its timeout (the RIE's ``Task timed out after ...`` answer)."""
+
+
 class EmulatedFunction:
     """One function under the RIE; ``invoke`` posts an event and returns the handler's JSON answer."""
 
@@ -158,10 +176,21 @@ class EmulatedFunction:
             self._url, data=json.dumps(event).encode(), method="POST", headers={"Content-Type": "application/json"}
         )
         try:
-            with urllib.request.urlopen(request, timeout=INVOKE_TIMEOUT_S) as response:
-                answer = json.loads(response.read() or b"null")
+            with urllib.request.urlopen(request, timeout=self._config.timeout_s + INVOKE_MARGIN_S) as response:
+                body = response.read()
         except OSError as exc:
             raise FunctionError(f"invocation failed: {exc}\n{self.log_tail()}") from exc
+        if _TIMED_OUT.fullmatch(body.strip()):
+            raise FunctionTimeout(
+                f"{self._config.name} {body.strip().decode()} (its timeout_s={self._config.timeout_s}, cold start "
+                f"included)\n{self.log_tail()}"
+            )
+        try:
+            answer = json.loads(body or b"null")
+        except ValueError as exc:
+            raise FunctionError(
+                f"the RIE answered something other than JSON: {body[:500]!r}\n{self.log_tail()}"
+            ) from exc
         if isinstance(answer, dict) and "errorType" in answer:
             raise FunctionError(f"the function raised {answer}\n{self.log_tail()}")
         return answer

@@ -323,8 +323,7 @@ OPERATOR_CALLS = {
     ("Scan", "scan_all_time_items"),  # tally top (tally.reader), tally windows close (store.windows)
     ("TransactWriteItems", "_commit"),
     ("TransactWriteItems.Update", "Update"),
-    ("DescribeStacks", "describe"),
-    ("DescribeStacks", "stack_outputs"),
+    ("DescribeStacks", "describe"),  # --stack, $TALLY_STACK, tally stack (tally.cli.resolve, the one reader)
     ("SendMessageBatch", "send_batch"),  # tally publish
     ("PutRecords", "send_batch"),
     ("ReceiveMessage", "_receive"),

@@ -118,10 +118,11 @@ def test_stack_shows_outputs_and_the_variables_they_set(aws: dict[str, Any]) -> 
         "export TALLY_COUNTERS_TABLE=c",
         f"export TALLY_DLQ_URL={aws['dlq']}",
         "export TALLY_HOT_KEYS=b=4",
+        "export TALLY_STACK=s1",
     ]
     missing = run("stack", "nope")
     assert missing.exit_code == 1
-    assert "cannot read stack 'nope'" in missing.output
+    assert "stack 'nope' does not exist" in missing.output
 
 
 def test_windows_close_moves_every_keys_ended_windows_once(

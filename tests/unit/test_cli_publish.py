@@ -221,7 +221,7 @@ def test_stack_outputs_choose_the_target(aws: str) -> None:
     assert run("k", "--stack", both_stack, "--to", "kinesis").exit_code == 0
     missing = run("k", "--stack", unique("no-such-stack"))
     assert missing.exit_code == 1
-    assert "cannot read stack" in missing.output
+    assert "does not exist" in missing.output
 
 
 def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(aws: str, tmp_path: Path) -> None:

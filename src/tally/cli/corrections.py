@@ -4,19 +4,22 @@ Each is one message with its own id (README, "Corrections and resets"), so it co
 often it is sent: the id is generated when none is given and **printed**, and re-sending with ``--id``
 that id (after a timeout, an unclear answer, a crash of the shell) is a duplicate at the consumer, never a
 second reset or correction. It goes through the producer library, to the same targets as ``tally
-publish`` (``--queue-url``, ``--stream-name``, ``--stack``).
+publish``, found the same way (``--queue-url``, ``--stream-name``, ``--stack``, then ``$TALLY_QUEUE_URL``,
+``$TALLY_STREAM_NAME``, ``$TALLY_STACK``).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING
 
 import click
 
-from tally.cli.publish import _publisher, _target
+from tally.cli.output import json_option, print_json
+from tally.cli.publish import _publisher, check_one_target
 from tally.cli.publish_input import InputError, number
-from tally.errors import TallyError
+from tally.cli.resolve import Resolver, kind_option, stack_option
 from tally.producer import Event
 from tally.producer.packing import new_message_id
 
@@ -30,12 +33,11 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
         (
             click.option("--id", "message_id", help="The message id (generated and printed if not given)."),
             click.option("--ts", type=int, help="Event time, epoch milliseconds (recorded as when it happened)."),
-            click.option("--queue-url", help="Publish to this SQS queue (standard or .fifo)."),
-            click.option("--stream-name", help="Publish to this Kinesis stream (a name or an ARN)."),
-            click.option("--stack", "stack_name", help="Publish to the queue or stream of this deployed tally stack."),
-            click.option(
-                "--to", "kind", type=click.Choice(["sqs", "kinesis"]), help="With --stack: which source, if both."
-            ),
+            click.option("--queue-url", help="Publish to this SQS queue (default: $TALLY_QUEUE_URL)."),
+            click.option("--stream-name", help="Publish to this Kinesis stream (default: $TALLY_STREAM_NAME)."),
+            stack_option,
+            kind_option,
+            json_option('Print {"id": ..., "sent": true|false} instead of the bare id.'),
         )
     ):
         command = option(command)
@@ -75,22 +77,23 @@ def _send(
     stream_name: str | None,
     stack_name: str | None,
     kind: str | None,
+    as_json: bool,
 ) -> None:
-    if sum(x is not None for x in (queue_url, stream_name, stack_name)) != 1:
-        raise click.UsageError("give exactly one target: --queue-url, --stream-name or --stack")
+    check_one_target(queue_url, stream_name, stack_name)
     chosen_id = message_id or new_message_id()
     try:
         event = make(chosen_id, ts)
     except (InputError, TypeError, ValueError) as exc:
         raise click.UsageError(str(exc)) from exc
-    try:
-        publisher = _publisher(_target(queue_url, stream_name, stack_name, kind), pack=False, max_message_bytes=None)
-    except TallyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    target = Resolver(stack_name, os.environ).publish_target(queue_url, stream_name, kind)
+    publisher = _publisher(target, pack=False, max_message_bytes=None)
     result = publisher.send(publisher.prepare([event]))
-    if result.failed:
-        reasons = "; ".join(f"{failure.code}: {failure.reason}" for failure in result.failed)
-        click.echo(f"not sent ({reasons}); send it again with --id {chosen_id}", err=True)
+    reasons = [f"{failure.code}: {failure.reason}" for failure in result.failed]
+    if reasons:
+        click.echo(f"not sent ({'; '.join(reasons)}); send it again with --id {chosen_id}", err=True)
+    if as_json:
+        print_json({"id": chosen_id, "sent": not reasons, "target": target.address, "failures": reasons})
+    else:
         click.echo(chosen_id)
+    if reasons:
         sys.exit(1)
-    click.echo(chosen_id)

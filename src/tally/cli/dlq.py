@@ -10,25 +10,22 @@ already counted is counted again. Poison redriven unchanged is dead-lettered aga
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections import Counter
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
-import msgspec
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-from rich.table import Table
 
-from tally.cli.locate import Locator, client, stack_option
-from tally.errors import TallyError
-from tally.ops.dead_letters import Destination, list_failed_batches, list_letters, redrive
+from tally.cli.output import console, json_bytes, json_option, print_json, table
+from tally.cli.resolve import Resolver, stack_option
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
+    from rich.table import Table
 
     from tally.ops.dead_letters import Letter, RedriveResult, StoredBatch
 
@@ -40,63 +37,71 @@ def dlq() -> None:
     """Inspect and redrive the dead-letter queue."""
 
 
+_DLQ_URL = click.option("--dlq-url", help="The dead-letter queue (default: the stack's, or $TALLY_DLQ_URL).")
+_FAILURE_BUCKET = click.option(
+    "--failure-bucket",
+    help="The S3 bucket of given-up Kinesis batches (StreamFailureDestination=S3; default: the stack's, or"
+    " $TALLY_FAILURE_BUCKET).",
+)
+
+
 @dlq.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per line (bodies in full).")
+@json_option("Print one JSON object per line (bodies in full).")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
 @stack_option
-@click.option("--dlq-url", envvar="TALLY_DLQ_URL", help="The dead-letter queue (or $TALLY_DLQ_URL).")
-@click.option(
-    "--failure-bucket",
-    envvar="TALLY_FAILURE_BUCKET",
-    help="The S3 bucket of given-up Kinesis batches (StreamFailureDestination=S3; or $TALLY_FAILURE_BUCKET).",
-)
+@_DLQ_URL
+@_FAILURE_BUCKET
 def list_command(
     as_json: bool, limit: int | None, stack_name: str | None, dlq_url: str | None, failure_bucket: str | None
 ) -> None:
     """List each dead letter with its reason (tally.error_code / tally.error_message), oldest first, and the
     given-up Kinesis batches of the S3 failure bucket (if the stack has one)."""
-    locator = Locator(stack_name)
-    url = locator.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
-    bucket = locator.optional("TALLY_FAILURE_BUCKET", failure_bucket)
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from tally.cli.aws import client, failure
+    from tally.errors import TallyError
+    from tally.ops.dead_letters import list_failed_batches, list_letters
+
+    resolver = Resolver(stack_name, os.environ)
+    url = resolver.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue", "--dlq-url")
+    bucket = resolver.value("TALLY_FAILURE_BUCKET", failure_bucket)
     sqs: SQSClient = client("sqs")
     try:
         letters = list_letters(sqs, url, limit=limit)
         stored = list_failed_batches(client("s3"), bucket, limit=limit) if bucket else []
-    except TallyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    except (TallyError, BotoCoreError, ClientError) as exc:
+        raise failure("list the dead letters", "sqs", exc) from exc
     if as_json:
         for letter in letters:
-            sys.stdout.buffer.write(msgspec.json.encode(letter_json(letter)) + b"\n")
+            sys.stdout.buffer.write(json_bytes(letter_json(letter)))
         for batch in stored:
-            sys.stdout.buffer.write(msgspec.json.encode(stored_json(batch)) + b"\n")
+            sys.stdout.buffer.write(json_bytes(stored_json(batch)))
         return
-    console = Console()
-    console.print(letters_table(letters, url))
+    out = console()
+    out.print(letters_table(letters, url))
     if bucket:
-        console.print(stored_table(stored, bucket))
+        out.print(stored_table(stored, bucket))
     codes = Counter(letter.error_code or letter.kind for letter in letters)
     if codes:
-        console.print("by reason: " + ", ".join(f"{code} {count}" for code, count in codes.most_common()))
+        out.print("by reason: " + ", ".join(f"{code} {count}" for code, count in codes.most_common()))
 
 
 @dlq.command("redrive")
 @click.option("--to-queue", help="Send every body to this queue instead of where it came from.")
 @click.option("--to-stream", help="Put every body into this stream (name or ARN) instead.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
+@json_option("Print what was redriven and what was left as JSON.")
 @stack_option
-@click.option("--dlq-url", envvar="TALLY_DLQ_URL", help="The dead-letter queue (or $TALLY_DLQ_URL).")
+@_DLQ_URL
 @click.option(
     "--queue-url",
-    envvar="TALLY_QUEUE_URL",
-    help="Where messages without a tally.source go (SQS moved them): the source queue (or $TALLY_QUEUE_URL).",
+    help="Where messages without a tally.source go (SQS moved them): the source queue (default: the stack's, or"
+    " $TALLY_QUEUE_URL).",
 )
-@click.option(
-    "--failure-bucket",
-    envvar="TALLY_FAILURE_BUCKET",
-    help="The S3 bucket of given-up Kinesis batches (StreamFailureDestination=S3; or $TALLY_FAILURE_BUCKET).",
-)
+@_FAILURE_BUCKET
 def redrive_command(  # click passes every option by name
     *,
+    as_json: bool,
     to_queue: str | None,
     to_stream: str | None,
     limit: int | None,
@@ -106,19 +111,25 @@ def redrive_command(  # click passes every option by name
     failure_bucket: str | None,
 ) -> None:
     """Send the dead letters back to their source (markers make it safe), deleting each once accepted."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    from tally.cli.aws import client, failure
+    from tally.errors import TallyError
+    from tally.ops.dead_letters import Destination, redrive
+
     if to_queue and to_stream:
         raise click.UsageError("give --to-queue or --to-stream, not both")
-    locator = Locator(stack_name)
-    url = locator.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
-    default_queue = locator.optional("TALLY_QUEUE_URL", queue_url)
-    bucket = locator.optional("TALLY_FAILURE_BUCKET", failure_bucket)
+    resolver = Resolver(stack_name, os.environ)
+    url = resolver.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue", "--dlq-url")
+    default_queue = resolver.value("TALLY_QUEUE_URL", queue_url)
+    bucket = resolver.value("TALLY_FAILURE_BUCKET", failure_bucket)
     sqs: SQSClient = client("sqs")
     kinesis: KinesisClient = client("kinesis")
     s3: S3Client | None = client("s3") if bucket else None
-    console = Console(stderr=True)
     columns = (TextColumn("redriving"), BarColumn(), MofNCompleteColumn(), TextColumn("messages"))
     try:
-        with Progress(*columns, console=console, transient=True) as progress:
+        with Progress(*columns, console=console(stderr=True), transient=True) as progress:
             task = progress.add_task("redrive", total=limit)
             result = redrive(
                 sqs,
@@ -131,9 +142,12 @@ def redrive_command(  # click passes every option by name
                 s3=s3,
                 failure_bucket=bucket,
             )
-    except TallyError as exc:
-        raise click.ClickException(str(exc)) from exc
-    Console().print(redrive_table(result))
+    except (TallyError, BotoCoreError, ClientError) as exc:
+        raise failure("redrive the dead letters", "sqs", exc) from exc
+    if as_json:
+        print_json(redrive_document(result))
+    else:
+        console().print(redrive_table(result))
     if not result.ok:
         sys.exit(1)
 
@@ -158,9 +172,10 @@ def letter_json(letter: Letter) -> dict[str, Any]:
 
 
 def letters_table(letters: list[Letter], url: str) -> Table:
-    table = Table(title=f"dead-letter queue {url.rsplit('/', 1)[-1]}: {len(letters)} message(s)")
-    for column in ("sent (UTC)", "reason", "detail", "source", "body"):
-        table.add_column(column, overflow="fold")
+    rows = table(
+        f"dead-letter queue {url.rsplit('/', 1)[-1]}: {len(letters)} message(s)",
+        ["sent (UTC)", "reason", "detail", "source", "body"],
+    )
     for letter in letters:
         batch = letter.kinesis_batch
         if batch is not None:
@@ -174,8 +189,8 @@ def letters_table(letters: list[Letter], url: str) -> Table:
             detail = (letter.error_message or "")[:80]
             source = (letter.source or "").rsplit(":", 1)[-1].rsplit("/", 1)[-1]
         body = letter.body if len(letter.body) <= _PREVIEW else letter.body[:_PREVIEW] + "…"
-        table.add_row(_time(letter.sent_ms), reason, detail, source, body)
-    return table
+        rows.add_row(_time(letter.sent_ms), reason, detail, source, body)
+    return rows
 
 
 def stored_json(stored: StoredBatch) -> dict[str, Any]:
@@ -189,22 +204,38 @@ def stored_json(stored: StoredBatch) -> dict[str, Any]:
 
 
 def stored_table(stored: list[StoredBatch], bucket: str) -> Table:
-    table = Table(title=f"failure bucket {bucket}: {len(stored)} given-up Kinesis batch(es), records included")
-    for column in ("written (UTC)", "reason", "detail", "source"):
-        table.add_column(column, overflow="fold")
+    rows = table(
+        f"failure bucket {bucket}: {len(stored)} given-up Kinesis batch(es), records included",
+        ["written (UTC)", "reason", "detail", "source"],
+    )
     for item in stored:
         batch = item.batch
-        table.add_row(
+        rows.add_row(
             _time(item.last_modified_ms),
             f"kinesis batch given up ({batch.condition})",
             f"{batch.shard_id} {batch.start_sequence_number}..{batch.end_sequence_number} "
             f"({len(item.records)} records)",
             batch.stream_arn.rsplit("/", 1)[-1],
         )
-    return table
+    return rows
+
+
+def redrive_document(result: RedriveResult) -> dict[str, Any]:
+    """What ``--json`` prints: every message redriven (id, kind) and every one left, with why."""
+    return {
+        "ok": result.ok,
+        "redriven": [{"message_id": letter.message_id, "kind": letter.kind} for letter in result.redriven],
+        "replayed_records": result.replayed_records,
+        "replayed_objects": list(result.replayed_objects),
+        "skipped_objects": [{"key": key, "reason": reason} for key, reason in result.skipped_objects],
+        "sent_to": sorted(result.destinations),
+        "left": [{"message_id": skipped.letter.message_id, "reason": skipped.reason} for skipped in result.skipped],
+    }
 
 
 def redrive_table(result: RedriveResult) -> Table:
+    from rich.table import Table
+
     table = Table(title="redrive", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")

@@ -1,42 +1,69 @@
 """``tally``: read counters from the command line.
 
-Reads go through ``tally.reader`` (the one read path, also the HTTP endpoint's). It reads the same
-environment variables as the Lambda function (``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``,
-``TALLY_WINDOWS``) and boto3's own (``AWS_ENDPOINT_URL`` for local endpoints, ``AWS_REGION``,
-credentials), so pointing it at DynamoDB Local or a deployed stack is a matter of environment.
+Reads go through ``tally.reader`` (the one read path, also the HTTP endpoint's). Where the counters table
+is, and how the stack counts (hot keys, windows), follows ``tally.cli.resolve``'s rule: an option, else
+``--stack NAME``'s Outputs and Parameters, else the variables the Lambda function reads
+(``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS``), else ``$TALLY_STACK``'s. boto3's own
+variables point it at a local endpoint (``AWS_ENDPOINT_URL``) and a region (``AWS_REGION``).
+
+Every command imports what it uses when it runs: ``tally --help`` and ``tally get --help`` load click and
+the command modules only (tests/unit/test_cli_imports.py), never the Lambda wiring, the commit protocol or
+Powertools, and not boto3 either.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from typing import TYPE_CHECKING
 
 import click
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
-from tally.cli.corrections import correct, reset
-from tally.cli.dlq import dlq
-from tally.cli.locate import Locator, client, stack_option
-from tally.cli.plan import plan
-from tally.cli.publish import publish
-from tally.cli.stack_command import stack
-from tally.cli.top import top
-from tally.cli.windows import windows
-from tally.config import COUNTERS_TABLE
-from tally.errors import TallyError
-from tally.reader import CounterReader, Series, Window, parse_time_ms
+from tally.cli.output import console, json_option, table
+from tally.cli.resolve import Resolver, stack_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from decimal import Decimal
     from typing import Any
 
-    from tally.reader import OperatorRecord
+    from tally.reader import CounterReader, OperatorRecord, Series
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
+
+COMMANDS: Mapping[str, str] = {
+    "correct": "tally.cli.corrections:correct",
+    "dlq": "tally.cli.dlq:dlq",
+    "plan": "tally.cli.plan:plan",
+    "publish": "tally.cli.publish:publish",
+    "reset": "tally.cli.corrections:reset",
+    "stack": "tally.cli.stack_command:stack",
+    "top": "tally.cli.top:top",
+    "windows": "tally.cli.windows:windows",
+}
+"""Command name -> where it is defined, imported only when the command (or ``tally --help``) needs it."""
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use (click's documented lazy-loading pattern)."""
+
+    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if not isinstance(command, click.Command):
+                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
+            self.add_command(command, cmd_name)
+        return super().get_command(ctx, cmd_name)
 
 
 def counters_json(counters: Mapping[str, Decimal]) -> bytes:
@@ -44,13 +71,18 @@ def counters_json(counters: Mapping[str, Decimal]) -> bytes:
     return _JSON.encode(dict(sorted(counters.items())))
 
 
-def _reader(stack_name: str | None = None) -> CounterReader:
-    """The environment's counters table, hot keys and windows; with a stack, its Outputs and Parameters fill
-    in what is not set. Only the counters table is needed: reads never touch the markers."""
-    locator = Locator(stack_name)
-    env = locator.environment(os.environ, needed=(COUNTERS_TABLE,))
-    locator.required(COUNTERS_TABLE, env.get(COUNTERS_TABLE), "the counters table")  # before any client is built
-    return CounterReader.from_environment(env, client=client("dynamodb"))
+READ_SETTINGS = ("TALLY_COUNTERS_TABLE", "TALLY_HOT_KEYS", "TALLY_WINDOWS", "TALLY_WINDOW_RETENTION")
+"""What a read needs: the counters table, and how the stack counts (never the markers)."""
+
+
+def _reader(resolver: Resolver, table_name: str | None) -> CounterReader:
+    """The counters table (``--table``, the stack's or the environment's), with the stack's hot keys and windows."""
+    from tally.cli.aws import client
+    from tally.reader import CounterReader
+
+    table_ = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
+    environment = resolver.settings(READ_SETTINGS) | {"TALLY_COUNTERS_TABLE": table_}
+    return CounterReader.from_environment(environment, client=client("dynamodb"))
 
 
 def series_json(series: Series) -> bytes:
@@ -63,7 +95,7 @@ def distinct_series_json(series: Series) -> bytes:
     return _JSON.encode([{"start": window.start, "distinct": dict(window.distinct)} for window in series.windows])
 
 
-@click.group()
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.version_option(package_name="tally")
 def cli() -> None:
     """tally: exactly-once counters from event streams on AWS."""
@@ -71,7 +103,7 @@ def cli() -> None:
 
 @cli.command()
 @click.argument("key")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON: counter -> value (a list of windows with --window).")
+@json_option("Print JSON: counter -> value (a list of windows with --window).")
 @click.option("--window", type=click.Choice(["minute", "hour", "day"]), help="Read a series of time windows.")
 @click.option("--from", "from_", help="Series start: epoch ms or ISO 8601 with offset (default: 24 windows back).")
 @click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
@@ -81,6 +113,7 @@ def cli() -> None:
     "--distinct", "distinct", is_flag=True, help="Print the distinct counts (members per set) instead of the counters."
 )
 @stack_option
+@click.option("--table", "table_name", help="The counters table (default: the stack's, or $TALLY_COUNTERS_TABLE).")
 def get(
     *,
     key: str,
@@ -92,10 +125,20 @@ def get(
     operators: bool,
     distinct: bool,
     stack_name: str | None,
+    table_name: str | None,
 ) -> None:
     """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from tally.cli.aws import failure
+    from tally.errors import ConfigurationError, InvalidReadError, TallyError
+    from tally.reader import Series, Window, parse_time_ms
+
     try:
-        reader = _reader(stack_name)
+        reader = _reader(Resolver(stack_name, os.environ), table_name)
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
         if operators:
             _print_operators(key, reader.get(key).operators, as_json)
             return
@@ -107,21 +150,20 @@ def get(
             _print_counters(key, dict(found.distinct if distinct else found.values), as_json, distinct=distinct)
             return
         series = reader.series(key, window, parse_time_ms(from_) if from_ else None, parse_time_ms(to) if to else None)
-    except TallyError as exc:
+    except (InvalidReadError, ConfigurationError) as exc:  # a request the reader refuses, not a failed read
         raise click.ClickException(str(exc)) from exc
+    except (TallyError, BotoCoreError, ClientError) as exc:
+        raise failure(f"read {key!r} from table {reader.counters_table!r}", "dynamodb", exc) from exc
     if as_json:
         sys.stdout.buffer.write((distinct_series_json(series) if distinct else series_json(series)) + b"\n")
         return
     if distinct:
         series = Series(key, series.window, tuple(Window(w.start_ms, w.distinct) for w in series.windows))
     names = sorted({name for window_counts in series.windows for name in window_counts.values})
-    table = Table(title=f"{key!r} per {window} (UTC)")
-    table.add_column("window start")
-    for name in names:
-        table.add_column(name, justify="right")
+    rows = table(f"{key!r} per {window} (UTC)", ["window start", *names], right=names)
     for window_counts in series.windows:
-        table.add_row(window_counts.start, *(str(window_counts.values.get(name, 0)) for name in names))
-    Console().print(table)
+        rows.add_row(window_counts.start, *(str(window_counts.values.get(name, 0)) for name in names))
+    console().print(rows)
 
 
 def _print_gauges(key: str, gauges: Mapping[str, Mapping[str, Decimal | str]], as_json: bool) -> None:
@@ -130,17 +172,11 @@ def _print_gauges(key: str, gauges: Mapping[str, Mapping[str, Decimal | str]], a
     if as_json:
         sys.stdout.buffer.write(_JSON.encode(ordered) + b"\n")
         return
-    table = Table(title=f"gauges of {key!r}")
-    for column in ("kind", "gauge", "value"):
-        table.add_column(column, justify="right" if column == "value" else "left")
+    rows = table(f"gauges of {key!r}", ["kind", "gauge", "value"], right=["value"])
     for kind, values in ordered.items():
         for name, value in values.items():
-            table.add_row(kind, name, str(value))
-    console = Console()
-    if ordered:
-        console.print(table)
-    else:
-        console.print(f"no gauges for {key!r} yet")
+            rows.add_row(kind, name, str(value))
+    console().print(rows if ordered else f"no gauges for {key!r} yet")
 
 
 def operators_json(operators: Mapping[str, Mapping[str, OperatorRecord]]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -160,17 +196,12 @@ def _print_operators(key: str, operators: Mapping[str, Mapping[str, OperatorReco
     if as_json:
         sys.stdout.buffer.write(_JSON.encode(operators_json(operators)) + b"\n")
         return
-    table = Table(title=f"last reset and correction of {key!r}")
-    for column in ("counter", "kind", "at (UTC)", "id", "value / delta"):
-        table.add_column(column, justify="right" if column == "value / delta" else "left")
+    columns = ["counter", "kind", "at (UTC)", "id", "value / delta"]
+    rows = table(f"last reset and correction of {key!r}", columns, right=["value / delta"])
     for kind, records in sorted(operators.items()):
         for name, record in sorted(records.items()):
-            table.add_row(name, kind, record.at, record.message_id, str(record.amount))
-    console = Console()
-    if operators:
-        console.print(table)
-    else:
-        console.print(f"{key!r} was never reset or corrected")
+            rows.add_row(name, kind, record.at, record.message_id, str(record.amount))
+    console().print(rows if operators else f"{key!r} was never reset or corrected")
 
 
 def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool, *, distinct: bool = False) -> None:
@@ -179,26 +210,11 @@ def _print_counters(key: str, counters: dict[str, Decimal], as_json: bool, *, di
         sys.stdout.buffer.write(counters_json(counters) + b"\n")
         return
     what = "distinct counts" if distinct else "counters"
-    table = Table(title=f"{what} of {key!r}")
-    table.add_column("set" if distinct else "counter")
-    table.add_column("value", justify="right")
+    rows = table(f"{what} of {key!r}", ["set" if distinct else "counter", "value"], right=["value"])
     for name, value in sorted(counters.items()):
-        table.add_row(name, str(value))
-    console = Console()
-    if counters:
-        console.print(table)
-    else:
-        console.print(f"no {what} for {key!r} yet")
+        rows.add_row(name, str(value))
+    console().print(rows if counters else f"no {what} for {key!r} yet")
 
-
-cli.add_command(publish)
-cli.add_command(top)
-cli.add_command(dlq)
-cli.add_command(stack)
-cli.add_command(plan)
-cli.add_command(reset)
-cli.add_command(correct)
-cli.add_command(windows)
 
 if __name__ == "__main__":  # pragma: no cover
     cli()

@@ -11,15 +11,14 @@ is made.
 
 from __future__ import annotations
 
-import json
 import math
-import sys
 from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
 from rich.table import Table
 
+from tally.cli.output import console as output_console
+from tally.cli.output import print_json
 from tally.cost.model import (
     DEFAULT_TRANSACTION_MS,
     Bill,
@@ -65,7 +64,7 @@ def _page_bytes(increments: Totals) -> int:
     show_default=True,
     help="Whether producers number their messages (the producer library's ids): markers then share items.",
 )
-@click.option("--source", type=click.Choice(["SQS", "Kinesis"]), default="SQS", show_default=True)
+@click.option("--source", type=click.Choice(["SQS", "Kinesis"], case_sensitive=False), default="SQS", show_default=True)
 @click.option(
     "--latency-budget", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Seconds."
 )
@@ -117,7 +116,7 @@ def plan(
         raise click.ClickException(str(exc)) from exc
     extra = _extra(bill, lowest)
     if as_json:
-        sys.stdout.write(json.dumps({**bill.as_json(), **extra}, indent=2) + "\n")
+        print_json({**bill.as_json(), **extra})  # floats rounded: a model's figures, not its binary noise
         return
     _print(bill, extra)
 
@@ -142,7 +141,7 @@ def _extra(bill: Bill, lowest: Bill) -> dict[str, dict[str, float | int]]:
 
 
 def _print(bill: Bill, extra: dict[str, dict[str, float | int]]) -> None:
-    console = Console()
+    console = output_console()  # never cut when piped
     parameters = Table(title="template parameters (sam deploy --parameter-overrides)")
     parameters.add_column("parameter")
     parameters.add_column("value", justify="right")

@@ -2,38 +2,38 @@
 
 Events come from the arguments (``tally publish KEY [DELTA]``, ``--event SPEC``), from JSON lines
 (``--file PATH``, ``-`` for stdin) or from a synthetic load (``--generate N``); they go to ``--queue-url``,
-``--stream-name`` or the queue or stream of a deployed stack (``--stack NAME``, read from its Outputs).
+``--stream-name`` or the queue or stream of a deployed stack (``--stack NAME``, read from its Outputs),
+else to ``$TALLY_QUEUE_URL`` / ``$TALLY_STREAM_NAME``, else to ``$TALLY_STACK``'s (``tally.cli.resolve``).
 A progress bar shows the sending and a table sums it up; the exit status is 1 if anything failed, and
 ``--failed-out`` keeps the failed messages, ids and all, to be sent again with ``--file``.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import click
 import msgspec
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from tally.cli.output import console, json_option, print_json
 from tally.cli.publish_input import InputError, Parsed, event_from_spec, number, parse_lines
-from tally.cli.stack import Kind, Target, stack_outputs, target_from_outputs
+from tally.cli.resolve import Resolver, Target, kind_option, stack_option
 from tally.cli.synthetic import generate
-from tally.errors import TallyError
 from tally.producer import Event, KinesisPublisher, PublishResult, SqsPublisher
 from tally.producer.kinesis import DEFAULT_MAX_MESSAGE_BYTES as KINESIS_MAX_MESSAGE_BYTES
 from tally.producer.sqs import DEFAULT_MAX_MESSAGE_BYTES
-from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import TextIO
+
+    from rich.console import Console
+    from rich.table import Table
 
     from tally.producer.wire import OutgoingMessage
 
@@ -80,10 +80,10 @@ _JSON = msgspec.json.Encoder(decimal_format="number")
     help="With --generate: send this fraction of the messages a second time, as producer re-sends (same ids).",
 )
 @click.option("--seed", type=int, default=None, help="Seed of --generate (random if not given).")
-@click.option("--queue-url", help="Publish to this SQS queue (standard or .fifo).")
-@click.option("--stream-name", help="Publish to this Kinesis stream (a name or an ARN).")
-@click.option("--stack", "stack_name", help="Publish to the queue or stream of this deployed tally stack.")
-@click.option("--to", "kind", type=click.Choice(["sqs", "kinesis"]), help="With --stack: which source, if it has both.")
+@click.option("--queue-url", help="Publish to this SQS queue (standard or .fifo; default: $TALLY_QUEUE_URL).")
+@click.option("--stream-name", help="Publish to this Kinesis stream (a name or an ARN; default: $TALLY_STREAM_NAME).")
+@stack_option
+@kind_option
 @click.option("--pack/--no-pack", default=True, show_default=True, help="Many events per message (cheap exactly-once).")
 @click.option(
     "--max-message-bytes",
@@ -102,6 +102,7 @@ _JSON = msgspec.json.Encoder(decimal_format="number")
     type=click.Path(dir_okay=False, path_type=Path),
     help="With --generate: write the exact totals per key as JSON, to compare with `tally get`.",
 )
+@json_option("Print the summary as JSON (the progress bar still goes to stderr).")
 def publish(  # click passes every option by name
     *,
     key: str | None,
@@ -122,13 +123,13 @@ def publish(  # click passes every option by name
     max_message_bytes: int | None,
     failed_out: Path | None,
     expected_out: Path | None,
+    as_json: bool,
 ) -> None:
     """Publish counter events (KEY [DELTA] adds DELTA, default 1, to KEY's --counter)."""
     modes = [bool(key or event_specs), input_file is not None, generate_count is not None]
     if sum(modes) != 1:
         raise click.UsageError("give events one way: KEY [DELTA] / --event, --file, or --generate")
-    if sum(x is not None for x in (queue_url, stream_name, stack_name)) != 1:
-        raise click.UsageError("give exactly one target: --queue-url, --stream-name or --stack")
+    check_one_target(queue_url, stream_name, stack_name)
     if (duplicate_rate or expected_out) and generate_count is None:
         raise click.UsageError("--duplicate-rate and --expected-out go with --generate")
     rng = random.Random(seed)
@@ -143,18 +144,15 @@ def publish(  # click passes every option by name
                 expected_out.write_bytes(_JSON.encode(dict(sorted(load.totals.items()))) + b"\n")
     except (InputError, OSError) as exc:
         raise click.UsageError(str(exc)) from exc
-    try:
-        target = _target(queue_url, stream_name, stack_name, kind)
-    except TallyError as exc:
-        raise click.ClickException(str(exc)) from exc
+    target = Resolver(stack_name, os.environ).publish_target(queue_url, stream_name, kind)
     publisher = _publisher(target, pack, max_message_bytes)
     messages = publisher.prepare(parsed.events) + list(parsed.messages)
     resends = rng.sample(messages, round(duplicate_rate * len(messages))) if duplicate_rate else []
 
-    console = Console(stderr=True)
+    progress_console = console(stderr=True)
     started = time.perf_counter()
-    result = _send(publisher, messages, console, "publishing")
-    resent = _send(publisher, resends, console, "re-sending duplicates") if resends else PublishResult()
+    result = _send(publisher, messages, progress_console, "publishing")
+    resent = _send(publisher, resends, progress_console, "re-sending duplicates") if resends else PublishResult()
     elapsed = time.perf_counter() - started
 
     total = result + resent
@@ -169,7 +167,19 @@ def publish(  # click passes every option by name
         elapsed=elapsed,
         failed_out=failed_out,
     )
-    Console().print(summary)
+    if as_json:
+        print_json(
+            summary_document(
+                target=target,
+                result=result,
+                resent=resent,
+                events=parsed.event_count,
+                elapsed=elapsed,
+                failed_out=failed_out,
+            )
+        )
+    else:
+        console().print(summary)
     if total.failed:
         sys.exit(1)
 
@@ -189,37 +199,35 @@ def _read_events(
     return Parsed(events=tuple(events))
 
 
-def _target(queue_url: str | None, stream_name: str | None, stack_name: str | None, kind: str | None) -> Target:
-    if queue_url is not None:
-        return Target("sqs", queue_url)
-    if stream_name is not None:
-        return Target("kinesis", stream_name)
-    assert stack_name is not None
-    cloudformation = boto3.session.Session().client("cloudformation", config=CLIENT_CONFIG)
-    chosen: Kind | None = "sqs" if kind == "sqs" else "kinesis" if kind == "kinesis" else None
-    return target_from_outputs(stack_outputs(cloudformation, stack_name), stack_name, chosen)
+def check_one_target(queue_url: str | None, stream_name: str | None, stack_name: str | None) -> None:
+    """At most one target on the command line (the environment's is used only when none is given)."""
+    if sum(x is not None for x in (queue_url, stream_name, stack_name)) > 1:
+        raise click.UsageError("give one target: --queue-url, --stream-name or --stack")
 
 
 def _publisher(target: Target, pack: bool, max_message_bytes: int | None) -> Publisher:
-    session = boto3.session.Session()
+    from tally.cli.aws import client
+
     if target.kind == "sqs":
         return SqsPublisher(
-            session.client("sqs", config=CLIENT_CONFIG),
+            client("sqs"),
             target.address,
             pack=pack,
             max_message_bytes=max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
         )
-    kinesis = session.client("kinesis", config=CLIENT_CONFIG)
+    kinesis = client("kinesis")
     size = max_message_bytes or KINESIS_MAX_MESSAGE_BYTES
     if target.address.startswith("arn:"):
         return KinesisPublisher(kinesis, stream_arn=target.address, pack=pack, max_message_bytes=size)
     return KinesisPublisher(kinesis, stream_name=target.address, pack=pack, max_message_bytes=size)
 
 
-def _send(publisher: Publisher, messages: Sequence[OutgoingMessage], console: Console, what: str) -> PublishResult:
+def _send(publisher: Publisher, messages: Sequence[OutgoingMessage], out: Console, what: str) -> PublishResult:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     result = PublishResult()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("events"))
-    with Progress(*columns, TimeElapsedColumn(), console=console, transient=False) as progress:
+    with Progress(*columns, TimeElapsedColumn(), console=out, transient=False) as progress:
         task = progress.add_task(what, total=sum(len(m.events) for m in messages))
         for start in range(0, len(messages), _CHUNK_MESSAGES):
             chunk = messages[start : start + _CHUNK_MESSAGES]
@@ -238,6 +246,8 @@ def _summary(
     elapsed: float,
     failed_out: Path | None,
 ) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"published to {target.kind}: {target.address}", show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
@@ -264,3 +274,33 @@ def _summary(
     for name, value in rows:
         table.add_row(name, value)
     return table
+
+
+def summary_document(
+    *,
+    target: Target,
+    result: PublishResult,
+    resent: PublishResult,
+    events: int,
+    elapsed: float,
+    failed_out: Path | None,
+) -> dict[str, Any]:
+    """What ``--json`` prints: the same figures as the table, exact counts, seconds rounded."""
+    failed = result + resent
+    return {
+        "target": {"kind": target.kind, "address": target.address},
+        "events": events,
+        "messages_sent": result.sent_messages,
+        "events_sent": result.sent_events,
+        "bytes_sent": result.sent_bytes,
+        "api_calls": result.calls + resent.calls,
+        "entries_retried": result.retried + resent.retried,
+        "duplicates_resent": {"messages": resent.sent_messages, "events": resent.sent_events},
+        "failed": {
+            "messages": len(failed.failed),
+            "events": failed.failed_events,
+            "reasons": sorted({f"{f.code}: {f.reason}" for f in failed.failed}),
+            "written_to": str(failed_out) if failed.failed and failed_out else None,
+        },
+        "elapsed_seconds": round(elapsed, 3),
+    }

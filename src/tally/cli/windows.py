@@ -1,4 +1,4 @@
-"""``tally windows close``: move every key's ended windows off its item (issue 16, part 1).
+"""``tally windows close``: move every key's ended windows off its item.
 
 The batch handler moves a key's ended hour and day windows when a later batch writes the key
 (``tally.store.windows``); a key never written again keeps them on its item, where every read still counts
@@ -11,20 +11,12 @@ again (a second run finds nothing left to move). Needs ``OperatorPolicy`` (``dyn
 from __future__ import annotations
 
 import os
-import sys
 import time
 
 import click
-import msgspec
-from rich.console import Console
 
-from tally.cli.locate import Locator, client, stack_option
-from tally.config import COUNTERS_TABLE, WINDOW_RETENTION, WINDOWS
-from tally.core.windows import parse_window_spec
-from tally.errors import TallyError
-from tally.store.windows import DynamoDBWindowMover
-
-_JSON = msgspec.json.Encoder()
+from tally.cli.output import console, json_option, print_json
+from tally.cli.resolve import Resolver, stack_option
 
 
 @click.group()
@@ -33,18 +25,28 @@ def windows() -> None:
 
 
 @windows.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON.")
+@json_option("Print the figures as JSON.")
 @stack_option
-def close(as_json: bool, stack_name: str | None) -> None:
+@click.option("--table", "table_name", help="The counters table (default: the stack's, or $TALLY_COUNTERS_TABLE).")
+def close(as_json: bool, stack_name: str | None, table_name: str | None) -> None:
     """Move every key's ended hour and day windows to their window items (a Scan of the counters table)."""
-    locator = Locator(stack_name)
-    env = locator.environment(os.environ, needed=(COUNTERS_TABLE,))
-    table = locator.required(COUNTERS_TABLE, env.get(COUNTERS_TABLE), "the counters table")
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from tally.cli.aws import client, failure
+    from tally.core.windows import parse_window_spec
+    from tally.errors import TallyError
+    from tally.store.windows import DynamoDBWindowMover
+
+    resolver = Resolver(stack_name, os.environ)
+    table = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
     try:
-        spec = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
-        moved = DynamoDBWindowMover(client("dynamodb"), table, spec).close_all(time.time_ns() // 1_000_000)
-    except (TallyError, ValueError) as exc:
+        spec = parse_window_spec(resolver.value("TALLY_WINDOWS") or "", resolver.value("TALLY_WINDOW_RETENTION") or "")
+    except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+    try:
+        moved = DynamoDBWindowMover(client("dynamodb"), table, spec).close_all(time.time_ns() // 1_000_000)
+    except (TallyError, BotoCoreError, ClientError) as exc:
+        raise failure(f"move the ended windows of table {table!r}", "dynamodb", exc) from exc
     figures = {
         "key_items_checked": moved.checked,
         "key_items_moved": moved.moved_items,
@@ -54,9 +56,9 @@ def close(as_json: bool, stack_name: str | None) -> None:
         "key_items_left": moved.left,
     }
     if as_json:
-        sys.stdout.buffer.write(_JSON.encode(figures) + b"\n")
+        print_json(figures)
         return
-    Console().print(
+    console().print(
         f"{moved.windows:,} ended windows of {moved.moved_items:,} key items moved ({moved.checked:,} checked, "
         f"{moved.transactions:,} transactions)"
         + (f"; {moved.left:,} key items left (run it again)" if moved.left else "")

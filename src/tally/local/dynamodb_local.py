@@ -16,8 +16,15 @@ How it runs: ``mirakuru`` (a process executor for tests) starts the JVM in its o
 it accepts connections, and stops the whole process group (SIGTERM, then SIGKILL), also at interpreter
 exit. This module adds only what mirakuru does not know: the command line, a free port (retried if
 another process takes it first), readiness as an answered ``ListTables``, and the kernel's parent-death
-signal. It starts and stops the emulator; it must not create tables (the template does, through its
-callers).
+signal.
+
+Where it listens: on loopback only. DynamoDB Local has no bind-address option (``-help`` lists none) and
+listens on every interface, so an emulator with no authentication would take requests from the whole
+network. ``LoopbackDynamoDBLocal.java`` (beside this module) starts the same server through DynamoDB
+Local's own entry point with its connector's host set to 127.0.0.1; it is compiled once with ``javac``
+into the cache. Without a ``javac`` the jar runs as shipped, on every interface, with a warning.
+
+It starts and stops the emulator; it must not create tables (the template does, through its callers).
 
 Usage::
 
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
@@ -67,6 +75,8 @@ LIB_DIR_NAME: Final = "DynamoDBLocal_lib"
 CACHE_DIR_ENV: Final = "TALLY_CACHE_DIR"
 
 _LOOPBACK: Final = "127.0.0.1"
+LAUNCHER_SOURCE: Final = Path(__file__).with_name("LoopbackDynamoDBLocal.java")
+LAUNCHER_CLASS: Final = "LoopbackDynamoDBLocal"
 _NPM_TIMEOUT_S: Final = 600.0
 _STARTUP_TIMEOUT_S: Final = 60.0
 _PORT_ATTEMPTS: Final = 3
@@ -156,17 +166,54 @@ def _npm_pack(destination: Path) -> Path:
     return tarballs[0]
 
 
+def ensure_launcher(install_dir: Path, cache_dir: Path | None = None) -> Path | None:
+    """The directory holding the compiled loopback launcher (compiled once per source and install), or
+    ``None`` (with a warning) when no ``javac`` is found: DynamoDB Local then listens on every interface."""
+    javac = _find_tool("javac")
+    if javac is None:
+        logger.warning("no javac found: DynamoDB Local will listen on every interface, not only on loopback")
+        return None
+    root = (cache_dir if cache_dir is not None else default_cache_dir()).expanduser().resolve()
+    digest = hashlib.sha256(LAUNCHER_SOURCE.read_bytes() + str(install_dir).encode()).hexdigest()[:16]
+    target = root / f"dynamodb-local-launcher-{digest}"
+    if (target / f"{LAUNCHER_CLASS}.class").is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    with (root / f".{target.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / f"{LAUNCHER_CLASS}.class").is_file():
+            return target
+        staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=root))
+        try:
+            classpath = f"{install_dir / JAR_NAME}{os.pathsep}{install_dir / LIB_DIR_NAME}/*"
+            command = [javac, "-nowarn", "-cp", classpath, "-d", str(staging), str(LAUNCHER_SOURCE)]
+            result = subprocess.run(command, capture_output=True, text=True, timeout=_NPM_TIMEOUT_S, check=False)
+            if result.returncode != 0:
+                raise DynamoDBLocalError(f"compiling {LAUNCHER_SOURCE.name} failed:\n{result.stderr.strip()}")
+            if target.exists():
+                shutil.rmtree(target)
+            staging.rename(target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
 # --------------------------------------------------------------------------------------------------
 # Running
 # --------------------------------------------------------------------------------------------------
 
 
+def _find_tool(name: str) -> str | None:
+    """``$JAVA_HOME/bin/<name>`` if that exists, else ``<name>`` on PATH."""
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / name).is_file():
+        return str(Path(java_home) / "bin" / name)
+    return shutil.which(name)
+
+
 def find_java() -> str:
     """``$JAVA_HOME/bin/java`` if that exists, else ``java`` on PATH."""
-    java_home = os.environ.get("JAVA_HOME")
-    if java_home and (Path(java_home) / "bin" / "java").is_file():
-        return str(Path(java_home) / "bin" / "java")
-    found = shutil.which("java")
+    found = _find_tool("java")
     if found is None:
         raise DynamoDBLocalError(
             "no Java runtime found: DynamoDB Local needs Java 17 or newer "
@@ -175,8 +222,9 @@ def find_java() -> str:
     return found
 
 
-def build_command(java: str, install_dir: Path, port: int) -> list[str]:
-    """The argv that starts DynamoDB Local in memory on ``port``.
+def build_command(java: str, install_dir: Path, port: int, launcher: Path | None = None) -> list[str]:
+    """The argv that starts DynamoDB Local in memory on ``port``, on loopback only through ``launcher``
+    (the directory of the compiled ``LoopbackDynamoDBLocal``), else on every interface.
 
     ``-sharedDb``: without it DynamoDB Local keeps one database per access key *and region*, so a
     client configured with another region or dummy key would silently see no tables. Sharing one
@@ -189,12 +237,15 @@ def build_command(java: str, install_dir: Path, port: int) -> list[str]:
     fixtures, benchmarks and the demo do).
     """
     setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
+    if launcher is None:
+        entry = ["-jar", str(install_dir / JAR_NAME)]
+    else:  # the jar's manifest Class-Path still brings DynamoDBLocal_lib/*.jar
+        entry = ["-cp", f"{install_dir / JAR_NAME}{os.pathsep}{launcher}", LAUNCHER_CLASS, _LOOPBACK]
     return [
         *([setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []),
         java,
         f"-Djava.library.path={install_dir / LIB_DIR_NAME}",
-        "-jar",
-        str(install_dir / JAR_NAME),
+        *entry,
         "-inMemory",
         "-disableTelemetry",
         "-sharedDb",
@@ -221,10 +272,8 @@ class _DynamoDBLocalExecutor(TCPExecutor):
 
 
 class DynamoDBLocal:
-    """One DynamoDB Local JVM, in memory, on a free loopback port. A context manager; ``stop()`` is idempotent.
-
-    Note that DynamoDB Local has no bind-address option: it listens on all interfaces.
-    """
+    """One DynamoDB Local JVM, in memory, on a free port of loopback (and only there: see the module's
+    docstring). A context manager; ``stop()`` is idempotent."""
 
     def __init__(self, *, cache_dir: Path | None = None) -> None:
         self._cache_dir = cache_dir
@@ -236,12 +285,13 @@ class DynamoDBLocal:
         if self._executor is not None:
             return self
         java, install_dir = find_java(), ensure_installed(self._cache_dir)
+        launcher = ensure_launcher(install_dir, self._cache_dir)
         started = time.monotonic()
         for attempt in range(1, _PORT_ATTEMPTS + 1):
             port = _free_port()
             self._log = tempfile.TemporaryFile(prefix="dynamodb-local-", suffix=".log")  # noqa: SIM115 - in stop()
             executor = _DynamoDBLocalExecutor(
-                build_command(java, install_dir, port),
+                build_command(java, install_dir, port, launcher),
                 host=_LOOPBACK,
                 port=port,
                 timeout=_STARTUP_TIMEOUT_S,

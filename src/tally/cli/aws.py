@@ -1,0 +1,66 @@
+"""The CLI's AWS clients, and what it says when AWS (or the local stack) cannot be reached.
+
+A client gets tally's timeouts (``tally.client_config``) and the region from ``AWS_REGION`` before
+``AWS_DEFAULT_REGION`` (as the AWS CLI v2 and the other SDKs read them; botocore alone reads only the
+second), so the variables samconfig.toml and Lambda use work here too. ``AWS_ENDPOINT_URL`` (and
+``AWS_ENDPOINT_URL_<SERVICE>``) point a client at a local endpoint, as boto3 does on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def region() -> str | None:
+    """``$AWS_REGION``, else ``$AWS_DEFAULT_REGION``; ``None`` leaves it to the profile (``~/.aws/config``)."""
+    return next((os.environ[name] for name in REGION_VARIABLES if os.environ.get(name)), None)
+
+
+def client(service: str) -> Any:
+    """A boto3 client of ``service`` with tally's timeouts; a usage error (not a traceback) without a region."""
+    import boto3
+    from botocore.exceptions import NoRegionError
+
+    from tally.client_config import CLIENT_CONFIG
+
+    session = boto3.session.Session(region_name=region())
+    try:
+        return session.client(service, config=CLIENT_CONFIG)  # type: ignore[call-overload]
+    except NoRegionError as exc:
+        raise click.UsageError(
+            "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or a region in your AWS profile"
+        ) from exc
+
+
+def endpoint(service: str) -> str:
+    """Where a client of ``service`` sends its requests: the local endpoint variable that points it, or AWS."""
+    for variable in (f"AWS_ENDPOINT_URL_{service.upper()}", "AWS_ENDPOINT_URL"):
+        if os.environ.get(variable):
+            return f"{os.environ[variable]} (${variable})"
+    return f"AWS {service} in {region() or 'the profile region'}"
+
+
+def failure(what: str, service: str, exc: BaseException) -> click.ClickException:
+    """``cannot <what>: <cause>``, naming the endpoint; a hint when nothing answered there.
+
+    ``exc`` is tally's translated error or botocore's own: its botocore cause says what really failed (the
+    store's translation words a lost connection as an unknown outcome, which fits a write, not a read)."""
+    from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+
+    cause: BaseException = exc
+    while not isinstance(cause, BotoCoreError | ClientError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    message = f"cannot {what} at {endpoint(service)}: {cause}"
+    if isinstance(cause, EndpointConnectionError):
+        message += (
+            "\nnothing answered there: is the local stack running (python -m tally.local.stack), and are its"
+            " exports current in this shell?"
+            if any(os.environ.get(v) for v in (f"AWS_ENDPOINT_URL_{service.upper()}", "AWS_ENDPOINT_URL"))
+            else "\ncheck the network and the region"
+        )
+    return click.ClickException(message)

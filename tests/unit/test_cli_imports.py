@@ -1,0 +1,60 @@
+"""Every CLI command starts quickly: ``tally --help`` and ``tally get --help`` import click and the command
+modules, never the Lambda wiring (``tally.runtime``), the commit protocol (``tally.commit``), Powertools or
+boto3. Each runs in a fresh interpreter (a test process has imported everything already)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("aws_lambda_powertools", "tally.runtime", "tally.commit", "tally.pipeline", "boto3")
+PROBE = """
+import json, sys
+from click.testing import CliRunner
+from tally.cli.main import cli
+result = CliRunner().invoke(cli, sys.argv[1:])
+assert result.exit_code == 0, result.output
+heavy = json.loads({heavy!r})
+print(json.dumps(sorted(n for n in sys.modules if any(n == h or n.startswith(h + ".") for h in heavy))))
+"""
+
+
+def loaded_after(*args: str) -> list[str]:
+    script = PROBE.format(heavy=json.dumps(HEAVY))
+    result = subprocess.run(
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, check=False, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    loaded: list[str] = json.loads(result.stdout)
+    return loaded
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--help",),
+        ("get", "--help"),
+        ("top", "--help"),
+        ("dlq", "list", "--help"),
+        ("publish", "--help"),
+        ("reset", "--help"),
+        ("stack", "--help"),
+        ("windows", "close", "--help"),
+    ],
+    ids=" ".join,
+)
+def test_help_imports_no_lambda_wiring_commit_protocol_powertools_or_boto3(args: tuple[str, ...]) -> None:
+    assert loaded_after(*args) == []
+
+
+def test_the_probe_sees_a_heavy_import() -> None:
+    """The probe can fail: the Lambda wiring, imported on purpose, is seen (with Powertools and the rest)."""
+    script = "import tally.runtime\n" + PROBE.format(heavy=json.dumps(HEAVY))
+    result = subprocess.run(
+        [sys.executable, "-c", script, "--help"], capture_output=True, text=True, check=False, timeout=120
+    )
+    loaded = json.loads(result.stdout)
+    assert {"tally.runtime", "tally.commit", "aws_lambda_powertools", "boto3"} <= set(loaded)

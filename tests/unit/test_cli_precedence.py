@@ -1,0 +1,204 @@
+"""An explicit choice always wins, in every command: ``--stack B`` (or an option) after ``eval "$(tally stack A
+--env)"`` reads and writes B's resources, never A's; a stack that does not exist is an error; and the
+publishing commands follow ``$TALLY_QUEUE_URL`` and ``$TALLY_STACK`` when nothing is given.
+
+GIVEN two stacks on moto, A and B, each with its own counters table (one key ``k`` whose count says whose
+it is), dead-letter queue (one letter) and source queue, and a shell holding A's exports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from click.testing import CliRunner
+from moto import mock_aws
+
+from tally.cli.main import cli
+from tally.local.template import load_template, table_definitions
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
+STACKS = {"A": 1, "B": 2}
+"""Stack -> the count of ``k`` in its table (and the number of key items its table holds)."""
+
+
+@pytest.fixture
+def stacks(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, dict[str, str]]]:
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    for name in [variable for variable in os.environ if variable.startswith("TALLY_")]:
+        monkeypatch.delenv(name)
+    with mock_aws():
+        dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+        definition = table_definitions(load_template(TEMPLATE))["CountersTable"]
+        outputs: dict[str, dict[str, str]] = {}
+        for stack, count in STACKS.items():
+            table = f"counters-{stack}"
+            dynamodb.create_table(**definition.create_table_kwargs(table))
+            for index in range(count):  # key items: k, and B has one more
+                item = {"pk": {"S": "k" if index == 0 else f"other{index}"}, "sk": {"S": "all"}}
+                dynamodb.put_item(TableName=table, Item=item | {"c#count": {"N": str(count)}})
+            dlq = sqs.create_queue(QueueName=f"dlq-{stack}")["QueueUrl"]
+            sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps({"id": f"letter-{stack}", "key": "k", "delta": 1}))
+            queue = sqs.create_queue(QueueName=f"events-{stack}")["QueueUrl"]
+            outputs[stack] = {
+                "CountersTableName": table,
+                "DeadLetterQueueUrl": dlq,
+                "EventsQueueUrl": queue,
+            }
+            body = {
+                "Parameters": {"Windows": {"Type": "String"}},
+                "Resources": {
+                    "P": {
+                        "Type": "AWS::SSM::Parameter",
+                        "Properties": {"Name": f"/{stack}/p", "Type": "String", "Value": "v"},
+                    }
+                },
+                "Outputs": {key: {"Value": value} for key, value in outputs[stack].items()},
+            }
+            boto3.client("cloudformation").create_stack(
+                StackName=stack,
+                TemplateBody=json.dumps(body),
+                Parameters=[{"ParameterKey": "Windows", "ParameterValue": "hour"}],
+            )
+        # AND a shell holding A's exports, exactly as `tally stack A --env` prints them
+        exports = run("stack", "A", "--env")
+        assert exports.exit_code == 0, exports.output
+        for line in exports.output.splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            monkeypatch.setenv(name, shlex.split(value)[0])
+        yield outputs
+
+
+def run(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args))
+
+
+def count_of_k(*args: str) -> Any:
+    result = run("get", "k", "--json", *args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)["count"]
+
+
+def letters(url: str) -> list[str]:
+    messages = boto3.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    return [json.loads(message["Body"])["id"] for message in messages.get("Messages", [])]
+
+
+def bodies(url: str) -> list[dict[str, Any]]:
+    messages = boto3.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+    return [json.loads(message["Body"]) for message in messages.get("Messages", [])]
+
+
+def test_the_shell_holds_a_and_names_it(stacks: dict[str, dict[str, str]]) -> None:
+    assert os.environ["TALLY_STACK"] == "A"
+    assert count_of_k() == STACKS["A"]
+
+
+def test_get_reads_the_stack_or_the_table_given_not_the_environments(stacks: dict[str, dict[str, str]]) -> None:
+    assert count_of_k("--stack", "B") == STACKS["B"]
+    assert count_of_k("--table", stacks["B"]["CountersTableName"]) == STACKS["B"]
+    assert count_of_k("--stack", "B", "--table", stacks["A"]["CountersTableName"]) == STACKS["A"]  # the option wins
+
+
+def test_top_reads_the_stack_or_the_table_given(stacks: dict[str, dict[str, str]]) -> None:
+    for args in (("--stack", "B"), ("--table", stacks["B"]["CountersTableName"])):
+        result = run("top", "1", "--json", *args)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output) == [{"key": "k", "counter": "count", "value": STACKS["B"]}]
+
+
+def test_windows_close_scans_the_stack_or_the_table_given(stacks: dict[str, dict[str, str]]) -> None:
+    for args in (("--stack", "B"), ("--table", stacks["B"]["CountersTableName"])):
+        result = run("windows", "close", "--json", *args)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output)["key_items_checked"] == STACKS["B"]
+
+
+def test_dlq_list_reads_the_stack_or_the_queue_given(stacks: dict[str, dict[str, str]]) -> None:
+    for args in (("--stack", "B"), ("--dlq-url", stacks["B"]["DeadLetterQueueUrl"])):
+        result = run("dlq", "list", "--json", *args)
+        assert result.exit_code == 0, result.output
+        assert [json.loads(line)["message_id"] for line in result.output.splitlines()] != []
+        assert [json.loads(json.loads(line)["body"])["id"] for line in result.output.splitlines()] == ["letter-B"]
+
+
+def test_dlq_redrive_drains_the_stack_given_never_the_environments(stacks: dict[str, dict[str, str]]) -> None:
+    # WHEN B's dead letters are redriven with A's TALLY_DLQ_URL exported
+    result = run("dlq", "redrive", "--stack", "B", "--to-queue", stacks["B"]["EventsQueueUrl"], "--json")
+    assert result.exit_code == 0, result.output
+    # THEN B's dead-letter queue is drained, A's is untouched
+    assert letters(stacks["B"]["DeadLetterQueueUrl"]) == []
+    assert letters(stacks["A"]["DeadLetterQueueUrl"]) == ["letter-A"]
+    assert [body["id"] for body in bodies(stacks["B"]["EventsQueueUrl"])] == ["letter-B"]
+    assert json.loads(result.output)["left"] == []
+
+
+def test_dlq_redrive_sends_to_the_stacks_source_queue(stacks: dict[str, dict[str, str]]) -> None:
+    # GIVEN letters without a tally.source (SQS moved them): they go to the source queue, B's with --stack B
+    result = run("dlq", "redrive", "--stack", "B")
+    assert result.exit_code == 0, result.output
+    assert [body["id"] for body in bodies(stacks["B"]["EventsQueueUrl"])] == ["letter-B"]
+    assert bodies(stacks["A"]["EventsQueueUrl"]) == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("publish", "k2"), ("reset", "k2", "count", "0"), ("correct", "k2", "count", "-1")],
+    ids=["publish", "reset", "correct"],
+)
+def test_publishing_commands_send_to_the_stack_given_else_the_environments_queue(
+    stacks: dict[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
+) -> None:
+    # WHEN sent with --stack B while A's TALLY_QUEUE_URL is exported THEN it is in B's queue
+    assert run(*command, "--stack", "B").exit_code == 0
+    assert len(bodies(stacks["B"]["EventsQueueUrl"])) == 1
+    assert bodies(stacks["A"]["EventsQueueUrl"]) == []
+    # WHEN sent with nothing given THEN it goes to $TALLY_QUEUE_URL (A's)
+    assert run(*command).exit_code == 0
+    assert len(bodies(stacks["A"]["EventsQueueUrl"])) == 1
+    # WHEN only $TALLY_STACK=B is set THEN it goes to B's queue
+    monkeypatch.delenv("TALLY_QUEUE_URL")
+    monkeypatch.setenv("TALLY_STACK", "B")
+    assert run(*command).exit_code == 0
+    assert len(bodies(stacks["B"]["EventsQueueUrl"])) == 2
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("get", "k"),
+        ("top",),
+        ("windows", "close"),
+        ("dlq", "list"),
+        ("dlq", "redrive"),
+        ("publish", "k"),
+        ("reset", "k", "count", "0"),
+        ("correct", "k", "count", "1"),
+        ("stack",),
+    ],
+    ids=lambda command: "-".join(command[:2]),
+)
+def test_a_stack_that_does_not_exist_is_an_error_whatever_the_environment_holds(
+    stacks: dict[str, dict[str, str]], command: tuple[str, ...]
+) -> None:
+    args = [*command, "does-not-exist"] if command == ("stack",) else [*command, "--stack", "does-not-exist"]
+    result = run(*args)
+    assert result.exit_code == 1, result.output
+    assert "stack 'does-not-exist' does not exist" in result.output
+    assert letters(stacks["A"]["DeadLetterQueueUrl"]) == ["letter-A"]  # nothing of A's was touched
+    assert bodies(stacks["A"]["EventsQueueUrl"]) == []
