@@ -1,7 +1,8 @@
 # tally: the two commands of the README, and what they need.
 #   make demo   set up everything, run 100,000 events through the local stack and the real handlers, check every count
-#   make test   set up everything, lint, type-check, run every test (unit, moto, DynamoDB Local, template, and the
-#               built Lambda package under the Runtime Interface Emulator: tests/artifact)
+#   make test   set up everything, lint, type-check, build the docs site strictly, run every test (unit, moto,
+#               DynamoDB Local, template, the docs' commands, and the built Lambda package under the Runtime
+#               Interface Emulator: tests/artifact)
 #   make lock   recompile src/requirements.txt (the package's pinned dependencies) from pyproject.toml
 
 PYTHON ?= python3
