@@ -1,7 +1,8 @@
 # tally: the two commands of the README, and what they need.
 #   make demo   set up everything, run 100,000 events through the local stack and the real handlers, check every count
-#   make test   set up everything, lint, type-check, run every test (unit, moto, DynamoDB Local, template, and the
-#               built Lambda package under the Runtime Interface Emulator: tests/artifact)
+#   make test   set up everything, lint, type-check, build the docs site strictly, run every test (unit, moto,
+#               DynamoDB Local, template, the docs' commands, and the built Lambda package under the Runtime
+#               Interface Emulator: tests/artifact)
 #   make lock   recompile src/requirements.txt (the package's pinned dependencies) from pyproject.toml
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -28,8 +29,17 @@ demo: install
 demo-smoke: install
 	$(BIN)/python -m tally.local.demo --events 5000
 
-test: python313 install sam checkov lint typecheck
+test: python313 install sam checkov lint typecheck docs
 	$(BIN)/pytest -n 2 --dist loadfile
+
+# The documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor, a page missing from
+# the nav, or a CLI reference the commands can no longer generate. Writes site/ (not committed).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The same site served with live reload on http://127.0.0.1:8000.
+docs-serve: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 # tests/artifact builds the package with `sam build` and runs it on python3.13: never skipped, so say what is missing.
 python313:
@@ -89,7 +99,7 @@ $(CHECKOV_VENV)/.installed:
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam site
 
 # One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
 bench-hot-key: install

@@ -41,7 +41,7 @@ ROOT: Final = Path(__file__).resolve().parents[1]
 DEFAULT_SVG: Final = ROOT / "docs" / "cost-by-batch-size.svg"
 DEFAULT_DATA: Final = ROOT / "docs" / "cost-by-batch-size.json"
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
-SECTION: Final = "## Cost against batch size and windows (issue 16)"
+SECTION: Final = "## Cost against batch size and windows"
 WRITE_UNIT_USD: Final = 0.625e-6
 """DynamoDB on demand, us-east-1 (``tally.cost.model.Prices``)."""
 

@@ -1,0 +1,130 @@
+"""The docs cannot drift: every shell command of the README's tour, the tutorial and the how-to guides runs
+here, read from the pages themselves, against the local stack the pages tell the reader to start.
+
+Each page runs in a bash shell of its own (its terminal: exports and variables persist), in a scratch
+directory holding the project's ``.venv``, with no AWS variable, config or credentials of the test's own.
+The stack a page starts (``python -m tally.local.stack ...``) runs in the background as in a second
+terminal, one per distinct command line, shared by the pages that run the same one; its ``export`` lines
+are pasted into the page's shell, as the page says. The convention: ``tests/support/docs_pages.py``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+import pytest
+
+from tests.support.docs_pages import (
+    REPO_ROOT,
+    Command,
+    PageFailed,
+    Shell,
+    StackProcess,
+    clean_environment,
+    page_commands,
+    run_page,
+    unrun_shell_blocks,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
+
+pytestmark = pytest.mark.integration
+
+NOT_RUN: Final = {
+    "docs/how-to/deploy.md": "deploys to an AWS account",
+    "docs/how-to/sam-local-invoke.md": "needs Docker (make sam-local runs it)",
+}
+"""Pages whose commands need what the test does not have; everything else under the tutorial and how-to is run."""
+
+WITHOUT_COMMANDS: Final = frozenset({"docs/how-to/existing-account.md"})
+"""Pages that hold no command at all (parameters to set, not commands to type)."""
+
+
+def _pages() -> list[str]:
+    found = ["README.md"]
+    for folder in ("docs/tutorial", "docs/how-to"):
+        found.extend(str(path.relative_to(REPO_ROOT)) for path in sorted((REPO_ROOT / folder).glob("*.md")))
+    return [page for page in found if page not in NOT_RUN]
+
+
+PAGES: Final = _pages()
+
+
+def _text(page: str) -> str:
+    return (REPO_ROOT / page).read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where a reader's terminal would be: a directory with the project's virtual environment in it."""
+    directory = tmp_path_factory.mktemp("docs-commands")
+    (directory / ".venv").symlink_to(REPO_ROOT / ".venv", target_is_directory=True)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def start_stack(scratch: Path) -> Iterator[Callable[[str], StackProcess]]:
+    stacks: dict[str, StackProcess] = {}
+
+    def start(command: str) -> StackProcess:
+        if command not in stacks:
+            stacks[command] = StackProcess(command, scratch, clean_environment())
+        return stacks[command]
+
+    try:
+        yield start
+    finally:
+        for stack in stacks.values():
+            stack.stop()
+
+
+@pytest.fixture
+def shell(scratch: Path) -> Iterator[Shell]:
+    terminal = Shell(scratch, clean_environment())
+    try:
+        yield terminal
+    finally:
+        terminal.close()
+
+
+def test_the_pages_are_found() -> None:
+    assert "README.md" in PAGES
+    assert any(page.startswith("docs/tutorial/") for page in PAGES)
+    assert sum(page.startswith("docs/how-to/") for page in PAGES) >= 4
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_no_shell_command_hides_from_the_test(page: str) -> None:
+    """In the tutorial and the how-to guides, every shell block is a console block this test runs."""
+    if page == "README.md":
+        return  # its sh block is `make demo` and `make test`, which CI runs itself
+    assert unrun_shell_blocks(page, _text(page)) == []
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_every_command_of_the_page_runs_as_shown(
+    page: str, shell: Shell, start_stack: Callable[[str], StackProcess]
+) -> None:
+    commands = page_commands(page, _text(page))
+    if page in WITHOUT_COMMANDS:
+        assert commands == []
+        return
+    assert commands, f"{page} shows no command: list it in WITHOUT_COMMANDS, or write its commands in console blocks"
+    assert run_page(commands, shell, start_stack) == len(commands)
+
+
+def test_a_page_that_drifted_fails(shell: Shell, start_stack: Callable[[str], StackProcess]) -> None:
+    """The check can fail: a count the stack never made, and a command that no longer exists, each fail the page."""
+    tutorial = next(page for page in PAGES if page.startswith("docs/tutorial/"))
+    stack_command = next(command for command in page_commands(tutorial, _text(tutorial)) if command.starts_stack)
+    run_page([stack_command], shell, start_stack)
+
+    never_counted = Command("drifted.md", 1, "tally get docs:never-counted --json", '{"count":1}')
+    with pytest.raises(PageFailed, match="never matched"):
+        run_page([never_counted], shell, start_stack, settle_s=2)
+
+    renamed = Command("drifted.md", 2, "tally fetch docs:never-counted", "")
+    with pytest.raises(PageFailed, match="exit status 2"):
+        run_page([renamed], shell, start_stack)

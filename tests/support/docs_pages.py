@@ -1,0 +1,331 @@
+"""The shell commands of the documentation, read from the pages themselves, and a shell that runs them.
+
+The convention the pages follow (CONTRIBUTING.md, "Docs that run"):
+
+- A command the reader types is written in a ```` ```console ```` block, on a line starting with ``$ ``; a
+  line ending with a backslash continues on the next one. The lines after a command, up to the next
+  ``$ `` line or the end of the block, are its output as the page shows it.
+- Shown output is compared as a doctest compares it: ``...`` matches anything, runs of whitespace are equal.
+  A command with no output shown only has to succeed (exit status 0).
+- In the tutorial and the how-to guides every shell block is a ``console`` block, so no command can hide
+  from the test in a ``sh`` or ``bash`` block. (The README's ``sh`` block holds ``make demo`` and
+  ``make test``, which CI runs itself.)
+- ``python -m tally.local.stack ...`` runs until Ctrl-C in a terminal of its own; the page then tells the
+  reader to paste the ``export`` lines it printed into the terminal of the commands that follow. The test
+  does exactly that (``StackProcess``).
+"""
+
+from __future__ import annotations
+
+import doctest
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+VENV_BIN: Final = REPO_ROOT / ".venv" / "bin"
+STACK_COMMAND: Final = re.compile(r"^python -m tally\.local\.stack\b")
+STACK_READY: Final = "press Ctrl-C to stop"
+SHELL_FENCES: Final = frozenset({"sh", "bash", "shell", "zsh", "console", "shell-session"})
+_FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\s`{]*)")
+_SENTINEL: Final = "__tally_docs_command_done__"
+_HERE_DOCUMENT: Final = re.compile(r"<<-?\s*(?P<quote>['\"]?)(?P<word>\w+)(?P=quote)")
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of a page, with the output the page shows for it (empty: none shown)."""
+
+    page: str
+    line: int
+    text: str
+    shown: str
+
+    @property
+    def starts_stack(self) -> bool:
+        return STACK_COMMAND.match(self.text) is not None
+
+    def where(self) -> str:
+        return f"{self.page}:{self.line}: $ {self.text}"
+
+
+@dataclass(frozen=True)
+class Block:
+    """A fenced code block: its language (the fence's info string) and its lines."""
+
+    language: str
+    line: int
+    lines: tuple[str, ...]
+
+
+def code_blocks(text: str) -> list[Block]:
+    """Every fenced block of a markdown text, indented ones (inside lists) included."""
+    blocks: list[Block] = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        opening = _FENCE.match(lines[index])
+        if opening is None:
+            index += 1
+            continue
+        indent, fence = len(opening["indent"]), opening["fence"]
+        body: list[str] = []
+        start = index + 1
+        index += 1
+        while index < len(lines) and not lines[index].strip().startswith(fence):
+            body.append(lines[index][indent:] if lines[index][:indent].strip() == "" else lines[index])
+            index += 1
+        blocks.append(Block(opening["info"].lower(), start, tuple(body)))
+        index += 1
+    return blocks
+
+
+def page_commands(page: str, text: str) -> list[Command]:
+    """The commands of a page's ``console`` blocks, in order, each with the output it shows. A command goes
+    on after a line ending with a backslash, and through the end of a here-document it opens."""
+    commands: list[Command] = []
+    for block in code_blocks(text):
+        if block.language != "console":
+            continue
+        lines = list(block.lines)
+        index = 0
+        while index < len(lines):
+            if not lines[index].startswith("$ "):
+                if lines[index].strip():
+                    raise ValueError(
+                        f"{page}:{block.line + index + 1}: a console block's first line must be a $ command"
+                    )
+                index += 1
+                continue
+            number = block.line + index + 1
+            command = [lines[index][2:]]
+            index += 1
+            while command[-1].endswith("\\") and index < len(lines):
+                command.append(lines[index])
+                index += 1
+            opened = _HERE_DOCUMENT.search("\n".join(command))
+            if opened is not None:
+                while index < len(lines):
+                    command.append(lines[index])
+                    index += 1
+                    if command[-1] == opened["word"]:
+                        break
+            shown = []
+            while index < len(lines) and not lines[index].startswith("$ "):
+                shown.append(lines[index])
+                index += 1
+            commands.append(Command(page, number, "\n".join(command), "\n".join(shown).strip("\n")))
+    return commands
+
+
+def unrun_shell_blocks(page: str, text: str) -> list[str]:
+    """Shell blocks a page holds that the test would not run: any shell fence but ``console``, or a console
+    block without a command."""
+    problems = []
+    for block in code_blocks(text):
+        if block.language in SHELL_FENCES and block.language != "console":
+            problems.append(f"{page}:{block.line}: a ```{block.language} block (write commands in ```console)")
+        elif block.language == "console" and not any(line.startswith("$ ") for line in block.lines):
+            problems.append(f"{page}:{block.line}: a ```console block without a '$ ' command")
+    return problems
+
+
+_CHECKER: Final = doctest.OutputChecker()
+_FLAGS: Final = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+def output_matches(shown: str, actual: str) -> bool:
+    """Whether the output a page shows matches what the command printed (doctest's rules: ``...``, spaces)."""
+    if not shown.strip():
+        return True
+    return _CHECKER.check_output(shown.strip() + "\n", actual.strip() + "\n", _FLAGS)
+
+
+def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment a reader's fresh terminal has, with the project's virtual environment on PATH: no AWS
+    or tally variable of the test's own (nothing may reach an AWS account), no AWS config or credentials."""
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("AWS_", "TALLY_", "BOTO_")) and name not in {"VIRTUAL_ENV", "PYTHONPATH"}
+    }
+    environment["PATH"] = f"{VENV_BIN}{os.pathsep}{environment.get('PATH', '')}"
+    environment["AWS_CONFIG_FILE"] = os.devnull
+    environment["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
+    environment["COLUMNS"] = "200"
+    environment.update(extra or {})
+    return environment
+
+
+@dataclass(frozen=True)
+class Ran:
+    status: int
+    stdout: str
+    stderr: str
+
+
+class Shell:
+    """One bash process: the terminal of a page, where exports, variables and ``cd`` persist between commands."""
+
+    def __init__(self, cwd: Path, environment: Mapping[str, str]) -> None:
+        self._stderr_path = cwd / ".docs-shell-stderr"
+        self._stderr = self._stderr_path.open("w+", encoding="utf-8")
+        self._process = subprocess.Popen(
+            ["bash", "--noprofile", "--norc"],
+            cwd=cwd,
+            env=dict(environment),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self._process.stdout is not None
+        for line in self._process.stdout:
+            self._lines.put(line)
+        self._lines.put(None)
+
+    def run(self, command: str, timeout_s: float = 180.0) -> Ran:
+        assert self._process.stdin is not None
+        error_start = self._stderr.seek(0, os.SEEK_END)
+        self._process.stdin.write(f"{command}\nprintf '\\n{_SENTINEL} %s\\n' \"$?\"\n")
+        self._process.stdin.flush()
+        deadline = time.monotonic() + timeout_s
+        out: list[str] = []
+        while True:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise TimeoutError(f"no end of {command!r} after {timeout_s:.0f} s; so far: {''.join(out)}") from None
+            if line is None:
+                raise RuntimeError(f"the shell ended during {command!r}: {''.join(out)}")
+            if line.startswith(_SENTINEL):
+                status = int(line.split()[1])
+                break
+            out.append(line)
+        self._stderr.flush()
+        self._stderr.seek(error_start)
+        stderr = self._stderr.read()
+        stdout = "".join(out)
+        stdout = stdout.removesuffix("\n")  # the newline printf put before the sentinel
+        return Ran(status, stdout, stderr)
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            assert self._process.stdin is not None
+            self._process.stdin.close()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+        self._stderr.close()
+
+
+class StackProcess:
+    """``python -m tally.local.stack ...`` as the reader runs it: in a terminal of its own, until Ctrl-C."""
+
+    def __init__(self, command: str, cwd: Path, environment: Mapping[str, str], timeout_s: float = 180.0) -> None:
+        self.command = command
+        self._process = subprocess.Popen(
+            ["bash", "--noprofile", "--norc", "-c", f"exec {command}"],
+            cwd=cwd,
+            env=dict(environment),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            bufsize=1,
+            start_new_session=True,
+        )
+        printed: list[str] = []
+        deadline = time.monotonic() + timeout_s
+        assert self._process.stdout is not None
+        while time.monotonic() < deadline:
+            line = self._process.stdout.readline()
+            if not line:
+                break
+            printed.append(line.rstrip("\n"))
+            if line.startswith(STACK_READY):
+                break
+        self.printed = "\n".join(printed)
+        if not printed or not printed[-1].startswith(STACK_READY):
+            self.stop()
+            raise RuntimeError(f"{command!r} did not come up:\n{self.printed}")
+        # Keep draining what it prints later, so its pipe never fills.
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self) -> None:
+        assert self._process.stdout is not None
+        for _line in self._process.stdout:
+            pass
+
+    @property
+    def exports(self) -> list[str]:
+        """The ``export`` lines it printed, which the page tells the reader to paste."""
+        return [line for line in self.printed.splitlines() if line.startswith("export ")]
+
+    def stop(self) -> None:
+        """Ctrl-C's equivalent (it handles SIGTERM the same way): it stops everything it started."""
+        if self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
+            try:
+                self._process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self._process.pid, signal.SIGKILL)
+                self._process.wait()
+
+
+class PageFailed(AssertionError):
+    """A command of a page failed, or its output never matched what the page shows."""
+
+
+def run_page(
+    commands: list[Command],
+    shell: Shell,
+    start_stack: Callable[[str], StackProcess],
+    *,
+    settle_s: float = 60.0,
+) -> int:
+    """Run a page's commands in order in its shell; the number run. A command that exits non-zero fails the
+    page at once; one whose output does not match what the page shows is run again until it does, for up to
+    ``settle_s`` (counting is asynchronous: a count appears once the stack's pollers have delivered it)."""
+    for command in commands:
+        if command.starts_stack:
+            stack = start_stack(command.text)
+            if not output_matches(command.shown, stack.printed):
+                raise PageFailed(f"{command.where()}\nshown:\n{command.shown}\nprinted:\n{stack.printed}")
+            for export in stack.exports:  # what the page tells the reader to paste into this terminal
+                ran = shell.run(export)
+                if ran.status != 0:
+                    raise PageFailed(f"{command.where()}: pasting {export!r} failed: {ran.stderr}")
+            continue
+        deadline = time.monotonic() + settle_s
+        while True:
+            ran = shell.run(command.text)
+            if ran.status != 0:
+                raise PageFailed(
+                    f"{command.where()}\nexit status {ran.status}\nstdout:\n{ran.stdout}\nstderr:\n{ran.stderr}"
+                )
+            if output_matches(command.shown, ran.stdout):
+                break
+            if time.monotonic() > deadline:
+                raise PageFailed(
+                    f"{command.where()}\nits output never matched the page's within {settle_s:.0f} s\n"
+                    f"shown:\n{command.shown}\nprinted:\n{ran.stdout}"
+                )
+            time.sleep(1.0)
+    return len(commands)

@@ -1,0 +1,90 @@
+"""How commands are read from the docs pages, and how their shown output is compared (tests/support/docs_pages)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.docs_pages import output_matches, page_commands, unrun_shell_blocks
+
+PAGE = """\
+# A page
+
+```console
+$ tally publish page:/home 3 \\
+    --stack "$TALLY_STACK"
+$ tally get page:/home --json
+{"count":3}
+```
+
+- In a list:
+
+    ```console
+    $ tally dlq list --json
+    {"message_id":...,"error_code":"below_floor",...}
+    ```
+
+```python
+print("not a command")
+```
+"""
+
+
+def test_commands_come_in_order_with_their_shown_output() -> None:
+    commands = page_commands("page.md", PAGE)
+    assert [(command.line, command.text, command.shown) for command in commands] == [
+        (4, 'tally publish page:/home 3 \\\n    --stack "$TALLY_STACK"', ""),
+        (6, "tally get page:/home --json", '{"count":3}'),
+        (13, "tally dlq list --json", '{"message_id":...,"error_code":"below_floor",...}'),
+    ]
+
+
+def test_the_local_stack_command_is_recognised() -> None:
+    text = "```console\n$ python -m tally.local.stack --param Source=SQS\nlocal stack ... is up\n```\n"
+    (command,) = page_commands("page.md", text)
+    assert command.starts_stack
+    assert command.shown == "local stack ... is up"
+
+
+@pytest.mark.parametrize(
+    ("shown", "printed", "matches"),
+    [
+        ('{"count":3}', '{"count":3}\n', True),
+        ('{"count":3}', '{"count":2}', False),
+        ('{"count":3}', "{}", False),
+        (
+            '{"message_id":...,"error_code":"below_floor",...}',
+            '{"message_id":"x","error_code":"below_floor","b":1}',
+            True,
+        ),
+        (
+            '{"message_id":...,"error_code":"below_floor",...}',
+            '{"message_id":"x","error_code":"id_conflict","b":1}',
+            False,
+        ),
+        ("count   3", "count 3", True),
+        ("", "anything at all", True),
+    ],
+)
+def test_shown_output_is_compared_as_a_doctest(shown: str, printed: str, matches: bool) -> None:
+    assert output_matches(shown, printed) is matches
+
+
+def test_a_shell_block_the_test_would_not_run_is_reported() -> None:
+    text = "```sh\ntally get k\n```\n\n```console\ntally get k\n```\n\n```console\n$ tally get k\n```\n"
+    assert unrun_shell_blocks("how-to/x.md", text) == [
+        "how-to/x.md:1: a ```sh block (write commands in ```console)",
+        "how-to/x.md:5: a ```console block without a '$ ' command",
+    ]
+
+
+def test_a_console_block_must_open_with_a_command() -> None:
+    with pytest.raises(ValueError, match="first line must be a \\$ command"):
+        page_commands("page.md", "```console\noutput first\n$ tally get k\n```\n")
+
+
+def test_a_here_document_belongs_to_its_command() -> None:
+    text = '```console\n$ tally publish --file - <<\'END\'\n{"key": "k"}\nEND\n$ tally get k --json\n{"count":1}\n```\n'
+    first, second = page_commands("page.md", text)
+    assert first.text == 'tally publish --file - <<\'END\'\n{"key": "k"}\nEND'
+    assert first.shown == ""
+    assert (second.text, second.shown) == ("tally get k --json", '{"count":1}')
