@@ -1,4 +1,4 @@
-"""``tally windows close``: move every key's ended windows off its item (issue 16, part 1).
+"""``tally windows close``: move every key's ended windows off its item.
 
 The batch handler moves a key's ended hour and day windows when a later batch writes the key
 (``tally.store.windows``); a key never written again keeps them on its item, where every read still counts
