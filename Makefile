@@ -111,7 +111,7 @@ bench: install
 	$(BIN)/python -m bench.run --size full
 	$(BIN)/python -m bench.patterns --all --json-out docs/patterns.json
 
-# The cost per event of each counter pattern of issue 15 beside plain sums (README, "Counter patterns").
+# The cost per event of each counter pattern beside plain sums (docs/explanation/costs.md).
 bench-patterns: install
 	mkdir -p .bench && $(BIN)/python -m bench.patterns --all --json-out .bench/patterns.json
 
@@ -128,23 +128,23 @@ chaos: install
 chaos-smoke: install
 	$(BIN)/python -m bench.chaos --config smoke
 
-# tally plan's predicted write units per event against measured runs (README, "What it costs"); exits 1 on a
+# tally plan's predicted write units per event against measured runs (docs/explanation/costs.md); exits 1 on a
 # miss over 10%. Writes .bench/plan_check.json.
 bench-plan: install
 	mkdir -p .bench && $(BIN)/python -m bench.plan_check --min-events 20000 --json-out .bench/plan_check.json
 
-# Single-event messages under numbered ids beside random ids and the naive ADD (issue 16, part 3; README,
-# "What it costs"). Writes .bench/plan_check_numbered.json.
+# Single-event messages under numbered ids beside random ids and the naive ADD (docs/explanation/costs.md).
+# Writes .bench/plan_check_numbered.json.
 bench-plan-numbered: install
 	mkdir -p .bench && $(BIN)/python -m bench.plan_check --numbered --min-events 20000 --json-out .bench/plan_check_numbered.json
 
 # Write units per event against batch size, windows on/off, model curves with measured points on them
-# (README, "What it costs"; issue 16): writes docs/cost-by-batch-size.svg and .json.
+# (docs/explanation/costs.md): writes docs/cost-by-batch-size.svg and .json.
 bench-cost: install
 	$(BIN)/python -m bench.cost_chart --measure --min-events 20000
 
 # Handler duration through bench.latency_proxy (published AWS latencies in front of DynamoDB Local), one
-# direct transaction at a time and four (README, "Handler duration through the latency proxy"; issue 16).
+# direct transaction at a time and four (docs/explanation/costs.md, "Handler duration").
 bench-duration: install
 	mkdir -p .bench && $(BIN)/python -m bench.duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json
 

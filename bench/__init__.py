@@ -1,4 +1,4 @@
-"""Benchmarks of tally against the approaches users would otherwise pick (issue 6).
+"""Benchmarks of tally against the approaches users would otherwise pick.
 
 One command runs everything on one DynamoDB Local it starts and stops itself::
 

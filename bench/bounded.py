@@ -1,4 +1,4 @@
-"""The cost per event of bounded counters (issue 15, part 1) beside plain sums, on DynamoDB Local.
+"""The cost per event of bounded counters beside plain sums, on DynamoDB Local.
 
 The shape of ``bench.patterns`` (the handlers' own wiring, windows off, single-event messages over ``--keys``
 keys in batches of 100 records, billed by ``bench.meter``), three loads:

@@ -1,4 +1,4 @@
-"""``python -m bench.cost_chart``: write units per event against batch size, windows on and off (issue 16).
+"""``python -m bench.cost_chart``: write units per event against batch size, windows on and off.
 
 Why: the template's ``BatchSize`` and batching window move tally's bill more than anything else, and a
 user choosing them trades cost against latency. This draws the trade-off for workload U (1,000 Zipf
@@ -36,7 +36,7 @@ KEYS: Final = 1000
 HIGH_PACK: Final = 1000
 CURVE_SIZES: Final = (10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000)
 TARGET: Final = 0.03
-"""Issue 16, part 2: packed U at <= 0.03 write units per event with the high-volume settings."""
+"""The high-volume target: packed U at <= 0.03 write units per event with the high-volume settings."""
 ROOT: Final = Path(__file__).resolve().parents[1]
 DEFAULT_SVG: Final = ROOT / "docs" / "cost-by-batch-size.svg"
 DEFAULT_DATA: Final = ROOT / "docs" / "cost-by-batch-size.json"
@@ -183,8 +183,8 @@ def render(data: dict[str, Any], path: Path) -> None:
                 label=f"measured: {line.name}",
             )
     axes.axhline(TARGET, color="grey", linestyle=":", linewidth=1)
-    axes.annotate("0.03 (issue 16 target)", (2000, TARGET), textcoords="offset points", xytext=(2, 3), fontsize=8)
-    for size, text in ((100, "BatchSize default before issue 16"), (10_000, "default now")):
+    axes.annotate("0.03 (high-volume target)", (2000, TARGET), textcoords="offset points", xytext=(2, 3), fontsize=8)
+    for size, text in ((100, "BatchSize 100"), (10_000, "BatchSize default")):
         axes.axvline(size, color="grey", linestyle="-.", linewidth=0.8)
         axes.text(size, 0.45, text, transform=axes.get_xaxis_transform(), fontsize=8, rotation=90, ha="right")
     axes.set_xscale("log")
@@ -301,7 +301,7 @@ def markdown_section(document: dict[str, Any], chart_name: str = "cost-by-batch-
         "batches and seed). Each batch size is at most what Lambda's 6 MB payload holds for that message "
         "size (`Traffic.record_bytes`): about 5,500 single-event records, 700 messages of 100 events, 78 of "
         "1,000. The naive `ADD` per event (not exact) is 1.05 write units per event (Results, above). "
-        'The floor of a traffic (README, "What it costs"; `tally.cost.model.floor`) is the lowest point '
+        "The floor of a traffic (What it costs; `tally.cost.model.floor`) is the lowest point "
         "its curve reaches at the batches its rate fills in the longest window: the right-hand end of "
         "a curve for traffic that fills the 6 MB payload.",
         "",

@@ -1,4 +1,4 @@
-"""The cost per event of distinct counts (issue 15, part 2) beside plain sums, on DynamoDB Local.
+"""The cost per event of distinct counts beside plain sums, on DynamoDB Local.
 
 The load and the billing are ``bench.patterns``' (the handlers' own wiring, ``tally.runtime.wire_pipeline``;
 single-event messages over ``--keys`` keys in batches of 100 records; ``bench.meter`` bills write and read

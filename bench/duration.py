@@ -16,7 +16,7 @@ and from them the AWS-like duration per batch and Lambda GB-seconds per million 
 (CPU stretched by 1,769 MB / memory, Lambda's vCPU share), beside what ``tally plan``'s model predicts
 for the same traffic (requests one after another: ``TALLY_WRITE_CONCURRENCY=1``, as the model prices them).
 
-``--proxy`` (issue 16, part 5) runs the unmodified SQS handler instead, its DynamoDB endpoint on
+``--proxy`` runs the unmodified SQS handler instead, its DynamoDB endpoint on
 ``bench.latency_proxy`` (published AWS latencies in front of DynamoDB Local), at the template's settings,
 ``BatchSize`` cut at Lambda's 6 MB payload and 100 records, at each ``--write-concurrency``; per batch the
 wall time, CPU, the requests as the proxy saw them, the time stalled on DynamoDB Local (which the proxy
@@ -246,7 +246,7 @@ def table(rows: Sequence[Duration], memory_mb: int) -> Table:
 
 
 # ------------------------------------------------------------------------------------------------------
-# Through the latency proxy (issue 16, part 5): the real handler, AWS-like request latencies.
+# Through the latency proxy: the real handler, AWS-like request latencies.
 
 _HANDLER_MODULE: Final = "tally.handlers.sqs"
 MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024

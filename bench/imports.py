@@ -1,7 +1,7 @@
 """Import graph of ``src/tally``: every module with its line count, and every import cycle.
 
-Why: issue 18 asks that each module stand above what it uses. A cycle is counted even when one
-edge is under ``TYPE_CHECKING`` or inside a function (a lazy import), because the issue is about
+Why: each module should stand above what it uses. A cycle is counted even when one
+edge is under ``TYPE_CHECKING`` or inside a function (a lazy import), because the rule is about
 readers, not about what the interpreter tolerates. Stdlib ``ast`` only, so it runs anywhere.
 
 Run: ``python -m bench.imports [--json]``.

@@ -1,4 +1,4 @@
-"""The cost per event of issue 15's counter patterns beside plain sums, on DynamoDB Local.
+"""The cost per event of the counter patterns beside plain sums, on DynamoDB Local.
 
 Each pattern runs the same shape of load through the handlers' own wiring (``tally.runtime.wire_pipeline``,
 windows off, as the peers run): single-event messages over ``--keys`` keys, delivered in batches of 100
@@ -11,7 +11,7 @@ writes included):
 - ``gauge latest``: a delta and a ``latest`` reading, ``ts`` increasing (every batch's reading is newer);
 - ``gauge latest, late``: the same, ``ts`` decreasing (every reading loses to the stored one: the worst case).
 
-``--all`` (what ``make bench`` runs) adds the other patterns of issue 15 from their own benchmarks, on the same
+``--all`` (what ``make bench`` runs) adds the other counter patterns from their own benchmarks, on the same
 DynamoDB Local and the same load size, in one table beside the same plain sums: bounded counters
 (``bench.bounded``), corrections and resets (``bench.resets``) and distinct counts (``bench.distinct``).
 
@@ -102,7 +102,7 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 
 def other_patterns(events: int, keys: int, client: DynamoDBClient, admin: DynamoDBClient) -> list[dict[str, Any]]:
-    """Issue 15's other patterns, measured by their own benchmarks (each beside plain sums there too)."""
+    """The other counter patterns, measured by their own benchmarks (each beside plain sums there too)."""
     from bench import bounded, distinct, resets  # noqa: PLC0415 (only with --all)
 
     rows: list[dict[str, Any]] = []

@@ -1,4 +1,4 @@
-"""``python -m bench.plan_check``: ``tally plan``'s predictions against measured runs (issue 16, part 4).
+"""``python -m bench.plan_check``: ``tally plan``'s predictions against measured runs.
 
 Why: a planner that tells users their bill is only worth its agreement with what tally really writes.
 For each configuration (single-event or packed messages, the template's windows on or off, batches of
@@ -9,13 +9,13 @@ draws its own batches with its own seed. A configuration PASSes when the predict
 are within 10% of the measured; read units are printed beside them, not judged (the measured run's
 marker-read gate warms up for 10 batches per container, which the model amortises to nothing).
 
-``--numbered`` (issue 16, part 3) runs single-event messages under the producer library's numbered ids
+``--numbered`` runs single-event messages under the producer library's numbered ids
 (``<session>.<seq>``: 16 consecutive messages share a marker item) beside the same stream under random ids,
 at batches of 100 and at the template's default (``BatchSize`` 10,000, which Lambda's 6 MB payload cuts
 to 5,504 single-event records), windows off and on, and the naive peer (one ``ADD`` per event, not exact)
 on the same stream: the target is <= 1.3 write units per event with numbered ids.
 
-Hour and day windows ride on the key's item (issue 16); the runs last minutes, so no window ends and none
+Hour and day windows ride on the key's item; the runs last minutes, so no window ends and none
 is moved: the model is asked for the batches alone (``simulate(moves=False)``). ``--windows`` runs a
 simulated day instead (``bench.windows_cost``: the batches, the moves and the final close) and checks the
 model with its moves at the same rate.
@@ -90,7 +90,7 @@ HIGH_VOLUME: Final = (
     Config(packed=True, windows=False, batch_size=78, pack=1000),
     Config(packed=True, windows=True, batch_size=78, pack=1000),
 )
-"""Issue 16, part 2: what ``tally plan`` recommends for 10,000 events/s of 1,000-event messages on
+"""The high-volume settings: what ``tally plan`` recommends for 10,000 events/s of 1,000-event messages on
 1,000 Zipf keys (the producer's ``max_keys_per_message`` raised): 78 records, the most Lambda's 6 MB
 payload holds (``Traffic.record_bytes``); the target is <= 0.03 write units per event, windows off."""
 
@@ -105,7 +105,7 @@ NUMBERED: Final = tuple(
     for size in (100, SINGLE_AT_DEFAULTS)
     for numbered in (True, False)
 )
-"""Issue 16, part 3: single-event messages, numbered ids beside random ids, at 100 records and at the defaults."""
+"""Single-event messages, numbered ids beside random ids, at 100 records and at the defaults."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +203,7 @@ def naive_write_units(
     ddb: DynamoDBLocal, *, keys: int = 1000, min_events: int = 20_000, batch_size: int = 100, seed: int = 20_261_124
 ) -> float:
     """Write units per event of the naive peer (one ``UpdateItem ADD`` per event: not exact under faults) on
-    the same single-event stream, metered the same way: what issue 16's target is measured against."""
+    the same single-event stream, metered the same way: what the numbered-ids target is measured against."""
     spec = WorkloadSpec(events=max(min_events, 2 * batch_size), keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
     stream = deliver("U", usage_events(spec), spec, packed=False).without_resends()
     run = run_peer(NaiveCounter, stream, client=ddb.client(CLIENT_CONFIG), admin=ddb.client(), batch_size=batch_size)
@@ -251,7 +251,7 @@ WINDOWS_CONFIGS: Final = (
 
 
 def run_window_checks(ddb: DynamoDBLocal, progress: Callable[[str], None] = lambda _: None) -> list[Check]:
-    """Issue 16, part 1: windows on the key's item and their moves, measured over a simulated day
+    """Windows on the key's item and their moves, measured over a simulated day
     (``bench.windows_cost``: the batches, the moves they make, and the final close) against the model at
     the same rate (events per second = records x events per message x batches per hour / 3,600)."""
     from bench.windows_cost import Config as WindowsConfig  # noqa: PLC0415 - only this mode needs it
@@ -295,19 +295,19 @@ def run_window_checks(ddb: DynamoDBLocal, progress: Callable[[str], None] = lamb
 @click.option(
     "--high-volume",
     is_flag=True,
-    help="Only the recommended high-volume settings (1,000-event messages, 78 records: issue 16, part 2).",
+    help="Only the recommended high-volume settings (1,000-event messages, 78 records).",
 )
 @click.option(
     "--numbered",
     is_flag=True,
     help="Only single-event messages, numbered ids beside random ids, at 100 records and the defaults, and the "
-    "naive peer at 100 (issue 16, part 3).",
+    "naive peer at 100.",
 )
 @click.option(
     "--windows",
     "windows_mode",
     is_flag=True,
-    help="Only windows on the key's item and their moves, over a simulated day (issue 16, part 1).",
+    help="Only windows on the key's item and their moves, over a simulated day.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on standard output (no table).")
 def main(

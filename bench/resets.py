@@ -1,4 +1,4 @@
-"""The cost of corrections and resets (issue 15, part 5) beside plain sums, on DynamoDB Local.
+"""The cost of corrections and resets beside plain sums, on DynamoDB Local.
 
 The same shape of load as ``bench.patterns`` (single-event messages over ``--keys`` keys, batches of 100
 records, the handlers' own wiring, windows off, billed by ``bench.meter``), with operator messages mixed in:

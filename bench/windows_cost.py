@@ -1,6 +1,6 @@
-"""``python -m bench.windows_cost``: what hour and day windows add to the write cost (issue 16, part 1).
+"""``python -m bench.windows_cost``: what hour and day windows add to the write cost.
 
-Why: the issue asks hour and day windows to cost at most 1.3x the all-time-only write units per event on
+Why: hour and day windows should cost at most 1.3x the all-time-only write units per event on
 workload U, packed and single. Since the open windows ride on the key's item and ended ones are moved off
 it later (``tally.store.windows``), what windows add is (a) a slightly larger key item in every batch's
 write and (b) the moves: about one key-item update and one day-item write per key and day (more when a key

@@ -160,7 +160,7 @@ def deliver(
     """The stream of SQS records for ``events``: messages, re-sends inserted a little later.
 
     ``numbered``: the messages carry the producer library's numbered ids (``NumberedIds``: one session,
-    seqs in order), whose markers the consumer keeps 16 to a block item (issue 16, part 3).
+    seqs in order), whose markers the consumer keeps 16 to a block item.
     """
     rng = random.Random(f"{spec.seed}/{workload}/{'packed' if packed else 'single'}")
     size = spec.pack if packed else 1

@@ -1,4 +1,4 @@
-"""The chaos run (issue 7): exactly-once counting under every fault the AWS path can produce, in figures.
+"""The chaos run: exactly-once counting under every fault the AWS path can produce, in figures.
 
 ``python -m bench.chaos --config full|smoke`` (``make chaos``, ``make chaos-smoke``); docs/reliability.md
 has the method and the full run's figures. Layout, one job per module:

@@ -3,17 +3,17 @@
 - Every counter of every key equals the exact sum over distinct valid messages (doomed ones excepted).
   Lost and doubled *events* are read off ``count`` (each event adds exactly 1 to it): per key, what is
   missing is lost, what is extra is doubled. Keys only poison messages name must read empty.
-- Every poison message is in the dead-letter queue, with the reason code README.md documents for it
+- Every poison message is in the dead-letter queue, with the reason code docs/reference/event-format.md documents for it
   (more than one letter for one poison message is allowed: the queue is at-least-once).
 - No valid message is in the dead-letter queue, unless it was injected as unrecoverable (doomed), and
   every doomed message is there with ``counter_out_of_range``. No Kinesis range is left given up.
-- Every message on a bounded counter (issue 15) is counted whole (its marker exists and every key it
+- Every message on a bounded counter is counted whole (its marker exists and every key it
   names holds its deltas) or is in the dead-letter queue as ``below_floor``/``above_ceiling``, never
   neither; no bounded counter ends outside its bounds.
 - Every distinct count holds the number of different members its key's distinct counted messages named.
-- Every hour and day window of the ``win:`` keys (issue 16: their windows are moved off the key items during
+- Every hour and day window of the ``win:`` keys (their windows are moved off the key items during
   the run, under kills and stale conditions) holds exactly the sum of its events, after a final close.
-- Every gauge (issue 15) holds what the distinct gauge messages leave: the largest ``max``, the smallest
+- Every gauge holds what the distinct gauge messages leave: the largest ``max``, the smallest
   ``min``, the ``latest`` of the latest ``ts`` (``bench.chaos.patterns``); counters with a declared start
   hold the start plus their sum (in ``Workload.expected``).
 - Of the two contents of every reused id, exactly one is in the dead-letter queue, as ``id_conflict``, and
@@ -80,7 +80,7 @@ class Verdict:
     levels_unjudged: int = 0
     """``r:`` keys left unjudged: a record of theirs was given up and replayed out of the shard's order."""
     windows_checked: int = 0
-    """(``win:`` key, hour or day window) pairs read back after the final close (issue 16)."""
+    """(``win:`` key, hour or day window) pairs read back after the final close."""
     windows_wrong: int = 0
 
     @property
@@ -128,7 +128,7 @@ def judge(
     replayed: frozenset[str] = frozenset(),
     read_window: Callable[[str, str], Mapping[str, Decimal]] | None = None,
 ) -> Verdict:
-    """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest issue 15's
+    """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest the counter
     patterns need; ``replayed``: bodies of Kinesis records given up and replayed) with the reference."""
     examples: list[str] = []
     reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
@@ -203,7 +203,7 @@ def _judge_windows(
     workload: Workload, read_window: Callable[[str, str], Mapping[str, Decimal]] | None, examples: list[str]
 ) -> int:
     """Every hour and day window of the ``win:`` keys, read back (wherever it sits after the moves), against
-    the sum of the window messages' events in it (issue 16). Returns how many are wrong."""
+    the sum of the window messages' events in it. Returns how many are wrong."""
     if read_window is None:
         return 0
     wrong = 0
@@ -218,7 +218,7 @@ def _judge_windows(
 
 @dataclass(frozen=True, slots=True)
 class PatternReads:
-    """What the verdict reads besides counters, for issue 15's patterns."""
+    """What the verdict reads besides counters, for the counter patterns."""
 
     gauges: Callable[[str], Mapping[str, Mapping[str, Decimal | str]]]
     """A key's gauges: kind -> name -> value."""
@@ -237,7 +237,7 @@ def _judge_patterns(
     *,
     examples: list[str],
 ) -> dict[str, int]:
-    """The verdict's figures for issue 15's patterns (counters with starts are judged with the others)."""
+    """The verdict's figures for the counter patterns (counters with starts are judged with the others)."""
     gauges_checked, gauges_wrong = _judge_gauges(workload, patterns, examples)
     distinct_checked, distinct_wrong = _judge_distinct(workload, patterns, examples)
     bound_letters = {

@@ -37,28 +37,28 @@ class DynamoDBFaultRates:
     before its batch commits; the source redelivers the batch after the visibility timeout or retry."""
     lost_claim_near_deadline: float = 0.15
     """Per journal claim transaction after a batch's first: it commits, its answer is lost, and the
-    invocation has just more than the applier's reserve left, so the retries stop (issue 14, defect 2)."""
+    invocation has just more than the applier's reserve left, so the retries stop."""
     kill_before_gauges: float = 0.05
     """Per invocation that writes gauges (``UpdateItem`` of ``tally.store.gauges``), at its first: the
     invocation is killed before it is sent, so the messages are counted and their gauges are not written
-    until the redelivery (issue 15)."""
+    until the redelivery."""
     kill_before_members: float = 0.05
     """Per invocation that writes members (``tally.store.distinct``), at its first transaction: the
     invocation is killed before it is sent, so the messages count and their distinct members are not
-    written until the redelivery (issue 15)."""
+    written until the redelivery."""
     kill_before_window_transfer: float = 0.1
     """Per invocation that moves ended windows off key items (``tally.store.windows``), at its first move
     transaction: the invocation is killed after its commit and its key items' read, before the move is sent;
-    the windows stay on the key items (still read exactly) until a later batch or the final close (issue 16)."""
+    the windows stay on the key items (still read exactly) until a later batch or the final close."""
     late_event_race: float = 0.2
     """Per window-move transaction: a late event changed a moved attribute between the move's read and its
     transaction (the condition's value is made stale, so DynamoDB refuses it with the item as it is): the move
-    must re-plan from the returned item and move the new value, exactly once (issue 16)."""
+    must re-plan from the returned item and move the new value, exactly once."""
     unprocessed_keys: float = 0.05
     """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
     ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
     0-11 ``BatchGetItem`` calls, as a throttled partition would; enough in a row to exhaust the read loop's
-    rounds, which must then fail as retryable rather than spin (issue 17's review)."""
+    rounds, which must then fail as retryable rather than spin."""
 
     def total(self) -> float:
         return (
@@ -105,7 +105,7 @@ class ChaosConfig:
     """Share of valid messages whose id another message reuses with other content (an ``id_conflict``)."""
     numbered_share: float = 0.5
     """Share of the ordinary valid messages sent by producers that number their ids (``<session>.<seq>``,
-    the producer library's default, issue 16 part 3: markers shared by 16 consecutive seqs), from
+    the producer library's default: markers shared by 16 consecutive seqs), from
     ``numbered_sessions`` sessions; the others keep ids of their own."""
     numbered_sessions: int = 3
     poison_share: float = 0.02
@@ -113,22 +113,22 @@ class ChaosConfig:
     doomed: int = 5
     """Valid messages injected as unrecoverable: each would push a counter out of DynamoDB's Number range."""
     wide_keys: int = 4
-    """Keys that get hundreds of counter names (issue 14): more than one ADD's 4 KB expression holds."""
+    """Keys that get hundreds of counter names: more than one ADD's 4 KB expression holds."""
     wide_messages: int = 24
     """Messages of 100 counters (the per-event maximum) on a wide key; every third is packed (4 events,
     400 names in one message). Four single ones on one key are already 400 names on one item."""
     split_pairs: int = 12
     """Pairs of packed messages of 56 keys each, sharing one (``u:<pair>:hub``): in one batch, a unit of 113
     actions that the planner splits into two direct transactions sharing an item, which must never be in
-    flight together (issue 16, part 5: on AWS they conflict)."""
+    flight together (on AWS they conflict)."""
     long_decimals: int = 12
     """Messages adding a 37-digit decimal to the hot key: its shards' sum needs more than 28 digits."""
     precision_doomed: int = 5
     """Valid packed messages injected as unrecoverable because a sum needs more than 38 digits: a setup
     message stores 1E+20, the doomed message adds 1E-20 to it after 40 other keys, so in a later journal
-    apply chunk (issue 14, defect 3)."""
+    apply chunk."""
     counter_defaults: str = COUNTER_DEFAULTS
-    """The run's ``CounterDefaults`` (issue 15): start values and default deltas the pattern messages use."""
+    """The run's ``CounterDefaults``: start values and default deltas the pattern messages use."""
     pattern_keys: int = 8
     """Keys per pattern (``stock:``, ``views:``, ``g:``): few, so that batches meet them often."""
     stock_messages: int = 600
@@ -136,7 +136,7 @@ class ChaosConfig:
     gauge_messages: int = 600
     """Messages with ``max``/``min``/``latest`` gauges on ``g:`` keys, some packed, some with no deltas."""
     counter_bounds: str = COUNTER_BOUNDS
-    """The run's ``CounterBounds`` (issue 15): ``seats:`` keys' ``taken`` between 0 and 40."""
+    """The run's ``CounterBounds``: ``seats:`` keys' ``taken`` between 0 and 40."""
     bounded_messages: int = 600
     """Messages stepping a bounded counter (some packed with a second seat or an unbounded key)."""
     distinct_messages: int = 600
@@ -167,11 +167,11 @@ class ChaosConfig:
     hot_keys: str = "hot:*=4"
     window_messages: int = 60
     """Messages on ``win:`` keys whose events' ``ts`` lie in the previous UTC day: their ended hour and day
-    windows are moved off the key items during the run (issue 16); every window is checked after a final close."""
+    windows are moved off the key items during the run; every window is checked after a final close."""
     window_keys: int = 3
     windows: str = "hour,day"
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
-    """A round's item-disjoint direct transactions in flight at once, as the handler's default (issue 16)."""
+    """A round's item-disjoint direct transactions in flight at once, as the handler's default."""
     window_retention: str = "minute=7,hour=90,day=0"
     dynamodb: DynamoDBFaultRates = field(default_factory=DynamoDBFaultRates)
     delivery: DeliveryFaultRates = field(default_factory=DeliveryFaultRates)

@@ -2,7 +2,7 @@
 
 ``DynamoDBChaos`` is registered on ONE consumer's client (each consumer has its own client and its own
 random sequence). The consumer's applier may send a round's direct transactions from several threads at
-once (``TALLY_WRITE_CONCURRENCY``, issue 16 part 5): what a fault does to a request's answer is kept in
+once (``TALLY_WRITE_CONCURRENCY``): what a fault does to a request's answer is kept in
 botocore's per-request context, never on this object, and the draws of overlapping requests interleave
 (a seed then fixes the load and the rates, not which request gets which fault). For each DynamoDB
 request the pipeline makes, it draws at most one fault:
@@ -25,7 +25,7 @@ and the answer lists the others in ``UnprocessedKeys``, for this request and a b
 ones (a throttled partition answers HTTP 200 with unprocessed keys, which botocore does not retry).
 
 Journal claim transactions (``open``: the header Put with the first claims; ``claim``: a header check
-plus more claims) draw two more faults first (issue 14):
+plus more claims) draw two more faults first:
 
 - ``kill_after_claim``: the claim commits, then the invocation is killed (``InvocationKilled``) before its
   batch commits: the batch stays PREPARING until its lease ends, and the source redelivers the records
@@ -34,7 +34,7 @@ plus more claims) draw two more faults first (issue 14):
   answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
   retries stop with the claim's outcome unknown.
 
-The writes that follow the counters' commit (issue 15) draw one more first:
+The writes that follow the counters' commit draw one more first:
 
 - ``kill_before_gauges`` (a gauge ``UpdateItem``) / ``kill_before_members`` (a distinct-count member
   ``TransactWriteItems``), drawn once per invocation, at its first write of that kind (per write, they
@@ -43,14 +43,14 @@ The writes that follow the counters' commit (issue 15) draw one more first:
   (their markers committed) and their gauges or members not written; the redelivery meets the markers and
   must write them then.
 
-Not a drawn fault but DynamoDB's own rule (issue 16, part 5): two transactions in flight at once on one
+Not a drawn fault but DynamoDB's own rule: two transactions in flight at once on one
 item conflict, and DynamoDB Local never says so. ``InFlightTransactions``, shared by every consumer of a
 run, answers a ``TransactWriteItems`` that would write an item another one still in flight writes with
 ``TransactionConflict`` on that action, as DynamoDB does (``situation.transaction_overlaps``). Two
 transactions of ONE client in flight on one item are the applier's own doing (it must never send such a
 pair at once, ``tally.core.plan.item_disjoint_lanes``): each is recorded in ``self_overlaps``, which fails
 the run.
-Ended windows' moves off key items (issue 16, ``tally.store.windows``: a ``TransactWriteItems`` whose key-item
+Ended windows' moves off key items (``tally.store.windows``: a ``TransactWriteItems`` whose key-item
 actions ``REMOVE`` ``w#`` attributes) draw two more:
 
 - ``kill_before_window_transfer``, drawn once per invocation at its first move, like the two above: the
@@ -256,7 +256,7 @@ class DynamoDBChaos:
         self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
     ) -> tuple[_FakeHttpResponse, Any] | None:
         # What ``after-call`` is to do rides in botocore's per-request context, not on this object: the
-        # applier sends a round's transactions from several threads on one client (issue 16, part 5).
+        # applier sends a round's transactions from several threads on one client.
         context.pop(_AFTER, None)
         operation = model.name
         if self.enabled and operation == BATCH_GET and self._withhold_keys(params, context):

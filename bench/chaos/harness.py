@@ -121,7 +121,7 @@ def wire_pipeline(
         bounds=bounds,
         write_concurrency=config.write_concurrency,
     )
-    # The gauge and member stores as production wires them (issue 15): without them a message with gauges
+    # The gauge and member stores as production wires them: without them a message with gauges
     # or distinct members is dead-lettered.
     return BatchPipeline(
         applier,
@@ -150,7 +150,7 @@ class ChaosResult:
     virtual_seconds: float
     """How far the virtual clock jumped ahead of real time (visibility timeouts, backoffs)."""
     wide_items: int = 0
-    """Keys whose item got more counter names than one ADD's 4 KB expression carries (issue 14)."""
+    """Keys whose item got more counter names than one ADD's 4 KB expression carries."""
     wide_messages: int = 0
     """Messages with 100 or more counters on one key."""
 
@@ -167,7 +167,7 @@ class ChaosResult:
 
     @property
     def situations(self) -> dict[str, int]:
-        """How often the run produced each situation of issue 14 (gate closed, kill between claim and
+        """How often the run produced each situation at the journal's edges (gate closed, kill between claim and
         commit then redelivery after the lease, sums needing more than 38 digits in a later chunk)."""
         return {name: count for name, count in sorted(self.counts.items()) if name.startswith("situation.")}
 
@@ -315,7 +315,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         if publication.body in precision_bodies:
             run.log.add("situation.sum_over_38_digits_published")
         if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
-            run.log.add("situation.numbered_id_published")  # its marker shares a block item (issue 16, part 3)
+            run.log.add("situation.numbered_id_published")  # its marker shares a block item
         if publication.source is Source.SQS:
             queue.send(publication.body)
         else:
@@ -421,7 +421,7 @@ def _final_close(
     config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient], now_ms: int, log: FaultLog
 ) -> Callable[[str, str], dict[str, Decimal]]:
     """Move what the run left on key items (``tally windows close``, without faults), then read windows as
-    ``tally.reader`` does: (key, window id) -> counters (issue 16)."""
+    ``tally.reader`` does: (key, window id) -> counters."""
     spec = parse_window_spec(config.windows, config.window_retention)
     client = client_factory()
     closed = DynamoDBWindowMover(client, tables.counters, spec).close_all(now_ms)

@@ -18,7 +18,7 @@ What can go wrong in an invocation, as Lambda sees it:
 In all three cases the whole batch counts as failed.
 
 Each consumer is one warm container: its pipeline (and its ``MarkerReadGate``) lives for the whole run.
-It also counts the situations of issue 14 as they happen (``situation.*``): invocations whose gate is
+It also counts the situations at the journal's edges as they happen (``situation.*``): invocations whose gate is
 closed, and records of an invocation killed between a journal claim and the commit when they come back
 (after the lease ended, and to a consumer whose gate is closed).
 """
@@ -115,7 +115,7 @@ class Consumer:
         return self._invoke(handle, record_ids)
 
     def _observe(self, records: Sequence[SourceRecord]) -> None:
-        """Count the issue-14 situations this invocation meets, before it runs."""
+        """Count the situations at the journal's edges this invocation meets, before it runs."""
         self._bodies = tuple(_text(record) for record in records)
         closed = not self.gate.is_open
         if closed:
@@ -140,7 +140,7 @@ class Consumer:
             "transaction_retries": result.retries,
             "journal_batches": result.journal_batches,
             "refused_chunks": result.refused_chunks,
-            "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent before issue 14
+            "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent from a pipeline without stalls
         }
         conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]
         # How the pipeline met each reused id: another copy in the same batch, or the id's marker.

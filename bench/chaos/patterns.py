@@ -1,4 +1,4 @@
-"""The counter patterns of issue 15 in the chaos load: what the run declares, and the reference values.
+"""The counter patterns in the chaos load: what the run declares, and the reference values.
 
 The load's pattern messages (``bench.chaos.workload``) exercise, under every fault of the run:
 
@@ -52,7 +52,7 @@ COUNTER_BOUNDS: Final = "seats:*#taken>=0;seats:*#taken<=40"
 SEAT_FLOOR: Final = Decimal(0)
 SEAT_CEILING: Final = Decimal(40)
 BOUND_CODES: Final = frozenset({"below_floor", "above_ceiling"})
-"""The dead-letter codes of a message a bound refused (README's dead-letter table)."""
+"""The dead-letter codes of a message a bound refused (docs/reference/event-format.md, "Dead letters")."""
 
 LEVEL: Final = "level"
 """The counter resets and corrections move on ``r:`` keys."""

@@ -32,7 +32,7 @@ def summary_table(result: ChaosResult) -> Table:
     section(f"faults injected: {sum(result.faults.values()):,}")
     for name, count in result.faults.items():
         table.add_row(f"  {name}", f"{count:,}")
-    section("situations (issue 14)")
+    section("situations")
     for name, count in result.situations.items():
         table.add_row(f"  {name}", f"{count:,}")
     section("redeliveries")
@@ -51,12 +51,10 @@ def summary_table(result: ChaosResult) -> Table:
     table.add_row("lost events", _flag(verdict.lost_events))
     table.add_row("doubled events", _flag(verdict.doubled_events))
     table.add_row(f"counters wrong (of {verdict.counters_checked:,} checked exactly)", _flag(verdict.counters_wrong))
-    table.add_row(
-        f"gauges wrong (of {verdict.gauges_checked:,}: max, min, latest; issue 15)", _flag(verdict.gauges_wrong)
-    )
+    table.add_row(f"gauges wrong (of {verdict.gauges_checked:,}: max, min, latest)", _flag(verdict.gauges_wrong))
     table.add_row(f"distinct counts wrong (of {verdict.distinct_checked:,})", _flag(verdict.distinct_wrong))
     table.add_row(
-        f"hour and day windows wrong after moves and the final close (of {verdict.windows_checked:,}; issue 16)",
+        f"hour and day windows wrong after moves and the final close (of {verdict.windows_checked:,})",
         _flag(verdict.windows_wrong),
     )
     table.add_row(

@@ -1,9 +1,9 @@
-"""The smoke run with one situation of issue 14 at a time, to show which code the harness catches.
+"""The smoke run with one situation at the journal's edges at a time, to show which code the harness catches.
 
 ``python -m bench.chaos.situations LABEL VARIANT[@SEED]...`` prints one JSON line per variant: the
 verdict, the claim faults injected and the situations counted. Run it on the code before the fixes (its
 ``src`` extracted and put first on ``PYTHONPATH``; the harness is this one) and on today's; the figures are
-in docs/reliability.md ("Issue 14").
+in docs/reliability.md ("The journal's edges, in the model").
 
 - ``kill``: kills between a journal claim and the commit (rate 0.3), redelivered after the lease, to warm
   consumers whose marker read gate has closed (defect 1);

@@ -4,10 +4,11 @@ Valid messages are single events (the ``delta`` shorthand or named ``deltas``) a
 several counters, with integer and two-decimal deltas written as exact literals. Every event adds 1 to
 ``count`` (so ``count`` only grows: the Jepsen-style monitor checks it) and may add signed ``units`` and
 ``amount``. Some events carry a ``ts`` (epoch ms or ISO 8601 with ``Z``). Poison bodies come from a table
-of kinds, each with the reason code README.md documents for it; every poison body is unique, so a dead
+of kinds, each with the reason code docs/reference/event-format.md documents for it; every poison body is
+unique, so a dead
 letter can be traced back to the poison message it came from.
 
-Issue 14 adds two shapes. Wide messages put 100 counter names (the per-event maximum) on one of a few
+Two shapes aim at the journal's edges. Wide messages put 100 counter names (the per-event maximum) on one of a few
 keys, so that an item gets hundreds of names, more than one DynamoDB ADD's 4 KB expression can carry;
 every third one is packed (400 names on one key in one message). Long-decimal messages add a 37-digit
 decimal to the hot key, whose shards must then be summed on read to more than 28 digits. The reference
@@ -26,12 +27,12 @@ in the other's when the first is the one dead-lettered. Some re-sends spell the 
 (``respell_share``: the ``delta`` shorthand written out, ``1.0`` for ``1``, trailing zeros, spaces): those
 are duplicates, and must never be taken for a conflict.
 
-Numbered ids (issue 16, part 3; ``ChaosConfig.numbered_share``): half the ordinary messages come from
+Numbered ids (``ChaosConfig.numbered_share``): half the ordinary messages come from
 producers that number their ids as the producer library does (``<session>.<seq>``, three sessions), so
 their markers share block items, which concurrent consumers of both sources write at once under every
 fault the run draws; re-sends, respellings and reused ids apply to them as to the others.
 
-The precision-doomed ones (issue 14, defect 3) are packed: 40 events on ordinary keys, then one adding
+The precision-doomed ones are packed: 40 events on ordinary keys, then one adding
 ``1E-20`` to a counter a setup message set to ``1E+20`` (41 digits). With the windows, the message alone
 holds more than 98 counter items, so that counter falls in a later journal apply chunk.
 """
@@ -113,7 +114,7 @@ class ValidMessage:
     reused: bool = False
     """The second content under an id (``Workload.alternates``)."""
     gauges: tuple[GaugeReading, ...] = ()
-    """Its gauge readings (issue 15): judged against ``Workload.expected_gauges``."""
+    """Its gauge readings: judged against ``Workload.expected_gauges``."""
     members: tuple[tuple[str, str, str], ...] = ()
     """Its distinct-count members (key, set, member): judged against ``Workload.expected_distinct``."""
     bounded: bool = False
@@ -127,7 +128,7 @@ class ValidMessage:
 class PoisonMessage:
     body: str
     code: str
-    """The ``tally.error_code`` README.md documents for this kind of body."""
+    """The ``tally.error_code`` docs/reference/event-format.md documents for this kind of body."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +446,7 @@ def _window_messages(
     config: ChaosConfig, base_ms: int
 ) -> tuple[dict[str, ValidMessage], dict[tuple[str, str], dict[str, Decimal]]]:
     """Messages on ``win:`` keys with ``ts`` in the previous UTC day (its hours and the day have ended, so
-    the batches that write these keys move them off the key items: issue 16), and what each window holds.
+    the batches that write these keys move them off the key items), and what each window holds.
     Their own random stream: the rest of the load is drawn as before."""
     rng = random.Random(f"{config.seed}:windows")
     spec = parse_window_spec(config.windows, config.window_retention)
@@ -487,7 +488,7 @@ def _literal(value: GaugeValue) -> str:
 
 
 def _pattern_messages(config: ChaosConfig, base_ms: int) -> dict[str, ValidMessage]:
-    """The messages of issue 15's patterns (``bench.chaos.patterns``), on keys of their own.
+    """The messages of the counter patterns (``bench.chaos.patterns``), on keys of their own.
 
     Their own random stream, so the rest of the load stays as it was. Every ``ts`` is distinct (``base_ms``
     minus a distinct number of milliseconds), so the gauges' reference never needs tally's tie-break.

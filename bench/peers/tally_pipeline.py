@@ -72,7 +72,7 @@ class PipelineTotals:
     transactions: int = 0
     retries: int = 0
     windows_moved: int = 0
-    """Ended windows moved off key items after the batches (issue 16)."""
+    """Ended windows moved off key items after the batches."""
 
     def add(self, result: BatchResult) -> None:
         self.batches += 1
@@ -129,7 +129,7 @@ class TallyCounter:
     @property
     def items_per_key(self) -> int:
         """Counter items one key's events write per batch: its own item (which holds the open hour and day
-        windows, issue 16) and one per minute window."""
+        windows) and one per minute window."""
         return 1 + sum(1 for unit in self.settings.windows.units if not unit.on_key_item)
 
     def handle(self, event: Mapping[str, Any], context: LambdaContext) -> Mapping[str, Any]:

@@ -25,10 +25,10 @@ COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
 DEFAULT_WRITE_CONCURRENCY = 4
-"""A round's key-disjoint direct transactions in flight at once (issue 16, part 5). Four is the most whose
+"""A round's key-disjoint direct transactions in flight at once. Four is the most whose
 gain ``python -m bench.duration --proxy`` could measure: beyond it DynamoDB Local, which serialises
-transactions, answers later than AWS would and the proxy can no longer hide it (README, "Handler duration
-through the latency proxy"). At most 10, botocore's default connection pool; 1 writes them one at a time, as before."""
+transactions, answers later than AWS would and the proxy can no longer hide it (docs/explanation/costs.md,
+"Handler duration"). At most 10, botocore's default connection pool; 1 writes them one at a time."""
 MAX_WRITE_CONCURRENCY = 10
 
 DEFAULT_MARKER_TTL_DAYS = 35

@@ -90,7 +90,7 @@ class BoundRefusedError(StoreError):
 
     ``stored`` holds, per refused item (its label), the counters as the condition met them (DynamoDB's
     ``ALL_OLD``; a missing counter as its start value or 0). Nothing of the transaction was applied; the
-    caller applies its messages one by one, in order, and refuses only those that cross (issue 15).
+    caller applies its messages one by one, in order, and refuses only those that cross.
     """
 
     def __init__(self, stored: Mapping[str, Mapping[str, Decimal]]) -> None:
@@ -103,7 +103,7 @@ class UnsettledMessagesError(TallyError):
     """The applier lost track of a message (no fate, or two): the whole batch fails and is redelivered.
 
     A defect, never an expected outcome: a message without a fate would otherwise be reported done and
-    deleted by the source without being counted (issue 14).
+    deleted by the source without being counted.
     """
 
 

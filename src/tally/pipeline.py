@@ -281,7 +281,7 @@ class BatchPipeline:
     def _move_windows(
         self, totals: Sequence[MessageTotals], settled: frozenset[str], now_ms: int, remaining_ms: Callable[[], int]
     ) -> WindowsMoved | None:
-        """Move ended windows off the key items this batch's counted messages write (issue 16, part 1).
+        """Move ended windows off the key items this batch's counted messages write.
 
         After the commit, like gauges and members, and for already-applied messages too: a kill between a
         commit and this step leaves the windows on the key's item, where reads still count them, and the
@@ -367,8 +367,8 @@ class BatchPipeline:
         from above: within the horizon (less the clock tolerance granted to producers), every marker it
         could have left is still there. The source timestamp proves nothing either way: an SQS redrive
         resets ``SentTimestamp``, and an event the SAM CLI generates carries one from 2018. It only places
-        events without ``ts`` in their windows; messages without ``ts`` are accepted (README: what the
-        horizon guarantees).
+        events without ``ts`` in their windows; messages without ``ts`` are accepted (docs/explanation/how-it-works.md:
+        what the horizon guarantees).
         """
         newest = max((event.ts_ms for event in message.events if event.ts_ms is not None), default=None)
         if newest is None:

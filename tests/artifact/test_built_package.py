@@ -316,7 +316,7 @@ class LocalResources:
         return {key: {name: str(value) for name, value in read_counters(self.store, key).items()} for key in keys}
 
     def distinct(self, keys: list[str]) -> dict[str, dict[str, str]]:
-        """Each key's distinct counts (issue 15, part 2), read as applications read them."""
+        """Each key's distinct counts, read as applications read them."""
         reader = CounterReader(self.store.counters_table, client=self.dynamodb)
         return {key: {name: str(value) for name, value in reader.get(key).distinct.items()} for key in keys}
 

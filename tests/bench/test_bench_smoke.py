@@ -94,7 +94,7 @@ def test_accounting_matches_the_request_pattern_and_dynamodb_local(smoke: tuple[
             assert usage.calls == {"PutItem": run.records, "UpdateItem": 2 * run.records}
             assert usage.write_units == 3 * run.records
         if run.peer.startswith("tally"):
-            # BatchWriteItem: the journal's pages (billed since the meter learned it: issue 16)
+            # BatchWriteItem: the journal's pages (the meter bills them too)
             assert set(usage.calls) <= {"TransactWriteItems", "GetItem", "BatchGetItem", "UpdateItem", "BatchWriteItem"}
             assert usage.largest_item_bytes < 1024
             # In a fault-free, single-consumer run only existing markers can cancel a transaction.
@@ -104,7 +104,7 @@ def test_accounting_matches_the_request_pattern_and_dynamodb_local(smoke: tuple[
 def test_reports_are_written_with_every_target(smoke: tuple[SuiteResults, Path]) -> None:
     results, out = smoke
     text = (out / "benchmarks.md").read_text(encoding="utf-8")
-    for section in ("## Results", "## Targets (issue 6)", "## Handler CPU", "## Peak memory", "## How it is measured"):
+    for section in ("## Results", "## Targets", "## Handler CPU", "## Peak memory", "## How it is measured"):
         assert section in text
     assert (out / "benchmarks.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     payload = json.loads((out / "benchmarks.json").read_text(encoding="utf-8"))

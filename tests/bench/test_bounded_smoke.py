@@ -1,4 +1,4 @@
-"""``bench.bounded`` at a tiny size: every load counts exactly, and its cost has the shape the README says.
+"""``bench.bounded`` at a tiny size: every load counts exactly, and its cost has the shape docs/explanation/costs.md says.
 
 A condition that holds costs nothing beside plain sums; each refused sale costs one cancelled transaction.
 """

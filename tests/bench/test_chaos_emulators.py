@@ -230,7 +230,7 @@ def test_the_workload_is_reproducible_from_its_seed() -> None:
 
 
 def test_the_pattern_messages_decode_to_their_reference() -> None:
-    # GIVEN the smoke load's pattern messages (issue 15: start values, default deltas, gauges)
+    # GIVEN the smoke load's pattern messages (start values, default deltas, gauges)
     workload = generate(SMOKE, 1_800_000_000_000)
     defaults = parse_counter_defaults(SMOKE.counter_defaults)
     kinds = ("-stock-", "-gauge-", "-bounded-", "-distinct-", "-reset-")
@@ -297,7 +297,7 @@ class _Rolls(random.Random):
 
 @pytest.mark.integration
 def test_a_fault_stays_with_its_request_when_requests_overlap(dynamodb_local: DynamoDBLocal) -> None:
-    """The applier now sends a round's transactions from several threads on one client (issue 16, part 5):
+    """The applier now sends a round's transactions from several threads on one client:
     a request's fault must not be dropped or moved to another request in flight at the same time."""
     admin = dynamodb_local.client()
     table = f"chaos-{uuid.uuid4().hex[:8]}"
@@ -354,7 +354,7 @@ def _transaction(*keys: str) -> dict[str, Any]:
 
 def test_transactions_in_flight_on_one_item_conflict_as_on_dynamodb() -> None:
     """DynamoDB cancels a transaction that writes an item another transaction in flight writes; DynamoDB
-    Local never does, so the chaos run answers it (issue 16, part 5)."""
+    Local never does, so the chaos run answers it."""
     in_flight = InFlightTransactions()
     # GIVEN one consumer's transaction in flight on a and b
     token, conflicted = in_flight.enter(1, transaction_items(_transaction("a", "b")))

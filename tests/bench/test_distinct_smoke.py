@@ -1,4 +1,4 @@
-"""``bench.distinct`` at a tiny size: every workload counts exactly, and its cost has the shape the README says.
+"""``bench.distinct`` at a tiny size: every workload counts exactly, and its cost has the shape docs/explanation/costs.md says.
 
 A new member adds its member item (2 write units in the transaction) and its share of the count's ADD, and
 one read unit, per set it counts in (all-time, and each window of its ``ts``); a known member only its read.

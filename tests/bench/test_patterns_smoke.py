@@ -1,4 +1,4 @@
-"""``bench.patterns`` at a tiny size: every pattern counts exactly, and its cost has the shape the README says.
+"""``bench.patterns`` at a tiny size: every pattern counts exactly, and its cost has the shape docs/explanation/costs.md says.
 
 Start values and default deltas write nothing more than sums (the start rides in the same action); gauges
 add one conditional UpdateItem per key with readings per batch, whatever the readings do.

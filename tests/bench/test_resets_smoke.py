@@ -1,4 +1,4 @@
-"""``bench.resets`` at a tiny size: every pattern counts exactly, and its cost has the shape the README says.
+"""``bench.resets`` at a tiny size: every pattern counts exactly, and its cost has the shape docs/explanation/costs.md says.
 
 A reset or correction per batch adds transactions (its own, and the segment after it), not a second write
 of every key: only messages on the operator's key are ordered around it. Every message a reset is one

@@ -1,4 +1,4 @@
-"""Block markers for numbered message ids (issue 16, part 3), against DynamoDB Local.
+"""Block markers for numbered message ids, against DynamoDB Local.
 
 Numbered ids (``<session>.<seq>``, ``tally.core.numbered_ids``) keep their markers as attributes of shared block
 items. Each test checks that every reader sees what a marker of its own would say, and that the faults the

@@ -1,4 +1,4 @@
-"""Issue 15, part 1 on DynamoDB Local: bounded counters (a floor, a ceiling), exactly once.
+"""On DynamoDB Local: bounded counters (a floor, a ceiling), exactly once.
 
 A batch's net applies in one write when every step of its messages, in order, holds; otherwise its
 messages are applied one by one and only those that would cross are dead-lettered (``below_floor``,

@@ -1,19 +1,19 @@
 """The chaos run's small configuration, and proof that the same harness catches broken variants.
 
 The smoke run (``bench.chaos.config.SMOKE``) goes through the production pipeline on DynamoDB Local, from
-SQS and Kinesis, with every fault kind injected and every situation of issue 14 produced; it must count
+SQS and Kinesis, with every fault kind injected and every situation at the journal's edges produced; it must count
 exactly once. Four deliberately broken
 variants, defined here and never in src/, run under the same harness and must be caught:
 
 - a counter store whose direct transactions carry the ADDs without the idempotency markers;
 - a journal whose apply chunks carry the ADDs without the applied-record condition;
-- a planner without the 4 KB expression bound (issue 14): the load's wide keys (hundreds of counter names)
+- a planner without the 4 KB expression bound: the load's wide keys (hundreds of counter names)
   make ADDs DynamoDB refuses, which the run must report (before the fix they failed whole batches until
   SQS and Kinesis gave them up; now only the wide messages are refused, and they are valid: still a FAIL).
-- markers written without content digests (as before issue 14's defect 6): an id reused with other
+- markers written without content digests: an id reused with other
   content across batches is then taken for a duplicate, and the other content is silently dropped.
 
-The broken variants of issue 15's counter patterns are in ``test_chaos_patterns.py`` (a file of their own,
+The broken variants of the counter patterns are in ``test_chaos_patterns.py`` (a file of their own,
 so that ``--dist loadfile`` runs the two halves on different workers).
 """
 
@@ -191,13 +191,13 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.events >= SMOKE.events
     assert result.redeliveries.get("redelivery.sqs_receive_again", 0) > 0
     assert result.redeliveries.get("redelivery.kinesis_records", 0) > 0
-    # AND the load had items with more counter names than one ADD carries (issue 14)
+    # AND the load had items with more counter names than one ADD carries
     assert result.wide_messages == SMOKE.wide_messages
     assert result.wide_items == SMOKE.wide_keys
-    # AND half the ordinary messages carried numbered ids, whose markers share block items (issue 16, part 3)
+    # AND half the ordinary messages carried numbered ids, whose markers share block items
     assert result.situations.get("situation.numbered_id_published", 0) > 0
 
-    # AND it produced every situation of issue 14: warm consumers whose marker read gate has closed, kills
+    # AND it produced every situation at the journal's edges: warm consumers whose marker read gate has closed, kills
     # between a journal claim and the commit redelivered after the lease (also to a closed gate), claims
     # lost near the deadline (a fault kind above), sums needing more than 38 digits in a later chunk
     situations = {
@@ -210,7 +210,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     }
     assert not {name for name in situations if not result.situations.get(name)}, result.situations
     assert result.counts.get("pipeline.refused_chunks", 0) == 0
-    # AND the counter patterns (issue 15) held: every gauge exact, including after kills between the
+    # AND the counter patterns held: every gauge exact, including after kills between the
     # counters' commit and the gauge writes; started counters (stock) exact, so each start counted once
     assert verdict.gauges_checked > 0
     assert verdict.gauges_wrong == 0, verdict.examples
@@ -227,7 +227,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # (judged with the counters above); a key with a record given up and replayed out of order is reported
     assert verdict.levels_checked >= 1
     assert verdict.levels_checked + verdict.levels_unjudged == SMOKE.reset_keys
-    # AND windows on the key's item (issue 16): ended windows were moved during the run, under kills before
+    # AND windows on the key's item: ended windows were moved during the run, under kills before
     # the move and late events racing it (fault kinds above), and every hour and day window is exact
     assert result.situations.get("situation.window_move_transactions", 0) > 0, result.situations
     assert verdict.windows_checked > 0
@@ -253,7 +253,7 @@ BROKEN_VARIANTS = {
         _journal_without_applied_records,
         # Large packed messages over many keys make multi-chunk journal batches; lost responses make their
         # chunks be applied again (measured: 300-700 doubled events per run, never 0 in 4 runs). Since hour
-        # and day windows ride on the key's item (issue 16) a key is one item, not three, so messages of up to
+        # and day windows ride on the key's item, a key is one item, not three, so messages of up to
         # 60 events on 200 keys rarely needed a second chunk any more (doubled_events 0 in 2 of 4 runs, only
         # the wide keys' later parts doubled): up to 150 events on 400 keys do.
         replace(
@@ -287,7 +287,7 @@ def test_the_harness_catches_a_broken_variant(
 def test_the_harness_catches_window_moves_that_leave_their_attributes(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
-    # GIVEN a mover that adds ended windows to their window items but leaves them on the key items (issue 16)
+    # GIVEN a mover that adds ended windows to their window items but leaves them on the key items
     result = run_on(
         dynamodb_local, ddb_tables, replace(SMOKE, events=1_000), pipeline_factory=_mover_leaving_attributes
     )
@@ -320,7 +320,7 @@ class FatesForgettingRedeliveries(Fates):
 def test_the_harness_catches_block_markers_that_check_only_their_first_seq(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN block markers (issue 16, part 3) whose write is conditional on the block's first seq of the
+    # GIVEN block markers whose write is conditional on the block's first seq of the
     # transaction only: a re-sent or redelivered seq written beside a new one overwrites its marker
     real = markers.block_update
 
@@ -362,7 +362,7 @@ def test_the_harness_catches_concurrent_transactions_on_one_item(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN an applier that writes every direct chunk of a round at once, the parts of a split unit too
-    # (issue 16, part 5, before item_disjoint_lanes): on AWS they conflict on their shared items
+    # (no item_disjoint_lanes): on AWS they conflict on their shared items
     monkeypatch.setattr(protocol_module, "item_disjoint_lanes", lambda chunks: [[i] for i in range(len(chunks))])
     # The run's split pairs (two packed messages sharing a hub key: one unit split into two direct chunks);
     # no bounded counter or reset, which keep a round's transactions one at a time

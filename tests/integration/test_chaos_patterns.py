@@ -1,4 +1,4 @@
-"""The chaos run catches a broken variant of each counter pattern of issue 15 (defined here, never in src/).
+"""The chaos run catches a broken variant of each counter pattern (defined here, never in src/).
 
 - gauges written only for the messages a batch applies now: a kill between the counters' commit and the
   gauge writes leaves the redelivery, which finds the markers, writing nothing;
@@ -69,8 +69,8 @@ _gauges_of_new_messages_only = rewired(_write_gauges_of_new_messages_only)
 def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
-    # GIVEN a pipeline that writes gauges only for messages it applies now (the naive variant of issue 15,
-    # part 4): a redelivery after a kill between the commit and the gauge writes finds the markers and
+    # GIVEN a pipeline that writes gauges only for messages it applies now (the naive
+    # variant): a redelivery after a kill between the commit and the gauge writes finds the markers and
     # writes nothing
     config = replace(SMOKE, events=1_000, dynamodb=replace(SMOKE.dynamodb, kill_before_gauges=0.5))
 

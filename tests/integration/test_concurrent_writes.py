@@ -1,4 +1,4 @@
-"""A round's key-disjoint direct transactions written concurrently (issue 16, part 5), on DynamoDB Local.
+"""A round's key-disjoint direct transactions written concurrently, on DynamoDB Local.
 
 The applier sends a round's direct chunks on a small thread pool (``TALLY_WRITE_CONCURRENCY``) and settles
 their outcomes in plan order on its own thread. What must not change: the counts (the same as one at a
@@ -127,7 +127,7 @@ def test_direct_transactions_overlap_and_count_as_one_at_a_time(
 
 
 def test_a_bounded_counter_keeps_its_chunks_one_at_a_time(ddb_tables: DynamoDBTables) -> None:
-    """A bound is checked on the worst prefix of its messages in order (issue 15): no overlap then."""
+    """A bound is checked on the worst prefix of its messages in order: no overlap then."""
     workload = _workload(seed=19)
     store = _store(ddb_tables, bounds=parse_counter_bounds("key-1*#count>=-1000000"))
     pipeline, _ = make_pipeline(store, write_concurrency=CONCURRENCY)

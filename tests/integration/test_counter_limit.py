@@ -1,4 +1,4 @@
-"""Issue 14, defect 4, on DynamoDB Local: many counter names on one item, within the 4 KB expression limit.
+"""On DynamoDB Local: many counter names on one item, within the 4 KB expression limit.
 
 DynamoDB Local enforces the limit as AWS documents it ("The maximum length of any expression string is
 4 KB"): an ADD of ``counters_per_add`` counters is accepted and one more is refused with a whole-request

@@ -1,4 +1,4 @@
-"""Issue 15, parts 3 and 4 on DynamoDB Local: start values, default deltas and gauges, exactly once.
+"""On DynamoDB Local: start values, default deltas and gauges, exactly once.
 
 The sample events (``events/*-patterns.json``) go through the SQS and Kinesis sources and the production
 pipeline; start values through direct transactions and the commit journal; gauges under redelivery, a

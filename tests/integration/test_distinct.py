@@ -1,4 +1,4 @@
-"""Issue 15, part 2 on DynamoDB Local: distinct counts, exact, under every way a member can come twice.
+"""On DynamoDB Local: distinct counts, exact, under every way a member can come twice.
 
 The sample events (``events/*-distinct.json``) through the SQS and Kinesis sources and the production
 pipeline; windows and hot keys; the fault tests of the member step (a crash between the counters' commit and

@@ -1,7 +1,7 @@
 """Reads that add stored counters (hot-key shards, series, ``tally top``) keep every digit DynamoDB keeps.
 
-Issue 14, defect 5: the sums were taken in Python's default decimal context (28 digits), so a hot key
-whose shards add up to a 38-digit value read back rounded, while the writes had kept all 38.
+Sums taken in Python's default decimal context (28 digits) would read a hot key whose shards add up to
+a 38-digit value back rounded, while the writes keep all 38.
 """
 
 from __future__ import annotations

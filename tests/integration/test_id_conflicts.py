@@ -1,4 +1,4 @@
-"""An id reused with different content (issue 14, defect 6), against DynamoDB Local.
+"""An id reused with different content, against DynamoDB Local.
 
 Two producers, or one buggy producer, may send different events under one id. Exactly one content may
 count under an id (its marker says which); every other content must be dead-lettered as ``id_conflict``,
@@ -196,8 +196,8 @@ def test_a_marker_of_an_aborted_batch_is_replaced_by_the_new_content(ddb_tables:
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
     journal.open("dead-batch", NOW_MS - 1, [Claim("m-1", digest=b"\x01" * DIGEST_BYTES)], NOW_MS - 60_000)
-    # (the marker read finds it: with the gate closed, the direct path drops such a message, issue 14
-    # defect 1, which the "journal" branch fixes)
+    # (the marker read finds it: with the gate closed, the direct path would drop such a
+    # message, which the "journal" branch prevents)
     pipeline, dlq = pipeline_with_gate(store, reads_markers=True)
 
     # WHEN m-1 arrives with other content

@@ -1,4 +1,4 @@
-"""Issue 14: the journal's edges, each reproduced against DynamoDB Local with the real adapters.
+"""The journal's edges, each reproduced against DynamoDB Local with the real adapters.
 
 1. A redelivered message whose marker names an aborted or expired batch was dropped on the direct path
    (a warm container whose marker read gate has closed sends it there): neither applied, nor failed.

@@ -8,7 +8,7 @@ throttle; let time pass so leases expire.
 
 The applier's marker read gate lives as long as the machine, as it lives as long as a warm Lambda
 container: drawn to close after 0, 1 or 10 quiet invocations, so redeliveries meet existing markers
-both through the read and through cancelled direct transactions (the path of issue 14, defect 1).
+both through the read and through cancelled direct transactions (where a message whose marker names an aborted batch must be planned again).
 
 Invariant after every step, read from the tables themselves: each counter equals the sum over messages
 whose marker is direct or names a DONE batch, plus, for each COMMITTED batch, the pages of its chunks
@@ -115,8 +115,8 @@ def message_pool(draw: st.DrawFn) -> list[tuple[str, str, dict[str, int]]]:
 
     Some messages touch every key: more than a four-action transaction holds, so their units go through
     the journal (otherwise rare at this size: splitting small units into direct transactions is cheaper).
-    The ids are drawn as the producer's own, numbered (``<session>.<seq>`` from seq 14: two block items,
-    issue 16 part 3), or a mix of both.
+    The ids are drawn as the producer's own, numbered (``<session>.<seq>`` from seq 14: two block items),
+    or a mix of both.
     """
     pool = []
     style = draw(st.sampled_from(["own", "numbered", "mixed"]))

@@ -40,7 +40,7 @@ def planned(events: int, seed: int) -> tuple[list[OutgoingMessage], dict[str, di
     """Messages (a few single, numbered as the library numbers them, the rest packed under random ids) and
     the exact totals they must add up to."""
     load = generate(events, 12, seed=seed, now_ms=time.time_ns() // 1_000_000, prefix="e2e:")
-    singles = build_messages(load.events[:20], None, NumberedIds())  # block markers (issue 16, part 3)
+    singles = build_messages(load.events[:20], None, NumberedIds())  # block markers
     packed = build_messages(load.events[20:], PackLimits(max_bytes=64 * 1024, max_events=40), new_message_id)
     return singles + packed, load.totals
 

@@ -1,8 +1,8 @@
-"""The local stack deployed with ``QueueType=FIFO`` (issue 17): a FIFO source queue and a FIFO dead-letter
+"""The local stack deployed with ``QueueType=FIFO``: a FIFO source queue and a FIFO dead-letter
 queue built from template.yaml, the producer library's FIFO messages, the pollers and the real handler,
 then ``tally dlq list`` / ``tally dlq redrive`` through the FIFO queues: nothing counts twice, and the
-poison comes back with its reasons. The redrive to a FIFO queue is the path that failed before issue 17
-(SQS refused a message without ``MessageGroupId``: every letter stayed in the dead-letter queue).
+poison comes back with its reasons. The redrive to a FIFO queue must carry a
+``MessageGroupId`` (SQS refuses a message without one: every letter would stay in the dead-letter queue).
 """
 
 from __future__ import annotations

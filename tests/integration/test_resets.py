@@ -1,4 +1,4 @@
-"""Issue 15, part 5 on DynamoDB Local: corrections and resets, exactly once, in source order.
+"""On DynamoDB Local: corrections and resets, exactly once, in source order.
 
 The sample events (``events/*-resets.json``) through the SQS and Kinesis sources and the production
 pipeline; resets at every position of a batch; a hot key's shards; windows; a lost response; a reset

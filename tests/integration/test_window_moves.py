@@ -1,4 +1,4 @@
-"""Open windows on the key's item, and their move to window items (issue 16, part 1), on DynamoDB Local.
+"""Open windows on the key's item, and their move to window items, on DynamoDB Local.
 
 Every test ends with the same check: each window of each key reads exactly what was counted in it, and the
 counts sit either on the key's item or on the window's item, never both (``assert_exact``).

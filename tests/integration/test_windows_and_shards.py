@@ -81,7 +81,7 @@ def test_open_hour_and_day_windows_are_attributes_of_the_keys_item(ddb_tables: D
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, windows=WINDOWS, move_windows=False)
     pipeline.process([SourceRecord("r", f'{{"id":"x","key":"k","delta":1,"ts":{DAY0 + 5}}}', NOW_MS)], NOW_MS, plenty)
-    # THEN the batch wrote one item, the key's, holding the all-time value and both open windows (issue 16)
+    # THEN the batch wrote one item, the key's, holding the all-time value and both open windows
     items = {item["sk"]["S"]: item for item in ddb_tables.client.scan(TableName=ddb_tables.counters_table)["Items"]}
     assert set(items) == {"all"}
     assert items["all"]["w#h#2100-01-01T00:00Z\x1fcount"] == {"N": "1"}

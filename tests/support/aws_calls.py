@@ -1,8 +1,8 @@
 """Every AWS API call the test session makes, with the tally code that made it: the IAM contract's input.
 
 IAM is checked per call on AWS and never by DynamoDB Local or moto, so a call the function's role does not
-allow passes every local test and fails on every batch once deployed (issue 13: ``BatchGetItem`` and
-``BatchWriteItem`` were never granted). The recorder wraps ``botocore.client.BaseClient._make_api_call``,
+allow passes every local test and fails on every batch once deployed (``BatchGetItem`` and
+``BatchWriteItem``, ungranted, once did exactly that). The recorder wraps ``botocore.client.BaseClient._make_api_call``,
 which every client goes through however it was built (``boto3.client``, a ``Session``, DynamoDB Local's
 client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
 
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 FUNCTION = "function"
 OPERATOR = "operator"
-# Issue 17: the read endpoint's function, and the two libraries an application embeds (checked against
+# The read endpoint's function, and the two libraries an application embeds (checked against
 # ReadFunction's role, ReaderPolicy and ProducerPolicy).
 READ_FUNCTION = "read-function"
 READER = "reader"

@@ -51,15 +51,15 @@ COUNTERS, MARKERS, QUEUE, DLQ, STREAM = (
     "EventStream",
 )
 OPERATOR_POLICY = "OperatorPolicy"
-# Issue 17: the policies for an application's producers and readers, and the read endpoint's function.
+# The policies for an application's producers and readers, and the read endpoint's function.
 PRODUCER_POLICY, READER_POLICY, READ_FUNCTION_ID = "ProducerPolicy", "ReaderPolicy", "ReadFunction"
 STACK = "AWS::StackId"  # the stack itself, as a "resource" of cloudformation:Describe*
 FAILURE_BUCKET = "StreamFailureBucket"
-# Issue 17: the sources a team already owns, by ARN (a fake account's, as the stack's resources are).
+# The sources a team already owns, by ARN (a fake account's, as the stack's resources are).
 EXISTING_QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:owners-events"
 EXISTING_STREAM_ARN = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/owners-events"
 # Each configuration the contract is evaluated for: a name and its parameter overrides. The three Sources,
-# then issue 17's choices (a FIFO queue, sources the team owns, given-up batches whole in S3).
+# then the choices for an existing account (a FIFO queue, sources the team owns, given-up batches whole in S3).
 CONFIGURATIONS: dict[str, dict[str, str]] = {
     "SQS": {"Source": "SQS"},
     "Kinesis": {"Source": "Kinesis"},

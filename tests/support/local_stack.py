@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from tally.local.resources import LocalResources
 
 SHORT_WINDOWS: Final = {"BatchingWindowSeconds": "1", "StreamBatchingWindowSeconds": "1"}
-"""The template's batching windows (20 s, chosen for cost: README, "What it costs") would hold every
+"""The template's batching windows (20 s, chosen for cost: docs/explanation/costs.md) would hold every
 partly filled local batch for 20 s; the end-to-end tests exercise delivery, not cost, so they
 run with 1 s unless a test sets its own."""
 

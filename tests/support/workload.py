@@ -34,7 +34,7 @@ def generate(
     """Single and packed messages with int and decimal deltas; some ids are re-sent as new records.
 
     ``numbered``: the ids are the producer library's numbered ids (``<session>.<seq>``, one session per
-    seed and prefix, seqs in order of creation), whose markers share block items (issue 16, part 3).
+    seed and prefix, seqs in order of creation), whose markers share block items.
     """
     session = f"{zlib.crc32(prefix.encode()):08x}{seed:024x}"[-32:]
     rng = random.Random(seed)

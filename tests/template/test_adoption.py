@@ -1,4 +1,4 @@
-"""Issue 17: the template fits the account a team already has. A FIFO source queue with Lambda's FIFO
+"""The template fits the account a team already has. A FIFO source queue with Lambda's FIFO
 limits, a queue or stream the team owns (by ARN), given-up Kinesis batches kept whole in S3, and the event
 source mapping's provisioned pollers and event-count metrics. Each choice is checked as CloudFormation
 would create it (conditions evaluated, ``Fn::If`` resolved), its Rules as CloudFormation evaluates them at

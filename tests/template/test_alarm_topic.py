@@ -1,4 +1,4 @@
-"""The alarm topic (issue 13): CloudWatch alarms must be able to publish to it.
+"""The alarm topic: CloudWatch alarms must be able to publish to it.
 
 A topic encrypted with the AWS managed key ``alias/aws/sns`` deploys cleanly, and every notification is
 dropped: that key's policy cannot grant ``cloudwatch.amazonaws.com`` the ``kms:Decrypt`` and

@@ -1,6 +1,6 @@
 """The template's batching defaults cost at most 1.2x the floor for the traffic they are meant for.
 
-Issue 16, part 2. The parameter descriptions say which traffic that is: steady traffic of at least 150
+The parameter descriptions say which traffic that is: steady traffic of at least 150
 messages a second (single events or packed) on SQS, 200 records a second per Kinesis shard, 1,000-ish
 Zipf keys, the template's windows. ``tally.cost.model.floor`` is the fewest write units per event any allowed setting
 reaches for a traffic; ``price(..., window_s=...)`` prices the defaults as deployed. A default that
@@ -43,7 +43,7 @@ def test_the_batching_defaults_are_within_1_2x_of_the_floor(template: dict[str, 
 
 
 def test_the_old_defaults_were_not() -> None:
-    """BatchSize 100 with a 1 s window (the defaults before issue 16) wrote 1.97x the floor at 150 events/s."""
+    """BatchSize 100 with a 1 s window (the earlier defaults) wrote 1.97x the floor at 150 events/s."""
     traffic = MEANT_FOR[0]
     old = price(traffic, 100, window_s=1, batches=2)
     assert old.units.write_units > 1.2 * floor(traffic, batches=2).units.write_units

@@ -1,4 +1,4 @@
-"""The IAM contract (issue 13): every call the function and the ``tally`` command make is one the template grants.
+"""The IAM contract: every call the function and the ``tally`` command make is one the template grants.
 
 IAM is checked per call on AWS and never by DynamoDB Local or moto, so a missing grant passes every other
 test and fails on every batch once deployed (``AccessDeniedException`` is not retryable). This module drives
@@ -113,13 +113,13 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     """Every kind of batch the function handles: new, redelivered, poison, and a journal batch whose
     invocation crashed after its commit, finished by the redelivery."""
     context = LocalLambdaContext()
-    # Bounded counters (issue 15): the bounded samples' CounterBounds, and a bounded item whose steps net to zero
+    # Bounded counters: the bounded samples' CounterBounds, and a bounded item whose steps net to zero
     # in one transaction (checked by a ConditionCheck on the counters table).
     monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:bounded-*#stock>=0;quota:bounded-*#calls<=10")
     sqs_handler.pipeline.cache_clear()
     kinesis_handler.pipeline.cache_clear()
     sqs_samples = ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json")
-    for name in (*sqs_samples, "sqs-distinct.json"):  # distinct members: Put on the counters table (issue 15)
+    for name in (*sqs_samples, "sqs-distinct.json"):  # distinct members: Put on the counters table
         event = load_event(name)
         sqs_handler.handler(event, context)
         sqs_handler.handler(event, context)  # a redelivery: the marker read finds what is applied
@@ -159,7 +159,7 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     result = sqs_handler.pipeline().process(records_from_event(stalled), two_hours_later_ms, lambda: 60_000)
     assert result.failed_record_ids == ()
     # A key written in hour 0 and again the next day: the second batch moves the ended hour and day off its
-    # item (issue 16).
+    # item.
     for n, hour in ((1, 0), (2, 24)):
         at_ms = 4_102_444_800_000 + hour * 3_600_000
         event = sqs_event([json.dumps({"id": f"moved-{n}", "key": "moved", "delta": 1})], first=200 + n, sent_ms=at_ms)
@@ -181,7 +181,7 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
     run("get", "hot", "--json")  # a hot key: BatchGetItem over its 16 shards
     run("get", "page:/home", "--window", "hour", "--json")  # Query
     run("top", "5")  # Scan
-    # A key never written again, its 2020 hour still open on its item (issue 16): moved by `tally windows close`.
+    # A key never written again, its 2020 hour still open on its item: moved by `tally windows close`.
     ended = {
         "pk": {"S": "old"},
         "sk": {"S": "all"},

@@ -156,7 +156,7 @@ def test_every_queue_property_reaches_create_queue_as_resolved(template: dict[st
     assert fifo_dead["EventsDeadLetterQueue"].create_queue_kwargs("dlq.fifo")["Attributes"]["FifoQueue"] == "true"
     assert dead["Attributes"]["SqsManagedSseEnabled"] == "true"
     assert json.loads(dead["Attributes"]["RedriveAllowPolicy"]) == declared["RedriveAllowPolicy"]
-    # AND a FIFO queue needs nothing but the template's properties (issue 17): its attributes pass through
+    # AND a FIFO queue needs nothing but the template's properties: its attributes pass through
     fifo = _with(template, "EventsQueue", FifoQueue=True, ContentBasedDeduplication={"Ref": "Windows"})
     queue = queue_definitions(fifo)["EventsQueue"]
     assert queue.fifo is True
@@ -182,7 +182,7 @@ def test_an_intrinsic_the_local_reader_cannot_resolve_is_named(template: dict[st
 
 
 def test_fifo_queues_from_the_template_are_created_as_fifo(template: dict[str, Any]) -> None:
-    """Issue 17's FIFO queues need no change to the reader: FifoQueue and its companions are attributes."""
+    """FIFO queues need no change to the reader: FifoQueue and its companions are attributes."""
     moto = pytest.importorskip("moto")
     boto3 = pytest.importorskip("boto3")
     fifo = _with(template, "EventsDeadLetterQueue", FifoQueue=True)

@@ -1,4 +1,4 @@
-"""Issue 17, parts 3 and 4 in the template: the producer and reader policies, and the optional read endpoint.
+"""In the template: the producer and reader policies, and the optional read endpoint.
 
 The policies' grants are checked against the calls the libraries really make by the IAM contract
 (tests/template/test_iam_contract.py); here: what exists for each ``ReadEndpoint``, that the endpoint is
@@ -113,7 +113,7 @@ def test_the_producer_policy_names_only_the_stacks_source(
     conditions = {"UseSqs": source in {"SQS", "Both"}, "UseKinesis": source in {"Kinesis", "Both"}}
     found = resolved_statements(resources, "ProducerPolicy", conditions)
     assert [(s["Sid"], sorted(s["Action"])) for s in found] == expected
-    # the stack's own queue or stream, or the one given by ARN (issue 17: existing sources)
+    # the stack's own queue or stream, or the one given by ARN (existing sources)
     resource_of = {
         "SendToTheQueue": ("HasExistingQueue", "ExistingQueueArn", "EventsQueue"),
         "PutToTheStream": ("HasExistingStream", "ExistingStreamArn", "EventStream"),

@@ -36,7 +36,7 @@ AGREED: dict[tuple[str, str], str] = {
         ("CKV_AWS_158", group): "never event bodies"
         for group in ("CounterFunctionLogGroup", "StreamCounterFunctionLogGroup")
     },
-    # issue 17: the bucket of given-up Kinesis batches (StreamFailureDestination=S3)
+    # The bucket of given-up Kinesis batches (StreamFailureDestination=S3)
     ("CKV_AWS_18", "StreamFailureBucket"): "CloudTrail records both",
     ("CKV_AWS_21", "StreamFailureBucket"): "written once, under a unique key",
     **{
@@ -49,7 +49,7 @@ AGREED: dict[tuple[str, str], str] = {
             ("CKV_AWS_173", "no secrets"),
         )
     },
-    # The read endpoint (ReadEndpoint=FunctionUrl, issue 17)
+    # The read endpoint (ReadEndpoint=FunctionUrl)
     ("CKV_AWS_158", "ReadFunctionLogGroup"): "never counts or callers' data",
     ("CKV_AWS_116", "ReadFunction"): "function URL only",
     ("CKV_AWS_117", "ReadFunction"): "public endpoint",

@@ -29,7 +29,7 @@ KINESIS_ONLY = {
     "StreamIteratorAgeAlarm",
 }
 ALWAYS = {"CountersTable", "MarkersTable", "EventsDeadLetterQueue", "DeadLetterQueueAlarm", "OperatorPolicy"}
-ALWAYS |= {"ProducerPolicy", "ReaderPolicy"}  # issue 17 (tests/template/test_read_access.py)
+ALWAYS |= {"ProducerPolicy", "ReaderPolicy"}  # tests/template/test_read_access.py
 SOURCES = {"SQS": SQS_ONLY, "Kinesis": KINESIS_ONLY, "Both": SQS_ONLY | KINESIS_ONLY}
 OUTPUTS = {
     "SQS": {"EventsQueueUrl", "EventsQueueArn", "CounterFunctionName"},
@@ -180,14 +180,14 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
             "dynamodb:UpdateItem",
             "dynamodb:ConditionCheckItem",
             "dynamodb:GetItem",
-            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages (issue 13)
-            "dynamodb:BatchWriteItem",  # the journal's pages (issue 13)
+            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages
+            "dynamodb:BatchWriteItem",  # the journal's pages
         },
         json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
             "dynamodb:UpdateItem",  # the ADDs
-            "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero (issue 15)
+            "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero
             "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
-            "dynamodb:PutItem",  # distinct-count member items (issue 15)
+            "dynamodb:PutItem",  # distinct-count member items
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
     }

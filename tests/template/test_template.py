@@ -411,14 +411,14 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
             "dynamodb:UpdateItem",
             "dynamodb:ConditionCheckItem",
             "dynamodb:GetItem",
-            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages (issue 13)
-            "dynamodb:BatchWriteItem",  # the journal's pages (issue 13)
+            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages
+            "dynamodb:BatchWriteItem",  # the journal's pages
         },
         json.dumps({"Fn::GetAtt": [COUNTERS, "Arn"]}): {
             "dynamodb:UpdateItem",  # the ADDs
-            "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero (issue 15)
+            "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero
             "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
-            "dynamodb:PutItem",  # distinct-count member items (issue 15)
+            "dynamodb:PutItem",  # distinct-count member items
         },
         json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
     }
@@ -588,7 +588,7 @@ def test_event_source_defaults(template: dict[str, Any], parameters: dict[str, A
     source = sources["EventsQueueBatch"]
     assert source.function_logical_id == FUNCTION
     assert source.queue_logical_id == QUEUE
-    # the cost-chosen defaults (README, "What it costs": near the floor for 150+ messages a second)
+    # the cost-chosen defaults (docs/explanation/costs.md: near the floor for 150+ messages a second)
     assert source.batch_size == parameters["BatchSize"]["Default"] == 10_000
     assert source.maximum_batching_window_seconds == parameters["BatchingWindowSeconds"]["Default"] == 20
     assert source.function_response_types == ("ReportBatchItemFailures",)

@@ -566,7 +566,7 @@ def test_a_lost_marker_read_while_isolating_a_refused_message_does_not_fail_the_
     failures: int, rejected: set[str], unapplied: set[str]
 ) -> None:
     # GIVEN a chunk whose message b DynamoDB refuses, and a marker read (to tell a redelivery from a new
-    # culprit) that loses its response once, or every time (found by the chaos smoke run, issue 14)
+    # culprit) that loses its response once, or every time (found by the chaos smoke run)
     store = FlakyMarkerReads(poison=frozenset({"b"}), failures=failures)
     # WHEN it is applied
     outcome = run(store, plan_transactions(batch("a", "b", "c", shared_key=True)))
@@ -576,7 +576,7 @@ def test_a_lost_marker_read_while_isolating_a_refused_message_does_not_fail_the_
     assert outcome.applied == {"a", "c"}
 
 
-# --- every message has exactly one fate (issue 14) --------------------------------------------------
+# --- every message has exactly one fate --------------------------------------------------
 
 
 def test_a_message_left_without_a_fate_fails_the_whole_batch(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""Bounded counters (issue 15, part 1): the declaration, the worst-prefix condition, and how it is written.
+"""Bounded counters: the declaration, the worst-prefix condition, and how it is written.
 
 Table-driven: each row is a sequence of messages' net deltas (in order) and the condition one write of
 their net must carry, or a declaration and what it means.

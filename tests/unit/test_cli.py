@@ -58,7 +58,7 @@ def test_get_prints_a_table(counters: None) -> None:
 
 
 def test_get_gauges_prints_each_kind_and_name_exactly(counters: None) -> None:
-    # GIVEN a key with counters and gauges (issue 15) WHEN its gauges are asked for, as JSON and as a table
+    # GIVEN a key with counters and gauges WHEN its gauges are asked for, as JSON and as a table
     as_json = CliRunner().invoke(cli, ["get", "shop:42", "--gauges", "--json"])
     table = CliRunner().invoke(cli, ["get", "shop:42", "--gauges"])
     plain = CliRunner().invoke(cli, ["get", "shop:42", "--json"])
@@ -70,7 +70,7 @@ def test_get_gauges_prints_each_kind_and_name_exactly(counters: None) -> None:
 
 
 def test_get_distinct_prints_each_sets_count_all_time_and_per_window(counters: None) -> None:
-    # GIVEN a key with a distinct count (issue 15, part 2) beside its counters
+    # GIVEN a key with a distinct count beside its counters
     # WHEN its distinct counts are asked for, all-time and per hour, as JSON and as tables
     as_json = CliRunner().invoke(cli, ["get", "shop:42", "--distinct", "--json"])
     table = CliRunner().invoke(cli, ["get", "shop:42", "--distinct"])

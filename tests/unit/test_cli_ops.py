@@ -128,7 +128,7 @@ def test_stack_shows_outputs_and_the_variables_they_set(aws: dict[str, Any]) -> 
 def test_windows_close_moves_every_keys_ended_windows_once(
     aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a key never written again, its 2020 hour and day still open on its item (issue 16)
+    # GIVEN a key never written again, its 2020 hour and day still open on its item
     dynamodb = boto3.client("dynamodb")
     item = {"pk": {"S": "w"}, "sk": {"S": "all"}, "c#count": {"N": "3"}}
     item |= {"w#h#2020-01-01T05:00Z\x1fcount": {"N": "3"}, "w#d#2020-01-01\x1fcount": {"N": "3"}}

@@ -108,7 +108,7 @@ def test_json_lines_with_events_and_whole_messages_to_a_stream(aws: str, tmp_pat
 
 
 def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str) -> None:
-    # GIVEN events without a delta (the key's default counts them) and with gauges (issue 15)
+    # GIVEN events without a delta (the key's default counts them) and with gauges
     url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     stdin = '{"key": "views:/a"}\n{"key": "shop:1", "ts": 1790000000000, "gauges": {"last": {"latest": "x"}}}\n'
     # WHEN they are published
@@ -125,7 +125,7 @@ def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str
 
 
 def test_json_lines_may_name_distinct_members(aws: str) -> None:
-    # GIVEN events naming members of distinct-count sets (issue 15, part 2), one of them without a delta
+    # GIVEN events naming members of distinct-count sets, one of them without a delta
     url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     stdin = '{"key": "v:1", "delta": 1, "distinct": {"viewers": "u-17"}}\n{"key": "v:1", "distinct": {"c": "fr"}}\n'
     # WHEN they are published THEN the bodies carry the members as written

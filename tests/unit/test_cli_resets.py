@@ -1,4 +1,4 @@
-"""Issue 15, part 5 at the edges: the producer's ``Event.reset_to``/``Event.correct``, ``tally reset`` and
+"""Corrections and resets at the edges: the producer's ``Event.reset_to``/``Event.correct``, ``tally reset`` and
 ``tally correct`` (moto's server), ``tally get --operators`` and the read endpoint's ``operators`` (moto)."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from tests.support.events import sqs_event
     [
         # GIVEN every event on one key: the whole batch is one unit, one transaction: 10 markers + 1 ADD
         (Traffic(100, keys=1, windows=()), 10, 2 * (10 + 1) / 10, 0.0),
-        # the template's windows: hour and day ride on the key's item (issue 16): 1 item per key, plus the
+        # the template's windows: hour and day ride on the key's item: 1 item per key, plus the
         # moves of ended windows (window_moves, added below); minutes are items of their own
         (Traffic(100, keys=1), 10, 2 * (10 + 1) / 10, 0.0),
         (Traffic(100, keys=1, windows=("minute", "hour", "day")), 10, 2 * (10 + 2) / 10, 0.0),
@@ -219,7 +219,7 @@ def test_the_floor_ignores_the_latency_budget() -> None:
     ids=["single-10/s", "single-100/s", "single-1000/s-no-windows", "packed-1000/s", "packed-10k/s", "kinesis"],
 )
 def test_recommend_is_within_1_2x_of_the_floor_when_the_budget_allows(traffic: Traffic) -> None:
-    """Issue 16, part 2: the settings ``tally plan`` recommends cost at most 1.2x the floor's write units."""
+    """The high-volume target: the settings ``tally plan`` recommends cost at most 1.2x the floor's write units."""
     chosen = recommend(traffic, batches=2)
     lowest = floor(traffic, batches=2)
     assert lowest.latency_s <= traffic.latency_budget_s  # the budget allows the floor's settings
@@ -227,7 +227,7 @@ def test_recommend_is_within_1_2x_of_the_floor_when_the_budget_allows(traffic: T
 
 
 def test_packed_u_reaches_0_03_write_units_per_event_with_the_high_volume_settings() -> None:
-    """Issue 16, part 2: 1,000 events per message (the producer's key cap raised), the 6 MB batch."""
+    """The high-volume target: 1,000 events per message (the producer's key cap raised), the 6 MB batch."""
     traffic = Traffic(10_000, keys=1000, events_per_message=1000, windows=())
     chosen = recommend(traffic)
     assert chosen.units.write_units <= 0.03
@@ -283,14 +283,14 @@ def test_an_impossible_traffic_description_is_refused(bad: dict[str, object]) ->
 
 def test_numbered_ids_are_billed_one_marker_item_per_block() -> None:
     # GIVEN one key and a batch of 50 single events: 50 markers + 1 ADD under random ids; numbered ids
-    # (one producer session, in order: 4 blocks of up to 16) write 4 marker items + 1 ADD (issue 16, part 3)
+    # (one producer session, in order: 4 blocks of up to 16) write 4 marker items + 1 ADD
     random_ids = simulate(Traffic(100, keys=1, windows=()), 50, batches=1)
     numbered = simulate(Traffic(100, keys=1, windows=(), numbered_ids=True), 50, batches=1)
     assert random_ids.write_units == pytest.approx(2 * (50 + 1) / 50)
     assert numbered.write_units == pytest.approx(2 * (4 + 1) / 50)
 
 
-def test_single_event_u_with_numbered_ids_is_priced_under_the_issue_16_target() -> None:
+def test_single_event_u_with_numbered_ids_is_priced_under_the_numbered_ids_target() -> None:
     # GIVEN workload U's shape (1,000 Zipf keys, two counters, windows off) at batches of 100
     traffic = Traffic(100, keys=1000, windows=(), numbered_ids=True)
     # THEN the model prices it at <= 1.3 write units per event (bench.plan_check --numbered measures it)

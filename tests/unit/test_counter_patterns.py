@@ -1,4 +1,4 @@
-"""Issue 15, parts 3 and 4 in the pure core: start values, default deltas, gauges (tables and a property)."""
+"""In the pure core: start values, default deltas, gauges (tables and a property)."""
 
 from __future__ import annotations
 

@@ -237,7 +237,7 @@ def test_partition_key_follows_the_producer_library(payload: bytes, key: str) ->
     assert partition_key(payload, letter) == key
 
 
-# --- issue 17: given-up Kinesis batches kept whole in S3, and FIFO queues ------------------------------
+# --- given-up Kinesis batches kept whole in S3, and FIFO queues ------------------------------------------
 
 
 def _given_up_in_s3(kinesis: Any, s3: Any, *, trim: bool) -> tuple[str, list[dict[str, Any]]]:

@@ -1,4 +1,4 @@
-"""Issue 15, part 2 in the pure core and at the edges: distinct counts' wire format, digest and pre-aggregation.
+"""In the pure core and at the edges: distinct counts' wire format, digest and pre-aggregation.
 
 What it proves: ``"distinct": {set: member}`` decodes strictly (a bad member is ``invalid_distinct``), it is
 part of the content digest without changing the digests of events without it, a batch's members collapse

@@ -1,4 +1,4 @@
-"""Unit tests for ``tally.commit.fates.Fates``: one fate per message, exactly one by the end (issue 18).
+"""Unit tests for ``tally.commit.fates.Fates``: one fate per message, exactly one by the end.
 
 A message with no fate would be reported done and deleted by the source without being counted; one with
 two contradictory fates would be counted and dead-lettered. The ledger refuses both where they happen.

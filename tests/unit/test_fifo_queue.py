@@ -1,4 +1,4 @@
-"""A FIFO source queue end to end (issue 17): moto's FIFO queue, the real SQS handler, and Lambda's FIFO
+"""A FIFO source queue end to end: moto's FIFO queue, the real SQS handler, and Lambda's FIFO
 event source emulated here (at most 10 messages a batch; only what the function did not report is
 deleted; what it reported comes back). Observed: every message group is delivered in its order, the
 partial-batch rule of FIFO queues (the first failure and everything after it reported), and exact counts

@@ -1,4 +1,4 @@
-"""No import cycles among ``src/tally`` modules (issue 18, part 1).
+"""No import cycles among ``src/tally`` modules.
 
 Why: a cycle means a reader cannot understand either module without the other; lazy and
 TYPE_CHECKING imports count too (see bench/imports.py).

@@ -1,4 +1,4 @@
-"""Each module stands above what it uses (issue 18, parts 1 and 2).
+"""Each module stands above what it uses.
 
 Why: a newcomer who changes how a batch commits should read the protocol without the retry policy or the
 metrics, and the error types without the producer library. ``tests/unit/test_imports.py`` checks the whole

@@ -1,5 +1,4 @@
-"""Numbered message ids and their marker items (``tally.core.numbered_ids``), and how the planner counts them
-(issue 16, part 3)."""
+"""Numbered message ids and their marker items (``tally.core.numbered_ids``), and how the planner counts them."""
 
 from __future__ import annotations
 

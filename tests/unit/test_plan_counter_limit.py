@@ -1,4 +1,4 @@
-"""Issue 14, defect 4: no ``ADD`` the planner makes may exceed DynamoDB's 4 KB expression limit.
+"""No ``ADD`` the planner makes may exceed DynamoDB's 4 KB expression limit.
 
 ``tally.store.expressions.counters_per_add`` says how many counters one ADD can carry (measured on the
 expression the adapter builds); the planner must keep every ADD within it, splitting one item's counters

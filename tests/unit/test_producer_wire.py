@@ -135,7 +135,7 @@ _numbers = st.one_of(
     st.decimals(allow_nan=False, allow_infinity=False).filter(lambda d: storage_problem(d) is None),
 )
 _keys = _names.filter(lambda key: "\x1f" not in key)  # U+001F is the consumer's shard separator
-_counter_names = _keys  # and marks an open window's counter on the key's item (issue 16)
+_counter_names = _keys  # and marks an open window's counter on the key's item
 _events = st.builds(
     Event,
     key=_keys,
@@ -242,7 +242,7 @@ def test_a_utc_datetime_and_its_epoch_ms_are_the_same_event_time() -> None:
 
 
 def test_events_without_deltas_and_with_gauges_decode_as_the_consumer_reads_them() -> None:
-    # GIVEN an event left to its key's default deltas, and one with gauges (issue 15)
+    # GIVEN an event left to its key's default deltas, and one with gauges
     defaults = parse_counter_defaults("views:*#count=delta:1")
     bare = single_message(Event("views:/a", {}), "m1")
     with_gauges = single_message(
@@ -265,7 +265,7 @@ def test_events_without_deltas_and_with_gauges_decode_as_the_consumer_reads_them
 def test_a_publisher_can_pack_more_distinct_keys_per_message_for_high_volume(publisher: str) -> None:
     """The 99-key default keeps a lone message in one transaction, but caps a message of events over many
     keys (220 events on workload U's 1,000 Zipf keys), and with it the write units per event at high
-    volume (issue 16: 0.037 at best, the target is 0.03). A publisher must let a producer raise it."""
+    volume (0.037 at best, against a target of 0.03). A publisher must let a producer raise it."""
     rng = random.Random(7)
     events = [Event.count(f"tenant-{rng.randrange(1000):04d}") for _ in range(5_000)]
     client: Any = object()  # prepare() makes no call

@@ -95,7 +95,7 @@ def test_numbers_are_exact_strings_and_hot_keys_summed(endpoint: Endpoint) -> No
 
 
 def test_distinct_counts_are_answered_beside_the_counters_hot_shards_summed(endpoint: Endpoint) -> None:
-    # GIVEN a hot key whose distinct count (issue 15, part 2) is on two shards, all-time and in one hour
+    # GIVEN a hot key whose distinct count is on two shards, all-time and in one hour
     for pk, viewers in (("hot", "2"), ("hot\x1f3", "5")):
         for sk in ("all", "h#2026-11-24T20:00Z"):
             endpoint.dynamodb.put_item(

@@ -209,7 +209,7 @@ def test_from_environment_reads_the_functions_variables(dynamodb: Any) -> None:
         True,
         ["day"],
     )
-    # AND the windows' retention, past which a window reads empty (issue 16: it may still wait on the key's item)
+    # AND the windows' retention, past which a window reads empty (it may still wait on the key's item)
     kept = CounterReader.from_environment(
         {"TALLY_COUNTERS_TABLE": "c", "TALLY_WINDOWS": "hour", "TALLY_WINDOW_RETENTION": "hour=2"}, client=dynamodb
     )

@@ -1,4 +1,4 @@
-"""Issue 15, part 5 in the pure core and the item schema: corrections and resets (tables and properties)."""
+"""In the pure core and the item schema: corrections and resets (tables and properties)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """``tally reset`` and ``tally correct``: an operator's reset or correction, published like any event.
 
-Each is one message with its own id (README, "Corrections and resets"), so it counts exactly once however
-often it is sent: the id is generated when none is given and **printed**, and re-sending with ``--id``
-that id (after a timeout, an unclear answer, a crash of the shell) is a duplicate at the consumer, never a
-second reset or correction. It goes through the producer library, to the same targets as ``tally
-publish``, found the same way (``--queue-url``, ``--stream-name``, ``--stack``, then ``$TALLY_QUEUE_URL``,
+Each is one message with its own id (docs/explanation/counter-patterns.md, "Corrections and resets"), so it counts
+exactly once however often it is sent: the id is generated when none is given and **printed**, and re-sending with
+``--id`` that id (after a timeout, an unclear answer, a crash of the shell) is a duplicate at the consumer, never a
+second reset or correction. It goes through the producer library, to the same targets as ``tally publish``,
+found the same way (``--queue-url``, ``--stream-name``, ``--stack``, then ``$TALLY_QUEUE_URL``,
 ``$TALLY_STREAM_NAME``, ``$TALLY_STACK``).
 """
 

@@ -167,7 +167,7 @@ def get(
 
 
 def _print_gauges(key: str, gauges: Mapping[str, Mapping[str, Decimal | str]], as_json: bool) -> None:
-    """Gauges as kind -> name -> value (issue 15): numbers exact, a latest text as a JSON string."""
+    """Gauges as kind -> name -> value: numbers exact, a latest text as a JSON string."""
     ordered = {kind: dict(sorted(values.items())) for kind, values in sorted(gauges.items())}
     if as_json:
         sys.stdout.buffer.write(_JSON.encode(ordered) + b"\n")
@@ -181,7 +181,7 @@ def _print_gauges(key: str, gauges: Mapping[str, Mapping[str, Decimal | str]], a
 
 def operators_json(operators: Mapping[str, Mapping[str, OperatorRecord]]) -> dict[str, dict[str, dict[str, Any]]]:
     """``{"reset": {"stock": {"at": "2026-...Z", "at_ms": ..., "id": ..., "value": 100}}, "correction": {...
-    "delta": -3}}``: the last reset and correction of each counter (issue 15, part 5)."""
+    "delta": -3}}``: the last reset and correction of each counter."""
     amount = {"reset": "value", "correction": "delta"}
     return {
         kind: {

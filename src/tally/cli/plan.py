@@ -4,7 +4,7 @@ The model is ``tally.cost.model`` (pure); this command only reads the options, g
 store's own page encoding (so a journal page is billed at the size the store would write), and prints a
 table or, with ``--json``, the ``Bill.as_json`` document with two more sections: ``floor`` (the fewest
 write units per event any allowed setting reaches for this traffic, and the chosen settings' ratio to
-it: issue 16 asks for at most 1.2 when the latency budget allows) and ``producer`` (the
+it: the defaults and recommendations are held within 1.2 of it when the latency budget allows) and ``producer`` (the
 ``max_keys_per_message`` the producer library needs to pack the given events per message). No AWS call
 is made.
 """

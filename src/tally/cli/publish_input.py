@@ -149,7 +149,7 @@ def _event_from_object(item: dict[str, Any], where: str, *, allow_id: bool) -> E
     if isinstance(ts, str):
         ts = _ts(ts, where)
     gauges = _gauges(item.get("gauges"), where)
-    if "reset" in item or "correction" in item:  # an operator's reset or correction (README)
+    if "reset" in item or "correction" in item:  # an operator's reset or correction
         return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, operator=item)
     return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, distinct=item.get("distinct"))
 

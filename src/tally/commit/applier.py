@@ -86,7 +86,7 @@ class Applier:
         """Whether to read the batch's markers first, so duplicates do not cancel whole transactions
         (``MarkerReadGate(quiet_batches=0)`` never reads: the cancellation path, for tests)."""
         self.counter_limit = counter_limit
-        """The most counters one ADD on an item may carry (DynamoDB's 4 KB expression limit, issue 14)."""
+        """The most counters one ADD on an item may carry (DynamoDB's 4 KB expression limit)."""
         self.bounds = bounds
         """Declared floors and ceilings (``tally.core.bounds``): units that touch one stay off the journal.
         The store carries the same declaration into its conditions (``DynamoDBCounterStore(bounds=...)``)."""

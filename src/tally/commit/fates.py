@@ -11,7 +11,7 @@ Every distinct message of a batch ends in exactly one of four fates:
   outcome it cannot know yet, or **held** by another invocation's journal batch whose lease is live).
 
 A message without a fate would be reported done and deleted by the source without being counted; a
-message with two (dead-lettered and applied) would be counted and dead-lettered (issue 14). ``Fates``
+message with two (dead-lettered and applied) would be counted and dead-lettered. ``Fates``
 holds one fate per message in one mapping, so two cannot be stored; a second, different fate is refused
 where it is given, and ``close`` refuses a batch in which a message has none. Either raises
 ``UnsettledMessagesError``: the whole batch fails and is redelivered, and the markers settle it.

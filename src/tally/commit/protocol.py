@@ -181,7 +181,7 @@ class CommitProtocol:
         concurrently, chunks that do (the parts of one split unit) one after the other in plan order
         (``item_disjoint_lanes``: on AWS two transactions in flight on one item conflict); their outcomes are
         then settled one by one in plan order, on this thread, exactly as ``direct`` settles them: only the
-        waiting overlaps (issue 16, part 5).
+        waiting overlaps.
         Sequential still where order matters: a bounded counter's chunks (their worst-prefix order) and a
         reset or correction (its segment's order, ``tally.core.resets``).
         """
@@ -253,12 +253,12 @@ class CommitProtocol:
             if not exists.message_ids & set(chunk.message_ids):
                 raise StoreError("markers reported for messages outside the transaction") from exists
             # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
-            # planned again, into a journal claim that replaces the marker (issue 14, defect 1).
+            # planned again, into a journal claim that replaces the marker.
             claimable = self.settle_existing(exists)
             rest = [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
             if not self._bounded(chunk):
                 return rest
-            # A bounded counter's messages keep their order (issue 15): planned again in a later round, the
+            # A bounded counter's messages keep their order: planned again in a later round, the
             # rest would be applied after the chunks that follow this one. Write them now, in order.
             return [m for m in rest if m.message_id in claimable] + self._in_order(
                 [m for m in rest if m.message_id not in claimable]
@@ -278,7 +278,7 @@ class CommitProtocol:
             return []
         # What is left is a bound's refusal (BoundRefusedError).
         bound_refused = outcome
-        # A bounded counter would cross its floor or ceiling somewhere in the chunk's order (issue 15):
+        # A bounded counter would cross its floor or ceiling somewhere in the chunk's order:
         # nothing was applied. The messages that share keys with a refused item are applied in order: the
         # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
         # each write with its own condition, so only a message that would cross is refused; the others
@@ -371,7 +371,7 @@ class CommitProtocol:
         chunks = plan_apply_chunks(increments, max_keys=self._max_actions - 2, counter_limit=self._counter_limit)
         if len(chunks) > 1:
             # Only chunk 0 travels with the commit; a later chunk DynamoDB refuses could no longer be
-            # undone (issue 14, defect 3). Check them against the stored values while we can still abort.
+            # undone. Check them against the stored values while we can still abort.
             try:
                 unstorable = self._unstorable(chunks[1:])
             except RetryableStoreError:
@@ -447,8 +447,8 @@ class CommitProtocol:
                 return None
             except RetryableStoreError:
                 # The last attempt's outcome is unknown: its claims may have committed, naming this batch.
-                # Committing the rest would then mark them applied without their deltas (issue 14, defect
-                # 2), and re-reading them cannot rule out a claim still in flight. Abort instead: markers
+                # Committing the rest would then mark them applied without their deltas, and
+                # re-reading them cannot rule out a claim still in flight. Abort instead: markers
                 # of an aborted batch count as absent, and a late claim fails on the header check.
                 self._abort_own(batch_id)
                 self._fates.failed(message.message_id for message in claimed)

@@ -117,8 +117,8 @@ def message_totals(
 
     An event's window comes from its ``ts``, or, without one, from ``received_ms`` (when the source
     accepted the record). The digest is taken from the decoded events, so it depends on neither. Hour and
-    day windows are counters of the key's own item (``window_counter``: one item written per key, issue
-    16); minute windows are items of their own.
+    day windows are counters of the key's own item (``window_counter``: one item written per
+    key); minute windows are items of their own.
     """
     totals: dict[ItemKey, dict[str, Number]] = {}
     late = 0

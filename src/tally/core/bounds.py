@@ -1,4 +1,4 @@
-"""Bounded counters: a floor and/or a ceiling per counter, declared per deployment (issue 15, part 1).
+"""Bounded counters: a floor and/or a ceiling per counter, declared per deployment.
 
 The ``CounterBounds`` template parameter (``TALLY_COUNTER_BOUNDS``) declares, per key pattern and counter,
 a **floor** (``>=``) or a **ceiling** (``<=``)::
@@ -9,7 +9,7 @@ Rules are separated by ``;``: ``PATTERN#COUNTER>=N`` or ``PATTERN#COUNTER<=N``, 
 ``HotKeys`` and ``CounterDefaults`` (an exact key, or a prefix ending in ``*``). A counter may have both
 (two rules); for each (key, counter) the first matching floor and the first matching ceiling win.
 
-What a bound means, decided here once (README, "Bounded counters"):
+What a bound means, decided here once (docs/explanation/counter-patterns.md, "Bounded counters"):
 
 - A bound applies to a key's all-time value (windows count what happened, not a level). A bound on a hot
   key is refused (its shards cannot see each other's sum), and so is a start value outside its bound.

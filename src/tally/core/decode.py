@@ -1,6 +1,6 @@
 """Decode and validate one message body into a ``Message``, or say precisely why it can never count.
 
-The wire format (README.md, "Event format") in one breath: a JSON object with a producer-assigned
+The wire format (docs/reference/event-format.md) in one breath: a JSON object with a producer-assigned
 ``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``, ``gauges`` and ``distinct``) or a
 packed list ``events``. ``delta``/``deltas`` may be left out where the deployment declares default
 deltas for the key (``tally.core.defaults``), or when the event carries only gauges or distinct members. Decoding is
@@ -229,10 +229,10 @@ def _event(wire: _WireEvent, limits: WireLimits, index: int | None, defaults: Co
 
 
 def _distinct(raw: dict[str, Any], limits: WireLimits, index: int | None) -> dict[str, str]:
-    """``{"viewers": "user-17"}``: set name -> one member (a string) per set and event (issue 15, part 2).
+    """``{"viewers": "user-17"}``: set name -> one member (a string) per set and event.
 
     One member per set keeps an event's content small and its digest simple; an event naming several
-    members of one set is several events of a packed message (README, "Distinct counts").
+    members of one set is several events of a packed message (docs/explanation/counter-patterns.md, "Distinct counts").
     """
     where = f"{_where(index)}.distinct"
     if not raw:

@@ -1,4 +1,4 @@
-"""Counter declarations of a deployment: start values and default deltas (issue 15, part 3).
+"""Counter declarations of a deployment: start values and default deltas.
 
 The ``CounterDefaults`` template parameter (``TALLY_COUNTER_DEFAULTS``) declares, per key pattern and
 counter, a **start value** (what the counter holds before its first increment: the Java enhanced client's
@@ -11,7 +11,7 @@ Rules are separated by ``;``: ``PATTERN#COUNTER=SETTINGS``, the pattern as in ``
 a prefix ending in ``*``; the last ``#`` before ``=`` separates it from the counter name), the settings
 ``start:N`` and/or ``delta:N`` separated by ``,``. For each (key, counter) the first matching rule wins.
 
-What they mean, decided here once (README, "Start values and default deltas"):
+What they mean, decided here once (docs/explanation/counter-patterns.md, "Start values, default deltas and gauges"):
 
 - A default delta is applied when the event is decoded: an event without ``delta``/``deltas`` counts the
   default delta of every counter declared with one for its key (``missing_delta`` when there is none).

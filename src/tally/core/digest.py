@@ -60,8 +60,8 @@ def content_digest(message: Message) -> bytes:
 
     Runs once per message on the handler's CPU path, so the common shapes take the shortest way: no sort
     for one event or one counter, no conversion of small ints or of decimals already in canonical form.
-    Its cost on the handler's path is measured with ``python -m bench.cpu --process-time`` (README, "Measured:
-    tally against the peers").
+    Its cost on the handler's path is measured with ``python -m bench.cpu --process-time`` (docs/explanation/costs.md,
+    "Measured: tally against the peers").
     """
     events = message.events
     if len(events) == 1:
@@ -97,7 +97,7 @@ def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[object, ...
     )
     if not event.distinct:
         return (*base, readings)
-    # Distinct members (issue 15, part 2): a fifth element, the (set, member) pairs sorted, after the
+    # Distinct members: a fifth element, the (set, member) pairs sorted, after the
     # readings (an empty list when there are none: a 4-tuple always has readings, so the shapes never meet).
     return (*base, readings, sorted(event.distinct.items()))
 

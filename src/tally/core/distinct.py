@@ -1,4 +1,4 @@
-"""Distinct counts (issue 15, part 2): how many different members each key's sets have seen.
+"""Distinct counts: how many different members each key's sets have seen.
 
 An event names members (``"distinct": {"viewers": "user-17"}``). Each (key, window, set, member) becomes
 one *member item*, written once, on the condition that it does not exist yet, in the same transaction as

@@ -1,4 +1,4 @@
-"""Gauges next to counters (issue 15, part 4): ``max``, ``min`` and ``latest`` per key and gauge name.
+"""Gauges next to counters: ``max``, ``min`` and ``latest`` per key and gauge name.
 
 A gauge keeps one reading out of many, so applying a reading twice changes nothing: gauges are
 idempotent by nature and need no marker of their own. What they need is an order that every invocation

@@ -28,7 +28,7 @@ class CounterItem(NamedTuple):
 ItemKey: TypeAlias = str | CounterItem
 
 WINDOW_COUNTER_MARK = "\x1f"
-"""Starts the name of an open window's counter on a key's item (issue 16): user counter names may not hold
+"""Starts the name of an open window's counter on a key's item: user counter names may not hold
 U+001F (``tally.core.decode``), so ``<mark><window id><mark><counter>`` can never be a user's counter."""
 
 

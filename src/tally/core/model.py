@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 
 
 class RejectCode(StrEnum):
-    """Stable machine-readable reasons a record is sent to the dead-letter queue (documented in README)."""
+    """Stable machine-readable reasons a record is sent to the dead-letter queue
+    (documented in docs/reference/event-format.md)."""
 
     MALFORMED_JSON = "malformed_json"
     LONE_SURROGATE = "lone_surrogate"
@@ -74,7 +75,7 @@ class IdConflict(Rejection):
 
 
 class GaugeKind(StrEnum):
-    """How a gauge keeps one value out of many readings (issue 15, part 4)."""
+    """How a gauge keeps one value out of many readings."""
 
     MAX = "max"
     MIN = "min"
@@ -101,9 +102,9 @@ class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     ts_ms: int | None = None
     gauges: Mapping[str, Gauge] | None = None
     distinct: Mapping[str, str] | None = None
-    """Distinct-count set name -> the member this event names (issue 15, part 2); None when it names none."""
+    """Distinct-count set name -> the member this event names; None when it names none."""
     reset: Mapping[str, Number] | None = None
-    """An operator's reset (issue 15, part 5): counter -> the value its all-time total is set to. A reset
+    """An operator's reset: counter -> the value its all-time total is set to. A reset
     event carries no deltas; None for every other event."""
     correction: bool = False
     """An operator's correction: its deltas count like any event's, and the key's all-time item records it."""

@@ -1,4 +1,4 @@
-"""Numbered message ids, and which idempotency marker item each message id is kept in (issue 16, part 3).
+"""Numbered message ids, and which idempotency marker item each message id is kept in.
 
 A message's marker costs a transactional write of its own item: 2 write units per message at least, which
 is most of what a single-event message costs. A producer that numbers its messages (the producer library

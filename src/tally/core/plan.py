@@ -5,7 +5,7 @@ is that a message's idempotency marker is committed in the same transaction as e
 so a message is never split across transactions, and a transaction holds one conditional action per
 marker item plus one ``ADD`` per distinct key of those messages, at most ``max_actions`` in all. A marker
 item holds one message's marker, or those of several consecutive numbered messages of one producer session
-(a block, ``tally.core.numbered_ids.marker_item``: issue 16, part 3), which share one action.
+(a block, ``tally.core.numbered_ids.marker_item``), which share one action.
 
 Packing is greedy, in batch order. A new transaction starts when the next message would overflow the
 action limit, or when adding it would make some key's net delta unstorable (more than 38 significant
@@ -228,7 +228,7 @@ def plan_batch(
     applied after the commit cannot carry a condition (a committed chunk must apply), so such a unit is
     split into direct transactions, in its order, each carrying its bound conditions. (Unless one of its
     messages must be claimed there, ``force_journal``: only possible for a message claimed by a journal
-    batch before its counter was bounded; README, "Bounded counters", names this gap.)
+    batch before its counter was bounded; docs/explanation/counter-patterns.md, "Bounded counters", names this gap.)
     """
     rejected: dict[str, Rejection] = {}
     writable: list[MessageTotals] = []
@@ -267,7 +267,7 @@ def item_disjoint_lanes(chunks: Sequence[Chunk]) -> list[list[int]]:
 
     Groups may be written at the same time; a group's chunks must go one after the other. The chunks of one
     unit split into several transactions share its keys (and block marker items): on AWS two transactions in
-    flight on one item conflict, so they share a lane (issue 16, part 5).
+    flight on one item conflict, so they share a lane.
     """
     lanes: list[tuple[set[Hashable], list[int]]] = []
     for index, chunk in enumerate(chunks):

@@ -1,4 +1,4 @@
-"""Corrections and resets (issue 15, part 5): an operator's message, ordered against the batch around it.
+"""Corrections and resets: an operator's message, ordered against the batch around it.
 
 A **reset** (``{"id": ..., "key": "stock:1", "reset": {"stock": 100}}``) sets counters of a key's all-time
 value; a **correction** (``{"id": ..., "key": ..., "deltas": {"stock": -3}, "correction": true}``) adds its
@@ -14,7 +14,8 @@ of those keys joins the first segment. Segments are committed one after the othe
 not all settled (one is handed back to the source) stops the batch there: every later message is handed
 back too, so the redelivery (Kinesis: from that record on, in order) applies them in source order again.
 Against other batches (other shards, other invocations) a reset orders **by commit**: what committed
-before it is overwritten, what commits after it adds on top (README, "Corrections and resets").
+before it is overwritten, what commits after it adds on top
+(docs/explanation/counter-patterns.md, "Corrections and resets").
 
 **Windows and shards.** A reset sets the all-time value only (a window holds what happened in it, and a
 reset is not something that happened to the count); a correction's deltas go into windows by its ``ts``

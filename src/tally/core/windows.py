@@ -4,7 +4,7 @@ Windows are half-open, ``[start, start + duration)``, in UTC, aligned to the epo
 A window id sorts in time within its unit (``h#2026-11-22T03:00Z``), so a range of windows of one key is
 one DynamoDB ``Query`` on the sort key. Time is always passed in.
 
-Hour and day windows are *open on the key's item* while they last (issue 16, part 1): a batch adds an
+Hour and day windows are *open on the key's item* while they last: a batch adds an
 event's hour and day deltas to the key's own item, as counters named by ``tally.core.items.window_counter``,
 so it writes one item per key instead of three; once a window has ended it is moved to its own window item
 (``tally.store.windows``). Minute windows stay items of their own from the start: a key-minute would need a

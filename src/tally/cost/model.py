@@ -114,7 +114,7 @@ class Latencies:
 
     The request latencies are assumptions (no AWS account here to measure them), below the published
     figures of ``RequestLatencies`` that ``bench.latency_proxy`` answers after (a 100-action transaction:
-    15 ms here, 57.6 ms extrapolated there; README, "Handler duration through the latency proxy"). The CPU figures are
+    15 ms here, 57.6 ms extrapolated there; docs/explanation/costs.md, "Handler duration"). The CPU figures are
     measured: ``python -m bench.duration --batches 3`` times the real pipeline's process CPU
     (``time.process_time``: decoding, aggregation, planning and botocore's request building and parsing)
     on 8 configurations of workload U; a least-squares fit gives 115 µs per item written (a transaction
@@ -133,7 +133,7 @@ class Latencies:
 @dataclass(frozen=True, slots=True)
 class RequestLatencies:
     """DynamoDB request latencies as published, per operation and per item: what ``bench.latency_proxy``
-    answers after (issue 16, part 5).
+    answers after.
 
     Source: Alex DeBrie, "DynamoDB Transactions Performance Testing" (https://www.alexdebrie.com/posts/
     dynamodb-transactions-performance/; code and table in github.com/alexdebrie/dynamodb-performance-testing,
@@ -183,8 +183,8 @@ class Traffic:
     resend_rate: float = 0.0
     """Share of messages the producers send again (the same id)."""
     numbered_ids: bool = False
-    """Whether the producers number their messages (``<session>.<seq>``, the producer library's default
-    since issue 16 part 3): consecutive messages then share marker items. The model draws one producer
+    """Whether the producers number their messages (``<session>.<seq>``, the producer library's
+    default): consecutive messages then share marker items. The model draws one producer
     session, its messages in order; several producers interleaving cost a block write more per batch each."""
     source: str = "SQS"
     latency_budget_s: float = 60.0
@@ -291,7 +291,7 @@ def simulate(
     names = tuple(f"c{index}" for index in range(traffic.counters))
     spec = parse_window_spec(",".join(traffic.windows))
     windows, _ = spec.windows_of(now_ms, now_ms)
-    # Minute windows are items of their own; hour and day windows are counters of the key's item (issue 16).
+    # Minute windows are items of their own; hour and day windows are counters of the key's item.
     window_items = [
         (unit.window_id(start), unit.expires_at_s(start)) for unit, start in windows if not unit.on_key_item
     ]

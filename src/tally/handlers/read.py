@@ -96,13 +96,13 @@ def get_counters(key: str) -> Response[str]:
             raise InvalidReadError("from and to need a window (minute, hour or day)")
         counters = reader().get(decoded)
         body: dict[str, object] = {"key": counters.key, "counters": _strings(counters.values)}
-        if counters.gauges:  # only keys with gauges carry the field (issue 15): earlier answers are unchanged
+        if counters.gauges:  # only keys with gauges carry the field: earlier answers are unchanged
             body["gauges"] = {
                 kind: {n: str(v) for n, v in sorted(g.items())} for kind, g in sorted(counters.gauges.items())
             }
-        if counters.distinct:  # only keys with distinct counts carry the field (issue 15, part 2)
+        if counters.distinct:  # only keys with distinct counts carry the field
             body["distinct"] = _strings(counters.distinct)
-        if counters.operators:  # only keys reset or corrected carry the field (issue 15, part 5)
+        if counters.operators:  # only keys reset or corrected carry the field
             amount = {"reset": "value", "correction": "delta"}
             body["operators"] = {
                 kind: {

@@ -90,8 +90,8 @@ DEMO_PARAMETERS: Final = {
     # and "counter_bounds").
     "CounterDefaults": _declared("counter_defaults"),
     "CounterBounds": _declared("counter_bounds"),
-    # The demo shows exactness, not the bill: 1 s batching windows (the template's 20 s default is for cost,
-    # issue 16) keep it fast and stay below the demo queue's 30 s visibility timeout.
+    # The demo shows exactness, not the bill: 1 s batching windows (the template's 20 s default is for
+    # cost) keep it fast and stay below the demo queue's 30 s visibility timeout.
     "BatchingWindowSeconds": "1",
     "StreamBatchingWindowSeconds": "1",
 }
@@ -263,8 +263,7 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
 
 
 def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterator[tuple[str, str, str, str]]:
-    """(key, what, expected, read) for each gauge, distinct count and operator record a sample's spec names
-    (issue 15)."""
+    """(key, what, expected, read) for each gauge, distinct count and operator record a sample's spec names."""
     for key, kinds in spec.get("gauges", {}).items():
         stored = reader.get(key).gauges
         for kind, gauges in kinds.items():

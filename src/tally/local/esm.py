@@ -1,7 +1,7 @@
 """Lambda's event source mappings, decided: ONE emulation of what happens to a batch after the function ran.
 
 Owns every decision the mapping makes from an invocation's result, for the three drivers that move
-records around it (issue 18: there were three copies, which had drifted apart):
+records around it (one copy each had drifted apart from the others):
 
 - ``tally.local.poller``: against moto's SQS and Kinesis endpoints (``make demo``, tests/integration/test_local_*);
 - ``bench.chaos.sqs`` / ``bench.chaos.kinesis``: an in-process queue and stream on a virtual clock, with faults;

@@ -1,7 +1,7 @@
 """What a local stack is, once it runs: its endpoints and the local names of the template's resources.
 
 It sits below both the code that creates a stack (``tally.local.stack``) and the code that runs its event
-source mappings (``tally.local.mappings``), so neither has to import the other (issue 18: no import
+source mappings (``tally.local.mappings``), so neither has to import the other (no import
 cycles). It owns the local account, region and credentials and the logical ids tally's tools look up;
 it creates nothing and starts nothing.
 """

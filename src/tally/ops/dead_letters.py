@@ -10,7 +10,7 @@ Three kinds of message end up in tally's dead-letter queue:
 - **Kinesis batches Lambda gave up on**: metadata only (shard and sequence range), as Lambda's
   on-failure destination receives it; the records are still in the stream until it trims them.
 
-With ``StreamFailureDestination=S3`` (issue 17) a given-up batch goes instead to the stack's failure
+With ``StreamFailureDestination=S3`` a given-up batch goes instead to the stack's failure
 bucket, **whole**: Lambda writes the invocation record, its event included (``payload``), as one object
 under ``aws/lambda/<mapping UUID>/<shard>/...``. ``list_failed_batches`` reads them and ``redrive`` (given
 the bucket) re-puts their records from the object itself, so the replay no longer depends on the

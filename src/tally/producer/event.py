@@ -46,17 +46,19 @@ class Event:
     ts: int | datetime | None = None
     id: str | None = None
     gauges: Mapping[str, tuple[str, int | Decimal | str]] | None = None
-    """Gauge name -> (``"max"``, ``"min"`` or ``"latest"``, reading): README, "Start values, default deltas
-    and gauges". ``latest`` needs ``ts``; ``max`` and ``min`` take an int or a Decimal (never a float)."""
+    """Gauge name -> (``"max"``, ``"min"`` or ``"latest"``, reading): docs/explanation/counter-patterns.md.
+    ``latest`` needs ``ts``; ``max`` and ``min`` take an int or a Decimal (never a float)."""
     reset: Mapping[str, int | Decimal] | None = None
-    """An operator's reset: counter -> the value its all-time total is set to (README, "Corrections and
-    resets"); such an event has no deltas and no gauges, and is always sent as a message of its own."""
+    """An operator's reset: counter -> the value its all-time total is set to
+    (docs/explanation/counter-patterns.md, "Corrections and resets"); such an event has no deltas and no gauges, and
+    is always sent as a message of its own."""
     correction: bool = False
     """An operator's correction: the deltas count like any event's and the key records the correction;
     always sent as a message of its own."""
     distinct: Mapping[str, str] | None = None
-    """Set name -> the member this event names, e.g. ``{"viewers": "user-17"}`` (README, "Distinct counts"):
-    the key's count of different members per set, all-time and in the windows of ``ts``."""
+    """Set name -> the member this event names, e.g. ``{"viewers": "user-17"}``
+    (docs/explanation/counter-patterns.md, "Distinct counts"): the key's count of different members per set, all-time
+    and in the windows of ``ts``."""
 
     def __post_init__(self) -> None:
         _check_text(self.key, "key", WIRE_LIMITS.max_key_bytes)

@@ -86,7 +86,8 @@ class KinesisPublisher:
         self._partition_key = partition_key
         self._new_id = new_id if new_id is not None else NumberedIds()
         """Message ids: numbered by default (one session per publisher), which the consumer's markers share
-        items for (README, "Numbered ids"); ``new_id=new_message_id`` gives random UUIDs instead."""
+        items for (docs/reference/event-format.md, "Numbered ids"); ``new_id=new_message_id`` gives random
+        UUIDs instead."""
         self._delivery = Delivery(self, policy or RetryPolicy(), sleep, rng or random.Random())
 
     def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:

@@ -30,7 +30,7 @@ marker (100 actions). A larger message is still exactly-once (it goes through th
 costs more writes when it is alone in its batch; raise it deliberately (``max_keys_per_message`` of
 ``SqsPublisher`` and ``KinesisPublisher``). At high volume it is worth it: every batch goes through the
 journal anyway, and the cap is what limits events per message (220 on 1,000 Zipf keys), so the markers'
-share of the writes (README, "What it costs")."""
+share of the writes (docs/explanation/costs.md)."""
 
 
 def new_message_id() -> str:
@@ -39,15 +39,14 @@ def new_message_id() -> str:
 
 
 class NumberedIds:
-    """Numbered message ids, ``<session>.<seq>``: the publishers' default (issue 16, part 3).
+    """Numbered message ids, ``<session>.<seq>``: the publishers' default.
 
-    One instance per publisher: a random 128-bit session (32 hex digits) and a counter from 0. The consumer
-    keeps the markers of 16 consecutive seqs on one item (``tally.core.numbered_ids``), so a batch of single-event
-    messages writes one marker item per 16 messages instead of one per message (README, "Numbered ids"). Each
-    id is drawn once, when a message is prepared, and reused on every retry of it, like ``new_message_id``'s;
-    a fresh instance (a new process, a new publisher) starts a new session, so ids never repeat. Valid as SQS
-    FIFO deduplication ids. ``next()`` on ``itertools.count`` is atomic, so threads may share an instance.
-    """
+    One instance per publisher: a random 128-bit session (32 hex digits) and a counter from 0. The consumer keeps the
+    markers of 16 consecutive seqs on one item (``tally.core.numbered_ids``), so a batch of single-event messages writes
+    one marker item per 16 messages instead of one per message (docs/reference/event-format.md, "Numbered ids"). Each
+    id is drawn once, when a message is prepared, and reused on every retry of it, like ``new_message_id``'s; a fresh
+    instance (a new process, a new publisher) starts a new session, so ids never repeat. Valid as SQS FIFO
+    deduplication ids. ``next()`` on ``itertools.count`` is atomic, so threads may share an instance."""
 
     def __init__(self, session: str | None = None) -> None:
         self.session = session if session is not None else uuid.uuid4().hex

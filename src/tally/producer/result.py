@@ -21,7 +21,7 @@ class PublishError(TallyError):
 
     Raised only on request (``PublishResult.raise_for_failures``): publishing itself reports failures in
     its result, so that a partial success is never hidden behind an exception. It lives here, beside the
-    result it carries, so that ``tally.errors`` stays below every module (issue 18).
+    result it carries, so that ``tally.errors`` stays below every module.
     """
 
     def __init__(self, detail: str, result: PublishResult) -> None:

@@ -81,7 +81,7 @@ def event_json(event: Event) -> str:
 def event_fields(event: Event) -> str:
     """The event's members without braces, shared by single and packed bodies."""
     deltas = event.deltas
-    if event.reset is not None:  # an operator's reset: README, "Corrections and resets"
+    if event.reset is not None:  # an operator's reset: docs/explanation/counter-patterns.md, "Corrections and resets"
         values = ",".join(_string(name) + ":" + _number(value) for name, value in event.reset.items())
         parts = ['"key":' + _string(event.key), '"reset":{' + values + "}"]
     elif not deltas:  # the deployment's default deltas count it, or it carries gauges only

@@ -13,7 +13,7 @@ Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yam
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
   windows, paginated, and for hour and day windows one ``BatchGetItem`` of the key's item(s), whose ``w#``
   attributes hold the windows not yet moved off them, and for hours one more ``Query`` per partition over
-  the days they fall in, whose items keep ended hours as ``w#`` attributes (issue 16);
+  the days they fall in, whose items keep ended hours as ``w#`` attributes;
 - ``top``: a ``Scan`` of the whole counters table (paginated): its cost grows with the table, so it is
   for operators and batch jobs, never for a page view.
 

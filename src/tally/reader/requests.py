@@ -1,6 +1,6 @@
 """What a read may ask for, checked before anything is sent to DynamoDB (pure: no I/O, time passed in).
 
-The rules are the wire format's (README, "Event format"): a key is 1 to 2,000 bytes of UTF-8 without
+The rules are the wire format's (docs/reference/event-format.md): a key is 1 to 2,000 bytes of UTF-8 without
 U+001F (the shard separator: a key holding it would read one shard item of another key); a window is one
 of minute, hour, day (and, when the deployment's ``Windows`` are known, one it counts); a time is epoch
 milliseconds or ISO 8601 with a UTC offset or ``Z``, as an event's ``ts``. A series is bounded in windows,

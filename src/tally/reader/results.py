@@ -19,7 +19,7 @@ _ZERO = Decimal(0)
 
 
 def iso_utc(ms: int) -> str:
-    """``2026-11-22T03:00:00Z``: a window start as the README and the HTTP endpoint print it."""
+    """``2026-11-22T03:00:00Z``: a window start as the docs and the HTTP endpoint print it."""
     return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -44,11 +44,11 @@ class Counters:
     key: str
     values: Mapping[str, Decimal] = field(default_factory=dict)
     gauges: Mapping[str, Mapping[str, Decimal | str]] = field(default_factory=dict)
-    """Gauge kind (``max``, ``min``, ``latest``) -> gauge name -> value (a latest may be text); issue 15."""
+    """Gauge kind (``max``, ``min``, ``latest``) -> gauge name -> value (a latest may be text)."""
     distinct: Mapping[str, Decimal] = field(default_factory=dict)
-    """Distinct-count set -> how many different members it has seen, all-time (issue 15, part 2)."""
+    """Distinct-count set -> how many different members it has seen, all-time."""
     operators: Mapping[str, Mapping[str, OperatorRecord]] = field(default_factory=dict)
-    """``reset`` / ``correction`` -> counter -> its last one (issue 15, part 5); empty when never reset or corrected."""
+    """``reset`` / ``correction`` -> counter -> its last one; empty when never reset or corrected."""
 
     def value(self, counter: str = "count") -> Decimal:
         """One counter's value; zero when it was never counted."""

@@ -86,7 +86,7 @@ def add_update(
     ``sets`` (a reset's values: ``SET c = :value``, no ``if_not_exists``: after a reset the value is the
     reset's) and ``stamp`` (the record of a reset or correction: ``reset_at#c``, ``reset_id#c``,
     ``reset_to#c`` or ``corrected_at#c``, ``corrected_id#c``, ``corrected_by#c``) ride in the same action,
-    so the item is still written once (issue 15, part 5).
+    so the item is still written once.
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts

@@ -85,7 +85,8 @@ class DynamoDBCounterStore:
         claims = [Claim(message.message_id, digest=message.digest) for message in chunk.messages]
         actions = marker_actions(self.markers_table, claims, now_ms, expires_at)
         if any(message.stamp is not None for message in chunk.messages):
-            # An operator's reset or correction is applied as given: a bound does not refuse it (README).
+            # An operator's reset or correction is applied as given: a bound does not refuse it
+            # (docs/explanation/counter-patterns.md).
             actions += self._operator_updates(chunk)
         else:
             checks = bound_checks((message.totals for message in chunk.messages), self.bounds, self.defaults)

@@ -231,7 +231,7 @@ class DynamoDBJournal:
         """The stored counters of ``items`` (strongly consistent ``BatchGetItem``s of 100); absent: none.
 
         Read before a multi-chunk commit, so that a later chunk DynamoDB would refuse (a sum leaving the
-        Number range) is found while the batch can still be aborted (issue 14, defect 3). An absent counter
+        Number range) is found while the batch can still be aborted. An absent counter
         with a declared start value reads as its start: that is what its write adds to.
         """
         by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
@@ -240,7 +240,7 @@ class DynamoDBJournal:
             by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: item_counters(stored) for stored in stored_items
         }
         if self._defaults.has_starts:
-            # What a started counter's write adds to when it is absent: its start, not zero (issue 15).
+            # What a started counter's write adds to when it is absent: its start, not zero.
             for item in items:
                 parts = item_parts(item)
                 if parts.window != ALL_TIME or parts.shard != 0:

@@ -176,7 +176,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     if code != "TransactionCanceledException":
         if code == "ValidationException" and (NUMBER_RANGE.search(message) or SIZE_LIMIT.search(message)):
             # DynamoDB reports a counter leaving the Number range, or an action over a size limit, for the
-            # whole request, without naming the action; the caller isolates the culprit (issue 14: failing
+            # whole request, without naming the action; the caller isolates the culprit (failing
             # the batch would fail its innocent messages on every attempt).
             adds = frozenset(name for role, name in roles if role == "add")
             return WriteRejectedError(message, adds, number_range=NUMBER_RANGE.search(message) is not None)

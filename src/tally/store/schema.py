@@ -3,11 +3,11 @@
 Counters table: one item per key, ``pk`` = the counter key, ``sk`` = ``"all"`` for all-time values; each
 named counter is a Number attribute ``c#<name>`` (the prefix keeps any user counter name clear of the key
 attributes). An open hour or day window's counter is ``w#<window id>\x1f<name>`` on the same item
-(``w#h#2026-11-22T03:00Z\x1fcount``, issue 16: a batch writes one item per key) until the window has ended
+(``w#h#2026-11-22T03:00Z\x1fcount``: so a batch writes one item per key) until the window has ended
 and ``tally.store.windows`` moves it to the window's own item (``sk`` = the window id, ``c#<name>``, TTL).
-Gauges (issue 15) live on the key's all-time item too: ``max#<name>``, ``min#<name>``,
+Gauges live on the key's all-time item too: ``max#<name>``, ``min#<name>``,
 ``latest#<name>`` (Number, or String for a latest text) with ``latest_order#<name>`` (Binary). Distinct
-counts (issue 15) are ``dc#<set>`` on the key's all-time and window items (on a hot key, on its shards: the
+counts are ``dc#<set>`` on the key's all-time and window items (on a hot key, on its shards: the
 reader sums them), and each counted member is an item of its own in the key's member partition
 ``<key>\x1fd`` (``member_key``; written by ``tally.store.distinct``).
 
@@ -17,8 +17,8 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
   the message's deltas (a direct transaction). With ``batch`` it belongs to that journal batch and counts
   as applied exactly when that batch is COMMITTED or DONE. ``digest`` (Binary, 16 bytes) is the digest of
   the content it counts (``tally.core.digest``); markers written before digests existed have none.
-- ``s#<session>#<block>``: the markers of numbered messages ``<session>.<seq>`` (issue 16, part 3;
-  ``tally.core.numbered_ids``) whose ``seq // 16`` is ``block``, one per attribute: ``<seq % 16>`` (Binary:
+- ``s#<session>#<block>``: the markers of numbered messages ``<session>.<seq>``
+  (``tally.core.numbered_ids``) whose ``seq // 16`` is ``block``, one per attribute: ``<seq % 16>`` (Binary:
   the applied time, 6 bytes of epoch ms, then the 16-byte digest if any) and, for a journal claim,
   ``b<seq % 16>`` (the batch). Each says what an ``m#`` marker says about its message
   (``marker_records`` reads both kinds into the same ``MarkerRecord``).
@@ -162,9 +162,7 @@ def gauges_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, Decimal | s
 
 
 DISTINCT_PREFIX: Final = "dc#"
-"""A distinct count's attribute on a key's counter items: ``dc#<set>`` (issue 15, part 2; beside ``c#``)."""
-
-
+"""A distinct count's attribute on a key's counter items: ``dc#<set>`` (beside ``c#``)."""
 MEMBER_PARTITION_SUFFIX: Final = SHARD_SEPARATOR + "d"
 """A key's member items live in partition ``<key>\x1fd`` (a key never holds U+001F; a shard's suffix is a
 number), one item per (window, set, member), sort key ``<window>\x1f<set>\x1f<member>``: never ``all``, so

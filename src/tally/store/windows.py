@@ -1,4 +1,4 @@
-"""Moving ended windows off a key's item into window items, exactly once (issue 16, part 1).
+"""Moving ended windows off a key's item into window items, exactly once.
 
 A batch counts an event's hour and day windows on the key's own item (``w#<window id>\x1f<counter>``,
 ``tally.store.schema``), so it writes one item per key. Ended windows are later moved off it: a day to its
