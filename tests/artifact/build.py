@@ -91,12 +91,14 @@ def runtime_interface_emulator(architecture: str) -> Path:
     return rie
 
 
-def sam_environment(python: Path, architecture: str) -> dict[str, str]:
-    """``sam build``'s environment: python3.13 first on PATH, the architecture for src/Makefile, no telemetry."""
+def sam_environment(python: Path, architecture: str, template: Path = TEMPLATE) -> dict[str, str]:
+    """``sam build``'s environment: python3.13 first on PATH, the template built (src/Makefile reads its
+    architecture there) and the architecture expected of it, no telemetry."""
     environment = {name: value for name, value in os.environ.items() if name not in {"PYTHONPATH", "PYTHONHOME"}}
     environment["PATH"] = f"{python.parent}{os.pathsep}{environment.get('PATH', '')}"
     environment["SAM_CLI_TELEMETRY"] = "0"
     environment["TALLY_LAMBDA_ARCH"] = architecture
+    environment["TALLY_TEMPLATE"] = str(template)
     environment["PYTHON"] = str(python)
     return environment
 
@@ -141,7 +143,7 @@ def sam_build(work_dir: Path, architecture: str, python: Path) -> Build:
     result = subprocess.run(
         command,
         cwd=work_dir,
-        env=sam_environment(python, architecture),
+        env=sam_environment(python, architecture, template),
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT_S,

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -118,31 +122,100 @@ def test_commands_find_resources_and_settings_by_stack_name(
         assert "export TALLY_HOT_KEYS='hot:*=4'\n" in exports
 
 
-def test_python_m_tally_local_stack_prints_exports_and_stops_on_sigterm() -> None:
-    # GIVEN the local stack run as a program
+def _free_port_pair() -> int:
+    """A port P with P and P + 1 free (DynamoDB and moto of ``--port P``)."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
+        if port >= 65534:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no two consecutive free ports")
+
+
+def _start_stack(*args: str) -> tuple[subprocess.Popen[str], str]:
+    """``python -m tally.local.stack ARGS`` until its banner ends; the process and the banner."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tally.local.stack", "--param", "Source=SQS"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        [sys.executable, "-m", "tally.local.stack", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+    lines: list[str] = []
+    deadline = time.monotonic() + 180
+    assert process.stdout is not None
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        lines.append(line)
+        if "press Ctrl-C" in line or not line:
+            break
+    return process, "".join(lines)
+
+
+def _stop(process: subprocess.Popen[str]) -> int:
+    process.send_signal(signal.SIGTERM)
     try:
-        lines: list[str] = []
-        deadline = time.monotonic() + 120
-        assert process.stdout is not None
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            lines.append(line)
-            if "press Ctrl-C" in line or not line:
-                break
-        # THEN it printed the variables that point tally at it
-        output = "".join(lines)
-        assert "export AWS_ENDPOINT_URL=http://127.0.0.1:" in output, output
-        assert "export TALLY_COUNTERS_TABLE=" in output, output
-        # WHEN it gets SIGTERM THEN it stops everything and exits cleanly
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        return process.wait(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _shell(command: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``command`` in a shell that sourced the stack's env file, with this venv's ``tally`` on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    environment = {name: value for name, value in os.environ.items() if not name.startswith(("AWS_", "TALLY_"))}
+    return subprocess.run(
+        ["bash", "-c", f". {state_dir / 'env'} && {command}"],
+        env={**environment, "PATH": path},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_python_m_tally_local_stack_prints_commands_that_work_and_keeps_its_names_across_restarts(
+    tmp_path: Path,
+) -> None:
+    # GIVEN the local stack run as a program with a fixed name and port, with its default parameters
+    port, state_dir = _free_port_pair(), tmp_path / "state"
+    args = ("--name", "tally-test-fixed", "--port", str(port), "--state-dir", str(state_dir))
+    process, output = _start_stack(*args, "--container-host", "none")
+    try:
+        # THEN it printed the variables that point tally at it, on the ports asked for
+        assert f"export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:{port}\n" in output, output
+        assert f"export AWS_ENDPOINT_URL=http://127.0.0.1:{port + 1}\n" in output, output
+        assert "export TALLY_COUNTERS_TABLE=tally-test-fixed-CountersTable\n" in output, output
+        exports = (state_dir / "env").read_text(encoding="utf-8")
+        # AND every command after "then:" works as printed (Source=Both: publish says which source)
+        commands = [line.strip() for line in output.split("then:\n", 1)[1].splitlines() if line.startswith("  ")]
+        commands = [command for command in commands if not command.startswith("AWS_ACCESS_KEY_ID=")]
+        assert any(command.startswith("tally publish ") for command in commands), output
+        published = time.monotonic()
+        for command in commands:
+            if command.startswith("aws ") and shutil.which("aws") is None:
+                continue  # the AWS CLI is not installed here
+            result = _shell(command, state_dir)
+            assert result.returncode == 0, (command, result.stdout, result.stderr)
+        # AND the count appears within seconds (batching windows of 1 s locally, not the template's 20 s)
+        expected = 2 if shutil.which("aws") else 1
+        while True:
+            result = _shell("tally get page:/home --json", state_dir)
+            if result.returncode == 0 and json.loads(result.stdout or "{}").get("count") == expected:
+                break
+            assert time.monotonic() - published < 15, result
+            time.sleep(0.5)
+    finally:
+        assert _stop(process) == 0
+    # WHEN it is started again with the same name and port THEN the exports are the same
+    process, output = _start_stack(*args, "--container-host", "none")
+    try:
+        assert "press Ctrl-C" in output, output
+        assert (state_dir / "env").read_text(encoding="utf-8") == exports
+    finally:
+        assert _stop(process) == 0

@@ -508,10 +508,14 @@ def test_samconfig_environments() -> None:
         assert config[environment]["validate"]["parameters"]["lint"] is True
 
 
-def test_samconfig_overrides_satisfy_parameter_constraints(parameters: dict[str, Any]) -> None:
-    overrides = _samconfig()["prod"]["deploy"]["parameters"]["parameter_overrides"]
+@pytest.mark.parametrize("environment", ["default", "trial", "prod"])
+def test_samconfig_overrides_satisfy_parameter_constraints(parameters: dict[str, Any], environment: str) -> None:
+    overrides = _samconfig()[environment]["deploy"]["parameters"]["parameter_overrides"]
     values = dict(item.split("=", 1) for item in overrides.split())
-    assert int(values["MaximumConcurrency"]) > parameters["MaximumConcurrency"]["Default"]
+    # A --parameter-overrides replaces the line whole: each environment says its Source itself.
+    assert values["Source"] in parameters["Source"]["AllowedValues"]
+    if environment == "prod":
+        assert int(values["MaximumConcurrency"]) > parameters["MaximumConcurrency"]["Default"]
     for name, value in values.items():
         parameter = parameters[name]
         if "AllowedValues" in parameter:
@@ -520,6 +524,23 @@ def test_samconfig_overrides_satisfy_parameter_constraints(parameters: dict[str,
             assert int(value) >= parameter["MinValue"], name
         if "MaxValue" in parameter:
             assert int(value) <= parameter["MaxValue"], name
+
+
+def test_parameter_groups_hold_every_parameter_once_in_the_order_guided_deploy_asks(template: dict[str, Any]) -> None:
+    """sam deploy --guided asks the parameters in template order and shows no descriptions: the order of
+    the console's groups, with the choices worth making first, must be the order of Parameters."""
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    grouped = [name for group in groups for name in group["Parameters"]]
+    assert grouped == list(template["Parameters"])
+    assert groups[0]["Parameters"][:2] == ["Source", "AlarmEmail"]
+    assert all(group["Label"]["default"] for group in groups)
+
+
+def test_endpoint_variables_are_declared_empty_for_sam_local_invoke(template: dict[str, Any]) -> None:
+    """sam local invoke --env-vars overrides declared variables only; empty is unset to boto3 on AWS."""
+    variables = template["Globals"]["Function"]["Environment"]["Variables"]
+    for service in ("DYNAMODB", "SQS", "KINESIS"):
+        assert variables[f"AWS_ENDPOINT_URL_{service}"] == ""
 
 
 # --- tally.local.template -------------------------------------------------------------------------------

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
+import click
 import pytest
 from click.testing import CliRunner
 
 from tally.cli.main import cli
+from tally.cli.plan import plan
 
 SCHEMA = {
     "traffic": dict,
@@ -21,6 +23,8 @@ SCHEMA = {
     "assumptions": list,
     "floor": dict,
     "producer": dict,
+    "levers": list,
+    "duration": dict,
 }
 NUMBERS = {
     "per_event": {"write_units", "read_units"},
@@ -28,6 +32,7 @@ NUMBERS = {
     "per_month": {"events", "dynamodb_usd", "lambda_invocations", "lambda_gb_seconds", "lambda_usd", "total_usd"},
     "floor": {"write_units", "ratio", "batch_size", "batching_window_seconds", "latency_seconds"},
     "producer": {"keys_per_message", "max_keys_per_message"},
+    "duration": {"handler_seconds", "proxy_low_seconds", "proxy_high_seconds"},
 }
 
 
@@ -105,3 +110,41 @@ def test_an_unknown_window_is_a_usage_error() -> None:
     result = CliRunner().invoke(cli, ["plan", "--events-per-second", "1", "--keys", "1", "--windows", "week"])
     assert result.exit_code != 0
     assert "week" in result.output
+
+
+def test_the_defaults_are_what_the_producer_library_sends() -> None:
+    """The library numbers its ids: a plan with no id option prices numbered ids, and says so."""
+    document = plan_json("--events-per-second", "100", "--keys", "100")
+    assert document["traffic"]["numbered_ids"] is True
+    result = CliRunner().invoke(cli, ["plan", "--events-per-second", "100", "--keys", "100"])
+    assert "ids: numbered (the producer library's)" in result.output
+
+
+def test_the_levers_say_what_each_saves_on_the_same_traffic() -> None:
+    # GIVEN single events with ids the user makes (random), 1,000 a second over 10,000 keys
+    args = ("--events-per-second", "1000", "--keys", "10000", "--random-ids")
+    document = plan_json(*args)
+    levers = {lever["lever"]: lever for lever in document["levers"]}
+    assert set(levers) == {"numbered ids", "100 events per message", "batch size and window"}
+    total = document["per_month"]["total_usd"]
+    # THEN each lever's bill is the plan of that traffic with one thing changed, and it is cheaper
+    numbered = plan_json("--events-per-second", "1000", "--keys", "10000", "--numbered-ids")
+    assert levers["numbered ids"]["usd_month"] == pytest.approx(numbered["per_month"]["total_usd"])
+    for name in ("numbered ids", "100 events per message"):
+        assert levers[name]["saves_usd_month"] == pytest.approx(total - levers[name]["usd_month"])
+        assert levers[name]["saves_share"] > 0.5, name
+    # AND the table names them
+    result = CliRunner().invoke(cli, ["plan", *args])
+    for name in levers:
+        assert name in result.output
+    assert "the model errs low" in result.output
+
+
+def test_a_lever_already_pulled_is_not_offered() -> None:
+    document = plan_json("--events-per-second", "100", "--keys", "100", "--events-per-message", "100")
+    assert [lever["lever"] for lever in document["levers"]] == ["batch size and window"]
+
+
+def test_every_option_has_help_text() -> None:
+    missing = [option.name for option in plan.params if isinstance(option, click.Option) and not option.help]
+    assert missing == []

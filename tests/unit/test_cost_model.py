@@ -9,10 +9,12 @@ test_plan.py): these tests pin what the model makes of its plans.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tally.cost.model import (
+    PROXY_TO_MODEL_DURATION,
     SECONDS_PER_MONTH,
     Latencies,
     Prices,
@@ -22,11 +24,16 @@ from tally.cost.model import (
     keys_per_message,
     planner_page_bytes,
     price,
+    published_latencies,
     recommend,
     simulate,
     window_moves,
 )
+from tally.store.pages import encode_page
 from tests.support.events import sqs_event
+
+if TYPE_CHECKING:
+    from tally.core.aggregate import Totals
 
 
 @pytest.mark.parametrize(
@@ -295,3 +302,27 @@ def test_single_event_u_with_numbered_ids_is_priced_under_the_numbered_ids_targe
     traffic = Traffic(100, keys=1000, windows=(), numbered_ids=True)
     # THEN the model prices it at <= 1.3 write units per event (bench.plan_check --numbered measures it)
     assert simulate(traffic, 100, batches=8).write_units <= 1.3
+
+
+# The latency proxy's measurements (docs/benchmarks.md, "Handler duration through the latency proxy":
+# python -m bench.duration --proxy, one transaction at a time, 512 MB): (events per message, records per
+# batch, handler seconds per batch).
+def _store_page_bytes(increments: Totals) -> int:
+    """A journal page as the store encodes it (as tally plan prices it)."""
+    return len(encode_page(increments))
+
+
+PROXY_MEASURED = [(1, 10_000, 17.056), (1, 100, 0.306), (100, 786, 12.980), (100, 100, 4.464)]
+
+
+@pytest.mark.parametrize(("pack", "records", "measured_s"), PROXY_MEASURED)
+def test_the_duration_errs_low_by_no_more_than_the_plan_says(pack: int, records: int, measured_s: float) -> None:
+    """tally plan prints the range PROXY_TO_MODEL_DURATION: per event, what the proxy measured over what the
+    model predicts for the same traffic (workload U: 1,000 Zipf keys, 2 counters, hour and day windows)."""
+    traffic = Traffic(
+        float(records * pack), keys=1000, events_per_message=pack, counters=2, key_bytes=17, numbered_ids=False
+    )
+    bill = price(traffic, records, latencies=published_latencies(), page_bytes=_store_page_bytes, batches=2)
+    ratio = (measured_s / (records * pack)) / (bill.handler_s / bill.units.events_per_batch)
+    low, high = PROXY_TO_MODEL_DURATION
+    assert low <= ratio <= high

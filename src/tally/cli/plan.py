@@ -2,7 +2,9 @@
 
 The model is ``tally.cost.model`` (pure); this command only reads the options, gives the model the
 store's own page encoding (so a journal page is billed at the size the store would write), and prints a
-table or, with ``--json``, the ``Bill.as_json`` document with two more sections: ``floor`` (the fewest
+table or, with ``--json``, the ``Bill.as_json`` document with three more sections: ``levers`` (what
+numbered ids, packed messages and the floor's batch size and window would save on the same traffic),
+``floor`` (the fewest
 write units per event any allowed setting reaches for this traffic, and the chosen settings' ratio to
 it: the defaults and recommendations are held within 1.2 of it when the latency budget allows) and ``producer`` (the
 ``max_keys_per_message`` the producer library needs to pack the given events per message). No AWS call
@@ -11,8 +13,9 @@ is made.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.table import Table
@@ -20,19 +23,21 @@ from rich.table import Table
 from tally.cli.output import console as output_console
 from tally.cli.output import print_json
 from tally.cost.model import (
-    DEFAULT_TRANSACTION_MS,
+    PROXY_TO_MODEL_DURATION,
     Bill,
-    Latencies,
     Traffic,
     floor,
     keys_per_message,
     price,
+    published_latencies,
     recommend,
 )
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
 from tally.store.pages import encode_page
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tally.core.aggregate import Totals
 
 
@@ -41,8 +46,14 @@ def _page_bytes(increments: Totals) -> int:
     return len(encode_page(increments))
 
 
+PACKED_EVENTS = 100
+"""Events per message the packing lever prices (the producer library packs up to 10,000)."""
+
+
 @click.command()
-@click.option("--events-per-second", "rate", type=click.FloatRange(min=0, min_open=True), required=True)
+@click.option(
+    "--events-per-second", "rate", type=click.FloatRange(min=0, min_open=True), required=True, help="Average rate."
+)
 @click.option("--keys", type=click.IntRange(min=1), required=True, help="Distinct counter keys.")
 @click.option(
     "--skew", type=click.FloatRange(min=0), default=1.1, show_default=True, help="Zipf exponent (0: uniform)."
@@ -52,25 +63,57 @@ def _page_bytes(increments: Totals) -> int:
     type=click.IntRange(1, 10_000),
     default=1,
     show_default=True,
-    help="1 for single events; the producer library packs many.",
+    help="1 for single events (tally publish KEY, SqsPublisher.publish); the producer library packs many.",
 )
 @click.option("--counters", type=click.IntRange(1, 100), default=2, show_default=True, help="Counter names per event.")
-@click.option("--key-bytes", type=click.IntRange(1, 2000), default=17, show_default=True)
+@click.option(
+    "--key-bytes", type=click.IntRange(1, 2000), default=17, show_default=True, help="Bytes of a counter key (UTF-8)."
+)
 @click.option("--windows", default="hour,day", show_default=True, help="Time windows counted ('' for none).")
-@click.option("--resend-rate", type=click.FloatRange(0, 1, max_open=True), default=0.0, show_default=True)
+@click.option(
+    "--resend-rate",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Share of messages producers send again with the same id (retries).",
+)
 @click.option(
     "--numbered-ids/--random-ids",
-    default=False,
+    default=True,
     show_default=True,
-    help="Whether producers number their messages (the producer library's ids): markers then share items.",
+    help="Numbered: the producer library's ids (<session>.<seq>), whose markers share items. Random: ids "
+    "you make yourself (a UUID per message), one marker item each.",
 )
-@click.option("--source", type=click.Choice(["SQS", "Kinesis"], case_sensitive=False), default="SQS", show_default=True)
 @click.option(
-    "--latency-budget", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True, help="Seconds."
+    "--source",
+    type=click.Choice(["SQS", "Kinesis"], case_sensitive=False),
+    default="SQS",
+    show_default=True,
+    help="The event source.",
 )
-@click.option("--memory", "memory_mb", type=click.IntRange(128, 10_240), default=512, show_default=True)
+@click.option(
+    "--latency-budget",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds an event may take from publish to counted: the cheapest batch within it is chosen.",
+)
+@click.option(
+    "--memory",
+    "memory_mb",
+    type=click.IntRange(128, 10_240),
+    default=512,
+    show_default=True,
+    help="The function's MemorySize in MB (its CPU share).",
+)
 @click.option("--batch-size", type=click.IntRange(1, 10_000), help="Price this batch size instead of choosing one.")
-@click.option("--transaction-ms", type=click.FloatRange(min=0), default=DEFAULT_TRANSACTION_MS, show_default=True)
+@click.option(
+    "--transaction-ms",
+    type=click.FloatRange(min=0),
+    default=published_latencies().transact_write_ms,
+    show_default=True,
+    help="Latency of a 100-action TransactWriteItems (default: the published figure the latency proxy uses).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON.")
 def plan(
     *,
@@ -106,19 +149,71 @@ def plan(
             latency_budget_s=latency_budget,
             memory_mb=memory_mb,
         )
-        latencies = Latencies(transact_write_ms=transaction_ms)
-        if batch_size is None:
-            bill = recommend(traffic, latencies=latencies, page_bytes=_page_bytes)
-        else:
-            bill = price(traffic, batch_size, latencies=latencies, page_bytes=_page_bytes)
+        latencies = dataclasses.replace(published_latencies(), transact_write_ms=transaction_ms)
+
+        def bill_of(traffic: Traffic) -> Bill:
+            if batch_size is None:
+                return recommend(traffic, latencies=latencies, page_bytes=_page_bytes)
+            return price(traffic, batch_size, latencies=latencies, page_bytes=_page_bytes)
+
+        bill = bill_of(traffic)
         lowest = floor(traffic, latencies=latencies, page_bytes=_page_bytes)
+        levers = _levers(traffic, bill, lowest, bill_of)
     except (ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
-    extra = _extra(bill, lowest)
+    extra: dict[str, object] = {**_extra(bill, lowest), "levers": levers, "duration": _duration(bill)}
     if as_json:
         print_json({**bill.as_json(), **extra})  # floats rounded: a model's figures, not its binary noise
         return
     _print(bill, extra)
+
+
+def _levers(traffic: Traffic, bill: Bill, lowest: Bill, bill_of: Callable[[Traffic], Bill]) -> list[dict[str, object]]:
+    """What each lever would save on the same traffic, priced the same way (dollars a month, all in)."""
+    levers: list[dict[str, object]] = []
+
+    def lever(name: str, how: str, other: Bill) -> None:
+        saved = bill.usd_month - other.usd_month
+        levers.append(
+            {
+                "lever": name,
+                "how": how,
+                "usd_month": other.usd_month,
+                "saves_usd_month": saved,
+                "saves_share": saved / bill.usd_month if bill.usd_month else 0.0,
+                "latency_seconds": other.latency_s,
+            }
+        )
+
+    if not traffic.numbered_ids:
+        lever(
+            "numbered ids",
+            "publish with the producer library (SqsPublisher/KinesisPublisher number their ids)",
+            bill_of(dataclasses.replace(traffic, numbered_ids=True)),
+        )
+    if traffic.events_per_message < PACKED_EVENTS:
+        lever(
+            f"{PACKED_EVENTS} events per message",
+            "publish_many/tally publish --pack: many events in one message, one marker for all",
+            bill_of(dataclasses.replace(traffic, events_per_message=PACKED_EVENTS)),
+        )
+    lever(
+        "batch size and window",
+        f"BatchSize {lowest.parameters.batch_size:,}, BatchingWindowSeconds {lowest.parameters.batching_window_s} "
+        "(the floor: the fewest writes any setting reaches, at its latency)",
+        lowest,
+    )
+    return levers
+
+
+def _duration(bill: Bill) -> dict[str, float]:
+    """The handler duration as modeled, and the range the latency proxy measured for it (the model errs low)."""
+    low, high = PROXY_TO_MODEL_DURATION
+    return {
+        "handler_seconds": bill.handler_s,
+        "proxy_low_seconds": bill.handler_s * low,
+        "proxy_high_seconds": bill.handler_s * high,
+    }
 
 
 def _extra(bill: Bill, lowest: Bill) -> dict[str, dict[str, float | int]]:
@@ -140,7 +235,7 @@ def _extra(bill: Bill, lowest: Bill) -> dict[str, dict[str, float | int]]:
     }
 
 
-def _print(bill: Bill, extra: dict[str, dict[str, float | int]]) -> None:
+def _print(bill: Bill, extra: dict[str, Any]) -> None:
     console = output_console()  # never cut when piped
     parameters = Table(title="template parameters (sam deploy --parameter-overrides)")
     parameters.add_column("parameter")
@@ -158,8 +253,8 @@ def _print(bill: Bill, extra: dict[str, dict[str, float | int]]) -> None:
         ("read units / event", f"{bill.units.read_units:.4f}"),
         ("records / batch", f"{bill.records_per_batch:,.0f}"),
         ("transactions / batch", f"{bill.units.transactions_per_batch:.1f}"),
-        ("handler duration / batch", f"{bill.handler_s * 1000:,.0f} ms"),
-        ("end-to-end latency", f"{bill.latency_s:,.1f} s"),
+        ("handler duration / batch", f"{bill.handler_s * 1000:,.0f} ms (modeled; see below)"),
+        ("end-to-end latency", f"{bill.latency_s:,.1f} s (window or fill, plus the modeled handler)"),
         ("events / month", f"{bill.events_per_month:,.0f}"),
         ("DynamoDB $ / month", f"{bill.dynamodb_usd_month:,.2f}"),
         ("Lambda GB-s / month", f"{bill.lambda_gb_s_month:,.0f}"),
@@ -185,5 +280,28 @@ def _print(bill: Bill, extra: dict[str, dict[str, float | int]]) -> None:
             f"{producer['keys_per_message']:,.0f} keys: SqsPublisher/KinesisPublisher(max_keys_per_message="
             f"{producer['max_keys_per_message']}) (the default {DEFAULT_MAX_KEYS_PER_MESSAGE} closes a message earlier)"
         )
+    ids = "numbered (the producer library's)" if bill.traffic.numbered_ids else "random (one marker item each)"
+    console.print(f"ids: {ids}; {bill.traffic.events_per_message:,} event(s) per message")
+    levers = Table(title="levers: the same traffic, one thing changed")
+    for column in ("lever", "$ / month", "saves", "latency"):
+        levers.add_column(column, justify="left" if column == "lever" else "right")
+    for lever in extra["levers"]:
+        levers.add_row(
+            lever["lever"],
+            f"{lever['usd_month']:,.2f}",
+            f"{lever['saves_usd_month']:,.2f} ({lever['saves_share']:.0%})",
+            f"{lever['latency_seconds']:,.1f} s",
+        )
+    console.print(levers)
+    for lever in extra["levers"]:
+        console.print(f"{lever['lever']}: {lever['how']}")
+    duration = extra["duration"]
+    low, high = PROXY_TO_MODEL_DURATION
+    console.print(
+        f"duration: the model errs low. Through the latency proxy (published AWS latencies; docs/benchmarks.md) "
+        f"the handler took {low}x to {high}x the model's time per event: expect {duration['proxy_low_seconds']:,.1f} "
+        f"to {duration['proxy_high_seconds']:,.1f} s per batch. The model counts fewer requests than the handler "
+        "sends in a container's first 10 batches (their marker pre-read) and its CPU was measured on an x86 VM."
+    )
     for assumption in bill.assumptions:
         console.print(f"assumed: {assumption}")

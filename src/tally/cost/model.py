@@ -165,6 +165,27 @@ class RequestLatencies:
         return self.single_item_ms
 
 
+def published_latencies() -> Latencies:
+    """``Latencies`` at the published figures of ``RequestLatencies`` (the ones ``bench.latency_proxy``
+    answers after): a full 100-action transaction, a 100-key ``BatchGetItem``, a 25-item ``BatchWriteItem``.
+    ``tally plan`` prices with these, so its duration is comparable with the latency proxy's."""
+    published = RequestLatencies()
+    return Latencies(
+        transact_write_ms=round(published.of("TransactWriteItems", 100), 1),
+        batch_get_ms=round(published.of("BatchGetItem", 100), 1),
+        batch_write_ms=round(published.of("BatchWriteItem", 25), 1),
+    )
+
+
+PROXY_TO_MODEL_DURATION: Final = (1.35, 2.25)
+"""How much longer, per event, the latency proxy measured the handler than ``price`` predicts at
+``published_latencies`` for the same traffic (``bench.duration --proxy``, docs/benchmarks.md: 1.37x for
+single events at the template's batch size, 1.65x at 100 records, 1.52x and 2.21x for packed messages at
+the 6 MB batch and 100 records). The model errs low: it counts fewer requests per batch than the handler
+sent there (it assumes the marker pre-read, which a container runs for its first 10 batches, closed)
+and its CPU fit was made on an x86 VM."""
+
+
 @dataclass(frozen=True, slots=True)
 class Traffic:
     """What a user knows about their traffic."""

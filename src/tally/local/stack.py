@@ -41,6 +41,7 @@ import click
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.mappings import EventSourceMappings
 from tally.local.moto_server import SerialMotoServer
+from tally.local.relay import TcpRelay, interface_address
 from tally.local.resources import LocalResources
 from tally.local.template import (
     KINESIS_DEFAULT_RETENTION_HOURS,
@@ -86,7 +87,10 @@ class LocalStack:
         dynamodb_endpoint: str | None = None,
         aws_endpoint: str | None = None,
         stack_name: str | None = None,
+        port: int = 0,
     ) -> None:
+        """``port``: 0 for any free ports; else DynamoDB answers on ``port`` and moto on ``port + 1``, so the
+        endpoints (and the queue URLs, which hold moto's) stay the same across restarts."""
         self.template = with_parameters(load_template(template_path), parameters or {})
         unsupported = sorted(name for name in _NOT_EMULATED if condition_values(self.template).get(name))
         if unsupported:
@@ -94,6 +98,7 @@ class LocalStack:
         self.stack_name = stack_name or f"tally-local-{secrets.token_hex(3)}"
         self._dynamodb_endpoint = dynamodb_endpoint
         self._aws_endpoint = aws_endpoint
+        self._port = port
         self._stack = contextlib.ExitStack()
         self.resources: LocalResources | None = None
 
@@ -104,7 +109,7 @@ class LocalStack:
             # CreateStack: do it while DynamoDB Local's JVM boots.
             warm_up = threading.Thread(target=importlib.import_module, args=(_MOTO_CLOUDFORMATION,), daemon=True)
             warm_up.start()
-            dynamodb_endpoint = self._dynamodb_endpoint or self._stack.enter_context(DynamoDBLocal()).endpoint_url
+            dynamodb_endpoint = self._dynamodb_endpoint or self._start_dynamodb()
             warm_up.join()
             self.resources = _create_resources(self.template, self.stack_name, dynamodb_endpoint, aws_endpoint)
         except BaseException:
@@ -126,8 +131,15 @@ class LocalStack:
         self.stop()
 
     def _start_moto(self) -> str:
-        server = self._stack.enter_context(SerialMotoServer())
+        server = self._stack.enter_context(SerialMotoServer(port=self._port + 1 if self._port else 0))
         return server.endpoint_url
+
+    def _start_dynamodb(self) -> str:
+        endpoint = self._stack.enter_context(DynamoDBLocal()).endpoint_url
+        if not self._port:
+            return endpoint
+        # DynamoDB Local takes a free port of its own; the fixed one is a relay in front of it.
+        return self._stack.enter_context(TcpRelay(endpoint, port=self._port)).endpoint_url
 
 
 def _create_resources(
@@ -243,35 +255,133 @@ def handle_termination() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+LOCAL_DEFAULTS: Final = {"Source": "Both", "BatchingWindowSeconds": "1", "StreamBatchingWindowSeconds": "1"}
+"""What the local stack deploys unless told otherwise: both sources, and batching windows of 1 s (the
+template's 20 s are chosen for cost at steady traffic; locally they would hold a first count back 20 s)."""
+DEFAULT_NAME: Final = "tally-local"
+DOCKER_BRIDGE: Final = "docker0"
+ENDPOINT_VARIABLES: Final = ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS")
+"""The endpoints template.yaml declares (empty) for every function, so ``sam local invoke --env-vars`` can set them."""
+
+
+def sam_env_vars(resources: LocalResources, dynamodb_endpoint: str, aws_endpoint: str) -> dict[str, dict[str, str]]:
+    """The ``sam local invoke --env-vars`` document: per function, the environment the template gives it with
+    the local names, and the endpoints a function container reaches the stack at."""
+    functions = [name for name in resources.physical_ids if name.endswith("Function")]
+    endpoints = dict(zip(ENDPOINT_VARIABLES, (dynamodb_endpoint, aws_endpoint, aws_endpoint), strict=True))
+    return {
+        name: {**function_definition(resources.template, name, resources.physical_ids).environment, **endpoints}
+        for name in functions
+    }
+
+
+def sam_invoke_command(env_file: Path, function: str, event: str) -> str:
+    """The ``sam local invoke`` line for the env-vars file (local credentials: nothing can reach an account)."""
+    credentials = " ".join(f"{name}=local" for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"))
+    return (
+        f"{credentials} AWS_REGION=us-east-1 sam local invoke {function} -e {shlex.quote(event)} "
+        f"--env-vars {shlex.quote(str(env_file))}"
+    )
+
+
+def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> list[str]:
+    """What the stack prints once up: the exports, then commands that work as printed in a shell that ran them."""
+    environment = resources.cli_environment()
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(environment.items())]
+    lines.append(f"(also in {state_dir / 'env'}: `. {state_dir / 'env'}` in another shell)")
+    key = "page:/home"
+    to = ["--to", "sqs"] if resources.queue_url is not None and resources.stream_name is not None else []
+    publish = shlex.join(["tally", "publish", key, "--stack", resources.stack_name, *to])
+    lines += ["then:", f"  {publish}", f"  {shlex.join(['tally', 'get', key])}", "  tally top", "  tally dlq list"]
+    if resources.queue_url is not None:
+        # AWS CLI v1 ignores AWS_ENDPOINT_URL for SQS: the endpoint is given on the command line.
+        body = json.dumps({"id": "aws-cli-1", "key": key, "delta": 1})
+        aws = ["aws", "sqs", "send-message", "--endpoint-url", resources.aws_endpoint]
+        lines.append("  " + shlex.join([*aws, "--queue-url", resources.queue_url, "--message-body", body]))
+    if sam_line is not None:
+        lines += ["sam local invoke (after sam build; docs/how-to/sam-local-invoke.md):", f"  {sam_line}"]
+    return lines
+
+
 @click.command()
 @click.option(
     "--param",
     "parameters",
     multiple=True,
     metavar="NAME=VALUE",
-    help="A template parameter override, repeatable (default: Source=Both).",
+    help="A template parameter override, repeatable (defaults: Source=Both, BatchingWindowSeconds=1, "
+    "StreamBatchingWindowSeconds=1).",
 )
 @click.option("--logs", type=click.Path(file_okay=False, path_type=Path), help="Keep the functions' logs here.")
-def main(parameters: tuple[str, ...], logs: Path | None) -> None:
+@click.option(
+    "--name",
+    default=DEFAULT_NAME,
+    show_default=True,
+    help="Stack name: tables, queues and stream are named after it, so a restart keeps their names.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65534),
+    default=0,
+    show_default=True,
+    help="DynamoDB on PORT and SQS, Kinesis, CloudFormation on PORT+1, so exports survive a restart "
+    "(0: any free ports).",
+)
+@click.option(
+    "--container-host",
+    default="auto",
+    show_default=True,
+    help="Address function containers of sam local invoke reach the stack at: relays listen there "
+    f"('auto': the {DOCKER_BRIDGE} address if Docker's bridge exists; 'none': no relays).",
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".tally-local"),
+    show_default=True,
+    help="Where the exports (env) and the sam local invoke environment (sam-env.json) are written.",
+)
+def main(  # click passes every option by name
+    *, parameters: tuple[str, ...], logs: Path | None, name: str, port: int, container_host: str, state_dir: Path
+) -> None:
     """Run the local stack and its event source pollers until Ctrl-C; print what points ``tally`` at it."""
-    overrides = {"Source": "Both"}
+    overrides = dict(LOCAL_DEFAULTS)
     for parameter in parameters:
-        name, separator, value = parameter.partition("=")
+        key, separator, value = parameter.partition("=")
         if not separator:
             raise click.BadParameter(f"{parameter!r}: expected NAME=VALUE", param_hint="--param")
-        overrides[name] = value
+        overrides[key] = value
+    bridge = interface_address(DOCKER_BRIDGE) if container_host == "auto" else None
+    relay_host = bridge if container_host == "auto" else (None if container_host == "none" else container_host)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with handle_termination(), contextlib.ExitStack() as stack:
             log_dir = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tally-local-logs-")))
-            resources = stack.enter_context(LocalStack(overrides))
+            resources = stack.enter_context(LocalStack(overrides, stack_name=name, port=port))
             mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
-            click.echo(f"local stack {resources.stack_name} is up ({len(mappings.pollers)} pollers); in another shell:")
-            for name, value in sorted(resources.cli_environment().items()):
-                click.echo(f"export {name}={shlex.quote(value)}")
-            click.echo(
-                f"then: tally publish KEY --stack {resources.stack_name}; tally get KEY; tally top; tally dlq list"
+            state_dir.mkdir(parents=True, exist_ok=True)
+            exports = "".join(
+                f"export {key}={shlex.quote(value)}\n" for key, value in sorted(resources.cli_environment().items())
             )
+            (state_dir / "env").write_text(exports, encoding="utf-8")
+            sam_line = None
+            if relay_host is not None:
+                # On the bridge address, the same port numbers as on loopback when --port fixes them.
+                relays = [
+                    stack.enter_context(TcpRelay(endpoint, host=relay_host, port=port + offset if port else 0))
+                    for offset, endpoint in enumerate((resources.dynamodb_endpoint, resources.aws_endpoint))
+                ]
+                env_file = (state_dir / "sam-env.json").resolve()
+                document = sam_env_vars(resources, relays[0].endpoint_url, relays[1].endpoint_url)
+                env_file.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+                function = "CounterFunction" if "CounterFunction" in document else next(iter(document))
+                event = "events/sqs-single.json" if function == "CounterFunction" else "events/kinesis-single.json"
+                sam_line = sam_invoke_command(env_file, function, event)
+            click.echo(f"local stack {resources.stack_name} is up ({len(mappings.pollers)} pollers); in another shell:")
+            for line in banner(resources, state_dir, sam_line):
+                click.echo(line)
+            if relay_host is None:
+                click.echo(f"sam local invoke: no {DOCKER_BRIDGE} here (Docker not running); see --container-host")
             click.echo(f"function logs: {log_dir}")
             click.echo("press Ctrl-C to stop", nl=True)
             sys.stdout.flush()
