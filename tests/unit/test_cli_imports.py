@@ -8,7 +8,10 @@ import json
 import subprocess
 import sys
 
+import click
 import pytest
+
+from tally.cli.main import COMMANDS, cli
 
 HEAVY = ("aws_lambda_powertools", "tally.runtime", "tally.commit", "tally.pipeline", "boto3")
 PROBE = """
@@ -58,3 +61,25 @@ def test_the_probe_sees_a_heavy_import() -> None:
     )
     loaded = json.loads(result.stdout)
     assert {"tally.runtime", "tally.commit", "aws_lambda_powertools", "boto3"} <= set(loaded)
+
+
+def test_the_groups_help_is_each_commands_own() -> None:
+    """``tally --help`` lists the commands from ``COMMANDS`` without importing them: the same words."""
+    context = click.Context(cli)
+    for name, lazy in COMMANDS.items():
+        command = cli.get_command(context, name)
+        assert command is not None
+        assert command.get_short_help_str(1000) == click.Command(name, help=lazy.summary).get_short_help_str(1000), name
+
+
+def test_the_groups_help_imports_no_command_module() -> None:
+    script = (
+        "import sys\nfrom click.testing import CliRunner\nfrom tally.cli.main import cli\n"
+        "result = CliRunner().invoke(cli, ['--help'])\nassert result.exit_code == 0, result.output\n"
+        "assert 'Publish counter events' in result.output\n"
+        "print(sorted(n for n in sys.modules if n.startswith('tally.cli.') and n not in "
+        "{'tally.cli.main', 'tally.cli.output', 'tally.cli.resolve', 'tally.cli.aws'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

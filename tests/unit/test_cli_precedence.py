@@ -202,3 +202,20 @@ def test_a_stack_that_does_not_exist_is_an_error_whatever_the_environment_holds(
     assert "stack 'does-not-exist' does not exist" in result.output
     assert letters(stacks["A"]["DeadLetterQueueUrl"]) == ["letter-A"]  # nothing of A's was touched
     assert bodies(stacks["A"]["EventsQueueUrl"]) == []
+
+
+def test_publish_reset_and_correct_print_json_when_asked(stacks: dict[str, dict[str, str]]) -> None:
+    published = run("publish", "k2", "3", "--json")
+    assert published.exit_code == 0, published.output
+    summary = json.loads(published.stdout)  # the progress bar goes to stderr
+    assert summary["target"] == {"kind": "sqs", "address": stacks["A"]["EventsQueueUrl"]}
+    assert (summary["events"], summary["messages_sent"], summary["failed"]["messages"]) == (1, 1, 0)
+    for command in (("reset", "k2", "count", "0", "--id", "r-1"), ("correct", "k2", "count", "-1", "--id", "c-1")):
+        result = run(*command, "--json")
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout) == {
+            "id": command[5],
+            "sent": True,
+            "target": stacks["A"]["EventsQueueUrl"],
+            "failures": [],
+        }

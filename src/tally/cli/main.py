@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import click
@@ -33,23 +34,50 @@ if TYPE_CHECKING:
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
-COMMANDS: Mapping[str, str] = {
-    "correct": "tally.cli.corrections:correct",
-    "dlq": "tally.cli.dlq:dlq",
-    "plan": "tally.cli.plan:plan",
-    "publish": "tally.cli.publish:publish",
-    "reset": "tally.cli.corrections:reset",
-    "stack": "tally.cli.stack_command:stack",
-    "top": "tally.cli.top:top",
-    "windows": "tally.cli.windows:windows",
+
+@dataclass(frozen=True, slots=True)
+class LazyCommand:
+    """Where a command is defined, and its one-line help for ``tally --help`` (which then imports nothing)."""
+
+    path: str
+    summary: str
+
+
+COMMANDS: Mapping[str, LazyCommand] = {
+    "correct": LazyCommand(
+        "tally.cli.corrections:correct",
+        "Correct COUNTER of KEY by DELTA (negative to take away), recorded as a correction.",
+    ),
+    "dlq": LazyCommand("tally.cli.dlq:dlq", "Inspect and redrive the dead-letter queue."),
+    "plan": LazyCommand(
+        "tally.cli.plan:plan", "Recommend template parameters for a traffic description and predict the bill."
+    ),
+    "publish": LazyCommand(
+        "tally.cli.publish:publish", "Publish counter events (KEY [DELTA] adds DELTA, default 1, to KEY's --counter)."
+    ),
+    "reset": LazyCommand(
+        "tally.cli.corrections:reset",
+        "Reset COUNTER of KEY to VALUE (its all-time value; windows keep what happened in them).",
+    ),
+    "stack": LazyCommand(
+        "tally.cli.stack_command:stack",
+        "Show stack NAME's resources (its Outputs) and the environment variables tally reads them from.",
+    ),
+    "top": LazyCommand(
+        "tally.cli.top:top",
+        "Print the N largest all-time counters (a Scan of the counters table: for operators, not for hot paths).",
+    ),
+    "windows": LazyCommand("tally.cli.windows:windows", "Time windows: move ended windows off key items."),
 }
-"""Command name -> where it is defined, imported only when the command (or ``tally --help``) needs it."""
+"""Command name -> where it is defined, imported only when the command runs (or its own --help). Each help
+is the command's docstring's first line (tests/unit/test_cli_imports.py compares them)."""
 
 
 class LazyGroup(click.Group):
-    """A group whose subcommands are imported on first use (click's documented lazy-loading pattern)."""
+    """A group whose subcommands are imported on first use (click's documented lazy-loading pattern); its own
+    help lists them from ``COMMANDS`` without importing them."""
 
-    def __init__(self, *args: Any, lazy: Mapping[str, str], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, lazy: Mapping[str, LazyCommand], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy)
 
@@ -58,12 +86,28 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy and cmd_name not in self.commands:
-            module, _, attribute = self.lazy[cmd_name].partition(":")
+            module, _, attribute = self.lazy[cmd_name].path.partition(":")
             command = getattr(importlib.import_module(module), attribute)
             if not isinstance(command, click.Command):
-                raise TypeError(f"{self.lazy[cmd_name]} is not a click command")
+                raise TypeError(f"{self.lazy[cmd_name].path} is not a click command")
             self.add_command(command, cmd_name)
         return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """As click's, with the help of a command not imported yet taken from ``COMMANDS``."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            loaded = self.commands.get(name)
+            if loaded is None:
+                rows.append((name, click.Command(name, help=self.lazy[name].summary).get_short_help_str(limit)))
+            elif not loaded.hidden:
+                rows.append((name, loaded.get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def counters_json(counters: Mapping[str, Decimal]) -> bytes:
