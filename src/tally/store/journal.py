@@ -37,6 +37,7 @@ from tally.store.schema import (
     item_key,
     marker_actions,
     page_id,
+    replaced_batch_check,
     translate,
 )
 
@@ -110,10 +111,11 @@ class DynamoDBJournal:
         checked: set[str] = set()
         for claim in claims:
             if claim.replaces is not None and claim.replaces not in checked:
-                # The replaced marker counts as absent only because its batch is aborted: check it here,
-                # once per batch (DynamoDB refuses two operations on one item in a transaction).
+                # The replaced marker counts as absent only because its batch is aborted (or, past its
+                # horizon, its header is gone): check it here, once per batch (DynamoDB refuses two
+                # operations on one item in a transaction).
                 checked.add(claim.replaces)
-                actions.append(batch_state_check(self._markers, claim.replaces, BatchState.ABORTED))
+                actions.append(replaced_batch_check(self._markers, claim.replaces))
         return actions
 
     # ---------------------------------------------------------------------------------- committing
