@@ -195,6 +195,13 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.wide_items == SMOKE.wide_keys
     # AND half the ordinary messages carried numbered ids, whose markers share block items (issue 16, part 3)
     assert result.situations.get("situation.numbered_id_published", 0) > 0
+    # AND applications read win: series while the windows moved, each read exact at some instant, and ids
+    # met past their horizon after a TTL sweep were counted as new (issue 24, parts 3 and 4)
+    assert result.series_reads > 0
+    assert result.series_read_violations == ()
+    assert result.situations.get("situation.series_reads_during_moves", 0) > 0
+    assert result.situations.get("situation.ttl_headers_swept", 0) > 0
+    assert result.past_horizon_problems == ()
 
     # AND it produced every situation of issue 14: warm consumers whose marker read gate has closed, kills
     # between a journal claim and the commit redelivered after the lease (also to a closed gate), claims
