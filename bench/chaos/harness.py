@@ -223,6 +223,8 @@ class _Run:
     in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
     """DynamoDB's conflicts between transactions in flight on one item, across every consumer."""
     killed: KilledClaims = field(default_factory=KilledClaims)
+    series_monitor: SeriesReadMonitor | None = None
+    """Holds window moves until a series read of their key is between two requests (issue 24)."""
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
@@ -233,6 +235,8 @@ class _Run:
         )
         chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
         self.injectors.append(chaos)
+        if self.series_monitor is not None:  # after the injector's hooks: only moves it lets through are held
+            self.series_monitor.attach(client)
         port = ConsumerPort(
             self.dead_letters, config.delivery.dlq_refusal, random.Random(f"{config.seed}:dlq:{name}"), self.log
         )
@@ -359,6 +363,19 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         else:
             stream.put(publication.body.encode(), publication.partition_key)
 
+    series_client = client_factory()
+    series_monitor = SeriesReadMonitor(
+        run.ledger,
+        run.log,
+        window_contributions(workload, parse_window_spec(config.windows, config.window_retention)),
+        reader_factory(series_client, tables, config),
+        series_client,
+        day_ms=generated_ms - generated_ms % DAY_MS - DAY_MS,  # the window messages' day (``workload``)
+        now_ms=run.clock.now_ms,
+        seed=config.seed,
+        interval_s=config.series_read_interval_s,
+    )
+    run.series_monitor = series_monitor
     sqs_consumers = [run.consumer(f"sqs-{index}", index) for index in range(config.sqs_consumers)]
     shard_consumers = [
         ShardConsumer(
@@ -395,18 +412,6 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
             shard_consumer.halted.set()
 
     distinct = len(workload.valid)
-    series_client = client_factory()
-    series_monitor = SeriesReadMonitor(
-        run.ledger,
-        run.log,
-        window_contributions(workload, parse_window_spec(config.windows, config.window_retention)),
-        reader_factory(series_client, tables, config),
-        series_client,
-        day_ms=generated_ms - generated_ms % DAY_MS - DAY_MS,  # the window messages' day (``workload``)
-        now_ms=run.clock.now_ms,
-        seed=config.seed,
-        interval_s=config.series_read_interval_s,
-    )
     with (
         JepsenMonitor(run.ledger, sorted(workload.expected), read_count, config.jepsen_interval_s, config.seed) as jm,
         series_monitor,

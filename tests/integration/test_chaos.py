@@ -199,7 +199,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # met past their horizon after a TTL sweep were counted as new (issue 24, parts 3 and 4)
     assert result.series_reads > 0
     assert result.series_read_violations == ()
-    assert result.situations.get("situation.series_reads_during_moves", 0) > 0
+    assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0
     assert result.situations.get("situation.ttl_headers_swept", 0) > 0
     assert result.past_horizon_problems == ()
 

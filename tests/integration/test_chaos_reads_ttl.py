@@ -142,7 +142,7 @@ def test_the_harness_catches_series_reads_that_miss_window_moves(
     result = run_on(dynamodb_local, ddb_tables, config, reader_factory=three_request_reader)
 
     # THEN some read counted a window zero times or twice, and the run fails
-    assert result.situations.get("situation.series_reads_during_moves", 0) > 0
+    assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0
     assert result.series_read_violations, result.situations
     assert not result.passed
 
