@@ -97,8 +97,9 @@ class MoverLeavingAttributes(DynamoDBWindowMover):
 
     def _remove(self, move: Any) -> Any:
         action = super()._remove(move)
-        names = action["Update"]["ExpressionAttributeNames"]
-        action["Update"]["UpdateExpression"] = "SET " + ", ".join(f"{name} = {name}" for name in names)
+        names = [name for name in action["Update"]["ExpressionAttributeNames"] if name != "#moves"]
+        kept = "SET " + ", ".join(f"{name} = {name}" for name in names)
+        action["Update"]["UpdateExpression"] = kept + " ADD #moves :one"  # the count of moves as the real one
         return action
 
 

@@ -9,7 +9,8 @@ strongly consistent: a count read right after a batch committed includes it.
 Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yaml grants exactly these):
 
 - ``get`` and ``get_many``: ``BatchGetItem``, one per 100 items (a hot key is 16 items), the keys
-  DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get``);
+  DynamoDB leaves unprocessed asked again (``tally.store.schema.batch_get``); they read the key items'
+  all-time attributes only, which window moves never touch, so one read of each item is exact;
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
   windows, paginated; for hour and day windows, also a ``BatchGetItem`` of the key's item(s), whose ``w#``
   attributes hold the windows not yet moved off them, before the queries and again after them (a window
