@@ -17,7 +17,9 @@ import pytest
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
+from tally.errors import RetryableStoreError
 from tally.reader.dynamodb import CounterReader
+from tally.store.schema import WINDOW_MOVES
 from tally.store.windows import DynamoDBWindowMover
 from tests.support.pipeline import make_pipeline, make_store
 
@@ -114,3 +116,35 @@ def test_a_series_read_counts_each_window_once_whatever_request_a_move_commits_b
         found = {w.start_ms: w.values.get("count", Decimal(0)) for w in series.windows if w.values}
         start = DAY0 + 3 * H if window == "hour" else DAY0
         assert found == {start: Decimal(5)}, f"move before request {nth}"
+
+
+def test_a_read_that_moves_keep_interrupting_fails_as_retryable_instead_of_guessing(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a key whose item another writer's moves keep changing between every two of the reader's requests
+    count(ddb_tables, "busy")
+
+    def bump() -> None:
+        thread = threading.Thread(
+            target=ddb_tables.client.update_item,
+            kwargs={
+                "TableName": ddb_tables.counters_table,
+                "Key": {"pk": {"S": "busy"}, "sk": {"S": "all"}},
+                "UpdateExpression": "ADD #moves :one",
+                "ExpressionAttributeNames": {"#moves": WINDOW_MOVES},
+                "ExpressionAttributeValues": {":one": {"N": "1"}},
+            },
+        )
+        thread.start()
+        thread.join()
+
+    client = dynamodb_local.client()
+    client.meta.events.register("before-call.dynamodb.BatchGetItem", lambda **_: bump())
+    reader = CounterReader(ddb_tables.counters_table, client=client, windows=WINDOWS)
+
+    # WHEN it is read, THEN the read gives up after MAX_SERIES_ATTEMPTS as retryable (the endpoint's 503)
+    with pytest.raises(RetryableStoreError, match="window moves kept committing"):
+        reader.series("busy", "day", DAY0, DAY0 + DAY_MS - 1, now_ms=NEXT_DAY)
+    # AND once they stop, the same read is exact
+    quiet = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, windows=WINDOWS)
+    assert quiet.series("busy", "day", DAY0, DAY0, now_ms=NEXT_DAY).windows[0].values == {"count": Decimal(5)}
