@@ -15,9 +15,9 @@ not counted, to an hour item of its own). Per key item, in ONE ``TransactWriteIt
 Both or neither, so a window's counts are on the key's item or on a window item, never both and never
 neither: readers add the two (``tally.reader``), before and after a move alike. The key item's ``REMOVE``
 also adds 1 to its ``moves`` attribute, so that a reader whose requests a move fell between knows it and
-reads again. A late event that changed
-an attribute between the read and the transaction fails the condition: the item the cancellation returns
-is the new read, and the move is tried again (``MAX_ATTEMPTS``), else left for a later batch. Two containers
+reads again. A late event that changed an attribute between the read and the transaction fails the
+condition: the item the cancellation returns is the new read, and the move is tried again
+(``MAX_ATTEMPTS``), else left for a later batch. Two containers
 moving the same window: one commits, the other's condition fails (the attribute is gone) and it finds
 nothing left to move. A container whose clock runs fast may move a window another container still adds to:
 that ADD re-creates the attribute, which a later move takes. So correctness depends on no clock; only how
