@@ -25,10 +25,12 @@ from bench.chaos.clock import VirtualClock
 from bench.chaos.config import VISIBILITY_TIMEOUT_S
 from bench.chaos.dlq import ConsumerPort, DeadLetterStore
 from bench.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions
+from bench.chaos.horizon import run_past_horizon
 from bench.chaos.invoke import Consumer, KilledClaims
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
 from bench.chaos.sqs import Queue, consume
+from bench.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
 from bench.chaos.workload import TRACER, Source, Workload, generate, wide_items
 from tally.commit.applier import Applier, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
@@ -38,7 +40,7 @@ from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import parse_numbered
 from tally.core.sharding import parse_hot_keys
-from tally.core.windows import parse_window_id, parse_window_spec
+from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
@@ -133,6 +135,18 @@ def wire_pipeline(
     )
 
 
+class SeriesReaderFactory(Protocol):
+    """Builds the reader of the series reads made during the run (the library's: ``series_reader``)."""
+
+    def __call__(self, client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> CounterReader: ...
+
+
+def series_reader(client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> CounterReader:
+    """``tally.reader.CounterReader`` as an application builds it for this deployment."""
+    spec = parse_window_spec(config.windows, config.window_retention)
+    return CounterReader(tables.counters, client=client, hot_keys=config.hot_keys, windows=spec)
+
+
 @dataclass(frozen=True, slots=True)
 class ChaosResult:
     config: ChaosConfig
@@ -153,6 +167,11 @@ class ChaosResult:
     """Keys whose item got more counter names than one ADD's 4 KB expression carries."""
     wide_messages: int = 0
     """Messages with 100 or more counters on one key."""
+    series_reads: int = 0
+    """Series reads of ``win:`` keys made while the consumers ran (``bench.chaos.window_reads``, issue 24)."""
+    series_read_violations: tuple[WindowReadViolation, ...] = ()
+    past_horizon_problems: tuple[str, ...] = ()
+    """What went wrong with the ids met past their horizon after a TTL sweep (``bench.chaos.horizon``)."""
 
     @property
     def faults(self) -> dict[str, int]:
@@ -177,7 +196,15 @@ class ChaosResult:
 
     @property
     def passed(self) -> bool:
-        return self.verdict.ok and not self.jepsen_violations and not self.unexpected_errors and self.jepsen_reads > 0
+        return (
+            self.verdict.ok
+            and not self.jepsen_violations
+            and not self.unexpected_errors
+            and self.jepsen_reads > 0
+            and not self.series_read_violations
+            and not self.past_horizon_problems
+            and (self.series_reads > 0 or not self.config.window_messages)
+        )
 
 
 @dataclass
@@ -197,6 +224,8 @@ class _Run:
     in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
     """DynamoDB's conflicts between transactions in flight on one item, across every consumer."""
     killed: KilledClaims = field(default_factory=KilledClaims)
+    series_monitor: SeriesReadMonitor | None = None
+    """Holds window moves until a series read of their key is between two requests (issue 24)."""
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
@@ -207,6 +236,8 @@ class _Run:
         )
         chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
         self.injectors.append(chaos)
+        if self.series_monitor is not None:  # after the injector's hooks: only moves it lets through are held
+            self.series_monitor.attach(client)
         port = ConsumerPort(
             self.dead_letters, config.delivery.dlq_refusal, random.Random(f"{config.seed}:dlq:{name}"), self.log
         )
@@ -285,11 +316,13 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     *,
     pipeline_factory: PipelineFactory = wire_pipeline,
     on_progress: Callable[[str, int, int], None] | None = None,
+    reader_factory: SeriesReaderFactory = series_reader,
 ) -> ChaosResult:
     """Run ``config`` against the (empty) ``tables``; ``on_progress(phase, acknowledged, messages)``."""
     started = time.perf_counter()
     run = _Run(config, client_factory, tables, pipeline_factory)
-    workload = generate(config, run.clock.now_ms())
+    generated_ms = run.clock.now_ms()
+    workload = generate(config, generated_ms)
     queue = Queue(
         run.clock,
         run.dead_letters,
@@ -301,6 +334,16 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     )
     stream = Stream(config.kinesis_shards, run.clock)
     _apply_setup(workload, run)
+    past_horizon = run_past_horizon(
+        config,
+        client_factory,
+        tables,
+        pipeline_factory,
+        dead_letters=ConsumerPort(DeadLetterStore(), 0.0, random.Random(), run.log),
+        log=run.log,
+        now_ms=run.clock.now_ms(),
+        ttl_seconds=TTL_SECONDS,
+    )
     reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
     for publication in workload.publications:
@@ -321,6 +364,19 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         else:
             stream.put(publication.body.encode(), publication.partition_key)
 
+    series_client = client_factory()
+    series_monitor = SeriesReadMonitor(
+        run.ledger,
+        run.log,
+        window_contributions(workload, parse_window_spec(config.windows, config.window_retention)),
+        reader_factory(series_client, tables, config),
+        series_client,
+        day_ms=generated_ms - generated_ms % DAY_MS - DAY_MS,  # the window messages' day (``workload``)
+        now_ms=run.clock.now_ms,
+        seed=config.seed,
+        interval_s=config.series_read_interval_s,
+    )
+    run.series_monitor = series_monitor
     sqs_consumers = [run.consumer(f"sqs-{index}", index) for index in range(config.sqs_consumers)]
     shard_consumers = [
         ShardConsumer(
@@ -357,7 +413,10 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
             shard_consumer.halted.set()
 
     distinct = len(workload.valid)
-    with JepsenMonitor(run.ledger, sorted(workload.expected), read_count, config.jepsen_interval_s, config.seed) as jm:
+    with (
+        JepsenMonitor(run.ledger, sorted(workload.expected), read_count, config.jepsen_interval_s, config.seed) as jm,
+        series_monitor,
+    ):
         phases = ["main"] + [f"redrive {n + 1}" for n in range(config.redrives)]
         for number, phase in enumerate(phases):  # an extra redrive appends a phase (see below)
             if number > 0:
@@ -374,6 +433,8 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         injector.enabled = False
     if jm.error is not None:
         raise jm.error
+    if series_monitor.error is not None:
+        raise series_monitor.error
 
     run.log.add(
         "situation.sum_over_38_digits_dead_lettered",
@@ -403,6 +464,9 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         virtual_seconds=run.clock.jumped_ms / 1000,
         wide_items=wide_items(workload, ONE_ADD_NAMES),
         wide_messages=sum(1 for m in published if any(len(c) >= WIDE_MESSAGE_NAMES for c in m.sums.values())),
+        series_reads=series_monitor.reads,
+        series_read_violations=tuple(series_monitor.violations),
+        past_horizon_problems=tuple(past_horizon),
     )
 
 
@@ -452,4 +516,14 @@ def _apply_setup(workload: Workload, run: _Run) -> None:
     run.ledger.acknowledge(workload.setup)
 
 
-__all__ = ["CHAOS_RETRIES", "ChaosResult", "PipelineFactory", "Tables", "Workload", "run_chaos", "wire_pipeline"]
+__all__ = [
+    "CHAOS_RETRIES",
+    "ChaosResult",
+    "PipelineFactory",
+    "SeriesReaderFactory",
+    "Tables",
+    "Workload",
+    "run_chaos",
+    "series_reader",
+    "wire_pipeline",
+]

@@ -77,6 +77,11 @@ class Ledger:
         with self._lock:
             return frozenset(self._acknowledged)
 
+    @property
+    def attempted_messages(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._attempted)
+
 
 class JepsenMonitor:
     """Reads random keys while the run goes on; ``read`` returns a key's ``count`` (all shards summed)."""

@@ -83,9 +83,18 @@ def summary_table(result: ChaosResult) -> Table:
     table.add_row(
         f"Jepsen reads outside \\[acked, attempted] (of {result.jepsen_reads:,})", _flag(len(result.jepsen_violations))
     )
+    table.add_row(
+        f"series reads during the run outside \\[acked, attempted] (of {result.series_reads:,}; issue 24)",
+        _flag(len(result.series_read_violations)),
+    )
+    table.add_row(
+        "ids met past their horizon after a TTL sweep, wrong (issue 24)", _flag(len(result.past_horizon_problems))
+    )
     table.add_row("unexpected errors", _flag(len(result.unexpected_errors)))
     for example in verdict.examples:
         table.add_row(f"  [red]{escape(example)}[/red]", "")
+    for problem in [*map(str, result.series_read_violations[:3]), *result.past_horizon_problems[:3]]:
+        table.add_row(f"  [red]{escape(problem)}[/red]", "")
     table.add_row("time (virtual time skipped)", f"{result.seconds:,.1f} s ({result.virtual_seconds:,.0f} s)")
     return table
 
@@ -116,6 +125,9 @@ def as_json(result: ChaosResult) -> dict[str, Any]:
         "verdict": asdict(result.verdict),
         "jepsen_reads": result.jepsen_reads,
         "jepsen_violations": [asdict(v) | {k: str(v) for k, v in asdict(v).items()} for v in result.jepsen_violations],
+        "series_reads": result.series_reads,
+        "series_read_violations": [str(violation) for violation in result.series_read_violations],
+        "past_horizon_problems": list(result.past_horizon_problems),
         "unexpected_errors": list(result.unexpected_errors),
         "seconds": round(result.seconds, 1),
         "virtual_seconds": round(result.virtual_seconds),

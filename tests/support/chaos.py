@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from bench.chaos.harness import PipelineFactory, Tables, run_chaos, wire_pipeline
+from bench.chaos.harness import PipelineFactory, SeriesReaderFactory, Tables, run_chaos, series_reader, wire_pipeline
 
 from tally.runtime import CLIENT_CONFIG
 
@@ -27,11 +27,14 @@ def run_on(
     ddb_tables: DynamoDBTables,
     config: ChaosConfig,
     pipeline_factory: PipelineFactory = wire_pipeline,
+    *,
+    reader_factory: SeriesReaderFactory = series_reader,
 ) -> ChaosResult:
-    """One chaos run of ``config`` on the session's tables, through ``pipeline_factory``'s wiring."""
+    """One chaos run of ``config`` on the session's tables, through ``pipeline_factory``'s wiring (and
+    ``reader_factory``'s reader for the series reads made during the run)."""
     tables = Tables(ddb_tables.counters_table, ddb_tables.markers_table)
     client_factory = partial(dynamodb_local.client, CLIENT_CONFIG)
-    return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory)
+    return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory, reader_factory=reader_factory)
 
 
 def rewired(patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig], None]) -> PipelineFactory:

@@ -18,7 +18,7 @@ sections below follow the life of a message:
    applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED batch is
    finished here, then applied; a PREPARING batch with a live lease holds the message (handed back); an
    expired one is aborted, and a marker of an ABORTED batch counts as absent: the message is claimed
-   again, replacing it.
+   again, replacing it. So does a marker whose batch's header TTL has deleted (past its own horizon).
 
 This module owns the order of the steps and what each outcome means for each message, which it records
 in ``Fates`` (the one place a fate is given). It must not retry, sleep, read the clock or count requests:
@@ -642,6 +642,11 @@ class CommitProtocol:
         except RetryableStoreError:
             return Resolution.PENDING
 
+    def _expired(self, batch_id: str) -> Resolution:
+        """A marker naming ``batch_id``, whose header TTL has deleted: past its horizon, it counts as absent."""
+        self._resolutions[batch_id] = Resolution.REPLACEABLE
+        return Resolution.REPLACEABLE
+
     def resolve(self, batch_id: str) -> Resolution:
         """What a marker naming ``batch_id`` means now; finishes a COMMITTED batch on the way."""
         known = self._resolutions.get(batch_id)
@@ -649,17 +654,20 @@ class CommitProtocol:
             return known
         record = self._steps.read(partial(self._journal.read, batch_id))
         if record is None:
-            # Journal items outlive the markers of their batch (TTL rule) and too-old messages are
-            # refused before any marker is consulted, so this cannot happen unless items were deleted.
-            raise StoreError(f"journal header of batch {batch_id} is missing")
+            # Journal items outlive every marker of their batch by a day (TTL rule), so a header is gone only
+            # once the marker met is past its own horizon: a seq whose block item later writes kept alive,
+            # met by a message without ``ts`` redriven past the horizon or by an id reused with a fresh one.
+            # Such a marker counts as absent, as a marker item TTL deleted would: the message is claimed
+            # again, replacing it (the claim checks that the header is still gone, or aborted).
+            return self._expired(batch_id)
         state = record.state
         if state is BatchState.PREPARING and record.lease_until_ms < self._now_ms:
             if self._steps.write(partial(self._journal.abort, batch_id, self._now_ms, expired_only=True)):
                 state = BatchState.ABORTED
-            else:  # it moved on meanwhile (committed, or aborted by someone else): look again
+            else:  # it moved on meanwhile (committed, or aborted by someone else, or TTL deleted it): look again
                 record = self._steps.read(partial(self._journal.read, batch_id))
                 if record is None:
-                    raise StoreError(f"journal header of batch {batch_id} vanished")
+                    return self._expired(batch_id)
                 state = record.state
         if state is BatchState.ABORTED:
             resolution = Resolution.REPLACEABLE

@@ -9,11 +9,14 @@ strongly consistent: a count read right after a batch committed includes it.
 Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yaml grants exactly these):
 
 - ``get`` and ``get_many``: ``BatchGetItem``, one per 100 items (a hot key is 16 items), the keys
-  DynamoDB leaves unprocessed asked again (``tally.store.requests.batch_get``);
+  DynamoDB leaves unprocessed asked again (``tally.store.requests.batch_get``); they read the key items'
+  all-time attributes only, which window moves never touch, so one read of each item is exact;
 - ``series``: one ``Query`` per partition (one, or 16 for a hot key) over the sort-key range of the
-  windows, paginated, and for hour and day windows one ``BatchGetItem`` of the key's item(s), whose ``w#``
-  attributes hold the windows not yet moved off them, and for hours one more ``Query`` per partition over
-  the days they fall in, whose items keep ended hours as ``w#`` attributes;
+  windows, paginated; for hour and day windows, also a ``BatchGetItem`` of the key's item(s), whose ``w#``
+  attributes hold the windows not yet moved off them, before the queries and again after them (a window
+  move committing between the requests makes the read start over: ``_series_beside_moves``), and for hours
+  one more ``Query`` per partition over the days they fall in, whose items keep ended hours as ``w#``
+  attributes;
 - ``top``: a ``Scan`` of the whole counters table (paginated): its cost grows with the table, so it is
   for operators and batch jobs, never for a page view.
 
@@ -37,13 +40,14 @@ from tally.core.items import SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
 from tally.core.windows import DAY_MS, UNITS, WindowSpec, WindowUnit, parse_window_spec
-from tally.errors import ConfigurationError, InvalidReadError
+from tally.errors import ConfigurationError, InvalidReadError, RetryableStoreError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
 from tally.store.requests import batch_get, scan_all_time_items, translate
 from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
+    WINDOW_MOVES,
     counters_from_item,
     distinct_from_item,
     gauges_from_item,
@@ -53,11 +57,13 @@ from tally.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
 _ZERO: Final = Decimal(0)
+MAX_SERIES_ATTEMPTS: Final = 5
+"""Reads of a series a window move may interrupt before the read fails as retryable (``series``)."""
 
 
 def key_of_partition(partition_key: str) -> str:
@@ -88,6 +94,18 @@ def _kept(unit: WindowUnit, start_ms: int, now_ms: int) -> bool:
     its item yet (AWS: typically within 2 days) or its counters still wait on the key's item."""
     expires = unit.expires_at_s(start_ms)
     return expires is None or expires * 1000 > now_ms
+
+
+def _moves_of(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """Key item -> how many window moves it has had (``WINDOW_MOVES``; an item without it: none)."""
+    return {item[PARTITION_KEY]["S"]: int(item.get(WINDOW_MOVES, {}).get("N", "0")) for item in items}
+
+
+def _add_open(found: dict[str, dict[str, Decimal]], item: Mapping[str, Any], wanted: set[str]) -> None:
+    """Add the ``w#`` windows of ``item`` that are ``wanted`` into ``found``."""
+    for window_id, counters in open_windows_from_item(item).items():
+        if window_id in wanted:
+            add_into(found.setdefault(window_id, {}), counters)
 
 
 class CounterReader:
@@ -185,31 +203,13 @@ class CounterReader:
         clock = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         start_ms, end_ms = default_bounds(unit, from_ms, to_ms, clock)
         starts = series_starts(unit, start_ms, end_ms, self.max_series_windows)
-        first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
-        found: dict[str, dict[str, Decimal]] = {}
-        members: dict[str, dict[str, Decimal]] = {}
         shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
-        for shard in shards:
-            partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
-            for item in self._query(partition, first, last):
-                add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
-                add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
+        key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
+        partitions = [key_item[PARTITION_KEY] for key_item in key_items]
         if unit.on_key_item:
-            # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them;
-            # and ended hours kept on their day's item (a ``Query`` of the days they fall in, per partition).
-            wanted = {unit.window_id(start) for start in starts}
-            key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
-            holders = list(batch_get(self.client, self.counters_table, key_items))
-            if unit.duration_ms < DAY_MS:
-                day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
-                first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
-                for shard in shards:
-                    partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
-                    holders.extend(self._query(partition, first_day, last_day))
-            for item in holders:
-                for window_id, counters in open_windows_from_item(item).items():
-                    if window_id in wanted:
-                        add_into(found.setdefault(window_id, {}), counters)
+            found, members = self._series_beside_moves(unit, starts, partitions, key_items)
+        else:  # minute windows: window items only, which nothing moves
+            found, members = self._window_items(partitions, unit.window_id(starts[0]), unit.window_id(starts[-1]))
         windows = tuple(
             Window(start, found.get(unit.window_id(start), {}), members.get(unit.window_id(start), {}))
             if _kept(unit, start, clock)
@@ -217,6 +217,62 @@ class CounterReader:
             for start in starts
         )
         return Series(key, unit.name, windows)
+
+    def _window_items(
+        self, partitions: Sequence[Mapping[str, Any]], first: str, last: str
+    ) -> tuple[dict[str, dict[str, Decimal]], dict[str, dict[str, Decimal]]]:
+        """Window id -> counters, and -> distinct counts, of the window items from ``first`` to ``last``."""
+        found: dict[str, dict[str, Decimal]] = {}
+        members: dict[str, dict[str, Decimal]] = {}
+        for partition in partitions:
+            for item in self._query(partition, first, last):
+                add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
+                add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
+        return found, members
+
+    def _series_beside_moves(
+        self,
+        unit: WindowUnit,
+        starts: range,
+        partitions: Sequence[Mapping[str, Any]],
+        key_items: Sequence[Mapping[str, Any]],
+    ) -> tuple[dict[str, dict[str, Decimal]], dict[str, dict[str, Decimal]]]:
+        """The windows of a unit counted on the key's item(s): what moved to window items plus what is still
+        on the key items, exact whatever moves commit during the read.
+
+        A move takes a window's attributes off a key item and adds them to a window item in one transaction
+        (``tally.store.windows``), and adds 1 to the key item's ``moves``. The window items and the key items
+        take several requests to read; a move committing between them would make its windows count zero
+        times (the window items read before it, the key item after) or twice (the other way round). So the
+        key items' ``moves`` are read first (``BatchGetItem``), then the window items (``Query`` per
+        partition, and for hours the days they fall in, whose items keep ended hours), then the key items
+        again: if no key item's ``moves`` changed, no move committed on any of them during the read, so the
+        window items read are what they are at the second key read (only moves write them: a batch counts
+        these windows on key items), and the sum of the two is each shard's value at that instant. Otherwise
+        the read starts over, at most ``MAX_SERIES_ATTEMPTS`` times (a key's windows move about once a day,
+        each move one transaction), then fails as retryable (the endpoint's 503).
+
+        Chosen over one ``TransactGetItems``: that needs each item's exact key (hour items and day items,
+        16 of each per hot key), at most 100 of them, and costs two read units per item, where the key
+        items' second read costs one per key item and one request.
+        """
+        day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
+        first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
+        first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
+        wanted = {unit.window_id(start) for start in starts}
+        for _ in range(MAX_SERIES_ATTEMPTS):
+            before = _moves_of(batch_get(self.client, self.counters_table, key_items))
+            found, members = self._window_items(partitions, first, last)
+            if unit.duration_ms < DAY_MS:  # ended hours kept on their day's item as ``w#`` attributes
+                for partition in partitions:
+                    for item in self._query(partition, first_day, last_day):
+                        _add_open(found, item, wanted)
+            holders = batch_get(self.client, self.counters_table, key_items)
+            if _moves_of(holders) == before:
+                for item in holders:
+                    _add_open(found, item, wanted)
+                return found, members
+        raise RetryableStoreError(f"window moves kept committing during {MAX_SERIES_ATTEMPTS} reads of a series")
 
     def top(self, n: int = 10, counter: str | None = None) -> list[Ranked]:
         """The ``n`` largest all-time counters (of one name, if given): a ``Scan`` of the whole table."""

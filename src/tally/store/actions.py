@@ -14,6 +14,7 @@ from tally.core.items import (
     item_label,
     item_parts,
 )
+from tally.core.ledger import BatchState
 from tally.core.numbers import to_wire
 from tally.store.expressions import (
     OPERATOR_AT,
@@ -62,6 +63,27 @@ def batch_state_check(table: str, batch_id: str, state: str) -> tuple[TransactWr
             "ConditionExpression": "#state = :state",
             "ExpressionAttributeNames": {"#state": HEADER_STATE},
             "ExpressionAttributeValues": {":state": {"S": state}},
+        }
+    }, ("batch", batch_id)
+
+
+def replaced_batch_check(table: str, batch_id: str) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A condition that a marker naming ``batch_id`` may be replaced: the batch is ABORTED (it can never
+    commit), or its header is gone.
+
+    A header is only ever deleted by TTL, a day after every marker of its batch passed its own horizon
+    (``tally.store.journal``: the journal outlives its markers), and a marker naming a batch is only written
+    in a transaction that finds its header. So a missing header means the marker is past its horizon: it
+    counts as absent, as a marker item TTL has deleted does (docs/journal.md, "Past the horizon"). A block
+    item, which every write keeps alive, is how such a marker is still there to be met.
+    """
+    return {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": {LEDGER_ID: {"S": header_id(batch_id)}},
+            "ConditionExpression": "#state = :state OR attribute_not_exists(#id)",
+            "ExpressionAttributeNames": {"#state": HEADER_STATE, "#id": LEDGER_ID},
+            "ExpressionAttributeValues": {":state": {"S": BatchState.ABORTED}},
         }
     }, ("batch", batch_id)
 

@@ -17,7 +17,7 @@ from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.core.limits import BATCH_WRITE_MAX_ITEMS
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
-from tally.store.actions import add_update, batch_state_check
+from tally.store.actions import add_update, batch_state_check, replaced_batch_check
 from tally.store.markers import marker_actions
 from tally.store.pages import decode_page, encode_page
 from tally.store.requests import batch_get, translate
@@ -107,10 +107,11 @@ class DynamoDBJournal:
         checked: set[str] = set()
         for claim in claims:
             if claim.replaces is not None and claim.replaces not in checked:
-                # The replaced marker counts as absent only because its batch is aborted: check it here,
-                # once per batch (DynamoDB refuses two operations on one item in a transaction).
+                # The replaced marker counts as absent only because its batch is aborted (or, past its
+                # horizon, its header is gone): check it here, once per batch (DynamoDB refuses two
+                # operations on one item in a transaction).
                 checked.add(claim.replaces)
-                actions.append(batch_state_check(self._markers, claim.replaces, BatchState.ABORTED))
+                actions.append(replaced_batch_check(self._markers, claim.replaces))
         return actions
 
     # ---------------------------------------------------------------------------------- committing

@@ -60,6 +60,10 @@ COUNTER_PREFIX: Final = "c#"
 
 WINDOW_PREFIX: Final = "w#"
 """An open window's counter on a key's item: ``w#<window id>\x1f<counter>`` (``counter_attribute``)."""
+WINDOW_MOVES: Final = "moves"
+"""How many window moves have taken attributes off a key item (Number, absent: none): each move's ``REMOVE``
+adds 1 in the same action, so a reader that reads the key item before and after its window items knows
+whether a move committed in between (``tally.reader``'s series)."""
 
 
 LEDGER_ID: Final = "id"

@@ -13,9 +13,11 @@ not counted, to an hour item of its own). Per key item, in ONE ``TransactWriteIt
   (``WindowSpec.windows_of``).
 
 Both or neither, so a window's counts are on the key's item or on a window item, never both and never
-neither: readers add the two (``tally.reader``), before and after a move alike. A late event that changed
-an attribute between the read and the transaction fails the condition: the item the cancellation returns
-is the new read, and the move is tried again (``MAX_ATTEMPTS``), else left for a later batch. Two containers
+neither: readers add the two (``tally.reader``), before and after a move alike. The key item's ``REMOVE``
+also adds 1 to its ``moves`` attribute, so that a reader whose requests a move fell between knows it and
+reads again. A late event that changed an attribute between the read and the transaction fails the
+condition: the item the cancellation returns is the new read, and the move is tried again
+(``MAX_ATTEMPTS``), else left for a later batch. Two containers
 moving the same window: one commits, the other's condition fails (the attribute is gone) and it finds
 nothing left to move. A container whose clock runs fast may move a window another container still adds to:
 that ADD re-creates the attribute, which a later move takes. So correctness depends on no clock; only how
@@ -52,7 +54,7 @@ from tally.core.numbers import EXACT, to_wire
 from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
 from tally.store.actions import add_update
 from tally.store.requests import batch_get, scan_all_time_items, translate
-from tally.store.schema import PARTITION_KEY, item_key, open_windows_from_item, window_attribute
+from tally.store.schema import PARTITION_KEY, WINDOW_MOVES, item_key, open_windows_from_item, window_attribute
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -344,11 +346,15 @@ class DynamoDBWindowMover:
             names[f"#w{index}"] = attribute
             values[f":w{index}"] = {"N": to_wire(value)}
             conditions.append(f"#w{index} = :w{index}")
+        removed = ", ".join(names)
+        # The key item's count of moves goes up in the same action: a series read spanning it starts over.
+        names["#moves"] = WINDOW_MOVES
+        values[":one"] = {"N": "1"}
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": item_key(move.item),
-                "UpdateExpression": "REMOVE " + ", ".join(names),
+                "UpdateExpression": f"REMOVE {removed} ADD #moves :one",
                 "ConditionExpression": " AND ".join(conditions),
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": values,

@@ -1,0 +1,162 @@
+"""Broken variants of issue 24's parts 3 and 4, under the chaos harness (``bench.chaos.window_reads``,
+``bench.chaos.horizon``): the run must fail when either fix is undone.
+
+- a reader whose series makes the three requests of the code before the fix (window items, key items, the
+  days that keep hours), with nothing telling it a window move committed between them;
+- a journal whose missing header fails the batch (``StoreError``), as ``CommitProtocol.resolve`` did before
+  the fix, so that a block marker naming a batch TTL deleted fails its batch on every delivery.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.chaos.config import SMOKE
+from bench.chaos.harness import Tables, wire_pipeline
+
+from tally.core.items import make_item
+from tally.core.sharding import MAX_SHARDS
+from tally.core.windows import DAY_MS, UNITS, WindowUnit, parse_window_spec
+from tally.errors import StoreError
+from tally.reader.dynamodb import CounterReader, _kept, add_into
+from tally.reader.requests import check_key, default_bounds, series_starts, window_unit
+from tally.reader.results import Series, Window
+from tally.store.journal import DynamoDBJournal
+from tally.store.requests import batch_get
+from tally.store.schema import (
+    PARTITION_KEY,
+    SORT_KEY,
+    counters_from_item,
+    distinct_from_item,
+    item_key,
+    open_windows_from_item,
+)
+from tests.support.chaos import run_on
+
+if TYPE_CHECKING:
+    from decimal import Decimal
+
+    from bench.chaos.config import ChaosConfig
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally.commit.marker_reads import MarkerReadGate
+    from tally.core.ledger import BatchRecord
+    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+
+class ThreeRequestSeries(CounterReader):
+    """BROKEN on purpose: the series read before issue 24 (window items, then key items, then the days
+    keeping hours), which a window move committing between two requests makes count a window 0 or 2 times."""
+
+    def series(
+        self,
+        key: str,
+        window: str,
+        from_ms: int | None = None,
+        to_ms: int | None = None,
+        *,
+        now_ms: int | None = None,
+    ) -> Series:
+        """Every ``window`` of ``key`` from the one holding ``from_ms`` to the one holding ``to_ms``
+        (epoch milliseconds; default: the 24 windows up to now), with no gaps."""
+        check_key(key)
+        unit = window_unit(window, self.windows)
+        clock = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        start_ms, end_ms = default_bounds(unit, from_ms, to_ms, clock)
+        starts = series_starts(unit, start_ms, end_ms, self.max_series_windows)
+        first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
+        found: dict[str, dict[str, Decimal]] = {}
+        members: dict[str, dict[str, Decimal]] = {}
+        shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
+        for shard in shards:
+            partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
+            for item in self._query(partition, first, last):
+                add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
+                add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
+        if unit.on_key_item:
+            # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them;
+            # and ended hours kept on their day's item (a ``Query`` of the days they fall in, per partition).
+            wanted = {unit.window_id(start) for start in starts}
+            key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
+            holders = list(batch_get(self.client, self.counters_table, key_items))
+            if unit.duration_ms < DAY_MS:
+                day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
+                first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
+                for shard in shards:
+                    partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
+                    holders.extend(self._query(partition, first_day, last_day))
+            for item in holders:
+                for window_id, counters in open_windows_from_item(item).items():
+                    if window_id in wanted:
+                        add_into(found.setdefault(window_id, {}), counters)
+        windows = tuple(
+            Window(start, found.get(unit.window_id(start), {}), members.get(unit.window_id(start), {}))
+            if _kept(unit, start, clock)
+            else Window(start, {}, {})
+            for start in starts
+        )
+        return Series(key, unit.name, windows)
+
+
+def three_request_reader(client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> CounterReader:
+    spec = parse_window_spec(config.windows, config.window_retention)
+    return ThreeRequestSeries(tables.counters, client=client, hot_keys=config.hot_keys, windows=spec)
+
+
+class JournalFailingOnMissingHeaders(DynamoDBJournal):
+    """BROKEN on purpose: a missing journal header fails the batch, as ``resolve`` did before issue 24."""
+
+    def read(self, batch_id: str) -> BatchRecord | None:
+        record = super().read(batch_id)
+        if record is None:
+            raise StoreError(f"journal header of batch {batch_id} is missing")
+        return record
+
+
+def _journal_failing_on_missing_headers(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    journal = JournalFailingOnMissingHeaders(client, tables.counters, tables.markers, 35 * 86_400)
+    return wire_pipeline(client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate)
+
+
+def test_the_harness_catches_series_reads_that_miss_window_moves(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN the series read of the code before issue 24's part 3, reading win: keys while the consumers move
+    config = replace(SMOKE, events=1_000, horizon_sessions=0)
+
+    # WHEN it reads under the same harness and faults, during the moves
+    result = run_on(dynamodb_local, ddb_tables, config, reader_factory=three_request_reader)
+
+    # THEN some read counted a window zero times or twice, and the run fails
+    assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0
+    assert result.series_read_violations, result.situations
+    assert not result.passed
+
+
+def test_the_harness_catches_block_markers_whose_batch_ttl_deleted_failing_their_batch(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a journal that fails the batch when a marker's header is gone (issue 24, part 4, undone)
+    config = replace(SMOKE, events=300, window_messages=0)
+
+    # WHEN the run sweeps TTL and meets old and reused numbered ids past their horizon
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_journal_failing_on_missing_headers)
+
+    # THEN their batches fail on every delivery, and the run fails
+    assert result.situations.get("situation.ttl_headers_swept", 0) > 0
+    assert any("still failing" in problem for problem in result.past_horizon_problems), result.past_horizon_problems
+    assert not result.passed

@@ -1,0 +1,110 @@
+"""Markers past their horizon, once TTL has deleted what expired (issue 24, part 4), on DynamoDB Local.
+
+DynamoDB Local runs no TTL: ``bench.chaos.ttl.sweep_expired`` deletes what AWS's TTL would have deleted by
+then. A numbered message's marker is an attribute of its block item, whose expiry each later write to the
+block moves forward, while the journal header its marker names expires a day after that batch's lease. A
+message meeting such a marker after the header is gone (a message without ``ts`` redriven past the
+horizon, or its id reused with a fresh ``ts``) must be treated as one whose marker TTL has deleted: claimed
+again, never a batch that fails on every delivery.
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.chaos.ttl import sweep_expired
+
+from tally.commit.marker_reads import MarkerReadGate
+from tally.core.model import SourceRecord
+from tally.store.schema import EXPIRES_AT, LEDGER_ID, header_id
+from tests.support.counts import read_all
+from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
+
+if TYPE_CHECKING:
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+DAY_MS = 86_400_000
+T0 = 4_102_444_800_000  # 2100-01-01T00:00Z
+LATER = T0 + (TTL_DAYS + 5) * DAY_MS  # past the old batch's journal expiry (lease + TTL + 1 day)
+SESSION = "0123456789abcdef" * 2
+BIG_KEYS = [f"big-{n:03d}" for n in range(120)]
+
+
+def plenty() -> int:
+    return 60_000
+
+
+def big_body(message_id: str) -> str:
+    """A packed message of 120 keys (more than one transaction holds: the journal), without ``ts``."""
+    return json.dumps({"id": message_id, "events": [{"key": key, "delta": 1} for key in BIG_KEYS]})
+
+
+def body(message_id: str, key: str, delta: int, ts: int | None = None) -> str:
+    return json.dumps({"id": message_id, "key": key, "delta": delta} | ({"ts": ts} if ts is not None else {}))
+
+
+def test_the_sweeper_deletes_only_items_whose_expiry_has_passed(ddb_tables: DynamoDBTables) -> None:
+    client, table = ddb_tables.client, ddb_tables.markers_table
+    for item_id, expires in (("past", 99), ("now", 100), ("later", 101), ("never", None)):
+        item = {LEDGER_ID: {"S": item_id}} | ({EXPIRES_AT: {"N": str(expires)}} if expires is not None else {})
+        client.put_item(TableName=table, Item=item)
+    assert sweep_expired(client, table, now_s=100) == 1
+    left = {item[LEDGER_ID]["S"] for item in client.scan(TableName=table)["Items"]}
+    assert left == {"now", "later", "never"}
+
+
+@pytest.mark.parametrize("gate", ["reads markers", "closed"])
+def test_a_block_marker_naming_a_batch_whose_header_ttl_deleted_counts_as_absent(
+    ddb_tables: DynamoDBTables, gate: str
+) -> None:
+    # GIVEN seqs 0 (120 keys) and 1 of one session claimed together by a journal batch at T0, and seq 2 of
+    # the same block written 40 days later (so the block's expiry moved past LATER), then TTL's sweep
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store)
+    first = [
+        SourceRecord("r-0", big_body(f"{SESSION}.0"), T0),
+        SourceRecord("r-1", body(f"{SESSION}.1", "reused", 1), T0),
+    ]
+    assert pipeline.process(first, T0, plenty).failed_record_ids == ()
+    (batch_id,) = {
+        item[LEDGER_ID]["S"][2:]
+        for item in ddb_tables.client.scan(TableName=ddb_tables.markers_table)["Items"]
+        if item[LEDGER_ID]["S"].startswith("b#") and "#" not in item[LEDGER_ID]["S"][2:]
+    }
+    later = SourceRecord("r-2", body(f"{SESSION}.2", "other", 1), LATER)
+    assert pipeline.process([later], LATER, plenty).failed_record_ids == ()
+    assert sweep_expired(ddb_tables.client, ddb_tables.markers_table, LATER // 1000) > 0
+    header = ddb_tables.client.get_item(TableName=ddb_tables.markers_table, Key={LEDGER_ID: {"S": header_id(batch_id)}})
+    assert "Item" not in header  # the journal is gone; the block holding seqs 0 and 1 is not
+    block = ddb_tables.client.get_item(TableName=ddb_tables.markers_table, Key={LEDGER_ID: {"S": f"s#{SESSION}#0"}})
+    assert {"0", "1", "b0", "b1"} <= set(block["Item"])
+
+    # WHEN seq 0 comes back without ts (a redrive past the horizon), and seq 1's id is reused with a fresh ts,
+    # to a container that reads markers first, or to one whose marker read gate has closed
+    pipeline, dead_letters = make_pipeline(
+        store, marker_read_gate=MarkerReadGate(quiet_batches=0) if gate == "closed" else MarkerReadGate()
+    )
+    again = [
+        SourceRecord("r-0-again", big_body(f"{SESSION}.0"), LATER),
+        SourceRecord("r-1-reused", body(f"{SESSION}.1", "fresh", 7, LATER), LATER),
+    ]
+    result = pipeline.process(again, LATER, plenty)
+
+    # THEN neither fails its batch: past its horizon a marker counts as absent, as one TTL deleted would
+    assert result.failed_record_ids == ()
+    assert dead_letters.letters == []
+    counts = read_all(store, [*BIG_KEYS, "reused", "fresh", "other"])
+    assert counts == {key: {"count": Decimal(2)} for key in BIG_KEYS} | {
+        "reused": {"count": Decimal(1)},
+        "fresh": {"count": Decimal(7)},
+        "other": {"count": Decimal(1)},
+    }
+    # AND a third delivery is a duplicate: the new claims are the markers now, within their own horizon
+    third = pipeline.process(again, LATER + 60_000, plenty)
+    assert third.failed_record_ids == ()
+    assert read_all(store, ["big-000", "fresh"]) == {"big-000": {"count": Decimal(2)}, "fresh": {"count": Decimal(7)}}
