@@ -50,6 +50,7 @@ lock: install
 lint: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy
@@ -89,7 +90,7 @@ $(CHECKOV_VENV)/.installed:
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam .import_linter_cache
 
 # One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
 bench-hot-key: install
