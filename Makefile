@@ -92,53 +92,56 @@ $(CHECKOV_VENV)/.installed:
 clean:
 	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam .import_linter_cache
 
+# Every benchmark and experiment runs as `python -m bench NAME [ARGS]` (bench/__main__.py; `python -m bench` lists
+# them); the targets below are the sizes the docs quote.
+
 # One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
 bench-hot-key: install
-	$(BIN)/python -m bench.hot_key --events 20000 --consumers 4 --shards 8
+	$(BIN)/python -m bench hot-key --events 20000 --consumers 4 --shards 8
 
 # tally against the naive counter and Powertools idempotency, on one DynamoDB Local it starts and stops
 # (docs/benchmarks.md). Full size: several minutes; writes docs/benchmarks.{md,png,json}.
 bench: install
-	$(BIN)/python -m bench.run --size full
-	$(BIN)/python -m bench.patterns --all --json-out docs/patterns.json
+	$(BIN)/python -m bench suite --size full
+	$(BIN)/python -m bench patterns --all --json-out docs/patterns.json
 
 # The cost per event of each counter pattern of issue 15 beside plain sums (README, "Counter patterns").
 bench-patterns: install
-	mkdir -p .bench && $(BIN)/python -m bench.patterns --all --json-out .bench/patterns.json
+	mkdir -p .bench && $(BIN)/python -m bench patterns --all --json-out .bench/patterns.json
 
 # The same at a tiny size, in seconds, written under .bench/ (tests/bench/test_bench_smoke.py runs it in CI).
 bench-smoke: install
-	$(BIN)/python -m bench.run --size smoke
+	$(BIN)/python -m bench suite --size smoke
 
 # Exactly-once under faults (docs/reliability.md): >= 100,000 events from SQS and Kinesis through the real
 # pipeline on DynamoDB Local, >= 1,000 injected faults, two DLQ redrives; exits 1 if anything is lost or doubled.
 chaos: install
-	$(BIN)/python -m bench.chaos --config full --json-out docs/chaos.json
+	$(BIN)/python -m bench chaos --config full --json-out docs/chaos.json
 
 # The same at a small size, in seconds (tests/integration/test_chaos.py runs it in the test suite).
 chaos-smoke: install
-	$(BIN)/python -m bench.chaos --config smoke
+	$(BIN)/python -m bench chaos --config smoke
 
 # tally plan's predicted write units per event against measured runs (README, "What it costs"); exits 1 on a
 # miss over 10%. Writes .bench/plan_check.json.
 bench-plan: install
-	mkdir -p .bench && $(BIN)/python -m bench.plan_check --min-events 20000 --json-out .bench/plan_check.json
+	mkdir -p .bench && $(BIN)/python -m bench plan-check --min-events 20000 --json-out .bench/plan_check.json
 
 # Single-event messages under numbered ids beside random ids and the naive ADD (issue 16, part 3; README,
 # "What it costs"). Writes .bench/plan_check_numbered.json.
 bench-plan-numbered: install
-	mkdir -p .bench && $(BIN)/python -m bench.plan_check --numbered --min-events 20000 --json-out .bench/plan_check_numbered.json
+	mkdir -p .bench && $(BIN)/python -m bench plan-check --numbered --min-events 20000 --json-out .bench/plan_check_numbered.json
 
 # Write units per event against batch size, windows on/off, model curves with measured points on them
 # (README, "What it costs"; issue 16): writes docs/cost-by-batch-size.svg and .json.
 bench-cost: install
-	$(BIN)/python -m bench.cost_chart --measure --min-events 20000
+	$(BIN)/python -m bench cost-chart --measure --min-events 20000
 
 # Handler duration through bench.latency_proxy (published AWS latencies in front of DynamoDB Local), one
 # direct transaction at a time and four (README, "Handler duration through the latency proxy"; issue 16).
 bench-duration: install
-	mkdir -p .bench && $(BIN)/python -m bench.duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json
+	mkdir -p .bench && $(BIN)/python -m bench duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json
 
 # The commit journal against the chunked path on workload U, packed (docs/journal.md).
 bench-journal: install
-	$(BIN)/python -m bench.journal_compare --events 20000
+	$(BIN)/python -m bench journal --events 20000
