@@ -2,6 +2,7 @@
 #   make demo   set up everything, run 100,000 events through the local stack and the real handlers, check every count
 #   make test   set up everything, lint, type-check, run every test (unit, moto, DynamoDB Local, template, and the
 #               built Lambda package under the Runtime Interface Emulator: tests/artifact)
+#   make test-fast  the developer's loop: every test that needs no emulator and no build (tests/support/tiers.py)
 #   make lock   recompile src/requirements.txt (the package's pinned dependencies) from pyproject.toml
 
 PYTHON ?= python3
@@ -19,7 +20,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
+.PHONY: demo demo-smoke test test-fast python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -28,8 +29,14 @@ demo: install
 demo-smoke: install
 	$(BIN)/python -m tally.local.demo --events 5000
 
+# The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 25 slowest tests listed at the end.
 test: python313 install sam checkov lint typecheck
-	$(BIN)/pytest -n 2 --dist loadfile
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 --dist loadfile --durations=25
+
+# No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
+# that starts one of them unmarked fails (tests/support/tiers.py). Hypothesis at its `dev` profile.
+test-fast: install
+	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not dynamodb_local and not moto and not build" --durations=10
 
 # tests/artifact builds the package with `sam build` and runs it on python3.13: never skipped, so say what is missing.
 python313:

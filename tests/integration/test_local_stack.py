@@ -118,6 +118,8 @@ def test_commands_find_resources_and_settings_by_stack_name(
         assert "export TALLY_HOT_KEYS='hot:*=4'\n" in exports
 
 
+@pytest.mark.dynamodb_local  # the program starts both itself, in a subprocess
+@pytest.mark.moto
 def test_python_m_tally_local_stack_prints_exports_and_stops_on_sigterm() -> None:
     # GIVEN the local stack run as a program
     process = subprocess.Popen(
