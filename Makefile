@@ -30,8 +30,10 @@ demo-smoke: install
 	$(BIN)/python -m tally.local.demo --events 5000
 
 # The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 25 slowest tests listed at the end.
+# loadgroup: tests go to the workers one by one, a module sharing a module-scoped fixture as one group
+# (tests/support/tiers.py), so no long file holds one worker while the other idles.
 test: python313 install sam checkov lint typecheck
-	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 --dist loadfile --durations=25
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 --dist loadgroup --durations=25
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
 # that starts one of them unmarked fails (tests/support/tiers.py). Hypothesis at its `dev` profile.

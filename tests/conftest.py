@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 # --- Hypothesis profiles ------------------------------------------------------------------------------------
 # How many examples a property draws is the run's choice, not each test's: a quick look while editing (dev), the
 # suite's run (ci), or a long search by hand before a release (thorough). A property whose every example writes
-# to an emulator draws a tenth of it (tests/support/properties.py on_emulator).
+# to an emulator draws a fifteenth of it (tests/support/properties.py on_emulator).
 
 HYPOTHESIS_PROFILE_VARIABLE = "TALLY_HYPOTHESIS_PROFILE"
 settings.register_profile("dev", max_examples=50, deadline=None)
@@ -261,6 +261,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers.mark_by_fixtures(items)
+    tiers.group_modules_sharing_fixtures(items)
 
 
 @pytest.hookimpl(wrapper=True)

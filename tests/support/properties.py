@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, settings
 
-EMULATOR_SHARE = 10
+EMULATOR_SHARE = 15
 """A property whose every example writes to DynamoDB Local draws this fraction (1/N) of the profile's examples:
 an example there costs tens of milliseconds to seconds, against microseconds for a pure one."""
 

@@ -41,6 +41,28 @@ NEEDS_BY_FIXTURE = {
 }
 
 
+SHARED_SCOPES = frozenset({"module", "class", "package"})
+
+
+def group_modules_sharing_fixtures(items: Iterable[pytest.Item]) -> None:
+    """Keep a module's tests on one xdist worker when they share a fixture wider than a test (``make test`` runs
+    ``--dist loadgroup``): the two ``sam build`` s of tests/artifact, the bench suite's smoke run and the template
+    transforms then run once, while every other test is handed out alone, so one long file no longer holds a
+    worker while the other waits (a whole-file split left one worker with the chaos pattern tests at the end)."""
+    import pytest  # noqa: PLC0415
+
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group") is not None:
+            continue
+        if any(
+            definition.scope in SHARED_SCOPES
+            for definitions in info.name2fixturedefs.values()
+            for definition in definitions
+        ):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 class EmulatorOutsideItsTierError(AssertionError):
     """A test started an emulator or a build without carrying the marker that says it needs one."""
 

@@ -15,6 +15,7 @@ from tests.support.tiers import (
     MOTO,
     NEEDS_BY_FIXTURE,
     EmulatorOutsideItsTierError,
+    group_modules_sharing_fixtures,
     mark_by_fixtures,
 )
 
@@ -83,3 +84,35 @@ def test_a_marked_test_may_start_what_its_marker_names() -> None:
     # a harmless command that merely names the jar: the guard lets it through for a test marked dynamodb_local
     command = [sys.executable, "-c", "import sys; print(sys.argv[1])", "DynamoDBLocal.jar"]
     assert subprocess.run(command, capture_output=True, text=True, check=True).stdout == "DynamoDBLocal.jar\n"
+
+
+@dataclass
+class FakeDefinition:
+    scope: str
+
+
+@dataclass
+class FakeInfo:
+    name2fixturedefs: dict[str, list[FakeDefinition]]
+
+
+@dataclass
+class FakeGroupedItem(FakeItem):
+    nodeid: str = ""
+    _fixtureinfo: FakeInfo = field(default_factory=lambda: FakeInfo({}))
+
+
+def test_a_module_whose_tests_share_a_wider_fixture_stays_on_one_worker() -> None:
+    # GIVEN tests that share a module-scoped fixture, and tests with only function and session fixtures
+    shared = FakeInfo({"deployed_build": [FakeDefinition("module")], "tmp_path": [FakeDefinition("function")]})
+    alone = FakeInfo({"dynamodb_local": [FakeDefinition("session")], "ddb_tables": [FakeDefinition("function")]})
+    items = [
+        FakeGroupedItem([], nodeid="tests/artifact/test_built_package.py::test_a", _fixtureinfo=shared),
+        FakeGroupedItem([], nodeid="tests/artifact/test_built_package.py::test_b[x]", _fixtureinfo=shared),
+        FakeGroupedItem([], nodeid="tests/integration/test_chaos.py::test_c", _fixtureinfo=alone),
+    ]
+    # WHEN they are grouped
+    group_modules_sharing_fixtures(items)  # type: ignore[arg-type]
+    # THEN the first two share their module's group and the third is handed out alone
+    groups = [[marker.args for marker in item.markers if marker.name == "xdist_group"] for item in items]
+    assert groups == [[("tests/artifact/test_built_package.py",)], [("tests/artifact/test_built_package.py",)], []]
