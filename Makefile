@@ -3,6 +3,7 @@
 #   make test   set up everything, lint, type-check, build the docs site strictly, run every test (unit, moto,
 #               DynamoDB Local, template, the docs' commands, and the built Lambda package under the Runtime
 #               Interface Emulator: tests/artifact)
+#   make test-fast  the developer's loop: every test that needs no emulator and no build (tests/support/tiers.py)
 #   make lock   recompile src/requirements.txt (the package's pinned dependencies) from pyproject.toml
 
 PYTHON ?= python3
@@ -20,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
+.PHONY: demo demo-smoke test test-fast docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
 
 demo: install
 	$(BIN)/python -m tally.local.demo
@@ -29,8 +30,16 @@ demo: install
 demo-smoke: install
 	$(BIN)/python -m tally.local.demo --events 5000
 
+# The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 25 slowest tests listed at the end.
+# loadgroup: tests go to the workers one by one, a module sharing a module-scoped fixture as one group
+# (tests/support/tiers.py), so no long file holds one worker while the other idles.
 test: python313 install sam checkov lint typecheck docs
-	$(BIN)/pytest -n 2 --dist loadfile
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 --dist loadgroup --durations=25
+
+# No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
+# that starts one of them unmarked fails (tests/support/tiers.py). Hypothesis at its `dev` profile.
+test-fast: install
+	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not dynamodb_local and not moto and not build" --durations=10
 
 # The documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor, a page missing from
 # the nav, or a CLI reference the commands can no longer generate. Writes site/ (not committed).
@@ -60,6 +69,7 @@ lock: install
 lint: install
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/lint-imports
 
 typecheck: install
 	$(BIN)/mypy
@@ -108,55 +118,58 @@ $(CHECKOV_VENV)/.installed:
 	touch $@
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam site
+	rm -rf $(VENV) $(SAM_VENV) $(CHECKOV_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis .aws-sam .import_linter_cache site
+
+# Every benchmark and experiment runs as `python -m bench NAME [ARGS]` (bench/__main__.py; `python -m bench` lists
+# them); the targets below are the sizes the docs quote.
 
 # One hot key under concurrent consumers, with and without write sharding (docs/sharding.md).
 bench-hot-key: install
-	$(BIN)/python -m bench.hot_key --events 20000 --consumers 4 --shards 8
+	$(BIN)/python -m bench hot-key --events 20000 --consumers 4 --shards 8
 
 # tally against the naive counter and Powertools idempotency, on one DynamoDB Local it starts and stops
 # (docs/benchmarks.md). Full size: several minutes; writes docs/benchmarks.{md,png,json}.
 bench: install
-	$(BIN)/python -m bench.run --size full
-	$(BIN)/python -m bench.patterns --all --json-out docs/patterns.json
+	$(BIN)/python -m bench suite --size full
+	$(BIN)/python -m bench patterns --all --json-out docs/patterns.json
 
 # The cost per event of each counter pattern beside plain sums (docs/explanation/costs.md).
 bench-patterns: install
-	mkdir -p .bench && $(BIN)/python -m bench.patterns --all --json-out .bench/patterns.json
+	mkdir -p .bench && $(BIN)/python -m bench patterns --all --json-out .bench/patterns.json
 
 # The same at a tiny size, in seconds, written under .bench/ (tests/bench/test_bench_smoke.py runs it in CI).
 bench-smoke: install
-	$(BIN)/python -m bench.run --size smoke
+	$(BIN)/python -m bench suite --size smoke
 
 # Exactly-once under faults (docs/reliability.md): >= 100,000 events from SQS and Kinesis through the real
 # pipeline on DynamoDB Local, >= 1,000 injected faults, two DLQ redrives; exits 1 if anything is lost or doubled.
 chaos: install
-	$(BIN)/python -m bench.chaos --config full --json-out docs/chaos.json
+	$(BIN)/python -m bench chaos --config full --json-out docs/chaos.json
 
 # The same at a small size, in seconds (tests/integration/test_chaos.py runs it in the test suite).
 chaos-smoke: install
-	$(BIN)/python -m bench.chaos --config smoke
+	$(BIN)/python -m bench chaos --config smoke
 
 # tally plan's predicted write units per event against measured runs (docs/explanation/costs.md); exits 1 on a
 # miss over 10%. Writes .bench/plan_check.json.
 bench-plan: install
-	mkdir -p .bench && $(BIN)/python -m bench.plan_check --min-events 20000 --json-out .bench/plan_check.json
+	mkdir -p .bench && $(BIN)/python -m bench plan-check --min-events 20000 --json-out .bench/plan_check.json
 
 # Single-event messages under numbered ids beside random ids and the naive ADD (docs/explanation/costs.md).
 # Writes .bench/plan_check_numbered.json.
 bench-plan-numbered: install
-	mkdir -p .bench && $(BIN)/python -m bench.plan_check --numbered --min-events 20000 --json-out .bench/plan_check_numbered.json
+	mkdir -p .bench && $(BIN)/python -m bench plan-check --numbered --min-events 20000 --json-out .bench/plan_check_numbered.json
 
 # Write units per event against batch size, windows on/off, model curves with measured points on them
 # (docs/explanation/costs.md): writes docs/cost-by-batch-size.svg and .json.
 bench-cost: install
-	$(BIN)/python -m bench.cost_chart --measure --min-events 20000
+	$(BIN)/python -m bench cost-chart --measure --min-events 20000
 
 # Handler duration through bench.latency_proxy (published AWS latencies in front of DynamoDB Local), one
 # direct transaction at a time and four (docs/explanation/costs.md, "Handler duration").
 bench-duration: install
-	mkdir -p .bench && $(BIN)/python -m bench.duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json
+	mkdir -p .bench && $(BIN)/python -m bench duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json
 
 # The commit journal against the chunked path on workload U, packed (docs/journal.md).
 bench-journal: install
-	$(BIN)/python -m bench.journal_compare --events 20000
+	$(BIN)/python -m bench journal --events 20000

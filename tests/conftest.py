@@ -1,15 +1,22 @@
-"""Shared pytest fixtures.
+"""Shared pytest fixtures, the test tiers and the Hypothesis profiles.
 
 ``dynamodb_local`` starts ONE DynamoDB Local JVM per test session (about 2-3 s and ~190 MB here), and
 ``ddb_tables`` gives each test its own freshly created, uniquely named tables on it, built from
 ``template.yaml`` so the tests exercise the deployed key schemas. Under pytest-xdist every worker
 starts its own JVM on a port the kernel picks, so workers never share a port or a table.
+
+Tiers (tests/support/tiers.py): a test that uses ``dynamodb_local``, a moto server or a ``sam build`` is marked
+``dynamodb_local``, ``moto`` or ``build`` from its fixtures, and fails if it starts one without the marker;
+``make test-fast`` runs the rest. Hypothesis: the profile named by ``TALLY_HYPOTHESIS_PROFILE`` (``dev`` when
+unset, ``ci`` in ``make test``, ``thorough`` by hand) sets how many examples every property test draws.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
 import uuid
 from dataclasses import dataclass
 from functools import cache
@@ -17,9 +24,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from hypothesis import settings
 
 from tally.local.dynamodb_local import DynamoDBLocal
 from tally.local.template import load_template, table_definitions
+from tests.support import tiers
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -27,6 +36,17 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.local.template import TableDefinition
+
+# --- Hypothesis profiles ------------------------------------------------------------------------------------
+# How many examples a property draws is the run's choice, not each test's: a quick look while editing (dev), the
+# suite's run (ci), or a long search by hand before a release (thorough). A property whose every example writes
+# to an emulator draws a fifteenth of it (tests/support/properties.py on_emulator).
+
+HYPOTHESIS_PROFILE_VARIABLE = "TALLY_HYPOTHESIS_PROFILE"
+settings.register_profile("dev", max_examples=50, deadline=None)
+settings.register_profile("ci", max_examples=300, deadline=None, print_blob=True)
+settings.register_profile("thorough", max_examples=3000, deadline=None, print_blob=True)
+settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_VARIABLE, "dev"))
 
 TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "template.yaml"
 COUNTERS_LOGICAL_ID = "CountersTable"
@@ -91,6 +111,24 @@ def ddb_tables(dynamodb_local: DynamoDBLocal) -> Iterator[DynamoDBTables]:
                 client.delete_table(TableName=name)
 
 
+@pytest.fixture
+def mocked_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """moto's in-process ``mock_aws`` (no server, no port): test credentials and region, and no endpoint or stack
+    variable from the caller's environment, so every boto3 client the test builds talks to the mock."""
+    from moto import mock_aws  # noqa: PLC0415 - only the tests that use it pay for importing moto
+
+    for name, value in {
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "t",
+        "AWS_SECRET_ACCESS_KEY": "t",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in [*(name for name in os.environ if name.startswith("AWS_ENDPOINT_URL")), "TALLY_STACK"]:
+        monkeypatch.delenv(name, raising=False)
+    with mock_aws():
+        yield
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """One moto server (SQS, Kinesis, CloudFormation, ...) on 127.0.0.1 and a port the kernel picks.
@@ -138,6 +176,9 @@ _AWS_CALLS_KEY = "tally_aws_calls"
 def pytest_configure(config: pytest.Config) -> None:
     from tests.support.aws_calls import RECORDER, Recording  # noqa: PLC0415
 
+    for marker, meaning in tiers.MARKERS.items():
+        config.addinivalue_line("markers", f"{marker}: {meaning}")
+    tiers.GUARD.install()
     RECORDER.install()
     config.stash[_recording_key] = Recording.empty()
     config.stash[_report_key] = []
@@ -213,3 +254,35 @@ _summaries: list[str] = []
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     if report.when == "call":
         _summaries.extend(str(value) for name, value in report.user_properties if name == SUMMARY_PROPERTY)
+
+
+# --- tiers (tests/support/tiers.py) -------------------------------------------------------------------------
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tiers.mark_by_fixtures(items)
+    tiers.group_modules_sharing_fixtures(items)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The guard judges what a test starts (in its setup, its call or its teardown) by that test's markers."""
+    tiers.GUARD.item = item
+    try:
+        return (yield)
+    finally:
+        tiers.GUARD.item = None
+
+
+_RECURSION_LIMIT = sys.getrecursionlimit()
+
+
+@pytest.fixture(autouse=True)
+def _recursion_limit_left_alone() -> Iterator[None]:
+    """msgspec's JSON nesting limit follows the interpreter's recursion limit: a test that raised it once made the
+    later tests of its process decode, as numbers, 3,000-deep bodies that production refuses as malformed."""
+    yield
+    if sys.getrecursionlimit() != _RECURSION_LIMIT:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(_RECURSION_LIMIT)
+        pytest.fail(f"the test changed the recursion limit from {_RECURSION_LIMIT} to {limit}")

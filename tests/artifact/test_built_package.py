@@ -1,7 +1,8 @@
 """The package ``sam build`` makes, checked as deployed (arm64) and run the way Lambda runs it.
 
-One module on purpose: ``pytest -n 2 --dist loadfile`` gives a module to one worker, so the two builds and
-the emulated functions are made once per run. Never skipped: a missing python3.13 or SAM CLI fails here.
+One module on purpose: its module-scoped fixtures put its tests in one ``xdist_group`` (tests/support/tiers.py),
+which ``pytest -n 2 --dist loadgroup`` gives to one worker, so the two builds and the emulated functions are
+made once per run. Never skipped: a missing python3.13 or SAM CLI fails here.
 
 - the arm64 build (the template as deployed): native libraries are aarch64 ELF needing glibc <= 2.34
   (Lambda's python3.13 runs on Amazon Linux 2023), wheel tags say no more, the package is under Lambda's

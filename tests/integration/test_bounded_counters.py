@@ -15,7 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.commit.marker_reads import MarkerReadGate
@@ -28,6 +28,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
+from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -357,7 +358,7 @@ def _first_copies(batch: list[tuple[str, int]]) -> list[tuple[str, int]]:
     return list(seen.items())
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@on_emulator()
 @given(
     amounts=st.lists(AMOUNTS, min_size=1, max_size=14),
     cuts=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=14),

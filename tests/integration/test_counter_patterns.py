@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.defaults import parse_counter_defaults
@@ -29,6 +29,7 @@ from tally.reader.store_view import read_series
 from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import make_pipeline, make_store
+from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -236,7 +237,7 @@ reading_lists = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@on_emulator()
 @given(reading_lists, st.integers(0, 2**32), st.integers(1, 3))
 def test_stored_gauges_equal_the_distinct_messages_readings(
     ddb_tables: DynamoDBTables, spec: list[tuple[int, str, str, Any, int]], seed: int, batches: int

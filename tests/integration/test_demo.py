@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# The demo starts its own DynamoDB Local and moto server in a subprocess: marked by hand (tests/support/tiers.py).
+pytestmark = [pytest.mark.integration, pytest.mark.dynamodb_local, pytest.mark.moto]
 
 
 def test_the_demo_runs_end_to_end_and_every_check_passes() -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.distinct import exact_distinct
@@ -31,6 +31,7 @@ from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.schema import MEMBER_PARTITION_SUFFIX, member_of_item
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import make_pipeline, make_store
+from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -442,7 +443,7 @@ member_lists = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@on_emulator()
 @given(member_lists, st.integers(0, 2**32), st.integers(1, 3))
 def test_stored_distinct_counts_equal_the_exact_set_sizes(
     ddb_tables: DynamoDBTables, spec: list[tuple[int, str, str, str, bool]], seed: int, batches: int

@@ -14,7 +14,8 @@ import pytest
 
 from tally.local.dynamodb_local import JAR_NAME, LIB_DIR_NAME, DynamoDBLocal, DynamoDBLocalError, ensure_installed
 
-pytestmark = pytest.mark.integration
+# It starts DynamoDB Local itself (from a cache of its own), not through the session fixture: marked by hand.
+pytestmark = [pytest.mark.integration, pytest.mark.dynamodb_local]
 
 
 def _accepts(endpoint_url: str) -> bool:

@@ -20,7 +20,6 @@ never counted is lost), and no batch is left COMMITTED.
 
 from __future__ import annotations
 
-import os
 import threading
 import uuid
 from collections import defaultdict
@@ -28,7 +27,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
@@ -46,6 +45,7 @@ from tally.store.pages import decode_page
 from tests.conftest import TEMPLATE_PATH
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
     from tally.local.dynamodb_local import DynamoDBLocal
@@ -341,10 +341,7 @@ def test_commit_protocol_state_machine(dynamodb_local: DynamoDBLocal) -> None:
     JournalMachine.ddb = dynamodb_local
     run_state_machine_as_test(
         JournalMachine,
-        settings=settings(
-            max_examples=int(os.environ.get("TALLY_STATE_MACHINE_EXAMPLES", "15")),
-            stateful_step_count=8,
-            deadline=None,
-            suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+        settings=on_emulator(
+            stateful_step_count=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
         ),
     )

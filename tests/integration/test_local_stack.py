@@ -179,6 +179,8 @@ def _shell(command: str, state_dir: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.dynamodb_local  # the program starts both itself, in a subprocess
+@pytest.mark.moto
 def test_python_m_tally_local_stack_prints_commands_that_work_and_keeps_its_names_across_restarts(
     tmp_path: Path,
 ) -> None:

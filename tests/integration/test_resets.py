@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tally.commit.marker_reads import MarkerReadGate
@@ -31,6 +31,7 @@ from tally.store.journal import DynamoDBJournal
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
+from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
     from tally.core.sharding import HotKeys
@@ -305,7 +306,7 @@ steps = st.lists(
 )
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@on_emulator()
 @given(steps, st.integers(0, 2**32), st.integers(1, 4), st.booleans())
 def test_stored_values_equal_the_distinct_messages_applied_one_by_one_in_order(
     ddb_tables: DynamoDBTables, spec: list[tuple[str, str, int]], seed: int, batches: int, hot: bool
@@ -345,7 +346,7 @@ def test_stored_values_equal_the_distinct_messages_applied_one_by_one_in_order(
         assert {n: Decimal(stored.get(n, 0)) for n in counters} == {n: Decimal(v) for n, v in counters.items()}
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@on_emulator()
 @given(steps, st.integers(0, 2**32), st.integers(1, 4), st.sets(st.integers(0, 11), max_size=3))
 # What it found at 150 examples with segments cut after the marker read (the defect fixed in 5067b2b): the
 # held delta on p:b was in no segment, the reset committed first, and its redelivery added on top.

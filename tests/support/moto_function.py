@@ -15,12 +15,17 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from moto import mock_aws
 
+from tally.local.context import LocalLambdaContext
 from tally.local.template import load_template, table_definitions
+from tally.reader import CounterReader
+from tally.reader.store_view import read_counters
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     import pytest
+
+    from tally.store.dynamodb import DynamoDBCounterStore
 
 TEMPLATE: Final = Path(__file__).resolve().parents[2] / "template.yaml"
 
@@ -85,3 +90,57 @@ def counters_on_moto(
         for item in items:
             dynamodb.put_item(TableName="counters", Item=item)  # type: ignore[arg-type]
         yield
+
+
+@dataclass(frozen=True)
+class MotoStack:
+    """A handler's store and dead-letter queue on moto (``moto_function``)."""
+
+    store: DynamoDBCounterStore
+    sqs: Any
+    dlq_url: str
+
+    def dead_letters(self) -> list[dict[str, Any]]:
+        messages: list[dict[str, Any]] = []
+        while batch := self.sqs.receive_message(
+            QueueUrl=self.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        ).get("Messages", []):
+            messages.extend(batch)
+        return messages
+
+
+def deliver_sample_twice(
+    handler_module: Any, event: dict[str, Any], spec: Mapping[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Any, Any]:
+    """Run ``handler_module``'s handler on a sample event twice (a redelivery of the whole batch), with the
+    deployment parameters ``events/expected.json`` gives the sample (CounterDefaults, CounterBounds)."""
+    for variable, name in (("TALLY_COUNTER_DEFAULTS", "counter_defaults"), ("TALLY_COUNTER_BOUNDS", "counter_bounds")):
+        if name in spec:
+            monkeypatch.setenv(variable, spec[name])
+            handler_module.pipeline.cache_clear()
+    return handler_module.handler(event, LocalLambdaContext()), handler_module.handler(event, LocalLambdaContext())
+
+
+def sample_outcome(stack: MotoStack, spec: Mapping[str, Any]) -> dict[str, Any]:
+    """What the store and the dead-letter queue hold for the keys ``spec`` documents, in ``documented``'s shape."""
+    reader = CounterReader("counters", client=stack.store.client)
+    return {
+        "counters": {key: {n: str(v) for n, v in read_counters(stack.store, key).items()} for key in spec["counters"]},
+        "dead_letters": sorted(m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in stack.dead_letters()),
+        "gauges": {
+            key: {kind: {n: str(v) for n, v in g.items()} for kind, g in reader.get(key).gauges.items()}
+            for key in spec.get("gauges", {})
+        },
+        "distinct": {key: {n: str(v) for n, v in reader.get(key).distinct.items()} for key in spec.get("distinct", {})},
+    }
+
+
+def documented_after_two_deliveries(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """``events/expected.json``'s outcome of a sample delivered twice: poison is dead-lettered on every delivery
+    (it never gets a marker), everything else counts once."""
+    return {
+        "counters": spec["counters"],
+        "dead_letters": sorted(spec["dead_letters"] * 2),
+        "gauges": spec.get("gauges", {}),
+        "distinct": spec.get("distinct", {}),
+    }

@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from tally.core.aggregate import (
@@ -460,7 +460,6 @@ def check_pipeline(batch: Sequence[WireMessage], max_actions: int) -> set[Reject
 MAX_ACTIONS = st.one_of(st.integers(2, 10), st.just(100))
 
 
-@settings(max_examples=400, deadline=None)
 @given(
     batch=st.lists(wire_messages(st.integers(-12, 12)), max_size=14),
     max_actions=MAX_ACTIONS,
@@ -476,7 +475,6 @@ def test_core_adds_exactly_the_distinct_events(batch: list[WireMessage], max_act
 WIDE_EXPONENTS = st.one_of(st.integers(-20, 20), st.sampled_from([-130, -100, -45, -30, 30, 45, 100, 116]))
 
 
-@settings(max_examples=400, deadline=None)
 @given(batch=st.lists(wire_messages(WIDE_EXPONENTS), max_size=14), max_actions=MAX_ACTIONS)
 def test_core_adds_exactly_the_distinct_events_near_the_number_limits(
     batch: list[WireMessage], max_actions: int

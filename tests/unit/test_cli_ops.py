@@ -5,48 +5,35 @@ from __future__ import annotations
 import json
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 
 from tally.cli.main import cli
 from tally.local.template import load_template, table_definitions
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
+def aws(mocked_aws: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    dynamodb.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
+    for pk, counters in {
+        "a": {"count": "5", "revenue": "0.10"},
+        "b": {"count": "12"},
+        "b\x1f3": {"count": "1"},
     }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "TALLY_STACK"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
-        dynamodb.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
-        for pk, counters in {
-            "a": {"count": "5", "revenue": "0.10"},
-            "b": {"count": "12"},
-            "b\x1f3": {"count": "1"},
-        }.items():
-            item = {"pk": {"S": pk}, "sk": {"S": "all"}} | {f"c#{n}": {"N": v} for n, v in counters.items()}
-            dynamodb.put_item(TableName="c", Item=item)
-        dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
-        target = sqs.create_queue(QueueName="target")["QueueUrl"]
-        monkeypatch.setenv("TALLY_COUNTERS_TABLE", "c")
-        monkeypatch.setenv("TALLY_MARKERS_TABLE", "m")
-        monkeypatch.setenv("TALLY_DLQ_URL", dlq)
-        yield {"sqs": sqs, "dlq": dlq, "target": target}
+        item = {"pk": {"S": pk}, "sk": {"S": "all"}} | {f"c#{n}": {"N": v} for n, v in counters.items()}
+        dynamodb.put_item(TableName="c", Item=item)
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    target = sqs.create_queue(QueueName="target")["QueueUrl"]
+    monkeypatch.setenv("TALLY_COUNTERS_TABLE", "c")
+    monkeypatch.setenv("TALLY_MARKERS_TABLE", "m")
+    monkeypatch.setenv("TALLY_DLQ_URL", dlq)
+    return {"sqs": sqs, "dlq": dlq, "target": target}
 
 
 def run(*args: str) -> Any:

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.config import Settings
@@ -336,7 +336,6 @@ readings = st.lists(
 )
 
 
-@settings(max_examples=200, deadline=None)
 @given(readings, st.randoms(use_true_random=False), st.integers(1, 4))
 def test_batched_readings_keep_what_the_distinct_messages_say(
     spec: list[tuple[int, str, str, int, int]], rng: random.Random, batches: int

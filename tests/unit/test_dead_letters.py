@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from tally.ops.dead_letters import Destination, Letter, list_failed_batches, list_letters, partition_key, redrive
 
@@ -18,17 +17,8 @@ if TYPE_CHECKING:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Any, Any]]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        yield boto3.client("sqs"), boto3.client("kinesis")
+def aws(mocked_aws: None) -> Iterator[tuple[Any, Any]]:
+    return boto3.client("sqs"), boto3.client("kinesis")
 
 
 def attributes(**values: str) -> dict[str, Any]:

@@ -676,7 +676,6 @@ def _never_raises(raw: str | bytes) -> None:
     assert isinstance(decoded, Message | Rejection)
 
 
-@settings(max_examples=3000, deadline=None)
 @given(raw=st.text())
 @example(raw="\ud800")
 @example(raw='{"id": "m", "key": "k", "delta": 1}')
@@ -687,7 +686,6 @@ def test_decode_never_raises_on_arbitrary_text(raw: str) -> None:
     _never_raises(raw)
 
 
-@settings(max_examples=3000, deadline=None)
 @given(raw=st.text().map(lambda text: text.encode("utf-8", "surrogatepass")))
 def test_decode_never_raises_on_text_encoded_bytes(raw: bytes) -> None:
     # GIVEN any bytes body that is text encoded as UTF-8 (encoded surrogates included)
@@ -696,7 +694,7 @@ def test_decode_never_raises_on_text_encoded_bytes(raw: bytes) -> None:
     _never_raises(raw)
 
 
-@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(suppress_health_check=[HealthCheck.too_slow])
 @given(value=JSON_VALUES, as_bytes=st.booleans())
 def test_decode_never_raises_on_arbitrary_json(value: object, as_bytes: bool) -> None:
     # GIVEN any JSON document, biased towards the wire format's field names
@@ -706,7 +704,6 @@ def test_decode_never_raises_on_arbitrary_json(value: object, as_bytes: bool) ->
     _never_raises(raw.encode() if as_bytes else raw)
 
 
-@settings(max_examples=3000, deadline=None)
 @given(raw=st.binary())
 @example(raw=b'{"\xff": 1}')
 @example(raw=b'{"id": "m", "key": "\xed\xa0\x80", "delta": 1}')
@@ -728,7 +725,6 @@ DECIMAL_LITERALS = st.builds(
 )
 
 
-@settings(max_examples=2000, deadline=None)
 @given(literal=DECIMAL_LITERALS)
 @example(literal="0.00")
 @example(literal="-0.0")

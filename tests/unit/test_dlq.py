@@ -3,28 +3,18 @@
 from __future__ import annotations
 
 import base64
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from tally.core.model import DeadLetter, RejectCode, Rejection, SourceRecord
 from tally.dead_letter_sender import SqsDeadLetterQueue
 
-if TYPE_CHECKING:
-    from collections.abc import Iterator
-
 
 @pytest.fixture
-def sqs(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.delenv("AWS_ENDPOINT_URL_SQS", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
-        yield boto3.client("sqs")
+def sqs(mocked_aws: None) -> Any:
+    return boto3.client("sqs")
 
 
 def letter(record_id: str, body: str | bytes, group: str | None = None) -> DeadLetter:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,11 +16,16 @@ from tally.cli.main import cli
 from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
-from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event, sqs_event
-from tests.support.moto_function import moto_function
+from tests.support.moto_function import (
+    MotoStack,
+    deliver_sample_twice,
+    documented_after_two_deliveries,
+    moto_function,
+    sample_outcome,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -34,23 +38,6 @@ EXPECTED: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class MotoStack:
-    store: DynamoDBCounterStore
-    sqs: Any
-    dlq_url: str
-
-    def dead_letters(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = []
-        while True:
-            batch = self.sqs.receive_message(
-                QueueUrl=self.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
-            ).get("Messages", [])
-            if not batch:
-                return messages
-            messages.extend(batch)
-
-
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
     with moto_function(monkeypatch, POWERTOOLS_METRICS_NAMESPACE="Tally") as function:
@@ -60,41 +47,16 @@ def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
     sqs_handler.pipeline.cache_clear()
 
 
-def _counters(stack: MotoStack, expected: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:
-    return {key: {n: str(v) for n, v in read_counters(stack.store, key).items()} for key in expected}
-
-
 @pytest.mark.parametrize("event_file", sorted(EXPECTED))
 def test_each_sample_event_counts_as_documented(
     stack: MotoStack, event_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # GIVEN a sample event WHEN the handler runs on it twice (a redelivery of the whole batch)
-    event = load_event(event_file)
-    if "counter_defaults" in EXPECTED[event_file]:  # the deployment's CounterDefaults parameter
-        monkeypatch.setenv("TALLY_COUNTER_DEFAULTS", EXPECTED[event_file]["counter_defaults"])
-        sqs_handler.pipeline.cache_clear()
-    if "counter_bounds" in EXPECTED[event_file]:  # the deployment's CounterBounds parameter
-        monkeypatch.setenv("TALLY_COUNTER_BOUNDS", EXPECTED[event_file]["counter_bounds"])
-        sqs_handler.pipeline.cache_clear()
-    first = sqs_handler.handler(event, LocalLambdaContext())
-    second = sqs_handler.handler(event, LocalLambdaContext())
-    # THEN nothing is reported failed, and counters and dead letters are exactly as documented
+    first, second = deliver_sample_twice(sqs_handler, load_event(event_file), EXPECTED[event_file], monkeypatch)
+    # THEN nothing is reported failed, and counters, dead letters, gauges and distinct counts are as documented
     assert first == {"batchItemFailures": []}
     assert second == {"batchItemFailures": []}
-    expected = EXPECTED[event_file]
-    assert _counters(stack, expected["counters"]) == expected["counters"]
-    letters = stack.dead_letters()
-    codes = [m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in letters]
-    # Poison is dead-lettered on every delivery (it never gets a marker): twice here.
-    assert sorted(codes) == sorted(expected["dead_letters"] * 2)
-    reader = CounterReader("counters", client=stack.store.client)
-    gauges = {
-        key: {kind: {n: str(v) for n, v in g.items()} for kind, g in reader.get(key).gauges.items()}
-        for key in expected.get("gauges", {})
-    }
-    assert gauges == expected.get("gauges", {})
-    distinct = {key: {n: str(v) for n, v in reader.get(key).distinct.items()} for key in expected.get("distinct", {})}
-    assert distinct == expected.get("distinct", {})
+    assert sample_outcome(stack, EXPECTED[event_file]) == documented_after_two_deliveries(EXPECTED[event_file])
 
 
 def test_dead_letters_keep_the_original_body_and_say_why(stack: MotoStack) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,12 +12,17 @@ import pytest
 
 from tally.handlers import kinesis as kinesis_handler
 from tally.local.context import LocalLambdaContext
-from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.sources.kinesis import failure_report, records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.events import EVENTS_DIR, load_event
-from tests.support.moto_function import moto_function
+from tests.support.moto_function import (
+    MotoStack,
+    deliver_sample_twice,
+    documented_after_two_deliveries,
+    moto_function,
+    sample_outcome,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -30,21 +34,6 @@ EXPECTED: dict[str, Any] = {
     if spec["source"] == "kinesis"
 }
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/tally-EventStream"
-
-
-@dataclass(frozen=True)
-class MotoStack:
-    store: DynamoDBCounterStore
-    sqs: Any
-    dlq_url: str
-
-    def dead_letters(self) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = []
-        while batch := self.sqs.receive_message(
-            QueueUrl=self.dlq_url, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
-        ).get("Messages", []):
-            messages.extend(batch)
-        return messages
 
 
 @pytest.fixture
@@ -68,32 +57,12 @@ def _failed(response: Any) -> list[str]:
 def test_each_sample_event_counts_as_documented(
     stack: MotoStack, event_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN a sample Kinesis event WHEN the handler runs on it twice (the shard redelivered from its start)
-    event = load_event(event_file)
-    if "counter_defaults" in EXPECTED[event_file]:  # the deployment's CounterDefaults parameter
-        monkeypatch.setenv("TALLY_COUNTER_DEFAULTS", EXPECTED[event_file]["counter_defaults"])
-        kinesis_handler.pipeline.cache_clear()
-    if "counter_bounds" in EXPECTED[event_file]:  # the deployment's CounterBounds parameter
-        monkeypatch.setenv("TALLY_COUNTER_BOUNDS", EXPECTED[event_file]["counter_bounds"])
-        kinesis_handler.pipeline.cache_clear()
-    first = kinesis_handler.handler(event, LocalLambdaContext())
-    second = kinesis_handler.handler(event, LocalLambdaContext())
-    # THEN nothing is reported, and counters and dead letters are exactly as documented
+    # GIVEN a sample event WHEN the handler runs on it twice (the shard redelivered from its start)
+    first, second = deliver_sample_twice(kinesis_handler, load_event(event_file), EXPECTED[event_file], monkeypatch)
+    # THEN nothing is reported failed, and counters, dead letters, gauges and distinct counts are as documented
     assert first == {"batchItemFailures": []}
     assert second == {"batchItemFailures": []}
-    expected = EXPECTED[event_file]
-    counted = {key: {n: str(v) for n, v in read_counters(stack.store, key).items()} for key in expected["counters"]}
-    assert counted == expected["counters"]
-    codes = [m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in stack.dead_letters()]
-    assert sorted(codes) == sorted(expected["dead_letters"] * 2)  # poison never gets a marker
-    reader = CounterReader("counters", client=stack.store.client)
-    gauges = {
-        key: {kind: {n: str(v) for n, v in g.items()} for kind, g in reader.get(key).gauges.items()}
-        for key in expected.get("gauges", {})
-    }
-    assert gauges == expected.get("gauges", {})
-    distinct = {key: {n: str(v) for n, v in reader.get(key).distinct.items()} for key in expected.get("distinct", {})}
-    assert distinct == expected.get("distinct", {})
+    assert sample_outcome(stack, EXPECTED[event_file]) == documented_after_two_deliveries(EXPECTED[event_file])
 
 
 def test_dead_letters_carry_the_full_record_payload(stack: MotoStack) -> None:

@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from tally.local.function import emf_metrics
 from tally.local.meter import DynamoDBWrites, WriteMeter, writes_of
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 PUT = {"Put": {"TableName": "m", "Item": {}}}
 UPDATE = {"Update": {"TableName": "c", "Key": {}, "UpdateExpression": "ADD #c :v"}}
@@ -72,17 +68,8 @@ def test_writes_add_and_subtract() -> None:
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
-    with mock_aws():
-        yield
+def aws(mocked_aws: None) -> None:
+    """moto's mock (tests/conftest.py)."""
 
 
 def test_meter_sees_the_writes_of_clients_created_after_install_only(aws: None) -> None:

@@ -6,7 +6,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 import pytest
-from hypothesis import example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tally.core.numbers import Number, add, storage_problem, to_wire
@@ -124,7 +124,6 @@ STORABLE_CANDIDATES = st.builds(
 )
 
 
-@settings(max_examples=500)
 @given(value=STORABLE_CANDIDATES)
 @example(value=Decimal("9.9999999999999999999999999999999999999E+125"))
 @example(value=Decimal("1E-130"))
@@ -137,7 +136,6 @@ def test_decimal_storage_problem_agrees_with_reference(value: Decimal) -> None:
     assert (problem is None) == independently_storable(Fraction(value))
 
 
-@settings(max_examples=500)
 @given(
     value=st.one_of(
         st.integers(),
@@ -160,7 +158,6 @@ def test_int_storage_problem_agrees_with_reference(value: int) -> None:
 # --- property (c): storable Decimals survive the wire round trip ----------------------------------------
 
 
-@settings(max_examples=1000)
 @given(value=STORABLE_CANDIDATES.filter(lambda d: storage_problem(d) is None))
 @example(value=Decimal("-0"))
 @example(value=Decimal("1E+3"))
@@ -227,7 +224,6 @@ def test_add_tenths_sum_to_exactly_one() -> None:
     assert Fraction(total) == Fraction(1)
 
 
-@settings(max_examples=500)
 @given(
     values=st.lists(
         st.one_of(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.aggregate import MessageTotals, merge_totals
@@ -91,7 +91,6 @@ def assert_exact(messages: Sequence[MessageTotals], writes: Writes) -> None:
     assert merge_totals(writes) == nonzero_increments(merge_totals(message.totals for message in messages))
 
 
-@settings(max_examples=200, deadline=None)
 @given(
     st.lists(
         st.dictionaries(

@@ -11,7 +11,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.decode import decode_message
@@ -144,7 +144,6 @@ _events = st.builds(
 )
 
 
-@settings(max_examples=300, deadline=None)
 @given(events=st.lists(_events, min_size=1, max_size=6))
 def test_whatever_the_producer_writes_the_consumer_reads_back_exactly(events: list[Event]) -> None:
     # GIVEN any valid events WHEN written as single messages and as one packed message

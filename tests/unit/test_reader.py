@@ -10,11 +10,10 @@ import subprocess
 import sys
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from tally.core.windows import HOUR_MS
 from tally.errors import ConfigurationError, InvalidReadError
@@ -22,9 +21,6 @@ from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader, Counters, Ranked, Window, check_key, largest, parse_time_ms
 from tally.reader.dynamodb import key_of_partition
 from tests.support.aws_calls import RECORDER
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 DAY0 = 4_102_444_800_000  # 2100-01-01T00:00Z
@@ -61,19 +57,10 @@ def test_largest_counters_first_ties_in_key_order(
 
 
 @pytest.fixture
-def dynamodb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
-    with mock_aws():
-        client = boto3.client("dynamodb")
-        client.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
-        yield client
+def dynamodb(mocked_aws: None) -> Any:
+    client = boto3.client("dynamodb")
+    client.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
+    return client
 
 
 def put(client: Any, pk: str, sk: str, **counters: str) -> None:
