@@ -178,10 +178,10 @@ class ChaosConfig:
     jepsen_interval_s: float = 0.02
     """Pause between two sampled counter reads of the Jepsen-style monitor."""
     series_read_interval_s: float = 0.01
-    """Pause between two series reads of ``win:`` keys during the run (``bench.chaos.window_reads``, issue 24)."""
+    """Pause between two series reads of ``win:`` keys during the run (``bench.chaos.window_reads``)."""
     horizon_sessions: int = 2
     """Numbered sessions whose old journal claims a TTL sweep leaves behind on kept block items, then met by a
-    redrive without ``ts`` and by a reused id (``bench.chaos.horizon``, issue 24)."""
+    redrive without ``ts`` and by a reused id (``bench.chaos.horizon``)."""
 
 
 # The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).

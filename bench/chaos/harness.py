@@ -168,7 +168,7 @@ class ChaosResult:
     wide_messages: int = 0
     """Messages with 100 or more counters on one key."""
     series_reads: int = 0
-    """Series reads of ``win:`` keys made while the consumers ran (``bench.chaos.window_reads``, issue 24)."""
+    """Series reads of ``win:`` keys made while the consumers ran (``bench.chaos.window_reads``)."""
     series_read_violations: tuple[WindowReadViolation, ...] = ()
     past_horizon_problems: tuple[str, ...] = ()
     """What went wrong with the ids met past their horizon after a TTL sweep (``bench.chaos.horizon``)."""
@@ -225,7 +225,7 @@ class _Run:
     """DynamoDB's conflicts between transactions in flight on one item, across every consumer."""
     killed: KilledClaims = field(default_factory=KilledClaims)
     series_monitor: SeriesReadMonitor | None = None
-    """Holds window moves until a series read of their key is between two requests (issue 24)."""
+    """Holds window moves until a series read of their key is between two requests."""
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""

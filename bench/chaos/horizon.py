@@ -1,4 +1,4 @@
-"""A TTL sweep, then old and reused numbered ids met past their horizon (issue 24, part 4).
+"""A TTL sweep, then old and reused numbered ids met past their horizon.
 
 Before the load, per session of ``ChaosConfig.horizon_sessions``, on its own client, through the run's
 pipeline wiring (so a broken variant is exercised here too):

@@ -84,12 +84,10 @@ def summary_table(result: ChaosResult) -> Table:
         f"Jepsen reads outside \\[acked, attempted] (of {result.jepsen_reads:,})", _flag(len(result.jepsen_violations))
     )
     table.add_row(
-        f"series reads during the run outside \\[acked, attempted] (of {result.series_reads:,}; issue 24)",
+        f"series reads during the run outside \\[acked, attempted] (of {result.series_reads:,})",
         _flag(len(result.series_read_violations)),
     )
-    table.add_row(
-        "ids met past their horizon after a TTL sweep, wrong (issue 24)", _flag(len(result.past_horizon_problems))
-    )
+    table.add_row("ids met past their horizon after a TTL sweep, wrong", _flag(len(result.past_horizon_problems)))
     table.add_row("unexpected errors", _flag(len(result.unexpected_errors)))
     for example in verdict.examples:
         table.add_row(f"  [red]{escape(example)}[/red]", "")

@@ -1,4 +1,4 @@
-"""Series reads of the ``win:`` keys while the consumers run and move their windows (issue 24, part 3).
+"""Series reads of the ``win:`` keys while the consumers run and move their windows.
 
 The window messages' events lie in the previous UTC day, so the consumers' window movers take those hours
 and that day off the key items during the run (``tally.store.windows``) while later window messages keep

@@ -198,7 +198,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # AND half the ordinary messages carried numbered ids, whose markers share block items
     assert result.situations.get("situation.numbered_id_published", 0) > 0
     # AND applications read win: series while the windows moved, each read exact at some instant, and ids
-    # met past their horizon after a TTL sweep were counted as new (issue 24, parts 3 and 4)
+    # met past their horizon after a TTL sweep were counted as new
     assert result.series_reads > 0
     assert result.series_read_violations == ()
     assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0

@@ -1,4 +1,4 @@
-"""Broken variants of issue 24's parts 3 and 4, under the chaos harness (``bench.chaos.window_reads``,
+"""Broken variants of the series read during window moves and of markers past their horizon, under the chaos harness (``bench.chaos.window_reads``,
 ``bench.chaos.horizon``): the run must fail when either fix is undone.
 
 - a reader whose series makes the three requests of the code before the fix (window items, key items, the
@@ -52,7 +52,7 @@ pytestmark = pytest.mark.integration
 
 
 class ThreeRequestSeries(CounterReader):
-    """BROKEN on purpose: the series read before issue 24 (window items, then key items, then the days
+    """BROKEN on purpose: the series read of three requests (window items, then key items, then the days
     keeping hours), which a window move committing between two requests makes count a window 0 or 2 times."""
 
     def series(
@@ -111,7 +111,7 @@ def three_request_reader(client: DynamoDBClient, tables: Tables, config: ChaosCo
 
 
 class JournalFailingOnMissingHeaders(DynamoDBJournal):
-    """BROKEN on purpose: a missing journal header fails the batch, as ``resolve`` did before issue 24."""
+    """BROKEN on purpose: a missing journal header fails the batch, as ``resolve`` once did."""
 
     def read(self, batch_id: str) -> BatchRecord | None:
         record = super().read(batch_id)
@@ -135,7 +135,7 @@ def _journal_failing_on_missing_headers(
 def test_the_harness_catches_series_reads_that_miss_window_moves(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
-    # GIVEN the series read of the code before issue 24's part 3, reading win: keys while the consumers move
+    # GIVEN a series read that never reads the key items again, reading win: keys while the consumers move
     config = replace(SMOKE, events=1_000, horizon_sessions=0)
 
     # WHEN it reads under the same harness and faults, during the moves
@@ -150,7 +150,7 @@ def test_the_harness_catches_series_reads_that_miss_window_moves(
 def test_the_harness_catches_block_markers_whose_batch_ttl_deleted_failing_their_batch(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
-    # GIVEN a journal that fails the batch when a marker's header is gone (issue 24, part 4, undone)
+    # GIVEN a journal that fails the batch when a marker's header is gone
     config = replace(SMOKE, events=300, window_messages=0)
 
     # WHEN the run sweeps TTL and meets old and reused numbered ids past their horizon

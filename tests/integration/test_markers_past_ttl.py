@@ -1,4 +1,4 @@
-"""Markers past their horizon, once TTL has deleted what expired (issue 24, part 4), on DynamoDB Local.
+"""Markers past their horizon, once TTL has deleted what expired, on DynamoDB Local.
 
 DynamoDB Local runs no TTL: ``bench.chaos.ttl.sweep_expired`` deletes what AWS's TTL would have deleted by
 then. A numbered message's marker is an attribute of its block item, whose expiry each later write to the

@@ -1,4 +1,4 @@
-"""A series read while a window move commits (issue 24, part 3), on DynamoDB Local.
+"""A series read while a window move commits, on DynamoDB Local.
 
 A series of hour or day windows adds what is still on the key's item(s) to what moved to window items
 (``tally.store.windows``). The reader makes several requests; a move that commits between two of them
