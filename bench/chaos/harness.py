@@ -40,6 +40,7 @@ from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_id, parse_window_spec
 from tally.marker_reads import MarkerReadGate
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
+from tally.post_commit import post_commit_steps
 from tally.reader import CounterReader
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -126,9 +127,12 @@ def wire_pipeline(
         applier,
         dead_letters,
         settings,
-        gauges=DynamoDBGaugeStore(client, tables.counters),
-        distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
-        windows=DynamoDBWindowMover(client, tables.counters, settings.windows),
+        steps=post_commit_steps(
+            settings.windows,
+            gauges=DynamoDBGaugeStore(client, tables.counters),
+            distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
+            mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
+        ),
     )
 
 
@@ -445,7 +449,7 @@ def _apply_setup(workload: Workload, run: _Run) -> None:
     now_ms = run.clock.now_ms()
     records = [SourceRecord(f"setup-{m.message_id}", m.body, now_ms) for m in workload.setup]
     result = pipeline.process(records, now_ms, lambda: run.config.function_timeout_s * 1000)
-    if result.failed_record_ids or result.dead_letters or result.messages_applied != len(records):
+    if result.failed_record_ids or result.dead_letters or result.figures["MessagesApplied"] != len(records):
         raise RuntimeError(f"the setup messages were not applied: {result}")
     run.ledger.attempt(workload.setup)
     run.ledger.acknowledge(workload.setup)

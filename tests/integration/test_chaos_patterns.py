@@ -17,9 +17,11 @@ from bench.chaos.config import SMOKE
 from bench.chaos.harness import Tables, wire_pipeline
 
 from tally.core.sharding import parse_hot_keys
-from tally.pipeline import BatchPipeline
+from tally.core.windows import parse_window_spec
+from tally.post_commit import GaugeStep, MemberStep
 from tally.store.distinct import DynamoDBDistinctStore
-from tests.support.chaos import rewired, run_on
+from tally.store.gauges import DynamoDBGaugeStore
+from tests.support.chaos import rewired, run_on, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -28,36 +30,36 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.fates import ApplyOutcome
-    from tally.core.model import Message
     from tally.local.dynamodb_local import DynamoDBLocal
     from tally.marker_reads import MarkerReadGate
-    from tally.pipeline import DeadLetterQueue
+    from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.post_commit import SettledBatch, StepResult
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 
 
-class PipelineWritingGaugesOfNewMessagesOnly(BatchPipeline):
+class GaugesOfNewMessagesOnly(GaugeStep):
     """BROKEN on purpose: gauges written for messages applied now, not for those a marker shows applied."""
 
     newly_applied: frozenset[str] = frozenset()
 
-    def _write_gauges(
-        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]
-    ) -> tuple[int, frozenset[str]]:
-        return super()._write_gauges(messages, unique, settled & self.newly_applied)
+    def settle(self, batch: SettledBatch) -> StepResult:
+        messages = [message for message in batch.messages if message.message_id in self.newly_applied]
+        return super().settle(replace(batch, messages=messages))
 
 
 def _write_gauges_of_new_messages_only(
     pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
 ) -> None:
-    pipeline.__class__ = PipelineWritingGaugesOfNewMessagesOnly
+    step = GaugesOfNewMessagesOnly(DynamoDBGaugeStore(client, tables.counters))
+    swap_step(pipeline, step)
     applier = pipeline._applier
     apply = applier.apply
 
     def remembering(*args: Any, **kwargs: Any) -> ApplyOutcome:
         outcome = apply(*args, **kwargs)
-        pipeline.newly_applied = outcome.applied  # type: ignore[attr-defined]
+        step.newly_applied = outcome.applied
         return outcome
 
     applier.apply = remembering  # type: ignore[method-assign]
@@ -100,7 +102,8 @@ class MembersWithoutConditions(DynamoDBDistinctStore):
 def _write_members_without_conditions(
     pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
 ) -> None:
-    pipeline._distinct = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
+    store = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
+    swap_step(pipeline, MemberStep(store, parse_window_spec(config.windows, config.window_retention)))
 
 
 _members_without_conditions = rewired(_write_members_without_conditions)

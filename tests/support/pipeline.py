@@ -14,6 +14,7 @@ from tally.core.plan import MAX_TRANSACTION_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.post_commit import post_commit_steps
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import MAX_COUNTER_KEY_BYTES, MAX_MESSAGE_ID_BYTES, DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
     from tally.core.model import DeadLetter
     from tally.marker_reads import MarkerReadGate
-    from tally.pipeline import WindowMover
+    from tally.post_commit import WindowMover
 
 TTL_DAYS = 35
 FAST_RETRIES = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=8, reserve_ms=1_000)
@@ -128,4 +129,5 @@ def make_pipeline(
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
         mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, sleep=lambda _: None)
-    return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct, windows=mover), dlq
+    steps = post_commit_steps(settings.windows, gauges=gauges, distinct=distinct, mover=mover)
+    return BatchPipeline(applier, dlq, settings, steps=steps), dlq

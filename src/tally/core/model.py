@@ -52,6 +52,10 @@ class RejectCode(StrEnum):
     ABOVE_CEILING = "above_ceiling"
     INVALID_RESET = "invalid_reset"
     INVALID_DISTINCT = "invalid_distinct"
+    GAUGE_REFUSED = "gauge_refused"
+    """Counted, but DynamoDB refuses its gauge write for good (e.g. the key's item is at the 400 KB limit)."""
+    MEMBERS_REFUSED = "members_refused"
+    """Counted, but DynamoDB refuses its distinct members' write for good (e.g. the key's item at 400 KB)."""
 
 
 @dataclass(frozen=True, slots=True)
