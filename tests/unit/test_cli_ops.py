@@ -33,7 +33,9 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         monkeypatch.delenv(name, raising=False)
     with mock_aws():
         dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
-        dynamodb.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
+        tables = table_definitions(load_template(TEMPLATE))
+        dynamodb.create_table(**tables["CountersTable"].create_table_kwargs("c"))
+        dynamodb.create_table(**tables["MarkersTable"].create_table_kwargs("m"))  # dlq: which letters count
         for pk, counters in {
             "a": {"count": "5", "revenue": "0.10"},
             "b": {"count": "12"},

@@ -1,15 +1,19 @@
 """``tally dlq list`` and ``tally dlq redrive``: what is in the dead-letter queue and why; send it back.
 
-``list`` reads without consuming (each message is made visible again at once). ``redrive`` re-sends
-every body unchanged to where it came from (``tally.source``), to ``--to-queue`` / ``--to-stream``, or,
-for a message SQS moved there after ``maxReceiveCount``, to the stack's source queue; a Kinesis batch
-Lambda gave up on is replayed from the stream. The idempotency markers make all of it safe: nothing
-already counted is counted again. Poison redriven unchanged is dead-lettered again, with its reason.
+``list`` reads without consuming (each message is made visible again at once), and says of each letter
+whether its message already counts (its idempotency marker holds that very content: a refusal that no
+longer holds). ``redrive`` re-sends every body unchanged to where it came from (``tally.source``), to
+``--to-queue`` / ``--to-stream``, or, for a message SQS moved there after ``maxReceiveCount``, to the
+stack's source queue; a Kinesis batch Lambda gave up on is replayed from the stream. ``--reason`` aims it
+at some codes, ``--dry-run`` says what it would do, and a refused letter whose message already counts is
+deleted rather than sent. The idempotency markers make all of it safe: nothing already counted is counted
+again. Poison redriven unchanged is dead-lettered again, with its reason.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from collections import Counter
 from datetime import UTC, datetime
@@ -22,10 +26,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from tally.cli.locate import Locator, client, stack_option
-from tally.errors import TallyError
-from tally.ops.dead_letters import Destination, list_failed_batches, list_letters, redrive
+from tally.config import Settings
+from tally.errors import ConfigurationError, TallyError
+from tally.ops.dead_letters import (
+    Destination,
+    counted_letters,
+    list_failed_batches,
+    list_letters,
+    redrive,
+    skipped_as_counted,
+)
+from tally.store.counted import DynamoDBCountedLookup
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
@@ -54,24 +69,39 @@ def list_command(
     as_json: bool, limit: int | None, stack_name: str | None, dlq_url: str | None, failure_bucket: str | None
 ) -> None:
     """List each dead letter with its reason (tally.error_code / tally.error_message), oldest first, and the
-    given-up Kinesis batches of the S3 failure bucket (if the stack has one)."""
+    given-up Kinesis batches of the S3 failure bucket (if the stack has one).
+
+    Each letter says whether its message already counts (its idempotency marker holds that very content,
+    read from the markers table when the tables are known): a refusal that no longer holds, such as a
+    below_floor whose copy was counted after a restock. gauge_refused and members_refused letters count by
+    definition: only their gauges or members wait for a redrive."""
     locator = Locator(stack_name)
     url = locator.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue")
     bucket = locator.optional("TALLY_FAILURE_BUCKET", failure_bucket)
     sqs: SQSClient = client("sqs")
+    check = counted_check(locator)
     try:
         letters = list_letters(sqs, url, limit=limit)
+        counted = check(letters) if check is not None else None
         stored = list_failed_batches(client("s3"), bucket, limit=limit) if bucket else []
     except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
     if as_json:
         for letter in letters:
-            sys.stdout.buffer.write(msgspec.json.encode(letter_json(letter)) + b"\n")
+            sys.stdout.buffer.write(msgspec.json.encode(letter_json(letter, counted)) + b"\n")
         for batch in stored:
             sys.stdout.buffer.write(msgspec.json.encode(stored_json(batch)) + b"\n")
         return
     console = Console()
-    console.print(letters_table(letters, url))
+    console.print(letters_table(letters, url, counted))
+    if counted is None:
+        console.print("counted: unknown (give the tables, $TALLY_COUNTERS_TABLE/$TALLY_MARKERS_TABLE, or --stack)")
+    elif counted:
+        deleted = sum(1 for letter in letters if skipped_as_counted(letter, counted))
+        console.print(
+            f"already counted: {len(counted)}; a redrive deletes {deleted} of them (refusals that no longer hold) "
+            "and sends the rest (gauge_refused, members_refused: the redrive writes what is missing)"
+        )
     if bucket:
         console.print(stored_table(stored, bucket))
     codes = Counter(letter.error_code or letter.kind for letter in letters)
@@ -80,6 +110,15 @@ def list_command(
 
 
 @dlq.command("redrive")
+@click.option(
+    "--reason",
+    "reasons",
+    multiple=True,
+    help="Only letters with this reason (a tally.error_code such as below_floor, or message: moved by SQS, or "
+    "kinesis-batch: given up); repeat for several. The others stay.",
+)
+@click.option("--dry-run", is_flag=True, help="Send and delete nothing: say what would be redriven or deleted.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was done (or would be) as one JSON object.")
 @click.option("--to-queue", help="Send every body to this queue instead of where it came from.")
 @click.option("--to-stream", help="Put every body into this stream (name or ARN) instead.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
@@ -97,6 +136,9 @@ def list_command(
 )
 def redrive_command(  # click passes every option by name
     *,
+    reasons: tuple[str, ...],
+    dry_run: bool,
+    as_json: bool,
     to_queue: str | None,
     to_stream: str | None,
     limit: int | None,
@@ -105,7 +147,12 @@ def redrive_command(  # click passes every option by name
     queue_url: str | None,
     failure_bucket: str | None,
 ) -> None:
-    """Send the dead letters back to their source (markers make it safe), deleting each once accepted."""
+    """Send the dead letters back to their source (markers make it safe), deleting each once accepted.
+
+    A refused letter whose message already counts (its idempotency marker holds that very content, read when
+    the tables are known) is deleted without being sent: its refusal no longer holds and nothing is left to
+    count. gauge_refused and members_refused letters are always sent: their counters count, and the redrive
+    is what writes their gauges or members once the cause is gone."""
     if to_queue and to_stream:
         raise click.UsageError("give --to-queue or --to-stream, not both")
     locator = Locator(stack_name)
@@ -130,15 +177,35 @@ def redrive_command(  # click passes every option by name
                 progress=lambda _letter: progress.advance(task),
                 s3=s3,
                 failure_bucket=bucket,
+                reasons=frozenset(reasons) if reasons else None,
+                dry_run=dry_run,
+                counted=counted_check(locator),
             )
     except TallyError as exc:
         raise click.ClickException(str(exc)) from exc
-    Console().print(redrive_table(result))
+    if as_json:
+        sys.stdout.buffer.write(msgspec.json.encode(redrive_json(result)) + b"\n")
+    else:
+        Console().print(redrive_table(result))
     if not result.ok:
         sys.exit(1)
 
 
-def letter_json(letter: Letter) -> dict[str, Any]:
+def counted_check(locator: Locator) -> Callable[[Sequence[Letter]], frozenset[str]] | None:
+    """Which letters already count, read from the markers table; None when the tables are not known."""
+    try:
+        settings = Settings.from_env(locator.environment(os.environ), require_dlq=False)
+    except ConfigurationError:
+        return None
+    lookup = DynamoDBCountedLookup(client("dynamodb"), settings.counters_table, settings.markers_table)
+
+    def check(letters: Sequence[Letter]) -> frozenset[str]:
+        return counted_letters(letters, lookup, settings.counter_defaults)
+
+    return check
+
+
+def letter_json(letter: Letter, counted: frozenset[str] | None = None) -> dict[str, Any]:
     document: dict[str, Any] = {
         "message_id": letter.message_id,
         "kind": letter.kind,
@@ -149,6 +216,7 @@ def letter_json(letter: Letter) -> dict[str, Any]:
         "body_encoding": letter.body_encoding,
         "sent_ms": letter.sent_ms,
         "receive_count": letter.receive_count,
+        "counted": None if counted is None else letter.message_id in counted,
         "body": letter.body,
     }
     batch = letter.kinesis_batch
@@ -157,7 +225,7 @@ def letter_json(letter: Letter) -> dict[str, Any]:
     return document
 
 
-def letters_table(letters: list[Letter], url: str) -> Table:
+def letters_table(letters: list[Letter], url: str, counted: frozenset[str] | None = None) -> Table:
     table = Table(title=f"dead-letter queue {url.rsplit('/', 1)[-1]}: {len(letters)} message(s)")
     for column in ("sent (UTC)", "reason", "detail", "source", "body"):
         table.add_column(column, overflow="fold")
@@ -174,8 +242,13 @@ def letters_table(letters: list[Letter], url: str) -> Table:
             detail = (letter.error_message or "")[:80]
             source = (letter.source or "").rsplit(":", 1)[-1].rsplit("/", 1)[-1]
         body = letter.body if len(letter.body) <= _PREVIEW else letter.body[:_PREVIEW] + "…"
-        table.add_row(_time(letter.sent_ms), reason, detail, source, body)
+        table.add_row(_time(letter.sent_ms), reason + _counted_mark(letter, counted), detail, source, body)
     return table
+
+
+def _counted_mark(letter: Letter, counted: frozenset[str] | None) -> str:
+    """Beside the reason: whether the letter's message counts already (nothing when that is unknown)."""
+    return " (counted)" if counted is not None and letter.message_id in counted else ""
 
 
 def stored_json(stored: StoredBatch) -> dict[str, Any]:
@@ -204,18 +277,43 @@ def stored_table(stored: list[StoredBatch], bucket: str) -> Table:
     return table
 
 
+def redrive_json(result: RedriveResult) -> dict[str, Any]:
+    def letters(chosen: Sequence[Letter]) -> list[dict[str, str]]:
+        return [{"message_id": letter.message_id, "reason": letter.reason} for letter in chosen]
+
+    return {
+        "dry_run": result.dry_run,
+        "redriven": letters(result.redriven),
+        "counted_deleted": letters(result.counted),
+        "not_aimed": result.not_aimed,
+        "left": [{**letters([item.letter])[0], "why": item.reason} for item in result.skipped],
+        "replayed_records": result.replayed_records,
+        "replayed_objects": list(result.replayed_objects),
+        "left_objects": [{"key": key, "why": why} for key, why in result.skipped_objects],
+        "destinations": sorted(result.destinations),
+    }
+
+
 def redrive_table(result: RedriveResult) -> Table:
-    table = Table(title="redrive", show_header=False)
+    would = "would be " if result.dry_run else ""
+    table = Table(
+        title="redrive (dry run: nothing sent or deleted)" if result.dry_run else "redrive", show_header=False
+    )
     table.add_column("what")
     table.add_column("value", justify="right")
-    kinds = Counter(letter.kind for letter in result.redriven)
-    table.add_row("redriven", f"{len(result.redriven):,}")
-    for kind, count in sorted(kinds.items()):
-        table.add_row(f"  {kind}", f"{count:,}")
+    reasons = Counter(letter.reason for letter in result.redriven)
+    table.add_row(f"{would}redriven", f"{len(result.redriven):,}")
+    for reason, count in sorted(reasons.items()):
+        table.add_row(f"  {reason}", f"{count:,}")
+    table.add_row(f"already counted: {would}deleted, not sent", f"{len(result.counted):,}")
+    for reason, count in sorted(Counter(letter.reason for letter in result.counted).items()):
+        table.add_row(f"  {reason}", f"{count:,}")
+    if result.not_aimed:
+        table.add_row("other reasons (left alone)", f"{result.not_aimed:,}")
     if result.replayed_records:
         table.add_row("Kinesis records replayed", f"{result.replayed_records:,}")
     if result.replayed_objects or result.skipped_objects:
-        table.add_row("  given-up batches replayed from S3", f"{len(result.replayed_objects):,}")
+        table.add_row(f"  given-up batches {would}replayed from S3", f"{len(result.replayed_objects):,}")
         table.add_row("  left in the failure bucket", f"{len(result.skipped_objects):,}")
         for key, reason in result.skipped_objects[:5]:
             table.add_row(f"  {key}", reason[:100])

@@ -58,6 +58,11 @@ class RejectCode(StrEnum):
     """Counted, but DynamoDB refuses its distinct members' write for good (e.g. the key's item at 400 KB)."""
 
 
+COUNTED_REFUSALS = frozenset({RejectCode.GAUGE_REFUSED, RejectCode.MEMBERS_REFUSED})
+"""Codes of letters whose counters count by definition (a post-commit step refused the rest): a redrive is what
+writes that rest once its cause is gone, so a redrive never skips them as already counted."""
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection:
     """Why a record can never be counted: a stable code and a human-readable detail."""
