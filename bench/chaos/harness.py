@@ -28,6 +28,7 @@ from bench.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions
 from bench.chaos.invoke import Consumer, KilledClaims
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
+from bench.chaos.patterns import refused_keys
 from bench.chaos.sqs import Queue, consume
 from bench.chaos.workload import TRACER, Source, Workload, generate, wide_items
 from tally.apply import Applier, RetryPolicy
@@ -209,6 +210,7 @@ class _Run:
             client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log, self.in_flight
         )
         chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
+        chaos.refused_keys = refused_keys(config.seed, config.pattern_keys, config.refused_keys)
         self.injectors.append(chaos)
         port = ConsumerPort(
             self.dead_letters, config.delivery.dlq_refusal, random.Random(f"{config.seed}:dlq:{name}"), self.log

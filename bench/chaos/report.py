@@ -75,6 +75,10 @@ def summary_table(result: ChaosResult) -> Table:
         _ratio(verdict.poison_accounted, verdict.poison_messages) + f" ({verdict.poison_letters:,} letters)",
     )
     table.add_row("unrecoverable (injected) in DLQ", _ratio(verdict.doomed_in_dlq, verdict.doomed))
+    table.add_row(
+        "counted, gauge/member write refused for good: in DLQ with that step's code",
+        _ratio(verdict.step_refused_in_dlq, verdict.step_refused),
+    )
     table.add_row("valid messages in DLQ (not injected)", _flag(verdict.valid_in_dlq))
     table.add_row(
         "ids reused: one content counted, the other in DLQ as id_conflict",
