@@ -93,7 +93,7 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
         "write_units_per_event": run.usage.write_units / events,
         "read_units_per_event": run.usage.read_units / events,
         "requests_per_event": run.usage.requests / events,
-        "members_added": sum(result.members_added for result in run.results),
+        "members_added": sum(result.figures["MembersAdded"] for result in run.results),
         "conditional_failures": run.usage.conditional_failures,
         "events_per_s": events / run.seconds,
         "exact": exact,

@@ -47,8 +47,13 @@ def create_tables(client: DynamoDBClient) -> Tables:
 @click.option("--config", "preset", type=click.Choice(sorted(PRESETS)), default="full", show_default=True)
 @click.option("--seed", type=int, help="Default: the preset's seed.")
 @click.option("--events", type=int, help="Valid events to publish (default: the preset's).")
+@click.option(
+    "--refused-keys",
+    type=click.IntRange(min=0),
+    help="g: and page: keys whose gauge and member writes DynamoDB refuses for good (default: the preset's).",
+)
 @click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the figures as JSON.")
-def main(preset: str, seed: int | None, events: int | None, json_out: Path | None) -> None:
+def main(preset: str, seed: int | None, events: int | None, refused_keys: int | None, json_out: Path | None) -> None:
     """Count a seeded load exactly once through SQS and Kinesis under injected faults, and prove it."""
     console = Console()
     config = PRESETS[preset]
@@ -56,6 +61,8 @@ def main(preset: str, seed: int | None, events: int | None, json_out: Path | Non
         config = replace(config, seed=seed)
     if events is not None:
         config = replace(config, events=events)
+    if refused_keys is not None:
+        config = replace(config, refused_keys=refused_keys)
     about: dict[str, Any] = {**machine.describe(), "started_utc": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")}
     with DynamoDBLocal() as ddb:
         tables = create_tables(ddb.client())

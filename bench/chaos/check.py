@@ -11,6 +11,9 @@
   names holds its deltas) or is in the dead-letter queue as ``below_floor``/``above_ceiling``, never
   neither; no bounded counter ends outside its bounds.
 - Every distinct count holds the number of different members its key's distinct counted messages named.
+- Every message whose gauge or member write DynamoDB refuses for good (the run's ``refused_keys``) counts
+  and is in the dead-letter queue as ``gauge_refused``/``members_refused``; those keys hold no gauge and no
+  distinct count (such a write once failed its batch on every delivery).
 - Every hour and day window of the ``win:`` keys (their windows are moved off the key items during
   the run, under kills and stale conditions) holds exactly the sum of its events, after a final close.
 - Every gauge holds what the distinct gauge messages leave: the largest ``max``, the smallest
@@ -28,7 +31,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-from bench.chaos.patterns import BOUND_CODES, LEVEL, SEAT_CEILING, SEAT_FLOOR
+from bench.chaos.patterns import BOUND_CODES, LEVEL, SEAT_CEILING, SEAT_FLOOR, STEP_REFUSED_CODES, step_refusal
 from bench.chaos.workload import DOOMED_CODE, ID_CONFLICT_CODE, TRACER
 
 if TYPE_CHECKING:
@@ -82,6 +85,11 @@ class Verdict:
     windows_checked: int = 0
     """(``win:`` key, hour or day window) pairs read back after the final close."""
     windows_wrong: int = 0
+    step_refused: int = 0
+    """Messages whose gauge or member write DynamoDB refuses for good (a refused key's): counted, and due in
+    the DLQ with that step's code."""
+    step_refused_in_dlq: int = 0
+    """Of those, the ones in the DLQ with the right code."""
 
     @property
     def ok(self) -> bool:
@@ -101,6 +109,7 @@ class Verdict:
             and self.unknown_letters == 0
             and self.given_up_left == 0
             and self.ids_reused_resolved == self.ids_reused
+            and self.step_refused_in_dlq == self.step_refused
         )
 
 
@@ -139,6 +148,12 @@ def judge(
     pattern_figures = _judge_patterns(workload, read, letters, patterns, counted_bounded, examples=examples)
 
     codes_by_poison: dict[str, Counter[str | None]] = {body: Counter() for body in workload.poison}
+    refusals = {
+        message.message_id: code
+        for message in workload.valid.values()
+        if (code := step_refusal(message.gauges, message.members, workload.refused_keys)) is not None
+    }
+    refused_seen: set[str] = set()
     doomed_seen: set[str] = set()
     valid_in_dlq = unknown = 0
     for letter in letters:
@@ -150,6 +165,8 @@ def judge(
             unknown += 1
         elif message.doomed and letter.code == DOOMED_CODE:
             doomed_seen.add(message.message_id)
+        elif letter.code in STEP_REFUSED_CODES.values() and refusals.get(message.message_id) == letter.code:
+            refused_seen.add(message.message_id)
         elif message.bounded and letter.code in BOUND_CODES:
             continue  # judged by _judge_patterns
         elif message.message_id in workload.alternates and letter.code == ID_CONFLICT_CODE:
@@ -196,6 +213,8 @@ def judge(
         levels_unjudged=len(unjudged),
         windows_checked=len(workload.expected_windows) if read_window is not None else 0,
         windows_wrong=_judge_windows(workload, read_window, examples),
+        step_refused=len(refusals),
+        step_refused_in_dlq=len(refused_seen),
     )
 
 
@@ -338,6 +357,12 @@ def _judge_distinct(workload: Workload, patterns: PatternReads | None, examples:
         return checked, wrong
     for key, sets in sorted(workload.expected_distinct.items()):
         stored = patterns.distinct(key)
+        if key in workload.refused_keys:  # every member write refused: nothing may be counted
+            checked += len(sets)
+            if any(stored.values()):
+                wrong += 1
+                examples.append(f"{key}: distinct counts {dict(stored)} though every member write was refused")
+            continue
         for name, wanted in sorted(sets.items()):
             checked += 1
             if stored.get(name) != wanted:
@@ -354,6 +379,12 @@ def _judge_gauges(workload: Workload, patterns: PatternReads | None, examples: l
         return checked, wrong
     for key, wanted_gauges in sorted(workload.expected_gauges.items()):
         stored = patterns.gauges(key)
+        if key in workload.refused_keys:  # every gauge write refused: nothing may be stored
+            checked += 1
+            if any(stored.values()):
+                wrong += 1
+                examples.append(f"{key}: gauges {dict(stored)} stored though every write was refused")
+            continue
         for kind, names in sorted(wanted_gauges.items()):
             for name, wanted_value in sorted(names.items()):
                 checked += 1

@@ -43,6 +43,12 @@ The writes that follow the counters' commit draw one more first:
   (their markers committed) and their gauges or members not written; the redelivery meets the markers and
   must write them then.
 
+Not drawn per request but fixed for the run: the gauge and member writes of the
+``refused_keys`` (``bench.chaos.patterns.refused_keys``) are refused for good, as DynamoDB refuses a write
+that would grow an item past 400 KB: a gauge ``UpdateItem`` answers ``ValidationException``, a member
+transaction is cancelled with ``ValidationError`` on the key's action (``ddb.refused_for_good_gauges`` /
+``_members``). Retrying can never succeed; the messages must count and be dead-lettered with the reason.
+
 Not a drawn fault but DynamoDB's own rule: two transactions in flight at once on one
 item conflict, and DynamoDB Local never says so. ``InFlightTransactions``, shared by every consumer of a
 run, answers a ``TransactWriteItems`` that would write an item another one still in flight writes with
@@ -73,6 +79,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
+from tally.core.items import SHARD_SEPARATOR
 from tally.store.schema import GAUGE_PREFIXES, WINDOW_PREFIX, distinct_attribute
 
 if TYPE_CHECKING:
@@ -170,9 +177,13 @@ class InFlightTransactions:
             self._flying.pop(token, None)
 
 
-def _cancelled(reason: str, actions: int, victim: int) -> tuple[_FakeHttpResponse, Any]:
+ITEM_TOO_LARGE: Final = "Item size to update has exceeded the maximum allowed size"
+"""DynamoDB's words (as DynamoDB Local says them) for a write that would grow an item past 400 KB."""
+
+
+def _cancelled(reason: str, actions: int, victim: int, message: str = "chaos") -> tuple[_FakeHttpResponse, Any]:
     """A ``TransactionCanceledException`` answer with ``reason`` on action ``victim``, as DynamoDB sends it."""
-    reasons = [{"Code": reason, "Message": "chaos"} if i == victim else {"Code": "None"} for i in range(actions)]
+    reasons = [{"Code": reason, "Message": message} if i == victim else {"Code": "None"} for i in range(actions)]
     body = {
         "Error": {
             "Code": "TransactionCanceledException",
@@ -205,6 +216,8 @@ class DynamoDBChaos:
         self.enabled = True
         self.killed_after_claim = False
         self.killed_before: str | None = None
+        self.refused_keys: frozenset[str] = frozenset()
+        """Keys whose gauge and member writes are refused for good (the run's ``refused_keys``)."""
         """``gauges``, ``members`` or ``window_transfer`` when ``kill_before_*`` fired in the current invocation."""
         self._followers_drawn: set[str] = set()
         """The kinds of write after the commit already drawn for in the current invocation (once each)."""
@@ -276,6 +289,8 @@ class DynamoDBChaos:
             self._log.add(f"ddb.kill_before_{follower}")
             self.killed_before = follower
             raise InvocationKilled(f"killed between the counters' commit and the {follower} write")
+        if (refusal := self._refuse_for_good(follower, operation, params)) is not None:
+            return refusal
         kind = None
         if self.enabled and operation == TRANSACT:
             kind = self._draw_claim_fault(params)
@@ -315,6 +330,26 @@ class DynamoDBChaos:
         reason = "ThrottlingError" if kind == "throttle_cancel" else "TransactionConflict"
         actions = len(json.loads(params["body"])["TransactItems"])
         return _cancelled(reason, actions, self._rng.randrange(actions))
+
+    def _refuse_for_good(
+        self, follower: str | None, operation: str, params: dict[str, Any]
+    ) -> tuple[_FakeHttpResponse, Any] | None:
+        """DynamoDB's answer to a gauge or member write naming a refused key's items, or None (sent as is)."""
+        if follower not in ("gauges", "members") or not self.refused_keys:
+            return None
+        request = json.loads(params["body"])
+        answer = None
+        if operation == UPDATE and _key_of(request.get("Key", {})) in self.refused_keys:
+            error = {"Code": "ValidationException", "Message": ITEM_TOO_LARGE}
+            answer = _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        actions = request.get("TransactItems", [])
+        for index, action in enumerate(actions):
+            update = action.get("Update")
+            if answer is None and update is not None and _key_of(update.get("Key", {})) in self.refused_keys:
+                answer = _cancelled("ValidationError", len(actions), index, ITEM_TOO_LARGE)
+        if answer is not None:
+            self._log.add(f"ddb.refused_for_good_{follower}")
+        return answer
 
     def _withhold_keys(self, params: dict[str, Any], context: dict[str, Any]) -> bool:
         """Send part of a ``BatchGetItem``'s keys and keep the rest for its answer's ``UnprocessedKeys``."""
@@ -384,6 +419,11 @@ def _after_commit_write(operation: str, params: dict[str, Any]) -> str | None:
         if any(name.startswith(_COUNT_PREFIX) for name in names):
             return "members"
     return None
+
+
+def _key_of(key: dict[str, Any]) -> str:
+    """The counter key an item belongs to (a hot key's shard and a member's partition name it too)."""
+    return str(key.get("pk", {}).get("S", "")).split(SHARD_SEPARATOR)[0]
 
 
 def _make_stale(params: dict[str, Any]) -> None:

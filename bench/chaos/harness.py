@@ -29,6 +29,7 @@ from bench.chaos.horizon import run_past_horizon
 from bench.chaos.invoke import Consumer, KilledClaims
 from bench.chaos.kinesis import ShardConsumer, Stream
 from bench.chaos.ledger import JepsenMonitor, Ledger, Violation
+from bench.chaos.patterns import refused_keys
 from bench.chaos.sqs import Queue, consume
 from bench.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
 from bench.chaos.workload import TRACER, Source, Workload, generate, wide_items
@@ -42,6 +43,7 @@ from tally.core.numbered_ids import parse_numbered
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
+from tally.post_commit import post_commit_steps
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.distinct import DynamoDBDistinctStore
@@ -129,9 +131,12 @@ def wire_pipeline(
         applier,
         dead_letters,
         settings,
-        gauges=DynamoDBGaugeStore(client, tables.counters),
-        distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
-        windows=DynamoDBWindowMover(client, tables.counters, settings.windows),
+        steps=post_commit_steps(
+            settings.windows,
+            gauges=DynamoDBGaugeStore(client, tables.counters),
+            distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
+            mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
+        ),
     )
 
 
@@ -235,6 +240,7 @@ class _Run:
             client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log, self.in_flight
         )
         chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
+        chaos.refused_keys = refused_keys(config.seed, config.pattern_keys, config.refused_keys)
         self.injectors.append(chaos)
         if self.series_monitor is not None:  # after the injector's hooks: only moves it lets through are held
             self.series_monitor.attach(client)
@@ -510,7 +516,7 @@ def _apply_setup(workload: Workload, run: _Run) -> None:
     now_ms = run.clock.now_ms()
     records = [SourceRecord(f"setup-{m.message_id}", m.body, now_ms) for m in workload.setup]
     result = pipeline.process(records, now_ms, lambda: run.config.function_timeout_s * 1000)
-    if result.failed_record_ids or result.dead_letters or result.messages_applied != len(records):
+    if result.failed_record_ids or result.dead_letters or result.figures["MessagesApplied"] != len(records):
         raise RuntimeError(f"the setup messages were not applied: {result}")
     run.ledger.attempt(workload.setup)
     run.ledger.acknowledge(workload.setup)

@@ -131,15 +131,15 @@ class Consumer:
     def _record(self, result: BatchResult) -> None:
         """The batch's own figures (what the handlers publish as metrics), summed over the run."""
         figures = {
-            "messages_applied": result.messages_applied,
-            "already_applied": result.already_applied,
-            "duplicates_in_batch": result.duplicates_in_batch,
+            "messages_applied": result.figures["MessagesApplied"],
+            "already_applied": result.figures["DuplicatesAlreadyApplied"],
+            "duplicates_in_batch": result.figures["DuplicatesInBatch"],
             "dead_letters": len(result.dead_letters),
             "records_failed": len(result.failed_record_ids),
-            "transactions": result.transactions,
-            "transaction_retries": result.retries,
-            "journal_batches": result.journal_batches,
-            "refused_chunks": result.refused_chunks,
+            "transactions": result.figures["Transactions"],
+            "transaction_retries": result.figures["TransactionRetries"],
+            "journal_batches": result.figures["JournalBatches"],
+            "refused_chunks": result.figures["RefusedChunks"],
             "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent from a pipeline without stalls
         }
         conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]

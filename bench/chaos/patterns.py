@@ -20,6 +20,11 @@ The load's pattern messages (``bench.chaos.workload``) exercise, under every fau
 - **distinct counts**: events on ``page:`` keys name a viewer (of 80) and sometimes a country (of 12);
   each key's set must count exactly the different members its distinct counted messages named.
 
+- **post-commit writes refused for good**: one ``g:`` key and one ``page:`` key (``refused_keys``) have
+  every gauge and member write refused by DynamoDB, as a key item at the 400 KB limit would be: their
+  messages must be counted and in the dead-letter queue as ``gauge_refused``/``members_refused``; their
+  key holds no gauge and no distinct count, and every other key is judged as usual.
+
 - **corrections and resets**: on ``r:`` keys, deltas and corrections of ``level`` and resets of it (about
   one message in eight), all through Kinesis with the key as partition key, so one shard orders them. A
   reset does not commute with sums, so the reference folds the messages in the order the shard holds their
@@ -33,6 +38,7 @@ reference), but they are re-sent like any other message. Computed in a 100-digit
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Final
@@ -53,6 +59,9 @@ SEAT_FLOOR: Final = Decimal(0)
 SEAT_CEILING: Final = Decimal(40)
 BOUND_CODES: Final = frozenset({"below_floor", "above_ceiling"})
 """The dead-letter codes of a message a bound refused (docs/reference/event-format.md, "Dead letters")."""
+
+STEP_REFUSED_CODES: Final = {"gauges": "gauge_refused", "members": "members_refused"}
+"""The dead-letter code of a counted message whose gauge or member write DynamoDB refuses for good."""
 
 LEVEL: Final = "level"
 """The counter resets and corrections move on ``r:`` keys."""
@@ -128,3 +137,24 @@ def fold_levels(steps: Iterable[tuple[str, str, Decimal]]) -> dict[str, Decimal]
     for key, kind, amount in steps:
         levels[key] = amount if kind == "reset" else levels.get(key, Decimal(0)) + amount
     return levels
+
+
+def refused_keys(seed: int, pattern_keys: int, count: int) -> frozenset[str]:
+    """The ``g:`` and ``page:`` keys (``count`` of each, drawn by the seed) whose gauge and member writes
+    DynamoDB refuses for good in this run (``bench.chaos.faults``)."""
+    rng = random.Random(f"{seed}:refused-keys")
+    drawn = min(count, pattern_keys)
+    return frozenset(f"{prefix}:{n}" for prefix in ("g", "page") for n in rng.sample(range(pattern_keys), drawn))
+
+
+def step_refusal(
+    gauges: Iterable[GaugeReading], members: Iterable[tuple[str, str, str]], refused: frozenset[str]
+) -> str | None:
+    """The code a counted message with these gauge readings and members must be dead-lettered with, or None.
+
+    The pipeline runs the gauge step before the member step, and a later step's refusal stands (one letter)."""
+    if any(key in refused for key, _, _ in members):
+        return STEP_REFUSED_CODES["members"]
+    if any(reading.key in refused for reading in gauges):
+        return STEP_REFUSED_CODES["gauges"]
+    return None

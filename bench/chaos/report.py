@@ -13,7 +13,6 @@ if TYPE_CHECKING:
 
 
 def summary_table(result: ChaosResult) -> Table:
-    verdict = result.verdict
     config = result.config
     table = Table(title=f"chaos run '{config.name}' (seed {config.seed}): {'PASS' if result.passed else 'FAIL'}")
     table.add_column("figure")
@@ -48,6 +47,14 @@ def summary_table(result: ChaosResult) -> Table:
         if name.startswith("pipeline."):
             table.add_row(f"  {name.removeprefix('pipeline.')}", f"{count:,}")
     section("verdict")
+    _verdict_rows(table, result)
+    table.add_row("time (virtual time skipped)", f"{result.seconds:,.1f} s ({result.virtual_seconds:,.0f} s)")
+    return table
+
+
+def _verdict_rows(table: Table, result: ChaosResult) -> None:
+    """What the run checked, each figure red when it is not what exactly-once requires."""
+    verdict = result.verdict
     table.add_row("lost events", _flag(verdict.lost_events))
     table.add_row("doubled events", _flag(verdict.doubled_events))
     table.add_row(f"counters wrong (of {verdict.counters_checked:,} checked exactly)", _flag(verdict.counters_wrong))
@@ -73,6 +80,10 @@ def summary_table(result: ChaosResult) -> Table:
         _ratio(verdict.poison_accounted, verdict.poison_messages) + f" ({verdict.poison_letters:,} letters)",
     )
     table.add_row("unrecoverable (injected) in DLQ", _ratio(verdict.doomed_in_dlq, verdict.doomed))
+    table.add_row(
+        "counted, gauge/member write refused for good: in DLQ with that step's code",
+        _ratio(verdict.step_refused_in_dlq, verdict.step_refused),
+    )
     table.add_row("valid messages in DLQ (not injected)", _flag(verdict.valid_in_dlq))
     table.add_row(
         "ids reused: one content counted, the other in DLQ as id_conflict",
@@ -93,8 +104,6 @@ def summary_table(result: ChaosResult) -> Table:
         table.add_row(f"  [red]{escape(example)}[/red]", "")
     for problem in [*map(str, result.series_read_violations[:3]), *result.past_horizon_problems[:3]]:
         table.add_row(f"  [red]{escape(problem)}[/red]", "")
-    table.add_row("time (virtual time skipped)", f"{result.seconds:,.1f} s ({result.virtual_seconds:,.0f} s)")
-    return table
 
 
 def _flag(value: int) -> str:

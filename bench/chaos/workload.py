@@ -58,6 +58,7 @@ from bench.chaos.patterns import (
     expected_distinct,
     expected_gauges,
     fold_levels,
+    refused_keys,
     with_starts,
 )
 from tally.core.windows import parse_window_spec
@@ -164,6 +165,8 @@ class Workload:
     """``r:`` key -> its ``level`` after its resets and deltas in the order of the shard that holds them."""
     expected_windows: dict[tuple[str, str], dict[str, Decimal]] = field(default_factory=dict)
     """(``win:`` key, hour or day window id) -> counter -> the sum of the window messages' events in it."""
+    refused_keys: frozenset[str] = frozenset()
+    """Keys whose gauge and member writes DynamoDB refuses for good (``bench.chaos.patterns.refused_keys``)."""
 
     @property
     def bounded(self) -> tuple[ValidMessage, ...]:
@@ -293,6 +296,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         ),
         expected_levels=_levels(publications, everything),
         expected_windows=expected_windows,
+        refused_keys=refused_keys(config.seed, config.pattern_keys, config.refused_keys),
     )
 
 

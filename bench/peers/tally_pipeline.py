@@ -76,16 +76,16 @@ class PipelineTotals:
 
     def add(self, result: BatchResult) -> None:
         self.batches += 1
-        self.records += result.records
-        self.messages_applied += result.messages_applied
-        self.events_applied += result.events_applied
-        self.duplicates_in_batch += result.duplicates_in_batch
-        self.already_applied += result.already_applied
+        self.records += result.figures["RecordsReceived"]
+        self.messages_applied += result.figures["MessagesApplied"]
+        self.events_applied += result.figures["EventsApplied"]
+        self.duplicates_in_batch += result.figures["DuplicatesInBatch"]
+        self.already_applied += result.figures["DuplicatesAlreadyApplied"]
         self.dead_letters += len(result.dead_letters)
         self.failed_records += len(result.failed_record_ids)
-        self.transactions += result.transactions
-        self.retries += result.retries
-        self.windows_moved += result.windows_moved
+        self.transactions += result.figures["Transactions"]
+        self.retries += result.figures["TransactionRetries"]
+        self.windows_moved += result.figures["WindowsMoved"]
 
     def as_dict(self) -> dict[str, int]:
         return {item.name: getattr(self, item.name) for item in fields(self)}

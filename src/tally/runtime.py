@@ -16,10 +16,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from tally.client_config import CLIENT_CONFIG as CLIENT_CONFIG  # noqa: PLC0414 - re-exported for bench/, tests
 from tally.commit.applier import Applier
 from tally.core.limits import WIRE_LIMITS
-from tally.core.model import RejectCode
 from tally.dead_letter_sender import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.post_commit import post_commit_steps
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
@@ -82,46 +82,23 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
             hot_keys=settings.hot_keys,
             counter_defaults=defaults,
         ),
-        gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
-        distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
-        windows=DynamoDBWindowMover(dynamodb, settings.counters_table, settings.windows)
-        if any(unit.on_key_item for unit in settings.windows.units)
-        else None,
+        steps=post_commit_steps(
+            settings.windows,
+            gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
+            distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
+            mover=DynamoDBWindowMover(dynamodb, settings.counters_table, settings.windows)
+            if any(unit.on_key_item for unit in settings.windows.units)
+            else None,
+        ),
     )
 
 
 def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
     """Emit the batch's metrics and one summary log line; dead letters are logged by code, never by body."""
-    figures = {
-        "RecordsReceived": result.records,
-        "MessagesApplied": result.messages_applied,
-        "EventsApplied": result.events_applied,
-        "DuplicatesInBatch": result.duplicates_in_batch,
-        "DuplicatesAlreadyApplied": result.already_applied,
-        "PoisonRecords": len(result.dead_letters),
-        "DeadLetterFailures": result.dead_letter_failures,
-        "Transactions": result.transactions,
-        "TransactionRetries": result.retries,
-        "RecordsFailed": len(result.failed_record_ids),
-        "JournalBatches": result.journal_batches,
-        "RefusedChunks": result.refused_chunks,
-        "LateEvents": result.late_events,
-        "MarkerReads": result.marker_reads,
-        # An id reused with other content (dead-lettered too, but worth an alarm of its own: a producer bug)
-        "IdConflicts": sum(1 for letter in result.dead_letters if letter.rejection.code is RejectCode.ID_CONFLICT),
-        "RecordsHeldByLease": len(result.stalls),
-        "GaugeWrites": result.gauge_writes,
-        "MemberReads": result.member_reads,
-        "MemberTransactions": result.member_transactions,
-        "MembersAdded": result.members_added,
-        "WindowItemsChecked": result.window_checks,
-        "WindowsMoved": result.windows_moved,
-        "WindowMoveTransactions": result.window_move_transactions,
-        "WindowMovesLeft": result.window_moves_left,
-    }
+    figures = result.figures
     for name, value in figures.items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
-    if result.refused_chunks:
+    if figures.get("RefusedChunks"):
         logger.error("committed increments refused by DynamoDB (Number range); see the journal's applied-records")
     for stall in result.stalls:
         # A stall says why: the record comes back after the source's delay (SQS visibility timeout,
@@ -140,4 +117,4 @@ def report(result: BatchResult, metrics: Metrics, logger: Logger) -> None:
             error_code=str(letter.rejection.code),
             error_message=letter.rejection.detail[:300],
         )
-    logger.info("batch processed", extra=figures)
+    logger.info("batch processed", extra=dict(figures))

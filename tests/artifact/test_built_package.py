@@ -237,8 +237,8 @@ def test_package_ships_only_the_modules_the_handlers_import(deployed_build: Buil
     handlers = [_handler_module(name) for name in FUNCTIONS]
     needed = import_closure(REPO_ROOT / "src", handlers, "tally")
     shipped = python_modules(package, "tally")
-    assert sorted(shipped - needed) == [], "shipped, never imported by a handler: add it to src/Makefile NOT_SHIPPED"
-    assert sorted(needed - shipped) == [], "imported by a handler, not shipped"
+    assert sorted(shipped - needed) == [], "shipped, never imported by a handler: take it out of src/Makefile SHIPPED"
+    assert sorted(needed - shipped) == [], "imported by a handler, not shipped: add it to src/Makefile SHIPPED"
 
 
 # --- the package under Lambda's runtime (RIE + awslambdaric, python3.13) --------------------------------

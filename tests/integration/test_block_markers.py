@@ -78,8 +78,8 @@ def test_a_batch_of_numbered_messages_writes_one_marker_item_per_block(ddb_table
 
     # THEN one transaction wrote them (7 blocks + 7 keys), the ledger holds the 7 block items and no
     # per-message marker, and the redelivery counted nothing
-    assert (first.messages_applied, first.failed_record_ids, calls) == (100, (), ["tx"])
-    assert (again.messages_applied, again.already_applied) == (0, 100)
+    assert (first.figures["MessagesApplied"], first.failed_record_ids, calls) == (100, (), ["tx"])
+    assert (again.figures["MessagesApplied"], again.figures["DuplicatesAlreadyApplied"]) == (0, 100)
     ids = sorted(item["id"]["S"] for item in ledger_items(ddb_tables))
     assert ids == sorted(f"s#{SESSION}#{block}" for block in range(-(-100 // BLOCK_SEQS)))
     assert sum(read_counters(store, f"k{i}")["count"] for i in range(7)) == 100
@@ -126,7 +126,11 @@ def test_a_re_send_meeting_its_block_cancels_only_itself(ddb_tables: DynamoDBTab
     result = pipeline.process([single(f"b{seq}", seq) for seq in range(BLOCK_SEQS)], NOW_MS, plenty)
 
     # THEN seq 3 is settled as a duplicate and the other 15 are written on the second try
-    assert (result.messages_applied, result.already_applied, result.failed_record_ids) == (15, 1, ())
+    assert (
+        result.figures["MessagesApplied"],
+        result.figures["DuplicatesAlreadyApplied"],
+        result.failed_record_ids,
+    ) == (15, 1, ())
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(BLOCK_SEQS)}}
     assert dlq.letters == []
 
@@ -180,7 +184,7 @@ def test_two_invocations_writing_the_same_blocks_with_conflicts_count_each_messa
 
     # THEN every message counted exactly once
     assert again.failed_record_ids == ()
-    assert sum(result.messages_applied for result in [*results, again]) == 160
+    assert sum(result.figures["MessagesApplied"] for result in [*results, again]) == 160
     assert {f"k{i}": read_counters(stores[0], f"k{i}") for i in range(5)} == {
         f"k{i}": {"count": Decimal(32)} for i in range(5)
     }
@@ -201,9 +205,9 @@ def test_a_lost_journal_claim_on_blocks_is_recognised_as_its_own(ddb_tables: Dyn
 
     # THEN the retried claim met its own markers in the blocks and carried on: all counted once
     assert faults.injected == ["lose_response"]
-    assert first.journal_batches == 1
-    assert (first.messages_applied, first.failed_record_ids) == (1_800, ())
-    assert again.messages_applied == 0
+    assert first.figures["JournalBatches"] == 1
+    assert (first.figures["MessagesApplied"], first.failed_record_ids) == (1_800, ())
+    assert again.figures["MessagesApplied"] == 0
     assert read_all(store, workload.expected) == nonzero(workload.expected)
 
 
@@ -220,7 +224,7 @@ def test_a_claim_of_an_aborted_batch_in_a_block_is_replaced_beside_new_claims(dd
     result = pipeline.process(records, NOW_MS, plenty)
 
     # THEN the aborted claims counted nothing: every message counts once, under its new content
-    assert (result.messages_applied, result.failed_record_ids, dlq.letters) == (BLOCK_SEQS, (), [])
+    assert (result.figures["MessagesApplied"], result.failed_record_ids, dlq.letters) == (BLOCK_SEQS, (), [])
     assert {key: read_counters(store, key) for key in ("k0", "k1")} == {
         "k0": {"count": Decimal(8)},
         "k1": {"count": Decimal(8)},
@@ -282,5 +286,5 @@ def test_a_numbered_sale_refused_by_a_bound_and_redriven_after_a_restock_counts_
 
     # THEN the refused sale had no marker in the block until it counted, then counted once: 5 - 3 + 10 - 7
     assert [str(letter.rejection.code) for letter in dlq.letters] == ["below_floor"]
-    assert (after.messages_applied, again.already_applied) == (1, 1)
+    assert (after.figures["MessagesApplied"], again.figures["DuplicatesAlreadyApplied"]) == (1, 1)
     assert value_of(ddb_tables, "stock:1", "stock") == 5

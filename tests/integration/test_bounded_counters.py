@@ -80,7 +80,7 @@ def test_a_batch_whose_every_prefix_holds_applies_in_one_transaction(ddb_tables:
     # THEN its net applies in one transaction, down to exactly the floor
     assert result.failed_record_ids == ()
     assert not dlq.letters
-    assert result.transactions == 1
+    assert result.figures["Transactions"] == 1
     assert value_of(ddb_tables, "stock:1", "stock") == 0
 
 
@@ -96,7 +96,7 @@ def test_a_prefix_below_the_floor_refuses_only_the_message_that_crosses(ddb_tabl
     assert value_of(ddb_tables, "stock:1", "stock") == 6
     assert [(letter.record.record_id, str(letter.rejection.code)) for letter in dlq.letters] == [("r-b", "below_floor")]
     assert dlq.letters[0].rejection.detail == "'stock:1'/'stock': value 2, amount -4, floor 0"
-    assert result.messages_applied == 3
+    assert result.figures["MessagesApplied"] == 3
 
 
 def test_a_ceiling_refuses_the_message_that_would_cross_it(ddb_tables: DynamoDBTables) -> None:
@@ -159,7 +159,11 @@ def test_a_refused_message_redriven_after_a_restock_counts_once(ddb_tables: Dyna
     again = pipeline.process([SourceRecord("redrive-3", sale.body, NOW_MS)], NOW_MS, lambda: 60_000)
     # THEN it is refused again before the restock (no marker was written), applied after it, then a duplicate
     assert [str(letter.rejection.code) for letter in dlq.letters] == ["below_floor", "below_floor"]
-    assert (before.messages_applied, after.messages_applied, again.already_applied) == (0, 1, 1)
+    assert (
+        before.figures["MessagesApplied"],
+        after.figures["MessagesApplied"],
+        again.figures["DuplicatesAlreadyApplied"],
+    ) == (0, 1, 1)
     assert value_of(ddb_tables, "stock:1", "stock") == 8
 
 
@@ -182,7 +186,7 @@ def test_a_lost_response_of_a_fallback_transaction_counts_the_message_once(ddb_t
     assert first.failed_record_ids == second.failed_record_ids == ()
     assert after_first == 8
     assert [letter.record.record_id for letter in dlq.letters] == ["r-b"]
-    assert (second.already_applied, second.messages_applied) == (2, 1)
+    assert (second.figures["DuplicatesAlreadyApplied"], second.figures["MessagesApplied"]) == (2, 1)
     assert value_of(ddb_tables, "stock:1", "stock") == 4
 
 
@@ -246,7 +250,7 @@ def test_a_redelivered_copy_of_an_applied_message_is_never_refused_by_the_bound(
     # WHEN it is redelivered: its bound condition fails now (0 - 5 < 0) as well as its marker's
     result = pipeline.process([sale], NOW_MS, lambda: 60_000)
     # THEN it is a duplicate, not a refusal
-    assert result.already_applied == 1
+    assert result.figures["DuplicatesAlreadyApplied"] == 1
     assert not dlq.letters
     assert value_of(ddb_tables, "stock:1", "stock") == 0
 
@@ -263,7 +267,7 @@ def test_a_redelivery_meeting_a_marker_keeps_the_source_order_of_the_rest(ddb_ta
     # THEN the rest apply in the source's order, 4 -> 0 -> 3 -> 0: nothing is refused (out of order, d before b,
     # b would have met 1 and been refused)
     assert result.failed_record_ids == ()
-    assert result.already_applied == 1
+    assert result.figures["DuplicatesAlreadyApplied"] == 1
     assert not dlq.letters
     assert value_of(ddb_tables, "stock:1", "stock") == 0
 
@@ -282,14 +286,14 @@ def test_a_journal_sized_unit_on_a_bounded_key_goes_through_direct_transactions(
     # WHEN processed
     result = pipeline.process(records, NOW_MS, lambda: 60_000)
     # THEN no journal batch: the messages apply in order down to the floor and the last 10 are refused whole
-    assert result.journal_batches == 0
+    assert result.figures["JournalBatches"] == 0
     assert result.failed_record_ids == ()
     assert value_of(ddb_tables, "stock:1", "stock") == 0
     assert [letter.record.record_id for letter in dlq.letters] == [f"r-{n}" for n in range(140, 150)]
     assert sum(value_of(ddb_tables, f"k{k}", "n") or 0 for k in range(20)) == 140 * 4
     # and the fallback costs one transaction for the 61 messages the stored value (61, from the cancellation's
     # ALL_OLD) lets through, plus one per refused message: 2 + 1 + 10, not one per message (2 + 71)
-    assert result.transactions == 13
+    assert result.figures["Transactions"] == 13
 
 
 def test_concurrent_batches_on_one_bounded_key_never_cross_it(ddb_tables: DynamoDBTables) -> None:
@@ -309,7 +313,7 @@ def test_concurrent_batches_on_one_bounded_key_never_cross_it(ddb_tables: Dynamo
     # THEN 5 sales count and 3 are refused, whatever the interleaving: the stock ends at exactly 0
     refused = [letter for _, dlq in pipelines for letter in dlq.letters]
     assert all(not result.failed_record_ids for result in results)
-    assert sum(result.messages_applied for result in results) == 5
+    assert sum(result.figures["MessagesApplied"] for result in results) == 5
     assert len(refused) == 3
     assert {str(letter.rejection.code) for letter in refused} == {"below_floor"}
     assert value_of(ddb_tables, "stock:1", "stock") == 0

@@ -33,13 +33,14 @@ import tally.commit.protocol as protocol_module
 from tally.commit.fates import Fates
 from tally.core.plan import no_counter_limit
 from tally.core.windows import parse_window_spec
+from tally.post_commit import WindowStep
 from tally.store import markers
 from tally.store.actions import add_update
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
-from tests.support.chaos import rewired, run_on
+from tests.support.chaos import rewired, run_on, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -108,7 +109,7 @@ def _leave_moved_attributes(
     pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
 ) -> None:
     spec = parse_window_spec(config.windows, config.window_retention)
-    pipeline._windows = MoverLeavingAttributes(client, tables.counters, spec)  # the REMOVE taken away
+    swap_step(pipeline, WindowStep(MoverLeavingAttributes(client, tables.counters, spec)))  # the REMOVE taken away
 
 
 _mover_leaving_attributes = rewired(_leave_moved_attributes)

@@ -4,7 +4,9 @@
   gauge writes leaves the redelivery, which finds the markers, writing nothing;
 - member items written without ``attribute_not_exists``: a member written twice (a lost answer sent again,
   two invocations racing) adds to its distinct count twice;
-- a pipeline not told the deployment's bounds: a seat goes below 0 or above 40.
+- a pipeline not told the deployment's bounds: a seat goes below 0 or above 40;
+- a gauge or member write DynamoDB refuses for good escaping after the commit (as it once did): the batch
+  fails on every delivery, its messages end in the DLQ without their step's code (or never leave a shard).
 """
 
 from __future__ import annotations
@@ -17,9 +19,12 @@ from bench.chaos.config import SMOKE
 from bench.chaos.harness import Tables, wire_pipeline
 
 from tally.core.sharding import parse_hot_keys
-from tally.pipeline import BatchPipeline
+from tally.core.windows import parse_window_spec
+from tally.errors import StoreError
+from tally.post_commit import GaugeStep, MemberStep
 from tally.store.distinct import DynamoDBDistinctStore
-from tests.support.chaos import rewired, run_on
+from tally.store.gauges import DynamoDBGaugeStore
+from tests.support.chaos import rewired, run_on, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -29,35 +34,36 @@ if TYPE_CHECKING:
 
     from tally.commit.fates import ApplyOutcome
     from tally.commit.marker_reads import MarkerReadGate
-    from tally.core.model import Message
+    from tally.core.model import Message, Rejection
     from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.pipeline import DeadLetterQueue
+    from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.post_commit import PostCommitStep, SettledBatch, StepResult
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 
 
-class PipelineWritingGaugesOfNewMessagesOnly(BatchPipeline):
+class GaugesOfNewMessagesOnly(GaugeStep):
     """BROKEN on purpose: gauges written for messages applied now, not for those a marker shows applied."""
 
     newly_applied: frozenset[str] = frozenset()
 
-    def _write_gauges(
-        self, messages: Sequence[Message], unique: Sequence[int], settled: frozenset[str]
-    ) -> tuple[int, frozenset[str]]:
-        return super()._write_gauges(messages, unique, settled & self.newly_applied)
+    def settle(self, batch: SettledBatch) -> StepResult:
+        messages = [message for message in batch.messages if message.message_id in self.newly_applied]
+        return super().settle(replace(batch, messages=messages))
 
 
 def _write_gauges_of_new_messages_only(
     pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
 ) -> None:
-    pipeline.__class__ = PipelineWritingGaugesOfNewMessagesOnly
+    step = GaugesOfNewMessagesOnly(DynamoDBGaugeStore(client, tables.counters))
+    swap_step(pipeline, step)
     applier = pipeline._applier
     apply = applier.apply
 
     def remembering(*args: Any, **kwargs: Any) -> ApplyOutcome:
         outcome = apply(*args, **kwargs)
-        pipeline.newly_applied = outcome.applied  # type: ignore[attr-defined]
+        step.newly_applied = outcome.applied
         return outcome
 
     applier.apply = remembering  # type: ignore[method-assign]
@@ -100,7 +106,8 @@ class MembersWithoutConditions(DynamoDBDistinctStore):
 def _write_members_without_conditions(
     pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
 ) -> None:
-    pipeline._distinct = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
+    store = MembersWithoutConditions(client, tables.counters, parse_hot_keys(config.hot_keys))
+    swap_step(pipeline, MemberStep(store, parse_window_spec(config.windows, config.window_retention)))
 
 
 _members_without_conditions = rewired(_write_members_without_conditions)
@@ -137,4 +144,59 @@ def test_the_harness_catches_a_bound_crossed(dynamodb_local: DynamoDBLocal, ddb_
     result = run_on(dynamodb_local, ddb_tables, replace(SMOKE, events=500), pipeline_factory=_unbounded)
     # THEN some seat ends outside [0, 40] and the run fails
     assert result.verdict.bound_violations > 0
+    assert not result.passed
+
+
+class RefusalsEscaping:
+    """BROKEN on purpose: a post-commit step whose write DynamoDB refuses for good raises after the commit
+    (the pipeline before each step settled its messages), so the batch fails on every delivery."""
+
+    def __init__(self, step: PostCommitStep) -> None:
+        self._step = step
+
+    def admit(self, message: Message) -> Rejection | None:
+        return self._step.admit(message)
+
+    def settle(self, batch: SettledBatch) -> StepResult:
+        result = self._step.settle(batch)
+        if result.refused:
+            raise StoreError(next(iter(result.refused.values())).detail)
+        return result
+
+
+def _let_refusals_escape(pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> None:
+    pipeline._steps = tuple(RefusalsEscaping(step) for step in pipeline._steps)
+
+
+REFUSING = replace(SMOKE, events=1_000, refused_keys=1)
+"""The smoke faults with one ``g:`` and one ``page:`` key whose gauge and member writes are refused for good."""
+
+
+def test_writes_refused_for_good_after_the_commit_leave_each_message_one_fate(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN the production wiring, and gauge and member writes DynamoDB refuses for good on two keys
+    # WHEN the run's load meets them under the smoke faults
+    result = run_on(dynamodb_local, ddb_tables, REFUSING)
+    # THEN every message on them counts and is in the DLQ with its step's code, and the run passes
+    assert result.faults.get("ddb.refused_for_good_gauges", 0) > 0
+    assert result.faults.get("ddb.refused_for_good_members", 0) > 0
+    verdict = result.verdict
+    assert verdict.step_refused > 0
+    assert verdict.step_refused_in_dlq == verdict.step_refused, verdict.examples
+    assert (verdict.gauges_wrong, verdict.distinct_wrong, verdict.lost_events, verdict.doubled_events) == (0, 0, 0, 0)
+    assert result.passed, verdict.examples
+
+
+def test_the_harness_catches_a_refused_post_commit_write_that_fails_its_batch(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN post-commit steps that let a write DynamoDB refuses for good escape after the commit
+    config = REFUSING
+    # WHEN the run's refused keys meet them
+    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=rewired(_let_refusals_escape))
+    # THEN their messages are not in the DLQ with their step's code (their batches failed until the redrive
+    # policy or the shard gave up), and the run fails
+    assert result.faults.get("ddb.refused_for_good_gauges", 0) > 0
+    assert result.verdict.step_refused_in_dlq < result.verdict.step_refused
     assert not result.passed

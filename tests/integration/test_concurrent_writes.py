@@ -121,7 +121,10 @@ def test_direct_transactions_overlap_and_count_as_one_at_a_time(
     assert sequential_store.most_in_flight == 1
     assert concurrent_store.most_in_flight > 1
     assert many.failed_record_ids == one.failed_record_ids == ()
-    assert (many.messages_applied, many.transactions) == (one.messages_applied, one.transactions)
+    assert (many.figures["MessagesApplied"], many.figures["Transactions"]) == (
+        one.figures["MessagesApplied"],
+        one.figures["Transactions"],
+    )
     assert read_all(concurrent_store, workload.expected) == read_all(sequential_store, workload.expected)
     assert read_all(concurrent_store, workload.expected) == nonzero(workload.expected)
 
@@ -171,16 +174,16 @@ def test_a_fault_in_one_concurrent_transaction_is_handled_as_one_at_a_time(
     if fault == "throttled through every retry":
         # only the victim's messages come back; never an empty response while something failed
         assert len(handed_back) == len(victim[0]) > 0
-        assert first.messages_applied == len(workload.records) - len(victim[0])
+        assert first.figures["MessagesApplied"] == len(workload.records) - len(victim[0])
     else:
         assert handed_back == set()
-        assert first.messages_applied + first.already_applied == len(workload.records)
+        assert first.figures["MessagesApplied"] + first.figures["DuplicatesAlreadyApplied"] == len(workload.records)
     # WHEN the source redelivers the batch THEN each message counts once
     store_after = _store(ddb_tables)
     again, _ = make_pipeline(store_after, write_concurrency=CONCURRENCY)
     second = again.process(workload.records, NOW_MS, plenty)
     assert second.failed_record_ids == ()
-    assert second.messages_applied == len(handed_back)
+    assert second.figures["MessagesApplied"] == len(handed_back)
     assert read_all(store_after, workload.expected) == nonzero(workload.expected)
 
 
@@ -213,8 +216,8 @@ def test_a_kill_with_some_transactions_committed_is_recovered_exactly_once(ddb_t
     again, _ = make_pipeline(store_after, write_concurrency=2)
     second = again.process(workload.records, NOW_MS, plenty)
     assert second.failed_record_ids == ()
-    assert second.already_applied == markers
-    assert second.messages_applied == len(workload.records) - markers
+    assert second.figures["DuplicatesAlreadyApplied"] == markers
+    assert second.figures["MessagesApplied"] == len(workload.records) - markers
     assert read_all(store_after, workload.expected) == nonzero(workload.expected)
 
 

@@ -68,9 +68,9 @@ def test_four_ordinary_messages_on_one_key_are_counted_with_the_innocent_ones(dd
     again = pipeline.process(records, NOW_MS, plenty)
     # THEN every record is done, every counter exact, nothing dead-lettered, the redelivery a no-op
     assert result.failed_record_ids == ()
-    assert result.messages_applied == 9
+    assert result.figures["MessagesApplied"] == 9
     assert dlq.letters == []
-    assert again.messages_applied == 0
+    assert again.figures["MessagesApplied"] == 0
     assert read_counters(store, "wide") == {f"n{100 * m + i:03d}": Decimal(i + 1) for m in range(4) for i in range(100)}
     assert all(read_counters(store, f"page:{i}") == {"count": 1} for i in range(5))
 
@@ -87,11 +87,11 @@ def test_one_packed_message_with_a_thousand_counters_on_one_key_and_its_windows(
     # THEN it is applied once, all 1,000 counters on the all-time item and on the hour's item
     assert result.failed_record_ids == ()
     assert dlq.letters == []
-    assert result.messages_applied == 1
+    assert result.figures["MessagesApplied"] == 1
     assert read_counters(store, "wide") == {f"n{i}": 1 for i in range(1000)}
     ((_, hour),) = read_series(store, "wide", windows.unit("hour"), SENT_MS, SENT_MS)
     assert hour == {f"n{i}": 1 for i in range(1000)}
-    assert pipeline.process([record], NOW_MS, plenty).messages_applied == 0
+    assert pipeline.process([record], NOW_MS, plenty).figures["MessagesApplied"] == 0
 
 
 @pytest.mark.parametrize("use_journal", [True, False], ids=["journal", "chunked"])
@@ -117,7 +117,7 @@ def test_an_add_dynamodb_refuses_for_its_size_isolates_its_message(
     result = pipeline.process(records, NOW_MS, plenty)
     # THEN the batch does not fail: the innocent messages are applied, only the culprit is dead-lettered
     assert result.failed_record_ids == ()
-    assert result.messages_applied == 3
+    assert result.figures["MessagesApplied"] == 3
     assert all(read_counters(store, f"page:{i}") == {"count": 1} for i in range(3))
     assert dlq.codes() == {"r-culprit": "write_refused"}
     assert "Expression size has exceeded" in dlq.letters[0].rejection.detail

@@ -98,8 +98,8 @@ def test_start_values_count_once_through_direct_transactions_and_the_journal(ddb
     second = pipeline.process(list(reversed(records)), NOW_MS, lambda: 60_000)
     # THEN each counter started once from 100, whatever path wrote it; the windows count from zero
     assert first.failed_record_ids == second.failed_record_ids == ()
-    assert first.journal_batches >= 1
-    assert second.already_applied == len(records)
+    assert first.figures["JournalBatches"] >= 1
+    assert second.figures["DuplicatesAlreadyApplied"] == len(records)
     assert not dlq.letters
     assert counters_of(ddb_tables, "stock:sku-1") == {"stock": "93"}
     assert counters_of(ddb_tables, "stock:sku-p0") == {"stock": "95"}
@@ -175,7 +175,7 @@ def test_a_crash_between_the_commit_and_the_gauge_write_is_repaired_by_the_redel
     again = make_pipeline(store)[0].process(records, NOW_MS, lambda: 60_000)
     # THEN the markers drop the counters, and the gauges are written all the same
     assert again.failed_record_ids == ()
-    assert again.already_applied == 2
+    assert again.figures["DuplicatesAlreadyApplied"] == 2
     assert counters_of(ddb_tables, "shop:1") == {"sales": "3"}
     assert gauges_of(ddb_tables, "shop:1") == {"max": {"peak": "9"}, "latest": {"last": "b"}}
 
@@ -218,7 +218,7 @@ def test_a_reading_below_the_stored_one_never_cancels_the_counters(ddb_tables: D
     result = pipeline.process(batch, NOW_MS, lambda: 60_000)
     # THEN its counters count; each stored reading keeps the better one; the new gauge is written
     assert result.failed_record_ids == ()
-    assert result.gauge_writes == 1 + 3  # the combined write failed its condition; then each gauge alone
+    assert result.figures["GaugeWrites"] == 1 + 3  # the combined write failed its condition; then each gauge alone
     assert counters_of(ddb_tables, "shop:1") == {"sales": "6"}
     assert gauges_of(ddb_tables, "shop:1") == {"max": {"peak": "10"}, "latest": {"last": "new"}, "min": {"low": "2"}}
 
@@ -312,7 +312,7 @@ def test_a_later_chunk_whose_start_plus_delta_leaves_the_number_range_is_refused
     # WHEN the batch is processed
     result = pipeline.process([culprit, innocent], NOW_MS, lambda: 60_000)
     # THEN no committed chunk is refused (nothing counted in part): the culprit is dead-lettered whole
-    assert result.refused_chunks == 0
+    assert result.figures["RefusedChunks"] == 0
     assert result.failed_record_ids == ()
     assert [str(letter.rejection.code) for letter in dlq.letters] == ["counter_out_of_range"]
     assert counters_of(ddb_tables, "big:k0") == {}
@@ -331,7 +331,7 @@ def test_more_gauges_on_a_key_than_one_write_holds_are_all_written(ddb_tables: D
     second = pipeline.process([SourceRecord("r", body, NOW_MS)], NOW_MS, lambda: 60_000)
     # THEN every gauge is stored, in two writes the first time
     assert first.failed_record_ids == second.failed_record_ids == ()
-    assert first.gauge_writes == 2
+    assert first.figures["GaugeWrites"] == 2
     assert gauges_of(ddb_tables, "wide") == {"latest": {name: reading["latest"] for name, reading in readings.items()}}
 
 

@@ -139,10 +139,10 @@ def test_each_distinct_sample_counts_as_documented(ddb_tables: DynamoDBTables, e
     counters = {key: {n: str(v) for n, v in reader(ddb_tables).get(key).values.items()} for key in spec["counters"]}
     assert counters == spec["counters"]
     assert sorted(str(letter.rejection.code) for letter in dlq.letters) == sorted(spec["dead_letters"] * 2)
-    assert first.members_added == 5  # viewers u1 u2 u3, countries fr, buyers u3
-    assert second.members_added == 0
-    assert second.member_transactions == 0
-    assert second.member_reads == first.member_reads == 5
+    assert first.figures["MembersAdded"] == 5  # viewers u1 u2 u3, countries fr, buyers u3
+    assert second.figures["MembersAdded"] == 0
+    assert second.figures["MemberTransactions"] == 0
+    assert second.figures["MemberReads"] == first.figures["MemberReads"] == 5
     for key in spec["distinct"]:
         assert_counts_match_member_items(ddb_tables, key)
 
@@ -208,9 +208,9 @@ def test_a_crash_between_the_commit_and_the_member_write_is_repaired_by_the_rede
     third = make_pipeline(store)[0].process(records, NOW_MS, lambda: 60_000)
     # THEN the markers drop the counters, and the members are counted once all the same
     assert again.failed_record_ids == third.failed_record_ids == ()
-    assert again.already_applied == 3
-    assert again.members_added == 2
-    assert third.members_added == 0
+    assert again.figures["DuplicatesAlreadyApplied"] == 3
+    assert again.figures["MembersAdded"] == 2
+    assert third.figures["MembersAdded"] == 0
     assert {n: str(v) for n, v in reader(ddb_tables).get("v:1").values.items()} == {"count": "3"}
     assert distinct_of(ddb_tables, "v:1") == {"viewers": "2"}
     assert_counts_match_member_items(ddb_tables, "v:1")
@@ -235,7 +235,7 @@ def test_a_lost_member_answer_is_sent_again_and_counts_once(
     # THEN the transaction is sent again: its members exist now, so it is cancelled and counts nothing more
     assert lost == [0]
     assert result.failed_record_ids == ()
-    assert result.member_transactions == 2
+    assert result.figures["MemberTransactions"] == 2
     assert distinct_of(ddb_tables, "v:1") == {"viewers": "2"}
     assert_counts_match_member_items(ddb_tables, "v:1")
 
@@ -277,7 +277,7 @@ def test_conflicts_that_never_end_report_the_records_for_redelivery(
     member_hooks["before"] = None
     again = pipeline.process(records[:1], NOW_MS, lambda: 60_000)
     assert again.failed_record_ids == ()
-    assert again.already_applied == 1
+    assert again.figures["DuplicatesAlreadyApplied"] == 1
     assert distinct_of(ddb_tables, "v:1") == {"viewers": "1"}
 
 
@@ -299,11 +299,11 @@ def test_without_time_left_the_members_are_left_to_the_redelivery(ddb_tables: Dy
         ddb_tables.client.meta.events.unregister("before-parameter-build.dynamodb.BatchGetItem", on_read)
     # THEN the counters commit, no member transaction is sent, and the record comes back
     assert result.failed_record_ids == ("r-a",)
-    assert result.member_transactions == 0
+    assert result.figures["MemberTransactions"] == 0
     assert distinct_of(ddb_tables, "v:1") == {}
     again = pipeline.process(records, NOW_MS, lambda: 60_000)
     assert again.failed_record_ids == ()
-    assert again.already_applied == 1
+    assert again.figures["DuplicatesAlreadyApplied"] == 1
     assert distinct_of(ddb_tables, "v:1") == {"viewers": "1"}
 
 
@@ -322,7 +322,7 @@ def test_a_member_written_by_another_invocation_between_read_and_write_counts_on
     def race(_: dict[str, Any]) -> None:
         if not raced[0]:
             raced[0] = True
-            assert other_pipeline.process(theirs, NOW_MS, lambda: 60_000).members_added == 3
+            assert other_pipeline.process(theirs, NOW_MS, lambda: 60_000).figures["MembersAdded"] == 3
         # the other invocation's own member transaction comes through here too, after raced is set
 
     member_hooks["before"] = race
@@ -330,8 +330,8 @@ def test_a_member_written_by_another_invocation_between_read_and_write_counts_on
     result = first_pipeline.process(mine, NOW_MS, lambda: 60_000)
     # THEN its Puts of u2 and u3 fail their condition; it sends u1 alone; the count is the set size
     assert result.failed_record_ids == ()
-    assert result.members_added == 1
-    assert result.member_transactions == 2
+    assert result.figures["MembersAdded"] == 1
+    assert result.figures["MemberTransactions"] == 2
     assert distinct_of(ddb_tables, "v:1") == {"viewers": "4"}
     assert_counts_match_member_items(ddb_tables, "v:1")
 
@@ -392,8 +392,8 @@ def test_more_new_members_than_one_transaction_holds_are_all_counted(ddb_tables:
     result = pipeline.process(records, NOW_MS, lambda: 60_000)
     # THEN 500 member items in transactions of at most 100 actions (98 members and their two ADDs)
     assert result.failed_record_ids == ()
-    assert result.members_added == 500
-    assert result.member_transactions == 6
+    assert result.figures["MembersAdded"] == 500
+    assert result.figures["MemberTransactions"] == 6
     assert distinct_of(ddb_tables, "v:big") == {"viewers": "250"}
     hour = reader(ddb_tables, windows=windows).series("v:big", "hour", NOW_MS, NOW_MS)
     assert {n: str(v) for n, v in hour.windows[0].distinct.items()} == {"viewers": "250"}
@@ -410,7 +410,7 @@ def test_the_longest_key_set_and_member_fit_dynamodbs_key_limits(ddb_tables: Dyn
     result = pipeline.process([SourceRecord("r", json.dumps(body), NOW_MS)], NOW_MS, lambda: 60_000)
     assert result.failed_record_ids == ()
     assert not dlq.letters
-    assert result.members_added == 2
+    assert result.figures["MembersAdded"] == 2
     assert distinct_of(ddb_tables, key) == {name: "1"}
 
 

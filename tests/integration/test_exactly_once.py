@@ -69,7 +69,7 @@ def test_sample_events_count_exactly(
     assert read_all(store, expected) == expected
     assert first.failed_record_ids == ()
     assert second.failed_record_ids == ()
-    assert second.messages_applied == 0
+    assert second.figures["MessagesApplied"] == 0
 
 
 @pytest.mark.parametrize("numbered", [False, True], ids=["own-markers", "block-markers"])
@@ -84,9 +84,9 @@ def test_a_workload_redelivered_in_overlapping_batches_counts_each_message_once(
     for start in range(0, len(records), 100):
         batch = records[start : start + 100]
         assert pipeline.process(batch, NOW_MS, plenty).failed_record_ids == ()
-        assert pipeline.process(batch, NOW_MS, plenty).messages_applied == 0
+        assert pipeline.process(batch, NOW_MS, plenty).figures["MessagesApplied"] == 0
     for start in range(50, len(records), 100):
-        assert pipeline.process(records[start : start + 100], NOW_MS, plenty).messages_applied == 0
+        assert pipeline.process(records[start : start + 100], NOW_MS, plenty).figures["MessagesApplied"] == 0
     assert read_all(store, workload.expected) == nonzero(workload.expected)
     assert dlq.letters == []
 
@@ -104,7 +104,7 @@ def test_lost_response_after_commit_does_not_double_count(ddb_tables: DynamoDBTa
     # THEN the retry found the markers of the committed transaction and applied nothing twice
     assert faults.injected == ["lose_response"]
     assert result.failed_record_ids == ()
-    assert result.already_applied > 0
+    assert result.figures["DuplicatesAlreadyApplied"] > 0
     assert read_all(store, workload.expected) == nonzero(workload.expected)
 
 
@@ -123,7 +123,7 @@ def test_responses_lost_until_attempts_run_out_then_redelivery_counts_once(
     second = pipeline.process([r for r in workload.records if r.record_id in first.failed_record_ids], NOW_MS, plenty)
     # ... and the redelivery finds them applied.
     assert second.failed_record_ids == ()
-    assert second.messages_applied == 0
+    assert second.figures["MessagesApplied"] == 0
     assert read_all(store, workload.expected) == nonzero(workload.expected)
 
 
@@ -134,8 +134,8 @@ def test_crash_after_commit_with_whole_batch_redelivered(ddb_tables: DynamoDBTab
     workload = generate(seed=13, messages=150, keys=10, numbered=numbered)
     pipeline.process(workload.records, NOW_MS, plenty)  # committed; the function "crashes" before replying
     again = pipeline.process(workload.records, NOW_MS, plenty)
-    assert again.messages_applied == 0
-    assert again.already_applied == len({r.body for r in workload.records})
+    assert again.figures["MessagesApplied"] == 0
+    assert again.figures["DuplicatesAlreadyApplied"] == len({r.body for r in workload.records})
     assert read_all(store, workload.expected) == nonzero(workload.expected)
 
 
@@ -167,9 +167,9 @@ def test_same_batch_processed_twice_concurrently(
     redelivered = [record for record in workload.records if record.record_id in failed]
     again = pipelines[0].process(redelivered, NOW_MS, plenty)
     assert again.failed_record_ids == ()
-    assert again.messages_applied == 0
+    assert again.figures["MessagesApplied"] == 0
     distinct = len({r.body for r in workload.records})
-    assert sum(result.messages_applied for result in results) == distinct
+    assert sum(result.figures["MessagesApplied"] for result in results) == distinct
     assert read_all(stores[0], workload.expected) == nonzero(workload.expected)
 
 
@@ -179,9 +179,13 @@ def test_producer_resend_in_a_new_message_is_not_counted_again(ddb_tables: Dynam
     body = '{"id":"invoice-9","key":"revenue:eu","deltas":{"amount":12.50,"count":1}}'
     first = SourceRecord("sqs-message-1", body, SENT_MS)
     resend = SourceRecord("sqs-message-2", body, SENT_MS + 5_000)  # new MessageId, same producer id
-    assert pipeline.process([first], NOW_MS, plenty).messages_applied == 1
+    assert pipeline.process([first], NOW_MS, plenty).figures["MessagesApplied"] == 1
     second = pipeline.process([resend], NOW_MS, plenty)
-    assert (second.messages_applied, second.already_applied, second.failed_record_ids) == (0, 1, ())
+    assert (
+        second.figures["MessagesApplied"],
+        second.figures["DuplicatesAlreadyApplied"],
+        second.failed_record_ids,
+    ) == (0, 1, ())
     assert read_counters(store, "revenue:eu") == {"amount": Decimal("12.50"), "count": Decimal(1)}
 
 
@@ -196,7 +200,7 @@ def test_throttling_and_conflict_cancellations_are_retried(
     workload = generate(seed=15, messages=80, keys=8, numbered=numbered)
     faults.cancel(reason, count=3)
     result = pipeline.process(workload.records, NOW_MS, plenty)
-    assert result.retries == 3
+    assert result.figures["TransactionRetries"] == 3
     assert result.failed_record_ids == ()
     assert read_all(store, workload.expected) == nonzero(workload.expected)
 
@@ -211,7 +215,7 @@ def test_whole_request_throttling_is_retried(ddb_tables: DynamoDBTables, code: s
     workload = generate(seed=16, messages=40, keys=8)
     faults.fail(code, count=2)
     result = pipeline.process(workload.records, NOW_MS, plenty)
-    assert (result.retries, result.failed_record_ids) == (2, ())
+    assert (result.figures["TransactionRetries"], result.failed_record_ids) == (2, ())
     assert read_all(store, workload.expected) == nonzero(workload.expected)
 
 
@@ -347,7 +351,7 @@ def test_a_counter_dynamodb_refuses_dead_letters_only_the_culprit(ddb_tables: Dy
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, dlq = make_pipeline(store)
     seed = SourceRecord("r0", '{"id":"big-0","key":"huge","delta":9E+125}', SENT_MS)
-    assert pipeline.process([seed], NOW_MS, plenty).messages_applied == 1
+    assert pipeline.process([seed], NOW_MS, plenty).figures["MessagesApplied"] == 1
     # WHEN a batch would push it past 9.99E+125, alongside innocent messages in the same transaction
     records = [
         SourceRecord("r1", '{"id":"ok-1","key":"small","delta":1}', SENT_MS),
@@ -382,7 +386,7 @@ def test_an_applied_message_redelivered_when_its_counter_is_full_is_not_dead_let
     # WHEN the first message is redelivered (DynamoDB checks the range before the marker condition)
     result = pipeline.process([SourceRecord("r3", applied.body, SENT_MS)], NOW_MS, plenty)
     # THEN it is recognised as applied, not dead-lettered, and nothing changes
-    assert (result.already_applied, result.failed_record_ids, dlq.letters) == (1, (), [])
+    assert (result.figures["DuplicatesAlreadyApplied"], result.failed_record_ids, dlq.letters) == (1, (), [])
     assert read_counters(store, "huge") == {"count": Decimal("9.9E+125")}
 
 
@@ -402,5 +406,5 @@ def test_re_sends_are_found_by_reading_markers_first_so_no_transaction_is_wasted
     # WHEN the mixed batch is processed
     result = pipeline.process([SourceRecord(f"b{i}", b, SENT_MS) for i, b in enumerate(bodies[50:])], NOW_MS, plenty)
     # THEN the re-sends were settled by the read, and no transaction was cancelled (wasting its writes)
-    assert (result.already_applied, result.messages_applied, cancelled) == (50, 50, [])
+    assert (result.figures["DuplicatesAlreadyApplied"], result.figures["MessagesApplied"], cancelled) == (50, 50, [])
     assert sum(read_counters(store, f"k-{i}")["count"] for i in range(7)) == 150

@@ -92,7 +92,7 @@ def test_a_copy_in_the_same_batch_with_other_content_is_dead_lettered_and_the_fi
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(1)}}
     assert dlq.codes() == {"r-2": ID_CONFLICT}
     assert result.failed_record_ids == ()
-    assert result.duplicates_in_batch == 1
+    assert result.figures["DuplicatesInBatch"] == 1
 
 
 def test_the_same_events_written_another_way_are_a_duplicate_not_a_conflict(ddb_tables: DynamoDBTables) -> None:
@@ -116,7 +116,7 @@ def test_the_same_events_written_another_way_are_a_duplicate_not_a_conflict(ddb_
 
     # THEN every copy is a duplicate: nothing is dead-lettered and the counts are the first content's
     assert dlq.letters == []
-    assert second.already_applied == 2
+    assert second.figures["DuplicatesAlreadyApplied"] == 2
     assert read_all(store, ["k", "a", "b"]) == {
         "k": {"count": Decimal(1)},
         "a": {"x": Decimal(1), "y": Decimal("2.5")},
@@ -143,10 +143,10 @@ def test_a_later_batch_with_other_content_is_dead_lettered(ddb_tables: DynamoDBT
     )
 
     # THEN the other content is dead-lettered as id_conflict, the innocent message counts
-    assert result.marker_reads == (1 if reads_markers else 0)
+    assert result.figures["MarkerReads"] == (1 if reads_markers else 0)
     assert dlq.codes() == {"r-2": ID_CONFLICT}
     assert result.failed_record_ids == ()
-    assert result.already_applied == 0
+    assert result.figures["DuplicatesAlreadyApplied"] == 0
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(3)}}
 
 
@@ -157,7 +157,7 @@ def test_a_journal_message_reused_with_other_content_is_dead_lettered(
     # GIVEN a packed message over 120 keys, applied through the commit journal
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, dlq = pipeline_with_gate(store, reads_markers=reads_markers)
-    assert pipeline.process([record("r-1", packed("j-1", 120, 1))], NOW_MS, plenty).journal_batches == 1
+    assert pipeline.process([record("r-1", packed("j-1", 120, 1))], NOW_MS, plenty).figures["JournalBatches"] == 1
 
     # WHEN its id comes back with other deltas (gate closed: the journal claim meets the marker)
     result = pipeline.process([record("r-2", packed("j-1", 120, 2))], NOW_MS, plenty)
@@ -187,7 +187,7 @@ def test_other_content_whose_increment_dynamodb_refuses_is_an_id_conflict(ddb_ta
 
     # THEN it is an id conflict, not a duplicate nor an out-of-range counter
     assert dlq.codes() == {"r-2": ID_CONFLICT}
-    assert result.already_applied == 0
+    assert result.figures["DuplicatesAlreadyApplied"] == 0
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(1)}}
 
 
@@ -206,7 +206,7 @@ def test_a_marker_of_an_aborted_batch_is_replaced_by_the_new_content(ddb_tables:
     # THEN the aborted claim counted nothing, so there is no conflict: the new content counts, and its
     # digest replaces the old one on the marker
     assert dlq.letters == []
-    assert result.messages_applied == 1
+    assert result.figures["MessagesApplied"] == 1
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(4)}}
     marker = store.read_marker("m-1")
     assert marker is not None
@@ -226,7 +226,7 @@ def test_a_marker_written_before_digests_existed_matches_any_content(ddb_tables:
 
     # THEN it is a duplicate, as it was before digests: nothing to compare with
     assert dlq.letters == []
-    assert result.already_applied == 1
+    assert result.figures["DuplicatesAlreadyApplied"] == 1
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(1)}}
 
 
@@ -330,7 +330,7 @@ def test_a_stale_marker_read_never_decides_against_the_content_that_counts(ddb_t
     answers: list[dict[str, Any]] = []
     stop = answer_marker_reads(ddb_tables.client, lambda parsed: answers.append(copy.deepcopy(parsed)))
     try:
-        assert pipeline.process([y], NOW_MS, plenty).messages_applied == 1
+        assert pipeline.process([y], NOW_MS, plenty).figures["MessagesApplied"] == 1
     finally:
         stop()
     (stale,) = answers
@@ -348,6 +348,6 @@ def test_a_stale_marker_read_never_decides_against_the_content_that_counts(ddb_t
 
     # THEN the stale marker only sends X to a replacing claim, whose cancellation returns the current
     # marker: Y counts, so X is an id conflict (not a duplicate of its own stale claim)
-    assert result.marker_reads == 1
+    assert result.figures["MarkerReads"] == 1
     assert dlq.codes() == {"r-x": ID_CONFLICT}
     assert read_all(store, ["page"]) == {"page": {"count": Decimal(2)}}

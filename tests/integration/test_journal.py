@@ -109,7 +109,7 @@ def test_a_message_with_more_keys_than_a_transaction_holds_is_counted(ddb_tables
     record = SourceRecord("r1", f'{{"id":"wide","events":[{events}]}}', SENT_MS)
     result = pipeline.process([record], NOW_MS, plenty)
     again = pipeline.process([record], NOW_MS, plenty)
-    assert (result.failed_record_ids, again.messages_applied, dlq.letters) == ((), 0, [])
+    assert (result.failed_record_ids, again.figures["MessagesApplied"], dlq.letters) == ((), 0, [])
     assert read_counters(store, "wide-249") == {"count": Decimal(249)}
     marker = store.read_marker("wide")
     assert marker is not None

@@ -79,7 +79,7 @@ def test_a_redelivery_meeting_an_expired_claim_on_the_direct_path_is_counted(ddb
     assert header_state(journal, "killed") is BatchState.ABORTED
     # AND a second redelivery is a duplicate
     again = pipeline.process([record], NOW_MS, plenty)
-    assert (again.already_applied, again.failed_record_ids) == (1, ())
+    assert (again.figures["DuplicatesAlreadyApplied"], again.failed_record_ids) == (1, ())
     assert read_all(store, ["k"]) == {"k": {"count": Decimal(5)}}
 
 
@@ -128,11 +128,11 @@ def test_a_culprit_isolated_through_the_journal_is_counted_when_redriven_later(
     # WHEN the counter has come down meanwhile, and the dead letter is redriven alone (a new record, the
     # same body: a small unit, the direct path) to a container whose gate has closed
     down = SourceRecord("r-3", '{"id":"down","key":"huge","delta":-9E+125}', SENT_MS)
-    assert pipeline.process([down], NOW_MS, plenty).messages_applied == 1
+    assert pipeline.process([down], NOW_MS, plenty).figures["MessagesApplied"] == 1
     redriven = pipeline.process([SourceRecord("r-4", culprit.body, SENT_MS)], NOW_MS, plenty)
 
     # THEN it is counted now (its marker names an aborted batch: absent), neither dropped nor dead-lettered
-    assert (redriven.failed_record_ids, redriven.messages_applied) == ((), 1)
+    assert (redriven.failed_record_ids, redriven.figures["MessagesApplied"]) == ((), 1)
     assert dlq.codes() == {"r-1": "counter_out_of_range"}
     expected = {"huge": {"count": Decimal("9E+125")}, "shared": {"count": Decimal(2)}, "w-0": {"count": Decimal(1)}}
     assert read_all(store, ["huge", "shared", "w-0"]) == expected
@@ -178,7 +178,7 @@ def test_a_claim_lost_near_the_deadline_never_lets_the_batch_commit_without_it(d
 
     # WHEN the batch is processed, then every record it reported failed is redelivered (with time to spare)
     first = pipeline.process(records, NOW_MS, fault.remaining)
-    assert first.journal_batches >= 1
+    assert first.figures["JournalBatches"] >= 1
     fault.remaining_ms = 60_000
     failed = set(first.failed_record_ids)
     for _ in range(3):
@@ -215,7 +215,7 @@ def test_a_later_chunk_needing_more_than_38_digits_dead_letters_only_its_culprit
     # THEN only the message that fed the refused counter is dead-lettered, with the reason; the rest counts
     assert result.failed_record_ids == ()
     assert dlq.codes() == {"r-wide": "counter_out_of_range"}
-    assert result.refused_chunks == 0
+    assert result.figures["RefusedChunks"] == 0
     expected = {"edge": {"count": Decimal("1E+20")}, "w-1": {"count": Decimal(10)}, "w-140": {"count": Decimal(10)}}
     assert read_all(store, ["edge", "w-1", "w-140", "w-0", "w-149"]) == expected
     # AND a redelivery of both changes nothing

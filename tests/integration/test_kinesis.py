@@ -183,7 +183,7 @@ def test_redelivery_from_the_lowest_failed_record_counts_once(ddb_tables: Dynamo
     lowest = min(first.failed_record_ids, key=int)
     assert consumer.invocations[1][0] == lowest
     assert len(consumer.invocations[1]) > len(first.failed_record_ids)
-    assert retry.already_applied > 0
+    assert retry.figures["DuplicatesAlreadyApplied"] > 0
     assert retry.failed_record_ids == ()
     assert counted(store, expected) == nonzero(expected)
 
@@ -207,7 +207,7 @@ def test_numbered_messages_throttled_as_one_unit_are_all_retried_and_count_once(
     first, retry = handler.results[0], handler.results[1]
     assert len(first.failed_record_ids) == 300
     assert consumer.invocations[1] == consumer.invocations[0]
-    assert (retry.failed_record_ids, retry.messages_applied) == ((), 300)
+    assert (retry.failed_record_ids, retry.figures["MessagesApplied"]) == ((), 300)
     assert counted(store, expected) == nonzero(expected)
 
 
@@ -234,8 +234,8 @@ def test_a_crash_after_commit_is_bisected_and_both_halves_count_nothing_twice(
     (consumer,) = stream.consume(crashing, batch_size=400)
     # THEN the batch was split in halves and the first half again, every retry found the work done
     assert [len(batch) for batch in consumer.invocations] == [400, 200, 100, 100, 200]
-    assert inner.results[0].messages_applied > 0
-    assert all(result.messages_applied == 0 for result in inner.results[1:])
+    assert inner.results[0].figures["MessagesApplied"] > 0
+    assert all(result.figures["MessagesApplied"] == 0 for result in inner.results[1:])
     assert counted(store, expected) == nonzero(expected)
 
 
@@ -279,7 +279,7 @@ def test_poison_the_dead_letter_queue_refuses_holds_the_shard_until_it_is_taken(
     # dead-letter queue took it, and the good records after it, applied at once, counted once
     assert [batch[0] for batch in consumer.invocations] == [consumer.invocations[0][0], poison_seq, poison_seq]
     assert [r.failed_record_ids for r in handler.results] == [(poison_seq,), (poison_seq,), ()]
-    assert [r.messages_applied for r in handler.results] == [120, 0, 0]
+    assert [r.figures["MessagesApplied"] for r in handler.results] == [120, 0, 0]
     assert list(refusing.codes().values()) == ["malformed_json"]
     assert consumer.given_up == []
     assert counted(store, expected) == nonzero(expected)

@@ -62,8 +62,8 @@ def test_markers_the_read_misses_are_caught_by_the_conditional_writes(ddb_tables
         stop()
     # THEN the transaction's conditions catch the three, only the new message counts, nothing is refused
     assert result.failed_record_ids == ()
-    assert result.already_applied == 3
-    assert result.messages_applied == 1
+    assert result.figures["DuplicatesAlreadyApplied"] == 3
+    assert result.figures["MessagesApplied"] == 1
     assert dead_letters.letters == []
     assert read_all(store, ["shared"]) == {"shared": {"count": Decimal(1 + 2 + 3 + 4)}}
 
@@ -99,6 +99,6 @@ def test_a_stale_marker_of_an_aborted_batch_does_not_count_its_message_again(ddb
     # THEN the replacing claim's condition fails on the current marker, which names a finished batch:
     # the message is already applied and counted once
     assert result.failed_record_ids == ()
-    assert result.already_applied == 1
+    assert result.figures["DuplicatesAlreadyApplied"] == 1
     assert dead_letters.letters == []
     assert read_all(store, ["shared"]) == {"shared": {"count": Decimal(5)}}

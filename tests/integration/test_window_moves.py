@@ -133,10 +133,14 @@ def test_an_ended_hour_moves_to_its_days_item_once_a_later_batch_writes_the_key(
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, windows=WINDOWS, window_mover=eager(ddb_tables))
     first = pipeline.process([record("a", "k", 2, DAY0 + 5, DAY0 + 10)], DAY0 + 10, plenty)
-    assert first.windows_moved == 0  # nothing has ended yet
+    assert first.figures["WindowsMoved"] == 0  # nothing has ended yet
     second = pipeline.process([record("b", "k", 3, DAY0 + H + 5, DAY0 + H + 10)], DAY0 + H + 10, plenty)
     # THEN the second batch moved hour 0 off the key's item onto its day's item, beside the day's total
-    assert (second.window_checks, second.windows_moved, second.window_items_written) == (1, 1, 1)
+    assert (
+        second.figures["WindowItemsChecked"],
+        second.figures["WindowsMoved"],
+        second.figures["WindowItemsWritten"],
+    ) == (1, 1, 1)
     items, open_ = stored_windows(ddb_tables)
     assert items == {("k", hour(0)): 2}
     assert open_ == {("k", hour(1)): 3, ("k", DAY): 5}
@@ -176,14 +180,18 @@ def test_ended_windows_wait_on_the_small_key_item_until_their_day_ends_then_move
         for h in range(4)
     ]
     # THEN nothing moves while the item is small and its day is open (reads are exact wherever windows are)
-    assert [r.window_checks for r in results] == [1, 1, 1, 1]
-    assert [r.windows_moved for r in results] == [0, 0, 0, 0]
+    assert [r.figures["WindowItemsChecked"] for r in results] == [1, 1, 1, 1]
+    assert [r.figures["WindowsMoved"] for r in results] == [0, 0, 0, 0]
     expected = {("k", hour(h)): h + 1 for h in range(4)} | {("k", DAY): 10}
     assert_exact(ddb_tables, expected, DAY0 + 4 * H)
     # WHEN the next day's first batch writes k
     next_day = pipeline.process([record("n", "k", 7, DAY0 + DAY_MS, DAY0 + DAY_MS)], DAY0 + DAY_MS, plenty)
     # THEN the four hours and the day moved together: one transaction, one window item (the day's)
-    assert (next_day.windows_moved, next_day.window_items_written, next_day.window_move_transactions) == (5, 1, 1)
+    assert (
+        next_day.figures["WindowsMoved"],
+        next_day.figures["WindowItemsWritten"],
+        next_day.figures["WindowMoveTransactions"],
+    ) == (5, 1, 1)
     items, open_ = stored_windows(ddb_tables)
     assert items == expected
     assert open_ == {("k", hour(24)): 7, ("k", "d#2100-01-02"): 7}
@@ -200,7 +208,7 @@ def test_a_key_item_grown_past_the_move_size_moves_its_ended_hours_before_the_da
     for h in range(8):
         body = f'{{"id":"m{h}","key":"k","deltas":{{{deltas}}},"ts":{DAY0 + h * H}}}'
         result = pipeline.process([SourceRecord(f"m{h}", body, DAY0 + h * H)], DAY0 + h * H, plenty)
-        moved.append(result.windows_moved)
+        moved.append(result.figures["WindowsMoved"])
     assert sum(moved) > 0  # moved before the day ended, once the item passed MOVE_AT_BYTES
     (key_item,) = batch_get(ddb_tables.client, ddb_tables.counters_table, [item_key("k")])
     assert item_size(key_item) < 1024
@@ -216,7 +224,7 @@ def test_a_container_checks_a_key_once_an_hour(ddb_tables: DynamoDBTables) -> No
         pipeline.process([record(f"m{i}", "k", 1, DAY0 + i * 600_000, DAY0 + i * 600_000)], DAY0 + i * 600_000, plenty)
         for i in range(12)  # every 10 minutes for two hours
     ]
-    assert [result.window_checks for result in checks] == [1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
+    assert [result.figures["WindowItemsChecked"] for result in checks] == [1, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0]
     assert_exact(ddb_tables, {("k", hour(0)): 6, ("k", hour(1)): 6, ("k", DAY): 12}, DAY0 + 2 * H)
 
 
@@ -229,7 +237,7 @@ def test_a_window_past_its_retention_is_removed_and_never_written(ddb_tables: Dy
     later = DAY0 + 2 * DAY_MS
     result = pipeline.process([record("b", "k", 1, later, later)], later, plenty)
     # THEN hour 0 was removed without a window item (it would be resurrected), the day moved to its item
-    assert (result.windows_moved, result.window_items_written) == (2, 1)
+    assert (result.figures["WindowsMoved"], result.figures["WindowItemsWritten"]) == (2, 1)
     items, open_ = stored_windows(ddb_tables)
     assert items == {("k", DAY): 2}
     assert open_ == {("k", spec.unit("hour").window_id(later)): 1, ("k", "d#2100-01-03"): 1}
@@ -286,7 +294,7 @@ def test_a_kill_after_the_commit_before_the_move_leaves_the_windows_to_the_redel
     # AND the redelivery (a new container) finds the marker, counts nothing again, and moves hour 0
     fresh, _ = make_pipeline(store, windows=WINDOWS, window_mover=eager(ddb_tables))
     again = fresh.process(batch, DAY0 + H + 60_000, plenty)
-    assert (again.already_applied, again.windows_moved) == (1, 1)
+    assert (again.figures["DuplicatesAlreadyApplied"], again.figures["WindowsMoved"]) == (1, 1)
     items, _ = stored_windows(ddb_tables)
     assert items == {("k", hour(0)): 2}
     assert_exact(ddb_tables, {("k", hour(0)): 2, ("k", hour(1)): 3, ("k", DAY): 5}, DAY0 + H + 60_000)
@@ -393,7 +401,7 @@ def test_a_fast_clock_moving_an_hour_another_container_still_adds_to_costs_nothi
     # GIVEN a container whose clock is 40 minutes fast: it thinks hour 0 has ended, and moves it
     fast_now = true_now + 40 * 60_000
     moved = fast.process([record("b", "k", 2, true_now, true_now)], fast_now, plenty)
-    assert moved.windows_moved == 1
+    assert moved.figures["WindowsMoved"] == 1
     # WHEN the container with the right clock keeps adding to hour 0 (re-creating the attribute)
     slow.process([record("c", "k", 4, true_now + 1, true_now + 1)], true_now + 1, plenty)
     assert_exact(ddb_tables, {("k", hour(0)): 7, ("k", DAY): 7}, true_now + 2)

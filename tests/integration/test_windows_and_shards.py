@@ -109,7 +109,7 @@ def test_late_and_future_events(ddb_tables: DynamoDBTables) -> None:
         NOW_MS,
         plenty,
     )
-    assert result.late_events == 1
+    assert result.figures["LateEvents"] == 1
     assert dlq.codes() == {"future": "ts_in_future"}
     assert read_counters(store, "k") == {"count": Decimal(1)}
     assert read_series(store, "k", spec.unit("hour"), late_ts, late_ts) == [(late_ts - late_ts % HOUR_MS, {})]
@@ -131,7 +131,7 @@ def test_a_hot_key_spreads_over_shards_and_reads_sum_them_even_as_n_changes(ddb_
             bodies = [f'{{"id":"h{phase}-{batch}-{i}","key":"hot:page","delta":1,"ts":{DAY0}}}' for i in range(50)]
             records = [SourceRecord(f"r{phase}-{batch}-{i}", body, NOW_MS) for i, body in enumerate(bodies)]
             assert pipeline.process(records, NOW_MS, plenty).failed_record_ids == ()
-            assert pipeline.process(records, NOW_MS, plenty).messages_applied == 0  # redelivered: no-op
+            assert pipeline.process(records, NOW_MS, plenty).figures["MessagesApplied"] == 0  # redelivered: no-op
             counts += 50
         # THEN every read, whatever the current N, sums every shard ever written
         assert read_counters(store, "hot:page") == {"count": counts}

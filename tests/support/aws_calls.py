@@ -45,7 +45,14 @@ PRODUCER = "producer"
 ROLES = (FUNCTION, OPERATOR, READ_FUNCTION, READER, PRODUCER)
 
 # The Lambda's own orchestration: a call is the function's only when the stack passes through one of these.
-ORCHESTRATION = ("tally.handlers", "tally.runtime", "tally.pipeline", "tally.commit.applier", "tally.commit")
+ORCHESTRATION = (
+    "tally.handlers",
+    "tally.runtime",
+    "tally.pipeline",
+    "tally.post_commit",
+    "tally.commit.applier",
+    "tally.commit",
+)
 # Where the function's calls are made (the nearest tally frame).
 FUNCTION_CODE = (
     *ORCHESTRATION,

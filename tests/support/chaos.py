@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from tally.commit.marker_reads import MarkerReadGate
     from tally.local.dynamodb_local import DynamoDBLocal
     from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.post_commit import PostCommitStep
     from tests.conftest import DynamoDBTables
 
 
@@ -54,3 +55,10 @@ def rewired(patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig]
         return pipeline
 
     return factory
+
+
+def swap_step(pipeline: BatchPipeline, step: PostCommitStep) -> None:
+    """Put ``step`` in the place of the pipeline's post-commit step it derives from (a BROKEN one's base)."""
+    steps = pipeline._steps
+    assert any(isinstance(step, type(old)) for old in steps), f"no step of {type(step).__name__}'s kind"
+    pipeline._steps = tuple(step if isinstance(step, type(old)) else old for old in steps)

@@ -13,6 +13,7 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS, WIRE_LIMITS
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.post_commit import post_commit_steps
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import DeadLetter
-    from tally.pipeline import WindowMover
+    from tally.post_commit import WindowMover
 
 TTL_DAYS = 35
 FAST_RETRIES = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=8, reserve_ms=1_000)
@@ -127,4 +128,5 @@ def make_pipeline(
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
         mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, sleep=lambda _: None)
-    return BatchPipeline(applier, dlq, settings, gauges=gauges, distinct=distinct, windows=mover), dlq
+    steps = post_commit_steps(settings.windows, gauges=gauges, distinct=distinct, mover=mover)
+    return BatchPipeline(applier, dlq, settings, steps=steps), dlq

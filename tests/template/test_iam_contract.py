@@ -164,7 +164,7 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
         at_ms = 4_102_444_800_000 + hour * 3_600_000
         event = sqs_event([json.dumps({"id": f"moved-{n}", "key": "moved", "delta": 1})], first=200 + n, sent_ms=at_ms)
         moved = sqs_handler.pipeline().process(records_from_event(event), at_ms, lambda: 60_000)
-        assert moved.windows_moved == (1 if hour else 0)
+        assert moved.figures["WindowsMoved"] == (1 if hour else 0)
 
 
 def drive_the_operator_commands(aws: dict[str, Any]) -> None:

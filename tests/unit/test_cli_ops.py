@@ -20,7 +20,9 @@ TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 @pytest.fixture
 def aws(mocked_aws: None, monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
     dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
-    dynamodb.create_table(**table_definitions(load_template(TEMPLATE))["CountersTable"].create_table_kwargs("c"))
+    tables = table_definitions(load_template(TEMPLATE))
+    dynamodb.create_table(**tables["CountersTable"].create_table_kwargs("c"))
+    dynamodb.create_table(**tables["MarkersTable"].create_table_kwargs("m"))  # dlq: which letters count
     for pk, counters in {
         "a": {"count": "5", "revenue": "0.10"},
         "b": {"count": "12"},

@@ -18,16 +18,9 @@ def test_a_record_held_by_a_live_lease_is_logged_at_warning_with_the_batch_and_t
     # GIVEN a batch result with one record held back by another invocation's journal batch
     result = BatchResult(
         failed_record_ids=("rec-1",),
-        records=1,
-        messages_applied=0,
-        events_applied=0,
-        duplicates_in_batch=0,
-        already_applied=0,
         dead_letters=(),
-        dead_letter_failures=0,
-        transactions=0,
-        retries=0,
         stalls=(HeldRecord("rec-1", "batch-7", LEASE_END_MS),),
+        figures={"RecordsReceived": 1, "RecordsFailed": 1, "RecordsHeldByLease": 1},
     )
     logs = io.StringIO()
     logger = Logger(service="tally-test", logger_handler=logging.StreamHandler(logs))

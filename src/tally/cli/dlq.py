@@ -1,10 +1,13 @@
 """``tally dlq list`` and ``tally dlq redrive``: what is in the dead-letter queue and why; send it back.
 
-``list`` reads without consuming (each message is made visible again at once). ``redrive`` re-sends
-every body unchanged to where it came from (``tally.source``), to ``--to-queue`` / ``--to-stream``, or,
-for a message SQS moved there after ``maxReceiveCount``, to the stack's source queue; a Kinesis batch
-Lambda gave up on is replayed from the stream. The idempotency markers make all of it safe: nothing
-already counted is counted again. Poison redriven unchanged is dead-lettered again, with its reason.
+``list`` reads without consuming (each message is made visible again at once), and says of each letter
+whether its message already counts (its idempotency marker holds that very content: a refusal that no
+longer holds). ``redrive`` re-sends every body unchanged to where it came from (``tally.source``), to
+``--to-queue`` / ``--to-stream``, or, for a message SQS moved there after ``maxReceiveCount``, to the
+stack's source queue; a Kinesis batch Lambda gave up on is replayed from the stream. ``--reason`` aims it
+at some codes, ``--dry-run`` says what it would do, and a refused letter whose message already counts is
+deleted rather than sent. The idempotency markers make all of it safe: nothing already counted is counted
+again. Poison redriven unchanged is dead-lettered again, with its reason.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tally.cli.output import console, json_bytes, json_option, print_json, table
 from tally.cli.resolve import Resolver, stack_option
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
@@ -55,30 +60,45 @@ def list_command(
     as_json: bool, limit: int | None, stack_name: str | None, dlq_url: str | None, failure_bucket: str | None
 ) -> None:
     """List each dead letter with its reason (tally.error_code / tally.error_message), oldest first, and the
-    given-up Kinesis batches of the S3 failure bucket (if the stack has one)."""
+    given-up Kinesis batches of the S3 failure bucket (if the stack has one).
+
+    Each letter says whether its message already counts (its idempotency marker holds that very content,
+    read from the markers table when the tables are known): a refusal that no longer holds, such as a
+    below_floor whose copy was counted after a restock. gauge_refused and members_refused letters count by
+    definition: only their gauges or members wait for a redrive."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from tally.cli.aws import client, failure
     from tally.errors import TallyError
-    from tally.ops.dead_letters import list_failed_batches, list_letters
+    from tally.ops.dead_letters import list_failed_batches, list_letters, skipped_as_counted
 
     resolver = Resolver(stack_name, os.environ)
     url = resolver.required("TALLY_DLQ_URL", dlq_url, "the dead-letter queue", "--dlq-url")
     bucket = resolver.value("TALLY_FAILURE_BUCKET", failure_bucket)
+    check = counted_check(resolver)
     sqs: SQSClient = client("sqs")
     try:
         letters = list_letters(sqs, url, limit=limit)
+        counted = check(letters) if check is not None else None
         stored = list_failed_batches(client("s3"), bucket, limit=limit) if bucket else []
     except (TallyError, BotoCoreError, ClientError) as exc:
         raise failure("list the dead letters", "sqs", exc) from exc
     if as_json:
         for letter in letters:
-            sys.stdout.buffer.write(json_bytes(letter_json(letter)))
+            sys.stdout.buffer.write(json_bytes(letter_json(letter, counted)))
         for batch in stored:
             sys.stdout.buffer.write(json_bytes(stored_json(batch)))
         return
     out = console()
-    out.print(letters_table(letters, url))
+    out.print(letters_table(letters, url, counted))
+    if counted is None:
+        out.print("counted: unknown (give the tables, $TALLY_COUNTERS_TABLE/$TALLY_MARKERS_TABLE, or --stack)")
+    elif counted:
+        deleted = sum(1 for letter in letters if skipped_as_counted(letter, counted))
+        out.print(
+            f"already counted: {len(counted)}; a redrive deletes {deleted} of them (refusals that no longer hold) "
+            "and sends the rest (gauge_refused, members_refused: the redrive writes what is missing)"
+        )
     if bucket:
         out.print(stored_table(stored, bucket))
     codes = Counter(letter.error_code or letter.kind for letter in letters)
@@ -90,7 +110,15 @@ def list_command(
 @click.option("--to-queue", help="Send every body to this queue instead of where it came from.")
 @click.option("--to-stream", help="Put every body into this stream (name or ARN) instead.")
 @click.option("--limit", type=click.IntRange(min=1), help="At most this many messages.")
-@json_option("Print what was redriven and what was left as JSON.")
+@click.option(
+    "--reason",
+    "reasons",
+    multiple=True,
+    help="Only letters with this reason (a tally.error_code such as below_floor, or message: moved by SQS, or "
+    "kinesis-batch: given up); repeat for several. The others stay.",
+)
+@click.option("--dry-run", is_flag=True, help="Send and delete nothing: say what would be redriven or deleted.")
+@json_option("Print what was redriven (or would be) and what was left as JSON.")
 @stack_option
 @_DLQ_URL
 @click.option(
@@ -105,12 +133,19 @@ def redrive_command(  # click passes every option by name
     to_queue: str | None,
     to_stream: str | None,
     limit: int | None,
+    reasons: tuple[str, ...],
+    dry_run: bool,
     stack_name: str | None,
     dlq_url: str | None,
     queue_url: str | None,
     failure_bucket: str | None,
 ) -> None:
-    """Send the dead letters back to their source (markers make it safe), deleting each once accepted."""
+    """Send the dead letters back to their source (markers make it safe), deleting each once accepted.
+
+    A refused letter whose message already counts (its idempotency marker holds that very content, read when
+    the tables are known) is deleted without being sent: its refusal no longer holds and nothing is left to
+    count. gauge_refused and members_refused letters are always sent: their counters count, and the redrive
+    is what writes their gauges or members once the cause is gone."""
     from botocore.exceptions import BotoCoreError, ClientError
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -141,6 +176,9 @@ def redrive_command(  # click passes every option by name
                 progress=lambda _letter: progress.advance(task),
                 s3=s3,
                 failure_bucket=bucket,
+                reasons=frozenset(reasons) if reasons else None,
+                dry_run=dry_run,
+                counted=counted_check(resolver),
             )
     except (TallyError, BotoCoreError, ClientError) as exc:
         raise failure("redrive the dead letters", "sqs", exc) from exc
@@ -152,7 +190,31 @@ def redrive_command(  # click passes every option by name
         sys.exit(1)
 
 
-def letter_json(letter: Letter) -> dict[str, Any]:
+def counted_check(resolver: Resolver) -> Callable[[Sequence[Letter]], frozenset[str]] | None:
+    """Which letters already count, read from the markers table; None when the tables are not known."""
+    from tally.cli.aws import client
+    from tally.config import Settings
+    from tally.errors import ConfigurationError
+    from tally.ops.dead_letters import counted_letters
+    from tally.store.counted import DynamoDBCountedLookup
+
+    try:
+        settings = Settings.from_env(resolver.settings(_COUNTED_SETTINGS), require_dlq=False)
+    except ConfigurationError:
+        return None
+    lookup = DynamoDBCountedLookup(client("dynamodb"), settings.counters_table, settings.markers_table)
+
+    def check(letters: Sequence[Letter]) -> frozenset[str]:
+        return counted_letters(letters, lookup, settings.counter_defaults)
+
+    return check
+
+
+_COUNTED_SETTINGS = ("TALLY_COUNTERS_TABLE", "TALLY_MARKERS_TABLE", "TALLY_HOT_KEYS", "TALLY_COUNTER_DEFAULTS")
+"""What deciding whether a letter counts needs: both tables, and how the stack fills in default deltas."""
+
+
+def letter_json(letter: Letter, counted: frozenset[str] | None = None) -> dict[str, Any]:
     document: dict[str, Any] = {
         "message_id": letter.message_id,
         "kind": letter.kind,
@@ -164,6 +226,7 @@ def letter_json(letter: Letter) -> dict[str, Any]:
         "sent_ms": letter.sent_ms,
         "receive_count": letter.receive_count,
         "body": letter.body,
+        "counted": None if counted is None else letter.message_id in counted,
     }
     batch = letter.kinesis_batch
     if batch is not None:
@@ -171,7 +234,7 @@ def letter_json(letter: Letter) -> dict[str, Any]:
     return document
 
 
-def letters_table(letters: list[Letter], url: str) -> Table:
+def letters_table(letters: list[Letter], url: str, counted: frozenset[str] | None = None) -> Table:
     rows = table(
         f"dead-letter queue {url.rsplit('/', 1)[-1]}: {len(letters)} message(s)",
         ["sent (UTC)", "reason", "detail", "source", "body"],
@@ -189,8 +252,13 @@ def letters_table(letters: list[Letter], url: str) -> Table:
             detail = (letter.error_message or "")[:80]
             source = (letter.source or "").rsplit(":", 1)[-1].rsplit("/", 1)[-1]
         body = letter.body if len(letter.body) <= _PREVIEW else letter.body[:_PREVIEW] + "…"
-        rows.add_row(_time(letter.sent_ms), reason, detail, source, body)
+        rows.add_row(_time(letter.sent_ms), reason + _counted_mark(letter, counted), detail, source, body)
     return rows
+
+
+def _counted_mark(letter: Letter, counted: frozenset[str] | None) -> str:
+    """Beside the reason: whether the letter's message counts already (nothing when that is unknown)."""
+    return " (counted)" if counted is not None and letter.message_id in counted else ""
 
 
 def stored_json(stored: StoredBatch) -> dict[str, Any]:
@@ -224,7 +292,13 @@ def redrive_document(result: RedriveResult) -> dict[str, Any]:
     """What ``--json`` prints: every message redriven (id, kind) and every one left, with why."""
     return {
         "ok": result.ok,
-        "redriven": [{"message_id": letter.message_id, "kind": letter.kind} for letter in result.redriven],
+        "dry_run": result.dry_run,
+        "redriven": [
+            {"message_id": letter.message_id, "kind": letter.kind, "reason": letter.reason}
+            for letter in result.redriven
+        ],
+        "counted_deleted": [{"message_id": letter.message_id, "reason": letter.reason} for letter in result.counted],
+        "not_aimed": result.not_aimed,
         "replayed_records": result.replayed_records,
         "replayed_objects": list(result.replayed_objects),
         "skipped_objects": [{"key": key, "reason": reason} for key, reason in result.skipped_objects],
@@ -236,17 +310,25 @@ def redrive_document(result: RedriveResult) -> dict[str, Any]:
 def redrive_table(result: RedriveResult) -> Table:
     from rich.table import Table
 
-    table = Table(title="redrive", show_header=False)
+    would = "would be " if result.dry_run else ""
+    table = Table(
+        title="redrive (dry run: nothing sent or deleted)" if result.dry_run else "redrive", show_header=False
+    )
     table.add_column("what")
     table.add_column("value", justify="right")
-    kinds = Counter(letter.kind for letter in result.redriven)
-    table.add_row("redriven", f"{len(result.redriven):,}")
-    for kind, count in sorted(kinds.items()):
-        table.add_row(f"  {kind}", f"{count:,}")
+    reasons = Counter(letter.reason for letter in result.redriven)
+    table.add_row(f"{would}redriven", f"{len(result.redriven):,}")
+    for reason, count in sorted(reasons.items()):
+        table.add_row(f"  {reason}", f"{count:,}")
+    table.add_row(f"already counted: {would}deleted, not sent", f"{len(result.counted):,}")
+    for reason, count in sorted(Counter(letter.reason for letter in result.counted).items()):
+        table.add_row(f"  {reason}", f"{count:,}")
+    if result.not_aimed:
+        table.add_row("other reasons (left alone)", f"{result.not_aimed:,}")
     if result.replayed_records:
         table.add_row("Kinesis records replayed", f"{result.replayed_records:,}")
     if result.replayed_objects or result.skipped_objects:
-        table.add_row("  given-up batches replayed from S3", f"{len(result.replayed_objects):,}")
+        table.add_row(f"  given-up batches {would}replayed from S3", f"{len(result.replayed_objects):,}")
         table.add_row("  left in the failure bucket", f"{len(result.skipped_objects):,}")
         for key, reason in result.skipped_objects[:5]:
             table.add_row(f"  {key}", reason[:100])

@@ -48,12 +48,13 @@ if TYPE_CHECKING:
 __all__ = ["Applier", "ApplyOutcome", "RetryPolicy", "Stall"]
 
 ROUNDS = 3
+"""Direct or journal, then (markers of aborted batches met) a journal claim replacing them, then a last try."""
 OPERATOR_ID_TAKEN = Rejection(
     RejectCode.ID_CONFLICT,
     "a reset or correction under an id whose marker names an aborted journal batch (the id was used for "
     "another message): send the operator's message again under a new id",
 )
-"""Direct or journal, then (markers of aborted batches met) a journal claim replacing them, then a last try."""
+"""Why an operator message is refused when only a journal claim could replace its id's marker."""
 
 
 class Applier:

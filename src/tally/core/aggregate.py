@@ -1,10 +1,11 @@
 """Pre-aggregation: collapse a batch's messages into net deltas per (key, counter).
 
-Two steps, both pure: ``deduplicate`` keeps the first message of each id within a batch (a producer
+Pure throughout: ``deduplicate`` keeps the first message of each id within a batch (a producer
 re-send or an at-least-once redelivery landing in the same batch) and tells a copy with other content
 (an id reused for different events) from a duplicate, and ``message_totals`` nets each message's events
 per key and counter, because the message, not the event, is the unit that is marked applied, and takes
-its content digest for its marker (``tally.core.digest``). Sums are exact (see ``tally.core.numbers``).
+its content digest for its marker (``tally.core.digest``); ``aggregate_batch`` does that for a batch's
+distinct messages and spreads hot keys over their shards. Sums are exact (see ``tally.core.numbers``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import msgspec
+from msgspec.structs import replace
 
 from tally.core.digest import content_digest
 from tally.core.items import ALL_TIME, WINDOW_COUNTER_MARK, CounterItem, ItemKey, item_parts, window_counter
@@ -21,10 +23,14 @@ from tally.core.ledger import content_conflict
 from tally.core.model import IdConflict
 from tally.core.numbers import Number, add
 from tally.core.resets import OperatorKind, operator_stamp, reset_items
+from tally.core.sharding import assign_shards
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tally.core.model import Message, Rejection
     from tally.core.resets import OperatorStamp
+    from tally.core.sharding import HotKeys
     from tally.core.windows import WindowSpec
 
 Totals = Mapping[ItemKey, Mapping[str, Number]]
@@ -146,6 +152,47 @@ def message_totals(
             sets = reset_items(stamp) if stamp.kind is OperatorKind.RESET else {}
             return MessageTotals(message.message_id, totals, 1, late, digest, sets, stamp)
     return MessageTotals(message.message_id, totals, len(message.events), late, digest)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchTotals:
+    """A batch's distinct messages, netted: what the applier commits."""
+
+    messages: tuple[MessageTotals, ...]
+    late_events: int
+    """Events left out of some window because its retention had passed."""
+
+
+def aggregate_batch(
+    messages: Sequence[Message],
+    received_ms: Sequence[int],
+    *,
+    windows: WindowSpec,
+    hot_keys: HotKeys,
+    now_ms: int,
+    choose_shard: Callable[[int], int],
+) -> BatchTotals:
+    """Net each distinct message (``message_totals``) and move a hot key's writes onto one of its shards.
+
+    ``received_ms[i]`` is when the source accepted ``messages[i]``; ``choose_shard(n)`` picks one of ``n``
+    shards (a random draw in production). Each hot key gets one shard for the whole batch: one ADD per item.
+    """
+    shard_of_key: dict[str, int] = {}
+
+    def pick(key: str, shards: int) -> int:
+        return shard_of_key.setdefault(key, choose_shard(shards))
+
+    netted: list[MessageTotals] = []
+    late_events = 0
+    for message, received in zip(messages, received_ms, strict=True):
+        net = message_totals(message, windows, received, now_ms)
+        late_events += net.late_events
+        if hot_keys.rules:
+            net = replace(net, totals=assign_shards(net.totals, hot_keys, pick))
+            if net.sets and net.stamp is not None:
+                net = replace(net, sets=reset_items(net.stamp, hot_keys))
+        netted.append(net)
+    return BatchTotals(tuple(netted), late_events)
 
 
 def _add_to_item(totals: dict[ItemKey, dict[str, Number]], item: ItemKey, deltas: Mapping[str, Number]) -> None:

@@ -103,3 +103,8 @@ def batch_gauges(messages: Iterable[Message]) -> GaugeBatch:
                 if known is None or supersedes(gauge.kind, reading, known):
                     slots[slot] = reading
     return GaugeBatch(updates, {key: frozenset(ids) for key, ids in sources.items()})
+
+
+def carries_gauges(message: Message) -> bool:
+    """Whether any event of the message carries a gauge reading."""
+    return any(event.gauges for event in message.events)

@@ -53,6 +53,15 @@ class RejectCode(StrEnum):
     ABOVE_CEILING = "above_ceiling"
     INVALID_RESET = "invalid_reset"
     INVALID_DISTINCT = "invalid_distinct"
+    GAUGE_REFUSED = "gauge_refused"
+    """Counted, but DynamoDB refuses its gauge write for good (e.g. the key's item is at the 400 KB limit)."""
+    MEMBERS_REFUSED = "members_refused"
+    """Counted, but DynamoDB refuses its distinct members' write for good (e.g. the key's item at 400 KB)."""
+
+
+COUNTED_REFUSALS = frozenset({RejectCode.GAUGE_REFUSED, RejectCode.MEMBERS_REFUSED})
+"""Codes of letters whose counters count by definition (a post-commit step refused the rest): a redrive is what
+writes that rest once its cause is gone, so a redrive never skips them as already counted."""
 
 
 @dataclass(frozen=True, slots=True)

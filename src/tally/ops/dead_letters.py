@@ -16,13 +16,21 @@ under ``aws/lambda/<mapping UUID>/<shard>/...``. ``list_failed_batches`` reads t
 the bucket) re-puts their records from the object itself, so the replay no longer depends on the
 stream's retention, then deletes the object.
 
-``list_letters`` reads them all without consuming them (they are made visible again at once).
+``list_letters`` reads them all without consuming them (they are made visible again at once);
+``counted_letters`` says which of them already count (their producer's id has a marker for that very
+content, ``tally.store.counted``): a refusal that no longer holds, say a ``below_floor`` whose copy was
+counted after a restock.
 ``redrive`` re-sends each body, unchanged, to where it came from (``tally.source``), or to a given
 queue or stream, and deletes it from the dead-letter queue once the source accepted it; a Kinesis batch
 is replayed from the stream (its records re-put with their data and partition keys). Nothing can count
 twice: the producer's id inside the body is the unit of idempotency, and every message already applied
 has its marker. A poison message that is redriven unchanged is dead-lettered again (a new message),
-which this function recognises and leaves alone, so a redrive always terminates.
+which this function recognises and leaves alone, so a redrive always terminates. A redrive can be aimed
+(``reasons``: only letters with those codes, the others left alone), tried first (``dry_run``: nothing sent,
+nothing deleted), and told which letters already count (``counted``): a refused letter whose message
+counts is deleted instead of sent, because nothing is left to do for it. A letter of a post-commit refusal
+(``gauge_refused``, ``members_refused``) counts by definition and is always sent: its redrive is what
+writes the gauges or members once the cause is gone.
 """
 
 from __future__ import annotations
@@ -32,21 +40,26 @@ import binascii
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.decode import decode_message
+from tally.core.defaults import NO_DEFAULTS
+from tally.core.digest import content_digest
 from tally.core.limits import KINESIS_PUT_MAX_RECORDS, SQS_BATCH_MAX_ENTRIES
+from tally.core.model import COUNTED_REFUSALS, Message
 from tally.dead_letter_sender import BODY_ENCODING, ERROR_CODE, ERROR_MESSAGE, SOURCE, SOURCE_RECORD_ID
-from tally.errors import OperatorError
+from tally.errors import OperatorError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_s3.client import S3Client
     from mypy_boto3_sqs.client import SQSClient
 
+    from tally.core.defaults import CounterDefaults
 _LIST_VISIBILITY_S: Final = 30
 """How long a listed message stays hidden at most (each is made visible again as soon as it is read)."""
 _REDRIVE_VISIBILITY_S: Final = 120
@@ -97,6 +110,11 @@ class Letter:
         if self.kinesis_batch is not None:
             return "kinesis-batch"
         return "message"
+
+    @property
+    def reason(self) -> str:
+        """What ``--reason`` aims at: the ``tally.error_code``, else the kind (``message``, ``kinesis-batch``)."""
+        return self.error_code or self.kind
 
     @property
     def payload(self) -> bytes:
@@ -229,6 +247,48 @@ def list_letters(sqs: SQSClient, dlq_url: str, *, limit: int | None = None) -> l
     return letters if limit is None else letters[:limit]
 
 
+class CountedLookup(Protocol):
+    """Which messages count already (``tally.store.counted.DynamoDBCountedLookup``)."""
+
+    def counted(self, digests: Mapping[str, bytes]) -> frozenset[str]:
+        """The message ids of ``digests`` (id -> content digest) whose markers count that very content."""
+        ...
+
+
+def counted_letters(
+    letters: Iterable[Letter], lookup: CountedLookup, defaults: CounterDefaults = NO_DEFAULTS
+) -> frozenset[str]:
+    """The (dead-letter queue) ids of the letters whose message already counts, content and all.
+
+    A letter's body is decoded as the function decodes it (``defaults``: the deployment's default deltas);
+    a body that does not decode, or a given-up Kinesis batch's metadata, is never counted here.
+    """
+    by_id: dict[str, list[str]] = {}
+    digests: dict[str, bytes] = {}
+    for letter in letters:
+        if letter.kinesis_batch is not None or not letter.payload:
+            continue
+        message = decode_message(letter.payload, defaults=defaults)
+        if not isinstance(message, Message):
+            continue
+        digest = content_digest(message)
+        if digests.setdefault(message.message_id, digest) != digest:
+            continue  # two contents under one id in the queue: only the first is asked about
+        by_id.setdefault(message.message_id, []).append(letter.message_id)
+    if not digests:
+        return frozenset()
+    try:
+        counted = lookup.counted(digests)
+    except StoreError as exc:
+        raise OperatorError(f"cannot read the idempotency markers: {exc}") from exc
+    return frozenset(letter_id for message_id in counted for letter_id in by_id.get(message_id, []))
+
+
+def skipped_as_counted(letter: Letter, counted: frozenset[str]) -> bool:
+    """Whether a redrive deletes ``letter`` instead of sending it: a refusal (a code) that no longer holds."""
+    return letter.message_id in counted and letter.error_code is not None and letter.error_code not in COUNTED_REFUSALS
+
+
 @dataclass(frozen=True, slots=True)
 class Destination:
     """Where a redrive sends bodies: a queue URL or a stream (name or ARN)."""
@@ -259,6 +319,12 @@ class RedriveResult:
     """Keys of the S3 failure bucket's objects whose records were re-put (and the objects deleted)."""
     skipped_objects: tuple[tuple[str, str], ...] = ()
     """(key, reason) of the objects left in the bucket."""
+    counted: tuple[Letter, ...] = ()
+    """Refused letters whose message counts already: deleted, not sent (or, in a dry run, to be)."""
+    not_aimed: int = 0
+    """Letters left alone because ``reasons`` did not name their reason."""
+    dry_run: bool = False
+    """Nothing was sent or deleted: ``redriven``, ``counted`` and ``replayed_objects`` say what would be."""
 
     @property
     def ok(self) -> bool:
@@ -272,7 +338,12 @@ class _Redrive:
     dlq_url: str
     destination: Destination
     default_queue_url: str | None
+    reasons: frozenset[str] | None = None
+    dry_run: bool = False
+    counted_lookup: Callable[[Sequence[Letter]], frozenset[str]] | None = None
     redriven: list[Letter] = field(default_factory=list)
+    counted: list[Letter] = field(default_factory=list)
+    not_aimed: int = 0
     skipped: list[Skipped] = field(default_factory=list)
     sent_ids: set[str] = field(default_factory=set)
     """Source record ids of what this redrive sent: a dead letter naming one was redriven and refused again."""
@@ -292,6 +363,9 @@ def redrive(
     progress: Callable[[Letter], None] | None = None,
     s3: S3Client | None = None,
     failure_bucket: str | None = None,
+    reasons: frozenset[str] | None = None,
+    dry_run: bool = False,
+    counted: Callable[[Sequence[Letter]], frozenset[str]] | None = None,
 ) -> RedriveResult:
     """Send the dead letters back to be counted, deleting each once its destination accepted it.
 
@@ -299,10 +373,27 @@ def redrive(
     attributes) goes to ``default_queue_url`` (the stack's source queue). What cannot be sent stays in
     the queue and is reported in ``RedriveResult.skipped``. With ``failure_bucket`` (and ``s3``), the
     given-up batches kept there are replayed too, from the objects themselves (see the module).
+
+    ``reasons``: only letters whose ``Letter.reason`` is one of these (given-up batches: ``kinesis-batch``);
+    ``dry_run``: send and delete nothing, report what would be; ``counted``: the ids, among letters given to
+    it, of those whose message counts already (``counted_letters``): refused ones are deleted, not sent.
     """
-    result = _redrive_letters(sqs, dlq_url, kinesis, destination, default_queue_url, limit, progress)
-    if failure_bucket is None:
+    run = _Redrive(
+        sqs,
+        kinesis,
+        dlq_url,
+        destination or Destination(),
+        default_queue_url,
+        reasons=reasons,
+        dry_run=dry_run,
+        counted_lookup=counted,
+    )
+    result = _redrive_letters(run, limit, progress)
+    if failure_bucket is None or (reasons is not None and "kinesis-batch" not in reasons):
         return result
+    if dry_run:
+        keys = tuple(key for key, _ in (_failure_keys(s3, failure_bucket, None) if s3 is not None else []))
+        return dataclasses.replace(result, replayed_objects=keys)
     if s3 is None or kinesis is None:
         raise OperatorError("an S3 and a Kinesis client are needed to replay the failure bucket")
     replayed, skipped, records, streams = _redrive_bucket(s3, kinesis, failure_bucket, destination or Destination())
@@ -363,44 +454,62 @@ def _put_chunk(kinesis: KinesisClient, stream: str, chunk: Sequence[tuple[bytes,
         raise OperatorError(f"{put['FailedRecordCount']} record(s) not accepted by {stream}")
 
 
-def _redrive_letters(  # noqa: PLR0917 (the private half of redrive(), called once with its arguments)
-    sqs: SQSClient,
-    dlq_url: str,
-    kinesis: KinesisClient | None,
-    destination: Destination | None,
-    default_queue_url: str | None,
-    limit: int | None,
-    progress: Callable[[Letter], None] | None,
-) -> RedriveResult:
-    run = _Redrive(sqs, kinesis, dlq_url, destination or Destination(), default_queue_url)
+def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Letter], None] | None) -> RedriveResult:
+    sqs, dlq_url = run.sqs, run.dlq_url
     handled: set[str] = set()
-    refused_again: list[Letter] = []
+    left: list[Letter] = []  # released at the end: redriven by this run and refused again, or not aimed at
+
+    def done() -> int:
+        return len(run.redriven) + len(run.skipped) + len(run.counted)
+
     try:
-        while limit is None or len(run.redriven) + len(run.skipped) < limit:
+        while limit is None or done() < limit:
             received = _receive(sqs, dlq_url, _REDRIVE_VISIBILITY_S)
             batch = [letter for letter in received if letter.message_id not in handled]
             # Letters seen before (left in the queue and visible again): this pass is over.
             _release(sqs, dlq_url, [letter for letter in received if letter.message_id in handled])
             if not batch:
                 break
-            for letter in batch:
-                handled.add(letter.message_id)
-                if limit is not None and len(run.redriven) + len(run.skipped) >= limit:
+            handled.update(letter.message_id for letter in batch)
+            aimed = [letter for letter in batch if run.reasons is None or letter.reason in run.reasons]
+            run.not_aimed += len(batch) - len(aimed)
+            left.extend(letter for letter in batch if letter not in aimed)
+            counted = run.counted_lookup(aimed) if run.counted_lookup is not None and aimed else frozenset()
+            for letter in aimed:
+                if limit is not None and done() >= limit:
                     _release(sqs, dlq_url, [letter])
                     continue
                 if letter.source_record_id is not None and letter.source_record_id in run.sent_ids:
-                    refused_again.append(letter)  # redriven by this run and dead-lettered again: it stays
+                    left.append(letter)  # redriven by this run and dead-lettered again: it stays
                     continue
-                _redrive_one(run, letter)
+                _redrive_one(run, letter, counted=skipped_as_counted(letter, counted))
                 if progress is not None:
                     progress(letter)
-        _release(sqs, dlq_url, refused_again)
+        _release(sqs, dlq_url, left)
     except (ClientError, BotoCoreError) as exc:
         raise OperatorError(f"redrive from {dlq_url} stopped: {exc}") from exc
-    return RedriveResult(tuple(run.redriven), run.replayed, tuple(run.skipped), frozenset(run.destinations))
+    return RedriveResult(
+        tuple(run.redriven),
+        run.replayed,
+        tuple(run.skipped),
+        frozenset(run.destinations),
+        counted=tuple(run.counted),
+        not_aimed=run.not_aimed,
+        dry_run=run.dry_run,
+    )
 
 
-def _redrive_one(run: _Redrive, letter: Letter) -> None:
+def _redrive_one(run: _Redrive, letter: Letter, *, counted: bool) -> None:
+    """Send ``letter`` back and delete it, or delete it unsent when it ``counted`` already (in a dry run,
+    only record which it would be)."""
+    if run.dry_run:
+        (run.counted if counted else run.redriven).append(letter)
+        _release(run.sqs, run.dlq_url, [letter])
+        return
+    if counted:
+        run.sqs.delete_message(QueueUrl=run.dlq_url, ReceiptHandle=letter.receipt_handle)
+        run.counted.append(letter)
+        return
     batch = letter.kinesis_batch
     try:
         sent = _replay(run, batch) if batch is not None else _resend(run, letter)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -35,7 +35,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.items import ALL_TIME, make_item
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.sharding import HotKeys
-from tally.errors import RetryableStoreError
+from tally.errors import RetryableStoreError, StoreError
 from tally.store.expressions import add_expression, name_placeholder, value_placeholder
 from tally.store.requests import batch_get, translate
 from tally.store.schema import (
@@ -77,6 +77,14 @@ class _GaveUp(RetryableStoreError):
         self.calls = calls
 
 
+class _Refused(StoreError):
+    """A member transaction DynamoDB refuses for good (not retried): its keys are refused, or split."""
+
+    def __init__(self, message: str, calls: int) -> None:
+        super().__init__(message)
+        self.calls = calls
+
+
 _Counted = tuple["MemberSet", str]
 """(set, member): one member of one set in one window."""
 
@@ -93,6 +101,9 @@ class DistinctWrite:
     """Members counted by this call (new member items written)."""
     unwritten: frozenset[str] = frozenset()
     """Keys some of whose new members may be uncounted (their transaction gave up): written again later."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Keys whose members DynamoDB refuses for good (e.g. the key's item is at the 400 KB item limit), and
+    why: writing them again would fail again."""
 
 
 class DynamoDBDistinctStore:
@@ -121,11 +132,13 @@ class DynamoDBDistinctStore:
         members: Mapping[str, Mapping[MemberSet, frozenset[str]]],
         remaining_ms: Callable[[], int] | None = None,
     ) -> DistinctWrite:
-        """Count the members of each key's sets that are not counted yet; returns what it cost, and the keys
-        whose members may be uncounted (their transaction kept failing: writing again is safe).
+        """Count the members of each key's sets that are not counted yet; returns what it cost, the keys
+        whose members may be uncounted (their transaction kept failing: writing again is safe), and the keys
+        DynamoDB refuses for good (a transaction of several keys refused so is sent again key by key, so that
+        only the culprit is named).
 
         Raises ``RetryableStoreError`` when the member read fails (every key is then unwritten) or
-        ``StoreError``.
+        ``StoreError`` (the read refused: every key).
         """
         wanted = [
             (member_set, member)
@@ -142,8 +155,11 @@ class DynamoDBDistinctStore:
         shards = {key: self._rng.randrange(self._hot_keys.shards_for(key)) for key in members}
         transactions = added = 0
         unwritten: set[str] = set()
+        refused: dict[str, str] = {}
         self._remaining_ms = remaining_ms
-        for chunk in self._chunks(new):
+        chunks = self._chunks(new)
+        while chunks:
+            chunk = chunks.pop(0)
             try:
                 if not self._has_time(0):
                     raise _GaveUp("no time left for the member transaction", 0)
@@ -152,9 +168,19 @@ class DynamoDBDistinctStore:
                 transactions += exc.calls if isinstance(exc, _GaveUp) else 0
                 unwritten.update(member_set.key for member_set, _ in chunk)
                 continue
+            except _Refused as exc:
+                transactions += exc.calls
+                by_key: dict[str, list[_Counted]] = {}
+                for counted_member in chunk:
+                    by_key.setdefault(counted_member[0].key, []).append(counted_member)
+                if len(by_key) > 1:  # which key refused is unknown: each alone, so only the culprit is refused
+                    chunks[:0] = list(by_key.values())
+                else:
+                    refused.update(dict.fromkeys(by_key, str(exc)))
+                continue
             transactions += sent
             added += counted
-        return DistinctWrite(len(wanted), transactions, added, frozenset(unwritten))
+        return DistinctWrite(len(wanted), transactions, added, frozenset(unwritten), refused)
 
     def _chunks(self, new: Sequence[_Counted]) -> list[list[_Counted]]:
         """Transactions of at most ``max_actions``: each member's Put, and one ADD per counter item in it."""
@@ -188,7 +214,7 @@ class DynamoDBDistinctStore:
                 if error.get("Code") != "TransactionCanceledException":
                     failure = translate(exc)
                     if not isinstance(failure, RetryableStoreError):
-                        raise failure from exc
+                        raise _Refused(str(failure), calls) from exc
                     attempts = self._pause(attempts, calls, failure)
                     continue
                 reasons = [reason.get("Code") or "None" for reason in exc.response.get("CancellationReasons", [])]
@@ -197,7 +223,7 @@ class DynamoDBDistinctStore:
                     pending = [counted for index, counted in enumerate(pending) if index not in exists]
                     continue
                 if not any(code in _RETRYABLE_REASONS for code in reasons):
-                    raise translate(exc) from exc
+                    raise _Refused(str(translate(exc)), calls) from exc
                 attempts = self._pause(attempts, calls, RetryableStoreError("member transaction cancelled"))
                 continue
             except BotoCoreError as exc:  # the answer was lost: it may have committed; the conditions tell

@@ -1,0 +1,63 @@
+"""What a post-commit step is: work for the messages whose counters count, and one fate for each of them.
+
+A step runs after the counters' commit, never inside it: its writes are conditional or of other items, and
+a failed condition inside the counters' transaction would cancel the counters too. It runs for the
+messages applied now and for those applied before (a marker): a crash between a commit and a step leaves
+the marker, and the redelivery that meets it runs the step again, so every step must be idempotent.
+
+A step leaves each message it could not settle exactly one fate besides "done":
+
+- ``retry``: its write may not have happened and may succeed later (throttling, a lost answer, time out):
+  the message is reported failed, and the redelivery writes again;
+- ``refused``: its write can never succeed (DynamoDB refuses it for good, e.g. a key's item at the 400 KB
+  item limit): the message is dead-lettered with a code that names the step and a detail that says why.
+  Its counters count; a redrive once the cause is gone meets the marker and runs the step again.
+
+A step must not raise for a write it made: a batch that fails after its commit is redelivered and fails
+again, forever, on an error that will not go away.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping, Sequence
+
+    from tally.core.aggregate import MessageTotals
+    from tally.core.model import Message, Rejection
+
+
+@dataclass(frozen=True, slots=True)
+class SettledBatch:
+    """The batch's distinct messages whose counters count (applied now, or before), in source order."""
+
+    messages: Sequence[Message]
+    totals: Sequence[MessageTotals]
+    """The same messages, netted per counter item (what was committed for them)."""
+    now_ms: int
+    remaining_ms: Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """A step's figures (metric name -> count, every name every batch) and the messages it left unsettled."""
+
+    figures: Mapping[str, int]
+    retry: frozenset[str] = frozenset()
+    """Ids whose write may succeed later: reported failed, redelivered."""
+    refused: Mapping[str, Rejection] = field(default_factory=dict)
+    """Ids whose write can never succeed, and why: dead-lettered."""
+
+
+class PostCommitStep(Protocol):
+    """One job after the commit (``tally.post_commit``): gauges, distinct members, window moves."""
+
+    def admit(self, message: Message) -> Rejection | None:
+        """Refuse, before anything is committed, a message this step could never serve (no store wired)."""
+        ...
+
+    def settle(self, batch: SettledBatch) -> StepResult:
+        """Do the step's writes for ``batch``; never raise for a write's failure (see the module)."""
+        ...

@@ -1,0 +1,75 @@
+"""The window-moves step: move ended windows off the key items the batch wrote (``tally.store.windows``)."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Protocol
+
+from tally.core.aggregate import key_items_with_windows
+from tally.errors import StoreError
+from tally.post_commit.step import StepResult
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from tally.core.items import ItemKey
+    from tally.core.model import Message, Rejection
+    from tally.post_commit.step import SettledBatch
+    from tally.store.windows import WindowsMoved
+
+logger = logging.getLogger(__name__)
+
+WINDOW_MOVE_RESERVE_MS = 3_000
+"""Below this much time left, a batch moves no ended windows (they wait for a later batch): reporting the
+batch matters more, and a window left on the key's item is still counted by every read."""
+
+WINDOW_ITEMS_CHECKED = "WindowItemsChecked"
+"""Key items read to find ended windows: once per key item, container and hour."""
+WINDOWS_MOVED = "WindowsMoved"
+"""(key item, window) pairs moved off key items to their window items (or, past retention, removed)."""
+WINDOW_MOVE_TRANSACTIONS = "WindowMoveTransactions"
+WINDOW_ITEMS_WRITTEN = "WindowItemsWritten"
+"""Window items the moves added to."""
+WINDOW_MOVES_LEFT = "WindowMovesLeft"
+"""Key items whose ended windows stay on them for now (a late event kept changing them, a conflict, an
+error): still counted by every read, moved by a later batch."""
+
+_NAMES = (WINDOW_ITEMS_CHECKED, WINDOWS_MOVED, WINDOW_MOVE_TRANSACTIONS, WINDOW_ITEMS_WRITTEN, WINDOW_MOVES_LEFT)
+
+
+class WindowMover(Protocol):
+    """The port that moves ended windows off the key items a batch wrote (``tally.store.windows``).
+
+    Raises ``StoreError`` when the key items could not be read.
+    """
+
+    def after_batch(self, items: Iterable[ItemKey], now_ms: int) -> WindowsMoved: ...
+
+
+class WindowStep:
+    """Moves ended windows off the key items this batch's counted messages write.
+
+    Optional work: a window left on a key's item is still read exactly, so this step settles every message
+    whatever happens (what is not moved now is moved by a later batch, or by ``tally windows close``).
+    """
+
+    def __init__(self, mover: WindowMover | None) -> None:
+        self._mover = mover
+        """None: ended windows stay on key items (read exactly all the same) until something moves them."""
+
+    def admit(self, message: Message) -> Rejection | None:
+        return None
+
+    def settle(self, batch: SettledBatch) -> StepResult:
+        if self._mover is None or batch.remaining_ms() < WINDOW_MOVE_RESERVE_MS:
+            return StepResult(dict.fromkeys(_NAMES, 0))
+        items = key_items_with_windows(net.totals for net in batch.totals)
+        if not items:
+            return StepResult(dict.fromkeys(_NAMES, 0))
+        try:
+            moved = self._mover.after_batch(items, batch.now_ms)
+        except StoreError as exc:
+            logger.warning("ended windows not moved this batch (read failed): %s", exc)
+            return StepResult(dict.fromkeys(_NAMES, 0))
+        counts = (moved.checked, moved.windows, moved.transactions, moved.window_items, moved.left)
+        return StepResult(dict(zip(_NAMES, counts, strict=True)))

@@ -1,0 +1,128 @@
+"""After the counters' commit: each post-commit step leaves every message exactly one fate.
+
+A step's write that can never succeed (DynamoDB refuses it for good, e.g. a key item at the 400 KB item
+limit) must not fail the batch: its counters are committed, so a failed batch would be redelivered and
+refused again on every delivery. Its messages are dead-lettered with a code that says which step refused
+them; a step's write that may succeed later reports its messages failed (redelivered, written again).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from tally.commit.fates import ApplyOutcome
+from tally.core.limits import WireLimits
+from tally.core.model import RejectCode, SourceRecord
+from tally.core.windows import WindowSpec
+from tally.errors import RetryableStoreError, StoreError, WriteRejectedError
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.post_commit import post_commit_steps
+from tests.support.pipeline import RecordingDeadLetterQueue
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+NOW_MS = 4_102_444_800_000
+SETTINGS = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000)
+
+
+class AppliesAll:
+    """Stands in for the applier: every message commits."""
+
+    def apply(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> ApplyOutcome:
+        return ApplyOutcome(applied=frozenset(m.message_id for m in messages))
+
+
+class RefusingGauges:
+    """A gauge store whose write for ``refused`` keys fails for good, and for ``throttled`` keys for now."""
+
+    def __init__(self, refused: set[str], throttled: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+        self.refused = refused
+        self.throttled = throttled
+        self.written: list[str] = []
+
+    def write_gauges(self, key: str, slots: Mapping[Any, Any]) -> int:
+        if key in self.refused:
+            raise WriteRejectedError("Item size has exceeded the maximum allowed size", frozenset(), number_range=False)
+        if key in self.throttled:
+            raise RetryableStoreError("throttled")
+        self.written.append(key)
+        return 1
+
+
+class RefusingMembers:
+    """A distinct store that refuses every write for good (an error no retry can fix)."""
+
+    def write_members(self, members: Mapping[str, Any], remaining_ms: Any = None) -> Any:
+        raise StoreError("ValidationException: Item size has exceeded the maximum allowed size")
+
+
+def gauge_record(n: int, key: str) -> SourceRecord:
+    body = {"id": f"m{n}", "key": key, "delta": 1, "gauges": {"peak": {"max": n}}}
+    return SourceRecord(f"r{n}", json.dumps(body), NOW_MS)
+
+
+def test_a_gauge_write_refused_for_good_dead_letters_its_messages_and_settles_the_rest() -> None:
+    # GIVEN a batch whose gauges on key "big" DynamoDB refuses for good, on "busy" for now, on "ok" not at all
+    gauges = RefusingGauges(refused={"big"}, throttled={"busy"})
+    dlq = RecordingDeadLetterQueue()
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=post_commit_steps(WindowSpec(), gauges=gauges))  # type: ignore[arg-type]
+    records = [gauge_record(1, "big"), gauge_record(2, "ok"), gauge_record(3, "busy"), gauge_record(4, "big")]
+    # WHEN it is processed (the counters commit)
+    result = pipeline.process(records, NOW_MS, lambda: 60_000)
+    # THEN "big"'s messages are dead-lettered with a code naming the refused step, "busy"'s reported failed
+    # (a retry can succeed), "ok"'s done: each record exactly one fate, and the batch does not fail
+    assert dlq.codes() == {"r1": "gauge_refused", "r4": "gauge_refused"}
+    assert "400" in dlq.letters[0].rejection.detail or "size" in dlq.letters[0].rejection.detail
+    assert result.failed_record_ids == ("r3",)
+    assert gauges.written == ["ok"]
+
+
+def test_a_member_write_refused_for_good_dead_letters_the_messages_that_carry_members() -> None:
+    # GIVEN a distinct store that refuses for good, and a batch with and without members
+    dlq = RecordingDeadLetterQueue()
+    steps = post_commit_steps(WindowSpec(), distinct=RefusingMembers())  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
+    with_members = json.dumps({"id": "m1", "key": "page:a", "delta": 1, "distinct": {"viewers": "u1"}})
+    plain = json.dumps({"id": "m2", "key": "page:a", "delta": 1})
+    records = [SourceRecord("r1", with_members, NOW_MS), SourceRecord("r2", plain, NOW_MS)]
+    # WHEN it is processed
+    result = pipeline.process(records, NOW_MS, lambda: 60_000)
+    # THEN the message with members is dead-lettered (members_refused), the other done; the batch succeeds
+    assert dlq.codes() == {"r1": "members_refused"}
+    assert result.failed_record_ids == ()
+
+
+def test_figures_are_one_mapping_of_metric_names() -> None:
+    # GIVEN a batch of gauges written
+    steps = post_commit_steps(WindowSpec(), gauges=RefusingGauges(set()))
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    # WHEN it is processed
+    result = pipeline.process([gauge_record(1, "a"), gauge_record(2, "b")], NOW_MS, lambda: 60_000)
+    # THEN its figures are named as the metrics are, the commit's and every step's alike
+    assert result.figures["MessagesApplied"] == 2
+    assert result.figures["GaugeWrites"] == 2
+    assert result.figures["RecordsFailed"] == 0
+    assert {"MembersAdded", "WindowsMoved", "RecordsHeldByLease", "IdConflicts"} <= set(result.figures)
+    assert RejectCode.GAUGE_REFUSED == "gauge_refused"
+
+
+METRICS = {
+    # the names the handlers published before the figures became a mapping (dashboards and alarms use them)
+    "RecordsReceived", "MessagesApplied", "EventsApplied", "DuplicatesInBatch", "DuplicatesAlreadyApplied",
+    "PoisonRecords", "DeadLetterFailures", "Transactions", "TransactionRetries", "RecordsFailed", "JournalBatches",
+    "RefusedChunks", "LateEvents", "MarkerReads", "IdConflicts", "RecordsHeldByLease", "GaugeWrites", "MemberReads",
+    "MemberTransactions", "MembersAdded", "WindowItemsChecked", "WindowsMoved", "WindowMoveTransactions",
+    "WindowMovesLeft",
+}  # fmt: skip
+
+
+def test_every_batch_reports_the_same_metric_names_whatever_it_carries() -> None:
+    # GIVEN the default steps (no stores) and an empty batch, and a full one
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS)  # type: ignore[arg-type]
+    empty = pipeline.process([], NOW_MS, lambda: 60_000)
+    full = pipeline.process([gauge_record(1, "a")], NOW_MS, lambda: 60_000)
+    # THEN both report every metric the handlers always published, plus the window items written
+    assert set(empty.figures) == set(full.figures) == METRICS | {"WindowItemsWritten"}
+    assert full.figures["PoisonRecords"] == 1  # no gauge store: refused, never dropped
