@@ -40,6 +40,8 @@ def test_the_runner_lists_its_experiments_and_refuses_an_unknown_one(capsys: pyt
     assert "no experiment 'no-such-experiment'" in capsys.readouterr().err
 
 
+# runpy warns when the module was imported before (other tests here import it); python -m bench runs it fresh
+@pytest.mark.filterwarnings("ignore:.*found in sys.modules after import of package:RuntimeWarning")
 def test_the_runner_hands_the_experiment_its_own_arguments(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["latency-proxy", "--help"]) == 0
     assert "--upstream" in capsys.readouterr().out

@@ -30,6 +30,12 @@ def expected_samples(suffix: str) -> dict[str, Any]:
     return {name: spec for name, spec in specs.items() if name.endswith(suffix)}
 
 
+def expected_of_source(source: str) -> dict[str, Any]:
+    """``events/expected.json``'s entries for the sample files of one source (``sqs``, ``kinesis``)."""
+    specs: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text(encoding="utf-8"))
+    return {name: spec for name, spec in specs.items() if spec["source"] == source}
+
+
 def load_event(name: str) -> dict[str, Any]:
     """The Lambda event stored in ``events/<name>``."""
     event: dict[str, Any] = json.loads((EVENTS_DIR / name).read_text(encoding="utf-8"))

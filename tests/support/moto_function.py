@@ -19,13 +19,12 @@ from tally.local.context import LocalLambdaContext
 from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
+from tally.store.dynamodb import DynamoDBCounterStore
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
     import pytest
-
-    from tally.store.dynamodb import DynamoDBCounterStore
 
 TEMPLATE: Final = Path(__file__).resolve().parents[2] / "template.yaml"
 
@@ -107,6 +106,17 @@ class MotoStack:
         ).get("Messages", []):
             messages.extend(batch)
         return messages
+
+
+@contextmanager
+def moto_stack(monkeypatch: pytest.MonkeyPatch, handler_module: Any, **environment: str) -> Iterator[MotoStack]:
+    """``moto_function`` with the handler's cached pipeline cleared before and after (it reads the environment)."""
+    with moto_function(monkeypatch, **environment) as function:
+        handler_module.pipeline.cache_clear()
+        yield MotoStack(
+            DynamoDBCounterStore(function.dynamodb, "counters", "markers", 86_400), function.sqs, function.dlq_url
+        )
+    handler_module.pipeline.cache_clear()
 
 
 def deliver_sample_twice(

@@ -29,7 +29,7 @@ MARKERS = {
     DYNAMODB_LOCAL: "starts or uses DynamoDB Local (a JVM); set from the fixtures the test uses",
     MOTO: "starts or uses a moto server (SQS, Kinesis, CloudFormation over HTTP); set from the fixtures",
     BUILD: "runs `sam build` or the built package under the Runtime Interface Emulator (tests/artifact)",
-    SLOW: "runs for seconds without an emulator (a subprocess, a large property run); excluded from test-fast",
+    SLOW: "seconds of CPU without an emulator (the planner's searches, cfn-lint, the IAM drive): marked by hand",
 }
 
 NEEDS_BY_FIXTURE = {

@@ -263,6 +263,7 @@ def test_both_mappings_emit_event_counts_and_the_dashboard_shows_them(
 # --- every configuration, linted as deployed -------------------------------------------------------------
 
 
+@pytest.mark.slow  # cfn-lint over a transformed template: seconds of CPU (make test-fast skips it)
 @pytest.mark.parametrize("name", sorted(CONFIGURATIONS))
 def test_each_configuration_lints_clean_and_passes_its_rules(
     template: dict[str, Any], transformed: dict[str, Any], name: str

@@ -15,6 +15,10 @@ import pytest
 
 from tally.cost.model import Traffic, floor, price
 
+# The planner's floor for each source and rate: seconds of CPU each (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
+
 MEANT_FOR = [
     Traffic(150, keys=1000),
     Traffic(1000, keys=1000),

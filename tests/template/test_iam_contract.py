@@ -39,6 +39,10 @@ from tests.support.aws_calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION,
 from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template
 
+# Drives every AWS call path of the functions, the operator and the libraries on moto: about 20 s (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
+
 if TYPE_CHECKING:
     from collections.abc import Iterator
 

@@ -125,6 +125,7 @@ def test_the_producer_policy_names_only_the_stacks_source(
     )
 
 
+@pytest.mark.slow  # cfn-lint over a transformed template: seconds of CPU (make test-fast skips it)
 @pytest.mark.parametrize("source", ["SQS", "Both"])
 def test_the_endpoint_variant_transforms_and_lints_clean(template: dict[str, Any], source: str) -> None:
     chosen = copy.deepcopy(template)

@@ -65,11 +65,14 @@ def _checkov_executable() -> str | None:
     return shutil.which("checkov")
 
 
-pytestmark = pytest.mark.skipif(
-    _checkov_executable() is None,
-    reason="checkov not found: set TALLY_CHECKOV_BIN or put `checkov` on PATH (`make checkov` installs it "
-    "into .venv-checkov)",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        _checkov_executable() is None,
+        reason="checkov not found: set TALLY_CHECKOV_BIN or put `checkov` on PATH (`make checkov` installs it "
+        "into .venv-checkov)",
+    ),
+    pytest.mark.slow,  # checkov in a subprocess, from its own venv: tens of seconds (make test-fast skips it)
+]
 
 
 def checkov(template: dict[str, Any], workdir: Path) -> dict[str, list[dict[str, Any]]]:

@@ -86,6 +86,7 @@ def test_each_source_creates_only_its_resources(
     assert set(stack["Outputs"]) == COMMON_OUTPUTS | OUTPUTS[source]
 
 
+@pytest.mark.slow  # cfn-lint over a transformed template: seconds of CPU (make test-fast skips it)
 @pytest.mark.parametrize("source", sorted(SOURCES))
 def test_each_source_transforms_and_lints_clean(template: dict[str, Any], source: str) -> None:
     chosen = copy.deepcopy(template)

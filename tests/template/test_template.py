@@ -119,6 +119,7 @@ def pipeline_problems(template: dict[str, Any]) -> list[str]:
     return [str(match) for match in blocking(cfn_lint(output))]
 
 
+@pytest.mark.slow  # cfn-lint over a transformed template: seconds of CPU (make test-fast skips it)
 def test_transformed_template_passes_cfn_lint(transformed: dict[str, Any]) -> None:
     # GIVEN the transformed template WHEN linted THEN no error or warning is reported
     matches = cfn_lint(transformed)
@@ -127,6 +128,7 @@ def test_transformed_template_passes_cfn_lint(transformed: dict[str, Any]) -> No
     assert blocking(matches) == []
 
 
+@pytest.mark.slow  # cfn-lint over a transformed template: seconds of CPU (make test-fast skips it)
 @pytest.mark.parametrize(
     ("path", "misspelled"),
     [
@@ -158,6 +160,7 @@ def _sam_executable() -> str | None:
     return shutil.which("sam")
 
 
+@pytest.mark.slow  # the SAM CLI in a subprocess, from its own venv (make test-fast skips it)
 @pytest.mark.skipif(
     _sam_executable() is None,
     reason="SAM CLI not found: set TALLY_SAM_BIN or put `sam` on PATH (it lives in its own venv, "

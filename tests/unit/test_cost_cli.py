@@ -11,6 +11,10 @@ from click.testing import CliRunner
 from tally.cli.main import cli
 from tally.cli.plan import plan
 
+# Each test runs the planner over every allowed setting through the CLI: seconds of CPU each (make test-fast skips it).
+pytestmark = pytest.mark.slow
+
+
 SCHEMA = {
     "traffic": dict,
     "parameters": dict,

@@ -99,6 +99,7 @@ def test_a_message_with_more_keys_than_a_transaction_goes_through_the_journal() 
     assert units.read_units == pytest.approx(10 * 2 / 1000)
 
 
+@pytest.mark.slow  # simulates many large batches: seconds of CPU
 def test_pages_are_billed_at_the_size_the_encoder_gives() -> None:
     traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
     small = simulate(traffic, 10, batches=1, page_bytes=lambda _: 0)
@@ -195,6 +196,7 @@ def test_recommend_keeps_within_the_latency_budget_and_is_the_cheapest_that_does
     assert relaxed.usd_month < chosen.usd_month
 
 
+@pytest.mark.slow  # a search over every allowed setting: seconds of CPU
 def test_the_floor_is_the_fewest_write_units_any_allowed_setting_reaches() -> None:
     traffic = Traffic(200, keys=1000, windows=("hour", "day"))
     lowest = floor(traffic, batch_sizes=(10, 100, 1000))
@@ -206,6 +208,7 @@ def test_the_floor_is_the_fewest_write_units_any_allowed_setting_reaches() -> No
     assert lowest.parameters.batching_window_s == 28
 
 
+@pytest.mark.slow  # a search over every allowed setting: seconds of CPU
 def test_the_floor_ignores_the_latency_budget() -> None:
     hurried = floor(Traffic(20, keys=100, latency_budget_s=1), batch_sizes=(10, 100))
     patient = floor(Traffic(20, keys=100, latency_budget_s=600), batch_sizes=(10, 100))
@@ -213,6 +216,7 @@ def test_the_floor_ignores_the_latency_budget() -> None:
     assert hurried.parameters.batching_window_s == 60  # 1,200 records in the template's longest window
 
 
+@pytest.mark.slow  # a search over every allowed setting: seconds of CPU
 @pytest.mark.parametrize(
     "traffic",
     [
@@ -233,6 +237,7 @@ def test_recommend_is_within_1_2x_of_the_floor_when_the_budget_allows(traffic: T
     assert chosen.units.write_units <= 1.2 * lowest.units.write_units
 
 
+@pytest.mark.slow  # a search over every allowed setting: seconds of CPU
 def test_packed_u_reaches_0_03_write_units_per_event_with_the_high_volume_settings() -> None:
     """The high-volume target: 1,000 events per message (the producer's key cap raised), the 6 MB batch."""
     traffic = Traffic(10_000, keys=1000, events_per_message=1000, windows=())
@@ -244,6 +249,7 @@ def test_packed_u_reaches_0_03_write_units_per_event_with_the_high_volume_settin
     assert floor(Traffic(10_000, keys=1000, events_per_message=220, windows=())).units.write_units > 0.03
 
 
+@pytest.mark.slow  # simulates many large batches: seconds of CPU
 def test_kinesis_gets_shards_for_its_record_rate_and_batches_fill_per_shard() -> None:
     bill = price(Traffic(5000, keys=1000, source="Kinesis", windows=()), 10_000)
     template = bill.parameters.as_template()

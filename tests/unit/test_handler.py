@@ -7,7 +7,7 @@ import json
 import logging
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
 from click.testing import CliRunner
@@ -17,13 +17,12 @@ from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.local.context import LocalLambdaContext
 from tally.reader.store_view import read_counters
-from tally.store.dynamodb import DynamoDBCounterStore
-from tests.support.events import EVENTS_DIR, load_event, sqs_event
+from tests.support.events import expected_of_source, load_event, sqs_event
 from tests.support.moto_function import (
     MotoStack,
     deliver_sample_twice,
     documented_after_two_deliveries,
-    moto_function,
+    moto_stack,
     sample_outcome,
 )
 
@@ -31,20 +30,13 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
-EXPECTED: dict[str, Any] = {
-    name: spec
-    for name, spec in json.loads((EVENTS_DIR / "expected.json").read_text()).items()
-    if spec["source"] == "sqs"
-}
+EXPECTED = expected_of_source("sqs")
 
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
-    with moto_function(monkeypatch, POWERTOOLS_METRICS_NAMESPACE="Tally") as function:
-        sqs_handler.pipeline.cache_clear()
-        store = DynamoDBCounterStore(function.dynamodb, "counters", "markers", 86_400)
-        yield MotoStack(store, function.sqs, function.dlq_url)
-    sqs_handler.pipeline.cache_clear()
+    with moto_stack(monkeypatch, sqs_handler, POWERTOOLS_METRICS_NAMESPACE="Tally") as stack:
+        yield stack
 
 
 @pytest.mark.parametrize("event_file", sorted(EXPECTED))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,13 +13,12 @@ from tally.handlers import kinesis as kinesis_handler
 from tally.local.context import LocalLambdaContext
 from tally.reader.store_view import read_counters
 from tally.sources.kinesis import failure_report, records_from_event
-from tally.store.dynamodb import DynamoDBCounterStore
-from tests.support.events import EVENTS_DIR, load_event
+from tests.support.events import expected_of_source, load_event
 from tests.support.moto_function import (
     MotoStack,
     deliver_sample_twice,
     documented_after_two_deliveries,
-    moto_function,
+    moto_stack,
     sample_outcome,
 )
 
@@ -28,21 +26,14 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
-EXPECTED: dict[str, Any] = {
-    name: spec
-    for name, spec in json.loads((EVENTS_DIR / "expected.json").read_text()).items()
-    if spec["source"] == "kinesis"
-}
+EXPECTED = expected_of_source("kinesis")
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/tally-EventStream"
 
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
-    with moto_function(monkeypatch) as function:
-        kinesis_handler.pipeline.cache_clear()
-        store = DynamoDBCounterStore(function.dynamodb, "counters", "markers", 86_400)
-        yield MotoStack(store, function.sqs, function.dlq_url)
-    kinesis_handler.pipeline.cache_clear()
+    with moto_stack(monkeypatch, kinesis_handler) as stack:
+        yield stack
 
 
 def _sequence_numbers(event: dict[str, Any]) -> list[str]:
