@@ -82,11 +82,15 @@ class Verdict:
     windows_checked: int = 0
     """(``win:`` key, hour or day window) pairs read back after the final close (issue 16)."""
     windows_wrong: int = 0
+    valid_refused: int = 0
+    """Valid messages ever dead-lettered with a reason they do not deserve, even if a redrive counted them
+    later (issue 24: a big message refused ``too_many_keys`` because a bounded sale shared its block)."""
 
     @property
     def ok(self) -> bool:
         return (
-            self.counters_wrong == 0
+            self.valid_refused == 0
+            and self.counters_wrong == 0
             and self.gauges_wrong == 0
             and self.bounded_unaccounted == 0
             and self.bound_violations == 0
@@ -127,6 +131,7 @@ def judge(
     patterns: PatternReads | None = None,
     replayed: frozenset[str] = frozenset(),
     read_window: Callable[[str, str], Mapping[str, Decimal]] | None = None,
+    ever_letters: Sequence[Letter] = (),
 ) -> Verdict:
     """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest issue 15's
     patterns need; ``replayed``: bodies of Kinesis records given up and replayed) with the reference."""
@@ -196,7 +201,27 @@ def judge(
         levels_unjudged=len(unjudged),
         windows_checked=len(workload.expected_windows) if read_window is not None else 0,
         windows_wrong=_judge_windows(workload, read_window, examples),
+        valid_refused=_valid_refused(workload, ever_letters, examples),
     )
+
+
+def _valid_refused(workload: Workload, letters: Sequence[Letter], examples: list[str]) -> int:
+    """Valid messages that some letter refused for a reason they do not deserve (its redrive aside)."""
+    refused: set[str] = set()
+    for letter in letters:
+        message = workload.by_body.get(letter.body)
+        if letter.code is None or message is None:
+            continue  # moved by the redrive policy (no reason), or poison
+        deserved = (
+            (message.doomed and letter.code == DOOMED_CODE)
+            or (message.bounded and letter.code in BOUND_CODES)
+            or (message.message_id in workload.alternates and letter.code == ID_CONFLICT_CODE)
+        )
+        if not deserved and message.message_id not in refused:
+            refused.add(message.message_id)
+            if len(examples) < 10:
+                examples.append(f"valid message {message.message_id} refused as {letter.code} (redriven or not)")
+    return len(refused)
 
 
 def _judge_windows(

@@ -177,6 +177,14 @@ class ChaosConfig:
     delivery: DeliveryFaultRates = field(default_factory=DeliveryFaultRates)
     jepsen_interval_s: float = 0.02
     """Pause between two sampled counter reads of the Jepsen-style monitor."""
+    bounded_sessions: int = 40
+    """Producer sessions (numbered ids) that publish a big packed message (more than 99 counter items: 120
+    keys, or with minute windows 60 keys over two minutes) then ``session_sales`` bounded sales, all under
+    one partition key right after each other: their markers share a block item, and every other sale also
+    shares a key with the big message. A kill after the big message's claim redelivers it beside the sales
+    (issue 24: a sale must never ride the journal, whose ADDs carry no bound; the big message must never be
+    refused for its size because a sale shares its block)."""
+    session_sales: int = 4
 
 
 # The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).
@@ -222,5 +230,6 @@ SMOKE = ChaosConfig(
         kill_before_window_transfer=0.3,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
+    bounded_sessions=4,
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}

@@ -196,6 +196,8 @@ class _Run:
     in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
     """DynamoDB's conflicts between transactions in flight on one item, across every consumer."""
     killed: KilledClaims = field(default_factory=KilledClaims)
+    sessions: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    """The bounded sessions' messages (``Workload.sessions``), for the situations the consumers count."""
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
@@ -223,6 +225,10 @@ class _Run:
             unexpected=self.unexpected,
             gate=gate,
             killed=self.killed,
+            sessions=self.sessions,
+            minute_windows=any(
+                unit.name == "minute" for unit in parse_window_spec(config.windows, config.window_retention).units
+            ),
         )
 
 
@@ -289,6 +295,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     started = time.perf_counter()
     run = _Run(config, client_factory, tables, pipeline_factory)
     workload = generate(config, run.clock.now_ms())
+    run.sessions = workload.sessions
     queue = Queue(
         run.clock,
         run.dead_letters,
@@ -315,6 +322,8 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
             run.log.add("situation.sum_over_38_digits_published")
         if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
             run.log.add("situation.numbered_id_published")  # its marker shares a block item (issue 16, part 3)
+        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
+            run.log.add("situation.session_big_published")  # then its bounded sales, one block (issue 24)
         if publication.source is Source.SQS:
             queue.send(publication.body)
         else:
@@ -386,6 +395,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         patterns=_pattern_reads(config, tables, client_factory),
         replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
         read_window=_final_close(config, tables, client_factory, run.clock.now_ms(), run.log),
+        ever_letters=run.dead_letters.ever(),
     )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
