@@ -85,11 +85,15 @@ class Verdict:
     valid_refused: int = 0
     """Valid messages ever dead-lettered with a reason they do not deserve, even if a redrive counted them
     later (issue 24: a big message refused ``too_many_keys`` because a bounded sale shared its block)."""
+    bounded_journaled: int = 0
+    """Bounded messages counted through the journal, whose ADDs carry no bound condition (issue 24): a bound
+    crossed on the way is seen here even when later steps brought the counter back within its bounds."""
 
     @property
     def ok(self) -> bool:
         return (
             self.valid_refused == 0
+            and self.bounded_journaled == 0
             and self.counters_wrong == 0
             and self.gauges_wrong == 0
             and self.bounded_unaccounted == 0
@@ -176,6 +180,8 @@ def judge(
             missing += 1
         if len(examples) < 10:
             examples.append(f"poison {expected_code} {body[:40]!r}: letters {dict(codes)}")
+    valid_refused = _valid_refused(workload, ever_letters, examples)
+    bounded_journaled = _bounded_journaled(counted_bounded, patterns, examples)
     return Verdict(
         counters_checked=checked,
         counters_wrong=wrong,
@@ -201,8 +207,21 @@ def judge(
         levels_unjudged=len(unjudged),
         windows_checked=len(workload.expected_windows) if read_window is not None else 0,
         windows_wrong=_judge_windows(workload, read_window, examples),
-        valid_refused=_valid_refused(workload, ever_letters, examples),
+        valid_refused=valid_refused,
+        bounded_journaled=bounded_journaled,
     )
+
+
+def _bounded_journaled(counted: set[str], patterns: PatternReads | None, examples: list[str]) -> int:
+    """Counted bounded messages whose marker names a journal batch: counted without their bound condition."""
+    if patterns is None or patterns.journaled is None:
+        return 0
+    journaled = sorted(message_id for message_id in counted if patterns.journaled(message_id))
+    examples.extend(
+        f"bounded message {mid}: counted through the journal (no bound condition)"
+        for mid in journaled[: max(0, 10 - len(examples))]
+    )
+    return len(journaled)
 
 
 def _valid_refused(workload: Workload, letters: Sequence[Letter], examples: list[str]) -> int:
@@ -251,6 +270,8 @@ class PatternReads:
     """A key's distinct counts (all-time): set -> members counted."""
     counted: Callable[[str], bool]
     """Whether a message id has a marker (it counts)."""
+    journaled: Callable[[str], bool] | None = None
+    """Whether a message id's marker names a journal batch (it was counted through the journal)."""
 
 
 def _judge_patterns(

@@ -423,6 +423,7 @@ def _pattern_reads(config: ChaosConfig, tables: Tables, client_factory: Callable
         gauges=lambda key: reader.get(key).gauges,
         distinct=lambda key: reader.get(key).distinct,
         counted=lambda message_id: markers.read_marker(message_id) is not None,
+        journaled=lambda message_id: getattr(markers.read_marker(message_id), "batch_id", None) is not None,
     )
 
 

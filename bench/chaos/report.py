@@ -77,6 +77,7 @@ def summary_table(result: ChaosResult) -> Table:
     table.add_row("unrecoverable (injected) in DLQ", _ratio(verdict.doomed_in_dlq, verdict.doomed))
     table.add_row("valid messages in DLQ (not injected)", _flag(verdict.valid_in_dlq))
     table.add_row("valid messages ever refused (redriven or not)", _flag(verdict.valid_refused))
+    table.add_row("bounded messages counted through the journal", _flag(verdict.bounded_journaled))
     table.add_row(
         "ids reused: one content counted, the other in DLQ as id_conflict",
         _ratio(verdict.ids_reused_resolved, verdict.ids_reused)

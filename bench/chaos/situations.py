@@ -10,7 +10,7 @@ in docs/reliability.md ("Issue 14").
 - ``lost_claim``: claims whose answer is lost near the deadline (rate 0.5; defect 2);
 - ``precision``: messages whose sum needs more than 38 digits in a later journal chunk (defect 3);
 - ``all``: the smoke configuration as it is;
-- ``sessions`` (issue 24): 500 events, 8 bounded sessions (a big message then bounded sales of one producer
+- ``sessions`` (issue 24): 500 events, 16 bounded sessions (a big message then bounded sales of one producer
   session), minute windows (the big messages: 60 keys over two minutes), kills after a claim at 0.3.
 """
 
@@ -38,7 +38,7 @@ VARIANTS = {
     "sessions": replace(
         SMOKE,
         events=500,
-        bounded_sessions=8,
+        bounded_sessions=16,
         windows="minute,hour,day",
         dynamodb=replace(SMOKE.dynamodb, kill_after_claim=0.3),
     ),
@@ -65,6 +65,7 @@ def main(label: str, variants: list[str]) -> None:
                 "refused_chunks": result.counts.get("pipeline.refused_chunks", 0),
                 "valid_refused": verdict.valid_refused,
                 "bound_violations": verdict.bound_violations,
+                "bounded_journaled": verdict.bounded_journaled,
                 "examples": list(verdict.examples[:3]),
                 "seconds": round(result.seconds, 1),
             }

@@ -794,11 +794,24 @@ def _bounded_session_messages(config: ChaosConfig, base_ms: int) -> dict[str, Va
 def _publish_sessions(
     publications: list[Publication], sessions: Mapping[str, ValidMessage], rng: random.Random, sqs_share: float
 ) -> None:
-    """Each session's messages one after the other, on one source, at a random place: often one batch."""
+    """Each session's messages one after the other, on one source, at a random place: often one batch.
+
+    Every other session publishes its big message alone first, on SQS, and re-sends it later right before
+    its sales: a kill after the first copy's claim leaves a marker naming an aborted batch (once its lease
+    has passed), which the re-send then meets beside fresh sales."""
     by_partition: dict[str, list[ValidMessage]] = defaultdict(list)
     for message in sessions.values():
         by_partition[message.partition_key].append(message)
-    for partition, members in by_partition.items():
-        where = Source.SQS if rng.random() < sqs_share else Source.KINESIS
-        place = rng.randint(0, len(publications))
-        publications[place:place] = [Publication(where, message.body, partition) for message in members]
+    for number, (partition, members) in enumerate(by_partition.items()):
+        big, *sales = members
+        if number % 2:
+            first = rng.randint(0, len(publications) // 2)
+            publications.insert(first, Publication(Source.SQS, big.body, partition))
+            place = rng.randint(first + 1, len(publications))
+            together = [Publication(Source.SQS, big.body, partition, resend=True)]
+            together += [Publication(Source.SQS, sale.body, partition) for sale in sales]
+        else:
+            where = Source.SQS if rng.random() < sqs_share else Source.KINESIS
+            place = rng.randint(0, len(publications))
+            together = [Publication(where, message.body, partition) for message in members]
+        publications[place:place] = together
