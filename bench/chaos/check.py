@@ -90,11 +90,19 @@ class Verdict:
     the DLQ with that step's code."""
     step_refused_in_dlq: int = 0
     """Of those, the ones in the DLQ with the right code."""
+    valid_refused: int = 0
+    """Valid messages ever dead-lettered with a reason they do not deserve, even if a redrive counted them
+    later (a big message refused ``too_many_keys`` because a bounded sale shared its block)."""
+    bounded_journaled: int = 0
+    """Bounded messages counted through the journal, whose ADDs carry no bound condition: a bound
+    crossed on the way is seen here even when later steps brought the counter back within its bounds."""
 
     @property
     def ok(self) -> bool:
         return (
-            self.counters_wrong == 0
+            self.valid_refused == 0
+            and self.bounded_journaled == 0
+            and self.counters_wrong == 0
             and self.gauges_wrong == 0
             and self.bounded_unaccounted == 0
             and self.bound_violations == 0
@@ -136,6 +144,7 @@ def judge(
     patterns: PatternReads | None = None,
     replayed: frozenset[str] = frozenset(),
     read_window: Callable[[str, str], Mapping[str, Decimal]] | None = None,
+    ever_letters: Sequence[Letter] = (),
 ) -> Verdict:
     """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest the counter
     patterns need; ``replayed``: bodies of Kinesis records given up and replayed) with the reference."""
@@ -188,6 +197,8 @@ def judge(
             missing += 1
         if len(examples) < 10:
             examples.append(f"poison {expected_code} {body[:40]!r}: letters {dict(codes)}")
+    valid_refused = _valid_refused(workload, ever_letters, examples)
+    bounded_journaled = _bounded_journaled(counted_bounded, patterns, examples)
     return Verdict(
         counters_checked=checked,
         counters_wrong=wrong,
@@ -215,7 +226,40 @@ def judge(
         windows_wrong=_judge_windows(workload, read_window, examples),
         step_refused=len(refusals),
         step_refused_in_dlq=len(refused_seen),
+        valid_refused=valid_refused,
+        bounded_journaled=bounded_journaled,
     )
+
+
+def _bounded_journaled(counted: set[str], patterns: PatternReads | None, examples: list[str]) -> int:
+    """Counted bounded messages whose marker names a journal batch: counted without their bound condition."""
+    if patterns is None or patterns.journaled is None:
+        return 0
+    journaled = sorted(message_id for message_id in counted if patterns.journaled(message_id))
+    examples.extend(
+        f"bounded message {mid}: counted through the journal (no bound condition)"
+        for mid in journaled[: max(0, 10 - len(examples))]
+    )
+    return len(journaled)
+
+
+def _valid_refused(workload: Workload, letters: Sequence[Letter], examples: list[str]) -> int:
+    """Valid messages that some letter refused for a reason they do not deserve (its redrive aside)."""
+    refused: set[str] = set()
+    for letter in letters:
+        message = workload.by_body.get(letter.body)
+        if letter.code is None or message is None:
+            continue  # moved by the redrive policy (no reason), or poison
+        deserved = (
+            (message.doomed and letter.code == DOOMED_CODE)
+            or (message.bounded and letter.code in BOUND_CODES)
+            or (message.message_id in workload.alternates and letter.code == ID_CONFLICT_CODE)
+        )
+        if not deserved and message.message_id not in refused:
+            refused.add(message.message_id)
+            if len(examples) < 10:
+                examples.append(f"valid message {message.message_id} refused as {letter.code} (redriven or not)")
+    return len(refused)
 
 
 def _judge_windows(
@@ -245,6 +289,8 @@ class PatternReads:
     """A key's distinct counts (all-time): set -> members counted."""
     counted: Callable[[str], bool]
     """Whether a message id has a marker (it counts)."""
+    journaled: Callable[[str], bool] | None = None
+    """Whether a message id's marker names a journal batch (it was counted through the journal)."""
 
 
 def _judge_patterns(

@@ -187,6 +187,14 @@ class ChaosConfig:
     horizon_sessions: int = 2
     """Numbered sessions whose old journal claims a TTL sweep leaves behind on kept block items, then met by a
     redrive without ``ts`` and by a reused id (``bench.chaos.horizon``)."""
+    bounded_sessions: int = 40
+    """Producer sessions (numbered ids) that publish a big packed message (more than 99 counter items: 120
+    keys, or with minute windows 60 keys over two minutes) then ``session_sales`` bounded sales, all under
+    one partition key right after each other: their markers share a block item, and every other sale also
+    shares a key with the big message. A kill after the big message's claim redelivers it beside the sales
+    (a sale must never ride the journal, whose ADDs carry no bound; the big message must never be
+    refused for its size because a sale shares its block)."""
+    session_sales: int = 4
 
 
 # The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).
@@ -232,5 +240,6 @@ SMOKE = ChaosConfig(
         kill_before_window_transfer=0.3,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
+    bounded_sessions=4,
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}

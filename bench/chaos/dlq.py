@@ -35,10 +35,18 @@ class DeadLetterStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._letters: list[Letter] = []
+        self._ever: list[Letter] = []
 
     def add(self, letter: Letter) -> None:
         with self._lock:
             self._letters.append(letter)
+            self._ever.append(letter)
+
+    def ever(self) -> list[Letter]:
+        """Every letter the queue ever accepted, redriven ones included: a refusal a redrive later counted
+        was still a wrong refusal (a count missing until someone redrove)."""
+        with self._lock:
+            return list(self._ever)
 
     def letters(self) -> list[Letter]:
         with self._lock:

@@ -231,6 +231,8 @@ class _Run:
     killed: KilledClaims = field(default_factory=KilledClaims)
     series_monitor: SeriesReadMonitor | None = None
     """Holds window moves until a series read of their key is between two requests."""
+    sessions: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    """The bounded sessions' messages (``Workload.sessions``), for the situations the consumers count."""
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
@@ -261,6 +263,10 @@ class _Run:
             unexpected=self.unexpected,
             gate=gate,
             killed=self.killed,
+            sessions=self.sessions,
+            minute_windows=any(
+                unit.name == "minute" for unit in parse_window_spec(config.windows, config.window_retention).units
+            ),
         )
 
 
@@ -329,6 +335,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     run = _Run(config, client_factory, tables, pipeline_factory)
     generated_ms = run.clock.now_ms()
     workload = generate(config, generated_ms)
+    run.sessions = workload.sessions
     queue = Queue(
         run.clock,
         run.dead_letters,
@@ -365,6 +372,8 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
             run.log.add("situation.sum_over_38_digits_published")
         if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
             run.log.add("situation.numbered_id_published")  # its marker shares a block item
+        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
+            run.log.add("situation.session_big_published")  # then its bounded sales, one block
         if publication.source is Source.SQS:
             queue.send(publication.body)
         else:
@@ -454,6 +463,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         patterns=_pattern_reads(config, tables, client_factory),
         replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
         read_window=_final_close(config, tables, client_factory, run.clock.now_ms(), run.log),
+        ever_letters=run.dead_letters.ever(),
     )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
@@ -484,6 +494,7 @@ def _pattern_reads(config: ChaosConfig, tables: Tables, client_factory: Callable
         gauges=lambda key: reader.get(key).gauges,
         distinct=lambda key: reader.get(key).distinct,
         counted=lambda message_id: markers.read_marker(message_id) is not None,
+        journaled=lambda message_id: getattr(markers.read_marker(message_id), "batch_id", None) is not None,
     )
 
 

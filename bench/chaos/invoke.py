@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from bench.chaos.clock import Invocation
@@ -40,7 +40,7 @@ from tally.sources import sqs as sqs_source
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from bench.chaos.clock import VirtualClock
     from bench.chaos.faults import DynamoDBChaos, FaultLog
@@ -64,6 +64,11 @@ class KilledClaims:
         with self._lock:
             for body in bodies:
                 self._killed_ms.setdefault(body, now_ms)
+
+    def holds(self, bodies: Sequence[str]) -> set[str]:
+        """Those of ``bodies`` killed before and not yet reported redelivered (without reporting them)."""
+        with self._lock:
+            return {body for body in bodies if body in self._killed_ms}
 
     def take(self, bodies: Sequence[str]) -> list[int]:
         """The kill times of those of ``bodies`` killed before (each is reported once)."""
@@ -91,6 +96,10 @@ class Consumer:
     """The marker read gate of this consumer's applier (a warm container's: it may close)."""
     killed: KilledClaims
     _bodies: tuple[str, ...] = ()
+    sessions: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
+    """The bounded sessions' messages (``Workload.sessions``): body -> (session, whether the big one)."""
+    minute_windows: bool = False
+    """The run counts minute windows (the situations of the bounded sessions say so)."""
 
     def invoke_sqs(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
         def handle() -> object:
@@ -121,12 +130,37 @@ class Consumer:
         if closed:
             self.log.add("situation.gate_closed_invocations")
         now_ms = self.clock.now_ms()
+        self._observe_sessions()
         for killed_ms in self.killed.take(self._bodies):
             self.log.add("situation.claim_killed_redelivered")
             if now_ms > killed_ms + self.timeout_ms + LEASE_MARGIN_MS:
                 self.log.add("situation.claim_killed_redelivered_after_lease")
             if closed:
                 self.log.add("situation.claim_killed_redelivered_gate_closed")
+
+    def _observe_sessions(self) -> None:
+        """Count the bounded sessions' situations: a big message in one batch with sales of its own
+        session (their markers share a block item), and the same after a kill between its claim and commit."""
+        if not self.sessions:
+            return
+        killed = self.killed.holds(self._bodies)
+        sales: set[str] = set()
+        bigs: dict[str, str] = {}
+        for body in self._bodies:
+            known = self.sessions.get(body)
+            if known is None:
+                continue
+            if known[1]:
+                bigs[known[0]] = body
+            else:
+                sales.add(known[0])
+        suffix = "_minute_windows" if self.minute_windows else ""
+        for session, body in bigs.items():
+            if session not in sales:
+                continue
+            self.log.add(f"situation.session_big_beside_its_bounded_sales{suffix}")
+            if body in killed:
+                self.log.add(f"situation.session_big_killed_after_claim_redelivered_beside_its_bounded_sales{suffix}")
 
     def _record(self, result: BatchResult) -> None:
         """The batch's own figures (what the handlers publish as metrics), summed over the run."""

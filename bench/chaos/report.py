@@ -85,6 +85,8 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
         _ratio(verdict.step_refused_in_dlq, verdict.step_refused),
     )
     table.add_row("valid messages in DLQ (not injected)", _flag(verdict.valid_in_dlq))
+    table.add_row("valid messages ever refused (redriven or not)", _flag(verdict.valid_refused))
+    table.add_row("bounded messages counted through the journal", _flag(verdict.bounded_journaled))
     table.add_row(
         "ids reused: one content counted, the other in DLQ as id_conflict",
         _ratio(verdict.ids_reused_resolved, verdict.ids_reused)

@@ -9,7 +9,9 @@ in docs/reliability.md ("The journal's edges, in the model").
   consumers whose marker read gate has closed (defect 1);
 - ``lost_claim``: claims whose answer is lost near the deadline (rate 0.5; defect 2);
 - ``precision``: messages whose sum needs more than 38 digits in a later journal chunk (defect 3);
-- ``all``: the smoke configuration as it is.
+- ``all``: the smoke configuration as it is;
+- ``sessions``: 500 events, 16 bounded sessions (a big message then bounded sales of one producer
+  session), minute windows (the big messages: 60 keys over two minutes), kills after a claim at 0.3.
 """
 
 from __future__ import annotations
@@ -33,6 +35,13 @@ VARIANTS = {
     ),
     "precision": replace(SMOKE, dynamodb=_QUIET, closed_gate_consumers=0),
     "all": SMOKE,
+    "sessions": replace(
+        SMOKE,
+        events=500,
+        bounded_sessions=16,
+        windows="minute,hour,day",
+        dynamodb=replace(SMOKE.dynamodb, kill_after_claim=0.3),
+    ),
 }
 
 
@@ -54,6 +63,9 @@ def main(label: str, variants: list[str]) -> None:
                 "claim_faults": {kind: count for kind, count in result.faults.items() if "claim" in kind},
                 "situations": result.situations,
                 "refused_chunks": result.counts.get("pipeline.refused_chunks", 0),
+                "valid_refused": verdict.valid_refused,
+                "bound_violations": verdict.bound_violations,
+                "bounded_journaled": verdict.bounded_journaled,
                 "examples": list(verdict.examples[:3]),
                 "seconds": round(result.seconds, 1),
             }

@@ -167,6 +167,9 @@ class Workload:
     """(``win:`` key, hour or day window id) -> counter -> the sum of the window messages' events in it."""
     refused_keys: frozenset[str] = frozenset()
     """Keys whose gauge and member writes DynamoDB refuses for good (``bench.chaos.patterns.refused_keys``)."""
+    sessions: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    """Body -> (session: its partition key, whether it is the session's big message) of the bounded sessions'
+    messages (``ChaosConfig.bounded_sessions``): the big one and the sales share a block marker item."""
 
     @property
     def bounded(self) -> tuple[ValidMessage, ...]:
@@ -271,6 +274,10 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             position, where = reuse_rng.randint(0, len(publications)), source()
         publications.insert(position, Publication(where, alternate.body, alternate.partition_key))
 
+    # Drawn last, from a stream of their own, so that without them the load is what it was.
+    sessions = _bounded_session_messages(config, base_ms)
+    _publish_sessions(publications, sessions, random.Random(f"{config.seed}:sessions"), config.sqs_share)
+    valid |= sessions
     everything = {m.message_id: m for m in [*valid.values(), *setup, *doomed]}
     expected: Sums = defaultdict(lambda: defaultdict(Decimal))
     with localcontext(REFERENCE):
@@ -297,6 +304,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         expected_levels=_levels(publications, everything),
         expected_windows=expected_windows,
         refused_keys=refused_keys(config.seed, config.pattern_keys, config.refused_keys),
+        sessions={message.body: (message.partition_key, not message.bounded) for message in sessions.values()},
     )
 
 
@@ -748,3 +756,67 @@ def _poison_messages(config: ChaosConfig, base_ms: int, valid_messages: int) -> 
         body = make(f"p{config.seed}-{index}")
         poison[body] = PoisonMessage(body, code)
     return poison
+
+
+SESSION_BIG_KEYS: Final = 120
+"""Keys of a bounded session's big message (60 when the run counts minute windows, over two minutes): more
+than the 99 counter items a direct transaction holds beside its marker, so the journal's."""
+SESSION_SALE_STEP: Final = (15, 40)
+"""A sale takes or gives back 15 to 40 seats: often more than the bound lets through."""
+
+
+def _bounded_session_messages(config: ChaosConfig, base_ms: int) -> dict[str, ValidMessage]:
+    """Per bounded session: seq 0 a big packed message of keys of its own, seqs 1.. bounded sales
+    on ``seats:`` keys, every other one with an event on a key of the big message (its ``n``, not the
+    tracer: a refused sale adds nothing). With minute windows the big message's events alternate between
+    two minutes, so 60 keys make 120 items, as the producer library's default of 99 keys per message can."""
+    rng = random.Random(f"{config.seed}:sessions")
+    minutes = any(unit.name == "minute" for unit in parse_window_spec(config.windows, config.window_retention).units)
+    keys = SESSION_BIG_KEYS // 2 if minutes else SESSION_BIG_KEYS
+    messages: dict[str, ValidMessage] = {}
+    for number in range(config.bounded_sessions):
+        ids = NumberedIds(f"{rng.getrandbits(128):032x}")
+        big_id, partition = ids(), f"bsession:{number}"
+        parts: list[Part] = [
+            (f"bs:{number}:{n}", {TRACER: Decimal(1)}, base_ms - 1_000 - 60_000 * (n % 2) if minutes else None)
+            for n in range(keys)
+        ]
+        body = f'{{"id":"{big_id}","events":[' + ",".join("{" + _event_json(*p) + "}" for p in parts) + "]}"
+        messages[big_id] = ValidMessage(big_id, body, partition, keys, _sums(parts))
+        for sale in range(config.session_sales):
+            sale_id = ids()
+            step = Decimal(rng.randint(*SESSION_SALE_STEP) * rng.choice((1, -1)))
+            sale_parts: list[Part] = [(f"seats:{rng.randrange(config.pattern_keys)}", {"taken": step}, None)]
+            if sale % 2:
+                sale_parts.append((f"bs:{number}:{rng.randrange(keys)}", {"n": Decimal(1)}, None))
+            body = f'{{"id":"{sale_id}","events":[' + ",".join("{" + _event_json(*p) + "}" for p in sale_parts) + "]}"
+            messages[sale_id] = ValidMessage(
+                sale_id, body, partition, len(sale_parts), _sums(sale_parts), parts=tuple(sale_parts), bounded=True
+            )
+    return messages
+
+
+def _publish_sessions(
+    publications: list[Publication], sessions: Mapping[str, ValidMessage], rng: random.Random, sqs_share: float
+) -> None:
+    """Each session's messages one after the other, on one source, at a random place: often one batch.
+
+    Every other session publishes its big message alone first, on SQS, and re-sends it later right before
+    its sales: a kill after the first copy's claim leaves a marker naming an aborted batch (once its lease
+    has passed), which the re-send then meets beside fresh sales."""
+    by_partition: dict[str, list[ValidMessage]] = defaultdict(list)
+    for message in sessions.values():
+        by_partition[message.partition_key].append(message)
+    for number, (partition, members) in enumerate(by_partition.items()):
+        big, *sales = members
+        if number % 2:
+            first = rng.randint(0, len(publications) // 2)
+            publications.insert(first, Publication(Source.SQS, big.body, partition))
+            place = rng.randint(first + 1, len(publications))
+            together = [Publication(Source.SQS, big.body, partition, resend=True)]
+            together += [Publication(Source.SQS, sale.body, partition) for sale in sales]
+        else:
+            where = Source.SQS if rng.random() < sqs_share else Source.KINESIS
+            place = rng.randint(0, len(publications))
+            together = [Publication(where, message.body, partition) for message in members]
+        publications[place:place] = together

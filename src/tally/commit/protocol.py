@@ -142,9 +142,10 @@ class CommitProtocol:
         """PREPARING batches met with a live lease -> their lease end (epoch ms)."""
 
     @property
-    def replaceable(self) -> frozenset[str]:
-        """Messages whose marker names an aborted batch: the planner sends them to a journal claim."""
-        return frozenset(self._replaces)
+    def replaceable(self) -> dict[str, str]:
+        """Messages whose marker names an aborted batch -> that batch: the planner sends them to a journal
+        claim, or (a bounded one) to a direct transaction that replaces the marker (``Chunk.replaces``)."""
+        return dict(self._replaces)
 
     # ----------------------------------------------------------------- 0. what the markers already say
     def without_existing(self, messages: Sequence[MessageTotals]) -> list[MessageTotals]:
@@ -320,9 +321,9 @@ class CommitProtocol:
         if marker is not None and marker.batch_id is None:
             self._settle_applied(message.message_id, marker.digest)
             return
-        if marker is not None:
-            # A journal marker on a bounded message (claimed before the bound was declared): let the next
-            # delivery resolve it through the journal.
+        if marker is not None and marker.batch_id != self._replaces.get(message.message_id):
+            # A journal marker on a bounded message other than the aborted one this write replaced (another
+            # invocation claimed it meanwhile, before the bound was declared): the next delivery resolves it.
             self._fates.failed([message.message_id])
             return
         rejection = refusal(message.totals, refused.stored, self._bounds)

@@ -52,6 +52,10 @@ class Chunk:
     messages: tuple[MessageTotals, ...]
     increments: Totals
     """key -> counter -> non-zero net delta; keys whose counters all net to zero are left out."""
+    replaces: Mapping[str, str] = field(default_factory=dict)
+    """Message id -> the aborted journal batch its marker names: the transaction replaces that marker, on the
+    condition that it still names the batch and that the batch's header says ABORTED (one more action per
+    batch). Only a bounded message is written so (``plan_batch``); any other goes to a journal claim."""
 
     @property
     def message_ids(self) -> tuple[str, ...]:
@@ -67,12 +71,14 @@ class Chunk:
         """Every item the transaction writes, counter items and marker items: two transactions that share
         one conflict on AWS (``TransactionConflict``) when they are in flight at once."""
         return frozenset(
-            [("key", key) for key in self.increments] + [("marker", marker_item(m.message_id)) for m in self.messages]
+            [("key", key) for key in self.increments]
+            + [("marker", marker_item(m.message_id)) for m in self.messages]
+            + [("batch", batch) for batch in self.replaces.values()]
         )
 
     @property
     def action_count(self) -> int:
-        return self.marker_items + len(self.increments)
+        return self.marker_items + len(self.increments) + len(set(self.replaces.values()))
 
     @property
     def event_count(self) -> int:
@@ -209,47 +215,77 @@ class BatchPlan:
 def plan_batch(
     messages: Sequence[MessageTotals],
     max_actions: int = TRANSACT_MAX_ACTIONS,
-    force_journal: frozenset[str] = frozenset(),
+    replaces: Mapping[str, str] | None = None,
     *,
     allow_journal: bool = True,
     counter_limit: CounterLimit = no_counter_limit,
     bounded: Callable[[ItemKey], bool] | None = None,
 ) -> BatchPlan:
-    """Plan a batch of distinct messages; ``force_journal`` names messages that must be claimed there.
+    """Plan a batch of distinct messages; ``replaces`` names those whose marker names an aborted batch.
 
-    (A message whose marker names an aborted batch is such a message: only a journal claim can replace
-    that marker, because the replacement must check, in the same transaction, that the batch is aborted.)
+    (Such a message's marker can only be replaced on the condition, in the same transaction, that its batch
+    is aborted: a journal claim does that, and so does a direct transaction that carries the check.)
     ``allow_journal=False`` gives the chunked plan alone (for comparison: every unit split into direct
     transactions, and a message with more keys than a transaction holds, or more counters on one item
     than one ADD holds, rejected). A unit whose counters on some item need more than one ADD
     (``counter_limit``) cannot be one direct transaction: it is split, or goes through the journal.
 
-    A unit that touches a ``bounded`` item (``tally.core.bounds``) never goes through the journal: a chunk
-    applied after the commit cannot carry a condition (a committed chunk must apply), so such a unit is
-    split into direct transactions, in its order, each carrying its bound conditions. (Unless one of its
-    messages must be claimed there, ``force_journal``: only possible for a message claimed by a journal
-    batch before its counter was bounded; docs/explanation/counter-patterns.md, "Bounded counters", names this gap.)
+    A message that touches a ``bounded`` item (``tally.core.bounds``) is **pinned**: it only ever travels
+    in a direct transaction, which carries its bound conditions (a journal chunk applied after the commit
+    cannot: a committed chunk must apply). Pinned messages are planned apart from the others: a unit is a
+    grouping that saves cost (a shared key or block written once), so a message that must go direct never
+    drags its unit's other messages off the journal (a message of more than 99 items would then be refused
+    for a size the journal holds), and a message that must go to the journal never drags a pinned one
+    into it (its ADDs would go unconditioned). A pinned message whose marker names an aborted batch is
+    written alone, in a direct transaction that replaces that marker. So:
+
+    - a bounded item travels only in a direct transaction (``BatchPlan.direct``), never in a journal unit;
+    - a message is refused for its size only when it cannot fit the one path it may take (pinned: one
+      transaction; any other: the journal, which holds any size);
+    - sharing a block marker item or a key with another message may save an action, never changes that.
     """
+    replaced = replaces if replaces is not None else {}
     rejected: dict[str, Rejection] = {}
-    writable: list[MessageTotals] = []
+    pinned: list[MessageTotals] = []
+    free: list[MessageTotals] = []
     for message in messages:
         problem = _unstorable(message)
-        if problem is None:
-            writable.append(message)
-        else:
+        if problem is not None:
             rejected[message.message_id] = problem
+        elif bounded is not None and _touches((message,), bounded):
+            pinned.append(message)
+        else:
+            free.append(message)
     small: list[tuple[MessageTotals, ...]] = []
     direct: list[Chunk] = []
     journals: list[tuple[MessageTotals, ...]] = []
-    for unit in _storable_units(_components(writable, by_marker=True)):
+    # A pinned message replacing an aborted batch's marker goes alone: its transaction checks that batch.
+    for message in pinned:
+        batch = replaced.get(message.message_id)
+        if batch is None:
+            continue
+        rejection = _unwritable(message, max_actions - 1, counter_limit)
+        if rejection is not None:
+            rejected[message.message_id] = _pinned(rejection)
+        else:
+            direct.append(Chunk((message,), nonzero_increments(message.totals), {message.message_id: batch}))
+    pinned = [message for message in pinned if message.message_id not in replaced]
+    for unit in _storable_units(_components(pinned, by_marker=True)):
+        if _action_count(unit) <= max_actions and _one_add_per_item(unit, counter_limit):
+            small.append(unit)
+        else:
+            split = plan_transactions(unit, max_actions, counter_limit)
+            direct.extend(split.chunks)
+            rejected.update({mid: _pinned(rejection) for mid, rejection in split.rejected.items()})
+    for unit in _storable_units(_components(free, by_marker=True)):
         markers = _marker_count(unit)
         keys = _action_count(unit) - markers
-        forced = any(message.message_id in force_journal for message in unit)
+        forced = any(message.message_id in replaced for message in unit)
         if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
             small.append(unit)
             continue
         split = plan_transactions(unit, max_actions, counter_limit)
-        if not allow_journal or (not forced and bounded is not None and _touches(unit, bounded)):
+        if not allow_journal:
             direct.extend(split.chunks)
             rejected.update(split.rejected)
             continue
@@ -260,6 +296,14 @@ def plan_batch(
             direct.extend(split.chunks)
     direct.extend(_pack_small_units(small, max_actions))
     return BatchPlan(tuple(direct), tuple(journals), rejected)
+
+
+def _pinned(rejection: Rejection) -> Rejection:
+    """Say why a message on a bounded counter is refused for a size the journal would hold."""
+    if rejection.code not in (RejectCode.TOO_MANY_KEYS, RejectCode.TOO_MANY_COUNTERS):
+        return rejection
+    why = "it steps a bounded counter, whose condition only a single transaction carries"
+    return Rejection(rejection.code, f"{rejection.detail}; {why}")
 
 
 def item_disjoint_lanes(chunks: Sequence[Chunk]) -> list[list[int]]:

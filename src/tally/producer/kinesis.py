@@ -67,6 +67,7 @@ class KinesisPublisher:
         pack: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
+        minute_windows: bool = False,
         policy: RetryPolicy | None = None,
         partition_key: Callable[[OutgoingMessage], str] = default_partition_key,
         new_id: Callable[[], str] | None = None,
@@ -81,7 +82,11 @@ class KinesisPublisher:
             )
         self.stream_name = stream_name
         self.stream_arn = stream_arn
-        self.limits = PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message) if pack else None
+        self.limits = (
+            PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message, minute_windows=minute_windows)
+            if pack
+            else None
+        )
         self._client = client
         self._partition_key = partition_key
         self._new_id = new_id if new_id is not None else NumberedIds()

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tally.core.limits import WIRE_LIMITS
 from tally.core.numbered_ids import numbered_id
+from tally.core.windows import MINUTE_MS
 from tally.producer.wire import OutgoingMessage, event_json, packed_body, packed_overhead, single_message
 
 if TYPE_CHECKING:
@@ -64,6 +65,11 @@ class PackLimits:
     max_bytes: int
     max_events: int = WIRE_LIMITS.max_events_per_message
     max_keys: int = DEFAULT_MAX_KEYS_PER_MESSAGE
+    """Counter items one message may write: a key's item, and with ``minute_windows`` each of its minutes."""
+    minute_windows: bool = False
+    """The consumer counts minute windows (``TALLY_WINDOWS`` names ``minute``): each minute an event of a key
+    falls in is one more item of the message (hour and day windows ride on the key's item). An event without
+    ``ts`` falls in its arrival minute, shared by the whole message."""
 
     def __post_init__(self) -> None:
         if self.max_bytes < 256 or self.max_events < 1 or self.max_keys < 1:
@@ -81,7 +87,7 @@ def build_messages(
     messages: list[OutgoingMessage] = []
     pack: list[Event] = []
     fragments: list[str] = []
-    keys: set[str] = set()
+    items: set[str | tuple[str, int | None]] = set()
     size = 0
     pack_id = ""
 
@@ -93,7 +99,7 @@ def build_messages(
             messages.append(OutgoingMessage(pack_id, tuple(pack), packed_body(pack_id, fragments), packed=True))
         pack.clear()
         fragments.clear()
-        keys.clear()
+        items.clear()
         size = 0
 
     for event in events:
@@ -106,11 +112,12 @@ def build_messages(
             continue
         fragment = event_json(event)
         added = len(fragment) + (1 if pack else 0)  # ASCII: characters are bytes; a comma between events
-        new_key = event.key not in keys
+        touched = _items(event, minute_windows=limits.minute_windows)
+        new_items = len(touched - items)
         if pack and (
             size + added > limits.max_bytes
             or len(pack) == limits.max_events
-            or (new_key and len(keys) == limits.max_keys)
+            or (new_items and len(items) + new_items > limits.max_keys)
         ):
             close()
             added = len(fragment)
@@ -119,7 +126,15 @@ def build_messages(
             size = packed_overhead(pack_id)
         pack.append(event)
         fragments.append(fragment)
-        keys.add(event.key)
+        items.update(touched)
         size += added
     close()
     return messages
+
+
+def _items(event: Event, *, minute_windows: bool) -> set[str | tuple[str, int | None]]:
+    """The counter items ``event`` writes, as the consumer plans them: its key's item, and its minute's."""
+    if not minute_windows:
+        return {event.key}
+    ts_ms = event.ts_ms
+    return {event.key, (event.key, ts_ms // MINUTE_MS if ts_ms is not None else None)}

@@ -63,6 +63,7 @@ class SqsPublisher:
         pack: bool = True,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
+        minute_windows: bool = False,
         policy: RetryPolicy | None = None,
         group_id: Callable[[OutgoingMessage], str] = default_group_id,
         new_id: Callable[[], str] | None = None,
@@ -71,7 +72,11 @@ class SqsPublisher:
     ) -> None:
         self.queue_url = queue_url
         self.fifo = queue_url.endswith(".fifo")
-        self.limits = PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message) if pack else None
+        self.limits = (
+            PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message, minute_windows=minute_windows)
+            if pack
+            else None
+        )
         self._client = client
         self._group_id = group_id
         self._new_id = new_id if new_id is not None else NumberedIds()

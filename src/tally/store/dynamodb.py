@@ -15,10 +15,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_parts
-from tally.core.ledger import Claim, MarkerRecord
+from tally.core.ledger import BatchState, Claim, MarkerRecord
 from tally.core.sharding import HotKeys
 from tally.errors import BoundRefusedError
-from tally.store.actions import add_update, bound_check
+from tally.store.actions import add_update, batch_state_check, bound_check
 from tally.store.markers import marker_actions, marker_id, marker_records
 from tally.store.requests import batch_get, translate
 from tally.store.schema import ALL_TIME, LEDGER_ID, PARTITION_KEY, SORT_KEY, counters_from_item
@@ -82,8 +82,17 @@ class DynamoDBCounterStore:
         their order, would cross a floor or a ceiling).
         """
         expires_at = now_ms // 1000 + self.marker_ttl_seconds
-        claims = [Claim(message.message_id, digest=message.digest) for message in chunk.messages]
+        claims = [
+            Claim(message.message_id, chunk.replaces.get(message.message_id), message.digest)
+            for message in chunk.messages
+        ]
         actions = marker_actions(self.markers_table, claims, now_ms, expires_at)
+        # A marker naming an aborted journal batch is replaced only while that batch is certainly aborted: the
+        # same check as a journal claim's, once per batch (one action per item in a transaction).
+        actions += [
+            batch_state_check(self.markers_table, batch, BatchState.ABORTED)
+            for batch in dict.fromkeys(chunk.replaces.values())
+        ]
         if any(message.stamp is not None for message in chunk.messages):
             # An operator's reset or correction is applied as given: a bound does not refuse it
             # (docs/explanation/counter-patterns.md).

@@ -48,8 +48,9 @@ _REPLACES_SEPARATOR: Final = "\x1f"
 def marker_actions(
     table: str, claims: Sequence[Claim], now_ms: int, expires_at_s: int, *, batch_id: str | None = None
 ) -> list[tuple[TransactWriteItemTypeDef, Role]]:
-    """One conditional action per marker item for ``claims`` (a direct transaction's messages: no batch and
-    no ``replaces``; a journal claim's: ``batch_id``), in the order of their first message.
+    """One conditional action per marker item for ``claims`` (a direct transaction's messages: no batch, and
+    ``replaces`` only for a bounded message replacing an aborted claim; a journal claim's: ``batch_id``), in
+    the order of their first message.
 
     A message with a marker item of its own gets ``marker_put``; the numbered messages of one block share
     one ``block_update``, as the planner counted (``tally.core.plan``).
@@ -91,6 +92,7 @@ def block_update(
     names: dict[str, str] = {"#expires": EXPIRES_AT}
     values: dict[str, Any] = {":expires": {"N": str(expires_at_s + BLOCK_EXPIRY_MARGIN_S)}}
     sets = ["#expires = :expires"]
+    removes = []
     conditions = []
     for claim in claims:
         numbered = parse_numbered(claim.message_id)
@@ -110,10 +112,12 @@ def block_update(
             names[f"#b{offset}"] = f"b{offset}"
             values[f":r{offset}"] = {"S": claim.replaces}
             conditions.append(f"#b{offset} = :r{offset}")
+            if batch_id is None:
+                removes.append(f"#b{offset}")  # a direct marker replacing an aborted claim names no batch
     update: dict[str, Any] = {
         "TableName": table,
         "Key": {LEDGER_ID: {"S": item}},
-        "UpdateExpression": "SET " + ", ".join(sets),
+        "UpdateExpression": "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else ""),
         "ConditionExpression": " AND ".join(conditions),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,

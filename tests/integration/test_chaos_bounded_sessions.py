@@ -1,0 +1,127 @@
+"""The chaos run's bounded sessions: a big message and bounded sales of one producer session.
+
+Each session publishes a packed message of more than 99 counter items (120 keys, or 60 keys over two minute
+windows) and then sales on bounded ``seats:`` counters, under one partition key: their numbered ids share a
+block marker item, every other sale shares a key with the big message, and a kill after the big message's
+journal claim redelivers it beside the sales. The run passes only if no bounded counter leaves its bounds
+and no valid message lands in the dead-letter queue; with the planner that let a unit decide every
+message's path (BROKEN on purpose, below), it fails.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.chaos.situations import VARIANTS
+
+import tally.commit.applier as apply_module
+from tally.core.limits import TRANSACT_MAX_ACTIONS
+from tally.core.plan import (
+    BatchPlan,
+    _action_count,
+    _components,
+    _marker_count,
+    _one_add_per_item,
+    _pack_small_units,
+    _storable_units,
+    _touches,
+    _unstorable,
+    journal_overhead,
+    no_counter_limit,
+    plan_transactions,
+)
+from tests.support.chaos import run_on
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Collection, Sequence
+
+    from bench.chaos.harness import ChaosResult
+
+    from tally.core.aggregate import MessageTotals
+    from tally.core.items import ItemKey
+    from tally.core.model import Rejection
+    from tally.core.plan import Chunk, CounterLimit
+    from tally.local.dynamodb_local import DynamoDBLocal
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+SESSIONS = VARIANTS["sessions"]
+"""A small run with minute windows (the big messages: 60 keys over two minutes), more sessions, more kills."""
+HOURS_AND_DAYS = replace(SESSIONS, windows="hour,day")
+"""The same with the run's usual windows (the big messages: 120 keys)."""
+
+
+def plan_by_units(
+    messages: Sequence[MessageTotals],
+    max_actions: int = TRANSACT_MAX_ACTIONS,
+    force_journal: Collection[str] = frozenset(),
+    *,
+    allow_journal: bool = True,
+    counter_limit: CounterLimit = no_counter_limit,
+    bounded: Callable[[ItemKey], bool] | None = None,
+) -> BatchPlan:
+    """BROKEN on purpose: the planner that let a unit (a shared key or block) decide the path of
+    every message in it: a unit forced through the journal took its bounded messages along (no condition),
+    and a unit touching a bounded item went direct only (its messages over 99 items refused)."""
+    rejected: dict[str, Rejection] = {}
+    writable: list[MessageTotals] = []
+    for message in messages:
+        problem = _unstorable(message)
+        if problem is None:
+            writable.append(message)
+        else:
+            rejected[message.message_id] = problem
+    small: list[tuple[MessageTotals, ...]] = []
+    direct: list[Chunk] = []
+    journals: list[tuple[MessageTotals, ...]] = []
+    for unit in _storable_units(_components(writable, by_marker=True)):
+        markers = _marker_count(unit)
+        keys = _action_count(unit) - markers
+        forced = any(message.message_id in force_journal for message in unit)
+        if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
+            small.append(unit)
+            continue
+        split = plan_transactions(unit, max_actions, counter_limit)
+        if not allow_journal or (not forced and bounded is not None and _touches(unit, bounded)):
+            direct.extend(split.chunks)
+            rejected.update(split.rejected)
+            continue
+        direct_cost = sum(chunk.action_count for chunk in split.chunks)
+        if forced or split.rejected or direct_cost > markers + keys + journal_overhead(markers, keys):
+            journals.append(unit)
+        else:
+            direct.extend(split.chunks)
+    direct.extend(_pack_small_units(small, max_actions))
+    return BatchPlan(tuple(direct), tuple(journals), rejected)
+
+
+def sessions_drawn(result: ChaosResult) -> dict[str, int]:
+    return {name: count for name, count in result.situations.items() if "session_big" in name}
+
+
+def test_big_messages_and_bounded_sales_of_one_session_are_exact(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # WHEN the sessions run under every fault the run draws
+    result = run_on(dynamodb_local, ddb_tables, HOURS_AND_DAYS)
+    # THEN both combinations happened, and the run passes
+    drawn = sessions_drawn(result)
+    assert drawn.get("situation.session_big_beside_its_bounded_sales", 0) > 0, drawn
+    assert drawn.get("situation.session_big_killed_after_claim_redelivered_beside_its_bounded_sales", 0) > 0, drawn
+    assert result.passed, result.verdict.examples
+
+
+def test_the_harness_catches_a_unit_deciding_the_path_of_its_bounded_messages(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the planner in which a unit decides every message's path (BROKEN on purpose)
+    monkeypatch.setattr(apply_module, "plan_batch", plan_by_units)
+    # WHEN the same run goes through it
+    result = run_on(dynamodb_local, ddb_tables, SESSIONS)
+    # THEN big messages are dead-lettered for their size beside a bounded sale (a redrive counts them later,
+    # but the refusal was wrong), and the run fails
+    assert result.verdict.valid_refused > 0, result.verdict.examples
+    assert not result.passed
