@@ -33,6 +33,10 @@ def handler(event, context):
 """
 
 
+# It runs a function under the Runtime Interface Emulator, with awslambdaric on python3.13.
+pytestmark = pytest.mark.build
+
+
 @pytest.fixture(scope="module")
 def runtime() -> FunctionRuntime:
     try:

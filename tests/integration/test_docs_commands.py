@@ -103,6 +103,8 @@ def test_no_shell_command_hides_from_the_test(page: str) -> None:
     assert unrun_shell_blocks(page, _text(page)) == []
 
 
+@pytest.mark.dynamodb_local  # each page starts the local stack, in a subprocess
+@pytest.mark.moto
 @pytest.mark.parametrize("page", PAGES)
 def test_every_command_of_the_page_runs_as_shown(
     page: str, shell: Shell, start_stack: Callable[[str], StackProcess]
@@ -115,6 +117,8 @@ def test_every_command_of_the_page_runs_as_shown(
     assert run_page(commands, shell, start_stack) == len(commands)
 
 
+@pytest.mark.dynamodb_local
+@pytest.mark.moto
 def test_a_page_that_drifted_fails(shell: Shell, start_stack: Callable[[str], StackProcess]) -> None:
     """The check can fail: a count the stack never made, and a command that no longer exists, each fail the page."""
     tutorial = next(page for page in PAGES if page.startswith("docs/tutorial/"))

@@ -125,6 +125,7 @@ def test_choices_take_any_case(bare: None) -> None:
     assert "give a target" in result.output, result.output
 
 
+@pytest.mark.slow  # tally plan searches the batch settings
 def test_plan_json_has_no_float_noise() -> None:
     result = run("plan", "--events-per-second", "1000", "--keys", "10000", "--json")
     assert result.exit_code == 0, result.output

@@ -93,6 +93,7 @@ def test_the_table_names_the_parameters_and_the_bill() -> None:
         assert text in result.output
 
 
+@pytest.mark.slow  # tally plan searches the batch settings
 def test_the_floor_and_the_producers_key_cap_are_reported() -> None:
     document = plan_json("--events-per-second", "10000", "--keys", "1000", "--events-per-message", "1000")
     lowest, producer, per_event = document["floor"], document["producer"], document["per_event"]
@@ -116,6 +117,7 @@ def test_an_unknown_window_is_a_usage_error() -> None:
     assert "week" in result.output
 
 
+@pytest.mark.slow  # tally plan searches the batch settings
 def test_the_defaults_are_what_the_producer_library_sends() -> None:
     """The library numbers its ids: a plan with no id option prices numbered ids, and says so."""
     document = plan_json("--events-per-second", "100", "--keys", "100")
@@ -124,6 +126,7 @@ def test_the_defaults_are_what_the_producer_library_sends() -> None:
     assert "ids: numbered (the producer library's)" in result.output
 
 
+@pytest.mark.slow  # tally plan searches the batch settings
 def test_the_levers_say_what_each_saves_on_the_same_traffic() -> None:
     # GIVEN single events with ids the user makes (random), 1,000 a second over 10,000 keys
     args = ("--events-per-second", "1000", "--keys", "10000", "--random-ids")
