@@ -4,8 +4,10 @@ here, read from the pages themselves, against the local stack the pages tell the
 Each page runs in a bash shell of its own (its terminal: exports and variables persist), in a scratch
 directory holding the project's ``.venv``, with no AWS variable, config or credentials of the test's own.
 The stack a page starts (``python -m tally.local.stack ...``) runs in the background as in a second
-terminal, one per distinct command line, shared by the pages that run the same one; its ``export`` lines
-are pasted into the page's shell, as the page says. The convention: ``tests/support/docs_pages.py``.
+terminal, its ``export`` lines pasted into the page's shell, as the page says. Each page has a stack of its
+own, stopped when the page ends: the stack's name (``tally-local``) and its state directory
+(``.tally-local/``) are fixed, so a reader runs one at a time, and a page never sees another page's counts
+or dead letters. The convention: ``tests/support/docs_pages.py``.
 """
 
 from __future__ import annotations
@@ -64,8 +66,9 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def start_stack(scratch: Path) -> Iterator[Callable[[str], StackProcess]]:
+    """The page's own stacks (one per command line it runs), all stopped when the page ends."""
     stacks: dict[str, StackProcess] = {}
 
     def start(command: str) -> StackProcess:
