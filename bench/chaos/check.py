@@ -197,7 +197,7 @@ def judge(
             missing += 1
         if len(examples) < 10:
             examples.append(f"poison {expected_code} {body[:40]!r}: letters {dict(codes)}")
-    valid_refused = _valid_refused(workload, ever_letters, examples)
+    valid_refused = _valid_refused(workload, ever_letters, refusals, examples)
     bounded_journaled = _bounded_journaled(counted_bounded, patterns, examples)
     return Verdict(
         counters_checked=checked,
@@ -243,8 +243,13 @@ def _bounded_journaled(counted: set[str], patterns: PatternReads | None, example
     return len(journaled)
 
 
-def _valid_refused(workload: Workload, letters: Sequence[Letter], examples: list[str]) -> int:
-    """Valid messages that some letter refused for a reason they do not deserve (its redrive aside)."""
+def _valid_refused(
+    workload: Workload, letters: Sequence[Letter], step_refusals: Mapping[str, str], examples: list[str]
+) -> int:
+    """Valid messages that some letter refused for a reason they do not deserve (its redrive aside).
+
+    Deserved: a doomed message's code, a bounded message's bound, a reused id's conflict, and the code of the
+    post-commit step whose write the run refuses for good (``step_refusals``: message id -> that code)."""
     refused: set[str] = set()
     for letter in letters:
         message = workload.by_body.get(letter.body)
@@ -254,6 +259,7 @@ def _valid_refused(workload: Workload, letters: Sequence[Letter], examples: list
             (message.doomed and letter.code == DOOMED_CODE)
             or (message.bounded and letter.code in BOUND_CODES)
             or (message.message_id in workload.alternates and letter.code == ID_CONFLICT_CODE)
+            or step_refusals.get(message.message_id) == letter.code
         )
         if not deserved and message.message_id not in refused:
             refused.add(message.message_id)
