@@ -141,11 +141,11 @@ class ChaosConfig:
     """Messages stepping a bounded counter (some packed with a second seat or an unbounded key)."""
     distinct_messages: int = 600
     """Messages naming distinct-count members on ``page:`` keys (viewers of 80, countries of 12)."""
-    refused_keys: int = 0
+    refused_keys: int = 1
     """``g:`` keys and ``page:`` keys (this many of each, drawn by the seed) whose gauge and member writes
     DynamoDB refuses for good, as it does for a key item at its 400 KB limit: their messages must count and
     be in the DLQ as ``gauge_refused``/``members_refused``, and the batches around them must not fail
-    (``--refused-keys``; 0 in the presets for now, see docs/reliability.md)."""
+    (``--refused-keys``)."""
     reset_messages: int = 400
     reset_keys: int = 8
     """``r:`` keys: a key with a record Kinesis gave up and replayed is left unjudged, so have several."""
