@@ -38,9 +38,9 @@ test: python313 install sam checkov lint typecheck docs
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
 # that starts one of them unmarked fails (tests/support/tiers.py); nor the few tests marked slow (seconds of CPU
-# each: the planner's searches, cfn-lint, the IAM drive). Hypothesis at its `dev` profile.
+# each: the planner's searches, cfn-lint, the IAM drive). Hypothesis at its `dev` profile, on both cores.
 test-fast: install
-	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -m "not dynamodb_local and not moto and not build and not slow" --durations=10
+	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n 2 -m "not dynamodb_local and not moto and not build and not slow" --durations=10
 
 # The documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor, a page missing from
 # the nav, or a CLI reference the commands can no longer generate. Writes site/ (not committed).
