@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.batching import group
 from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Sequence
 
     from mypy_boto3_sqs.client import SQSClient
     from mypy_boto3_sqs.type_defs import MessageAttributeValueTypeDef, SendMessageBatchRequestEntryTypeDef
@@ -48,7 +49,7 @@ class SqsDeadLetterQueue:
         """Send every letter; return the source record ids that did not reach the queue."""
         failed: set[str] = set()
         entries = [self._entry(str(index), letter) for index, letter in enumerate(letters)]
-        for batch in _batches(entries):
+        for batch in group(entries, SQS_BATCH_MAX_ENTRIES, SQS_BATCH_MAX_BYTES, _entry_bytes):
             by_entry_id = {entry["Id"]: letters[int(entry["Id"])].record.record_id for entry in batch}
             try:
                 response = self._client.send_message_batch(QueueUrl=self._queue_url, Entries=batch)
@@ -108,20 +109,3 @@ def _entry_bytes(entry: SendMessageBatchRequestEntryTypeDef) -> int:
     for name, value in entry.get("MessageAttributes", {}).items():
         size += len(name) + len(value["DataType"]) + len(value.get("StringValue", "").encode("utf-8"))
     return size
-
-
-def _batches(
-    entries: Sequence[SendMessageBatchRequestEntryTypeDef],
-) -> Iterator[list[SendMessageBatchRequestEntryTypeDef]]:
-    """Group entries under SendMessageBatch's 10-entry and 256 KiB limits (an oversized one goes alone)."""
-    batch: list[SendMessageBatchRequestEntryTypeDef] = []
-    size = 0
-    for entry in entries:
-        entry_size = _entry_bytes(entry)
-        if batch and (len(batch) == SQS_BATCH_MAX_ENTRIES or size + entry_size > SQS_BATCH_MAX_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append(entry)
-        size += entry_size
-    if batch:
-        yield batch

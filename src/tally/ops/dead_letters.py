@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.batching import group
 from tally.core.decode import decode_message
 from tally.core.defaults import NO_DEFAULTS
 from tally.core.digest import content_digest
@@ -433,17 +434,13 @@ def _redrive_bucket(
 def _put_all(kinesis: KinesisClient, stream: str, records: Sequence[tuple[bytes, str]]) -> None:
     """PutRecords in order, in calls within its limits; any record refused is an :class:`OperatorError`
     (re-running the redrive puts the whole batch again: the markers drop what was counted)."""
-    chunk: list[tuple[bytes, str]] = []
-    size = 0
-    for data, key in records:
-        entry_size = len(data) + len(key.encode("utf-8"))
-        if chunk and (len(chunk) == KINESIS_PUT_MAX_RECORDS or size + entry_size > _PUT_RECORDS_MAX_BYTES):
-            _put_chunk(kinesis, stream, chunk)
-            chunk, size = [], 0
-        chunk.append((data, key))
-        size += entry_size
-    if chunk:
+    for chunk in group(records, KINESIS_PUT_MAX_RECORDS, _PUT_RECORDS_MAX_BYTES, _record_bytes):
         _put_chunk(kinesis, stream, chunk)
+
+
+def _record_bytes(record: tuple[bytes, str]) -> int:
+    data, key = record
+    return len(data) + len(key.encode("utf-8"))
 
 
 def _put_chunk(kinesis: KinesisClient, stream: str, chunk: Sequence[tuple[bytes, str]]) -> None:

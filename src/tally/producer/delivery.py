@@ -134,20 +134,3 @@ def call_failure(exc: ClientError | BotoCoreError) -> tuple[str, str, bool]:
     if isinstance(exc, BotoConnectionError | HTTPClientError):
         return type(exc).__name__, str(exc), True
     return type(exc).__name__, str(exc), False
-
-
-def group(
-    messages: Sequence[OutgoingMessage], max_entries: int, max_bytes: int, size: Callable[[OutgoingMessage], int]
-) -> Iterator[list[OutgoingMessage]]:
-    """Consecutive groups of at most ``max_entries`` and ``max_bytes`` (an oversized entry goes alone)."""
-    batch: list[OutgoingMessage] = []
-    total = 0
-    for message in messages:
-        entry = size(message)
-        if batch and (len(batch) == max_entries or total + entry > max_bytes):
-            yield batch
-            batch, total = [], 0
-        batch.append(message)
-        total += entry
-    if batch:
-        yield batch

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.batching import group
 from tally.core.limits import (
     KINESIS_PARTITION_KEY_MAX_CHARS,
     KINESIS_PUT_MAX_BYTES,
     KINESIS_PUT_MAX_RECORDS,
     KINESIS_RECORD_MAX_BYTES,
 )
-from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
+from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
 
 if TYPE_CHECKING:

@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.batching import group
 from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
-from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure, group
+from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
 
 if TYPE_CHECKING:
