@@ -24,11 +24,11 @@ export TALLY_PYTHON313 := $(PYTHON313)
 .PHONY: demo demo-smoke test test-fast docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
 
 demo: install
-	$(BIN)/python -m tally.local.demo
+	$(BIN)/python -m tally_local.demo
 
 # The same at 5,000 events, in about a minute (tests/integration/test_demo.py runs it smaller still).
 demo-smoke: install
-	$(BIN)/python -m tally.local.demo --events 5000
+	$(BIN)/python -m tally_local.demo --events 5000
 
 # The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 25 slowest tests listed at the end.
 # loadgroup: tests go to the workers one by one, a module sharing a module-scoped fixture as one group
@@ -88,7 +88,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
-	$(BIN)/python -c 'from tally.local.dynamodb_local import ensure_installed; print("DynamoDB Local:", ensure_installed())'
+	$(BIN)/python -c 'from tally_local.dynamodb_local import ensure_installed; print("DynamoDB Local:", ensure_installed())'
 	touch $@
 
 # Opt-in, needs Docker (not part of make test): sam build for this machine, then every events/ file through

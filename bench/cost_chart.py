@@ -259,7 +259,7 @@ def build(*, measure: bool, min_events: int, previous: Path, console: Console) -
     the model may change without the runs changing)."""
     points = curves()
     if measure:
-        from tally.local.dynamodb_local import DynamoDBLocal  # noqa: PLC0415 (only when measuring)
+        from tally_local.dynamodb_local import DynamoDBLocal  # noqa: PLC0415 (only when measuring)
 
         configs = measured_configs()
         with DynamoDBLocal() as ddb:

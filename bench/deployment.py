@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from tally.config import COUNTERS_TABLE, MARKERS_TABLE, Settings
-from tally.local.template import load_template
+from tally_local.template import load_template
 
 if TYPE_CHECKING:
     from collections.abc import Mapping

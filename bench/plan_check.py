@@ -42,9 +42,9 @@ from bench.peers.tally_pipeline import TallyCounter
 from bench.suite import run_peer
 from bench.workloads import WorkloadSpec, deliver, usage_events
 from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
 from tally.store.pages import encode_page
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

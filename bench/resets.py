@@ -27,8 +27,8 @@ from tally.config import WINDOWS
 from tally.core.decode import decode_message
 from tally.core.model import Message
 from tally.core.resets import expected_values
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.runtime import CLIENT_CONFIG
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable

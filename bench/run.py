@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import machine, memory
 from bench.report import SuiteResults, as_json, chart, console_tables, markdown, results_from_json
 from bench.suite import FULL, SMOKE, Workloads, run_workloads
-from tally.local.dynamodb_local import DynamoDBLocal
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable

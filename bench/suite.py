@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from bench.peers import Peer
     from bench.workloads import Delivery, Stream, Totals
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 LAMBDA_TIMEOUT_MS: Final = 900_000
 MAX_DELIVERIES: Final = 5

@@ -43,12 +43,12 @@ from bench.suite import LAMBDA_TIMEOUT_MS, compare
 from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
 from tally.core.windows import DAY_MS, HOUR_MS
 from tally.cost.model import MAX_INVOCATION_BYTES, Traffic
-from tally.local.dynamodb_local import DynamoDBLocal
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import CLIENT_CONFIG
 from tally.store.requests import batch_get
 from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
+from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from tally.local.dynamodb_local import DynamoDBLocal
-from tally.local.template import load_template, table_definitions
+from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.template import load_template, table_definitions
 from tests.support import tiers
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.local.template import TableDefinition
+    from tally_local.template import TableDefinition
 
 # --- Hypothesis profiles ------------------------------------------------------------------------------------
 # How many examples a property draws is the run's choice, not each test's: a quick look while editing (dev), the
@@ -152,10 +152,10 @@ def moto_endpoint() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def serial_moto_endpoint() -> Iterator[str]:
-    """A moto server that handles one request at a time (``tally.local.moto_server``), for tests where
+    """A moto server that handles one request at a time (``tally_local.moto_server``), for tests where
     producers and pollers call it concurrently: moto's models are not thread-safe (concurrent Kinesis
     puts can get the same sequence number, and one record then replaces the other)."""
-    from tally.local.moto_server import SerialMotoServer  # noqa: PLC0415
+    from tally_local.moto_server import SerialMotoServer  # noqa: PLC0415
 
     with SerialMotoServer() as server:
         yield server.endpoint_url

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from tally.local.context import LocalLambdaContext
+from tally_local.context import LocalLambdaContext
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping

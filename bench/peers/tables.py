@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.local.template import TableDefinition
+    from tally_local.template import TableDefinition
 
 
 def create_table(

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from bench.deployment import TEMPLATE, default_settings
 from bench.peers.tables import create_from_template, drop_tables
 from tally.config import WINDOWS
-from tally.local.template import load_template, table_definitions
 from tally.reader.store_view import read_counters
 from tally.runtime import wire_pipeline
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
     from bench.meter import DynamoDBMeter
     from tally.core.model import DeadLetter
-    from tally.local.template import TableDefinition
     from tally.pipeline import BatchResult
+    from tally_local.template import TableDefinition
 
 
 @cache

@@ -3,7 +3,7 @@
 Opt-in (needs Docker and the python3.13 base image, which ``sam-local-setup.sh up`` builds without a
 registry; not part of ``make test``). What it does, as a user following docs/how-to/sam-local-invoke.md
 would: ``sam build`` of a copy of template.yaml set to this machine's architecture (the only base image
-here), the local stack's resources (``tally.local.stack``, no pollers: the invokes are the only
+here), the local stack's resources (``tally_local.stack``, no pollers: the invokes are the only
 deliveries) with relays on Docker's bridge address, the ``--env-vars`` file the stack writes, then for
 each file of ``events/expected.json`` ``sam local invoke --skip-pull-image`` of its function, the answer
 read (``sam local invoke`` exits 0 even when the handler fails) and the counters, distinct counts and
@@ -23,12 +23,12 @@ from typing import Any
 
 import click
 
-from tally.local.relay import TcpRelay, interface_address
-from tally.local.resources import LOCAL_CREDENTIALS, LOCAL_REGION
-from tally.local.stack import DOCKER_BRIDGE, LocalStack, sam_env_vars
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.relay import TcpRelay, interface_address
+from tally_local.resources import LOCAL_CREDENTIALS, LOCAL_REGION
+from tally_local.stack import DOCKER_BRIDGE, LocalStack, sam_env_vars
 from tests.artifact.build import REPO_ROOT, host_architecture, python313, sam_build, sam_cli
 
 EVENTS_DIR = REPO_ROOT / "events"

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tally.local.template import load_template
+from tally_local.template import load_template
 from tests.artifact.build import ARCHITECTURE_LINE, DEPLOYED_ARCHITECTURE, FUNCTIONS, REPO_ROOT, TEMPLATE
 
 if TYPE_CHECKING:

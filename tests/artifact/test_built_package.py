@@ -7,7 +7,7 @@ made once per run. Never skipped: a missing python3.13 or SAM CLI fails here.
 - the arm64 build (the template as deployed): native libraries are aarch64 ELF needing glibc <= 2.34
   (Lambda's python3.13 runs on Amazon Linux 2023), wheel tags say no more, the package is under Lambda's
   250 MB unzipped limit (its size is printed), it holds exactly the lock's pins, boto3 with the botocore
-  it needs, and no module the handlers do not import (no ``tally/cli``, no ``tally/local``);
+  it needs, and no module the handlers do not import (no ``tally/cli``, no ``tally_local``);
 - a build for this machine's architecture (x86_64 here: a copy of the template with only
   ``Architectures`` changed) run under AWS's Runtime Interface Emulator with ``awslambdaric`` on
   python3.13, a stand-in runtime boto3 after the package on the path, a clean environment from the
@@ -33,10 +33,10 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from tally.local.template import function_definition, load_template, table_definitions
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.template import function_definition, load_template, table_definitions
 from tests.artifact.build import (
     DEPLOYED_ARCHITECTURE,
     FUNCTIONS,
@@ -74,7 +74,7 @@ from tests.support.moto_server import client, drain_queue
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 LAMBDA_GLIBC = (2, 34)
 """Amazon Linux 2023, the OS of Lambda's python3.13 runtime."""
@@ -82,7 +82,7 @@ LAMBDA_UNZIPPED_LIMIT_BYTES = 250 * 1024 * 1024
 """Lambda's limit on a function's deployment package (and layers), unzipped."""
 ELF_MACHINES = {"arm64": "EM_AARCH64", "x86_64": "EM_X86_64"}
 WHEEL_MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
-NEVER_SHIPPED = ("tally/cli", "tally/local")
+NEVER_SHIPPED = ("tally/cli", "tally_local")
 EXPECTED: dict[str, Any] = json.loads((EVENTS_DIR / "expected.json").read_text(encoding="utf-8"))
 SAMPLE_COUNTER_DEFAULTS = ";".join(
     dict.fromkeys(spec["counter_defaults"] for spec in EXPECTED.values() if "counter_defaults" in spec)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from bench.report import SuiteResults
 
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from bench.bounded import LOADS, measure
 from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

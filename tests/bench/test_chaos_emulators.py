@@ -12,24 +12,24 @@ from typing import TYPE_CHECKING, Any
 
 import boto3
 import pytest
-from bench.chaos.clock import Invocation, VirtualClock
-from bench.chaos.config import SMOKE, DynamoDBFaultRates
-from bench.chaos.dlq import DeadLetterStore
-from bench.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions, transaction_items
-from bench.chaos.kinesis import ShardConsumer, Stream
-from bench.chaos.ledger import Ledger
-from bench.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
-from bench.chaos.sqs import Queue
-from bench.chaos.workload import Source, generate
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
 from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
 from tally.core.model import Message
-from tally.local.esm import BatchOutcome, function_error
+from tally_local.chaos.clock import Invocation, VirtualClock
+from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
+from tally_local.chaos.dlq import DeadLetterStore
+from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions, transaction_items
+from tally_local.chaos.kinesis import ShardConsumer, Stream
+from tally_local.chaos.ledger import Ledger
+from tally_local.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
+from tally_local.chaos.sqs import Queue
+from tally_local.chaos.workload import Source, generate
+from tally_local.esm import BatchOutcome, function_error
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 
 def _queue(clock: VirtualClock, dead_letters: DeadLetterStore, *, expiry_rate: float = 0.0) -> Queue:

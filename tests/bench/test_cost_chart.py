@@ -14,7 +14,7 @@ from bench.plan_check import TOLERANCE, Config, run_checks
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 
 def test_each_curve_falls_with_the_batch_and_is_flat_beyond_the_6_mb_cut() -> None:

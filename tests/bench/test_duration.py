@@ -18,7 +18,7 @@ from bench.workloads import Delivery, lambda_event
 from tally.cost.model import Latencies, Traffic, simulate
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import pytest
 from bench.hot_key import compare
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

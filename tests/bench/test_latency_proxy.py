@@ -16,7 +16,7 @@ import pytest
 from bench.latency_proxy import LatencyProxy, item_count, operation_of
 
 from tally.cost.model import RequestLatencies
-from tally.local.dynamodb_local import DynamoDBLocal, _make_client
+from tally_local.dynamodb_local import DynamoDBLocal, _make_client
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

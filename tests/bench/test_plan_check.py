@@ -14,7 +14,7 @@ from bench.plan_check import TOLERANCE, configs, run_checks, table
 from rich.console import Console
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

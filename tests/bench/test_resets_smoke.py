@@ -15,7 +15,7 @@ from bench.resets import BATCH, PATTERNS, measure
 from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

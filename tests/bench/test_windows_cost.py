@@ -11,7 +11,7 @@ import pytest
 from bench.windows_cost import Config, run
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

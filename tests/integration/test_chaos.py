@@ -1,6 +1,6 @@
 """The chaos run's small configuration, and proof that the same harness catches broken variants.
 
-The smoke run (``bench.chaos.config.SMOKE``) goes through the production pipeline on DynamoDB Local, from
+The smoke run (``tally_local.chaos.config.SMOKE``) goes through the production pipeline on DynamoDB Local, from
 SQS and Kinesis, with every fault kind injected and every situation at the journal's edges produced; it must count
 exactly once. Four deliberately broken
 variants, defined here and never in src/, run under the same harness and must be caught:
@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import pytest
-from bench.chaos.config import SMOKE, DynamoDBFaultRates
-from bench.chaos.harness import PipelineFactory, Tables, wire_pipeline
 from botocore.exceptions import BotoCoreError, ClientError
 
 import tally.commit.applier as apply_module
@@ -40,20 +38,22 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
+from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
+from tally_local.chaos.harness import PipelineFactory, Tables, wire_pipeline
 from tests.support.chaos import rewired, run_on, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from bench.chaos.config import ChaosConfig
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.aggregate import Totals
     from tally.core.ledger import Claim
     from tally.core.plan import Chunk
-    from tally.local.dynamodb_local import DynamoDBLocal
     from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally_local.chaos.config import ChaosConfig
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.chaos.situations import VARIANTS
 
 import tally.commit.applier as apply_module
 from tally.core.limits import TRANSACT_MAX_ACTIONS
@@ -32,18 +31,18 @@ from tally.core.plan import (
     no_counter_limit,
     plan_transactions,
 )
+from tally_local.chaos.situations import VARIANTS
 from tests.support.chaos import run_on
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Sequence
 
-    from bench.chaos.harness import ChaosResult
-
     from tally.core.aggregate import MessageTotals
     from tally.core.items import ItemKey
     from tally.core.model import Rejection
     from tally.core.plan import Chunk, CounterLimit
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.chaos.harness import ChaosResult
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration

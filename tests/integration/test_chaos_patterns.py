@@ -15,8 +15,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from bench.chaos.config import SMOKE
-from bench.chaos.harness import Tables, wire_pipeline
 
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_spec
@@ -24,20 +22,22 @@ from tally.errors import StoreError
 from tally.post_commit import GaugeStep, MemberStep
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.gauges import DynamoDBGaugeStore
+from tally_local.chaos.config import SMOKE
+from tally_local.chaos.harness import Tables, wire_pipeline
 from tests.support.chaos import rewired, run_on, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from bench.chaos.config import ChaosConfig
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.fates import ApplyOutcome
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import Message, Rejection
-    from tally.local.dynamodb_local import DynamoDBLocal
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally.post_commit import PostCommitStep, SettledBatch, StepResult
+    from tally_local.chaos.config import ChaosConfig
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration

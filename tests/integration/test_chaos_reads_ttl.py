@@ -1,5 +1,5 @@
-"""Broken variants of the series read during window moves and of markers past their horizon, under the chaos harness (``bench.chaos.window_reads``,
-``bench.chaos.horizon``): the run must fail when either fix is undone.
+"""Broken variants of the series read during window moves and of markers past their horizon, under the chaos harness (``tally_local.chaos.window_reads``,
+``tally_local.chaos.horizon``): the run must fail when either fix is undone.
 
 - a reader whose series makes the three requests of the code before the fix (window items, key items, the
   days that keep hours), with nothing telling it a window move committed between them;
@@ -14,8 +14,6 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.chaos.config import SMOKE
-from bench.chaos.harness import Tables, wire_pipeline
 
 from tally.core.items import make_item
 from tally.core.sharding import MAX_SHARDS
@@ -34,18 +32,20 @@ from tally.store.schema import (
     item_key,
     open_windows_from_item,
 )
+from tally_local.chaos.config import SMOKE
+from tally_local.chaos.harness import Tables, wire_pipeline
 from tests.support.chaos import run_on
 
 if TYPE_CHECKING:
     from decimal import Decimal
 
-    from bench.chaos.config import ChaosConfig
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.ledger import BatchRecord
-    from tally.local.dynamodb_local import DynamoDBLocal
     from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally_local.chaos.config import ChaosConfig
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ def test_the_demo_runs_end_to_end_and_every_check_passes() -> None:
     environment = {name: value for name, value in os.environ.items() if not name.startswith(("AWS_", "TALLY_"))}
     # WHEN the demo runs at a small size
     result = subprocess.run(
-        [sys.executable, "-m", "tally.local.demo", "--events", "2000", "--keys", "40", "--seed", "3"],
+        [sys.executable, "-m", "tally_local.demo", "--events", "2000", "--keys", "40", "--seed", "3"],
         capture_output=True,
         text=True,
         timeout=600,

@@ -3,7 +3,7 @@ here, read from the pages themselves, against the local stack the pages tell the
 
 Each page runs in a bash shell of its own (its terminal: exports and variables persist), in a scratch
 directory holding the project's ``.venv``, with no AWS variable, config or credentials of the test's own.
-The stack a page starts (``python -m tally.local.stack ...``) runs in the background as in a second
+The stack a page starts (``python -m tally_local.stack ...``) runs in the background as in a second
 terminal, its ``export`` lines pasted into the page's shell, as the page says. Each page has a stack of its
 own, stopped when the page ends: the stack's name (``tally-local``) and its state directory
 (``.tally-local/``) are fixed, so a reader runs one at a time, and a page never sees another page's counts

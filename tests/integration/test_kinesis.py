@@ -1,6 +1,6 @@
 """Exactly-once counting from Kinesis: DynamoDB Local, a real Kinesis endpoint (moto's server), the
 production publisher, source adapter and pipeline, and Lambda's event source mapping replayed on the
-real shard records (tests/support/kinesis.py, over tally.local.esm): checkpoints, bisection, poison, producer re-sends.
+real shard records (tests/support/kinesis.py, over tally_local.esm): checkpoints, bisection, poison, producer re-sends.
 
 Every test compares the counters with sums computed from the published events themselves.
 """
@@ -21,11 +21,11 @@ from tally.commit.applier import RetryPolicy
 from tally.core.model import DeadLetter, RejectCode, Rejection
 from tally.dead_letter_sender import SqsDeadLetterQueue
 from tally.handlers import kinesis as kinesis_handler
-from tally.local.context import LocalLambdaContext
-from tally.local.lambda_events import kinesis_event
 from tally.producer import Event, KinesisPublisher, new_message_id
 from tally.producer import RetryPolicy as PublishRetryPolicy
 from tally.sources.kinesis import failure_report, records_from_event
+from tally_local.context import LocalLambdaContext
+from tally_local.lambda_events import kinesis_event
 from tests.support.counts import nonzero, read_all
 from tests.support.faults import DynamoDBFaults
 from tests.support.kinesis import ShardConsumer

@@ -22,9 +22,9 @@ if TYPE_CHECKING:
     from decimal import Decimal
     from pathlib import Path
 
-    from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.local.resources import LocalResources
     from tally.producer.wire import OutgoingMessage
+    from tally_local.dynamodb_local import DynamoDBLocal
+    from tally_local.resources import LocalResources
 
 pytestmark = pytest.mark.integration
 

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tally.local.template import queue_definitions
+from tally_local.template import queue_definitions
 from tests.integration.test_local_end_to_end import DRAIN_S, POISON, assert_counts, planned
 from tests.support.local_stack import pollers, running_stack, tally, tally_lines
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from tests.support.local_stack import pollers, running_stack, tally_json, tally_
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tally.local.template import function_event_sources, queue_definitions, resolve, table_definitions
+from tally_local.template import function_event_sources, queue_definitions, resolve, table_definitions
 from tests.support.local_stack import running_stack, tally, tally_json
 
 if TYPE_CHECKING:
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
 
@@ -140,9 +140,9 @@ def _free_port_pair() -> int:
 
 
 def _start_stack(*args: str) -> tuple[subprocess.Popen[str], str]:
-    """``python -m tally.local.stack ARGS`` until its banner ends; the process and the banner."""
+    """``python -m tally_local.stack ARGS`` until its banner ends; the process and the banner."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "tally.local.stack", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        [sys.executable, "-m", "tally_local.stack", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
     lines: list[str] = []
     deadline = time.monotonic() + 180

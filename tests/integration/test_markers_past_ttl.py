@@ -1,6 +1,6 @@
 """Markers past their horizon, once TTL has deleted what expired, on DynamoDB Local.
 
-DynamoDB Local runs no TTL: ``bench.chaos.ttl.sweep_expired`` deletes what AWS's TTL would have deleted by
+DynamoDB Local runs no TTL: ``tally_local.chaos.ttl.sweep_expired`` deletes what AWS's TTL would have deleted by
 then. A numbered message's marker is an attribute of its block item, whose expiry each later write to the
 block moves forward, while the journal header its marker names expires a day after that batch's lease. A
 message meeting such a marker after the header is gone (a message without ``ts`` redriven past the
@@ -15,11 +15,11 @@ from decimal import Decimal
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.chaos.ttl import sweep_expired
 
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.model import SourceRecord
 from tally.store.schema import EXPIRES_AT, LEDGER_ID, header_id
+from tally_local.chaos.ttl import sweep_expired
 from tests.support.counts import read_all
 from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.local.dynamodb_local import DynamoDBLocal
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration

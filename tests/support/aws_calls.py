@@ -14,7 +14,7 @@ client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
   ``operator`` when the stack passes through ``tally.cli`` or ``tally.ops``; ``read-function`` through the
   read endpoint's handler (``tally.handlers.read``); ``reader`` and ``producer`` through the libraries an
   application embeds (``tally.reader``, ``tally.producer``) from anywhere else; otherwise nobody the template
-  grants anything to (the tests' set-up, ``tally.local`` and ``bench`` code, a test driving an adapter
+  grants anything to (the tests' set-up, ``tally_local`` and ``bench`` code, a test driving an adapter
   directly).
 
 ``CreateTable`` requests are kept too (whoever makes them): they tell which template table a test's table

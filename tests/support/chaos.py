@@ -5,21 +5,27 @@ from __future__ import annotations
 from functools import partial
 from typing import TYPE_CHECKING
 
-from bench.chaos.harness import PipelineFactory, SeriesReaderFactory, Tables, run_chaos, series_reader, wire_pipeline
-
 from tally.runtime import CLIENT_CONFIG
+from tally_local.chaos.harness import (
+    PipelineFactory,
+    SeriesReaderFactory,
+    Tables,
+    run_chaos,
+    series_reader,
+    wire_pipeline,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from bench.chaos.config import ChaosConfig
-    from bench.chaos.harness import ChaosResult
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
-    from tally.local.dynamodb_local import DynamoDBLocal
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally.post_commit import PostCommitStep
+    from tally_local.chaos.config import ChaosConfig
+    from tally_local.chaos.harness import ChaosResult
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 

@@ -10,7 +10,7 @@ The convention the pages follow (CONTRIBUTING.md, "Docs that run"):
 - In the tutorial and the how-to guides every shell block is a ``console`` block, so no command can hide
   from the test in a ``sh`` or ``bash`` block. (The README's ``sh`` block holds ``make demo`` and
   ``make test``, which CI runs itself.)
-- ``python -m tally.local.stack ...`` runs until Ctrl-C in a terminal of its own; the page then tells the
+- ``python -m tally_local.stack ...`` runs until Ctrl-C in a terminal of its own; the page then tells the
   reader to paste the ``export`` lines it printed into the terminal of the commands that follow. The test
   does exactly that (``StackProcess``).
 """
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = REPO_ROOT / ".venv" / "bin"
-STACK_COMMAND: Final = re.compile(r"^python -m tally\.local\.stack\b")
+STACK_COMMAND: Final = re.compile(r"^python -m tally_local\.stack\b")
 STACK_READY: Final = "press Ctrl-C to stop"
 SHELL_FENCES: Final = frozenset({"sh", "bash", "shell", "zsh", "console", "shell-session"})
 _FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\s`{]*)")
@@ -237,7 +237,7 @@ class Shell:
 
 
 class StackProcess:
-    """``python -m tally.local.stack ...`` as the reader runs it: in a terminal of its own, until Ctrl-C."""
+    """``python -m tally_local.stack ...`` as the reader runs it: in a terminal of its own, until Ctrl-C."""
 
     def __init__(self, command: str, cwd: Path, environment: Mapping[str, str], timeout_s: float = 180.0) -> None:
         self.command = command

@@ -600,7 +600,7 @@ def application_verdicts(stack: Stack, binding: Binding, recording: Recording, s
 
 
 def transformed_template() -> dict[str, Any]:
-    from tally.local.template import load_template  # noqa: PLC0415
+    from tally_local.template import load_template  # noqa: PLC0415
     from tests.template.test_template import TEMPLATE_PATH, sam_transform  # noqa: PLC0415
 
     return sam_transform(copy.deepcopy(load_template(TEMPLATE_PATH)))

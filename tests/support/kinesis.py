@@ -1,6 +1,6 @@
 """Lambda's Kinesis event source mapping, for one shard, as a test double over a real (moto) shard's records.
 
-A thin driver around ``tally.local.esm.ShardBatch``, the one emulation of the mapping's decisions that
+A thin driver around ``tally_local.esm.ShardBatch``, the one emulation of the mapping's decisions that
 the local pollers and the chaos run share: batches of at most ``batch_size`` records in sequence order,
 the checkpoint at the LOWEST reported failure, bisection on a function error (``bisect``), and after
 ``max_retries`` the range given up (``given_up``: what the on-failure destination would hear of it).
@@ -14,13 +14,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from tally.local.esm import GiveUp, KinesisRetryPolicy, ShardBatch, function_error, read_response
-from tally.local.lambda_events import kinesis_event
+from tally_local.esm import GiveUp, KinesisRetryPolicy, ShardBatch, function_error, read_response
+from tally_local.lambda_events import kinesis_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-    from tally.local.esm import BatchOutcome, Record
+    from tally_local.esm import BatchOutcome, Record
 
     Handler = Callable[[dict[str, Any]], Any]
 

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Final
 from click.testing import CliRunner
 
 from tally.cli.main import cli
-from tally.local.mappings import EventSourceMappings
-from tally.local.stack import LocalStack
+from tally_local.mappings import EventSourceMappings
+from tally_local.stack import LocalStack
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
 
     import pytest
 
-    from tally.local.dynamodb_local import DynamoDBLocal
-    from tally.local.resources import LocalResources
+    from tally_local.dynamodb_local import DynamoDBLocal
+    from tally_local.resources import LocalResources
 
 SHORT_WINDOWS: Final = {"BatchingWindowSeconds": "1", "StreamBatchingWindowSeconds": "1"}
 """The template's batching windows (20 s, chosen for cost: docs/explanation/costs.md) would hold every

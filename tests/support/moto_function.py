@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from moto import mock_aws
 
-from tally.local.context import LocalLambdaContext
-from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.context import LocalLambdaContext
+from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence

@@ -135,7 +135,7 @@ def _needs_of_command(args: Any) -> set[str]:
     needs: set[str] = set()
     if "DynamoDBLocal.jar" in text:
         needs.add(DYNAMODB_LOCAL)
-    if any(module in words for module in ("tally.local.demo", "tally.local.stack")):
+    if any(module in words for module in ("tally_local.demo", "tally_local.stack")):
         needs |= {DYNAMODB_LOCAL, MOTO}
     if words and words[0].endswith("sam") and "build" in words[1:2]:
         needs.add(BUILD)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from tally.local.template import condition_values, with_parameters
+from tally_local.template import condition_values, with_parameters
 
 
 def parameter_values(template: dict[str, Any], **overrides: str) -> dict[str, str]:
@@ -24,7 +24,7 @@ def parameter_values(template: dict[str, Any], **overrides: str) -> dict[str, st
 
 
 def evaluate_conditions(template: dict[str, Any], values: dict[str, str]) -> dict[str, bool]:
-    """The template's Conditions for ``values``: the local stack's own evaluation (``tally.local.template``)."""
+    """The template's Conditions for ``values``: the local stack's own evaluation (``tally_local.template``)."""
     return condition_values(with_parameters(template, values))
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tally.local.template import load_template
+from tally_local.template import load_template
 from tests.template.test_template import TEMPLATE_PATH, sam_transform
 
 

@@ -296,7 +296,7 @@ def test_each_configuration_lints_clean_and_passes_its_rules(
 def test_the_local_stack_refuses_what_it_does_not_emulate(overrides: dict[str, str]) -> None:
     # The local pollers send given-up batches to the dead-letter queue, and the local stack creates its own
     # sources: it says so instead of running something else than the deployment would
-    from tally.local.stack import LocalStack  # noqa: PLC0415
+    from tally_local.stack import LocalStack  # noqa: PLC0415
 
     with pytest.raises(ValueError, match="does not emulate"):
         LocalStack(overrides)

@@ -27,14 +27,14 @@ from tally.cli.main import cli
 from tally.handlers import kinesis as kinesis_handler
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
-from tally.local.context import LocalLambdaContext
-from tally.local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
-from tally.local.template import load_template, table_definitions
 from tally.producer import Event, KinesisPublisher, SqsPublisher
 from tally.reader import CounterReader
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
+from tally_local.context import LocalLambdaContext
+from tally_local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
+from tally_local.template import load_template, table_definitions
 from tests.support.aws_calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, RECORDER, Call, Recording
 from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template

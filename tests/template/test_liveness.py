@@ -10,7 +10,7 @@ invocation. So the stalled record is settled on its next delivery if the source'
 - Kinesis: Lambda retries the record from the checkpoint until ``MaximumRetryAttempts`` or
   ``MaximumRecordAgeInSeconds``; the record age must outlast the lease for every allowed timeout and
   batching window, and the retries of a stalled record are spent until the lease ends. AWS does not
-  document the retry backoff; with the model of ``bench/chaos/kinesis.py`` (1 s doubling, at most 60 s),
+  document the retry backoff; with the model of ``src/tally_local/chaos/kinesis.py`` (1 s doubling, at most 60 s),
   the default retry count must outlast the default lease.
 """
 
@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from tally.commit.applier import RetryPolicy
-from tally.local.template import load_template
+from tally_local.template import load_template
 from tests.template.test_template import TEMPLATE_PATH
 
 MARGIN_S = RetryPolicy().lease_margin_ms // 1000

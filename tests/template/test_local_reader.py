@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tally.local.template import (
+from tally_local.template import (
     KinesisEventSource,
     StreamDefinition,
     condition_values,

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from tally.local.template import load_template
+from tally_local.template import load_template
 from tests.template.conditions import parameter_values, prune
 from tests.template.test_template import REPO_ROOT, TEMPLATE_PATH, sam_transform
 

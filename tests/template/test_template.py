@@ -25,7 +25,7 @@ from samtranslator.model.exceptions import InvalidDocumentException
 from samtranslator.translator.arn_generator import ArnGenerator
 from samtranslator.translator.transform import transform
 
-from tally.local.template import (
+from tally_local.template import (
     function_event_sources,
     queue_definitions,
     table_definitions,
@@ -546,7 +546,7 @@ def test_endpoint_variables_are_declared_empty_for_sam_local_invoke(template: di
         assert variables[f"AWS_ENDPOINT_URL_{service}"] == ""
 
 
-# --- tally.local.template -------------------------------------------------------------------------------
+# --- tally_local.template -------------------------------------------------------------------------------
 
 
 def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> None:

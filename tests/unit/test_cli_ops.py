@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from tally.cli.main import cli
-from tally.local.template import load_template, table_definitions
+from tally_local.template import load_template, table_definitions
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 

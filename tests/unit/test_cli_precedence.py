@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from moto import mock_aws
 
 from tally.cli.main import cli
-from tally.local.template import load_template, table_definitions
+from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -16,10 +16,10 @@ from tally.core.limits import MAX_OPERATOR_COUNTERS, WIRE_LIMITS
 from tally.core.model import CounterEvent, Message
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
-from tally.local.context import LocalLambdaContext
 from tally.producer import Event
 from tally.producer.packing import PackLimits, build_messages
 from tally.producer.wire import packed_message
+from tally_local.context import LocalLambdaContext
 from tests.support.events import load_event
 from tests.support.moto_function import counters_on_moto, moto_function
 from tests.support.moto_server import client, drain_queue, unique

@@ -9,7 +9,7 @@ import pytest
 
 from tally.core.decode import decode_message
 from tally.core.model import Message, Rejection
-from tally.local.load import HOUR_MS, DemoLoad, plan_load, poison_bodies
+from tally_local.load import HOUR_MS, DemoLoad, plan_load, poison_bodies
 
 NOW_MS = 1_795_320_000_000
 

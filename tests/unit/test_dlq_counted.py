@@ -23,9 +23,9 @@ from tally.core.decode import decode_message
 from tally.core.digest import content_digest
 from tally.core.ledger import Claim
 from tally.core.model import Message, SourceRecord
-from tally.local.template import load_template, table_definitions
 from tally.store.counted import DynamoDBCountedLookup
 from tally.store.journal import DynamoDBJournal
+from tally_local.template import load_template, table_definitions
 from tests.support.pipeline import make_pipeline, make_store
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ def test_commands_come_in_order_with_their_shown_output() -> None:
 
 
 def test_the_local_stack_command_is_recognised() -> None:
-    text = "```console\n$ python -m tally.local.stack --param Source=SQS\nlocal stack ... is up\n```\n"
+    text = "```console\n$ python -m tally_local.stack --param Source=SQS\nlocal stack ... is up\n```\n"
     (command,) = page_commands("page.md", text)
     assert command.starts_stack
     assert command.shown == "local stack ... is up"

@@ -1,6 +1,6 @@
 """The one emulation of Lambda's event source mappings decides as AWS documents (pure, no services).
 
-The local pollers, the chaos run and the tests' shard double all drive ``tally.local.esm``; these tests
+The local pollers, the chaos run and the tests' shard double all drive ``tally_local.esm``; these tests
 pin its decisions, with the rule each follows.
 """
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tally.local.esm import (
+from tally_local.esm import (
     RECORD_AGE_EXCEEDED,
     RETRY_ATTEMPTS_EXHAUSTED,
     BatchOutcome,

@@ -4,7 +4,7 @@ deleted; what it reported comes back). Observed: every message group is delivere
 partial-batch rule of FIFO queues (the first failure and everything after it reported), and exact counts
 when the records reported after the failure, already applied, come back.
 
-The emulation is this test's own, not ``tally.local.poller`` (standard queues only): moto holds a group
+The emulation is this test's own, not ``tally_local.poller`` (standard queues only): moto holds a group
 back while one of its messages is in flight, as SQS does, which is what the loop below relies on.
 """
 
@@ -15,9 +15,9 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from tally.handlers import sqs as sqs_handler
-from tally.local.context import LocalLambdaContext
-from tally.local.lambda_events import sqs_event
 from tally.reader.store_view import read_counters
+from tally_local.context import LocalLambdaContext
+from tally_local.lambda_events import sqs_event
 from tests.unit.test_handler import stack  # noqa: F401 (the moto stack fixture)
 
 if TYPE_CHECKING:

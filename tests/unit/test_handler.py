@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from tally.cli.main import cli
 from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
-from tally.local.context import LocalLambdaContext
 from tally.reader.store_view import read_counters
+from tally_local.context import LocalLambdaContext
 from tests.support.events import expected_of_source, load_event, sqs_event
 from tests.support.moto_function import (
     MotoStack,

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tally.handlers import kinesis as kinesis_handler
-from tally.local.context import LocalLambdaContext
 from tally.reader.store_view import read_counters
 from tally.sources.kinesis import failure_report, records_from_event
+from tally_local.context import LocalLambdaContext
 from tests.support.events import expected_of_source, load_event
 from tests.support.moto_function import (
     MotoStack,

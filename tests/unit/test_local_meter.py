@@ -8,8 +8,8 @@ from typing import Any
 import boto3
 import pytest
 
-from tally.local.function import emf_metrics
-from tally.local.meter import DynamoDBWrites, WriteMeter, writes_of
+from tally_local.function import emf_metrics
+from tally_local.meter import DynamoDBWrites, WriteMeter, writes_of
 
 PUT = {"Put": {"TableName": "m", "Item": {}}}
 UPDATE = {"Update": {"TableName": "c", "Key": {}, "UpdateExpression": "ADD #c :v"}}

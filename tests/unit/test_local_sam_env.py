@@ -9,9 +9,9 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from tally.local.resources import LocalResources
-from tally.local.stack import ENDPOINT_VARIABLES, LOCAL_DEFAULTS, TEMPLATE, banner, sam_env_vars, sam_invoke_command
-from tally.local.template import function_definition, load_template, with_parameters
+from tally_local.resources import LocalResources
+from tally_local.stack import ENDPOINT_VARIABLES, LOCAL_DEFAULTS, TEMPLATE, banner, sam_env_vars, sam_invoke_command
+from tally_local.template import function_definition, load_template, with_parameters
 
 PHYSICAL = {
     "CountersTable": "s-CountersTable",

@@ -17,9 +17,9 @@ import pytest
 
 from tally.core.windows import HOUR_MS
 from tally.errors import ConfigurationError, InvalidReadError
-from tally.local.template import load_template, table_definitions
 from tally.reader import CounterReader, Counters, Ranked, Window, check_key, largest, parse_time_ms
 from tally.reader.dynamodb import key_of_partition
+from tally_local.template import load_template, table_definitions
 from tests.support.aws_calls import RECORDER
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"

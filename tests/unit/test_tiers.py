@@ -69,7 +69,7 @@ def test_an_unmarked_test_cannot_run_sam_build_or_the_demo() -> None:
     with pytest.raises(EmulatorOutsideItsTierError, match="is not marked build"):
         subprocess.Popen(["/nowhere/bin/sam", "build", "--template-file", "template.yaml"])
     with pytest.raises(EmulatorOutsideItsTierError, match="is not marked dynamodb_local, moto"):
-        subprocess.Popen([sys.executable, "-m", "tally.local.demo", "--events", "10"])
+        subprocess.Popen([sys.executable, "-m", "tally_local.demo", "--events", "10"])
 
 
 def test_other_subprocesses_are_left_alone() -> None:

@@ -58,7 +58,7 @@ def failure(what: str, service: str, exc: BaseException) -> click.ClickException
     message = f"cannot {what} at {endpoint(service)}: {cause}"
     if isinstance(cause, EndpointConnectionError):
         message += (
-            "\nnothing answered there: is the local stack running (python -m tally.local.stack), and are its"
+            "\nnothing answered there: is the local stack running (python -m tally_local.stack), and are its"
             " exports current in this shell?"
             if any(os.environ.get(v) for v in (f"AWS_ENDPOINT_URL_{service.upper()}", "AWS_ENDPOINT_URL"))
             else "\ncheck the network and the region"

@@ -1,0 +1,245 @@
+"""What a chaos run does: the size of the load, the consumers, and the rate of every fault, by kind.
+
+Two presets: ``SMOKE`` (seconds, in the test suite) and ``FULL`` (the published figures, at least 100,000
+events and 1,000 faults). Every field can be changed from the command line (``python -m tally_local.chaos``).
+Rates are probabilities per opportunity: per DynamoDB request for the store faults (per journal claim
+transaction for the kill after a claim and the claim lost near the deadline), per invocation for a
+crash after commit, per delivered message for a visibility-timeout expiry, per batch for a Kinesis
+checkpoint rewind, per dead letter for a refusal by the dead-letter queue.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tally.config import DEFAULT_WRITE_CONCURRENCY
+from tally_local.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS
+
+
+@dataclass(frozen=True, slots=True)
+class DynamoDBFaultRates:
+    """Per-request probabilities of each store fault (at most one fault per request)."""
+
+    connect_failure: float = 0.02
+    """The request never reaches DynamoDB (a connection error raised before sending)."""
+    lost_response: float = 0.03
+    """DynamoDB commits the request, the response is lost; botocore's own retries are bypassed."""
+    throttle_request: float = 0.02
+    """The whole request is refused with ``ProvisionedThroughputExceededException``."""
+    throttle_cancel: float = 0.015
+    """A transaction is cancelled with a ``ThrottlingError`` reason on one action."""
+    conflict: float = 0.03
+    """A transaction is cancelled with ``TransactionConflict`` on one action."""
+    slow: float = 0.02
+    """The response comes back near (or past) the Lambda deadline: ``remaining_ms`` shrinks."""
+    kill_after_claim: float = 0.05
+    """Per journal claim transaction (``open`` or ``claim``): it commits, then the invocation is killed
+    before its batch commits; the source redelivers the batch after the visibility timeout or retry."""
+    lost_claim_near_deadline: float = 0.15
+    """Per journal claim transaction after a batch's first: it commits, its answer is lost, and the
+    invocation has just more than the applier's reserve left, so the retries stop."""
+    kill_before_gauges: float = 0.05
+    """Per invocation that writes gauges (``UpdateItem`` of ``tally.store.gauges``), at its first: the
+    invocation is killed before it is sent, so the messages are counted and their gauges are not written
+    until the redelivery."""
+    kill_before_members: float = 0.05
+    """Per invocation that writes members (``tally.store.distinct``), at its first transaction: the
+    invocation is killed before it is sent, so the messages count and their distinct members are not
+    written until the redelivery."""
+    kill_before_window_transfer: float = 0.1
+    """Per invocation that moves ended windows off key items (``tally.store.windows``), at its first move
+    transaction: the invocation is killed after its commit and its key items' read, before the move is sent;
+    the windows stay on the key items (still read exactly) until a later batch or the final close."""
+    late_event_race: float = 0.2
+    """Per window-move transaction: a late event changed a moved attribute between the move's read and its
+    transaction (the condition's value is made stale, so DynamoDB refuses it with the item as it is): the move
+    must re-plan from the returned item and move the new value, exactly once."""
+    unprocessed_keys: float = 0.05
+    """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
+    ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
+    0-11 ``BatchGetItem`` calls, as a throttled partition would; enough in a row to exhaust the read loop's
+    rounds, which must then fail as retryable rather than spin."""
+
+    def total(self) -> float:
+        return (
+            self.connect_failure
+            + self.lost_response
+            + self.throttle_request
+            + self.throttle_cancel
+            + self.conflict
+            + self.slow
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryFaultRates:
+    """How the event sources misbehave (all within their documented at-least-once semantics)."""
+
+    crash_after_commit: float = 0.04
+    """Per invocation: the handler returned, its response is lost, the whole batch is delivered again."""
+    visibility_expiry: float = 0.02
+    """Per SQS message received: its visibility timeout expires while in flight; another consumer gets it."""
+    kinesis_rewind: float = 0.05
+    """Per Kinesis batch: the shard restarts from an older checkpoint (a lease moved to another worker)."""
+    dlq_refusal: float = 0.02
+    """Per dead letter: the dead-letter queue refuses it; the record is reported failed and redelivered."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosConfig:
+    """One chaos run; ``seed`` fixes the load, the delivery choices and each consumer's fault sequence."""
+
+    name: str
+    seed: int = 7
+    events: int = 100_000
+    """Valid events to publish (the load is generated until it holds at least this many)."""
+    keys: int = 120
+    packed_share: float = 0.3
+    """Share of valid messages that are packed (2 to ``max_packed_events`` events in one message)."""
+    max_packed_events: int = 60
+    resend_share: float = 0.05
+    """Share of valid messages the producer sends again under the same id, in a new message."""
+    respell_share: float = 0.3
+    """Share of those re-sends that spell the same content differently (still duplicates, not conflicts)."""
+    reuse_share: float = 0.01
+    """Share of valid messages whose id another message reuses with other content (an ``id_conflict``)."""
+    numbered_share: float = 0.5
+    """Share of the ordinary valid messages sent by producers that number their ids (``<session>.<seq>``,
+    the producer library's default: markers shared by 16 consecutive seqs), from
+    ``numbered_sessions`` sessions; the others keep ids of their own."""
+    numbered_sessions: int = 3
+    poison_share: float = 0.02
+    """Poison messages per valid message."""
+    doomed: int = 5
+    """Valid messages injected as unrecoverable: each would push a counter out of DynamoDB's Number range."""
+    wide_keys: int = 4
+    """Keys that get hundreds of counter names: more than one ADD's 4 KB expression holds."""
+    wide_messages: int = 24
+    """Messages of 100 counters (the per-event maximum) on a wide key; every third is packed (4 events,
+    400 names in one message). Four single ones on one key are already 400 names on one item."""
+    split_pairs: int = 12
+    """Pairs of packed messages of 56 keys each, sharing one (``u:<pair>:hub``): in one batch, a unit of 113
+    actions that the planner splits into two direct transactions sharing an item, which must never be in
+    flight together (on AWS they conflict)."""
+    long_decimals: int = 12
+    """Messages adding a 37-digit decimal to the hot key: its shards' sum needs more than 28 digits."""
+    precision_doomed: int = 5
+    """Valid packed messages injected as unrecoverable because a sum needs more than 38 digits: a setup
+    message stores 1E+20, the doomed message adds 1E-20 to it after 40 other keys, so in a later journal
+    apply chunk."""
+    counter_defaults: str = COUNTER_DEFAULTS
+    """The run's ``CounterDefaults``: start values and default deltas the pattern messages use."""
+    pattern_keys: int = 8
+    """Keys per pattern (``stock:``, ``views:``, ``g:``): few, so that batches meet them often."""
+    stock_messages: int = 600
+    """Messages on ``stock:`` keys (start 100, default delta -1), some packed, some with ``views:`` events."""
+    gauge_messages: int = 600
+    """Messages with ``max``/``min``/``latest`` gauges on ``g:`` keys, some packed, some with no deltas."""
+    counter_bounds: str = COUNTER_BOUNDS
+    """The run's ``CounterBounds``: ``seats:`` keys' ``taken`` between 0 and 40."""
+    bounded_messages: int = 600
+    """Messages stepping a bounded counter (some packed with a second seat or an unbounded key)."""
+    distinct_messages: int = 600
+    """Messages naming distinct-count members on ``page:`` keys (viewers of 80, countries of 12)."""
+    refused_keys: int = 1
+    """``g:`` keys and ``page:`` keys (this many of each, drawn by the seed) whose gauge and member writes
+    DynamoDB refuses for good, as it does for a key item at its 400 KB limit: their messages must count and
+    be in the DLQ as ``gauge_refused``/``members_refused``, and the batches around them must not fail
+    (``--refused-keys``)."""
+    reset_messages: int = 400
+    reset_keys: int = 8
+    """``r:`` keys: a key with a record Kinesis gave up and replayed is left unjudged, so have several."""
+    """Messages on ``r:`` keys' ``level`` (one in eight a reset, some corrections), on Kinesis only."""
+    closed_gate_consumers: int = 1
+    """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""
+    sqs_share: float = 0.5
+    sqs_consumers: int = 3
+    sqs_batch_size: int = 10
+    kinesis_shards: int = 3
+    kinesis_batch_size: int = 150
+    """Large enough for journal units of more than 99 messages (two claim transactions)."""
+    max_receive_count: int = 5
+    """SQS redrive policy (template default): receives before a message moves to the DLQ."""
+    kinesis_max_retries: int = 10
+    """StreamMaximumRetryAttempts (template default)."""
+    function_timeout_s: int = 60
+    """FunctionTimeoutSeconds (template default); the SQS visibility timeout follows the template's mapping."""
+    redrives: int = 2
+    extra_redrives: int = 3
+    """More redrives, only while the DLQ still holds valid messages the redrive policy moved there (no reason
+    code): a message whose receives kept failing lands there after ``maxReceiveCount`` even if it was
+    counted, as on AWS, and an operator redrives again; one still there after these fails the run."""
+    hot_keys: str = "hot:*=4"
+    window_messages: int = 60
+    """Messages on ``win:`` keys whose events' ``ts`` lie in the previous UTC day: their ended hour and day
+    windows are moved off the key items during the run; every window is checked after a final close."""
+    window_keys: int = 3
+    windows: str = "hour,day"
+    write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
+    """A round's item-disjoint direct transactions in flight at once, as the handler's default."""
+    window_retention: str = "minute=7,hour=90,day=0"
+    dynamodb: DynamoDBFaultRates = field(default_factory=DynamoDBFaultRates)
+    delivery: DeliveryFaultRates = field(default_factory=DeliveryFaultRates)
+    jepsen_interval_s: float = 0.02
+    """Pause between two sampled counter reads of the Jepsen-style monitor."""
+    series_read_interval_s: float = 0.01
+    """Pause between two series reads of ``win:`` keys during the run (``tally_local.chaos.window_reads``)."""
+    horizon_sessions: int = 2
+    """Numbered sessions whose old journal claims a TTL sweep leaves behind on kept block items, then met by a
+    redrive without ``ts`` and by a reused id (``tally_local.chaos.horizon``)."""
+    bounded_sessions: int = 40
+    """Producer sessions (numbered ids) that publish a big packed message (more than 99 counter items: 120
+    keys, or with minute windows 60 keys over two minutes) then ``session_sales`` bounded sales, all under
+    one partition key right after each other: their markers share a block item, and every other sale also
+    shares a key with the big message. A kill after the big message's claim redelivers it beside the sales
+    (a sale must never ride the journal, whose ADDs carry no bound; the big message must never be
+    refused for its size because a sale shares its block)."""
+    session_sales: int = 4
+
+
+# The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).
+VISIBILITY_TIMEOUT_S = {15: 150, 30: 240, 60: 420, 120: 780, 300: 1860, 600: 3660, 900: 5460}
+
+FULL = ChaosConfig(name="full")
+SMOKE = ChaosConfig(
+    name="smoke",
+    events=2_500,
+    keys=30,
+    packed_share=0.2,
+    max_packed_events=20,
+    poison_share=0.05,
+    reuse_share=0.03,
+    doomed=2,
+    sqs_consumers=2,
+    kinesis_shards=2,
+    kinesis_batch_size=250,
+    sqs_share=0.3,
+    # A quarter numbered: at this size half would put a batch's numbered messages in a few dozen blocks, and
+    # journal units would rarely need a second claim (the lost_claim_near_deadline fault draws on those).
+    numbered_share=0.25,
+    precision_doomed=2,
+    pattern_keys=4,
+    stock_messages=60,
+    gauge_messages=60,
+    bounded_messages=80,
+    distinct_messages=60,
+    reset_messages=60,
+    window_messages=150,
+    window_keys=10,
+    dynamodb=DynamoDBFaultRates(
+        connect_failure=0.03,
+        lost_response=0.05,
+        throttle_request=0.03,
+        throttle_cancel=0.02,
+        conflict=0.04,
+        slow=0.02,
+        kill_after_claim=0.15,
+        lost_claim_near_deadline=0.7,
+        kill_before_gauges=0.1,
+        kill_before_members=0.1,
+        kill_before_window_transfer=0.3,
+    ),
+    delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
+    bounded_sessions=4,
+)
+PRESETS = {"smoke": SMOKE, "full": FULL}

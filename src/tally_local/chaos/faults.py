@@ -1,0 +1,455 @@
+"""Seeded, rate-based DynamoDB faults at the botocore layer: the code under test is the production code.
+
+``DynamoDBChaos`` is registered on ONE consumer's client (each consumer has its own client and its own
+random sequence). The consumer's applier may send a round's direct transactions from several threads at
+once (``TALLY_WRITE_CONCURRENCY``): what a fault does to a request's answer is kept in
+botocore's per-request context, never on this object, and the draws of overlapping requests interleave
+(a seed then fixes the load and the rates, not which request gets which fault). For each DynamoDB
+request the pipeline makes, it draws at most one fault:
+
+- ``connect_failure``: botocore's ``EndpointConnectionError`` raised in ``before-call``; the request
+  never reaches the server (the code sees an unknown outcome and retries);
+- ``lost_response``: the request goes through and commits, then ``after-call`` raises a read timeout, so
+  the code sees an error after the write happened (botocore's own retries happen inside the send, before
+  ``after-call``: they are bypassed, as if they had all failed);
+- ``throttle_request``: the whole request is refused with ``ProvisionedThroughputExceededException``;
+- ``throttle_cancel`` / ``conflict`` (``TransactWriteItems`` only): a ``TransactionCanceledException``
+  whose ``CancellationReasons`` put ``ThrottlingError`` / ``TransactionConflict`` on one action, shaped
+  as DynamoDB sends it (DynamoDB Local never reports conflicts by itself);
+- ``slow``: the response comes back with little time left before the Lambda deadline (the invocation's
+  ``remaining_ms`` drops to a value drawn around the applier's reserve); when the deadline passes while
+  the request is in flight, the request commits and the invocation is killed (``InvocationKilled``).
+
+``BatchGetItem`` requests draw ``unprocessed_keys`` first: the request is sent with only part of its keys
+and the answer lists the others in ``UnprocessedKeys``, for this request and a burst of the consumer's next
+ones (a throttled partition answers HTTP 200 with unprocessed keys, which botocore does not retry).
+
+Journal claim transactions (``open``: the header Put with the first claims; ``claim``: a header check
+plus more claims) draw two more faults first:
+
+- ``kill_after_claim``: the claim commits, then the invocation is killed (``InvocationKilled``) before its
+  batch commits: the batch stays PREPARING until its lease ends, and the source redelivers the records
+  after its visibility timeout or retry backoff;
+- ``lost_claim_near_deadline`` (``claim`` only, so the batch has claimed before): the claim commits, its
+  answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
+  retries stop with the claim's outcome unknown.
+
+The writes that follow the counters' commit draw one more first:
+
+- ``kill_before_gauges`` (a gauge ``UpdateItem``) / ``kill_before_members`` (a distinct-count member
+  ``TransactWriteItems``), drawn once per invocation, at its first write of that kind (per write, they
+  killed most large Kinesis batches, whose bisected halves then rarely made journal units large enough for
+  a second claim): the invocation is killed before the write is sent, so its messages are counted
+  (their markers committed) and their gauges or members not written; the redelivery meets the markers and
+  must write them then.
+
+Not drawn per request but fixed for the run: the gauge and member writes of the
+``refused_keys`` (``tally_local.chaos.patterns.refused_keys``) are refused for good, as DynamoDB refuses a write
+that would grow an item past 400 KB: a gauge ``UpdateItem`` answers ``ValidationException``, a member
+transaction is cancelled with ``ValidationError`` on the key's action (``ddb.refused_for_good_gauges`` /
+``_members``). Retrying can never succeed; the messages must count and be dead-lettered with the reason.
+
+Not a drawn fault but DynamoDB's own rule: two transactions in flight at once on one
+item conflict, and DynamoDB Local never says so. ``InFlightTransactions``, shared by every consumer of a
+run, answers a ``TransactWriteItems`` that would write an item another one still in flight writes with
+``TransactionConflict`` on that action, as DynamoDB does (``situation.transaction_overlaps``). Two
+transactions of ONE client in flight on one item are the applier's own doing (it must never send such a
+pair at once, ``tally.core.plan.item_disjoint_lanes``): each is recorded in ``self_overlaps``, which fails
+the run.
+Ended windows' moves off key items (``tally.store.windows``: a ``TransactWriteItems`` whose key-item
+actions ``REMOVE`` ``w#`` attributes) draw two more:
+
+- ``kill_before_window_transfer``, drawn once per invocation at its first move, like the two above: the
+  invocation is killed after its commit and its key items' read, before the move is sent;
+- ``late_event_race``, per move: the condition's value of one moved attribute is made stale, as if a late
+  event had added to it between the move's read and its transaction; DynamoDB refuses the move and returns
+  the item, from which the mover must re-plan (``situation.window_move_transactions`` counts the moves sent).
+
+``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Final
+
+from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
+
+from tally.core.items import SHARD_SEPARATOR
+from tally.store.schema import GAUGE_PREFIXES, WINDOW_PREFIX, distinct_attribute
+
+if TYPE_CHECKING:
+    import random
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally_local.chaos.clock import Invocation
+    from tally_local.chaos.config import DynamoDBFaultRates
+
+# The requests tally's write path makes; the faults apply to these only.
+FAULTABLE: Final = ("TransactWriteItems", "UpdateItem", "GetItem", "BatchWriteItem", "BatchGetItem")
+TRANSACT: Final = "TransactWriteItems"
+BATCH_GET: Final = "BatchGetItem"
+UNPROCESSED_BURST_MAX: Final = 11
+UPDATE: Final = "UpdateItem"
+_AFTER: Final = "tally_chaos_after"
+"""Key, in botocore's per-request context, of what ``after-call`` does to that request's answer."""
+_WITHHELD: Final = "tally_chaos_withheld"
+"""Key of the ``UnprocessedKeys`` a ``BatchGetItem``'s answer is to carry."""
+_FLYING: Final = "tally_chaos_in_flight"
+"""The request's token in ``InFlightTransactions`` (a transaction sent and not yet answered)."""
+
+
+class InvocationKilled(Exception):
+    """Lambda killed the invocation at its deadline while a request was in flight (the request committed)."""
+
+
+class FaultLog:
+    """Thread-safe counts by name: faults injected, redeliveries made, outcomes seen."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+
+    def add(self, name: str, count: int = 1) -> None:
+        if count:
+            with self._lock:
+                self._counts[name] += count
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+@dataclass
+class _FakeHttpResponse:
+    status_code: int = 400
+    headers: dict[str, str] = field(default_factory=dict)
+    content: bytes = b""
+    text: str = ""
+
+
+_KEY_ATTRIBUTES: Final = ("pk", "sk", "id")
+"""The key attributes of tally's two tables (counters: pk, sk; markers: id): what names an item in a Put."""
+
+
+def transaction_items(params: dict[str, Any]) -> list[str]:
+    """The item each action of a ``TransactWriteItems`` request writes or checks, one per action, in order."""
+    items = []
+    for action in json.loads(params["body"])["TransactItems"]:
+        ((kind, spec),) = action.items()
+        key = spec["Item"] if kind == "Put" else spec["Key"]
+        named = {name: key[name] for name in _KEY_ATTRIBUTES if name in key}
+        items.append(json.dumps([spec["TableName"], named], sort_keys=True))
+    return items
+
+
+class InFlightTransactions:
+    """The items of the transactions in flight right now, across every client that shares this object."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._flying: dict[int, tuple[int, frozenset[str]]] = {}
+        self._next = 0
+        self.self_overlaps: list[str] = []
+
+    def enter(self, client_id: int, items: list[str]) -> tuple[int | None, int | None]:
+        """Register a transaction about to be sent: (its token, None), or (None, the index of an action whose
+        item another transaction in flight writes: DynamoDB cancels this one with ``TransactionConflict``)."""
+        wanted = frozenset(items)
+        with self._lock:
+            for owner, flying in self._flying.values():
+                shared = wanted & flying
+                if shared:
+                    if owner == client_id:
+                        self.self_overlaps.append(f"one invocation sent two transactions on {sorted(shared)[0]}")
+                    return None, items.index(sorted(shared)[0])
+            self._next += 1
+            self._flying[self._next] = (client_id, wanted)
+            return self._next, None
+
+    def leave(self, token: int) -> None:
+        with self._lock:
+            self._flying.pop(token, None)
+
+
+ITEM_TOO_LARGE: Final = "Item size to update has exceeded the maximum allowed size"
+"""DynamoDB's words (as DynamoDB Local says them) for a write that would grow an item past 400 KB."""
+
+
+def _cancelled(reason: str, actions: int, victim: int, message: str = "chaos") -> tuple[_FakeHttpResponse, Any]:
+    """A ``TransactionCanceledException`` answer with ``reason`` on action ``victim``, as DynamoDB sends it."""
+    reasons = [{"Code": reason, "Message": message} if i == victim else {"Code": "None"} for i in range(actions)]
+    body = {
+        "Error": {
+            "Code": "TransactionCanceledException",
+            "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{reason}]",
+        },
+        "CancellationReasons": reasons,
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
+    return _FakeHttpResponse(), body
+
+
+class DynamoDBChaos:
+    """Injects faults into one client's requests; ``invocation`` is set by the consumer for each batch."""
+
+    def __init__(
+        self,
+        client: DynamoDBClient,
+        rates: DynamoDBFaultRates,
+        rng: random.Random,
+        log: FaultLog,
+        in_flight: InFlightTransactions | None = None,
+    ) -> None:
+        self._in_flight = in_flight
+        """Shared by a run's consumers: DynamoDB's conflict between transactions in flight on one item."""
+        self._rates = rates
+        self._rng = rng
+        self._log = log
+        self.invocation: Invocation | None = None
+        self.reserve_ms = 3_000
+        self.enabled = True
+        self.killed_after_claim = False
+        self.killed_before: str | None = None
+        self.refused_keys: frozenset[str] = frozenset()
+        """Keys whose gauge and member writes are refused for good (the run's ``refused_keys``)."""
+        """``gauges``, ``members`` or ``window_transfer`` when ``kill_before_*`` fired in the current invocation."""
+        self._followers_drawn: set[str] = set()
+        """The kinds of write after the commit already drawn for in the current invocation (once each)."""
+        self._unprocessed_burst = 0
+        """Further ``BatchGetItem`` calls of this consumer that will leave keys unprocessed."""
+        """Set when ``kill_after_claim`` fired in the current invocation (the consumer resets it)."""
+        for operation in FAULTABLE:
+            client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
+            client.meta.events.register(f"after-call.dynamodb.{operation}", self._after_call)
+        client.meta.events.register(f"after-call-error.dynamodb.{TRANSACT}", self._left)
+
+    def begin_invocation(self) -> None:
+        """Forget what the previous invocation drew and suffered."""
+        self.killed_after_claim = False
+        self.killed_before = None
+        self._followers_drawn.clear()
+
+    def _draw(self, operation: str) -> str | None:
+        rates = self._rates
+        table = [
+            ("connect_failure", rates.connect_failure),
+            ("lost_response", rates.lost_response),
+            ("throttle_request", rates.throttle_request),
+            ("slow", rates.slow),
+        ]
+        if operation == TRANSACT:
+            table += [("throttle_cancel", rates.throttle_cancel), ("conflict", rates.conflict)]
+        roll = self._rng.random()
+        for kind, rate in table:
+            if roll < rate:
+                return kind
+            roll -= rate
+        return None
+
+    def _draw_claim_fault(self, params: dict[str, Any]) -> str | None:
+        """``kill_after_claim`` or ``lost_claim_near_deadline`` for a journal claim transaction, or None."""
+        claim = _claim_kind(json.loads(params["body"])["TransactItems"])
+        if claim is None:
+            return None
+        self._log.add(f"situation.journal_{claim}_transactions")
+        roll = self._rng.random()
+        if roll < self._rates.kill_after_claim:
+            return "kill_after_claim"
+        if claim == "claim" and roll < self._rates.kill_after_claim + self._rates.lost_claim_near_deadline:
+            return "lost_claim_near_deadline"
+        return None
+
+    def _before_call(
+        self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
+    ) -> tuple[_FakeHttpResponse, Any] | None:
+        # What ``after-call`` is to do rides in botocore's per-request context, not on this object: the
+        # applier sends a round's transactions from several threads on one client.
+        context.pop(_AFTER, None)
+        operation = model.name
+        if self.enabled and operation == BATCH_GET and self._withhold_keys(params, context):
+            return None
+        follower = _after_commit_write(operation, params) if self.enabled else None
+        if follower is not None and follower not in self._followers_drawn:
+            self._followers_drawn.add(follower)
+            kill = self._rng.random() < getattr(self._rates, f"kill_before_{follower}")
+        else:
+            kill = False
+        if follower == "window_transfer":
+            self._log.add("situation.window_move_transactions")
+        if follower == "window_transfer" and self._rng.random() < self._rates.late_event_race:
+            _make_stale(params)
+            self._log.add("ddb.late_event_race")
+        if kill:
+            self._log.add(f"ddb.kill_before_{follower}")
+            self.killed_before = follower
+            raise InvocationKilled(f"killed between the counters' commit and the {follower} write")
+        if (refusal := self._refuse_for_good(follower, operation, params)) is not None:
+            return refusal
+        kind = None
+        if self.enabled and operation == TRANSACT:
+            kind = self._draw_claim_fault(params)
+        if kind is None and self.enabled:
+            kind = self._draw(operation)
+        sent = kind is None or kind in ("kill_after_claim", "lost_claim_near_deadline", "lost_response", "slow")
+        if sent and operation == TRANSACT and self._in_flight is not None:
+            # DynamoDB cancels it if another transaction in flight writes one of its items
+            items = transaction_items(params)
+            token, conflicted = self._in_flight.enter(id(self), items)
+            if conflicted is not None:
+                self._log.add("situation.transaction_overlaps")
+                return _cancelled("TransactionConflict", len(items), conflicted)
+            context[_FLYING] = token
+        if kind is None:
+            return None
+        self._log.add(f"ddb.{kind}")
+        if kind in ("kill_after_claim", "lost_claim_near_deadline"):
+            context[_AFTER] = kind
+            return None
+        if kind == "connect_failure":
+            raise EndpointConnectionError(endpoint_url="chaos://connect-failure")
+        if kind == "lost_response":
+            context[_AFTER] = "lose"
+            return None
+        if kind == "slow":
+            invocation = self.invocation
+            if invocation is not None:
+                remaining_after = self._rng.randint(-500, 2 * self.reserve_ms)
+                invocation.slow_down(remaining_after)
+                if remaining_after < 0:
+                    context[_AFTER] = "kill"
+            return None
+        if kind == "throttle_request":
+            error = {"Code": "ProvisionedThroughputExceededException", "Message": "chaos: rate exceeded"}
+            return _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        reason = "ThrottlingError" if kind == "throttle_cancel" else "TransactionConflict"
+        actions = len(json.loads(params["body"])["TransactItems"])
+        return _cancelled(reason, actions, self._rng.randrange(actions))
+
+    def _refuse_for_good(
+        self, follower: str | None, operation: str, params: dict[str, Any]
+    ) -> tuple[_FakeHttpResponse, Any] | None:
+        """DynamoDB's answer to a gauge or member write naming a refused key's items, or None (sent as is)."""
+        if follower not in ("gauges", "members") or not self.refused_keys:
+            return None
+        request = json.loads(params["body"])
+        answer = None
+        if operation == UPDATE and _key_of(request.get("Key", {})) in self.refused_keys:
+            error = {"Code": "ValidationException", "Message": ITEM_TOO_LARGE}
+            answer = _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+        actions = request.get("TransactItems", [])
+        for index, action in enumerate(actions):
+            update = action.get("Update")
+            if answer is None and update is not None and _key_of(update.get("Key", {})) in self.refused_keys:
+                answer = _cancelled("ValidationError", len(actions), index, ITEM_TOO_LARGE)
+        if answer is not None:
+            self._log.add(f"ddb.refused_for_good_{follower}")
+        return answer
+
+    def _withhold_keys(self, params: dict[str, Any], context: dict[str, Any]) -> bool:
+        """Send part of a ``BatchGetItem``'s keys and keep the rest for its answer's ``UnprocessedKeys``."""
+        request = json.loads(params["body"])
+        ((table, spec),) = request["RequestItems"].items()
+        keys = spec["Keys"]
+        if len(keys) < 2:
+            return False
+        if self._unprocessed_burst:
+            self._unprocessed_burst -= 1
+        elif self._rng.random() < self._rates.unprocessed_keys:
+            self._unprocessed_burst = self._rng.randint(0, UNPROCESSED_BURST_MAX)
+        else:
+            return False
+        self._log.add("ddb.unprocessed_keys")
+        answered = self._rng.randint(1, len(keys) - 1)
+        spec["Keys"], withheld = keys[:answered], keys[answered:]
+        params["body"] = json.dumps(request).encode()
+        context[_WITHHELD] = {table: dict(spec, Keys=withheld)}
+        context[_AFTER] = "withhold"
+        return True
+
+    def _left(self, context: dict[str, Any], **_: Any) -> None:
+        """The transaction's answer came back (or its sending failed): it is no longer in flight."""
+        token = context.pop(_FLYING, None)
+        if token is not None and self._in_flight is not None:
+            self._in_flight.leave(token)
+
+    def _after_call(self, context: dict[str, Any], parsed: dict[str, Any] | None = None, **_: Any) -> None:
+        self._left(context)
+        after = context.pop(_AFTER, None)
+        if after == "withhold":
+            withheld = context.pop(_WITHHELD, {})
+            if parsed is not None and "Error" not in parsed:
+                unprocessed = parsed.setdefault("UnprocessedKeys", {})
+                for table, spec in withheld.items():
+                    unprocessed.setdefault(table, {"Keys": [], "ConsistentRead": spec.get("ConsistentRead")})
+                    unprocessed[table]["Keys"].extend(spec["Keys"])
+            return
+        if after == "lose":
+            raise ReadTimeoutError(endpoint_url="chaos://lost-response")
+        if after == "kill_after_claim":
+            self.killed_after_claim = True
+            raise InvocationKilled("killed between a journal claim and the commit")
+        if after == "lost_claim_near_deadline":
+            if self.invocation is not None:
+                self.invocation.slow_down(self.reserve_ms + 50)  # a 10 s read timeout, late in the invocation
+            raise ReadTimeoutError(endpoint_url="chaos://lost-claim-near-deadline")
+        if after == "kill":
+            raise InvocationKilled("deadline passed while a DynamoDB request was in flight")
+
+
+def _after_commit_write(operation: str, params: dict[str, Any]) -> str | None:
+    """``gauges`` for ``tally.store.gauges``' ``UpdateItem``, ``members`` for ``tally.store.distinct``'s
+    ``TransactWriteItems`` (by the attributes they name), else None."""
+    if operation not in (UPDATE, TRANSACT):
+        return None
+    request = json.loads(params["body"])
+    if operation == UPDATE:
+        names = request.get("ExpressionAttributeNames", {}).values()
+        return "gauges" if any(name.startswith(tuple(GAUGE_PREFIXES.values())) for name in names) else None
+    for action in request.get("TransactItems", []):
+        update = action.get("Update", {})
+        names = update.get("ExpressionAttributeNames", {}).values()
+        if update.get("UpdateExpression", "").startswith("REMOVE ") and any(n.startswith(WINDOW_PREFIX) for n in names):
+            return "window_transfer"
+        if any(name.startswith(_COUNT_PREFIX) for name in names):
+            return "members"
+    return None
+
+
+def _key_of(key: dict[str, Any]) -> str:
+    """The counter key an item belongs to (a hot key's shard and a member's partition name it too)."""
+    return str(key.get("pk", {}).get("S", "")).split(SHARD_SEPARATOR)[0]
+
+
+def _make_stale(params: dict[str, Any]) -> None:
+    """A window move's first condition value, one more than read: a late event's ADD seen by DynamoDB only."""
+    request = json.loads(params["body"])
+    for action in request["TransactItems"]:
+        update = action.get("Update", {})
+        if update.get("UpdateExpression", "").startswith("REMOVE "):
+            value = update["ExpressionAttributeValues"][":w0"]
+            value["N"] = str(Decimal(value["N"]) + 1)
+            params["body"] = json.dumps(request).encode()
+            return
+
+
+_COUNT_PREFIX: Final = distinct_attribute("")
+
+
+def _claim_kind(actions: list[dict[str, Any]]) -> str | None:
+    """``open`` or ``claim`` for the journal's claim transactions (by their first action), else None."""
+    if not actions:
+        return None
+    first = actions[0]
+    put = first.get("Put", {}).get("Item", {})
+    if put.get("id", {}).get("S", "").startswith("b#") and put.get("state", {}).get("S") == "PREPARING":
+        return "open"
+    check = first.get("ConditionCheck", {})
+    if check.get("ExpressionAttributeValues", {}).get(":state", {}).get("S") == "PREPARING":
+        return "claim"
+    return None

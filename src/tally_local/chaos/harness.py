@@ -1,0 +1,527 @@
+"""A chaos run: publish the seeded load, consume it under faults, redrive the DLQ twice, judge the result.
+
+The pipeline of every consumer is wired like ``tally.runtime.build_pipeline`` (``DynamoDBCounterStore``,
+``DynamoDBJournal``, ``Applier``, ``BatchPipeline``, the deployment's windows and hot keys, botocore's
+client configuration), on its own client to DynamoDB Local with its own fault injector; the dead-letter
+port is the run's in-memory queue. Only the retry delays are scaled down (``CHAOS_RETRIES``): the
+emulated sources redeliver at once instead of after minutes, and the run must not sleep for real.
+
+``pipeline_factory`` replaces that wiring: the test suite passes deliberately broken variants through
+it and checks that the same harness catches them.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
+
+from tally.commit.applier import Applier, RetryPolicy
+from tally.commit.marker_reads import MarkerReadGate
+from tally.core.bounds import parse_counter_bounds
+from tally.core.defaults import parse_counter_defaults
+from tally.core.limits import WIRE_LIMITS
+from tally.core.model import SourceRecord
+from tally.core.numbered_ids import parse_numbered
+from tally.core.sharding import parse_hot_keys
+from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
+from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
+from tally.post_commit import post_commit_steps
+from tally.reader import CounterReader
+from tally.reader.store_view import read_counters
+from tally.store.distinct import DynamoDBDistinctStore
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.expressions import counter_limit_for
+from tally.store.gauges import DynamoDBGaugeStore
+from tally.store.journal import DynamoDBJournal
+from tally.store.windows import DynamoDBWindowMover
+from tally_local.chaos.check import PatternReads, Verdict, judge
+from tally_local.chaos.clock import VirtualClock
+from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
+from tally_local.chaos.dlq import ConsumerPort, DeadLetterStore
+from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions
+from tally_local.chaos.horizon import run_past_horizon
+from tally_local.chaos.invoke import Consumer, KilledClaims
+from tally_local.chaos.kinesis import ShardConsumer, Stream
+from tally_local.chaos.ledger import JepsenMonitor, Ledger, Violation
+from tally_local.chaos.patterns import refused_keys
+from tally_local.chaos.sqs import Queue, consume
+from tally_local.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
+from tally_local.chaos.wiring import PipelineFactory, Tables
+from tally_local.chaos.workload import TRACER, Source, Workload, generate, wide_items
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+    from tally_local.chaos.config import ChaosConfig
+
+TTL_SECONDS = 35 * 86_400
+CHAOS_RETRIES = RetryPolicy(base_delay_s=0.005, max_delay_s=0.1, max_attempts=8, reserve_ms=3_000)
+
+
+ONE_ADD_NAMES = 331
+"""Counter names one ADD carries within DynamoDB's 4 KB expression limit (DynamoDB Local: 331 accepted,
+4,085 bytes; 332 refused, 4,098): a constant here, so the harness does not lean on the code it checks."""
+WIDE_MESSAGE_NAMES = 100
+
+
+def wire_pipeline(
+    client: DynamoDBClient,
+    tables: Tables,
+    dead_letters: DeadLetterQueue,
+    config: ChaosConfig,
+    *,
+    store: DynamoDBCounterStore | None = None,
+    journal: DynamoDBJournal | None = None,
+    marker_read_gate: MarkerReadGate | None = None,
+) -> BatchPipeline:
+    """``tally.runtime.build_pipeline``'s wiring, on the given client and dead-letter port."""
+    hot_keys = parse_hot_keys(config.hot_keys)
+    defaults = parse_counter_defaults(config.counter_defaults, hot_keys)
+    bounds = parse_counter_bounds(config.counter_bounds, hot_keys, defaults)
+    store = store or DynamoDBCounterStore(
+        client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults, bounds=bounds
+    )
+    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, defaults)
+    limits = WIRE_LIMITS
+    settings = PipelineSettings(
+        limits=limits,
+        dedup_horizon_ms=TTL_SECONDS * 1000,
+        windows=parse_window_spec(config.windows, config.window_retention),
+        hot_keys=hot_keys,
+        counter_defaults=defaults,
+    )
+    applier = Applier(
+        store,
+        journal,
+        policy=CHAOS_RETRIES,
+        marker_read_gate=marker_read_gate,
+        counter_limit=counter_limit_for(defaults),
+        bounds=bounds,
+        write_concurrency=config.write_concurrency,
+    )
+    # The gauge and member stores as production wires them: without them a message with gauges
+    # or distinct members is dead-lettered.
+    return BatchPipeline(
+        applier,
+        dead_letters,
+        settings,
+        steps=post_commit_steps(
+            settings.windows,
+            gauges=DynamoDBGaugeStore(client, tables.counters),
+            distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
+            mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
+        ),
+    )
+
+
+class SeriesReaderFactory(Protocol):
+    """Builds the reader of the series reads made during the run (the library's: ``series_reader``)."""
+
+    def __call__(self, client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> CounterReader: ...
+
+
+def series_reader(client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> CounterReader:
+    """``tally.reader.CounterReader`` as an application builds it for this deployment."""
+    spec = parse_window_spec(config.windows, config.window_retention)
+    return CounterReader(tables.counters, client=client, hot_keys=config.hot_keys, windows=spec)
+
+
+@dataclass(frozen=True, slots=True)
+class ChaosResult:
+    config: ChaosConfig
+    events: int
+    """Distinct valid events published (doomed ones included, setup messages not)."""
+    messages: int
+    publications: int
+    counts: dict[str, int]
+    """Faults, redeliveries and outcomes by name (``FaultLog``)."""
+    verdict: Verdict
+    jepsen_reads: int
+    jepsen_violations: tuple[Violation, ...]
+    unexpected_errors: tuple[str, ...]
+    seconds: float
+    virtual_seconds: float
+    """How far the virtual clock jumped ahead of real time (visibility timeouts, backoffs)."""
+    wide_items: int = 0
+    """Keys whose item got more counter names than one ADD's 4 KB expression carries."""
+    wide_messages: int = 0
+    """Messages with 100 or more counters on one key."""
+    series_reads: int = 0
+    """Series reads of ``win:`` keys made while the consumers ran (``tally_local.chaos.window_reads``)."""
+    series_read_violations: tuple[WindowReadViolation, ...] = ()
+    past_horizon_problems: tuple[str, ...] = ()
+    """What went wrong with the ids met past their horizon after a TTL sweep (``tally_local.chaos.horizon``)."""
+
+    @property
+    def faults(self) -> dict[str, int]:
+        """Every injected fault by kind (the figures that must add up to at least 1,000 in the full run)."""
+        prefixes = ("ddb.", "delivery.", "producer.", "poison.")
+        excluded = {"delivery.sqs_moved_to_dlq", "delivery.kinesis_given_up_records"}
+        return {
+            name: count
+            for name, count in sorted(self.counts.items())
+            if name.startswith(prefixes) and name not in excluded
+        }
+
+    @property
+    def situations(self) -> dict[str, int]:
+        """How often the run produced each situation at the journal's edges (gate closed, kill between claim and
+        commit then redelivery after the lease, sums needing more than 38 digits in a later chunk)."""
+        return {name: count for name, count in sorted(self.counts.items()) if name.startswith("situation.")}
+
+    @property
+    def redeliveries(self) -> dict[str, int]:
+        return {name: count for name, count in sorted(self.counts.items()) if name.startswith("redelivery.")}
+
+    @property
+    def passed(self) -> bool:
+        return (
+            self.verdict.ok
+            and not self.jepsen_violations
+            and not self.unexpected_errors
+            and self.jepsen_reads > 0
+            and not self.series_read_violations
+            and not self.past_horizon_problems
+            and (self.series_reads > 0 or not self.config.window_messages)
+        )
+
+
+@dataclass
+class _Run:
+    """Everything one run shares between its threads."""
+
+    config: ChaosConfig
+    client_factory: Callable[[], DynamoDBClient]
+    tables: Tables
+    pipeline_factory: PipelineFactory
+    clock: VirtualClock = field(default_factory=VirtualClock)
+    log: FaultLog = field(default_factory=FaultLog)
+    dead_letters: DeadLetterStore = field(default_factory=DeadLetterStore)
+    ledger: Ledger = field(default_factory=Ledger)
+    unexpected: list[BaseException] = field(default_factory=list)
+    injectors: list[DynamoDBChaos] = field(default_factory=list)
+    in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
+    """DynamoDB's conflicts between transactions in flight on one item, across every consumer."""
+    killed: KilledClaims = field(default_factory=KilledClaims)
+    series_monitor: SeriesReadMonitor | None = None
+    """Holds window moves until a series read of their key is between two requests."""
+    sessions: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    """The bounded sessions' messages (``Workload.sessions``), for the situations the consumers count."""
+
+    def consumer(self, name: str, index: int) -> Consumer:
+        """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
+        config = self.config
+        client = self.client_factory()
+        chaos = DynamoDBChaos(
+            client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log, self.in_flight
+        )
+        chaos.reserve_ms = CHAOS_RETRIES.reserve_ms
+        chaos.refused_keys = refused_keys(config.seed, config.pattern_keys, config.refused_keys)
+        self.injectors.append(chaos)
+        if self.series_monitor is not None:  # after the injector's hooks: only moves it lets through are held
+            self.series_monitor.attach(client)
+        port = ConsumerPort(
+            self.dead_letters, config.delivery.dlq_refusal, random.Random(f"{config.seed}:dlq:{name}"), self.log
+        )
+        # A gate that never reads is one that has closed (10 quiet batches) and met no marker since.
+        gate = MarkerReadGate(quiet_batches=0) if index < config.closed_gate_consumers else MarkerReadGate()
+        return Consumer(
+            name=name,
+            pipeline=self.pipeline_factory(client, self.tables, port, config, marker_read_gate=gate),
+            chaos=chaos,
+            clock=self.clock,
+            log=self.log,
+            rng=random.Random(f"{config.seed}:invoke:{name}"),
+            timeout_ms=config.function_timeout_s * 1000,
+            crash_after_commit=config.delivery.crash_after_commit,
+            unexpected=self.unexpected,
+            gate=gate,
+            killed=self.killed,
+            sessions=self.sessions,
+            minute_windows=any(
+                unit.name == "minute" for unit in parse_window_spec(config.windows, config.window_retention).units
+            ),
+        )
+
+
+def _run_threads(
+    targets: dict[str, Callable[[], None]], on_tick: Callable[[], None] | None, halt: Callable[[], None]
+) -> None:
+    errors: list[BaseException] = []
+
+    def guarded(target: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                errors.append(exc)
+
+        return run
+
+    threads = [threading.Thread(target=guarded(target), name=name) for name, target in targets.items()]
+    for thread in threads:
+        thread.start()
+    try:
+        for thread in threads:
+            while thread.is_alive():
+                thread.join(timeout=0.25)
+                if on_tick is not None:
+                    on_tick()
+    except KeyboardInterrupt:
+        halt()  # let every consumer finish its invocation, so that DynamoDB Local can be stopped cleanly
+        for thread in threads:
+            thread.join()
+        raise
+    if errors:
+        raise errors[0]
+
+
+def _redrive(run: _Run, queue: Queue) -> None:
+    """The operator's redrive: every letter sent back to the source queue as a new message (a new MessageId)."""
+    letters = run.dead_letters.drain()
+    run.log.add("producer.dlq_redriven", len(letters))
+    for letter in letters:
+        queue.send(letter.body)
+
+
+def _needs_another_redrive(run: _Run, workload: Workload, config: ChaosConfig, *, redrives: int) -> bool:
+    """Whether the DLQ still holds valid messages the redrive policy moved there (no reason code) and an
+    extra redrive is left (``ChaosConfig.extra_redrives``); logged as ``producer.dlq_extra_redrives``."""
+    if redrives >= config.redrives + config.extra_redrives:
+        return False
+    moved = any(letter.code is None and letter.body in workload.by_body for letter in run.dead_letters.letters())
+    if moved:
+        run.log.add("producer.dlq_extra_redrives")
+    return moved
+
+
+def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
+    config: ChaosConfig,
+    client_factory: Callable[[], DynamoDBClient],
+    tables: Tables,
+    *,
+    pipeline_factory: PipelineFactory = wire_pipeline,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    reader_factory: SeriesReaderFactory = series_reader,
+) -> ChaosResult:
+    """Run ``config`` against the (empty) ``tables``; ``on_progress(phase, acknowledged, messages)``."""
+    started = time.perf_counter()
+    run = _Run(config, client_factory, tables, pipeline_factory)
+    generated_ms = run.clock.now_ms()
+    workload = generate(config, generated_ms)
+    run.sessions = workload.sessions
+    queue = Queue(
+        run.clock,
+        run.dead_letters,
+        run.log,
+        visibility_ms=VISIBILITY_TIMEOUT_S[config.function_timeout_s] * 1000,
+        max_receive_count=config.max_receive_count,
+        expiry_rate=config.delivery.visibility_expiry,
+        seed=config.seed,
+    )
+    stream = Stream(config.kinesis_shards, run.clock)
+    _apply_setup(workload, run)
+    past_horizon = run_past_horizon(
+        config,
+        client_factory,
+        tables,
+        pipeline_factory,
+        dead_letters=ConsumerPort(DeadLetterStore(), 0.0, random.Random(), run.log),
+        log=run.log,
+        now_ms=run.clock.now_ms(),
+        ttl_seconds=TTL_SECONDS,
+    )
+    reused = {message.body for message in workload.alternates.values()}
+    precision_bodies = {message.body for message in workload.precision_doomed}
+    for publication in workload.publications:
+        if publication.resend:
+            run.log.add("producer.resend")
+            if workload.by_body[publication.body].body != publication.body:
+                run.log.add("producer.resend_respelled")
+        if publication.body in reused:
+            run.log.add("producer.id_reused")
+        if publication.body in workload.poison:
+            run.log.add("poison.published")
+        if publication.body in precision_bodies:
+            run.log.add("situation.sum_over_38_digits_published")
+        if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
+            run.log.add("situation.numbered_id_published")  # its marker shares a block item
+        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
+            run.log.add("situation.session_big_published")  # then its bounded sales, one block
+        if publication.source is Source.SQS:
+            queue.send(publication.body)
+        else:
+            stream.put(publication.body.encode(), publication.partition_key)
+
+    series_client = client_factory()
+    series_monitor = SeriesReadMonitor(
+        run.ledger,
+        run.log,
+        window_contributions(workload, parse_window_spec(config.windows, config.window_retention)),
+        reader_factory(series_client, tables, config),
+        series_client,
+        day_ms=generated_ms - generated_ms % DAY_MS - DAY_MS,  # the window messages' day (``workload``)
+        now_ms=run.clock.now_ms,
+        seed=config.seed,
+        interval_s=config.series_read_interval_s,
+    )
+    run.series_monitor = series_monitor
+    sqs_consumers = [run.consumer(f"sqs-{index}", index) for index in range(config.sqs_consumers)]
+    shard_consumers = [
+        ShardConsumer(
+            shard,
+            run.consumer(f"kinesis-{index}", index),
+            workload,
+            run.ledger,
+            run.clock,
+            config.kinesis_batch_size,
+            config.kinesis_max_retries,
+            config.delivery.kinesis_rewind,
+            random.Random(f"{config.seed}:rewind:{index}"),
+        )
+        for index, shard in enumerate(stream.shards)
+    ]
+    reader = DynamoDBCounterStore(
+        client_factory(), tables.counters, tables.markers, TTL_SECONDS, parse_hot_keys(config.hot_keys)
+    )
+
+    def read_count(key: str) -> Decimal:
+        return read_counters(reader, key).get(TRACER, Decimal(0))
+
+    def phase_targets(replay: bool) -> dict[str, Callable[[], None]]:
+        targets: dict[str, Callable[[], None]] = {
+            c.name: partial(consume, queue, c, workload, run.ledger, config.sqs_batch_size) for c in sqs_consumers
+        }
+        for shard_consumer in shard_consumers:
+            targets[shard_consumer.consumer.name] = shard_consumer.replay_given_up if replay else shard_consumer.run
+        return targets
+
+    def halt() -> None:
+        queue.halted.set()
+        for shard_consumer in shard_consumers:
+            shard_consumer.halted.set()
+
+    distinct = len(workload.valid)
+    with (
+        JepsenMonitor(run.ledger, sorted(workload.expected), read_count, config.jepsen_interval_s, config.seed) as jm,
+        series_monitor,
+    ):
+        phases = ["main"] + [f"redrive {n + 1}" for n in range(config.redrives)]
+        for number, phase in enumerate(phases):  # an extra redrive appends a phase (see below)
+            if number > 0:
+                _redrive(run, queue)
+
+            def tick(phase: str = phase) -> None:
+                if on_progress is not None:
+                    on_progress(phase, len(run.ledger.acknowledged_messages), distinct)
+
+            _run_threads(phase_targets(replay=number > 0), tick, halt)
+            if number == len(phases) - 1 and _needs_another_redrive(run, workload, config, redrives=number):
+                phases.append(f"redrive {number + 1}")
+    for injector in run.injectors:
+        injector.enabled = False
+    if jm.error is not None:
+        raise jm.error
+    if series_monitor.error is not None:
+        raise series_monitor.error
+
+    run.log.add(
+        "situation.sum_over_38_digits_dead_lettered",
+        sum(1 for letter in run.dead_letters.letters() if letter.body in precision_bodies and letter.code),
+    )
+    verdict = judge(
+        workload,
+        partial(read_counters, reader),
+        run.dead_letters.letters(),
+        given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
+        patterns=_pattern_reads(config, tables, client_factory),
+        replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
+        read_window=_final_close(config, tables, client_factory, run.clock.now_ms(), run.log),
+        ever_letters=run.dead_letters.ever(),
+    )
+    published = [message for message in workload.valid.values() if message not in workload.setup]
+    return ChaosResult(
+        config=config,
+        events=sum(message.events for message in published),
+        messages=len(published),
+        publications=len(workload.publications),
+        counts=run.log.snapshot(),
+        verdict=verdict,
+        jepsen_reads=jm.reads,
+        jepsen_violations=tuple(jm.violations),
+        unexpected_errors=tuple(repr(exc) for exc in run.unexpected) + tuple(run.in_flight.self_overlaps),
+        seconds=time.perf_counter() - started,
+        virtual_seconds=run.clock.jumped_ms / 1000,
+        wide_items=wide_items(workload, ONE_ADD_NAMES),
+        wide_messages=sum(1 for m in published if any(len(c) >= WIDE_MESSAGE_NAMES for c in m.sums.values())),
+        series_reads=series_monitor.reads,
+        series_read_violations=tuple(series_monitor.violations),
+        past_horizon_problems=tuple(past_horizon),
+    )
+
+
+def _pattern_reads(config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient]) -> PatternReads:
+    """Gauges and distinct counts as ``tally.reader`` returns them to applications, and the markers."""
+    reader = CounterReader(tables.counters, client=client_factory(), hot_keys=config.hot_keys)
+    markers = DynamoDBCounterStore(client_factory(), tables.counters, tables.markers, TTL_SECONDS)
+    return PatternReads(
+        gauges=lambda key: reader.get(key).gauges,
+        distinct=lambda key: reader.get(key).distinct,
+        counted=lambda message_id: markers.read_marker(message_id) is not None,
+        journaled=lambda message_id: getattr(markers.read_marker(message_id), "batch_id", None) is not None,
+    )
+
+
+def _final_close(
+    config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient], now_ms: int, log: FaultLog
+) -> Callable[[str, str], dict[str, Decimal]]:
+    """Move what the run left on key items (``tally windows close``, without faults), then read windows as
+    ``tally.reader`` does: (key, window id) -> counters."""
+    spec = parse_window_spec(config.windows, config.window_retention)
+    client = client_factory()
+    closed = DynamoDBWindowMover(client, tables.counters, spec).close_all(now_ms)
+    log.add("situation.windows_moved_by_final_close", closed.windows)
+    reader = CounterReader(tables.counters, client=client, hot_keys=config.hot_keys, windows=spec)
+
+    def read_window(key: str, window: str) -> dict[str, Decimal]:
+        name, start = parse_window_id(window)
+        return dict(reader.series(key, name, start, start, now_ms=now_ms).windows[0].values)
+
+    return read_window
+
+
+def _apply_setup(workload: Workload, run: _Run) -> None:
+    """Apply the setup messages (the counters the doomed messages overflow), without faults."""
+    if not workload.setup:
+        return
+    client = run.client_factory()
+    pipeline = wire_pipeline(
+        client, run.tables, ConsumerPort(run.dead_letters, 0.0, random.Random(), run.log), run.config
+    )
+    now_ms = run.clock.now_ms()
+    records = [SourceRecord(f"setup-{m.message_id}", m.body, now_ms) for m in workload.setup]
+    result = pipeline.process(records, now_ms, lambda: run.config.function_timeout_s * 1000)
+    if result.failed_record_ids or result.dead_letters or result.figures["MessagesApplied"] != len(records):
+        raise RuntimeError(f"the setup messages were not applied: {result}")
+    run.ledger.attempt(workload.setup)
+    run.ledger.acknowledge(workload.setup)
+
+
+__all__ = [
+    "CHAOS_RETRIES",
+    "ChaosResult",
+    "PipelineFactory",
+    "SeriesReaderFactory",
+    "Tables",
+    "Workload",
+    "run_chaos",
+    "series_reader",
+    "wire_pipeline",
+]

@@ -1,0 +1,233 @@
+"""One consumer: a pipeline wired like production, invoked the way Lambda invokes the handlers.
+
+Each invocation does what ``tally.handlers.sqs`` / ``tally.handlers.kinesis`` do (read the clock once, turn
+the Lambda event into records with the real ``tally.sources`` code, ``BatchPipeline.process``, build the
+partial batch response) and then hands the answer to the event source mapping's reading of it
+(``tally_local.esm.read_response``). The handlers' own modules are not called because they
+build one cached pipeline per process from the environment; here every consumer needs its own client to
+inject its own faults.
+
+What can go wrong in an invocation, as Lambda sees it:
+
+- the handler raised: a function error (a ``TallyError`` is tally failing a batch on purpose; anything else,
+  and ``UnsettledMessagesError``, tally's own report of a message it lost track of, is an unexpected error,
+  which fails the chaos run);
+- the invocation was killed at its deadline (``InvocationKilled``), or returned after it;
+- a crash after commit: the handler returned, but its answer never reached the event source mapping.
+
+In all three cases the whole batch counts as failed.
+
+Each consumer is one warm container: its pipeline (and its ``MarkerReadGate``) lives for the whole run.
+It also counts the situations at the journal's edges as they happen (``situation.*``): invocations whose gate is
+closed, and records of an invocation killed between a journal claim and the commit when they come back
+(after the lease ended, and to a consumer whose gate is closed).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tally.commit.applier import RetryPolicy
+from tally.errors import TallyError, UnsettledMessagesError
+from tally.sources import kinesis as kinesis_source
+from tally.sources import sqs as sqs_source
+from tally_local.chaos.clock import Invocation
+from tally_local.chaos.faults import InvocationKilled
+from tally_local.esm import BatchOutcome, function_error, read_response
+
+if TYPE_CHECKING:
+    import random
+    from collections.abc import Callable, Mapping, Sequence
+
+    from tally.commit.marker_reads import MarkerReadGate
+    from tally.core.model import SourceRecord
+    from tally.pipeline import BatchPipeline, BatchResult
+    from tally_local.chaos.clock import VirtualClock
+    from tally_local.chaos.faults import DynamoDBChaos, FaultLog
+
+_HEX_ID = re.compile(r"[0-9a-f]{32}")
+"""Journal batch ids in error messages, replaced so that equal errors are counted together."""
+LEASE_MARGIN_MS = RetryPolicy().lease_margin_ms
+
+
+class KilledClaims:
+    """Bodies of records whose invocation was killed between a journal claim and the commit -> when."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._killed_ms: dict[str, int] = {}
+
+    def add(self, bodies: Sequence[str], now_ms: int) -> None:
+        with self._lock:
+            for body in bodies:
+                self._killed_ms.setdefault(body, now_ms)
+
+    def holds(self, bodies: Sequence[str]) -> set[str]:
+        """Those of ``bodies`` killed before and not yet reported redelivered (without reporting them)."""
+        with self._lock:
+            return {body for body in bodies if body in self._killed_ms}
+
+    def take(self, bodies: Sequence[str]) -> list[int]:
+        """The kill times of those of ``bodies`` killed before (each is reported once)."""
+        with self._lock:
+            return [self._killed_ms.pop(body) for body in bodies if body in self._killed_ms]
+
+
+def _text(record: SourceRecord) -> str:
+    body = record.body
+    return body if isinstance(body, str) else body.decode("utf-8", "surrogateescape")
+
+
+@dataclass
+class Consumer:
+    name: str
+    pipeline: BatchPipeline
+    chaos: DynamoDBChaos
+    clock: VirtualClock
+    log: FaultLog
+    rng: random.Random
+    timeout_ms: int
+    crash_after_commit: float
+    unexpected: list[BaseException]
+    gate: MarkerReadGate
+    """The marker read gate of this consumer's applier (a warm container's: it may close)."""
+    killed: KilledClaims
+    _bodies: tuple[str, ...] = ()
+    sessions: Mapping[str, tuple[str, bool]] = field(default_factory=dict)
+    """The bounded sessions' messages (``Workload.sessions``): body -> (session, whether the big one)."""
+    minute_windows: bool = False
+    """The run counts minute windows (the situations of the bounded sessions say so)."""
+
+    def invoke_sqs(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
+        def handle() -> object:
+            invocation = self._begin()
+            records = sqs_source.records_from_event(event)
+            self._observe(records)
+            result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
+            self._record(result)
+            return {"batchItemFailures": [{"itemIdentifier": rid} for rid in result.failed_record_ids]}
+
+        return self._invoke(handle, record_ids)
+
+    def invoke_kinesis(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
+        def handle() -> object:
+            invocation = self._begin()
+            records = kinesis_source.records_from_event(event)
+            self._observe(records)
+            result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
+            self._record(result)
+            return kinesis_source.failure_report(result.failed_record_ids)
+
+        return self._invoke(handle, record_ids)
+
+    def _observe(self, records: Sequence[SourceRecord]) -> None:
+        """Count the situations at the journal's edges this invocation meets, before it runs."""
+        self._bodies = tuple(_text(record) for record in records)
+        closed = not self.gate.is_open
+        if closed:
+            self.log.add("situation.gate_closed_invocations")
+        now_ms = self.clock.now_ms()
+        self._observe_sessions()
+        for killed_ms in self.killed.take(self._bodies):
+            self.log.add("situation.claim_killed_redelivered")
+            if now_ms > killed_ms + self.timeout_ms + LEASE_MARGIN_MS:
+                self.log.add("situation.claim_killed_redelivered_after_lease")
+            if closed:
+                self.log.add("situation.claim_killed_redelivered_gate_closed")
+
+    def _observe_sessions(self) -> None:
+        """Count the bounded sessions' situations: a big message in one batch with sales of its own
+        session (their markers share a block item), and the same after a kill between its claim and commit."""
+        if not self.sessions:
+            return
+        killed = self.killed.holds(self._bodies)
+        sales: set[str] = set()
+        bigs: dict[str, str] = {}
+        for body in self._bodies:
+            known = self.sessions.get(body)
+            if known is None:
+                continue
+            if known[1]:
+                bigs[known[0]] = body
+            else:
+                sales.add(known[0])
+        suffix = "_minute_windows" if self.minute_windows else ""
+        for session, body in bigs.items():
+            if session not in sales:
+                continue
+            self.log.add(f"situation.session_big_beside_its_bounded_sales{suffix}")
+            if body in killed:
+                self.log.add(f"situation.session_big_killed_after_claim_redelivered_beside_its_bounded_sales{suffix}")
+
+    def _record(self, result: BatchResult) -> None:
+        """The batch's own figures (what the handlers publish as metrics), summed over the run."""
+        figures = {
+            "messages_applied": result.figures["MessagesApplied"],
+            "already_applied": result.figures["DuplicatesAlreadyApplied"],
+            "duplicates_in_batch": result.figures["DuplicatesInBatch"],
+            "dead_letters": len(result.dead_letters),
+            "records_failed": len(result.failed_record_ids),
+            "transactions": result.figures["Transactions"],
+            "transaction_retries": result.figures["TransactionRetries"],
+            "journal_batches": result.figures["JournalBatches"],
+            "refused_chunks": result.figures["RefusedChunks"],
+            "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent from a pipeline without stalls
+        }
+        conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]
+        # How the pipeline met each reused id: another copy in the same batch, or the id's marker.
+        figures["id_conflicts_in_batch"] = sum(1 for letter in conflicts if "first copy" in letter.rejection.detail)
+        figures["id_conflicts_by_marker"] = len(conflicts) - figures["id_conflicts_in_batch"]
+        for name, value in figures.items():
+            self.log.add(f"pipeline.{name}", value)
+
+    def _begin(self) -> Invocation:
+        invocation = Invocation(self.timeout_ms)
+        self.chaos.invocation = invocation
+        self.chaos.begin_invocation()
+        self._bodies = ()
+        return invocation
+
+    def _invoke(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
+        self.log.add("invocations")
+        try:
+            response = handle()
+        except InvocationKilled:
+            if self.chaos.killed_after_claim:
+                self.log.add("outcome.killed_between_claim_and_commit")
+                self.killed.add(self._bodies, self.clock.now_ms())
+                return function_error(record_ids, "killed between a journal claim and the commit")
+            if self.chaos.killed_before is not None:
+                self.log.add(f"outcome.killed_before_{self.chaos.killed_before}")
+                return function_error(
+                    record_ids, f"killed between the commit and the {self.chaos.killed_before} writes"
+                )
+            self.log.add("outcome.killed_at_deadline")
+            return function_error(record_ids, "killed at the deadline")
+        except UnsettledMessagesError as exc:
+            # tally refusing a batch whose bookkeeping lost a message is a defect, not a chosen failure
+            self.log.add(f"outcome.unexpected.{type(exc).__name__}")
+            self.unexpected.append(exc)
+            return function_error(record_ids, str(exc))
+        except TallyError as exc:
+            self.log.add(f"outcome.function_error.{type(exc).__name__}")
+            self.log.add(f"error.{type(exc).__name__}: {_HEX_ID.sub('<id>', str(exc))[:100]}")
+            return function_error(record_ids, str(exc))
+        except Exception as exc:
+            self.log.add(f"outcome.unexpected.{type(exc).__name__}")
+            self.unexpected.append(exc)
+            return function_error(record_ids, repr(exc))
+        invocation = self.chaos.invocation
+        if invocation is not None and invocation.timed_out:
+            self.log.add("outcome.timed_out")
+            return function_error(record_ids, "returned after the deadline")
+        if self.rng.random() < self.crash_after_commit:
+            self.log.add("delivery.crash_after_commit")
+            return function_error(record_ids, "crashed after commit: the answer was lost")
+        outcome = read_response(response, record_ids)
+        if outcome.whole_batch:
+            self.log.add("outcome.unreadable_response")
+            self.unexpected.append(AssertionError(f"the event source could not read the answer: {outcome.reason}"))
+        return outcome

@@ -1,0 +1,122 @@
+"""What the sources know about each message, and the Jepsen-style check made from it during the run.
+
+A message is *attempted* once an invocation that carries it has started, and *acknowledged* once a
+handler's answer that marks its record done has been accepted by the source. A message counts once
+whatever the number of its records, so for the ``count`` counter (every event adds 1, so it only grows)
+any read of a key must lie between the acknowledged and the attempted sums of that key:
+
+    acknowledged(before the read)  <=  value read  <=  attempted(after the read)
+
+``JepsenMonitor`` samples keys on its own (fault-free) client while the consumers run and records every
+read that falls outside that interval.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+from tally_local.chaos.workload import TRACER
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable
+
+    from tally_local.chaos.workload import ValidMessage
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    key: str
+    acknowledged: Decimal
+    read: Decimal
+    attempted: Decimal
+
+
+class Ledger:
+    """Attempted and acknowledged messages, with their ``count`` sums per key (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._attempted: set[str] = set()
+        self._acknowledged: set[str] = set()
+        self._attempted_sum: dict[str, Decimal] = defaultdict(Decimal)
+        self._acknowledged_sum: dict[str, Decimal] = defaultdict(Decimal)
+
+    def attempt(self, messages: Iterable[ValidMessage]) -> None:
+        with self._lock:
+            self._add(messages, self._attempted, self._attempted_sum)
+
+    def acknowledge(self, messages: Iterable[ValidMessage]) -> None:
+        """Records reported done: applied, or (doomed ones) dead-lettered, which counts nothing."""
+        with self._lock:
+            self._add((m for m in messages if not m.doomed), self._acknowledged, self._acknowledged_sum)
+
+    @staticmethod
+    def _add(messages: Iterable[ValidMessage], seen: set[str], sums: dict[str, Decimal]) -> None:
+        for message in messages:
+            if message.message_id in seen:
+                continue
+            seen.add(message.message_id)
+            for key, counters in message.sums.items():
+                sums[key] += counters.get(TRACER, Decimal(0))
+
+    def acknowledged(self, key: str) -> Decimal:
+        with self._lock:
+            return self._acknowledged_sum.get(key, Decimal(0))
+
+    def attempted(self, key: str) -> Decimal:
+        with self._lock:
+            return self._attempted_sum.get(key, Decimal(0))
+
+    @property
+    def acknowledged_messages(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._acknowledged)
+
+    @property
+    def attempted_messages(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._attempted)
+
+
+class JepsenMonitor:
+    """Reads random keys while the run goes on; ``read`` returns a key's ``count`` (all shards summed)."""
+
+    def __init__(
+        self, ledger: Ledger, keys: list[str], read: Callable[[str], Decimal], interval_s: float, seed: int
+    ) -> None:
+        self._ledger = ledger
+        self._keys = keys
+        self._read = read
+        self._interval_s = interval_s
+        self._rng = random.Random(f"{seed}:jepsen")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="jepsen", daemon=True)
+        self.reads = 0
+        self.violations: list[Violation] = []
+        self.error: BaseException | None = None
+
+    def __enter__(self) -> JepsenMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self._interval_s):
+                key = self._rng.choice(self._keys)
+                low = self._ledger.acknowledged(key)
+                value = self._read(key)
+                high = self._ledger.attempted(key)
+                self.reads += 1
+                if not low <= value <= high:
+                    self.violations.append(Violation(key, low, value, high))
+        except BaseException as exc:  # reported by the harness: a monitor that died checked nothing
+            self.error = exc
