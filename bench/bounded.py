@@ -1,7 +1,7 @@
 """The cost per event of bounded counters beside plain sums, on DynamoDB Local.
 
 The shape of ``bench.patterns`` (the handlers' own wiring, windows off, single-event messages over ``--keys``
-keys in batches of 100 records, billed by ``bench.meter``), three loads:
+keys in batches of 100 records, billed by ``tally_local.kit.meter``), three loads:
 
 - ``sums``: ``{"key": k, "deltas": {"stock": -1}}``, no bound: the baseline;
 - ``floor, never reached``: the same under ``CounterBounds`` ``p:*#stock>=0`` and a start far above the
@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-
 from bench.metered_load import BATCH, fresh_id, run_metered
+
 from tally.config import COUNTER_BOUNDS, COUNTER_DEFAULTS, WINDOWS
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal

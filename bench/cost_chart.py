@@ -7,7 +7,7 @@ to 10,000, every batch cut to Lambda's 6 MB payload as ``Traffic.record_bytes`` 
 goes flat where the payload, not ``BatchSize``, decides the batch) for single-event messages, messages
 of 100 packed events, and of 1,000 (the high-volume setting: the producer's ``max_keys_per_message``
 raised), each with the template's windows (hour, day) on and off; and, with ``--measure``, measured
-points on them: the real pipeline on DynamoDB Local billed by ``bench.meter`` (``bench.plan_check``'s
+points on them: the real pipeline on DynamoDB Local billed by ``tally_local.kit.meter`` (``bench.plan_check``'s
 runs, no re-sends), so the chart shows where the model was checked.
 
 Prints a table (or ``--json``) and writes the chart (SVG, matplotlib from the ``bench`` extra) and its
@@ -134,7 +134,7 @@ def _short(name: str) -> str:
 
 
 def measured_table(checks: Sequence[Check]) -> Table:
-    out = Table(title="measured on DynamoDB Local (bench.meter) against the model")
+    out = Table(title="measured on DynamoDB Local (tally_local.kit.meter) against the model")
     for name in ("configuration", "events", "batches", "predicted WU/event", "measured WU/event", "ratio", "exact"):
         out.add_column(name, justify="left" if name == "configuration" else "right")
     for check in checks:
@@ -297,7 +297,7 @@ def markdown_section(document: dict[str, Any], chart_name: str = "cost-by-batch-
         f"![write units per event against batch size]({chart_name})",
         "",
         "Workload U (1,000 Zipf keys, s = 1.1, two counters), no re-sends, through the real pipeline on "
-        "DynamoDB Local, write units billed by `bench.meter`; `predicted` is `tally.cost.model` (its own "
+        "DynamoDB Local, write units billed by `tally_local.kit.meter`; `predicted` is `tally.cost.model` (its own "
         "batches and seed). Each batch size is at most what Lambda's 6 MB payload holds for that message "
         "size (`Traffic.record_bytes`): about 5,500 single-event records, 700 messages of 100 events, 78 of "
         "1,000. The naive `ADD` per event (not exact) is 1.05 write units per event (Results, above). "

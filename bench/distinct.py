@@ -1,7 +1,7 @@
 """The cost per event of distinct counts beside plain sums, on DynamoDB Local.
 
 The load and the billing are ``bench.patterns``' (the handlers' own wiring, ``tally.runtime.wire_pipeline``;
-single-event messages over ``--keys`` keys in batches of 100 records; ``bench.meter`` bills write and read
+single-event messages over ``--keys`` keys in batches of 100 records; ``tally_local.kit.meter`` bills write and read
 units from item sizes and the pricing rules, cancelled transactions and failed conditions included):
 
 - ``sums``: ``{"key": k, "delta": 1}``, the baseline (windows off);
@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-
 from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
+
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
 from tally.core.items import ALL_TIME

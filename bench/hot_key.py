@@ -1,9 +1,9 @@
 """One hot key under concurrent consumers, with and without write sharding, on DynamoDB Local.
 
 DynamoDB Local serialises transactions and never reports ``TransactionConflict``; DynamoDB does, when
-two transactions touch the same item at once. ``ConflictEmulator`` restores that rule at the botocore
-layer: a ``TransactWriteItems`` whose items overlap a transaction still in flight (on any consumer) is
-cancelled with ``TransactionConflict`` on the overlapping actions, exactly as the service reports it, and
+two transactions touch the same item at once. The kit's ``ConflictEmulator`` (``tally_local.kit.conflicts``)
+restores that rule at the botocore layer: a ``TransactWriteItems`` whose items overlap a transaction still in
+flight (on any consumer) is cancelled with ``TransactionConflict``, shaped as the service reports it, and
 tally's applier retries it with backoff like any conflict. Everything else is the production code.
 
 Run: ``python -m bench.hot_key [--events 20000] [--consumers 4] [--shards 8]`` (``make bench-hot-key``).
@@ -13,7 +13,6 @@ Prints conflicts per batch and events per second for both runs and their ratio; 
 from __future__ import annotations
 
 import argparse
-import json
 import threading
 import time
 import uuid
@@ -34,81 +33,17 @@ from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.kit.conflicts import ConflictEmulator
 from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.model import DeadLetter
 
 TTL_S = 35 * 86_400
 SENT_MS = 4_102_444_800_000
 HOT_KEY = "page:/home"
-
-
-@dataclass
-class _Response:
-    status_code: int = 400
-    headers: dict[str, str] | None = None
-
-
-class ConflictEmulator:
-    """DynamoDB's rule that concurrent transactions on one item conflict, shared by all consumers."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._in_flight: dict[int, set[str]] = {}
-        self._mine = threading.local()
-        self.conflicts = 0
-        self.transactions = 0
-
-    def attach(self, client: DynamoDBClient) -> None:
-        # A before-call handler may answer in place of the service (botocore's stubs say it returns None).
-        client.meta.events.register("before-call.dynamodb.TransactWriteItems", self._before)  # type: ignore[arg-type]
-        client.meta.events.register("after-call.dynamodb.TransactWriteItems", self._after)
-
-    def _before(self, params: dict[str, Any], **_: Any) -> tuple[_Response, dict[str, Any]] | None:
-        actions = json.loads(params["body"])["TransactItems"]
-        items = [self._item(action) for action in actions]
-        with self._lock:
-            self.transactions += 1
-            busy = set().union(*self._in_flight.values()) if self._in_flight else set()
-            overlapping = [index for index, item in enumerate(items) if item in busy]
-            if not overlapping:
-                token = id(items)
-                self._in_flight[token] = set(items)
-                self._mine.token = token
-                return None
-            self.conflicts += 1
-        self._mine.token = None
-        reasons = [
-            {"Code": "TransactionConflict", "Message": "Transaction is ongoing for the item"}
-            if index in overlapping
-            else {"Code": "None"}
-            for index in range(len(items))
-        ]
-        body = {
-            "Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled [TransactionConflict]"},
-            "CancellationReasons": reasons,
-            "ResponseMetadata": {"HTTPStatusCode": 400},
-        }
-        return _Response(), body
-
-    def _after(self, **_: Any) -> None:
-        token = getattr(self._mine, "token", None)
-        if token is not None:
-            with self._lock:
-                self._in_flight.pop(token, None)
-            self._mine.token = None
-
-    @staticmethod
-    def _item(action: dict[str, Any]) -> str:
-        (kind,) = action
-        body = action[kind]
-        key = body.get("Key") or {name: value for name, value in body["Item"].items() if name in ("pk", "sk", "id")}
-        return str(body["TableName"]) + json.dumps(key, sort_keys=True)
 
 
 class _DropDeadLetters:

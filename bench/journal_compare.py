@@ -1,6 +1,6 @@
 """The commit journal against the chunked path on workload U (packed), same DynamoDB Local, same run.
 
-The journal's measurement: write units and requests per event (billed from item sizes by ``bench.meter``),
+The journal's measurement: write units and requests per event (billed from item sizes by ``tally_local.kit.meter``),
 events per second, and the most ADDs any (key, batch) received, for the packed U stream delivered in
 Lambda-style batches of 100 records, with the journal on and off (``Applier.use_journal``).
 

@@ -3,7 +3,7 @@
 ``bench.patterns``, ``bench.bounded``, ``bench.distinct`` and ``bench.resets`` each measure a load shape
 beside plain sums; what they share is here: fresh tables from the template, the handlers' own wiring
 (``tally.runtime.wire_pipeline``) with the deployment's declarations, batches of ``BATCH`` records, and
-``bench.meter`` billing every call from item sizes. Each benchmark builds its bodies and judges the counts.
+``tally_local.kit.meter`` billing every call from item sizes. Each benchmark builds its bodies and judges the counts.
 """
 
 from __future__ import annotations
@@ -14,21 +14,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from bench.deployment import default_settings
-from bench.meter import DynamoDBMeter
 from bench.peers.tables import create_from_template
 from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
 from tally.core.model import SourceRecord
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import wire_pipeline
+from tally_local.kit.meter import DynamoDBMeter
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from bench.meter import Usage
     from tally.core.model import DeadLetter
     from tally.pipeline import BatchResult
+    from tally_local.kit.meter import Usage
 
 BATCH: Final = 100
 NOW_MS: Final = time.time_ns() // 1_000_000

@@ -2,7 +2,7 @@
 
 Each pattern runs the same shape of load through the handlers' own wiring (``tally.runtime.wire_pipeline``,
 windows off, as the peers run): single-event messages over ``--keys`` keys, delivered in batches of 100
-records, billed by ``bench.meter`` (write units from item sizes and the pricing rules, failed conditional
+records, billed by ``tally_local.kit.meter`` (write units from item sizes and the pricing rules, failed conditional
 writes included):
 
 - ``sums``: ``{"key": k, "delta": 1}``, the baseline;
@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-
 from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
+
 from tally.config import COUNTER_DEFAULTS, WINDOWS
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal

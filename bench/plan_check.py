@@ -3,7 +3,7 @@
 Why: a planner that tells users their bill is only worth its agreement with what tally really writes.
 For each configuration (single-event or packed messages, the template's windows on or off, batches of
 10, 100 and 700 records) this runs workload U (``bench.workloads``: Zipf keys, two counters) through the
-real pipeline on DynamoDB Local (``bench.peers.tally_pipeline``), billed by ``bench.meter``, and asks
+real pipeline on DynamoDB Local (``bench.peers.tally_pipeline``), billed by ``tally_local.kit.meter``, and asks
 ``tally.cost.model`` for the same traffic description. The model never sees the measured stream: it
 draws its own batches with its own seed. A configuration PASSes when the predicted write units per event
 are within 10% of the measured; read units are printed beside them, not judged (the measured run's

@@ -581,9 +581,10 @@ METHOD: Final = [
     "small stream.",
     "- **Requests** are HTTP requests to DynamoDB (botocore `before-send` on the peer's client), retries included.",
     "- **Write and read units** are computed, never read from DynamoDB Local, by the same rules for every peer "
-    "(`src/tally/cost/capacity.py`, `bench/meter.py`): item size = attribute names + values (numbers: 1 byte per two "
-    "significant digits + 1), 1 write unit per started KB on the larger of the item before and after (a model of "
-    "every item written supplies the sizes), failed conditional writes billed too, 2 units per item per KB in "
+    "(`src/tally/cost/capacity.py`, `src/tally_local/kit/meter.py`): item size = attribute names + values "
+    "(numbers: 1 byte per two significant digits + 1), 1 write unit per started KB on the larger of the item "
+    "before and after (a model of every item written supplies the sizes), failed conditional writes billed too, "
+    "2 units per item per KB in "
     "`TransactWriteItems` (`ConditionCheck` included), reads 1 unit per started 4 KB (half if eventually consistent).",
     "- **Cancelled transactions** (a marker that already exists cancels the whole `TransactWriteItems`) are billed "
     "one write unit per item per KB, the prepare half of a transactional write: AWS does not document the charge for "
@@ -687,9 +688,9 @@ def as_json(results: SuiteResults) -> str:
 
 def results_from_json(text: str) -> SuiteResults:
     """The results ``as_json`` wrote, to re-render the report without measuring again."""
-    from bench.meter import Usage  # noqa: PLC0415 - runtime imports kept out of the rendering path
     from bench.suite import Correctness, PeerRun, SuiteConfig  # noqa: PLC0415
     from bench.workloads import WorkloadSpec  # noqa: PLC0415
+    from tally_local.kit.meter import Usage  # noqa: PLC0415 - runtime imports kept out of the rendering path
 
     payload = json.loads(text)
     config = SuiteConfig(**{**payload["config"], "spec": WorkloadSpec(**payload["config"]["spec"])})

@@ -1,7 +1,7 @@
 """The cost of corrections and resets beside plain sums, on DynamoDB Local.
 
 The same shape of load as ``bench.patterns`` (single-event messages over ``--keys`` keys, batches of 100
-records, the handlers' own wiring, windows off, billed by ``bench.meter``), with operator messages mixed in:
+records, the handlers' own wiring, windows off, billed by ``tally_local.kit.meter``), with operator messages mixed in:
 
 - ``sums``: ``{"key": k, "delta": 1}``, the baseline;
 - ``1 reset per batch``: the batch's 50th message resets its key's ``count`` (the batch commits in three
@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-
 from bench.metered_load import BATCH, fresh_id, run_metered
+
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
 from tally.core.model import Message

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-from bench.meter import DynamoDBMeter, Usage
 from bench.peers import lambda_context
 from bench.peers.naive import NaiveCounter
 from bench.peers.powertools_idempotency import PowertoolsIdempotentCounter
 from bench.peers.tally_pipeline import TallyCounter
-from bench.shadow import UnsupportedRequest
 from bench.workloads import WorkloadSpec, deliver, hot_events, lambda_event, usage_events, write_floor
 from tally.runtime import CLIENT_CONFIG
+from tally_local.kit.meter import DynamoDBMeter, Usage
+from tally_local.kit.shadow import UnsupportedRequest
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence

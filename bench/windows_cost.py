@@ -10,7 +10,7 @@ measures it over a simulated day at given batch rates.
 
 How: workload U (``bench.workloads``: 1,000 Zipf keys, counters ``units`` and ``cost``, no re-sends) runs
 through the real pipeline (``bench.peers.tally_pipeline``, the template's settings) on DynamoDB Local,
-billed by ``bench.meter``, once with windows off and once with the template's ``hour,day``, on the same
+billed by ``tally_local.kit.meter``, once with windows off and once with the template's ``hour,day``, on the same
 stream. The handler's clock is simulated: batch ``i`` is received and handled at ``START + i x 3600 s /
 batches_per_hour`` (events carry no ``ts``: their windows come from that receive time), so a run spans
 ``hours`` hours and its ended windows are moved, and billed, as in production. After the last batch the
@@ -36,7 +36,6 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.meter import DynamoDBMeter
 from bench.peers import lambda_context
 from bench.peers.tally_pipeline import TallyCounter
 from bench.suite import LAMBDA_TIMEOUT_MS, compare
@@ -49,6 +48,7 @@ from tally.store.requests import batch_get
 from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.kit.meter import DynamoDBMeter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -161,7 +161,7 @@ def serial_moto_endpoint() -> Iterator[str]:
         yield server.endpoint_url
 
 
-# --- the IAM contract over the whole run (tests/support/aws_calls.py, tests/support/iam.py) --------------------
+# --- the IAM contract over the whole run (src/tally_local/kit/calls.py, tests/support/iam.py) --------------------
 #
 # Every AWS call of the session is recorded with the tally code that made it. Each xdist worker hands its
 # recording to the controller (workeroutput); at the end of the run the controller (or the only process)
@@ -174,7 +174,7 @@ _AWS_CALLS_KEY = "tally_aws_calls"
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    from tests.support.aws_calls import RECORDER, Recording  # noqa: PLC0415
+    from tally_local.kit.calls import RECORDER, Recording  # noqa: PLC0415
 
     for marker, meaning in tiers.MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {meaning}")
@@ -198,7 +198,7 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from tests.support.aws_calls import RECORDER, ROLES  # noqa: PLC0415
+    from tally_local.kit.calls import RECORDER, ROLES  # noqa: PLC0415
 
     config = session.config
     if hasattr(config, "workerinput"):  # an xdist worker: hand the recording to the controller

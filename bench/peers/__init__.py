@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from bench.meter import DynamoDBMeter
+    from tally_local.kit.meter import DynamoDBMeter
 
 
 class Peer(Protocol):

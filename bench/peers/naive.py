@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from bench.meter import DynamoDBMeter
+    from tally_local.kit.meter import DynamoDBMeter
 
 KEY: Final = "id"
 

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.typing import LambdaContext
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from bench.meter import DynamoDBMeter
     from tally.core.model import DeadLetter
     from tally.pipeline import BatchResult
+    from tally_local.kit.meter import DynamoDBMeter
     from tally_local.template import TableDefinition
 
 

@@ -65,8 +65,8 @@ from tally_local.stack import LocalStack, handle_termination
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
+    from tally_local.kit.writes import DynamoDBWrites
     from tally_local.load import DemoLoad, Source
-    from tally_local.meter import DynamoDBWrites
     from tally_local.poller import SourceStats
     from tally_local.resources import LocalResources
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     import random
     from collections.abc import Mapping, Sequence
 
-    from tally_local.meter import DynamoDBWrites
+    from tally_local.kit.writes import DynamoDBWrites
 
 OK = "[green]ok[/]"
 WRONG = "[bold red]WRONG[/]"

@@ -23,7 +23,7 @@ What it decides (FACTS.md; AWS's "partial batch response", "bisect" and "on-fail
   the remaining records are given up (their range, never their data, to the on-failure destination).
 
 It must not do I/O, read a clock (time is passed in), sleep, log or choose backoff delays: the drivers
-receive, invoke, delete, wait and count; ``tally_local.lambda_events`` shapes the events and the
+receive, invoke, delete, wait and count; ``tally_local.kit.lambda_events`` shapes the events and the
 on-failure record.
 """
 

@@ -15,7 +15,7 @@ What a function prints (its structured logs, the EMF metrics Powertools flushes 
 tracebacks) goes to a log file per environment, as Lambda sends it to a CloudWatch log stream. After
 each invocation the environment reads back the EMF lines it just wrote and returns their sums with the
 response (``Invocation.metrics``), together with the DynamoDB writes the invocation made, counted by a
-botocore hook (``tally_local.meter``): the same figures CloudWatch would show, from the unmodified handler.
+botocore hook (``tally_local.kit.writes``): the same figures CloudWatch would show, from the unmodified handler.
 
 It owns the execution environments and nothing of event sources: what to invoke, when and with which
 batch is the pollers' (``tally_local.poller``); it must not change what the handler does.
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from tally_local.context import LocalLambdaContext
-from tally_local.meter import DynamoDBWrites, WriteMeter
+from tally_local.kit.writes import DynamoDBWrites, WriteMeter
 from tally_local.resources import LOCAL_ACCOUNT, LOCAL_REGION
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ against moto's endpoints: receive, batch, invoke, delete, checkpoint, send to th
   has passed, or the 6 MB invocation payload limit is reached (counted on the event's JSON, as Lambda
   counts it; messages received beyond it start the next batch); with a window of 0, the first
   non-empty receive is the batch;
-- invokes the function with a Lambda-format SQS event (``tally_local.lambda_events``) and deletes what
+- invokes the function with a Lambda-format SQS event (``tally_local.kit.lambda_events``) and deletes what
   ``esm.settle_sqs`` says. The rest reappear after the queue's visibility timeout, and moto moves a
   message to the dead-letter queue after ``maxReceiveCount`` receives (the queue's RedrivePolicy).
 
@@ -49,8 +49,8 @@ from tally_local.esm import (
     records_within_payload,
     settle_sqs,
 )
-from tally_local.lambda_events import kinesis_event, kinesis_record, on_failure_record, sqs_event, sqs_record
-from tally_local.meter import DynamoDBWrites
+from tally_local.kit.lambda_events import kinesis_event, kinesis_record, on_failure_record, sqs_event, sqs_record
+from tally_local.kit.writes import DynamoDBWrites
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

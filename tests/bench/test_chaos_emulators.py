@@ -20,13 +20,15 @@ from tally.core.model import Message
 from tally_local.chaos.clock import Invocation, VirtualClock
 from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
 from tally_local.chaos.dlq import DeadLetterStore
-from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions, transaction_items
+from tally_local.chaos.faults import DynamoDBChaos, FaultLog
 from tally_local.chaos.kinesis import ShardConsumer, Stream
 from tally_local.chaos.ledger import Ledger
 from tally_local.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
 from tally_local.chaos.sqs import Queue
 from tally_local.chaos.workload import Source, generate
 from tally_local.esm import BatchOutcome, function_error
+from tally_local.kit.answers import transaction_items
+from tally_local.kit.conflicts import InFlightTransactions
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal

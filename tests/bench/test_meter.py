@@ -6,8 +6,9 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.meter import DynamoDBMeter
 from bench.peers.tables import create_table, drop_tables
+
+from tally_local.kit.meter import DynamoDBMeter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -1,7 +1,7 @@
 """``bench.plan_check`` at a tiny size: the model's write units per event agree with a measured run.
 
 Ratios only, never a time. The model draws its own batches (its own seed) from the same traffic
-description; the run is the real pipeline on DynamoDB Local, billed by ``bench.meter``.
+description; the run is the real pipeline on DynamoDB Local, billed by ``tally_local.kit.meter``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
-"""Unit tests for ``bench.shadow``: the model of written items that supplies old and new item sizes."""
+"""Unit tests for ``tally_local.kit.shadow``: the model of written items that supplies old and new item sizes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from bench.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
+
+from tally_local.kit.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
 
 KEY = {"pk": {"S": "k"}}
 

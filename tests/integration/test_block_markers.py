@@ -28,10 +28,10 @@ from tally.errors import MarkersExistError
 from tally.reader.store_view import read_counters
 from tally.store.journal import DynamoDBJournal
 from tally.store.markers import BLOCK_EXPIRY_MARGIN_S
+from tally_local.kit.faults import DynamoDBFaults
 from tests.integration.test_bounded_counters import bounded_pipeline, record, value_of
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
-from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
 from tests.support.workload import SENT_MS, generate
 

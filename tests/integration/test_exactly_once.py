@@ -1,7 +1,7 @@
 """Exactly-once counting against DynamoDB Local, under the faults the AWS path can produce.
 
 Every test checks counters against a reference computed independently of tally's code. Faults are
-injected at the botocore layer (tests/support/faults.py), so the adapter and applier are the production
+injected at the botocore layer (src/tally_local/kit/faults.py), so the adapter and applier are the production
 code, unmodified.
 """
 
@@ -18,9 +18,9 @@ from tally.core.model import SourceRecord
 from tally.errors import StoreError
 from tally.reader.store_view import read_counters
 from tally.sources.sqs import records_from_event
+from tally_local.kit.faults import DynamoDBFaults
 from tests.support.counts import nonzero, read_all
 from tests.support.events import load_event
-from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.workload import SENT_MS, generate
 

@@ -41,9 +41,9 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.markers import marker_records
 from tally.store.pages import decode_page
+from tally_local.kit.faults import DynamoDBFaults
 from tally_local.template import load_template, table_definitions
 from tests.conftest import TEMPLATE_PATH
-from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.properties import on_emulator
 

@@ -25,13 +25,12 @@ from tally.producer import Event, KinesisPublisher, new_message_id
 from tally.producer import RetryPolicy as PublishRetryPolicy
 from tally.sources.kinesis import failure_report, records_from_event
 from tally_local.context import LocalLambdaContext
-from tally_local.lambda_events import kinesis_event
+from tally_local.kit.faults import BatchFaults, DynamoDBFaults
+from tally_local.kit.lambda_events import kinesis_event
 from tests.support.counts import nonzero, read_all
-from tests.support.faults import DynamoDBFaults
 from tests.support.kinesis import ShardConsumer
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
 from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store
-from tests.support.producer_faults import BatchFaults
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

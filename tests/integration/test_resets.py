@@ -28,8 +28,8 @@ from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.store.journal import DynamoDBJournal
+from tally_local.kit.faults import DynamoDBFaults
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
-from tests.support.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator
 

@@ -19,7 +19,7 @@ from tally.reader.dynamodb import CounterReader
 from tally.store.requests import batch_get
 from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
-from tests.support.faults import DynamoDBFaults
+from tally_local.kit.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
 if TYPE_CHECKING:

@@ -15,7 +15,7 @@ from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader.dynamodb import CounterReader
 from tally.reader.store_view import read_counters, read_series
-from tests.support.faults import DynamoDBFaults
+from tally_local.kit.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
 if TYPE_CHECKING:

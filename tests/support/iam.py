@@ -1,7 +1,7 @@
 """The IAM contract: the calls tally makes, as IAM actions on ARNs, against the policies template.yaml grants.
 
 AWS authorises every call; DynamoDB Local and moto authorise none. This module turns the recorded calls
-(``tests.support.aws_calls``) into the IAM requests AWS would evaluate and checks them against:
+(``tally_local.kit.calls``) into the IAM requests AWS would evaluate and checks them against:
 
 - the function roles SAM generates (aws-sam-translator), with the AWS managed policies SAM attaches
   (vendored in ``tests/template/data/aws_managed_policies.json``) and the calls Lambda itself makes with
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from moto.iam.access_control import IAMPolicy, IAMPolicyStatement, PermissionResult
 
-from tests.support.aws_calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, Call, Recording, Target
+from tally_local.kit.calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, Call, Recording, Target
 from tests.template.conditions import evaluate_conditions, parameter_values, prune
 
 if TYPE_CHECKING:
@@ -482,7 +482,7 @@ def requirements(calls: Iterable[Call], binding: Binding, stack: Stack) -> Requi
         elif stack.exists(resource):
             arn = stack.arn(resource)
             if service == "s3" and operation in _S3_OBJECT_ACTIONS:
-                # the object's key prefix, as recorded (tests.support.aws_calls): an object under it
+                # the object's key prefix, as recorded (tally_local.kit.calls): an object under it
                 prefixes = [t.item_action for t in call.targets if t.kind == "object"]
                 arn = f"{arn}/{prefixes[0] if prefixes else ''}/recorded-object"
             result.needed.append(Requirement(action, arn, origin))

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from tally_local.esm import GiveUp, KinesisRetryPolicy, ShardBatch, function_error, read_response
-from tally_local.lambda_events import kinesis_event
+from tally_local.kit.lambda_events import kinesis_event
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -4,7 +4,7 @@ IAM is checked per call on AWS and never by DynamoDB Local or moto, so a missing
 test and fails on every batch once deployed (``AccessDeniedException`` is not retryable). This module drives
 the Lambda path (the real SQS and Kinesis handlers, on moto) and the operator's commands (``tally get``,
 ``top``, ``dlq list``, ``dlq redrive``, ``stack``, ``publish``) itself, records the AWS calls they make
-(``tests.support.aws_calls``), and evaluates them with ``tests.support.iam`` against the roles SAM
+(``tally_local.kit.calls``), and evaluates them with ``tests.support.iam`` against the roles SAM
 generates and the operator's policy, for every ``Source``. ``tests/conftest.py`` runs the same evaluation
 on the calls of the whole test run at its end (every call site any test reaches).
 """
@@ -33,9 +33,9 @@ from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally_local.context import LocalLambdaContext
-from tally_local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
+from tally_local.kit.calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, RECORDER, Call, Recording
+from tally_local.kit.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
 from tally_local.template import load_template, table_definitions
-from tests.support.aws_calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, RECORDER, Call, Recording
 from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template
 

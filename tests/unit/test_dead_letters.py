@@ -236,7 +236,7 @@ def _given_up_in_s3(kinesis: Any, s3: Any, *, trim: bool) -> tuple[str, list[dic
     same name: moto cannot trim a stream by its retention)."""
     from datetime import UTC, datetime  # noqa: PLC0415
 
-    from tally_local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object  # noqa: PLC0415
+    from tally_local.kit.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object  # noqa: PLC0415
 
     kinesis.create_stream(StreamName="s", ShardCount=1)
     stream_arn = kinesis.describe_stream_summary(StreamName="s")["StreamDescriptionSummary"]["StreamARN"]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from tally.handlers import sqs as sqs_handler
 from tally.reader.store_view import read_counters
 from tally_local.context import LocalLambdaContext
-from tally_local.lambda_events import sqs_event
+from tally_local.kit.lambda_events import sqs_event
 from tests.unit.test_handler import stack  # noqa: F401 (the moto stack fixture)
 
 if TYPE_CHECKING:

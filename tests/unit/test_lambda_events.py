@@ -11,7 +11,7 @@ from typing import Any
 
 from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
-from tally_local.lambda_events import kinesis_event, on_failure_record, sqs_event
+from tally_local.kit.lambda_events import kinesis_event, on_failure_record, sqs_event
 from tests.support.events import EVENTS_DIR
 
 QUEUE_ARN = "arn:aws:sqs:us-east-1:123456789012:tally-EventsQueue"

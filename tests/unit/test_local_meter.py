@@ -9,7 +9,7 @@ import boto3
 import pytest
 
 from tally_local.function import emf_metrics
-from tally_local.meter import DynamoDBWrites, WriteMeter, writes_of
+from tally_local.kit.writes import DynamoDBWrites, WriteMeter, writes_of
 
 PUT = {"Put": {"TableName": "m", "Item": {}}}
 UPDATE = {"Update": {"TableName": "c", "Key": {}, "UpdateExpression": "ADD #c :v"}}

@@ -12,8 +12,8 @@ import pytest
 
 from tally.core.limits import KINESIS_PUT_MAX_BYTES, KINESIS_RECORD_MAX_BYTES
 from tally.producer import Event, KinesisPublisher, OutgoingMessage, RetryPolicy
+from tally_local.kit.faults import BatchFaults
 from tests.support.moto_server import client, create_stream, read_stream
-from tests.support.producer_faults import BatchFaults
 
 if TYPE_CHECKING:
     from collections.abc import Callable

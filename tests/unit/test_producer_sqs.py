@@ -13,8 +13,8 @@ import pytest
 from tally.core.numbered_ids import parse_numbered
 from tally.errors import TallyError
 from tally.producer import Event, PublishError, RetryPolicy, SqsPublisher, new_message_id
+from tally_local.kit.faults import BatchFaults
 from tests.support.moto_server import client, drain_queue, unique
-from tests.support.producer_faults import BatchFaults
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -19,7 +19,7 @@ from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.reader import CounterReader
 from tally_local.context import LocalLambdaContext
-from tests.support.aws_calls import RECORDER
+from tally_local.kit.calls import RECORDER
 from tests.support.events import EVENTS_DIR, load_event
 from tests.support.moto_function import moto_function
 

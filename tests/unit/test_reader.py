@@ -19,8 +19,8 @@ from tally.core.windows import HOUR_MS
 from tally.errors import ConfigurationError, InvalidReadError
 from tally.reader import CounterReader, Counters, Ranked, Window, check_key, largest, parse_time_ms
 from tally.reader.dynamodb import key_of_partition
+from tally_local.kit.calls import RECORDER
 from tally_local.template import load_template, table_definitions
-from tests.support.aws_calls import RECORDER
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 DAY0 = 4_102_444_800_000  # 2100-01-01T00:00Z

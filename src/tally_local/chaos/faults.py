@@ -73,7 +73,6 @@ from __future__ import annotations
 import json
 import threading
 from collections import Counter
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -81,6 +80,14 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from tally.core.items import SHARD_SEPARATOR
 from tally.store.schema import GAUGE_PREFIXES, WINDOW_PREFIX, distinct_attribute
+from tally_local.kit.answers import (
+    Answer,
+    cancelled_answer,
+    error_answer,
+    lost_response,
+    transaction_actions,
+    transaction_items,
+)
 
 if TYPE_CHECKING:
     import random
@@ -89,6 +96,7 @@ if TYPE_CHECKING:
 
     from tally_local.chaos.clock import Invocation
     from tally_local.chaos.config import DynamoDBFaultRates
+    from tally_local.kit.conflicts import InFlightTransactions
 
 # The requests tally's write path makes; the faults apply to these only.
 FAULTABLE: Final = ("TransactWriteItems", "UpdateItem", "GetItem", "BatchWriteItem", "BatchGetItem")
@@ -125,74 +133,8 @@ class FaultLog:
             return dict(self._counts)
 
 
-@dataclass
-class _FakeHttpResponse:
-    status_code: int = 400
-    headers: dict[str, str] = field(default_factory=dict)
-    content: bytes = b""
-    text: str = ""
-
-
-_KEY_ATTRIBUTES: Final = ("pk", "sk", "id")
-"""The key attributes of tally's two tables (counters: pk, sk; markers: id): what names an item in a Put."""
-
-
-def transaction_items(params: dict[str, Any]) -> list[str]:
-    """The item each action of a ``TransactWriteItems`` request writes or checks, one per action, in order."""
-    items = []
-    for action in json.loads(params["body"])["TransactItems"]:
-        ((kind, spec),) = action.items()
-        key = spec["Item"] if kind == "Put" else spec["Key"]
-        named = {name: key[name] for name in _KEY_ATTRIBUTES if name in key}
-        items.append(json.dumps([spec["TableName"], named], sort_keys=True))
-    return items
-
-
-class InFlightTransactions:
-    """The items of the transactions in flight right now, across every client that shares this object."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._flying: dict[int, tuple[int, frozenset[str]]] = {}
-        self._next = 0
-        self.self_overlaps: list[str] = []
-
-    def enter(self, client_id: int, items: list[str]) -> tuple[int | None, int | None]:
-        """Register a transaction about to be sent: (its token, None), or (None, the index of an action whose
-        item another transaction in flight writes: DynamoDB cancels this one with ``TransactionConflict``)."""
-        wanted = frozenset(items)
-        with self._lock:
-            for owner, flying in self._flying.values():
-                shared = wanted & flying
-                if shared:
-                    if owner == client_id:
-                        self.self_overlaps.append(f"one invocation sent two transactions on {sorted(shared)[0]}")
-                    return None, items.index(sorted(shared)[0])
-            self._next += 1
-            self._flying[self._next] = (client_id, wanted)
-            return self._next, None
-
-    def leave(self, token: int) -> None:
-        with self._lock:
-            self._flying.pop(token, None)
-
-
 ITEM_TOO_LARGE: Final = "Item size to update has exceeded the maximum allowed size"
 """DynamoDB's words (as DynamoDB Local says them) for a write that would grow an item past 400 KB."""
-
-
-def _cancelled(reason: str, actions: int, victim: int, message: str = "chaos") -> tuple[_FakeHttpResponse, Any]:
-    """A ``TransactionCanceledException`` answer with ``reason`` on action ``victim``, as DynamoDB sends it."""
-    reasons = [{"Code": reason, "Message": message} if i == victim else {"Code": "None"} for i in range(actions)]
-    body = {
-        "Error": {
-            "Code": "TransactionCanceledException",
-            "Message": f"Transaction cancelled, please refer cancellation reasons for specific reasons [{reason}]",
-        },
-        "CancellationReasons": reasons,
-        "ResponseMetadata": {"HTTPStatusCode": 400},
-    }
-    return _FakeHttpResponse(), body
 
 
 class DynamoDBChaos:
@@ -254,7 +196,7 @@ class DynamoDBChaos:
 
     def _draw_claim_fault(self, params: dict[str, Any]) -> str | None:
         """``kill_after_claim`` or ``lost_claim_near_deadline`` for a journal claim transaction, or None."""
-        claim = _claim_kind(json.loads(params["body"])["TransactItems"])
+        claim = _claim_kind(transaction_actions(params))
         if claim is None:
             return None
         self._log.add(f"situation.journal_{claim}_transactions")
@@ -265,9 +207,7 @@ class DynamoDBChaos:
             return "lost_claim_near_deadline"
         return None
 
-    def _before_call(
-        self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any
-    ) -> tuple[_FakeHttpResponse, Any] | None:
+    def _before_call(self, model: Any, params: dict[str, Any], context: dict[str, Any], **_: Any) -> Answer | None:
         # What ``after-call`` is to do rides in botocore's per-request context, not on this object: the
         # applier sends a round's transactions from several threads on one client.
         context.pop(_AFTER, None)
@@ -303,7 +243,7 @@ class DynamoDBChaos:
             token, conflicted = self._in_flight.enter(id(self), items)
             if conflicted is not None:
                 self._log.add("situation.transaction_overlaps")
-                return _cancelled("TransactionConflict", len(items), conflicted)
+                return cancelled_answer({conflicted: "TransactionConflict"}, len(items), "chaos")
             context[_FLYING] = token
         if kind is None:
             return None
@@ -325,28 +265,24 @@ class DynamoDBChaos:
                     context[_AFTER] = "kill"
             return None
         if kind == "throttle_request":
-            error = {"Code": "ProvisionedThroughputExceededException", "Message": "chaos: rate exceeded"}
-            return _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+            return error_answer("ProvisionedThroughputExceededException", message="chaos: rate exceeded")
         reason = "ThrottlingError" if kind == "throttle_cancel" else "TransactionConflict"
-        actions = len(json.loads(params["body"])["TransactItems"])
-        return _cancelled(reason, actions, self._rng.randrange(actions))
+        actions = len(transaction_actions(params))
+        return cancelled_answer({self._rng.randrange(actions): reason}, actions, "chaos")
 
-    def _refuse_for_good(
-        self, follower: str | None, operation: str, params: dict[str, Any]
-    ) -> tuple[_FakeHttpResponse, Any] | None:
+    def _refuse_for_good(self, follower: str | None, operation: str, params: dict[str, Any]) -> Answer | None:
         """DynamoDB's answer to a gauge or member write naming a refused key's items, or None (sent as is)."""
         if follower not in ("gauges", "members") or not self.refused_keys:
             return None
         request = json.loads(params["body"])
         answer = None
         if operation == UPDATE and _key_of(request.get("Key", {})) in self.refused_keys:
-            error = {"Code": "ValidationException", "Message": ITEM_TOO_LARGE}
-            answer = _FakeHttpResponse(), {"Error": error, "ResponseMetadata": {"HTTPStatusCode": 400}}
+            answer = error_answer("ValidationException", message=ITEM_TOO_LARGE)
         actions = request.get("TransactItems", [])
         for index, action in enumerate(actions):
             update = action.get("Update")
             if answer is None and update is not None and _key_of(update.get("Key", {})) in self.refused_keys:
-                answer = _cancelled("ValidationError", len(actions), index, ITEM_TOO_LARGE)
+                answer = cancelled_answer({index: "ValidationError"}, len(actions), ITEM_TOO_LARGE)
         if answer is not None:
             self._log.add(f"ddb.refused_for_good_{follower}")
         return answer
@@ -390,7 +326,7 @@ class DynamoDBChaos:
                     unprocessed[table]["Keys"].extend(spec["Keys"])
             return
         if after == "lose":
-            raise ReadTimeoutError(endpoint_url="chaos://lost-response")
+            raise lost_response()
         if after == "kill_after_claim":
             self.killed_after_claim = True
             raise InvocationKilled("killed between a journal claim and the commit")

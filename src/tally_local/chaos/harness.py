@@ -43,7 +43,7 @@ from tally_local.chaos.check import PatternReads, Verdict, judge
 from tally_local.chaos.clock import VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
 from tally_local.chaos.dlq import ConsumerPort, DeadLetterStore
-from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InFlightTransactions
+from tally_local.chaos.faults import DynamoDBChaos, FaultLog
 from tally_local.chaos.horizon import run_past_horizon
 from tally_local.chaos.invoke import Consumer, KilledClaims
 from tally_local.chaos.kinesis import ShardConsumer, Stream
@@ -53,6 +53,7 @@ from tally_local.chaos.sqs import Queue, consume
 from tally_local.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
 from tally_local.chaos.wiring import PipelineFactory, Tables
 from tally_local.chaos.workload import TRACER, Source, Workload, generate, wide_items
+from tally_local.kit.conflicts import InFlightTransactions
 
 if TYPE_CHECKING:
     from collections.abc import Callable

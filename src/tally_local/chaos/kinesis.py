@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from tally_local.esm import Decision, KinesisRetryPolicy, Record, ShardBatch
-from tally_local.lambda_events import kinesis_event
+from tally_local.kit.lambda_events import kinesis_event
 
 if TYPE_CHECKING:
     import random

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tally_local.chaos.dlq import Letter
 from tally_local.esm import SqsRedrive, settle_sqs
-from tally_local.lambda_events import sqs_event
+from tally_local.kit.lambda_events import sqs_event
 
 if TYPE_CHECKING:
     from tally_local.chaos.clock import VirtualClock

@@ -34,6 +34,7 @@ from botocore.client import BaseClient
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from types import FrameType
 
 FUNCTION = "function"
 OPERATOR = "operator"
@@ -169,7 +170,7 @@ def _targets(service: str, operation: str, params: dict[str, Any]) -> tuple[Targ
 
 def _caller() -> tuple[str, str]:
     """(role, site) from the call stack; role "" when the call is nobody's the template grants to."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     modules: list[str] = []
     site = ""
     while frame is not None:
@@ -178,7 +179,7 @@ def _caller() -> tuple[str, str]:
             modules.append(module)
             if not site:
                 site = f"{module.replace('.', '/')}.py:{frame.f_lineno} {frame.f_code.co_name}"
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     if not modules:
         return "", ""
     if any(_within(module, OPERATOR_CODE) for module in modules):
@@ -208,7 +209,7 @@ class Recorder:
     def install(self) -> None:
         if self._original is not None:
             return
-        original = BaseClient._make_api_call
+        original = BaseClient._make_api_call  # type: ignore[attr-defined]
         recorder = self
 
         def _make_api_call(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
@@ -216,11 +217,11 @@ class Recorder:
             return original(client, operation_name, api_params)
 
         self._original = original
-        BaseClient._make_api_call = _make_api_call  # type: ignore[method-assign]
+        BaseClient._make_api_call = _make_api_call  # type: ignore[attr-defined]
 
     def uninstall(self) -> None:
         if self._original is not None:
-            BaseClient._make_api_call = self._original  # type: ignore[method-assign]
+            BaseClient._make_api_call = self._original  # type: ignore[attr-defined]
             self._original = None
 
     def record(self, service: str, operation: str, params: dict[str, Any]) -> None:

@@ -9,7 +9,7 @@ included:
   beside the computed figure as a cross-check;
 - ``before-send``: counts HTTP attempts (botocore's own retries included);
 - ``after-call``: bills the call from its parameters, its outcome and the shadow of the items
-  (``bench.shadow``), then applies a successful write to the shadow.
+  (``tally_local.kit.shadow``), then applies a successful write to the shadow.
 
 A cancelled transaction wrote nothing but was prepared: it is billed one write unit per item per
 started KB (the prepare half of a transactional write; AWS does not document the charge) and reported
@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from bench.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
 from tally.cost.capacity import item_size, read_units, transactional_write_units, write_units
+from tally_local.kit.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
