@@ -166,7 +166,7 @@ bench-plan-numbered: install
 bench-cost: install
 	$(BIN)/python -m bench cost-chart --measure --min-events 20000
 
-# Handler duration through bench.latency_proxy (published AWS latencies in front of DynamoDB Local), one
+# Handler duration through tally_local.latency_proxy (published AWS latencies in front of DynamoDB Local), one
 # direct transaction at a time and four (docs/explanation/costs.md, "Handler duration").
 bench-duration: install
 	mkdir -p .bench && $(BIN)/python -m bench duration --proxy --batches 2 --write-concurrency 1 --write-concurrency 4 --json-out .bench/duration.json

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 
+from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
 from tally.core.items import ALL_TIME

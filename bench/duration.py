@@ -17,7 +17,7 @@ and from them the AWS-like duration per batch and Lambda GB-seconds per million 
 for the same traffic (requests one after another: ``TALLY_WRITE_CONCURRENCY=1``, as the model prices them).
 
 ``--proxy`` runs the unmodified SQS handler instead, its DynamoDB endpoint on
-``bench.latency_proxy`` (published AWS latencies in front of DynamoDB Local), at the template's settings,
+``tally_local.latency_proxy`` (published AWS latencies in front of DynamoDB Local), at the template's settings,
 ``BatchSize`` cut at Lambda's 6 MB payload and 100 records, at each ``--write-concurrency``; per batch the
 wall time, CPU, the requests as the proxy saw them, the time stalled on DynamoDB Local (which the proxy
 cannot hide), the duration at the template's memory and GB-s per million events, beside the computed
@@ -44,7 +44,6 @@ from rich.console import Console
 from rich.table import Table
 
 from bench.deployment import TEMPLATE, template_environment
-from bench.latency_proxy import LatencyProxy, ProxiedRequest
 from bench.peers import lambda_context
 from bench.peers.tables import create_from_template, drop_tables
 from bench.peers.tally_pipeline import TallyCounter
@@ -65,6 +64,7 @@ from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.esm import records_within_payload
+from tally_local.latency_proxy import LatencyProxy, ProxiedRequest
 from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ProxiedDuration:
-    """One configuration's batches through ``bench.latency_proxy``, averaged per batch."""
+    """One configuration's batches through ``tally_local.latency_proxy``, averaged per batch."""
 
     config: str
     batches: int
@@ -618,7 +618,7 @@ def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int]) -> l
 @click.option(
     "--proxy",
     is_flag=True,
-    help="Run the real handler through bench.latency_proxy (published AWS latencies) instead of pricing requests.",
+    help="Run the real handler through tally_local.latency_proxy (published AWS latencies), not priced requests.",
 )
 def main(  # noqa: PLR0917 - click passes one argument per option
     batches: int,

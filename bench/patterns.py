@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 
+from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
 from tally.config import COUNTER_DEFAULTS, WINDOWS
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
-from bench.metered_load import BATCH, fresh_id, run_metered
 
+from bench.metered_load import BATCH, fresh_id, run_metered
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
 from tally.core.model import Message

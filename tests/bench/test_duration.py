@@ -12,10 +12,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 from bench.duration import measure, measure_through_proxy, payload_batches, stalled_s
-from bench.latency_proxy import LatencyProxy, ProxiedRequest
 from bench.workloads import Delivery, lambda_event
 
 from tally.cost.model import Latencies, Traffic, simulate
+from tally_local.latency_proxy import LatencyProxy, ProxiedRequest
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal

@@ -1,4 +1,4 @@
-"""``bench.latency_proxy``: a real proxy in front of DynamoDB Local that answers after AWS-like latencies.
+"""``tally_local.latency_proxy``: a real proxy in front of DynamoDB Local that answers after AWS-like latencies.
 
 No duration is asserted against the wall clock (the machine is shared): what the proxy itself recorded is.
 It must forward (the item lands in DynamoDB Local), name the operation and its items, never answer before
@@ -13,10 +13,10 @@ import uuid
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.latency_proxy import LatencyProxy, item_count, operation_of
 
 from tally.cost.model import RequestLatencies
 from tally_local.dynamodb_local import DynamoDBLocal, _make_client
+from tally_local.latency_proxy import LatencyProxy, item_count, operation_of
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -113,7 +113,7 @@ class Latencies:
     """Per-request latencies (ms) and handler CPU (µs) the duration model adds up.
 
     The request latencies are assumptions (no AWS account here to measure them), below the published
-    figures of ``RequestLatencies`` that ``bench.latency_proxy`` answers after (a 100-action transaction:
+    figures of ``RequestLatencies`` that ``tally_local.latency_proxy`` answers after (a 100-action transaction:
     15 ms here, 57.6 ms extrapolated there; docs/explanation/costs.md, "Handler duration"). The CPU figures are
     measured: ``python -m bench.duration --batches 3`` times the real pipeline's process CPU
     (``time.process_time``: decoding, aggregation, planning and botocore's request building and parsing)
@@ -132,7 +132,7 @@ class Latencies:
 
 @dataclass(frozen=True, slots=True)
 class RequestLatencies:
-    """DynamoDB request latencies as published, per operation and per item: what ``bench.latency_proxy``
+    """DynamoDB request latencies as published, per operation and per item: what ``tally_local.latency_proxy``
     answers after.
 
     Source: Alex DeBrie, "DynamoDB Transactions Performance Testing" (https://www.alexdebrie.com/posts/
@@ -166,7 +166,7 @@ class RequestLatencies:
 
 
 def published_latencies() -> Latencies:
-    """``Latencies`` at the published figures of ``RequestLatencies`` (the ones ``bench.latency_proxy``
+    """``Latencies`` at the published figures of ``RequestLatencies`` (the ones ``tally_local.latency_proxy``
     answers after): a full 100-action transaction, a 100-key ``BatchGetItem``, a 25-item ``BatchWriteItem``.
     ``tally plan`` prices with these, so its duration is comparable with the latency proxy's."""
     published = RequestLatencies()

@@ -1,4 +1,4 @@
-"""``python -m bench.latency_proxy``: an HTTP proxy that gives DynamoDB Local AWS-like request latencies.
+"""``python -m tally_local.latency_proxy``: an HTTP proxy that gives DynamoDB Local AWS-like request latencies.
 
 Why: the handler's duration on Lambda is its CPU plus its DynamoDB requests, and DynamoDB Local answers
 in its own time, not DynamoDB's: it serialises transactions, and on this machine a 100-action
@@ -209,7 +209,7 @@ class LatencyProxy:
         command = [
             sys.executable,
             "-m",
-            "bench.latency_proxy",
+            "tally_local.latency_proxy",
             "--upstream",
             self._upstream,
             "--scale",
