@@ -13,7 +13,6 @@ message id for a packed message, which spreads packs evenly over the shards. Key
 from __future__ import annotations
 
 import hashlib
-import random
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -26,17 +25,17 @@ from tally.core.limits import (
     KINESIS_PUT_MAX_RECORDS,
     KINESIS_RECORD_MAX_BYTES,
 )
-from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure
-from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
+from tally.producer.delivery import EntryFailure, RetryPolicy, call_failure
+from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
+from tally.producer.publisher import Publisher
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    import random
+    from collections.abc import Callable, Iterator, Sequence
 
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
-    from tally.producer.event import Event
-    from tally.producer.result import PublishResult
     from tally.producer.wire import OutgoingMessage
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = KINESIS_RECORD_MAX_BYTES - 4 * KINESIS_PARTITION_KEY_MAX_CHARS
@@ -56,7 +55,7 @@ def default_partition_key(message: OutgoingMessage) -> str:
     return key if key is not None else message.message_id
 
 
-class KinesisPublisher:
+class KinesisPublisher(Publisher):
     """Publishes counter events to one stream, named by ``stream_name`` or ``stream_arn``."""
 
     def __init__(
@@ -83,30 +82,18 @@ class KinesisPublisher:
             )
         self.stream_name = stream_name
         self.stream_arn = stream_arn
-        self.limits = (
-            PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message, minute_windows=minute_windows)
-            if pack
-            else None
+        super().__init__(
+            pack=pack,
+            max_message_bytes=max_message_bytes,
+            max_keys_per_message=max_keys_per_message,
+            minute_windows=minute_windows,
+            policy=policy,
+            new_id=new_id,
+            sleep=sleep,
+            rng=rng,
         )
         self._client = client
         self._partition_key = partition_key
-        self._new_id = new_id if new_id is not None else NumberedIds()
-        """Message ids: numbered by default (one session per publisher), which the consumer's markers share
-        items for (docs/reference/event-format.md, "Numbered ids"); ``new_id=new_message_id`` gives random
-        UUIDs instead."""
-        self._delivery = Delivery(self, policy or RetryPolicy(), sleep, rng or random.Random())
-
-    def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:
-        """Build the messages for ``events``, assigning each its id now, once, before any attempt."""
-        return build_messages(events, self.limits, self._new_id)
-
-    def publish(self, events: Iterable[Event]) -> PublishResult:
-        """Prepare and send ``events``; see ``PublishResult`` for what was sent, retried and failed."""
-        return self.send(self.prepare(events))
-
-    def send(self, messages: Sequence[OutgoingMessage]) -> PublishResult:
-        """Send prepared messages (for example ``result.failed_messages``), unchanged: same ids, same data."""
-        return self._delivery.run(messages)
 
     # --- BatchChannel ------------------------------------------------------------------------------
 

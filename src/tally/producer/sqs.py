@@ -13,7 +13,6 @@ spread the load, and a hot key stays in one group as it would in one Kinesis sha
 from __future__ import annotations
 
 import hashlib
-import random
 import re
 import time
 from typing import TYPE_CHECKING, Final
@@ -22,17 +21,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.batching import group
 from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
-from tally.producer.delivery import Delivery, EntryFailure, RetryPolicy, call_failure
-from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
+from tally.producer.delivery import EntryFailure, RetryPolicy, call_failure
+from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
+from tally.producer.publisher import Publisher
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Sequence
+    import random
+    from collections.abc import Callable, Iterator, Sequence
 
     from mypy_boto3_sqs.client import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
-    from tally.producer.event import Event
-    from tally.producer.result import PublishResult
     from tally.producer.wire import OutgoingMessage
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = 256 * 1024
@@ -53,7 +52,7 @@ def default_group_id(message: OutgoingMessage) -> str:
     return key if key is not None else message.message_id
 
 
-class SqsPublisher:
+class SqsPublisher(Publisher):
     """Publishes counter events to one queue; a FIFO queue is recognised by its ``.fifo`` URL."""
 
     def __init__(
@@ -73,30 +72,18 @@ class SqsPublisher:
     ) -> None:
         self.queue_url = queue_url
         self.fifo = queue_url.endswith(".fifo")
-        self.limits = (
-            PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message, minute_windows=minute_windows)
-            if pack
-            else None
+        super().__init__(
+            pack=pack,
+            max_message_bytes=max_message_bytes,
+            max_keys_per_message=max_keys_per_message,
+            minute_windows=minute_windows,
+            policy=policy,
+            new_id=new_id,
+            sleep=sleep,
+            rng=rng,
         )
         self._client = client
         self._group_id = group_id
-        self._new_id = new_id if new_id is not None else NumberedIds()
-        """Message ids: numbered by default (one session per publisher), which the consumer's markers share
-        items for (docs/reference/event-format.md, "Numbered ids"); ``new_id=new_message_id`` gives random
-        UUIDs instead."""
-        self._delivery = Delivery(self, policy or RetryPolicy(), sleep, rng or random.Random())
-
-    def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:
-        """Build the messages for ``events``, assigning each its id now, once, before any attempt."""
-        return build_messages(events, self.limits, self._new_id)
-
-    def publish(self, events: Iterable[Event]) -> PublishResult:
-        """Prepare and send ``events``; see ``PublishResult`` for what was sent, retried and failed."""
-        return self.send(self.prepare(events))
-
-    def send(self, messages: Sequence[OutgoingMessage]) -> PublishResult:
-        """Send prepared messages (for example ``result.failed_messages``), unchanged: same ids, same bodies."""
-        return self._delivery.run(messages)
 
     # --- BatchChannel ------------------------------------------------------------------------------
 
