@@ -56,10 +56,9 @@ from mirakuru import TCPExecutor
 from mirakuru.exceptions import ExecutorError
 
 from tally.errors import TallyError
+from tally_local.service import BackgroundService
 
 if TYPE_CHECKING:
-    from types import TracebackType
-
     from mypy_boto3_dynamodb import DynamoDBClient
 
 logger = logging.getLogger(__name__)
@@ -271,7 +270,7 @@ class _DynamoDBLocalExecutor(TCPExecutor):
         return True
 
 
-class DynamoDBLocal:
+class DynamoDBLocal(BackgroundService):
     """One DynamoDB Local JVM, in memory, on a free port of loopback (and only there: see the module's
     docstring). A context manager; ``stop()`` is idempotent."""
 
@@ -323,14 +322,6 @@ class DynamoDBLocal:
         if self._log is not None:
             self._log.close()
             self._log = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()
 
     @property
     def running(self) -> bool:

@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any, Final, Self
 from tally_local.context import LocalLambdaContext
 from tally_local.kit.writes import DynamoDBWrites, WriteMeter
 from tally_local.resources import LOCAL_ACCOUNT, LOCAL_REGION
+from tally_local.service import BackgroundService
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-    from types import TracebackType
 
     from tally_local.template import FunctionDefinition
 
@@ -72,7 +72,7 @@ class Invocation:
     """EMF metrics the invocation emitted (Powertools ``Metrics``), summed by name."""
 
 
-class LocalFunction:
+class LocalFunction(BackgroundService):
     """Up to ``concurrency`` execution environments of one function; ``invoke`` blocks until one answers."""
 
     def __init__(
@@ -116,14 +116,6 @@ class LocalFunction:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True, cancel_futures=True)
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def invoke(self, event: Mapping[str, Any]) -> Invocation:
         """Invoke synchronously (as an event source mapping does) in a free environment."""

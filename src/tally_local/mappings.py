@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Final, Self
 from tally.errors import TallyError
 from tally_local.function import LocalFunction
 from tally_local.poller import KinesisShardPoller, SourceStats, SqsPoller
+from tally_local.service import BackgroundService
 from tally_local.template import function_definition, function_event_sources, resource_created, stream_event_sources
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
-    from types import TracebackType
 
     from tally_local.poller import _Poller
     from tally_local.resources import LocalResources
@@ -52,7 +52,7 @@ class PollerFailedError(TallyError):
     """A poller stopped on an unexpected error (its cause is attached)."""
 
 
-class EventSourceMappings:
+class EventSourceMappings(BackgroundService):
     """Functions and pollers of a local stack; ``stats[event name]`` says what each mapping did."""
 
     def __init__(
@@ -90,14 +90,6 @@ class EventSourceMappings:
             poller.join()
         for function in self.functions.values():
             function.stop()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def check(self) -> None:
         """Raise ``PollerFailedError`` if a poller died."""

@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING, Any, Self
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
 from werkzeug.serving import make_server
 
+from tally_local.service import BackgroundService
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
-    from types import TracebackType
 
     from werkzeug.serving import BaseWSGIServer
 
@@ -45,7 +46,7 @@ class _Serialised:
             return list(self._application(environ, start_response))
 
 
-class SerialMotoServer:
+class SerialMotoServer(BackgroundService):
     """Start with ``start()`` (or ``with``); ``endpoint_url`` is ``http://127.0.0.1:<port>``."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -82,11 +83,3 @@ class SerialMotoServer:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()

@@ -16,11 +16,10 @@ import logging
 import socket
 import struct
 import threading
-from typing import TYPE_CHECKING, Final, Self
+from typing import Final, Self
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    from types import TracebackType
+from tally_local.service import BackgroundService
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ def interface_address(name: str) -> str | None:
     return socket.inet_ntoa(packed[20:24])
 
 
-class TcpRelay:
+class TcpRelay(BackgroundService):
     """Listens on ``host:port`` (0: a free port) and forwards each connection to ``target`` (a URL)."""
 
     def __init__(self, target: str, host: str = "127.0.0.1", port: int = 0) -> None:
@@ -74,14 +73,6 @@ class TcpRelay:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
 
     def _accept(self) -> None:
         while (listener := self._listener) is not None:

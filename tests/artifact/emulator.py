@@ -36,10 +36,11 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
 
+from tally_local.service import BackgroundService
+
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from pathlib import Path
-    from types import TracebackType
 
 INVOKE_PATH = "/2015-03-31/functions/function/invocations"
 REGION = "us-east-1"
@@ -125,7 +126,7 @@ class FunctionTimeout(FunctionError):
     """The function ran past its timeout (the RIE's ``Task timed out after ...`` answer)."""
 
 
-class EmulatedFunction:
+class EmulatedFunction(BackgroundService):
     """One function under the RIE; ``invoke`` posts an event and returns the handler's JSON answer."""
 
     def __init__(self, config: FunctionConfig, runtime: FunctionRuntime, log_path: Path) -> None:
@@ -210,14 +211,6 @@ class EmulatedFunction:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.stop()
 
 
 def _free_port() -> int:
