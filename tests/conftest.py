@@ -123,7 +123,10 @@ def mocked_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         "AWS_SECRET_ACCESS_KEY": "t",
     }.items():
         monkeypatch.setenv(name, value)
-    for name in [*(name for name in os.environ if name.startswith("AWS_ENDPOINT_URL")), "TALLY_STACK"]:
+    # Nothing of the caller's environment aims a client or a command elsewhere: no endpoint, region, profile,
+    # stack or other TALLY_* setting.
+    inherited = [name for name in os.environ if name.startswith(("AWS_ENDPOINT_URL", "TALLY_"))]
+    for name in [*inherited, "AWS_REGION", "AWS_PROFILE"]:
         monkeypatch.delenv(name, raising=False)
     with mock_aws():
         yield

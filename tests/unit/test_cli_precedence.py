@@ -12,18 +12,14 @@ import json
 import os
 import shlex
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 
 from tally.cli.main import cli
 from tally_local.template import load_template, table_definitions
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 STACKS = {"A": 1, "B": 2}
@@ -31,57 +27,46 @@ STACKS = {"A": 1, "B": 2}
 
 
 @pytest.fixture
-def stacks(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, dict[str, str]]]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_REGION", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    for name in [variable for variable in os.environ if variable.startswith("TALLY_")]:
-        monkeypatch.delenv(name)
-    with mock_aws():
-        dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
-        definition = table_definitions(load_template(TEMPLATE))["CountersTable"]
-        outputs: dict[str, dict[str, str]] = {}
-        for stack, count in STACKS.items():
-            table = f"counters-{stack}"
-            dynamodb.create_table(**definition.create_table_kwargs(table))
-            for index in range(count):  # key items: k, and B has one more
-                item = {"pk": {"S": "k" if index == 0 else f"other{index}"}, "sk": {"S": "all"}}
-                dynamodb.put_item(TableName=table, Item=item | {"c#count": {"N": str(count)}})
-            dlq = sqs.create_queue(QueueName=f"dlq-{stack}")["QueueUrl"]
-            sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps({"id": f"letter-{stack}", "key": "k", "delta": 1}))
-            queue = sqs.create_queue(QueueName=f"events-{stack}")["QueueUrl"]
-            outputs[stack] = {
-                "CountersTableName": table,
-                "DeadLetterQueueUrl": dlq,
-                "EventsQueueUrl": queue,
-            }
-            body = {
-                "Parameters": {"Windows": {"Type": "String"}},
-                "Resources": {
-                    "P": {
-                        "Type": "AWS::SSM::Parameter",
-                        "Properties": {"Name": f"/{stack}/p", "Type": "String", "Value": "v"},
-                    }
-                },
-                "Outputs": {key: {"Value": value} for key, value in outputs[stack].items()},
-            }
-            boto3.client("cloudformation").create_stack(
-                StackName=stack,
-                TemplateBody=json.dumps(body),
-                Parameters=[{"ParameterKey": "Windows", "ParameterValue": "hour"}],
-            )
-        # AND a shell holding A's exports, exactly as `tally stack A --env` prints them
-        exports = run("stack", "A", "--env")
-        assert exports.exit_code == 0, exports.output
-        for line in exports.output.splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            monkeypatch.setenv(name, shlex.split(value)[0])
-        yield outputs
+def stacks(monkeypatch: pytest.MonkeyPatch, mocked_aws: None) -> dict[str, dict[str, str]]:
+    dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    definition = table_definitions(load_template(TEMPLATE))["CountersTable"]
+    outputs: dict[str, dict[str, str]] = {}
+    for stack, count in STACKS.items():
+        table = f"counters-{stack}"
+        dynamodb.create_table(**definition.create_table_kwargs(table))
+        for index in range(count):  # key items: k, and B has one more
+            item = {"pk": {"S": "k" if index == 0 else f"other{index}"}, "sk": {"S": "all"}}
+            dynamodb.put_item(TableName=table, Item=item | {"c#count": {"N": str(count)}})
+        dlq = sqs.create_queue(QueueName=f"dlq-{stack}")["QueueUrl"]
+        sqs.send_message(QueueUrl=dlq, MessageBody=json.dumps({"id": f"letter-{stack}", "key": "k", "delta": 1}))
+        queue = sqs.create_queue(QueueName=f"events-{stack}")["QueueUrl"]
+        outputs[stack] = {
+            "CountersTableName": table,
+            "DeadLetterQueueUrl": dlq,
+            "EventsQueueUrl": queue,
+        }
+        body = {
+            "Parameters": {"Windows": {"Type": "String"}},
+            "Resources": {
+                "P": {
+                    "Type": "AWS::SSM::Parameter",
+                    "Properties": {"Name": f"/{stack}/p", "Type": "String", "Value": "v"},
+                }
+            },
+            "Outputs": {key: {"Value": value} for key, value in outputs[stack].items()},
+        }
+        boto3.client("cloudformation").create_stack(
+            StackName=stack,
+            TemplateBody=json.dumps(body),
+            Parameters=[{"ParameterKey": "Windows", "ParameterValue": "hour"}],
+        )
+    # AND a shell holding A's exports, exactly as `tally stack A --env` prints them
+    exports = run("stack", "A", "--env")
+    assert exports.exit_code == 0, exports.output
+    for line in exports.output.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        monkeypatch.setenv(name, shlex.split(value)[0])
+    return outputs
 
 
 def run(*args: str) -> Any:

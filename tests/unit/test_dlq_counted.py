@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import boto3
 import pytest
 from click.testing import CliRunner
-from moto import mock_aws
 
 from tally.cli.main import cli
 from tally.core.decode import decode_message
@@ -27,9 +26,6 @@ from tally.store.counted import DynamoDBCountedLookup
 from tally.store.journal import DynamoDBJournal
 from tally_local.template import load_template, table_definitions
 from tests.support.pipeline import make_pipeline, make_store
-
-if TYPE_CHECKING:
-    from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 NOW_MS = 4_102_444_800_000
@@ -49,34 +45,25 @@ LETTERS = {
 
 
 @pytest.fixture
-def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "TALLY_STACK"):
-        monkeypatch.delenv(name, raising=False)
-    with mock_aws():
-        dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
-        tables = table_definitions(load_template(TEMPLATE))
-        dynamodb.create_table(**tables["CountersTable"].create_table_kwargs("c"))
-        dynamodb.create_table(**tables["MarkersTable"].create_table_kwargs("m"))
-        # GIVEN two messages counted by the production pipeline (one once refused, one whose gauges were)
-        pipeline, _ = make_pipeline(make_store(dynamodb, "c", "m"))
-        counted = [SourceRecord(f"r{n}", body, NOW_MS) for n, body in enumerate((REFUSED_THEN_COUNTED, GAUGE_REFUSED))]
-        assert pipeline.process(counted, NOW_MS, lambda: 60_000).failed_record_ids == ()
-        # AND a dead-letter queue holding five letters (one counted since, one of another content, ...)
-        dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
-        target = sqs.create_queue(QueueName="target")["QueueUrl"]
-        for body, code in LETTERS.items():
-            attributes = {"tally.error_code": {"DataType": "String", "StringValue": code}}
-            sqs.send_message(QueueUrl=dlq, MessageBody=body, MessageAttributes=attributes)
-        monkeypatch.setenv("TALLY_COUNTERS_TABLE", "c")
-        monkeypatch.setenv("TALLY_MARKERS_TABLE", "m")
-        monkeypatch.setenv("TALLY_DLQ_URL", dlq)
-        yield {"sqs": sqs, "dynamodb": dynamodb, "dlq": dlq, "target": target}
+def aws(monkeypatch: pytest.MonkeyPatch, mocked_aws: None) -> dict[str, Any]:
+    dynamodb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    tables = table_definitions(load_template(TEMPLATE))
+    dynamodb.create_table(**tables["CountersTable"].create_table_kwargs("c"))
+    dynamodb.create_table(**tables["MarkersTable"].create_table_kwargs("m"))
+    # GIVEN two messages counted by the production pipeline (one once refused, one whose gauges were)
+    pipeline, _ = make_pipeline(make_store(dynamodb, "c", "m"))
+    counted = [SourceRecord(f"r{n}", body, NOW_MS) for n, body in enumerate((REFUSED_THEN_COUNTED, GAUGE_REFUSED))]
+    assert pipeline.process(counted, NOW_MS, lambda: 60_000).failed_record_ids == ()
+    # AND a dead-letter queue holding five letters (one counted since, one of another content, ...)
+    dlq = sqs.create_queue(QueueName="dlq")["QueueUrl"]
+    target = sqs.create_queue(QueueName="target")["QueueUrl"]
+    for body, code in LETTERS.items():
+        attributes = {"tally.error_code": {"DataType": "String", "StringValue": code}}
+        sqs.send_message(QueueUrl=dlq, MessageBody=body, MessageAttributes=attributes)
+    monkeypatch.setenv("TALLY_COUNTERS_TABLE", "c")
+    monkeypatch.setenv("TALLY_MARKERS_TABLE", "m")
+    monkeypatch.setenv("TALLY_DLQ_URL", dlq)
+    return {"sqs": sqs, "dynamodb": dynamodb, "dlq": dlq, "target": target}
 
 
 def run(*args: str) -> Any:
