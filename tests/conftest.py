@@ -132,6 +132,21 @@ def mocked_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
+@pytest.fixture
+def moto_aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every boto3 client the test builds (and every command it runs) talks to the session's moto server."""
+    for name, value in {
+        "AWS_ENDPOINT_URL": moto_endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    return moto_endpoint
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint() -> Iterator[str]:
     """One moto server (SQS, Kinesis, CloudFormation, ...) on 127.0.0.1 and a port the kernel picks.

@@ -20,20 +20,6 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
-@pytest.fixture
-def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name, value in {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    return moto_endpoint
-
-
 def run(*args: str, stdin: str | None = None) -> Any:
     return CliRunner().invoke(cli, ["publish", *args], input=stdin)
 
@@ -64,17 +50,17 @@ def stream_bodies(endpoint: str, stream: str) -> list[bytes]:
     return [r["Data"] for records in read_stream(client("kinesis", endpoint), stream).values() for r in records]
 
 
-def test_key_and_delta_from_arguments(aws: str) -> None:
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+def test_key_and_delta_from_arguments(moto_aws: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     result = run("page:/home", "3", "--queue-url", url)
     assert result.exit_code == 0, result.output
     assert "messages sent" in result.output
-    (message,) = messages_in(queue_bodies(aws, url))
+    (message,) = messages_in(queue_bodies(moto_aws, url))
     assert [(e.key, dict(e.deltas)) for e in message.events] == [("page:/home", {"count": 3})]
 
 
-def test_events_from_specs_are_exact_and_an_id_is_kept(aws: str) -> None:
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+def test_events_from_specs_are_exact_and_an_id_is_kept(moto_aws: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     result = run(
         "--event",
         "key=shop:42,orders=1,revenue=49.99,ts=2026-11-21T10:15:00Z",
@@ -84,15 +70,15 @@ def test_events_from_specs_are_exact_and_an_id_is_kept(aws: str) -> None:
         url,
     )
     assert result.exit_code == 0, result.output
-    messages = {m.message_id: m for m in messages_in(queue_bodies(aws, url))}
+    messages = {m.message_id: m for m in messages_in(queue_bodies(moto_aws, url))}
     assert messages["order-7"].events[0].deltas == {"revenue": Decimal("0.01")}
     assert totals(list(messages.values())) == {"shop:42": {"orders": 1, "revenue": Decimal("50.00")}}
     (other,) = [m for mid, m in messages.items() if mid != "order-7"]
     assert other.events[0].ts_ms == 1_795_256_100_000
 
 
-def test_json_lines_with_events_and_whole_messages_to_a_stream(aws: str, tmp_path: Path) -> None:
-    stream, _ = create_stream(client("kinesis", aws))
+def test_json_lines_with_events_and_whole_messages_to_a_stream(moto_aws: str, tmp_path: Path) -> None:
+    stream, _ = create_stream(client("kinesis", moto_aws))
     lines = tmp_path / "events.jsonl"
     lines.write_text(
         '{"key": "a", "delta": 1}\n'
@@ -102,21 +88,21 @@ def test_json_lines_with_events_and_whole_messages_to_a_stream(aws: str, tmp_pat
     )
     result = run("--file", str(lines), "--stream-name", stream)
     assert result.exit_code == 0, result.output
-    messages = messages_in(stream_bodies(aws, stream))
+    messages = messages_in(stream_bodies(moto_aws, stream))
     assert "pack-from-log" in {m.message_id for m in messages}
     assert totals(messages) == {"a": {"count": 6}, "b": {"x": Decimal("2.5")}, "c": {"count": -1}}
 
 
-def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str) -> None:
+def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(moto_aws: str) -> None:
     # GIVEN events without a delta (the key's default counts them) and with gauges
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     stdin = '{"key": "views:/a"}\n{"key": "shop:1", "ts": 1790000000000, "gauges": {"last": {"latest": "x"}}}\n'
     # WHEN they are published
     result = run("--file", "-", "--queue-url", url, stdin=stdin)
     # THEN the bodies carry exactly that: no delta, and the gauges
     assert result.exit_code == 0, result.output
     defaults = parse_counter_defaults("views:*#count=delta:1")
-    decoded = [decode_message(body, WIRE_LIMITS, defaults) for body in queue_bodies(aws, url)]
+    decoded = [decode_message(body, WIRE_LIMITS, defaults) for body in queue_bodies(moto_aws, url)]
     events = [event for message in decoded if isinstance(message, Message) for event in message.events]
     assert sorted((event.key, dict(event.deltas), event.gauges) for event in events) == [
         ("shop:1", {}, {"last": Gauge(GaugeKind.LATEST, "x")}),
@@ -124,14 +110,14 @@ def test_json_lines_may_leave_deltas_to_the_deployment_and_carry_gauges(aws: str
     ]
 
 
-def test_json_lines_may_name_distinct_members(aws: str) -> None:
+def test_json_lines_may_name_distinct_members(moto_aws: str) -> None:
     # GIVEN events naming members of distinct-count sets, one of them without a delta
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     stdin = '{"key": "v:1", "delta": 1, "distinct": {"viewers": "u-17"}}\n{"key": "v:1", "distinct": {"c": "fr"}}\n'
     # WHEN they are published THEN the bodies carry the members as written
     result = run("--file", "-", "--queue-url", url, stdin=stdin)
     assert result.exit_code == 0, result.output
-    decoded = [decode_message(body, WIRE_LIMITS) for body in queue_bodies(aws, url)]
+    decoded = [decode_message(body, WIRE_LIMITS) for body in queue_bodies(moto_aws, url)]
     events = [event for message in decoded if isinstance(message, Message) for event in message.events]
     assert sorted((json.dumps(dict(event.deltas)), json.dumps(event.distinct)) for event in events) == [
         ('{"count": 1}', '{"viewers": "u-17"}'),
@@ -139,11 +125,11 @@ def test_json_lines_may_name_distinct_members(aws: str) -> None:
     ]
 
 
-def test_stdin(aws: str) -> None:
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+def test_stdin(moto_aws: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     result = run("--file", "-", "--queue-url", url, stdin='{"key": "k", "delta": 4}\n{"key": "k", "delta": 6}\n')
     assert result.exit_code == 0, result.output
-    assert totals(messages_in(queue_bodies(aws, url))) == {"k": {"count": 10}}
+    assert totals(messages_in(queue_bodies(moto_aws, url))) == {"k": {"count": 10}}
 
 
 @pytest.mark.parametrize(
@@ -165,21 +151,21 @@ def test_stdin(aws: str) -> None:
     ],
 )
 def test_a_bad_line_refuses_the_whole_input_before_anything_is_sent(
-    aws: str, tmp_path: Path, line: str, reason: str
+    moto_aws: str, tmp_path: Path, line: str, reason: str
 ) -> None:
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     lines = tmp_path / "events.jsonl"
     lines.write_text('{"key": "good", "delta": 1}\n' + line + "\n")
     result = run("--file", str(lines), "--queue-url", url)
     assert result.exit_code == 2
     assert f"{lines}:2" in result.output
     assert reason in result.output
-    assert queue_bodies(aws, url) == []
+    assert queue_bodies(moto_aws, url) == []
 
 
-def test_generated_load_with_duplicates_sums_to_the_expected_totals(aws: str, tmp_path: Path) -> None:
+def test_generated_load_with_duplicates_sums_to_the_expected_totals(moto_aws: str, tmp_path: Path) -> None:
     # GIVEN a stream WHEN 3,000 skewed events are published with 20% of the messages re-sent
-    stream, _ = create_stream(client("kinesis", aws), shards=2)
+    stream, _ = create_stream(client("kinesis", moto_aws), shards=2)
     expected_path = tmp_path / "expected.json"
     result = run(
         "--generate", "3000", "--keys", "40", "--duplicate-rate", "0.2", "--seed", "5",
@@ -188,7 +174,7 @@ def test_generated_load_with_duplicates_sums_to_the_expected_totals(aws: str, tm
     assert result.exit_code == 0, result.output
     assert "duplicates re-sent" in result.output
     # THEN the stream holds duplicates (same ids), and the distinct messages add up exactly to the totals
-    messages = messages_in(stream_bodies(aws, stream))
+    messages = messages_in(stream_bodies(moto_aws, stream))
     assert len(messages) > len({m.message_id for m in messages})
     expected = json.loads(expected_path.read_text(), parse_float=Decimal)
     assert totals(messages) == expected
@@ -196,9 +182,9 @@ def test_generated_load_with_duplicates_sums_to_the_expected_totals(aws: str, tm
     assert hottest > 3000 / 40 * 3  # Zipf skew: the hottest key has many times its fair share
 
 
-def test_stack_outputs_choose_the_target(aws: str) -> None:
+def test_stack_outputs_choose_the_target(moto_aws: str) -> None:
     # GIVEN stacks exposing the template's output names (created through moto's CloudFormation)
-    cloudformation = client("cloudformation", aws)
+    cloudformation = client("cloudformation", moto_aws)
     sqs_stack, both_stack = unique("tally-sqs"), unique("tally-both")
     queue = {"Q": {"Type": "AWS::SQS::Queue"}}
     stream = {"S": {"Type": "AWS::Kinesis::Stream", "Properties": {"ShardCount": 1}}}
@@ -213,7 +199,7 @@ def test_stack_outputs_choose_the_target(aws: str) -> None:
     # WHEN publishing by stack name THEN the stack's queue receives the event
     assert run("k", "--stack", sqs_stack).exit_code == 0
     (output,) = cloudformation.describe_stacks(StackName=sqs_stack)["Stacks"][0]["Outputs"]
-    assert len(queue_bodies(aws, output["OutputValue"])) == 1
+    assert len(queue_bodies(moto_aws, output["OutputValue"])) == 1
     # ... and a stack with both sources needs --to
     ambiguous = run("k", "--stack", both_stack)
     assert ambiguous.exit_code == 1
@@ -224,9 +210,9 @@ def test_stack_outputs_choose_the_target(aws: str) -> None:
     assert "does not exist" in missing.output
 
 
-def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(aws: str, tmp_path: Path) -> None:
+def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(moto_aws: str, tmp_path: Path) -> None:
     # GIVEN a queue URL that does not exist
-    missing = f"{aws}/123456789012/{unique('missing')}"
+    missing = f"{moto_aws}/123456789012/{unique('missing')}"
     failed = tmp_path / "failed.jsonl"
     # WHEN publishing to it THEN the command fails and keeps the exact messages
     result = run("--event", "key=a,count=1", "--event", "key=b,count=2,id=order-1", "--queue-url", missing,
@@ -236,9 +222,9 @@ def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(aws:
     kept = failed.read_bytes().splitlines()
     assert len(kept) == 2
     # WHEN they are published again from that file to a working queue THEN the ids are the same
-    url = client("sqs", aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
     assert run("--file", str(failed), "--queue-url", url).exit_code == 0
-    assert sorted(m.message_id for m in messages_in(queue_bodies(aws, url))) == sorted(
+    assert sorted(m.message_id for m in messages_in(queue_bodies(moto_aws, url))) == sorted(
         m.message_id for m in messages_in(kept)
     )
 
@@ -254,6 +240,6 @@ def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(aws:
         ("k", "not-a-number", "--queue-url", "http://x"),
     ],
 )
-def test_usage_errors(aws: str, args: tuple[str, ...]) -> None:
+def test_usage_errors(moto_aws: str, args: tuple[str, ...]) -> None:
     result = run(*args)
     assert result.exit_code == 2, result.output

@@ -69,23 +69,9 @@ def test_the_producer_refuses_what_the_consumer_would_dead_letter(make: Any, err
 
 
 # ----------------------------------------------------------------------------------- tally reset / correct
-@pytest.fixture
-def aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
-    for name, value in {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
-    return moto_endpoint
-
-
-def test_reset_and_correct_publish_one_message_each_and_print_its_id(aws: str) -> None:
+def test_reset_and_correct_publish_one_message_each_and_print_its_id(moto_aws: str) -> None:
     # GIVEN a queue
-    sqs = client("sqs", aws)
+    sqs = client("sqs", moto_aws)
     url = sqs.create_queue(QueueName=unique("q"))["QueueUrl"]
     # WHEN an operator resets (id generated), re-sends it with the printed id, and corrects with an id
     first = CliRunner().invoke(cli, ["reset", "stock:1", "stock", "100", "--queue-url", url])
@@ -108,9 +94,9 @@ def test_reset_and_correct_publish_one_message_each_and_print_its_id(aws: str) -
     assert events["fix-9"] == CounterEvent("stock:1", {"stock": Decimal("-3.5")}, TS, correction=True)
 
 
-def test_publish_takes_resets_and_corrections_from_json_lines(aws: str) -> None:
+def test_publish_takes_resets_and_corrections_from_json_lines(moto_aws: str) -> None:
     # GIVEN JSON lines with an event, a reset and a correction (one with its id), and a packed reset
-    sqs = client("sqs", aws)
+    sqs = client("sqs", moto_aws)
     url = sqs.create_queue(QueueName=unique("q"))["QueueUrl"]
     lines = (
         '{"key": "stock:1", "deltas": {"stock": 4}}\n'
@@ -143,7 +129,7 @@ def test_publish_takes_resets_and_corrections_from_json_lines(aws: str) -> None:
         ("correct", "k", "n", "NaN", "--queue-url", "http://q"),
     ],
 )
-def test_operator_usage_errors(aws: str, args: tuple[str, ...]) -> None:
+def test_operator_usage_errors(moto_aws: str, args: tuple[str, ...]) -> None:
     result = CliRunner().invoke(cli, list(args))
     assert result.exit_code == 2, result.output
 
