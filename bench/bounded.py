@@ -15,15 +15,12 @@ ends at its start less its applied sales (0 for the half-refused load), every ot
 
 from __future__ import annotations
 
-import argparse
 import json
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from bench.metered_load import BATCH, fresh_id, run_metered
+from bench.results import EXACT, beside, field, load_options, report
 from tally.config import COUNTER_BOUNDS, COUNTER_DEFAULTS, WINDOWS
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -63,28 +60,21 @@ def measure(load: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="cost per event of bounded counters beside plain sums")
-    parser.add_argument("--events", type=int, default=5_000)
-    parser.add_argument("--keys", type=int, default=50)
-    args = parser.parse_args()
+    args = load_options("cost per event of bounded counters beside plain sums").parse_args()
     with DynamoDBLocal() as ddb:
         admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
         rows = [measure(load, args.events, args.keys, client, admin) for load in LOADS]
-    table = Table(title=f"{args.events:,} single-event sales over {args.keys} keys, batches of {BATCH}")
-    for column in ("load", "write units/event", "requests/event", "transactions", "refused", "exact"):
-        table.add_column(column, justify="left" if column == "load" else "right")
-    base = rows[0]["write_units_per_event"]
-    for row in rows:
-        table.add_row(
-            row["load"],
-            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
-            f"{row['requests_per_event']:.4f}",
-            str(row["transactions"]),
-            str(row["refused"]),
-            "yes" if row["exact"] else "NO",
-        )
-    Console().print(table)
-    return 0 if all(row["exact"] for row in rows) else 1
+    sums = rows[0]["write_units_per_event"]
+    columns = [
+        field("load"),
+        beside("write_units_per_event", lambda _: sums, "write units/event"),
+        field("requests_per_event", ".4f"),
+        field("transactions"),
+        field("refused"),
+        EXACT,
+    ]
+    title = f"{args.events:,} single-event sales over {args.keys} keys, batches of {BATCH}"
+    return report("bounded", title, columns, rows, {"events": args.events, "keys": args.keys}, json_out=args.json_out)
 
 
 if __name__ == "__main__":

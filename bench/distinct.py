@@ -18,16 +18,13 @@ and compared with the exact set sizes (``tally.core.distinct.exact_distinct``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
+from bench.results import EXACT, Row, beside, field, load_options, report
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
 from tally.core.items import ALL_TIME
@@ -101,31 +98,25 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="cost per event of distinct counts beside plain sums")
-    parser.add_argument("--events", type=int, default=5_000)
-    parser.add_argument("--keys", type=int, default=50)
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
-    args = parser.parse_args()
+    args = load_options("cost per event of distinct counts beside plain sums").parse_args()
     with DynamoDBLocal() as ddb:
         admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
         rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
-    table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
-    for column in ("pattern", "write units/event", "read units/event", "requests/event", "members added", "exact"):
-        table.add_column(column, justify="left" if column == "pattern" else "right")
-    for row in rows:
-        base = rows[3 if "hour+day" in row["pattern"] else 0]
-        table.add_row(
-            row["pattern"],
-            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base['write_units_per_event']:.2f}x)",
-            f"{row['read_units_per_event']:.4f}",
-            f"{row['requests_per_event']:.4f}",
-            str(row["members_added"]),
-            "yes" if row["exact"] else "NO",
-        )
-    Console().print(table)
-    if args.json:
-        print(json.dumps(rows, indent=1))
-    return 0 if all(row["exact"] for row in rows) else 1
+
+    def base(row: Row) -> float:
+        """Plain sums, or plain sums with the same windows for the windowed patterns."""
+        return float(rows[3 if "hour+day" in row["pattern"] else 0]["write_units_per_event"])
+
+    columns = [
+        field("pattern"),
+        beside("write_units_per_event", base, "write units/event"),
+        field("read_units_per_event", ".4f"),
+        field("requests_per_event", ".4f"),
+        field("members_added"),
+        EXACT,
+    ]
+    title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"
+    return report("distinct", title, columns, rows, {"events": args.events, "keys": args.keys}, json_out=args.json_out)
 
 
 if __name__ == "__main__":

@@ -48,6 +48,7 @@ from bench.peers import lambda_context
 from bench.peers.tables import create_from_template, drop_tables
 from bench.peers.tally_pipeline import TallyCounter
 from bench.plan_check import COUNTERS, KEY_BYTES, PACK, store_page_bytes
+from bench.results import write_rows
 from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
 from tally.config import (
     COUNTERS_TABLE,
@@ -662,7 +663,7 @@ def main(  # noqa: PLR0917 - click passes one argument per option
     if as_json:
         print(json.dumps(documents, indent=2))
     if json_out is not None:
-        json_out.write_text(json.dumps(documents, indent=2) + "\n")
+        write_rows(json_out, "duration", documents, {"memory_mb": memory})
 
 
 if __name__ == "__main__":

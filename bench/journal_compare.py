@@ -9,15 +9,14 @@ Run: ``python -m bench.journal_compare [--events 50000]`` (``make bench-journal`
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.table import Table
 
 from bench.peers.tally_pipeline import TallyCounter
+from bench.results import EXACT, field, load_options, report
 from bench.suite import run_peer
 from bench.workloads import WorkloadSpec, deliver, usage_events
 from tally.runtime import CLIENT_CONFIG
@@ -95,30 +94,26 @@ def measure(events: int) -> list[dict[str, Any]]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="journal vs chunked path on workload U, packed")
-    parser.add_argument("--events", type=int, default=50_000)
+    parser = load_options("journal vs chunked path on workload U, packed", events=50_000)
     args = parser.parse_args()
     rows = measure(args.events)
-    table = Table(title=f"workload U, packed messages of 100 events, {args.events:,} events, batches of 100")
-    for column in ("path", "events/s", "write units/event", "requests/event", "max ADDs per (item, batch)", "exact"):
-        table.add_column(column, justify="left" if column == "path" else "right")
-    for row in rows:
-        table.add_row(
-            row["path"],
-            f"{row['events_per_s']:,.0f}",
-            f"{row['write_units_per_event']:.4f}",
-            f"{row['requests_per_event']:.5f}",
-            str(row["max_adds_per_item_per_batch"]),
-            "yes" if row["exact"] else "NO",
-        )
-    Console().print(table)
+    columns = [
+        field("path"),
+        ("events/s", lambda row: f"{row['events_per_s']:,.0f}"),
+        field("write_units_per_event", ".4f"),
+        field("requests_per_event", ".5f"),
+        ("max ADDs per (item, batch)", lambda row: str(row["max_adds_per_item_per_batch"])),
+        EXACT,
+    ]
+    title = f"workload U, packed messages of 100 events, {args.events:,} events, batches of 100"
+    status = report("journal", title, columns, rows, {"events": args.events}, json_out=args.json_out)
     journal, chunked = rows
     Console().print(
         f"journal vs chunked: {chunked['write_units_per_event'] / journal['write_units_per_event']:.2f}x fewer write "
         f"units, {chunked['requests_per_event'] / journal['requests_per_event']:.1f}x fewer requests, "
         f"{journal['events_per_s'] / chunked['events_per_s']:.2f}x events/s"
     )
-    return 0 if all(row["exact"] for row in rows) else 1
+    return status
 
 
 if __name__ == "__main__":

@@ -21,17 +21,13 @@ bench`` runs it after the peers and writes docs/patterns.json). Every count and 
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
+from bench.results import EXACT, beside, field, load_options, report
 from tally.config import COUNTER_DEFAULTS, WINDOWS
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -116,36 +112,26 @@ def other_patterns(events: int, keys: int, client: DynamoDBClient, admin: Dynamo
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="cost per event of start values, default deltas and gauges")
-    parser.add_argument("--events", type=int, default=5_000)
-    parser.add_argument("--keys", type=int, default=50)
-    parser.add_argument("--json-out", type=Path, help="also write the rows (and the run's size) as JSON here")
+    parser = load_options("cost per event of start values, default deltas and gauges")
     parser.add_argument("--all", action="store_true", help="also bounded counters, resets and distinct counts")
     args = parser.parse_args()
-    rows = []
     with DynamoDBLocal() as ddb:
         admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
         rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
         if args.all:
             rows += other_patterns(args.events, args.keys, client, admin)
-    table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
-    for column in ("pattern", "write units/event", "requests/event", "gauge UpdateItems", "failed conditions", "exact"):
-        table.add_column(column, justify="left" if column == "pattern" else "right")
-    base = rows[0]["write_units_per_event"]
-    for row in rows:
-        table.add_row(
-            row["pattern"],
-            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
-            f"{row['requests_per_event']:.4f}",
-            str(row.get("gauge_writes", "-")),
-            str(row.get("conditional_failures", "-")),
-            "yes" if row["exact"] else "NO",
-        )
-    Console().print(table)
-    if args.json_out is not None:
-        report = {"events": args.events, "keys": args.keys, "batch": BATCH, "rows": rows}
-        args.json_out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0 if all(row["exact"] for row in rows) else 1
+    sums = rows[0]["write_units_per_event"]
+    columns = [
+        field("pattern"),
+        beside("write_units_per_event", lambda _: sums, "write units/event"),
+        field("requests_per_event", ".4f"),
+        ("gauge UpdateItems", lambda row: str(row.get("gauge_writes", "-"))),
+        ("failed conditions", lambda row: str(row.get("conditional_failures", "-"))),
+        EXACT,
+    ]
+    title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"
+    parameters = {"events": args.events, "keys": args.keys, "batch": BATCH}
+    return report("patterns", title, columns, rows, parameters, json_out=args.json_out)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from rich.table import Table
 
 from bench.peers.naive import NaiveCounter
 from bench.peers.tally_pipeline import TallyCounter
+from bench.results import write_rows
 from bench.suite import run_peer
 from bench.workloads import WorkloadSpec, deliver, usage_events
 from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
@@ -345,7 +346,7 @@ def main(
         if naive is not None:
             console.print(f"naive ADD (not exact), single, windows off, 100: {naive:.4f} write units per event")
     if json_out is not None:
-        json_out.write_text(json.dumps(rows, indent=2) + "\n")
+        write_rows(json_out, "plan-check", rows, {"checks": len(checks)})
     sys.exit(0 if all(check.passed for check in checks) else 1)
 
 

@@ -15,14 +15,11 @@ Run: ``python -m bench.resets [--events 5000] [--keys 50]``. Every count is read
 
 from __future__ import annotations
 
-import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
-
 from bench.metered_load import BATCH, fresh_id, run_metered
+from bench.results import EXACT, beside, field, load_options, report
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
 from tally.core.model import Message
@@ -85,27 +82,20 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="cost per event of corrections and resets beside plain sums")
-    parser.add_argument("--events", type=int, default=5_000)
-    parser.add_argument("--keys", type=int, default=50)
-    args = parser.parse_args()
+    args = load_options("cost per event of corrections and resets beside plain sums").parse_args()
     with DynamoDBLocal() as ddb:
         admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
         rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
-    table = Table(title=f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}")
-    for column in ("pattern", "write units/event", "requests/event", "transactions", "exact"):
-        table.add_column(column, justify="left" if column == "pattern" else "right")
-    base = rows[0]["write_units_per_event"]
-    for row in rows:
-        table.add_row(
-            row["pattern"],
-            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.2f}x)",
-            f"{row['requests_per_event']:.4f}",
-            str(row["transactions"]),
-            "yes" if row["exact"] else "NO",
-        )
-    Console().print(table)
-    return 0 if all(row["exact"] for row in rows) else 1
+    sums = rows[0]["write_units_per_event"]
+    columns = [
+        field("pattern"),
+        beside("write_units_per_event", lambda _: sums, "write units/event"),
+        field("requests_per_event", ".4f"),
+        field("transactions"),
+        EXACT,
+    ]
+    title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"
+    return report("resets", title, columns, rows, {"events": args.events, "keys": args.keys}, json_out=args.json_out)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from rich.table import Table
 
 from bench.peers import lambda_context
 from bench.peers.tally_pipeline import TallyCounter
+from bench.results import write_rows
 from bench.suite import LAMBDA_TIMEOUT_MS, compare
 from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
 from tally.core.windows import DAY_MS, HOUR_MS
@@ -306,7 +307,7 @@ def main(  # noqa: PLR0917 - click passes each option positionally
     else:
         console.print(table(results))
     if json_out is not None:
-        json_out.write_text(json.dumps(rows, indent=2) + "\n")
+        write_rows(json_out, "windows-cost", rows, {"configurations": len(configs)})
     sys.exit(0 if all(result.exact for result in results) else 1)
 
 
