@@ -180,11 +180,14 @@ def test_a_crash_between_the_commit_and_the_gauge_write_is_repaired_by_the_redel
     assert gauges_of(ddb_tables, "shop:1") == {"max": {"peak": "9"}, "latest": {"last": "b"}}
 
 
-def test_a_lost_gauge_response_reports_its_records_for_redelivery(ddb_tables: DynamoDBTables) -> None:
-    # GIVEN a gauge write whose answer is lost (it committed; the caller cannot know)
+@pytest.mark.parametrize(("losses", "failed"), [(1, ()), (1_000, ("r-q1",))])
+def test_a_lost_gauge_response_is_retried_then_left_to_redelivery(
+    ddb_tables: DynamoDBTables, losses: int, failed: tuple[str, ...]
+) -> None:
+    # GIVEN gauge writes whose answers are lost (each committed; the caller cannot know), once or every time
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store)
-    lost = [1]
+    lost = [losses]
 
     def after_update(**_: Any) -> None:
         if lost[0]:
@@ -198,8 +201,9 @@ def test_a_lost_gauge_response_reports_its_records_for_redelivery(ddb_tables: Dy
         first = pipeline.process(records, NOW_MS, lambda: 60_000)
     finally:
         ddb_tables.client.meta.events.unregister("after-call.dynamodb.UpdateItem", after_update)
-    # THEN only the record with the gauge is reported failed; its redelivery settles it, counted once
-    assert first.failed_record_ids == ("r-q1",)
+    # THEN a loss the retries within the invocation outlast fails nothing; one they do not outlast fails only
+    # the record with the gauge, and its redelivery settles it, counted once
+    assert first.failed_record_ids == failed
     second = pipeline.process(records[:1], NOW_MS, lambda: 60_000)
     assert second.failed_record_ids == ()
     assert counters_of(ddb_tables, "shop:1") == {"sales": "1"}

@@ -128,5 +128,7 @@ def make_pipeline(
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
         mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, sleep=lambda _: None)
-    steps = post_commit_steps(settings.windows, gauges=gauges, distinct=distinct, mover=mover)
+    steps = post_commit_steps(
+        settings.windows, gauges=gauges, distinct=distinct, mover=mover, policy=policy, sleep=lambda _: None
+    )
     return BatchPipeline(applier, dlq, settings, steps=steps), dlq

@@ -51,6 +51,22 @@ class RefusingGauges:
         return 1
 
 
+class FlakyGauges:
+    """A gauge store whose first ``failures`` writes of each key fail for now (throttled, a lost answer)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.attempts: dict[str, int] = {}
+        self.written: list[str] = []
+
+    def write_gauges(self, key: str, slots: Mapping[Any, Any]) -> int:
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        if self.attempts[key] <= self.failures:
+            raise RetryableStoreError("throttled")
+        self.written.append(key)
+        return 1
+
+
 class RefusingMembers:
     """A distinct store that refuses every write for good (an error no retry can fix)."""
 
@@ -63,11 +79,45 @@ def gauge_record(n: int, key: str) -> SourceRecord:
     return SourceRecord(f"r{n}", json.dumps(body), NOW_MS)
 
 
+def no_sleep(_: float) -> None:
+    """Backoff without waiting: the tests check fates, not time."""
+
+
+def test_a_gauge_write_that_fails_for_now_is_retried_within_the_invocation() -> None:
+    # GIVEN a batch whose gauge writes each fail twice for now on every key (throttling, lost answers), as a
+    # busy table answers: a batch of gauge messages makes many writes, so a batch whose every write must
+    # succeed first time would be redelivered until the queue's redrive policy moved its messages away
+    gauges = FlakyGauges(failures=2)
+    dlq = RecordingDeadLetterQueue()
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
+    records = [gauge_record(n, f"g:{n % 4}") for n in range(8)]
+    # WHEN it is processed (the counters commit)
+    result = pipeline.process(records, NOW_MS, lambda: 60_000)
+    # THEN every key's gauges are written within the invocation, under the commit's retry policy
+    assert result.failed_record_ids == ()
+    assert dlq.letters == []
+    assert sorted(gauges.written) == ["g:0", "g:1", "g:2", "g:3"]
+    assert set(gauges.attempts.values()) == {3}
+
+
+def test_a_gauge_write_that_keeps_failing_for_now_reports_its_messages_failed_once_attempts_run_out() -> None:
+    gauges = FlakyGauges(failures=100)
+    dlq = RecordingDeadLetterQueue()
+    steps = post_commit_steps(WindowSpec(), gauges=gauges, sleep=no_sleep)  # type: ignore[arg-type]
+    result = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps).process(  # type: ignore[arg-type]
+        [gauge_record(1, "g:1")], NOW_MS, lambda: 60_000
+    )
+    assert result.failed_record_ids == ("r1",)
+    assert 1 < gauges.attempts["g:1"] <= 8
+
+
 def test_a_gauge_write_refused_for_good_dead_letters_its_messages_and_settles_the_rest() -> None:
     # GIVEN a batch whose gauges on key "big" DynamoDB refuses for good, on "busy" for now, on "ok" not at all
     gauges = RefusingGauges(refused={"big"}, throttled={"busy"})
     dlq = RecordingDeadLetterQueue()
-    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=post_commit_steps(WindowSpec(), gauges=gauges))  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges, sleep=no_sleep)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
     records = [gauge_record(1, "big"), gauge_record(2, "ok"), gauge_record(3, "busy"), gauge_record(4, "big")]
     # WHEN it is processed (the counters commit)
     result = pipeline.process(records, NOW_MS, lambda: 60_000)

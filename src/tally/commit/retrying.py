@@ -82,29 +82,52 @@ class RetryingSteps:
 
     def _attempt(self, step: Callable[[], T], *, counts_as_request: bool) -> T:
         """Run ``step``, retrying retryable failures with backoff while time and attempts allow."""
-        policy = self._policy
 
-        def out_of_time_or_attempts(state: RetryCallState) -> bool:
-            worst_wait_ms = policy.max_delay_s * 1000
-            return state.attempt_number >= policy.max_attempts or (
-                self._remaining_ms() < policy.reserve_ms + worst_wait_ms
-            )
+        def counted() -> T:
+            if counts_as_request:
+                with self._counting:
+                    self._figures.requests += 1
+            return step()
 
-        retrying = Retrying(
-            retry=retry_if_exception_type(RetryableStoreError),
-            wait=wait_random_exponential(multiplier=policy.base_delay_s, max=policy.max_delay_s),
-            stop=out_of_time_or_attempts,
-            reraise=True,
-            sleep=self._sleep,
-        )
-        try:
-            for attempt in retrying:
-                with attempt:
-                    if counts_as_request:
-                        with self._counting:
-                            self._figures.requests += 1
-                    return step()
-        finally:
-            with self._counting:
-                self._figures.retries += retrying.statistics.get("attempt_number", 1) - 1
-        raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover
+        return retried(counted, self._policy, self._remaining_ms, self._sleep, on_retries=self._count_retries)
+
+    def _count_retries(self, retries: int) -> None:
+        with self._counting:
+            self._figures.retries += retries
+
+
+def retried(
+    step: Callable[[], T],
+    policy: RetryPolicy,
+    remaining_ms: Callable[[], int],
+    sleep: Callable[[float], None],
+    *,
+    on_retries: Callable[[int], None] | None = None,
+) -> T:
+    """Run one store call under ``policy``, retrying a ``RetryableStoreError`` with backoff.
+
+    Retries until ``policy.max_attempts`` or until the next wait could eat into ``policy.reserve_ms``, then
+    raises the last error; ``on_retries`` hears how many retries were made, whatever the outcome. The commit's
+    steps run through ``RetryingSteps``; a post-commit write (``tally.post_commit``) calls this directly, so a
+    write that fails for now is retried within the invocation, not left to a redelivery of its whole batch.
+    """
+
+    def out_of_time_or_attempts(state: RetryCallState) -> bool:
+        worst_wait_ms = policy.max_delay_s * 1000
+        return state.attempt_number >= policy.max_attempts or (remaining_ms() < policy.reserve_ms + worst_wait_ms)
+
+    retrying = Retrying(
+        retry=retry_if_exception_type(RetryableStoreError),
+        wait=wait_random_exponential(multiplier=policy.base_delay_s, max=policy.max_delay_s),
+        stop=out_of_time_or_attempts,
+        reraise=True,
+        sleep=sleep,
+    )
+    try:
+        for attempt in retrying:
+            with attempt:
+                return step()
+    finally:
+        if on_retries is not None:
+            on_retries(retrying.statistics.get("attempt_number", 1) - 1)
+    raise AssertionError("unreachable: tenacity either returns or re-raises")  # pragma: no cover

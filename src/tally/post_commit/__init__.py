@@ -7,14 +7,18 @@ to ``post_commit_steps``: the pipeline and the metrics report take its figures a
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
+from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.post_commit.gauges import GaugeStep, GaugeStore
 from tally.post_commit.members import DistinctStore, MemberStep
 from tally.post_commit.step import PostCommitStep, SettledBatch, StepResult
 from tally.post_commit.windows import WindowMover, WindowStep
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tally.core.windows import WindowSpec
 
 __all__ = [
@@ -37,6 +41,12 @@ def post_commit_steps(
     gauges: GaugeStore | None = None,
     distinct: DistinctStore | None = None,
     mover: WindowMover | None = None,
+    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[PostCommitStep, ...]:
-    """The steps in the order they run; a step without its store refuses (at admission) what needs it."""
-    return (GaugeStep(gauges), MemberStep(distinct, windows), WindowStep(mover))
+    """The steps in the order they run; a step without its store refuses (at admission) what needs it.
+
+    ``policy`` and ``sleep`` are the commit's (``tally.commit.retrying``): how a write that fails for now is
+    retried within the invocation.
+    """
+    return (GaugeStep(gauges, policy=policy, sleep=sleep), MemberStep(distinct, windows), WindowStep(mover))

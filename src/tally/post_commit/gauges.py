@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import time
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy, retried
 from tally.core.gauges import batch_gauges, carries_gauges
 from tally.core.model import RejectCode, Rejection
 from tally.errors import RetryableStoreError, StoreError
 from tally.post_commit.step import StepResult
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from tally.core.gauges import GaugeSlot, GaugeValue
     from tally.core.model import Message
@@ -31,11 +34,25 @@ class GaugeStore(Protocol):
 
 
 class GaugeStep:
-    """Writes the gauges of every message whose counters count, key by key."""
+    """Writes the gauges of every message whose counters count, key by key.
 
-    def __init__(self, store: GaugeStore | None) -> None:
+    A key's write that fails for now (throttled, its answer lost) is retried within the invocation under the
+    commit's retry policy: a batch of gauge messages writes many keys, and leaving each such failure to a
+    redelivery of the whole batch would fail the batch on most deliveries of a busy table, until the queue's
+    redrive policy moved its messages to the dead-letter queue without a reason.
+    """
+
+    def __init__(
+        self,
+        store: GaugeStore | None,
+        *,
+        policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._store = store
         """None: this pipeline writes no gauges, and dead-letters messages that carry some (never drops them)."""
+        self._policy = policy
+        self._sleep = sleep
 
     def admit(self, message: Message) -> Rejection | None:
         if self._store is None and carries_gauges(message):
@@ -52,7 +69,8 @@ class GaugeStep:
         refused: dict[str, Rejection] = {}
         for key, slots in gauges.updates.items():
             try:
-                requests += self._store.write_gauges(key, slots)
+                write = partial(self._store.write_gauges, key, slots)
+                requests += retried(write, self._policy, batch.remaining_ms, self._sleep)
             except RetryableStoreError:
                 retry |= gauges.sources[key]
             except StoreError as exc:
