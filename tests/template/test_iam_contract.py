@@ -71,7 +71,8 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     with mock_aws():
         dynamodb, sqs, kinesis = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("kinesis")
         definitions = table_definitions(load_template(TEMPLATE))
-        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
+        tables = (("CountersTable", "counters"), ("MarkersTable", "markers"), ("NotificationsTable", "notifications"))
+        for logical_id, name in tables:
             dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
         dlq = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
         queue = sqs.create_queue(QueueName="tally-events")["QueueUrl"]
@@ -86,6 +87,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             "TALLY_DLQ_URL": dlq,
             "TALLY_HOT_KEYS": "hot=4",
             "TALLY_WINDOWS": "hour",
+            "TALLY_NOTIFICATIONS_TABLE": "notifications",
         }
         for name, value in variables.items():
             monkeypatch.setenv(name, value)
@@ -120,6 +122,8 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     # Bounded counters: the bounded samples' CounterBounds, and a bounded item whose steps net to zero
     # in one transaction (checked by a ConditionCheck on the counters table).
     monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:bounded-*#stock>=0;quota:bounded-*#calls<=10")
+    # Thresholds: a crossing recorded in the transaction that commits it (a Put on the notifications table).
+    monkeypatch.setenv("TALLY_COUNTER_THRESHOLDS", "usage:notify-*#calls>=5")
     sqs_handler.pipeline.cache_clear()
     kinesis_handler.pipeline.cache_clear()
     sqs_samples = ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json")
@@ -138,6 +142,8 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     sqs_handler.handler(load_event("sqs-bounded.json"), context)
     zero_net = [{"id": f"zero-{n}", "key": "stock:bounded-zero", "deltas": {"stock": d}} for n, d in ((1, 4), (2, -4))]
     sqs_handler.handler(sqs_event([json.dumps(body) for body in zero_net], first=50), context)
+    crossing = [{"id": f"usage-{n}", "key": "usage:notify-1", "deltas": {"calls": 3}} for n in range(2)]
+    sqs_handler.handler(sqs_event([json.dumps(body) for body in crossing], first=60), context)
     # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
     journal_batch = sqs_event([_packed("wide-1", 120)])
     real_apply_chunk = DynamoDBJournal.apply_chunk

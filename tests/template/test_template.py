@@ -303,7 +303,7 @@ def test_queues_encrypted(resources: dict[str, Any]) -> None:
 
 def test_tables_encrypted_with_point_in_time_recovery(resources: dict[str, Any]) -> None:
     tables = {k: r for k, r in resources.items() if r["Type"] == "AWS::DynamoDB::Table"}
-    assert set(tables) == {COUNTERS, MARKERS}
+    assert set(tables) == {COUNTERS, MARKERS, "NotificationsTable"}
     for table in tables.values():
         properties = table["Properties"]
         assert properties["SSESpecification"]["SSEEnabled"] is True
@@ -424,6 +424,7 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
             "dynamodb:PutItem",  # distinct-count member items
         },
         json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
+        json.dumps({"Fn::GetAtt": ["NotificationsTable", "Arn"]}): {"dynamodb:PutItem"},  # a threshold crossing
     }
 
 
@@ -551,7 +552,7 @@ def test_endpoint_variables_are_declared_empty_for_sam_local_invoke(template: di
 
 def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> None:
     tables = table_definitions(template)
-    assert set(tables) == {COUNTERS, MARKERS}
+    assert set(tables) == {COUNTERS, MARKERS, "NotificationsTable"}
     for logical_id, table in tables.items():
         declared = template["Resources"][logical_id]["Properties"]
         kwargs = table.create_table_kwargs("local-name")
@@ -560,7 +561,14 @@ def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> Non
             "KeySchema": declared["KeySchema"],
             "AttributeDefinitions": declared["AttributeDefinitions"],
             "BillingMode": "PAY_PER_REQUEST",
+            **(
+                {"StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}}
+                if "Stream" in str(declared)
+                else {}
+            ),
         }
+    # The notifications table's stream is what the pipe reads (DynamoDB Local has streams too)
+    assert tables["NotificationsTable"].stream_view_type == "NEW_IMAGE"
     assert [(k.attribute_name, k.key_type) for k in tables[COUNTERS].key_schema] == [
         ("pk", "HASH"),
         ("sk", "RANGE"),

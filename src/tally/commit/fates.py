@@ -86,6 +86,8 @@ class Figures:
     """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
     markers_met: int = 0
     """Existing markers met, through the marker read or a cancelled write (feeds the gate)."""
+    exact_writes: int = 0
+    """Thresholded writes sent again from the values a refused crossing condition met (``CommitProtocol._exact``)."""
 
 
 @dataclass(frozen=True, slots=True)
