@@ -297,7 +297,7 @@ def test_visibility_timeout_covers_six_function_timeouts_for_every_allowed_timeo
 
 def test_queues_encrypted(resources: dict[str, Any]) -> None:
     queues = {k: r for k, r in resources.items() if r["Type"] == "AWS::SQS::Queue"}
-    assert set(queues) == {QUEUE, DLQ}
+    assert set(queues) == {QUEUE, DLQ, "NotificationsDeadLetterQueue"}
     assert all(q["Properties"]["SqsManagedSseEnabled"] is True for q in queues.values())
 
 
@@ -372,9 +372,10 @@ def test_no_function_level_dead_letter_queue(resources: dict[str, Any]) -> None:
 
 
 def _policy_statements(resources: dict[str, Any]) -> list[dict[str, Any]]:
+    """The functions' statements (the notifications pipe's role is held to its own in test_notifications.py)."""
     statements: list[dict[str, Any]] = []
-    for resource in resources.values():
-        if resource["Type"] == "AWS::IAM::Role":
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role" and logical_id != "NotificationsPipeRole":
             for policy in resource["Properties"].get("Policies", []):
                 statements.extend(policy["PolicyDocument"]["Statement"])
         if resource["Type"] == "AWS::IAM::Policy":
@@ -485,6 +486,9 @@ def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
         "OperatorPolicyArn",
         "ProducerPolicyArn",
         "ReaderPolicyArn",
+        "NotificationsTableName",
+        "NotificationsDeadLetterQueueUrl",
+        "NotificationBusArn",
     }
     assert outputs["EventsQueueUrl"]["Value"] == {"Ref": QUEUE}
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [DLQ, "Arn"]}
@@ -583,7 +587,7 @@ def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> Non
 
 def test_queue_definitions_resolve_parameter_defaults(template: dict[str, Any], parameters: dict[str, Any]) -> None:
     queues = queue_definitions(template)
-    assert set(queues) == {QUEUE, DLQ}
+    assert set(queues) == {QUEUE, DLQ, "NotificationsDeadLetterQueue"}
     events = queues[QUEUE]
     default_timeout = str(parameters["FunctionTimeoutSeconds"]["Default"])
     assert events.fifo is False
@@ -659,7 +663,7 @@ def test_local_definitions_create_real_resources(template: dict[str, Any]) -> No
                 attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
                 arns[logical_id] = attributes["QueueArn"]
                 assert attributes["VisibilityTimeout"] == str(queue.visibility_timeout_seconds)
-            assert set(arns) == {QUEUE, DLQ}
+            assert set(arns) == {QUEUE, DLQ, "NotificationsDeadLetterQueue"}
 
 
 def _with_property(template: dict[str, Any], resource: str, name: str, value: Any) -> dict[str, Any]:

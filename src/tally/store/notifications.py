@@ -3,7 +3,8 @@
 Partition key ``notification_id``: the crossing's deterministic id (``tally.core.thresholds.notification_id``).
 Attributes: ``key``, ``counter``, ``level`` (N), ``direction`` (``rising``/``falling``), ``window``, ``value``
 (N: the counter after the write that recorded it), ``step_value`` (N: after the crossing message's own step),
-``message_id``, ``at`` (N: epoch ms of the write) and ``expires_at`` (the TTL attribute).
+``message_id``, ``at`` (N: epoch ms of the write), ``time`` (the same, ISO 8601 UTC) and ``expires_at`` (the TTL
+attribute).
 
 The table's stream (``NEW_IMAGE``) is what EventBridge Pipes reads: a new item is an ``INSERT`` record, which
 the pipe's filter keeps and its input template turns into the event's detail (template.yaml,
@@ -14,6 +15,7 @@ the record is a ``MODIFY``, or none at all when nothing changed, and is not anno
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
@@ -41,6 +43,7 @@ VALUE: Final = "value"
 STEP_VALUE: Final = "step_value"
 MESSAGE_ID: Final = "message_id"
 AT: Final = "at"
+TIME: Final = "time"
 EXPIRES_AT: Final = "expires_at"
 
 
@@ -57,8 +60,15 @@ def notification_item(crossing: Crossing, expires_at_s: int) -> dict[str, Any]:
         STEP_VALUE: {"N": to_wire(crossing.step_value)},
         MESSAGE_ID: {"S": crossing.message_id},
         AT: {"N": str(crossing.at_ms)},
+        TIME: {"S": iso_utc(crossing.at_ms)},
         EXPIRES_AT: {"N": str(expires_at_s)},
     }
+
+
+def iso_utc(at_ms: int) -> str:
+    """``2026-11-26T10:15:00.123Z``: the event time as EventBridge consumers read times."""
+    moment = datetime.fromtimestamp(at_ms // 1000, UTC) + timedelta(milliseconds=at_ms % 1000)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def notification_put(table: str, crossing: Crossing, expires_at_s: int) -> tuple[TransactWriteItemTypeDef, Role]:
