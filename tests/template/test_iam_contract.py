@@ -31,7 +31,7 @@ from tally.local.context import LocalLambdaContext
 from tally.local.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
 from tally.local.template import load_template, table_definitions
 from tally.producer import Event, KinesisPublisher, SqsPublisher
-from tally.reader import CounterReader
+from tally.reader import CounterReader, NotificationReader
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -190,6 +190,7 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
     run("get", "page:/home", "--json")  # BatchGetItem
     run("get", "hot", "--json")  # a hot key: BatchGetItem over its 16 shards
     run("get", "page:/home", "--window", "hour", "--json")  # Query
+    run("notifications", "list", "--json")  # Scan of the notifications table
     run("top", "5")  # Scan
     # A key never written again, its 2020 hour still open on its item: moved by `tally windows close`.
     ended = {
@@ -282,6 +283,9 @@ def drive_an_application(aws: dict[str, Any]) -> None:
     reader.get_many(["page:/home", "hot"])  # BatchGetItem
     reader.series("page:/home", "hour")  # Query
     reader.top(3)  # Scan
+    assert NotificationReader.from_environment(
+        client=boto3.client("dynamodb")
+    ).list()  # Scan (the Lambda drive's crossing)
     context = LocalLambdaContext()
     for name in ("read-get.json", "read-series.json"):  # BatchGetItem, Query (as the endpoint's role)
         assert read_handler.handler(json.loads((EVENTS_DIR / "read" / name).read_text()), context)["statusCode"] == 200
@@ -331,6 +335,7 @@ OPERATOR_CALLS = {
     ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
     ("Query", "_query"),  # tally get --window (tally.reader)
     ("Scan", "scan_all_time_items"),  # tally top (tally.reader), tally windows close (store.windows)
+    ("Scan", "scan_notifications"),  # tally notifications list (tally.reader.notifications)
     ("TransactWriteItems", "_commit"),
     ("TransactWriteItems.Update", "Update"),
     ("DescribeStacks", "describe"),  # --stack, $TALLY_STACK, tally stack (tally.cli.resolve, the one reader)
@@ -352,7 +357,12 @@ OPERATOR_CALLS = {
 
 
 PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
-READER_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query"), ("Scan", "scan_all_time_items")}
+READER_CALLS = {
+    ("BatchGetItem", "batch_get"),
+    ("Query", "_query"),
+    ("Scan", "scan_all_time_items"),
+    ("Scan", "scan_notifications"),
+}
 READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query")}
 # Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
 # `kinesis put-record`, an SDK's single put) publish with the same policy.
