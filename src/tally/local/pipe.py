@@ -55,7 +55,9 @@ class LocalNotificationsPipe:
         *,
         poll_s: float = 0.1,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
+        events: Any | None = None,
     ) -> None:
+        """``events``: the EventBridge client to put to (default: moto's, on the stack's endpoint)."""
         pipe = resources.template["Resources"][PIPE]["Properties"]
         parameters = pipe["TargetParameters"]
         self.input_template: str = parameters["InputTemplate"]
@@ -68,7 +70,7 @@ class LocalNotificationsPipe:
         self._clock_ms = clock_ms
         self._dynamodb = resources.client("dynamodb")
         self._streams = resources.client("dynamodbstreams")
-        self._events = resources.client("events")
+        self._events = events if events is not None else resources.client("events")
         self._positions: dict[str, str | None] = {}
         """Shard id -> the iterator to read next (None: the shard is closed and read to its end)."""
         self._read_to: dict[str, str] = {}
