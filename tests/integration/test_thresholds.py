@@ -45,7 +45,9 @@ if TYPE_CHECKING:
 
 pytestmark = pytest.mark.integration
 
-NOW_MS = 1_764_000_000_000
+NOW_MS = 4_102_444_800_000
+"""2100-01-01: the markers' and notifications' TTL (35 days from the batch's clock) lies ahead of the machine's
+clock, or DynamoDB Local's TTL could delete them in the middle of a test."""
 THRESHOLDS = parse_counter_thresholds("usage:*#calls>=800,1000;stock:*#stock<=10")
 STARTS = parse_counter_defaults("stock:*#stock=start:100")
 

@@ -325,19 +325,22 @@ class CommitProtocol:
         recorded = len(crossings(chunk.messages, self._thresholds, before, at_ms=self._now_ms))
         if again.action_count + recorded <= self._max_actions or len(chunk.messages) == 1:
             return self.direct(again)
-        # Too many notifications for one transaction beside the chunk's actions: each message alone, in order
-        # (each then meets its own value).
-        return [
-            message
-            for single in chunk.messages
-            for message in self.direct(
-                Chunk(
-                    (single,),
-                    nonzero_increments(single.totals),
-                    {mid: batch for mid, batch in chunk.replaces.items() if mid == single.message_id},
-                )
-            )
-        ]
+        # Too many notifications for one transaction beside the chunk's actions: the messages again, in order, in
+        # transactions leaving room for them (one message each if even that does not fit). The first starts
+        # from the values met; each later one meets its own value, as any write does.
+        plan = plan_transactions(chunk.messages, max(2, self._max_actions - recorded), self._counter_limit)
+        parts = (
+            [Chunk((m,), nonzero_increments(m.totals)) for m in chunk.messages] if plan.rejected else list(plan.chunks)
+        )
+        rest: list[MessageTotals] = []
+        for index, part in enumerate(parts):
+            replaces = {mid: batch for mid, batch in chunk.replaces.items() if mid in part.message_ids}
+            if index == 0:
+                part = replace(part, replaces=replaces, before=before, attempt=chunk.attempt + 1)  # noqa: PLW2901
+            else:
+                part = replace(part, replaces=replaces)  # noqa: PLW2901
+            rest.extend(self.direct(part))
+        return rest
 
     def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
         """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""
