@@ -55,7 +55,8 @@ def test_the_reader_needs_a_table() -> None:
         NotificationReader.from_environment({})
 
 
-def test_list_prints_a_table_and_exact_json(table: Any) -> None:
+def test_list_prints_a_table_and_exact_json(table: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)  # not a terminal: the table is never cut
     result = run("notifications", "list")
     assert result.exit_code == 0, result.output
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.output.splitlines() if "│" in line]
