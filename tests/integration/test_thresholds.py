@@ -127,6 +127,7 @@ def test_a_write_far_from_every_level_costs_one_transaction_and_records_nothing(
     result = process(pipeline, [record("a", "usage:t", calls=100), record("b", "usage:t", calls=200)])
     # THEN one transaction, as without thresholds, and no notification
     assert result.figures["Transactions"] == 1
+    assert result.figures["ThresholdRewrites"] == 0
     assert notify.notifications() == []
     assert notify.value("usage:t", "calls") == 300
 
@@ -143,6 +144,7 @@ def test_a_rising_crossing_is_recorded_once_with_the_message_that_made_it(notify
         ("usage:t", "calls", 1000, "rising", "c", 1100),
     ]
     assert (first.figures["Transactions"], second.figures["Transactions"]) == (2, 2)
+    assert (first.figures["ThresholdRewrites"], second.figures["ThresholdRewrites"]) == (1, 1)
     assert notify.value("usage:t", "calls") == 1100
 
 
@@ -244,6 +246,7 @@ def test_a_concurrent_writer_between_the_refusal_and_the_exact_write_moves_the_c
     # THEN the exact write (planned from 700) is refused, planned again from 900: "x" crossed 800, "a" crosses 1000
     assert interleaved == [True]
     assert result.figures["Transactions"] == 3
+    assert result.figures["ThresholdRewrites"] == 2
     assert [(c.level, c.message_id, c.value) for c in notify.notifications()] == [(800, "x", 900), (1000, "a", 1050)]
 
 
