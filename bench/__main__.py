@@ -27,6 +27,9 @@ EXPERIMENTS: Final[dict[str, Experiment]] = {
     "suite": Experiment("bench.run", "tally against the naive counter and Powertools idempotency (docs/benchmarks.md)"),
     "patterns": Experiment("bench.patterns", "cost per event of each counter pattern beside plain sums"),
     "bounded": Experiment("bench.bounded", "cost per event of bounded counters beside plain sums"),
+    "notifications": Experiment(
+        "bench.notifications", "threshold notifications: cost per event beside plain sums, commit -> PutEvents"
+    ),
     "distinct": Experiment("bench.distinct", "cost per event of distinct counts beside plain sums"),
     "resets": Experiment("bench.resets", "cost of corrections and resets beside plain sums"),
     "hot-key": Experiment("bench.hot_key", "one hot key under concurrent consumers, with and without write sharding"),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_counter_defaults
 from tally.core.sharding import HotKeys, parse_hot_keys
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, parse_counter_thresholds
 from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError
 
@@ -23,6 +24,8 @@ WINDOW_RETENTION = "TALLY_WINDOW_RETENTION"
 HOT_KEYS = "TALLY_HOT_KEYS"
 COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
+COUNTER_THRESHOLDS = "TALLY_COUNTER_THRESHOLDS"
+NOTIFICATIONS_TABLE = "TALLY_NOTIFICATIONS_TABLE"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
 DEFAULT_WRITE_CONCURRENCY = 4
 """A round's key-disjoint direct transactions in flight at once. Four is the most whose
@@ -51,6 +54,10 @@ class Settings:
     """Start values and default deltas (``TALLY_COUNTER_DEFAULTS``, ``tally.core.defaults``)."""
     counter_bounds: CounterBounds = NO_BOUNDS
     """Floors and ceilings (``TALLY_COUNTER_BOUNDS``, ``tally.core.bounds``)."""
+    counter_thresholds: CounterThresholds = NO_THRESHOLDS
+    """Levels whose crossings are announced (``TALLY_COUNTER_THRESHOLDS``, ``tally.core.thresholds``)."""
+    notifications_table: str | None = None
+    """Where crossings are recorded (``TALLY_NOTIFICATIONS_TABLE``): required when thresholds are declared."""
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
     """Direct transactions of a round in flight at once (``TALLY_WRITE_CONCURRENCY``, optional)."""
 
@@ -85,8 +92,11 @@ class Settings:
             hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
             counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
             counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults)
+            counter_thresholds = parse_counter_thresholds(env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
+        if counter_thresholds.rules and not env.get(NOTIFICATIONS_TABLE):
+            raise ConfigurationError(f"{COUNTER_THRESHOLDS} needs {NOTIFICATIONS_TABLE}: where crossings are recorded")
         return cls(
             counters_table=env[COUNTERS_TABLE],
             markers_table=env[MARKERS_TABLE],
@@ -96,5 +106,7 @@ class Settings:
             hot_keys=hot_keys,
             counter_defaults=counter_defaults,
             counter_bounds=counter_bounds,
+            counter_thresholds=counter_thresholds,
+            notifications_table=env.get(NOTIFICATIONS_TABLE) or None,
             write_concurrency=int(raw_concurrency),
         )

@@ -244,6 +244,9 @@ def _commit_figures(
         "RefusedChunks": outcome.refused_chunks,
         "LateEvents": batch.late_events,
         "MarkerReads": outcome.marker_reads,
+        # A write that would cross a declared level, sent again from the value met with its notifications
+        # (tally.core.thresholds): one per crossing batch, more when another writer moved the value meanwhile.
+        "ThresholdRewrites": outcome.threshold_rewrites,
         # An id reused with other content (dead-lettered too, but worth an alarm of its own: a producer bug)
         "IdConflicts": sum(1 for letter in letters if letter.rejection.code is RejectCode.ID_CONFLICT),
         "RecordsHeldByLease": len(stalls),

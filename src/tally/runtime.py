@@ -63,6 +63,8 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
         settings.hot_keys,
         defaults=defaults,
         bounds=bounds,
+        thresholds=settings.counter_thresholds,
+        notifications_table=settings.notifications_table,
     )
     journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
     limits = WIRE_LIMITS
@@ -72,6 +74,7 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
             journal,
             counter_limit=counter_limit_for(defaults),
             bounds=bounds,
+            thresholds=settings.counter_thresholds,
             write_concurrency=settings.write_concurrency,
         ),
         dead_letters,

@@ -59,6 +59,7 @@ from tally_local.demo_report import (
 )
 from tally_local.load import plan_load
 from tally_local.mappings import EventSourceMappings
+from tally_local.pipe import LocalNotificationsPipe, received
 from tally_local.produce import Producer
 from tally_local.stack import LocalStack, handle_termination
 
@@ -90,6 +91,7 @@ DEMO_PARAMETERS: Final = {
     # and "counter_bounds").
     "CounterDefaults": _declared("counter_defaults"),
     "CounterBounds": _declared("counter_bounds"),
+    "CounterThresholds": _declared("counter_thresholds"),
     # The demo shows exactness, not the bill: 1 s batching windows (the template's 20 s default is for
     # cost) keep it fast and stay below the demo queue's 30 s visibility timeout.
     "BatchingWindowSeconds": "1",
@@ -158,10 +160,14 @@ def run(console: Console, *, events: int, keys: int, producers: int, seed: int, 
             QueueUrl=resources.queue_url or "", Attributes={"VisibilityTimeout": str(VISIBILITY_TIMEOUT_S)}
         )
         mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
+        pipe = LocalNotificationsPipe(resources)
+        inbox = pipe.inbox()
+        stack.enter_context(pipe)
         _print_stack(console, resources, mappings, log_dir)
 
         console.rule("[bold]1. sample events (events/*.json), each delivered twice")
         verdict.add("sample events", _sample_events(console, resources, mappings))
+        verdict.add("each low-stock crossing announced once", _notifications(console, resources, inbox))
 
         console.rule(f"[bold]2. {load.events:,} events from {producers} concurrent producers")
         elapsed = _publish_and_process(console, resources, mappings, load)
@@ -260,6 +266,41 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     )
     resources.client("sqs").purge_queue(QueueUrl=resources.dead_letter_queue_url)  # the load starts with none
     return ok and got == want
+
+
+def _notifications(console: Console, resources: LocalResources, inbox: str) -> bool:
+    """The threshold crossings the samples made, as a consumer of the bus received them (through the local pipe
+    and a rule to ``inbox``), against events/expected.json's ``notifications``."""
+    expected: dict[str, Any] = json.loads((EVENTS / "expected.json").read_text())
+    want = sorted(
+        (n["key"], n["level"], n["direction"], n["message_id"])
+        for s in expected.values()
+        for n in s.get("notifications", [])
+    )
+    events = received(resources.client("sqs"), inbox, wait_s=10)
+    table = Table(title="EventBridge: tally.threshold-crossed (the local pipe, at least once)")
+    for column in ("key", "counter", "level", "direction", "value", "message", "notification id"):
+        table.add_column(column)
+    for event in events:
+        detail = event["detail"]
+        table.add_row(
+            detail["key"],
+            detail["counter"],
+            detail["level"],
+            detail["direction"],
+            detail["value"],
+            detail["message_id"],
+            detail["notification_id"],
+        )
+    console.print(table)
+    distinct = {event["detail"]["notification_id"]: event["detail"] for event in events}
+    got = sorted((d["key"], d["level"], d["direction"], d["message_id"]) for d in distinct.values())
+    ok = got == want
+    console.print(
+        f"{len(distinct)} crossings announced ({len(events)} events: a repeat carries its id) "
+        + (OK if ok else f"{WRONG}: expected {want}")
+    )
+    return ok
 
 
 def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterator[tuple[str, str, str, str]]:

@@ -83,7 +83,7 @@ class LocalResources:
 
     def client(self, service: str) -> Any:
         """A boto3 client on the local endpoint of ``service`` (dummy credentials)."""
-        endpoint = self.dynamodb_endpoint if service == "dynamodb" else self.aws_endpoint
+        endpoint = self.dynamodb_endpoint if service in {"dynamodb", "dynamodbstreams"} else self.aws_endpoint
         session = boto3.session.Session(
             aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],

@@ -41,6 +41,7 @@ import click
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.mappings import EventSourceMappings
 from tally_local.moto_server import SerialMotoServer
+from tally_local.pipe import LocalNotificationsPipe
 from tally_local.relay import TcpRelay, interface_address
 from tally_local.resources import LocalResources
 from tally_local.template import (
@@ -359,6 +360,7 @@ def main(  # click passes every option by name
             log_dir = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tally-local-logs-")))
             resources = stack.enter_context(LocalStack(overrides, stack_name=name, port=port))
             mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
+            stack.enter_context(LocalNotificationsPipe(resources))  # threshold crossings -> moto's EventBridge
             state_dir.mkdir(parents=True, exist_ok=True)
             exports = "".join(
                 f"export {key}={shlex.quote(value)}\n" for key, value in sorted(resources.cli_environment().items())

@@ -105,6 +105,8 @@ class TableDefinition:
     key_schema: tuple[KeyElement, ...]
     attribute_definitions: tuple[AttributeDefinition, ...]
     ttl_attribute: str | None
+    stream_view_type: str | None = None
+    """The table's stream (``StreamSpecification``), which DynamoDB Local supports too; None: no stream."""
 
     def create_table_kwargs(self, table_name: str) -> dict[str, Any]:
         """Keyword arguments for boto3 ``create_table`` (SSE and PITR left out: local ignores them)."""
@@ -116,6 +118,11 @@ class TableDefinition:
                 for attr in self.attribute_definitions
             ],
             "BillingMode": "PAY_PER_REQUEST",
+            **(
+                {"StreamSpecification": {"StreamEnabled": True, "StreamViewType": self.stream_view_type}}
+                if self.stream_view_type
+                else {}
+            ),
         }
 
     def update_time_to_live_kwargs(self, table_name: str) -> dict[str, Any] | None:
@@ -422,7 +429,9 @@ def table_definitions(template: dict[str, Any]) -> dict[str, TableDefinition]:
     tables: dict[str, TableDefinition] = {}
     for where, properties in _resources_of_type(template, TABLE_TYPE):
         unsupported = sorted(
-            set(properties) - _TABLE_PROPERTIES_IGNORED_LOCALLY - {"KeySchema", "AttributeDefinitions"}
+            set(properties)
+            - _TABLE_PROPERTIES_IGNORED_LOCALLY
+            - {"KeySchema", "AttributeDefinitions", "StreamSpecification"}
         )
         if unsupported:
             raise ValueError(f"{where}: table properties not supported locally: {', '.join(unsupported)}")
@@ -449,6 +458,7 @@ def table_definitions(template: dict[str, Any]) -> dict[str, TableDefinition]:
             ttl_attribute=_str(ttl, "AttributeName", f"{where}.TimeToLiveSpecification")
             if ttl.get("Enabled")
             else None,
+            stream_view_type=_mapping(properties.get("StreamSpecification", {}), where).get("StreamViewType"),
         )
     return tables
 

@@ -300,9 +300,10 @@ class LocalResources:
         self.physical_ids = {
             "CountersTable": f"tally-artifact-counters-{suffix}",
             "MarkersTable": f"tally-artifact-markers-{suffix}",
+            "NotificationsTable": f"tally-artifact-notifications-{suffix}",
             "EventsDeadLetterQueue": self.sqs.create_queue(QueueName=f"tally-artifact-dlq-{suffix}")["QueueUrl"],
         }
-        for logical_id in ("CountersTable", "MarkersTable"):
+        for logical_id in ("CountersTable", "MarkersTable", "NotificationsTable"):
             name = self.physical_ids[logical_id]
             self.dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
             self.dynamodb.get_waiter("table_exists").wait(TableName=name)

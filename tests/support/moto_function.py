@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from moto import mock_aws
 
-from tally.reader import CounterReader
+from tally.reader import CounterReader, NotificationReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.context import LocalLambdaContext
@@ -48,6 +48,7 @@ def moto_function(monkeypatch: pytest.MonkeyPatch, **environment: str) -> Iterat
         "POWERTOOLS_TRACE_DISABLED": "true",
         "TALLY_COUNTERS_TABLE": "counters",
         "TALLY_MARKERS_TABLE": "markers",
+        "TALLY_NOTIFICATIONS_TABLE": "notifications",
         **environment,
     }.items():
         monkeypatch.setenv(name, value)
@@ -56,7 +57,8 @@ def moto_function(monkeypatch: pytest.MonkeyPatch, **environment: str) -> Iterat
     with mock_aws():
         dynamodb = boto3.client("dynamodb")
         definitions = table_definitions(load_template(TEMPLATE))
-        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
+        tables = (("CountersTable", "counters"), ("MarkersTable", "markers"), ("NotificationsTable", "notifications"))
+        for logical_id, name in tables:
             dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
         sqs = boto3.client("sqs")
         dlq_url = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
@@ -123,8 +125,13 @@ def deliver_sample_twice(
     handler_module: Any, event: dict[str, Any], spec: Mapping[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[Any, Any]:
     """Run ``handler_module``'s handler on a sample event twice (a redelivery of the whole batch), with the
-    deployment parameters ``events/expected.json`` gives the sample (CounterDefaults, CounterBounds)."""
-    for variable, name in (("TALLY_COUNTER_DEFAULTS", "counter_defaults"), ("TALLY_COUNTER_BOUNDS", "counter_bounds")):
+    deployment parameters ``events/expected.json`` gives the sample (CounterDefaults, CounterBounds,
+    CounterThresholds)."""
+    for variable, name in (
+        ("TALLY_COUNTER_DEFAULTS", "counter_defaults"),
+        ("TALLY_COUNTER_BOUNDS", "counter_bounds"),
+        ("TALLY_COUNTER_THRESHOLDS", "counter_thresholds"),
+    ):
         if name in spec:
             monkeypatch.setenv(variable, spec[name])
             handler_module.pipeline.cache_clear()
@@ -142,6 +149,17 @@ def sample_outcome(stack: MotoStack, spec: Mapping[str, Any]) -> dict[str, Any]:
             for key in spec.get("gauges", {})
         },
         "distinct": {key: {n: str(v) for n, v in reader.get(key).distinct.items()} for key in spec.get("distinct", {})},
+        "notifications": [
+            {
+                "key": c.key,
+                "counter": c.counter,
+                "level": str(c.level),
+                "direction": str(c.direction),
+                "message_id": c.message_id,
+            }
+            for c in NotificationReader("notifications", client=stack.store.client).list()
+            if c.key in spec["counters"]
+        ],
     }
 
 
@@ -153,4 +171,5 @@ def documented_after_two_deliveries(spec: Mapping[str, Any]) -> dict[str, Any]:
         "dead_letters": sorted(spec["dead_letters"] * 2),
         "gauges": spec.get("gauges", {}),
         "distinct": spec.get("distinct", {}),
+        "notifications": spec.get("notifications", []),
     }

@@ -117,6 +117,7 @@ def make_pipeline(
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(store.defaults),
         bounds=store.bounds,
+        thresholds=store.thresholds,
         write_concurrency=write_concurrency,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)

@@ -28,7 +28,7 @@ from tally.handlers import kinesis as kinesis_handler
 from tally.handlers import read as read_handler
 from tally.handlers import sqs as sqs_handler
 from tally.producer import Event, KinesisPublisher, SqsPublisher
-from tally.reader import CounterReader
+from tally.reader import CounterReader, NotificationReader
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -71,7 +71,8 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     with mock_aws():
         dynamodb, sqs, kinesis = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("kinesis")
         definitions = table_definitions(load_template(TEMPLATE))
-        for logical_id, name in (("CountersTable", "counters"), ("MarkersTable", "markers")):
+        tables = (("CountersTable", "counters"), ("MarkersTable", "markers"), ("NotificationsTable", "notifications"))
+        for logical_id, name in tables:
             dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
         dlq = sqs.create_queue(QueueName="tally-dlq")["QueueUrl"]
         queue = sqs.create_queue(QueueName="tally-events")["QueueUrl"]
@@ -86,6 +87,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             "TALLY_DLQ_URL": dlq,
             "TALLY_HOT_KEYS": "hot=4",
             "TALLY_WINDOWS": "hour",
+            "TALLY_NOTIFICATIONS_TABLE": "notifications",
         }
         for name, value in variables.items():
             monkeypatch.setenv(name, value)
@@ -120,6 +122,8 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     # Bounded counters: the bounded samples' CounterBounds, and a bounded item whose steps net to zero
     # in one transaction (checked by a ConditionCheck on the counters table).
     monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:bounded-*#stock>=0;quota:bounded-*#calls<=10")
+    # Thresholds: a crossing recorded in the transaction that commits it (a Put on the notifications table).
+    monkeypatch.setenv("TALLY_COUNTER_THRESHOLDS", "usage:notify-*#calls>=5")
     sqs_handler.pipeline.cache_clear()
     kinesis_handler.pipeline.cache_clear()
     sqs_samples = ("sqs-single.json", "sqs-packed.json", "sqs-duplicates.json", "sqs-poison.json", "sqs-counters.json")
@@ -138,6 +142,8 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     sqs_handler.handler(load_event("sqs-bounded.json"), context)
     zero_net = [{"id": f"zero-{n}", "key": "stock:bounded-zero", "deltas": {"stock": d}} for n, d in ((1, 4), (2, -4))]
     sqs_handler.handler(sqs_event([json.dumps(body) for body in zero_net], first=50), context)
+    crossing = [{"id": f"usage-{n}", "key": "usage:notify-1", "deltas": {"calls": 3}} for n in range(2)]
+    sqs_handler.handler(sqs_event([json.dumps(body) for body in crossing], first=60), context)
     # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
     journal_batch = sqs_event([_packed("wide-1", 120)])
     real_apply_chunk = DynamoDBJournal.apply_chunk
@@ -184,6 +190,7 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
     run("get", "page:/home", "--json")  # BatchGetItem
     run("get", "hot", "--json")  # a hot key: BatchGetItem over its 16 shards
     run("get", "page:/home", "--window", "hour", "--json")  # Query
+    run("notifications", "list", "--json")  # Scan of the notifications table
     run("top", "5")  # Scan
     # A key never written again, its 2020 hour still open on its item: moved by `tally windows close`.
     ended = {
@@ -276,6 +283,9 @@ def drive_an_application(aws: dict[str, Any]) -> None:
     reader.get_many(["page:/home", "hot"])  # BatchGetItem
     reader.series("page:/home", "hour")  # Query
     reader.top(3)  # Scan
+    assert NotificationReader.from_environment(
+        client=boto3.client("dynamodb")
+    ).list()  # Scan (the Lambda drive's crossing)
     context = LocalLambdaContext()
     for name in ("read-get.json", "read-series.json"):  # BatchGetItem, Query (as the endpoint's role)
         assert read_handler.handler(json.loads((EVENTS_DIR / "read" / name).read_text()), context)["statusCode"] == 200
@@ -325,6 +335,7 @@ OPERATOR_CALLS = {
     ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
     ("Query", "_query"),  # tally get --window (tally.reader)
     ("Scan", "scan_all_time_items"),  # tally top (tally.reader), tally windows close (store.windows)
+    ("Scan", "scan_notifications"),  # tally notifications list (tally.reader.notifications)
     ("TransactWriteItems", "_commit"),
     ("TransactWriteItems.Update", "Update"),
     ("DescribeStacks", "describe"),  # --stack, $TALLY_STACK, tally stack (tally.cli.resolve, the one reader)
@@ -346,7 +357,12 @@ OPERATOR_CALLS = {
 
 
 PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
-READER_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query"), ("Scan", "scan_all_time_items")}
+READER_CALLS = {
+    ("BatchGetItem", "batch_get"),
+    ("Query", "_query"),
+    ("Scan", "scan_all_time_items"),
+    ("Scan", "scan_notifications"),
+}
 READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query")}
 # Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
 # `kinesis put-record`, an SDK's single put) publish with the same policy.

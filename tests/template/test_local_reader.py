@@ -29,6 +29,7 @@ TEMPLATE_PATH = Path(__file__).resolve().parents[2] / "template.yaml"
 LOCAL_NAMES = {
     "CountersTable": "c-table",
     "MarkersTable": "m-table",
+    "NotificationsTable": "n-table",
     "EventsDeadLetterQueue": "http://dlq",
     "EventsQueue": "http://q",
     "EventStream": "s",

@@ -51,7 +51,8 @@ def test_without_the_endpoint_there_is_no_function_url(template: dict[str, Any],
     assert "ReadEndpointUrl" not in deployed["Outputs"]
     reader = resolved_statements(deployed["Resources"], "ReaderPolicy", {"HasReadEndpoint": False})
     assert [(s["Sid"], sorted(s["Action"]), s["Resource"]) for s in reader] == [
-        ("ReadCounters", ["dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"], COUNTERS_ARN)
+        ("ReadCounters", ["dynamodb:BatchGetItem", "dynamodb:Query", "dynamodb:Scan"], COUNTERS_ARN),
+        ("ReadNotifications", ["dynamodb:Scan"], {"Fn::GetAtt": ["NotificationsTable", "Arn"]}),
     ]
 
 

@@ -30,8 +30,11 @@ from tests.template.test_template import REPO_ROOT, TEMPLATE_PATH, sam_transform
 # Each agreed suppression: (check, resource) -> what the template's comment must mention, so the reason
 # stays about the resource it excuses.
 AGREED: dict[tuple[str, str], str] = {
-    **{("CKV_AWS_119", table): "AWS managed key" for table in ("CountersTable", "MarkersTable")},
-    **{("CKV_AWS_27", queue): "SqsManagedSseEnabled" for queue in ("EventsQueue", "EventsDeadLetterQueue")},
+    **{("CKV_AWS_119", table): "AWS managed key" for table in ("CountersTable", "MarkersTable", "NotificationsTable")},
+    **{
+        ("CKV_AWS_27", queue): "SqsManagedSseEnabled"
+        for queue in ("EventsQueue", "EventsDeadLetterQueue", "NotificationsDeadLetterQueue")
+    },
     **{
         ("CKV_AWS_158", group): "never event bodies"
         for group in ("CounterFunctionLogGroup", "StreamCounterFunctionLogGroup")

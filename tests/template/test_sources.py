@@ -28,7 +28,14 @@ KINESIS_ONLY = {
     "StreamCounterFunctionLogGroup",
     "StreamIteratorAgeAlarm",
 }
-ALWAYS = {"CountersTable", "MarkersTable", "EventsDeadLetterQueue", "DeadLetterQueueAlarm", "OperatorPolicy"}
+ALWAYS = {
+    "CountersTable",
+    "MarkersTable",
+    "NotificationsTable",
+    "EventsDeadLetterQueue",
+    "DeadLetterQueueAlarm",
+    "OperatorPolicy",
+}
 ALWAYS |= {"ProducerPolicy", "ReaderPolicy"}  # tests/template/test_read_access.py
 SOURCES = {"SQS": SQS_ONLY, "Kinesis": KINESIS_ONLY, "Both": SQS_ONLY | KINESIS_ONLY}
 OUTPUTS = {
@@ -41,6 +48,9 @@ COMMON_OUTPUTS = {
     "DeadLetterQueueArn",
     "CountersTableName",
     "MarkersTableName",
+    "NotificationsTableName",
+    "NotificationsDeadLetterQueueUrl",
+    "NotificationBusArn",
     "DashboardName",
     "OperatorPolicyArn",
     "ProducerPolicyArn",
@@ -191,6 +201,7 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
             "dynamodb:PutItem",  # distinct-count member items
         },
         json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
+        json.dumps({"Fn::GetAtt": ["NotificationsTable", "Arn"]}): {"dynamodb:PutItem"},  # a threshold crossing
     }
     role = resources[f"{STREAM_FUNCTION}Role"]["Properties"]
     assert {arn.rsplit("/", 1)[-1] for arn in role["ManagedPolicyArns"]} == {

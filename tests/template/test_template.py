@@ -297,13 +297,13 @@ def test_visibility_timeout_covers_six_function_timeouts_for_every_allowed_timeo
 
 def test_queues_encrypted(resources: dict[str, Any]) -> None:
     queues = {k: r for k, r in resources.items() if r["Type"] == "AWS::SQS::Queue"}
-    assert set(queues) == {QUEUE, DLQ}
+    assert set(queues) == {QUEUE, DLQ, "NotificationsDeadLetterQueue"}
     assert all(q["Properties"]["SqsManagedSseEnabled"] is True for q in queues.values())
 
 
 def test_tables_encrypted_with_point_in_time_recovery(resources: dict[str, Any]) -> None:
     tables = {k: r for k, r in resources.items() if r["Type"] == "AWS::DynamoDB::Table"}
-    assert set(tables) == {COUNTERS, MARKERS}
+    assert set(tables) == {COUNTERS, MARKERS, "NotificationsTable"}
     for table in tables.values():
         properties = table["Properties"]
         assert properties["SSESpecification"]["SSEEnabled"] is True
@@ -372,9 +372,10 @@ def test_no_function_level_dead_letter_queue(resources: dict[str, Any]) -> None:
 
 
 def _policy_statements(resources: dict[str, Any]) -> list[dict[str, Any]]:
+    """The functions' statements (the notifications pipe's role is held to its own in test_notifications.py)."""
     statements: list[dict[str, Any]] = []
-    for resource in resources.values():
-        if resource["Type"] == "AWS::IAM::Role":
+    for logical_id, resource in resources.items():
+        if resource["Type"] == "AWS::IAM::Role" and logical_id != "NotificationsPipeRole":
             for policy in resource["Properties"].get("Policies", []):
                 statements.extend(policy["PolicyDocument"]["Statement"])
         if resource["Type"] == "AWS::IAM::Policy":
@@ -424,6 +425,7 @@ def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -
             "dynamodb:PutItem",  # distinct-count member items
         },
         json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
+        json.dumps({"Fn::GetAtt": ["NotificationsTable", "Arn"]}): {"dynamodb:PutItem"},  # a threshold crossing
     }
 
 
@@ -484,6 +486,9 @@ def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
         "OperatorPolicyArn",
         "ProducerPolicyArn",
         "ReaderPolicyArn",
+        "NotificationsTableName",
+        "NotificationsDeadLetterQueueUrl",
+        "NotificationBusArn",
     }
     assert outputs["EventsQueueUrl"]["Value"] == {"Ref": QUEUE}
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [DLQ, "Arn"]}
@@ -551,7 +556,7 @@ def test_endpoint_variables_are_declared_empty_for_sam_local_invoke(template: di
 
 def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> None:
     tables = table_definitions(template)
-    assert set(tables) == {COUNTERS, MARKERS}
+    assert set(tables) == {COUNTERS, MARKERS, "NotificationsTable"}
     for logical_id, table in tables.items():
         declared = template["Resources"][logical_id]["Properties"]
         kwargs = table.create_table_kwargs("local-name")
@@ -560,7 +565,14 @@ def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> Non
             "KeySchema": declared["KeySchema"],
             "AttributeDefinitions": declared["AttributeDefinitions"],
             "BillingMode": "PAY_PER_REQUEST",
+            **(
+                {"StreamSpecification": {"StreamEnabled": True, "StreamViewType": "NEW_IMAGE"}}
+                if "Stream" in str(declared)
+                else {}
+            ),
         }
+    # The notifications table's stream is what the pipe reads (DynamoDB Local has streams too)
+    assert tables["NotificationsTable"].stream_view_type == "NEW_IMAGE"
     assert [(k.attribute_name, k.key_type) for k in tables[COUNTERS].key_schema] == [
         ("pk", "HASH"),
         ("sk", "RANGE"),
@@ -575,7 +587,7 @@ def test_table_kwargs_match_template_key_schema(template: dict[str, Any]) -> Non
 
 def test_queue_definitions_resolve_parameter_defaults(template: dict[str, Any], parameters: dict[str, Any]) -> None:
     queues = queue_definitions(template)
-    assert set(queues) == {QUEUE, DLQ}
+    assert set(queues) == {QUEUE, DLQ, "NotificationsDeadLetterQueue"}
     events = queues[QUEUE]
     default_timeout = str(parameters["FunctionTimeoutSeconds"]["Default"])
     assert events.fifo is False
@@ -651,7 +663,7 @@ def test_local_definitions_create_real_resources(template: dict[str, Any]) -> No
                 attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
                 arns[logical_id] = attributes["QueueArn"]
                 assert attributes["VisibilityTimeout"] == str(queue.visibility_timeout_seconds)
-            assert set(arns) == {QUEUE, DLQ}
+            assert set(arns) == {QUEUE, DLQ, "NotificationsDeadLetterQueue"}
 
 
 def _with_property(template: dict[str, Any], resource: str, name: str, value: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from tally_local.template import function_definition, load_template, with_parame
 PHYSICAL = {
     "CountersTable": "s-CountersTable",
     "MarkersTable": "s-MarkersTable",
+    "NotificationsTable": "s-NotificationsTable",
     "EventsQueue": "http://127.0.0.1:2/123456789012/s-EventsQueue",
     "EventsDeadLetterQueue": "http://127.0.0.1:2/123456789012/s-EventsDeadLetterQueue",
     "EventStream": "s-EventStream",

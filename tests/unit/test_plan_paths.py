@@ -26,6 +26,7 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode
 from tally.core.numbered_ids import numbered_id
 from tally.core.plan import BatchPlan, plan_batch
+from tally.core.thresholds import conditioned, parse_counter_thresholds
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -208,3 +209,39 @@ def test_without_bounds_nothing_is_refused_for_its_size(
     plan = plan_batch(messages, max_actions, replaces, counter_limit=lambda _: limit)
     assert not any(rejection.code in SIZE_CODES for rejection in plan.rejected.values())
     assert set(replaces) <= {message.message_id for unit in plan.journals for message in unit}
+
+
+# A threshold pins its messages as a bound does: the crossing is recorded in the transaction that commits it, so a
+# journal chunk applied after the commit could never carry it (tally.core.thresholds).
+USAGE = parse_counter_thresholds("k1*#count>=3;stock:b#stock<=0")
+CONDITIONED = conditioned(STOCK, USAGE)
+
+
+def conditioned_message(message: MessageTotals) -> bool:
+    assert CONDITIONED is not None
+    return any(CONDITIONED(item) for item in message.totals)
+
+
+@settings(max_examples=300, deadline=None)
+@given(batches())
+def test_a_thresholded_message_takes_only_a_direct_transaction(
+    batch: tuple[list[MessageTotals], dict[str, str], int, int],
+) -> None:
+    messages, replaces, max_actions, limit = batch
+    plan = plan_batch(messages, max_actions, replaces, counter_limit=lambda _: limit, bounded=CONDITIONED)
+    by_id = {message.message_id: message for message in messages}
+    journaled = [message.message_id for unit in plan.journals for message in unit]
+    written = [message.message_id for chunk in plan.direct for message in chunk.messages]
+    assert sorted([*journaled, *written, *plan.rejected]) == sorted(by_id)
+    # A thresholded (or bounded) item travels only in a direct transaction.
+    assert not any(conditioned_message(by_id[message_id]) for message_id in journaled)
+    assert not any(USAGE.is_thresholded(item) for unit in plan.journals for m in unit for item in m.totals)
+    for chunk in plan.direct:
+        assert chunk.action_count <= max_actions
+    # Refused for size exactly when the one path the message may take cannot hold it.
+    for message_id, message in by_id.items():
+        refused_for_size = message_id in plan.rejected and plan.rejected[message_id].code in SIZE_CODES
+        assert refused_for_size == (
+            conditioned_message(message)
+            and not fits_alone(message, max_actions, limit, replacing=message_id in replaces)
+        )

@@ -49,6 +49,9 @@ COMMANDS: Mapping[str, LazyCommand] = {
         "Correct COUNTER of KEY by DELTA (negative to take away), recorded as a correction.",
     ),
     "dlq": LazyCommand("tally.cli.dlq:dlq", "Inspect and redrive the dead-letter queue."),
+    "notifications": LazyCommand(
+        "tally.cli.notifications:notifications", "Threshold crossings: what was announced on EventBridge."
+    ),
     "plan": LazyCommand(
         "tally.cli.plan:plan", "Recommend template parameters for a traffic description and predict the bill."
     ),

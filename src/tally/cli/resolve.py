@@ -33,12 +33,14 @@ OUTPUT_VARIABLES: Final = {
     "EventsQueueUrl": "TALLY_QUEUE_URL",
     "EventStreamName": "TALLY_STREAM_NAME",
     "StreamFailureBucketName": "TALLY_FAILURE_BUCKET",
+    "NotificationsTableName": "TALLY_NOTIFICATIONS_TABLE",
 }
 """Stack Output -> the environment variable tally's commands (and the function) read it from."""
 PARAMETER_VARIABLES: Final = {
     "HotKeys": "TALLY_HOT_KEYS",
     "CounterDefaults": "TALLY_COUNTER_DEFAULTS",
     "CounterBounds": "TALLY_COUNTER_BOUNDS",
+    "CounterThresholds": "TALLY_COUNTER_THRESHOLDS",
     "Windows": "TALLY_WINDOWS",
     "WindowRetentionDays": "TALLY_WINDOW_RETENTION",
     "MarkerTtlDays": "TALLY_MARKER_TTL_DAYS",

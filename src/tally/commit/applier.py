@@ -36,6 +36,7 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, conditioned
 from tally.store.expressions import counters_per_add
 
 if TYPE_CHECKING:
@@ -73,6 +74,7 @@ class Applier:
         marker_read_gate: MarkerReadGate | None = None,
         counter_limit: CounterLimit = counters_per_add,
         bounds: CounterBounds = NO_BOUNDS,
+        thresholds: CounterThresholds = NO_THRESHOLDS,
         write_concurrency: int = 1,
     ) -> None:
         self.store = store
@@ -91,6 +93,9 @@ class Applier:
         self.bounds = bounds
         """Declared floors and ceilings (``tally.core.bounds``): units that touch one stay off the journal.
         The store carries the same declaration into its conditions (``DynamoDBCounterStore(bounds=...)``)."""
+        self.thresholds = thresholds
+        """Declared levels (``tally.core.thresholds``): units that touch one stay off the journal too (a crossing
+        is recorded in the transaction that commits it). The store carries them into its conditions."""
         self.write_concurrency = write_concurrency
         """How many of a round's key-disjoint direct transactions may be in flight at once (1: one at a time,
         the default here; the handlers take ``TALLY_WRITE_CONCURRENCY``, ``tally.config``)."""
@@ -117,6 +122,7 @@ class Applier:
             counter_limit=self.counter_limit,
             new_batch_id=self.new_batch_id,
             bounds=self.bounds,
+            thresholds=self.thresholds,
             pool=self._pool,
         )
         pending = list(messages)
@@ -152,7 +158,7 @@ class Applier:
                 protocol.replaceable,
                 allow_journal=self.use_journal,
                 counter_limit=self.counter_limit,
-                bounded=self.bounds.is_bounded if self.bounds.rules else None,
+                bounded=conditioned(self.bounds, self.thresholds),
             )
             for message_id, rejection in plan.rejected.items():
                 fates.dead_lettered(message_id, rejection)

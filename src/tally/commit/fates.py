@@ -86,6 +86,8 @@ class Figures:
     """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
     markers_met: int = 0
     """Existing markers met, through the marker read or a cancelled write (feeds the gate)."""
+    exact_writes: int = 0
+    """Thresholded writes sent again from the values a refused crossing condition met (``CommitProtocol._exact``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +105,8 @@ class ApplyOutcome:
     refused_chunks: int = 0
     marker_reads: int = 0
     """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
+    threshold_rewrites: int = 0
+    """Writes sent again from the values a refused crossing condition met (``Figures.exact_writes``)."""
     stalls: tuple[Stall, ...] = ()
     """Unapplied messages held back by a live lease of another batch (a subset of ``unapplied``)."""
 
@@ -177,5 +181,6 @@ class Fates:
             journal_batches=figures.journal_batches,
             refused_chunks=figures.refused_chunks,
             marker_reads=figures.marker_reads,
+            threshold_rewrites=figures.exact_writes,
             stalls=tuple(fate.held_by for fate in fates.values() if isinstance(fate, Failed) and fate.held_by),
         )

@@ -35,24 +35,27 @@ from __future__ import annotations
 
 import contextlib
 from concurrent.futures import FIRST_EXCEPTION, wait
+from dataclasses import replace
 from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.aggregate import merge_totals
-from tally.core.bounds import NO_BOUNDS, CounterBounds, refusal, runs_within_bounds
+from tally.core.bounds import NO_BOUNDS, CounterBounds, bounds_hold, refusal, runs_within_bounds
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
+    Chunk,
     item_disjoint_lanes,
     nonzero_increments,
     plan_apply_chunks,
     plan_transactions,
     split_refused,
 )
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossings
 from tally.errors import (
     BatchStateError,
     BoundRefusedError,
@@ -66,12 +69,13 @@ from tally.errors import (
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from concurrent.futures import Executor
+    from decimal import Decimal
 
     from tally.commit.fates import Fates, Figures
     from tally.commit.ports import CounterStore, JournalStore, Steps
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
-    from tally.core.plan import Chunk, CounterLimit
+    from tally.core.plan import CounterLimit
 
 
 class Resolution(Enum):
@@ -93,6 +97,11 @@ DirectOutcome: TypeAlias = (
     "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | BoundRefusedError"
 )
 """What came of one direct transaction: its status, or the store's answer the protocol settles it by."""
+
+MAX_EXACT_ATTEMPTS = 4
+"""Times a thresholded write is planned again from the values its refused condition met (``_exact``): each
+failure means another writer committed to the same item in between; past this, the messages go back to the
+source (a key that busy is retried later, never announced wrong)."""
 
 
 def refusal_code(refused: WriteRejectedError) -> RejectCode:
@@ -117,9 +126,12 @@ class CommitProtocol:
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
         bounds: CounterBounds = NO_BOUNDS,
+        thresholds: CounterThresholds = NO_THRESHOLDS,
         pool: Executor | None = None,
     ) -> None:
         self._store = store
+        self._thresholds = thresholds
+        """Declared levels: a refused crossing condition sends its write again from the values met (``_exact``)."""
         self._pool = pool
         """Threads for a round's key-disjoint direct transactions (``direct_all``); None: one at a time."""
         self._bounds = bounds
@@ -277,8 +289,10 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
-        # What is left is a bound's refusal (BoundRefusedError).
+        # What is left is a refused condition (BoundRefusedError): a threshold's, or a bound's.
         bound_refused = outcome
+        if self._thresholds.rules and bounds_hold(chunk.messages, bound_refused.stored, self._bounds):
+            return self._exact(chunk, bound_refused.stored)
         # A bounded counter would cross its floor or ceiling somewhere in the chunk's order:
         # nothing was applied. The messages that share keys with a refused item are applied in order: the
         # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
@@ -297,6 +311,36 @@ class CommitProtocol:
             return again
         self._refused_by_bound(chunk.messages[0], bound_refused)
         return []
+
+    def _exact(self, chunk: Chunk, stored: Mapping[str, Mapping[str, Decimal]]) -> list[MessageTotals]:
+        """A crossing condition failed (a step would cross a declared level, or the value moved since it was
+        met): write the chunk again conditioned on exactly the values met, recording the crossings its steps make
+        from there, in the same transaction (``tally.core.thresholds``)."""
+        if chunk.attempt >= MAX_EXACT_ATTEMPTS:
+            self._fates.failed(chunk.message_ids)
+            return []
+        self._figures.exact_writes += 1
+        before = {**chunk.before, **stored}
+        again = replace(chunk, before=before, attempt=chunk.attempt + 1)
+        recorded = len(crossings(chunk.messages, self._thresholds, before, at_ms=self._now_ms))
+        if again.action_count + recorded <= self._max_actions or len(chunk.messages) == 1:
+            return self.direct(again)
+        # Too many notifications for one transaction beside the chunk's actions: the messages again, in order, in
+        # transactions leaving room for them (one message each if even that does not fit). The first starts
+        # from the values met; each later one meets its own value, as any write does.
+        plan = plan_transactions(chunk.messages, max(2, self._max_actions - recorded), self._counter_limit)
+        parts = (
+            [Chunk((m,), nonzero_increments(m.totals)) for m in chunk.messages] if plan.rejected else list(plan.chunks)
+        )
+        rest: list[MessageTotals] = []
+        for index, part in enumerate(parts):
+            replaces = {mid: batch for mid, batch in chunk.replaces.items() if mid in part.message_ids}
+            if index == 0:
+                part = replace(part, replaces=replaces, before=before, attempt=chunk.attempt + 1)  # noqa: PLW2901
+            else:
+                part = replace(part, replaces=replaces)  # noqa: PLW2901
+            rest.extend(self.direct(part))
+        return rest
 
     def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
         """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""

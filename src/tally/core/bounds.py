@@ -206,6 +206,26 @@ def refusal(totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds:
     return None
 
 
+def bounds_hold(
+    messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
+) -> bool:
+    """Whether the messages, applied one by one in order from the values ``stored`` (item label -> counter ->
+    value, as a refused condition met them), keep every bound: then a refused write was refused for another
+    condition it carried (a threshold's crossing, ``tally.core.thresholds``), not for a bound."""
+    if not bounds.rules:
+        return True
+    values: dict[str, dict[str, Decimal]] = {label: dict(counters) for label, counters in stored.items()}
+    for message in messages:
+        if refusal(message.totals, values, bounds) is not None:
+            return False
+        for item, counters in message.totals.items():
+            label = item_label(item)
+            if label in values:
+                for name, amount in counters.items():
+                    values[label][name] = Decimal(add(values[label].get(name, Decimal(0)), amount))
+    return True
+
+
 def runs_within_bounds(
     messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
 ) -> list[list[MessageTotals]]:

@@ -56,6 +56,12 @@ class Chunk:
     """Message id -> the aborted journal batch its marker names: the transaction replaces that marker, on the
     condition that it still names the batch and that the batch's header says ABORTED (one more action per
     batch). Only a bounded message is written so (``plan_batch``); any other goes to a journal claim."""
+    before: Mapping[str, Mapping[str, Number]] = field(default_factory=dict)
+    """Item label -> counter -> the value a refused crossing condition met (``ALL_OLD``): the transaction is
+    then conditioned on exactly those values and records the crossings its steps make from them
+    (``tally.core.thresholds``). Empty: every thresholded write carries the crossing-free condition."""
+    attempt: int = 0
+    """How many times this chunk was planned again from values met (bounded: a busy key is handed back)."""
 
     @property
     def message_ids(self) -> tuple[str, ...]:

@@ -11,6 +11,8 @@ Importable with boto3 and msgspec only (no Powertools, no tenacity, no click)::
     reader.series("page:/home", "hour", from_ms, to_ms)        # Series: every hour, gaps as empty windows
     reader.top(10, counter="count")                            # [Ranked(key, counter, value)]: a Scan
 
+    NotificationReader.from_environment().list(key="stock:1")  # threshold crossings recorded (a Scan)
+
 Values are exact ``Decimal`` (38 significant digits, as DynamoDB keeps them), hot-key shards summed.
 ``CounterReader.from_environment()`` reads ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS`` and ``TALLY_WINDOWS``
 (``tally stack NAME --env`` prints them). The IAM it needs is the stack's ``ReaderPolicyArn`` output.
@@ -18,6 +20,7 @@ Values are exact ``Decimal`` (38 significant digits, as DynamoDB keeps them), ho
 
 from tally.errors import InvalidReadError
 from tally.reader.dynamodb import CounterReader, largest
+from tally.reader.notifications import Notification, NotificationReader
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, parse_time_ms, window_unit
 from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window, iso_utc
 
@@ -26,6 +29,8 @@ __all__ = [
     "CounterReader",
     "Counters",
     "InvalidReadError",
+    "Notification",
+    "NotificationReader",
     "OperatorRecord",
     "Ranked",
     "Series",

@@ -26,6 +26,8 @@ from tally.store.expressions import (
     operator_placeholders,
     operator_sets,
     start_placeholder,
+    threshold_condition,
+    threshold_placeholders,
     value_placeholder,
 )
 from tally.store.schema import (
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 
     from tally.core.bounds import BoundCheck
     from tally.core.resets import OperatorStamp
+    from tally.core.thresholds import CrossingFree, ExactCheck
 
 
 # Each transaction action is paired with its role, so a cancellation can be read back by position.
@@ -97,6 +100,8 @@ def add_update(
     *,
     sets: Mapping[str, Any] | None = None,
     stamp: OperatorStamp | None = None,
+    free: Sequence[CrossingFree] = (),
+    exact: Sequence[ExactCheck] = (),
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
 
@@ -109,6 +114,10 @@ def add_update(
     reset's) and ``stamp`` (the record of a reset or correction: ``reset_at#c``, ``reset_id#c``,
     ``reset_to#c`` or ``corrected_at#c``, ``corrected_id#c``, ``corrected_by#c``) ride in the same action,
     so the item is still written once.
+
+    ``free`` and ``exact`` (``tally.core.thresholds``) add the crossing condition: a write that would cross a
+    declared level (or whose thresholded counters no longer hold the values it was planned from) is cancelled
+    with the item as it was (``ALL_OLD``), as a bound's is.
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
@@ -140,20 +149,29 @@ def add_update(
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
     }
-    if bounds:
-        _add_bound_condition(update, bounds)
+    if bounds or free or exact:
+        _add_condition(update, bounds, free, exact)
     return {"Update": update}, ("add", item_label(item))  # type: ignore[typeddict-item]
 
 
-def bound_check(table: str, item: ItemKey, bounds: Sequence[BoundCheck]) -> tuple[TransactWriteItemTypeDef, Role]:
-    """A ``ConditionCheck`` of an item's bounds, for a bounded item whose net in the transaction is zero but
-    whose steps move it (``-5`` then ``+5`` must not take a counter at 3 below a floor of 0 on the way)."""
+def bound_check(
+    table: str,
+    item: ItemKey,
+    bounds: Sequence[BoundCheck],
+    free: Sequence[CrossingFree] = (),
+    exact: Sequence[ExactCheck] = (),
+) -> tuple[TransactWriteItemTypeDef, Role]:
+    """A ``ConditionCheck`` of an item's bounds (and crossing condition), for an item whose net in the
+    transaction is zero but whose steps move it (``-5`` then ``+5`` must not take a counter at 3 below a floor
+    of 0 on the way, nor cross a declared level and back unannounced)."""
     check: dict[str, Any] = {"TableName": table, "Key": item_key(item)}
-    _add_bound_condition(check, bounds)
+    _add_condition(check, bounds, free, exact)
     return {"ConditionCheck": check}, ("add", item_label(item))  # type: ignore[typeddict-item]
 
 
-def _add_bound_condition(action: dict[str, Any], bounds: Sequence[BoundCheck]) -> None:
+def _add_condition(
+    action: dict[str, Any], bounds: Sequence[BoundCheck], free: Sequence[CrossingFree], exact: Sequence[ExactCheck]
+) -> None:
     names = action.setdefault("ExpressionAttributeNames", {})
     values = action.setdefault("ExpressionAttributeValues", {})
     for index, check in enumerate(bounds):
@@ -163,9 +181,19 @@ def _add_bound_condition(action: dict[str, Any], bounds: Sequence[BoundCheck]) -
             values[low] = {"N": to_wire(check.at_least)}
         if check.at_most is not None:
             values[high] = {"N": to_wire(check.at_most)}
+    for index, level in enumerate(free):
+        name, low, high = threshold_placeholders(index)
+        names[name] = COUNTER_PREFIX + level.counter
+        values[low] = {"N": to_wire(level.low)}
+        values[high] = {"N": to_wire(level.high)}
+    for index, held in enumerate(exact, start=len(free)):
+        name, value, _ = threshold_placeholders(index)
+        names[name] = COUNTER_PREFIX + held.counter
+        values[value] = {"N": to_wire(held.value)}
     if not values:
         del action["ExpressionAttributeValues"]
-    action["ConditionExpression"] = bound_condition(bounds)
+    parts = [part for part in (bound_condition(bounds) if bounds else "", threshold_condition(free, exact)) if part]
+    action["ConditionExpression"] = " AND ".join(parts)
     action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
 
 

@@ -17,9 +17,11 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_parts
 from tally.core.ledger import BatchState, Claim, MarkerRecord
 from tally.core.sharding import HotKeys
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossing_free, crossings, exact_checks
 from tally.errors import BoundRefusedError
 from tally.store.actions import add_update, batch_state_check, bound_check
 from tally.store.markers import marker_actions, marker_id, marker_records
+from tally.store.notifications import notification_put
 from tally.store.requests import batch_get, translate
 from tally.store.schema import ALL_TIME, LEDGER_ID, PARTITION_KEY, SORT_KEY, counters_from_item
 
@@ -61,7 +63,15 @@ class DynamoDBCounterStore:
         *,
         defaults: CounterDefaults = NO_DEFAULTS,
         bounds: CounterBounds = NO_BOUNDS,
+        thresholds: CounterThresholds = NO_THRESHOLDS,
+        notifications_table: str | None = None,
     ) -> None:
+        if thresholds.rules and not notifications_table:
+            raise ValueError("declared thresholds need a notifications table")
+        self.thresholds = thresholds
+        """Declared levels (``tally.core.thresholds``): a thresholded counter's write carries a crossing
+        condition, and, planned from the values a refused one met, the crossings it makes."""
+        self.notifications_table = notifications_table or ""
         self.hot_keys = hot_keys or HotKeys()
         self.defaults = defaults
         """Declared start values (``tally.core.defaults``): the all-time ADD of such a counter starts there."""
@@ -98,14 +108,34 @@ class DynamoDBCounterStore:
             # (docs/explanation/counter-patterns.md).
             actions += self._operator_updates(chunk)
         else:
-            checks = bound_checks((message.totals for message in chunk.messages), self.bounds, self.defaults)
+            steps = [message.totals for message in chunk.messages]
+            checks = bound_checks(steps, self.bounds, self.defaults)
+            free = crossing_free(steps, self.thresholds, self.defaults)
+            exact = exact_checks(steps, self.thresholds, chunk.before, self.defaults) if chunk.before else {}
+            free = {item: levels for item, levels in free.items() if item not in exact}
             table = self.counters_table
             actions += [
-                add_update(table, key, counters, self.defaults.starts(item_parts(key).key), checks.get(key, ()))
+                add_update(
+                    table,
+                    key,
+                    counters,
+                    self.defaults.starts(item_parts(key).key),
+                    checks.get(key, ()),
+                    free=free.get(key, ()),
+                    exact=exact.get(key, ()),
+                )
                 for key, counters in chunk.increments.items()
             ]
-            # A bounded item whose steps net to zero in this chunk is still checked (the planner counted its action).
-            actions += [bound_check(table, key, found) for key, found in checks.items() if key not in chunk.increments]
+            # A bounded or thresholded item whose steps net to zero in this chunk is still checked (the planner
+            # counted its action).
+            actions += [
+                bound_check(table, key, checks.get(key, ()), free.get(key, ()), exact.get(key, ()))
+                for key in dict.fromkeys([*checks, *free, *exact])
+                if key not in chunk.increments
+            ]
+            if chunk.before:
+                found = crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms)
+                actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
     from tally.core.bounds import BoundCheck
     from tally.core.defaults import CounterDefaults
+    from tally.core.thresholds import CrossingFree, ExactCheck
 
 _EXPIRY_SET: Final = "#expires = if_not_exists(#expires, :expires)"
 
@@ -190,4 +191,35 @@ def bound_condition(checks: Sequence[BoundCheck]) -> str:
             compared.append(f"{name} <= {high}")
         condition = " AND ".join(compared)
         conditions.append(f"(attribute_not_exists({name}) OR ({condition}))" if check.if_missing else f"({condition})")
+    return " AND ".join(conditions)
+
+
+# -------------------------------------------------------------------------------------------- thresholds
+def threshold_placeholders(index: int) -> tuple[str, str, str]:
+    """Name placeholder of a thresholded counter in a condition, and the ends of the band it must stay out of
+    (or, for an exact write, the value it must hold: the first)."""
+    return f"#t{index}", f":tl{index}", f":th{index}"
+
+
+def threshold_condition(free: Sequence[CrossingFree], exact: Sequence[ExactCheck], first: int = 0) -> str:
+    """The crossing condition of one write (``tally.core.thresholds``), every part ANDed.
+
+    A crossing-free level: ``(#t0 < :tl0 OR #t0 >= :th0)`` rising, ``(#t0 <= :tl0 OR #t0 > :th0)`` falling (a
+    missing counter fails a comparison, so ``attribute_not_exists(#t0) OR`` goes before it when its start value
+    passes). An exact write: ``#t0 = :tl0``, or ``(attribute_not_exists(#t0) OR #t0 = :tl0)`` when the value is
+    the start value. Placeholders are numbered from ``first``, one per part.
+    """
+    conditions: list[str] = []
+    for index, check in enumerate(free, start=first):
+        name, low, high = threshold_placeholders(index)
+        outside = (
+            f"{name} < {low} OR {name} >= {high}"
+            if check.direction == "rising"
+            else (f"{name} <= {low} OR {name} > {high}")
+        )
+        conditions.append(f"(attribute_not_exists({name}) OR {outside})" if check.if_missing else f"({outside})")
+    for index, exact_check in enumerate(exact, start=first + len(free)):
+        name, value, _ = threshold_placeholders(index)
+        equal = f"{name} = {value}"
+        conditions.append(f"(attribute_not_exists({name}) OR {equal})" if exact_check.if_missing else f"({equal})")
     return " AND ".join(conditions)

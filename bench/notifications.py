@@ -1,0 +1,223 @@
+"""What threshold notifications cost beside plain sums, and how long a crossing takes from commit to PutEvents.
+
+The shape of ``bench.bounded`` (the handlers' own wiring, windows off, single-event messages ``+1`` over
+``--keys`` keys in batches of 100 records, every call billed by ``tally_local.kit.meter`` from item sizes), three loads:
+
+- ``sums``: no threshold: the baseline;
+- ``thresholds, never crossed``: ``CounterThresholds`` ``u:*#n>=1000000000``: every write carries its crossing
+  condition, none fails;
+- ``thresholds, crossed``: levels at a quarter, half, three quarters and all of each key's events: each key
+  crosses four levels, each crossing costs the refused transaction and the exact one with its notification.
+
+The third load runs the notifications pipe model (``tally_local.pipe``) on DynamoDB Local's stream beside the
+function, putting to an in-memory bus: the latency of each crossing is the time from the answer of the
+transaction that committed it to the ``PutEvents`` that carried it (both clocks of this process). On AWS the
+pipe's own polling of the stream adds to it; nothing here measures that (docs/aws-fidelity.md).
+
+Run: ``python -m bench notifications [--events 5000] [--keys 50] [--json-out docs/notifications.json]``. Every
+counter is checked, and every key's crossings are exactly its four levels, each announced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+from rich.console import Console
+from rich.table import Table
+
+from bench.deployment import default_settings
+from bench.metered_load import BATCH, fresh_id
+from bench.peers.tables import create_from_template
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from tally.config import COUNTER_THRESHOLDS, NOTIFICATIONS_TABLE, WINDOWS
+from tally.core.model import SourceRecord
+from tally.reader import CounterReader, NotificationReader
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.kit.meter import DynamoDBMeter
+from tally_local.pipe import LocalNotificationsPipe
+from tally_local.resources import LocalResources
+from tally_local.template import load_template
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+
+ROOT: Final = Path(__file__).resolve().parents[1]
+LOADS: Final = ("sums", "thresholds, never crossed", "thresholds, crossed")
+
+
+class _TimedBus:
+    """The bus: when each notification id was first put (ms, this process's clock)."""
+
+    def __init__(self) -> None:
+        self.first_put_ms: dict[str, float] = {}
+        self.events = 0
+        self._lock = threading.Lock()
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        now = time.perf_counter() * 1000
+        with self._lock:
+            for entry in Entries:
+                self.first_put_ms.setdefault(json.loads(entry["Detail"])["notification_id"], now)
+            self.events += len(Entries)
+        return {"FailedEntryCount": 0, "Entries": [{} for _ in Entries]}
+
+
+def _commit_times(client: DynamoDBClient, table: str) -> dict[str, float]:
+    """When each notification id's transaction answered (ms, this process's clock), through botocore's hooks."""
+    committed: dict[str, float] = {}
+
+    def keep(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["bench_notifications"] = [
+            entry["Put"]["Item"]["notification_id"]["S"]
+            for entry in params.get("TransactItems", [])
+            if "Put" in entry and entry["Put"]["TableName"] == table
+        ]
+
+    def answered(context: dict[str, Any], parsed: Mapping[str, Any] | None = None, **_: Any) -> None:
+        if parsed is not None and "Error" not in parsed:
+            now = time.perf_counter() * 1000
+            for notification_id in context.get("bench_notifications", []):
+                committed.setdefault(notification_id, now)
+
+    client.meta.events.register("before-parameter-build.dynamodb.TransactWriteItems", keep)
+    client.meta.events.register("after-call.dynamodb.TransactWriteItems", answered)
+    return committed
+
+
+def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBClient) -> dict[str, Any]:
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=CLIENT_CONFIG,
+    )
+    suffix = fresh_id()
+    per_key = events // keys
+    tables = {name: f"bench-ntf-{name}-{suffix}" for name in ("counters", "markers", "notifications")}
+    definitions = _definitions()
+    for logical_id, name in (
+        ("CountersTable", "counters"),
+        ("MarkersTable", "markers"),
+        ("NotificationsTable", "notifications"),
+    ):
+        create_from_template(admin, definitions[logical_id], tables[name])
+    levels = {
+        "sums": "",
+        "thresholds, never crossed": "u:*#n>=1000000000",
+        "thresholds, crossed": "u:*#n>=" + ",".join(str(per_key * q // 4) for q in (1, 2, 3, 4)),
+    }[load]
+    declared = {WINDOWS: "", COUNTER_THRESHOLDS: levels, NOTIFICATIONS_TABLE: tables["notifications"]}
+    pipeline = wire_pipeline(
+        client, RecordingDeadLetterQueue(), default_settings(tables["counters"], tables["markers"], declared)
+    )
+    meter = DynamoDBMeter()
+    meter.track(tables["counters"], ["pk", "sk"], "counters")
+    meter.track(tables["markers"], ["id"], "markers")
+    meter.track(tables["notifications"], ["notification_id"], "notifications")
+    committed = _commit_times(client, tables["notifications"])
+    bus = _TimedBus()
+    template = load_template(ROOT / "template.yaml")
+    resources = LocalResources(
+        "bench", template, endpoint, endpoint, {"NotificationsTable": tables["notifications"]}, {}, {}
+    )
+    pipe = LocalNotificationsPipe(resources, events=bus, poll_s=0.05)
+    bodies = [json.dumps({"id": f"{suffix}-{n}", "key": f"u:{n % keys}", "deltas": {"n": 1}}) for n in range(events)]
+    meter.attach(client)
+    started = time.perf_counter()
+    failed = 0
+    with pipe:
+        for first in range(0, len(bodies), BATCH):
+            now_ms = time.time_ns() // 1_000_000
+            records = [
+                SourceRecord(f"r{first + i}", body, now_ms) for i, body in enumerate(bodies[first : first + BATCH])
+            ]
+            failed += len(pipeline.process(records, now_ms, lambda: 60_000).failed_record_ids)
+        seconds = time.perf_counter() - started
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and len(bus.first_put_ms) < len(committed):
+            time.sleep(0.05)
+    meter.detach(client)
+    usage = meter.usage()
+    reader = CounterReader(tables["counters"], client=admin)
+    counted = reader.get_many([f"u:{k}" for k in range(keys)])
+    recorded = NotificationReader(tables["notifications"], client=admin).list()
+    exact = failed == 0 and all(value.values.get("n") == Decimal(per_key) for value in counted.values())
+    if load == "thresholds, crossed":
+        by_key: dict[str, list[Decimal]] = {}
+        for crossing in recorded:
+            by_key.setdefault(crossing.key, []).append(Decimal(crossing.level))
+        exact = exact and all(sorted(v) == [Decimal(per_key * q // 4) for q in (1, 2, 3, 4)] for v in by_key.values())
+        exact = exact and len(by_key) == keys and set(bus.first_put_ms) == {c.notification_id for c in recorded}
+    else:
+        exact = exact and not recorded
+    lags = sorted(bus.first_put_ms[nid] - committed[nid] for nid in committed if nid in bus.first_put_ms)
+    return {
+        "load": load,
+        "events": events,
+        "write_units_per_event": usage.write_units / events,
+        "read_units_per_event": usage.read_units / events,
+        "requests_per_event": usage.requests / events,
+        "transactions": usage.calls.get("TransactWriteItems", 0),
+        "cancelled_transactions": usage.cancelled_transactions,
+        "reads": sum(n for op, n in usage.calls.items() if op in {"GetItem", "BatchGetItem", "Query", "Scan"}),
+        "crossings": len(recorded),
+        "events_per_s": events / seconds,
+        "commit_to_put_ms": {
+            "p50": statistics.median(lags) if lags else None,
+            "p95": lags[int(0.95 * (len(lags) - 1))] if lags else None,
+            "max": lags[-1] if lags else None,
+            "n": len(lags),
+        },
+        "exact": exact,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="threshold notifications: cost beside plain sums, commit -> put")
+    parser.add_argument("--events", type=int, default=5_000)
+    parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--json-out", type=Path)
+    args = parser.parse_args()
+    with DynamoDBLocal() as ddb:
+        rows = [measure(load, args.events, args.keys, ddb.endpoint_url, ddb.client()) for load in LOADS]
+    table = Table(title=f"{args.events:,} single-event messages (+1) over {args.keys} keys, batches of {BATCH}")
+    columns = ("load", "write units/event", "read units/event", "requests/event", "transactions", "cancelled")
+    for column in (*columns, "crossings", "commit->put p50/p95/max ms", "exact"):
+        table.add_column(column, justify="left" if column == "load" else "right")
+    base = rows[0]["write_units_per_event"]
+    for row in rows:
+        lag = row["commit_to_put_ms"]
+        table.add_row(
+            row["load"],
+            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.3f}x)",
+            f"{row['read_units_per_event']:.4f}",
+            f"{row['requests_per_event']:.4f}",
+            str(row["transactions"]),
+            str(row["cancelled_transactions"]),
+            str(row["crossings"]),
+            f"{lag['p50']:.0f}/{lag['p95']:.0f}/{lag['max']:.0f}" if lag["n"] else "-",
+            "yes" if row["exact"] else "NO",
+        )
+    Console().print(table)
+    if args.json_out is not None:
+        args.json_out.write_text(
+            json.dumps({"command": "python -m bench notifications", "rows": rows}, indent=2) + "\n"
+        )
+    return 0 if all(row["exact"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

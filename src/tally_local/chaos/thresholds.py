@@ -1,0 +1,526 @@
+"""The chaos run of threshold notifications: every crossing announced, none twice, none spurious, under faults.
+
+A small run of its own (seconds, ``python -m tally_local.chaos.thresholds``;
+``tests/integration/test_chaos_thresholds.py`` runs it and its broken variants), drawing only thresholded
+counters on DynamoDB Local:
+
+- ``t:up:<n>`` keys: rising levels 10, 20, 30 on ``n`` (steps +1..+3): each level passed exactly once;
+- ``t:down:<n>`` keys: falling levels 60, 40, 20 on ``n``, start 80 (steps -1..-3): each level once;
+- ``t:mix:<n>`` keys: a rising level 10 and a falling level 9 on ``v``, start 8, steps -2..+2: the value
+  crosses back and forth, so each key is announced many times, every crossing by another message.
+
+Consumers (threads, each its own pipeline and client, as concurrent invocations) take random batches from a
+standard-queue model (no order), and the chaos faults of ``tally_local.chaos.faults`` hit every DynamoDB request:
+connection failures, lost responses, throttling, conflicts (also DynamoDB's own between transactions in
+flight on one item). On top: an invocation killed right after the transaction that recorded a crossing
+committed (before anything could announce it), whole batches redelivered after a lost response, producer
+re-sends. The notifications pipe (``tally_local.pipe``, the model of ``NotificationsPipe``) runs beside them,
+its puts failing or losing their answers, and is itself killed and restarted from the stream's trim horizon.
+
+What is checked, from the run's own model (the workload's deltas), on what a consumer of the bus received,
+deduplicated by ``notification_id`` as a consumer must:
+
+- every valid message counted once (each key is its start plus its messages);
+- on ``up``/``down`` keys exactly the levels between the start and the end announced, each once;
+- on ``mix`` keys the announced rising crossings minus the falling ones equal the side change from start to
+  end; every announcement is real (the message counted, and its own step, from ``step_value`` back by its
+  delta, crosses the level the announced way) and no (message, level, direction) is announced twice;
+- every announcement is a recorded crossing and every recorded crossing was announced.
+
+The broken variants (``BROKEN``) announce before the commit, or without the deterministic id: the run fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import threading
+import time
+import traceback
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+import click
+
+from tally.config import Settings
+from tally.core.model import SourceRecord
+from tally.core.thresholds import Direction, crossed, crossings
+from tally.reader import NotificationReader
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.chaos.clock import Invocation
+from tally_local.chaos.config import DynamoDBFaultRates
+from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InvocationKilled
+from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.kit.conflicts import InFlightTransactions
+from tally_local.pipe import LocalNotificationsPipe
+from tally_local.resources import LocalResources
+from tally_local.template import load_template, table_definitions
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tally.core.plan import Chunk
+    from tally.pipeline import BatchPipeline, DeadLetterQueue
+
+ROOT: Final = Path(__file__).resolve().parents[3]
+THRESHOLDS: Final = "t:up:*#n>=10,20,30;t:down:*#n<=60,40,20;t:mix:*#v>=10;t:mix:*#v<=9"
+DEFAULTS: Final = "t:down:*#n=start:80;t:mix:*#v=start:8"
+STARTS: Final = {"up": 0, "down": 80, "mix": 8}
+COUNTER: Final = {"up": "n", "down": "n", "mix": "v"}
+LEVELS: Final = {
+    "up": {(10, "rising"), (20, "rising"), (30, "rising")},
+    "down": {(60, "falling"), (40, "falling"), (20, "falling")},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ThresholdChaosConfig:
+    keys_per_kind: int = 3
+    messages_per_key: int = 40
+    consumers: int = 3
+    batch_size: int = 8
+    seed: int = 26
+    dynamodb: DynamoDBFaultRates = field(
+        default_factory=lambda: DynamoDBFaultRates(
+            connect_failure=0.04,
+            lost_response=0.06,
+            throttle_request=0.03,
+            throttle_cancel=0.03,
+            conflict=0.06,
+            slow=0.0,
+        )
+    )
+    kill_after_crossing: float = 0.4
+    """Per transaction that records a crossing: it commits, then the invocation is killed (nothing announced yet)."""
+    crash_after_commit: float = 0.05
+    """Per invocation: its answer is lost, the whole batch is delivered again."""
+    resend: float = 0.05
+    """Per message: the producer sends it again later (same id, same body)."""
+    pipe_put_failure: float = 0.2
+    pipe_lost_answer: float = 0.2
+    pipe_restarts: int = 2
+    """Times the pipe is killed and a new one starts from the stream's trim horizon (its checkpoint lost)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tables:
+    counters: str
+    markers: str
+    notifications: str
+
+
+@dataclass
+class ThresholdChaosResult:
+    ok: bool
+    figures: dict[str, int]
+    faults: dict[str, int]
+    problems: list[str]
+    first_failure: str | None = None
+    """The first unexpected error of an invocation (the source redelivered its batch)."""
+
+
+class _Bus:
+    """The consumer's side of the bus: every event put, in order (a repeat included)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        with self._lock:
+            self.events += [json.loads(entry["Detail"]) for entry in Entries]
+        return {"FailedEntryCount": 0, "Entries": [{"EventId": uuid.uuid4().hex} for _ in Entries]}
+
+
+class _NoDeadLetters:
+    def send(self, letters: Any) -> Any:
+        raise AssertionError(f"no message of this run is poison: {letters}")
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    message_id: str
+    kind: str
+    key: str
+    delta: int
+
+    def body(self) -> str:
+        return json.dumps({"id": self.message_id, "key": self.key, "deltas": {COUNTER[self.kind]: self.delta}})
+
+
+def workload(config: ThresholdChaosConfig, rng: random.Random) -> list[Message]:
+    messages: list[Message] = []
+    for kind in ("up", "down", "mix"):
+        for n in range(config.keys_per_kind):
+            key = f"t:{kind}:{n}"
+            value = STARTS[kind]
+            for m in range(config.messages_per_key):
+                if kind == "up":
+                    delta = rng.randint(1, 3)
+                elif kind == "down":
+                    delta = -rng.randint(1, 3)
+                else:  # a walk around the levels: back and forth
+                    delta = rng.choice([-2, -1, 1, 2]) if 7 <= value <= 11 else (2 if value < 7 else -2)
+                value += delta
+                messages.append(Message(f"{key}-{m}", kind, key, delta))
+    return messages
+
+
+def _settings(tables: Tables) -> Settings:
+    return Settings.from_env(
+        {
+            "TALLY_COUNTERS_TABLE": tables.counters,
+            "TALLY_MARKERS_TABLE": tables.markers,
+            "TALLY_NOTIFICATIONS_TABLE": tables.notifications,
+            "TALLY_COUNTER_THRESHOLDS": THRESHOLDS,
+            "TALLY_COUNTER_DEFAULTS": DEFAULTS,
+            "TALLY_WRITE_CONCURRENCY": "1",
+        },
+        require_dlq=False,
+    )
+
+
+def production_pipeline(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
+    del bus
+    dead_letters: DeadLetterQueue = _NoDeadLetters()
+    return wire_pipeline(client, dead_letters, _settings(tables))
+
+
+class _AnnounceBeforeCommit(DynamoDBCounterStore):
+    """BROKEN: announces each crossing it computes before its transaction commits (and records none)."""
+
+    bus: _Bus
+
+    def apply(self, chunk: Chunk, now_ms: int) -> None:
+        if chunk.before:
+            for crossing in crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms):
+                self.bus.put_events(
+                    Entries=[
+                        {
+                            "Detail": json.dumps(
+                                {
+                                    "notification_id": crossing.notification_id,
+                                    "key": crossing.key,
+                                    "counter": crossing.counter,
+                                    "level": str(crossing.level),
+                                    "direction": str(crossing.direction),
+                                    "value": str(crossing.value),
+                                    "step_value": str(crossing.step_value),
+                                    "message_id": crossing.message_id,
+                                }
+                            )
+                        }
+                    ]
+                )
+        super().apply(chunk, now_ms)
+
+
+def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
+    pipeline = production_pipeline(client, tables, bus)
+    store = pipeline._applier.store
+    assert isinstance(store, DynamoDBCounterStore)
+    store.__class__ = _AnnounceBeforeCommit
+    store.bus = bus  # type: ignore[attr-defined]
+    store.notifications_table = tables.notifications
+    return pipeline
+
+
+@dataclass
+class _Pipe:
+    """The notifications pipe, killed and restarted (its checkpoint lost) ``restarts`` times."""
+
+    resources: LocalResources
+    bus: _Bus
+    rng: random.Random
+    config: ThresholdChaosConfig
+    log: FaultLog
+    random_ids: bool = False
+    """BROKEN: each put carries a new id instead of the crossing's deterministic one."""
+
+    def run(self, stop: threading.Event) -> None:
+        restarts = self.config.pipe_restarts
+        while True:
+            pipe = self._pipe()
+            deadline = time.monotonic() + (0.5 + self.rng.random() if restarts else 3600)
+            while not stop.is_set() and time.monotonic() < deadline:
+                self._draw(pipe)
+                with contextlib.suppress(Exception):  # a failed poll is read again on the next
+                    pipe.run_once()
+                time.sleep(0.02)
+            if stop.is_set():
+                break
+            restarts -= 1
+            self.log.add("pipe.killed_and_restarted")
+        # the final drain, faults off: what was recorded must reach the bus
+        pipe = self._pipe()
+        while pipe.run_once():
+            pass
+
+    def _pipe(self) -> LocalNotificationsPipe:
+        bus: Any = _RandomIds(self.bus) if self.random_ids else self.bus
+        return LocalNotificationsPipe(self.resources, events=bus)
+
+    def _draw(self, pipe: LocalNotificationsPipe) -> None:
+        if self.rng.random() < self.config.pipe_put_failure:
+            pipe.put_failures = 1
+            self.log.add("pipe.put_failure")
+        elif self.rng.random() < self.config.pipe_lost_answer:
+            pipe.lost_answers = 1
+            self.log.add("pipe.lost_answer")
+
+
+class _RandomIds:
+    def __init__(self, bus: _Bus) -> None:
+        self._bus = bus
+
+    def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        changed = [
+            {**entry, "Detail": json.dumps({**json.loads(entry["Detail"]), "notification_id": uuid.uuid4().hex})}
+            for entry in Entries
+        ]
+        return self._bus.put_events(Entries=changed)
+
+
+@dataclass
+class _Run:
+    """What the consumers of one run share: the queue model, the faults' log, the bus."""
+
+    endpoint: str
+    config: ThresholdChaosConfig
+    tables: Tables
+    pipeline_factory: Callable[[Any, Tables, _Bus], BatchPipeline]
+    pending: list[Message]
+    log: FaultLog = field(default_factory=FaultLog)
+    bus: _Bus = field(default_factory=_Bus)
+    in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    failures: list[str] = field(default_factory=list)
+
+    def _take(self, rng: random.Random) -> list[Message]:
+        """A batch from the standard-queue model: any messages, in any order."""
+        with self.lock:
+            rng.shuffle(self.pending)
+            batch, self.pending[:] = self.pending[: self.config.batch_size], self.pending[self.config.batch_size :]
+            return batch
+
+    def consume(self, index: int) -> None:
+        """One consumer: its own client, faults and pipeline, one invocation per batch until the queue stays empty."""
+        config = self.config
+        rng = random.Random(config.seed * 100 + index)
+        client = _session().client("dynamodb", endpoint_url=self.endpoint, config=CLIENT_CONFIG)
+        chaos = DynamoDBChaos(client, config.dynamodb, rng, self.log, self.in_flight)
+        _kill_after_crossing(client, self.tables.notifications, rng, config.kill_after_crossing, self.log)
+        pipeline = self.pipeline_factory(client, self.tables, self.bus)
+        idle = 0
+        while idle <= 50:
+            batch = self._take(rng)
+            if not batch:
+                idle += 1
+                time.sleep(0.01)
+                continue
+            idle = 0
+            invocation = Invocation(60_000)
+            chaos.invocation = invocation
+            chaos.begin_invocation()
+            back = self._invoke(pipeline, batch, invocation, rng)
+            with self.lock:
+                self.pending.extend(back)
+
+    def _invoke(
+        self, pipeline: BatchPipeline, batch: list[Message], invocation: Invocation, rng: random.Random
+    ) -> list[Message]:
+        """One invocation; returns the messages the source delivers again."""
+        records = [SourceRecord(f"{m.message_id}#{rng.random()}", m.body(), 0) for m in batch]
+        by_record = {r.record_id: m for r, m in zip(records, batch, strict=True)}
+        try:
+            result = pipeline.process(records, time.time_ns() // 1_000_000, invocation.remaining_ms)
+        except InvocationKilled:
+            self.log.add("invocation.killed")
+            return batch
+        except Exception:
+            self.log.add("invocation.failed")
+            if not self.failures:
+                self.failures.append(traceback.format_exc())
+            return batch
+        if rng.random() < self.config.crash_after_commit:
+            self.log.add("delivery.crash_after_commit")
+            return batch
+        return [by_record[record_id] for record_id in result.failed_record_ids]
+
+
+def _session() -> boto3.session.Session:
+    return boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
+
+
+def run_threshold_chaos(
+    endpoint: str,
+    config: ThresholdChaosConfig = ThresholdChaosConfig(),
+    *,
+    pipeline_factory: Callable[[Any, Tables, _Bus], BatchPipeline] = production_pipeline,
+    random_ids: bool = False,
+) -> ThresholdChaosResult:
+    """One run on the DynamoDB Local at ``endpoint`` (tables of its own); ``pipeline_factory`` and
+    ``random_ids`` select the broken variants."""
+    rng = random.Random(config.seed)
+    admin = _session().client("dynamodb", endpoint_url=endpoint)
+    template = load_template(ROOT / "template.yaml")
+    tables = _create_tables(admin, template)
+    messages = workload(config, rng)
+    resent = [m for m in messages if rng.random() < config.resend]
+    run = _Run(endpoint, config, tables, pipeline_factory, [*messages, *resent])
+    resources = LocalResources(
+        "chaos", template, endpoint, endpoint, {"NotificationsTable": tables.notifications}, {}, {}
+    )
+    pipe = _Pipe(resources, run.bus, random.Random(config.seed + 1), config, run.log, random_ids=random_ids)
+    stop = threading.Event()
+    pipe_thread = threading.Thread(target=pipe.run, args=(stop,), daemon=True)
+    pipe_thread.start()
+    consumers = [threading.Thread(target=run.consume, args=(index,)) for index in range(config.consumers)]
+    for thread in consumers:
+        thread.start()
+    for thread in consumers:
+        thread.join()
+    stop.set()
+    pipe_thread.join()
+    result = _check(messages, admin, tables, run.bus, run.log)
+    result.first_failure = run.failures[0] if run.failures else None
+    return result
+
+
+def _kill_after_crossing(client: Any, table: str, rng: random.Random, rate: float, log: FaultLog) -> None:
+    """An invocation killed right after a transaction that recorded a crossing committed."""
+
+    def after(params: dict[str, Any], parsed: dict[str, Any] | None = None, **_: Any) -> None:
+        if parsed is None or "Error" in parsed or table not in repr(params.get("TransactItems", [])):
+            return
+        if rng.random() < rate:
+            log.add("kill.after_crossing_committed")
+            raise InvocationKilled("killed between the commit of a crossing and its announcement")
+
+    def remember(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["tally_params"] = params
+
+    client.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", remember)
+    client.meta.events.register(
+        "after-call.dynamodb.TransactWriteItems",
+        lambda context, parsed=None, **kw: after(context.get("tally_params", {}), parsed),
+    )
+
+
+def _create_tables(client: Any, template: dict[str, Any]) -> Tables:
+    definitions = table_definitions(template)
+    suffix = uuid.uuid4().hex[:8]
+    tables = Tables(f"tchaos-counters-{suffix}", f"tchaos-markers-{suffix}", f"tchaos-notifications-{suffix}")
+    for logical_id, name in (
+        ("CountersTable", tables.counters),
+        ("MarkersTable", tables.markers),
+        ("NotificationsTable", tables.notifications),
+    ):
+        client.create_table(**definitions[logical_id].create_table_kwargs(name))
+    return tables
+
+
+def _check(messages: list[Message], client: Any, tables: Tables, bus: _Bus, log: FaultLog) -> ThresholdChaosResult:
+    problems: list[str] = []
+    by_id = {m.message_id: m for m in messages}
+    ends: dict[str, int] = {}
+    for m in messages:
+        ends[m.key] = ends.get(m.key, STARTS[m.kind]) + m.delta
+    reader_values = _values(client, tables.counters, sorted(ends))
+    for key, end in ends.items():
+        if reader_values.get(key) != end:
+            problems.append(f"{key}: counted {reader_values.get(key)}, the model says {end}")
+    announced: dict[str, dict[str, Any]] = {}
+    for event in bus.events:
+        announced.setdefault(event["notification_id"], event)
+    recorded = {c.notification_id: c for c in NotificationReader(tables.notifications, client=client).list()}
+    figures = {
+        "messages": len(messages),
+        "events_put": len(bus.events),
+        "announced": len(announced),
+        "recorded": len(recorded),
+    }
+    names = Counter((e["message_id"], e["level"], e["direction"]) for e in announced.values())
+    for name, times in names.items():
+        if times > 1:
+            problems.append(f"announced {times} times under different ids: {name}")
+    for nid, event in announced.items():
+        message = by_id.get(event["message_id"])
+        if message is None or message.key != event["key"]:
+            problems.append(f"announced for an unknown message: {event}")
+            continue
+        after = Decimal(event["step_value"])
+        if not crossed(Decimal(event["level"]), Direction(event["direction"]), after - message.delta, after):
+            crossing_name = f"{event['level']} {event['direction']}"
+            problems.append(f"spurious: {event['message_id']}'s step to {after} does not cross {crossing_name}")
+        if nid not in recorded:
+            problems.append(f"announced but never recorded (no commit): {event}")
+    for nid, crossing in recorded.items():
+        if nid not in announced:
+            problems.append(f"recorded but never announced: {crossing}")
+    for key, end in ends.items():
+        kind = key.split(":")[1]
+        mine = [e for e in announced.values() if e["key"] == key]
+        if kind in LEVELS:
+            start = STARTS[kind]
+            expected = {
+                (level, direction)
+                for level, direction in LEVELS[kind]
+                if crossed(level, Direction(direction), start, end)
+            }
+            got = Counter((int(Decimal(e["level"])), e["direction"]) for e in mine)
+            if set(got) != expected or any(times != 1 for times in got.values()):
+                problems.append(f"{key}: announced {dict(got)}, expected each of {sorted(expected)} once")
+        else:
+            ups = sum(1 for e in mine if e["direction"] == "rising")
+            downs = sum(1 for e in mine if e["direction"] == "falling")
+            side = int(end >= 10) - int(STARTS["mix"] >= 10)
+            figures["mix_crossings"] = figures.get("mix_crossings", 0) + len(mine)
+            if ups - downs != side:
+                problems.append(
+                    f"{key}: {ups} rising and {downs} falling crossings announced, but the side changed by {side}"
+                )
+    faults = log.snapshot()
+    return ThresholdChaosResult(not problems, figures, faults, problems[:20])
+
+
+def _values(client: Any, table: str, keys: list[str]) -> dict[str, int]:
+    from tally.reader import CounterReader  # noqa: PLC0415
+
+    reader = CounterReader(table, client=client)
+    found = reader.get_many(keys)
+    starts = {"t:down": 80, "t:mix": 8}
+    values: dict[str, int] = {}
+    for key, counters in found.items():
+        prefix = key.rsplit(":", 1)[0]
+        name = "v" if prefix == "t:mix" else "n"
+        value = counters.values.get(name)
+        values[key] = int(value) if value is not None else starts.get(prefix, 0)
+    return values
+
+
+@click.command()
+@click.option("--seed", type=int, default=26, show_default=True)
+def main(seed: int) -> None:
+    """Run the threshold chaos on a DynamoDB Local of its own; exit 1 if any crossing is lost, doubled or spurious."""
+    with DynamoDBLocal() as ddb:
+        started = time.monotonic()
+        result = run_threshold_chaos(ddb.endpoint_url, ThresholdChaosConfig(seed=seed))
+    click.echo(json.dumps({"ok": result.ok, "figures": result.figures, "faults": result.faults}, indent=2))
+    if result.first_failure:
+        click.echo(f"first failed invocation:\n{result.first_failure}")
+    for problem in result.problems:
+        click.echo(f"PROBLEM {problem}")
+    click.echo(f"{'PASS' if result.ok else 'FAIL'} in {time.monotonic() - started:.1f} s")
+    raise SystemExit(0 if result.ok else 1)
+
+
+if __name__ == "__main__":
+    main()

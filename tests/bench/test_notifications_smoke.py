@@ -1,0 +1,30 @@
+"""``bench.notifications`` at a tiny size: every count and crossing exact, and the cost has the shape
+docs/explanation/notifications.md says: declared thresholds never crossed cost nothing more than sums, crossings
+add no read, and every crossing reaches the bus within the 2 s target on the local pipe model."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+from bench.notifications import LOADS, measure
+
+if TYPE_CHECKING:
+    from tally_local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 400
+KEYS = 10
+
+
+def test_thresholds_cost_nothing_until_crossed_and_each_crossing_is_announced(dynamodb_local: DynamoDBLocal) -> None:
+    rows = {load: measure(load, EVENTS, KEYS, dynamodb_local.endpoint_url, dynamodb_local.client()) for load in LOADS}
+    assert all(row["exact"] for row in rows.values()), rows
+    sums, never, crossed = rows["sums"], rows["thresholds, never crossed"], rows["thresholds, crossed"]
+    assert never["write_units_per_event"] == sums["write_units_per_event"]
+    assert never["transactions"] == sums["transactions"]
+    assert crossed["read_units_per_event"] == sums["read_units_per_event"]  # no read added
+    assert crossed["crossings"] == 4 * KEYS
+    assert crossed["commit_to_put_ms"]["n"] == 4 * KEYS
+    assert crossed["commit_to_put_ms"]["max"] < 2_000

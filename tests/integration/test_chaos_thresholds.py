@@ -1,0 +1,59 @@
+"""The threshold chaos run (``tally_local.chaos.thresholds``) at its small size, and the broken variants it must catch.
+
+Under lost responses, throttling, conflicts (DynamoDB's own between transactions in flight on one item too),
+connection failures, invocations killed right after a crossing committed, whole batches redelivered, producer
+re-sends, and a pipe whose puts fail, lose their answers and which is killed and restarted from the trim
+horizon: every crossing announced, none twice, none spurious. A store that announces before its commit, and a
+pipe that announces without the deterministic id, fail the run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tally_local.chaos.thresholds import ThresholdChaosConfig, broken_announce_before_commit, run_threshold_chaos
+
+if TYPE_CHECKING:
+    from tally_local.dynamodb_local import DynamoDBLocal
+
+pytestmark = pytest.mark.integration
+
+SMALL = ThresholdChaosConfig()
+BROKEN_SIZE = replace(SMALL, messages_per_key=20)
+"""A broken variant fails long before the end: half the load shows it."""
+
+
+def test_every_crossing_is_announced_once_under_every_fault(dynamodb_local: DynamoDBLocal) -> None:
+    result = run_threshold_chaos(dynamodb_local.endpoint_url, SMALL)
+    assert result.ok, (result.problems, result.first_failure)
+    faults = result.faults
+    # the run drew what it is about: kills after a crossing committed, lost answers, restarts, conflicts
+    for kind in (
+        "kill.after_crossing_committed",
+        "ddb.lost_response",
+        "ddb.conflict",
+        "pipe.lost_answer",
+        "pipe.put_failure",
+        "pipe.killed_and_restarted",
+    ):
+        assert faults.get(kind, 0) > 0, kind
+    assert result.figures["announced"] == result.figures["recorded"] > 20
+    assert result.figures["events_put"] > result.figures["announced"]  # repeats happened, each dropped by its id
+    assert result.figures["mix_crossings"] > 0  # back and forth
+
+
+def test_announcing_before_the_commit_fails_the_run(dynamodb_local: DynamoDBLocal) -> None:
+    result = run_threshold_chaos(
+        dynamodb_local.endpoint_url, BROKEN_SIZE, pipeline_factory=broken_announce_before_commit
+    )
+    assert not result.ok
+    assert any("never recorded" in problem or "spurious" in problem for problem in result.problems), result.problems
+
+
+def test_announcing_without_the_deterministic_id_fails_the_run(dynamodb_local: DynamoDBLocal) -> None:
+    result = run_threshold_chaos(dynamodb_local.endpoint_url, BROKEN_SIZE, random_ids=True)
+    assert not result.ok
+    assert any("under different ids" in problem for problem in result.problems), result.problems

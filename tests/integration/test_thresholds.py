@@ -1,0 +1,398 @@
+"""On DynamoDB Local: threshold crossings recorded exactly once, in the transaction that commits them.
+
+A write far from every declared level commits with no extra request; one whose steps cross a level is refused
+by its crossing condition and sent again from the value it met (``ALL_OLD``), carrying one notification item per
+crossing, named by (key, counter, level, direction, message id). So retries, redeliveries, duplicates, a
+concurrent writer and a kill between any two steps never record a crossing twice or miss one; the Hypothesis
+property checks it against the messages applied one by one in order under any batching and duplication.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import threading
+import uuid
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import boto3
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.commit.marker_reads import MarkerReadGate
+from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
+from tally.core.defaults import CounterDefaults, parse_counter_defaults
+from tally.core.model import SourceRecord
+from tally.core.thresholds import CounterThresholds, Direction, expected_crossings, parse_counter_thresholds
+from tally.reader import CounterReader
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.notifications import scan_notifications
+from tally_local.kit.faults import DynamoDBFaults
+from tests.conftest import _create_table, _template_tables
+from tests.support.pipeline import TTL_DAYS, make_pipeline
+from tests.support.properties import on_emulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from tally.core.thresholds import Crossing
+    from tally.pipeline import BatchPipeline
+    from tests.conftest import DynamoDBTables
+    from tests.support.pipeline import RecordingDeadLetterQueue
+
+pytestmark = pytest.mark.integration
+
+NOW_MS = 4_102_444_800_000
+"""2100-01-01: the markers' and notifications' TTL (35 days from the batch's clock) lies ahead of the machine's
+clock, or DynamoDB Local's TTL could delete them in the middle of a test."""
+THRESHOLDS = parse_counter_thresholds("usage:*#calls>=800,1000;stock:*#stock<=10")
+STARTS = parse_counter_defaults("stock:*#stock=start:100")
+
+
+class NotifyTables:
+    def __init__(self, tables: DynamoDBTables, notifications_table: str) -> None:
+        self.tables = tables
+        self.client = tables.client
+        self.notifications_table = notifications_table
+
+    def notifications(self) -> list[Crossing]:
+        return sorted(scan_notifications(self.client, self.notifications_table), key=lambda c: (c.at_ms, c.message_id))
+
+    def value(self, key: str, counter: str) -> Decimal | None:
+        return CounterReader(self.tables.counters_table, client=self.client).get(key).values.get(counter)
+
+
+@pytest.fixture
+def notify(ddb_tables: DynamoDBTables) -> Iterator[NotifyTables]:
+    """The test's counters and markers tables, and a notifications table (schema and stream from template.yaml)."""
+    name = f"tally-test-notifications-{uuid.uuid4().hex[:12]}"
+    _create_table(ddb_tables.client, _template_tables()["NotificationsTable"], name)
+    try:
+        yield NotifyTables(ddb_tables, name)
+    finally:
+        with contextlib.suppress(ddb_tables.client.exceptions.ResourceNotFoundException):
+            ddb_tables.client.delete_table(TableName=name)
+
+
+def make_store(
+    notify: NotifyTables,
+    thresholds: CounterThresholds = THRESHOLDS,
+    defaults: CounterDefaults = STARTS,
+    bounds: CounterBounds = NO_BOUNDS,
+) -> DynamoDBCounterStore:
+    tables = notify.tables
+    return DynamoDBCounterStore(
+        tables.client,
+        tables.counters_table,
+        tables.markers_table,
+        TTL_DAYS * 86_400,
+        defaults=defaults,
+        bounds=bounds,
+        thresholds=thresholds,
+        notifications_table=notify.notifications_table,
+    )
+
+
+def pipeline_of(
+    notify: NotifyTables,
+    thresholds: CounterThresholds = THRESHOLDS,
+    defaults: CounterDefaults = STARTS,
+    bounds: CounterBounds = NO_BOUNDS,
+    **options: Any,
+) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
+    return make_pipeline(make_store(notify, thresholds, defaults, bounds), counter_defaults=defaults, **options)
+
+
+def record(message_id: str, key: str, **deltas: int) -> SourceRecord:
+    return SourceRecord(f"r-{message_id}", json.dumps({"id": message_id, "key": key, "deltas": deltas}), NOW_MS)
+
+
+def process(pipeline: BatchPipeline, records: list[SourceRecord], now_ms: int = NOW_MS) -> Any:
+    result = pipeline.process(records, now_ms, lambda: 60_000)
+    assert result.failed_record_ids == ()
+    return result
+
+
+def named(found: list[Crossing]) -> list[tuple[str, str, Decimal, str, str, Decimal]]:
+    return [(c.key, c.counter, Decimal(c.level), str(c.direction), c.message_id, Decimal(c.value)) for c in found]
+
+
+def test_a_write_far_from_every_level_costs_one_transaction_and_records_nothing(notify: NotifyTables) -> None:
+    # GIVEN usage with levels at 800 and 1000
+    pipeline, _ = pipeline_of(notify)
+    # WHEN a batch takes it from 0 to 300
+    result = process(pipeline, [record("a", "usage:t", calls=100), record("b", "usage:t", calls=200)])
+    # THEN one transaction, as without thresholds, and no notification
+    assert result.figures["Transactions"] == 1
+    assert result.figures["ThresholdRewrites"] == 0
+    assert notify.notifications() == []
+    assert notify.value("usage:t", "calls") == 300
+
+
+def test_a_rising_crossing_is_recorded_once_with_the_message_that_made_it(notify: NotifyTables) -> None:
+    # GIVEN usage at 0 and a batch of +500, +400 (the second step crosses 800), then +200 (crosses 1000)
+    pipeline, _ = pipeline_of(notify)
+    first = process(pipeline, [record("a", "usage:t", calls=500), record("b", "usage:t", calls=400)])
+    second = process(pipeline, [record("c", "usage:t", calls=200)], NOW_MS + 1)
+    # THEN each crossing once, named by its message, with the value after the batch; two transactions each (the
+    # refused crossing condition, then the write from the value it met), no read
+    assert named(notify.notifications()) == [
+        ("usage:t", "calls", 800, "rising", "b", 900),
+        ("usage:t", "calls", 1000, "rising", "c", 1100),
+    ]
+    assert (first.figures["Transactions"], second.figures["Transactions"]) == (2, 2)
+    assert (first.figures["ThresholdRewrites"], second.figures["ThresholdRewrites"]) == (1, 1)
+    assert notify.value("usage:t", "calls") == 1100
+
+
+def test_one_message_jumping_several_levels_announces_each(notify: NotifyTables) -> None:
+    pipeline, _ = pipeline_of(notify)
+    process(pipeline, [record("big", "usage:t", calls=1500)])
+    found = notify.notifications()
+    assert named(found) == [
+        ("usage:t", "calls", 800, "rising", "big", 1500),
+        ("usage:t", "calls", 1000, "rising", "big", 1500),
+    ]
+    assert len({c.notification_id for c in found}) == 2
+
+
+def test_a_falling_level_from_a_start_value_and_a_re_crossing_get_new_ids(notify: NotifyTables) -> None:
+    # GIVEN stock starting at 100 with a falling level at 10
+    pipeline, _ = pipeline_of(notify)
+    # WHEN it drops to 50 (nothing), to 5 (crossed), is restocked to 25 (crossed upwards: not announced), and drops
+    # to 5 again (crossed again)
+    process(pipeline, [record("s1", "stock:1", stock=-50)])
+    process(pipeline, [record("s2", "stock:1", stock=-45)], NOW_MS + 1)
+    process(pipeline, [record("r1", "stock:1", stock=20)], NOW_MS + 2)
+    process(pipeline, [record("s3", "stock:1", stock=-20)], NOW_MS + 3)
+    # THEN two notifications, two ids
+    found = notify.notifications()
+    assert named(found) == [
+        ("stock:1", "stock", 10, "falling", "s2", 5),
+        ("stock:1", "stock", 10, "falling", "s3", 5),
+    ]
+    assert found[0].notification_id != found[1].notification_id
+
+
+def test_steps_crossing_back_and_forth_in_one_batch_each_count(notify: NotifyTables) -> None:
+    # GIVEN one batch: +900 (crosses 800), -200 (back below), +200 (crosses 800 again), +10
+    pipeline, _ = pipeline_of(notify)
+    records = [record("a", "usage:t", calls=900), record("b", "usage:t", calls=-200)]
+    records += [record("c", "usage:t", calls=200), record("d", "usage:t", calls=10)]
+    process(pipeline, records)
+    # THEN two crossings of 800, by a and by c, each with the value after the batch and after its own step
+    found = notify.notifications()
+    assert [(c.message_id, c.level, c.step_value, c.value) for c in found] == [
+        ("a", 800, 900, 910),
+        ("c", 800, 900, 910),
+    ]
+
+
+def test_a_redelivered_or_duplicated_batch_records_nothing_again(notify: NotifyTables) -> None:
+    # GIVEN a warm container that does not pre-read markers (so the copies meet them in cancelled transactions)
+    pipeline, _ = pipeline_of(notify, marker_read_gate=MarkerReadGate(quiet_batches=0))
+    batch = [record("a", "usage:t", calls=500), record("b", "usage:t", calls=400), record("b", "usage:t", calls=400)]
+    process(pipeline, batch)
+    # WHEN the whole batch is redelivered, and re-sent in another order with a new message
+    again = process(pipeline, batch)
+    process(pipeline, [batch[1], record("c", "usage:t", calls=1), batch[0]])
+    # THEN the crossing is recorded once; the copies are duplicates
+    assert again.figures["DuplicatesAlreadyApplied"] == 2
+    assert [(c.level, c.message_id) for c in notify.notifications()] == [(800, "b")]
+    assert notify.value("usage:t", "calls") == 901
+
+
+@pytest.mark.parametrize("lost", [1, 2], ids=["refused-write", "exact-write"])
+def test_a_lost_response_records_the_crossing_once(notify: NotifyTables, lost: int) -> None:
+    # GIVEN the answer to the n-th transaction lost (1: the refused crossing condition; 2: the exact write that
+    # committed the crossing, whose retry then meets the markers)
+    pipeline, _ = pipeline_of(notify)
+    faults = DynamoDBFaults(notify.client)
+    faults.pass_through(lost - 1)
+    faults.lose_responses(1)
+    # WHEN a batch crossing 800 is processed
+    process(pipeline, [record("a", "usage:t", calls=500), record("b", "usage:t", calls=400)])
+    # THEN one notification, counts once
+    assert faults.injected == ["lose_response"]
+    assert [(c.level, c.message_id) for c in notify.notifications()] == [(800, "b")]
+    assert notify.value("usage:t", "calls") == 900
+
+
+def test_a_concurrent_writer_between_the_refusal_and_the_exact_write_moves_the_crossing(
+    notify: NotifyTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN usage at 700, and a batch whose message "a" (+150) would cross 800
+    pipeline, _ = pipeline_of(notify)
+    other, _ = pipeline_of(notify)
+    process(pipeline, [record("start", "usage:t", calls=700)])
+    real_apply = DynamoDBCounterStore.apply
+    interleaved: list[bool] = []
+
+    def with_a_writer_in_between(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
+        if chunk.before and not interleaved:
+            # Another invocation commits +200 between the refusal and this exact write (700 -> 900: it crosses 800)
+            interleaved.append(True)
+            monkeypatch.setattr(DynamoDBCounterStore, "apply", real_apply)
+            process(other, [record("x", "usage:t", calls=200)], NOW_MS + 1)
+            monkeypatch.setattr(DynamoDBCounterStore, "apply", with_a_writer_in_between)
+        real_apply(self, chunk, now_ms)
+
+    monkeypatch.setattr(DynamoDBCounterStore, "apply", with_a_writer_in_between)
+    # WHEN the batch is processed
+    result = process(pipeline, [record("a", "usage:t", calls=150)], NOW_MS + 2)
+    # THEN the exact write (planned from 700) is refused, planned again from 900: "x" crossed 800, "a" crosses 1000
+    assert interleaved == [True]
+    assert result.figures["Transactions"] == 3
+    assert result.figures["ThresholdRewrites"] == 2
+    assert [(c.level, c.message_id, c.value) for c in notify.notifications()] == [(800, "x", 900), (1000, "a", 1050)]
+
+
+def test_two_invocations_at_once_on_one_key_record_every_crossing_once(notify: NotifyTables) -> None:
+    # GIVEN two invocations adding 100 at a time to the same usage, eight messages each (0 -> 1600)
+    pipelines = [pipeline_of(notify)[0] for _ in range(2)]
+    failed: list[tuple[str, ...]] = []
+
+    def run(index: int) -> None:
+        for n in range(8):
+            result = pipelines[index].process([record(f"p{index}-{n}", "usage:t", calls=100)], NOW_MS, lambda: 60_000)
+            failed.append(result.failed_record_ids)
+
+    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    # THEN (whatever was handed back is redelivered) 800 and 1000 were each crossed once, by the message whose
+    # step took the value there
+    for index, ids in enumerate(failed):
+        for record_id in ids:
+            message_id = record_id.removeprefix("r-")
+            process(pipelines[index % 2], [record(message_id, "usage:t", calls=100)])
+    assert notify.value("usage:t", "calls") == 1600
+    found = notify.notifications()
+    assert sorted((c.level, c.step_value) for c in found) == [(800, 800), (1000, 1000)]
+
+
+@pytest.mark.parametrize("crash_after", [1, 2])
+def test_a_kill_after_any_transaction_loses_no_crossing_and_doubles_none(
+    notify: NotifyTables, crash_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an invocation killed after its n-th transaction (2: just after the one that committed the crossing,
+    # before anything could announce it)
+    pipeline, _ = pipeline_of(notify)
+    records = [record("a", "usage:t", calls=500), record("b", "usage:t", calls=400)]
+    real_apply = DynamoDBCounterStore.apply
+    calls: list[int] = []
+
+    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
+        calls.append(1)
+        with contextlib.ExitStack() as after:
+            if len(calls) == crash_after:
+                after.callback(lambda: (_ for _ in ()).throw(RuntimeError("the invocation died")))
+            real_apply(self, chunk, now_ms)
+
+    monkeypatch.setattr(DynamoDBCounterStore, "apply", dying)
+    with pytest.raises(RuntimeError):
+        pipeline.process(records, NOW_MS, lambda: 60_000)
+    monkeypatch.setattr(DynamoDBCounterStore, "apply", real_apply)
+    # WHEN the whole batch is redelivered
+    process(pipeline, records)
+    # THEN the crossing is recorded once, and its table's stream holds exactly one INSERT for it: what the pipe
+    # delivers, whatever happened to the invocation
+    assert [(c.level, c.message_id) for c in notify.notifications()] == [(800, "b")]
+    assert notify.value("usage:t", "calls") == 900
+    inserts = stream_inserts(notify)
+    assert [image["message_id"]["S"] for image in inserts] == ["b"]
+
+
+def stream_inserts(notify: NotifyTables) -> list[dict[str, Any]]:
+    """Every INSERT record on the notifications table's stream (DynamoDB Local's), from the trim horizon."""
+    client = boto3.client(
+        "dynamodbstreams",
+        endpoint_url=notify.tables.endpoint_url,
+        region_name=notify.client.meta.region_name,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+    arn = notify.client.describe_table(TableName=notify.notifications_table)["Table"]["LatestStreamArn"]
+    images: list[dict[str, Any]] = []
+    for shard in client.describe_stream(StreamArn=arn)["StreamDescription"]["Shards"]:
+        iterator = client.get_shard_iterator(StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON")
+        position = iterator.get("ShardIterator")
+        while position:
+            page = client.get_records(ShardIterator=position)
+            images += [r["dynamodb"]["NewImage"] for r in page["Records"] if r["eventName"] == "INSERT"]
+            if not page["Records"]:
+                break
+            position = page.get("NextShardIterator")
+    return images
+
+
+def test_a_bound_and_a_threshold_on_one_counter(notify: NotifyTables) -> None:
+    # GIVEN stock (start 100) with a floor of 0 and a falling level at 10
+    pipeline, dlq = pipeline_of(notify, bounds=parse_counter_bounds("stock:*#stock>=0", None, STARTS))
+    # WHEN -95 (crosses 10), -10 (below the floor: refused), -5 (to 0) come in one batch
+    records = [record("a", "stock:1", stock=-95), record("b", "stock:1", stock=-10), record("c", "stock:1", stock=-5)]
+    process(pipeline, records)
+    # THEN the refused message is dead-lettered, the crossing recorded once by "a"
+    assert [letter.record.record_id for letter in dlq.letters] == ["r-b"]
+    assert notify.value("stock:1", "stock") == 0
+    assert [(c.level, c.message_id, c.step_value) for c in notify.notifications()] == [(10, "a", 5)]
+
+
+def test_a_thresholded_unit_too_large_for_one_transaction_never_takes_the_journal(notify: NotifyTables) -> None:
+    # GIVEN transactions of at most 4 actions and a batch of 12 messages on one thresholded key (a journal-sized
+    # unit without the threshold)
+    pipeline, _ = pipeline_of(notify, max_actions=4)
+    process(pipeline, [record(f"m{n}", "usage:t", calls=100) for n in range(12)])
+    # THEN every crossing is recorded, by its message
+    assert [(c.level, c.message_id) for c in notify.notifications()] == [(800, "m7"), (1000, "m9")]
+    assert notify.value("usage:t", "calls") == 1200
+
+
+# ------------------------------------------------------------------------------------ Hypothesis property
+EXAMPLES = itertools.count()
+
+
+@on_emulator()
+@given(
+    amounts=st.lists(st.integers(min_value=-4, max_value=4).filter(bool), min_size=1, max_size=14),
+    cuts=st.lists(st.integers(min_value=1, max_value=6), min_size=1, max_size=14),
+    repeats=st.lists(st.integers(min_value=0, max_value=13), max_size=4),
+)
+def test_the_recorded_crossings_are_those_of_the_applied_order(
+    notify: NotifyTables, amounts: list[int], cuts: list[int], repeats: list[int]
+) -> None:
+    # GIVEN a counter starting at 3 with rising levels 4, 6 and falling levels 2, 0; messages cut into batches,
+    # some sent again later
+    key = f"level:{next(EXAMPLES)}"
+    thresholds = parse_counter_thresholds("level:*#v>=4,6;level:*#v<=2,0")
+    defaults = parse_counter_defaults("level:*#v=start:3")
+    pipeline, _ = pipeline_of(notify, thresholds, defaults, max_actions=4)
+    sent = [(f"{key}-{n}", amount) for n, amount in enumerate(amounts)]
+    order = sent + [sent[n] for n in repeats if n < len(sent)]
+    batches: list[list[tuple[str, int]]] = []
+    start = 0
+    for cut in cuts * len(order):
+        if start >= len(order):
+            break
+        batches.append(order[start : start + cut])
+        start += cut
+    # WHEN every batch is processed in order
+    for batch in batches:
+        process(pipeline, [record(mid, key, v=amount) for mid, amount in batch])
+    # THEN the notifications are exactly the crossings of the distinct messages applied one by one in order
+    applied: dict[str, int] = {}
+    for batch in batches:
+        for mid, amount in batch:
+            applied.setdefault(mid, amount)
+    expected = expected_crossings(3, applied.items(), thresholds.thresholds(key)["v"])
+    found = [c for c in scan_notifications(notify.client, notify.notifications_table) if c.key == key]
+    assert sorted((Decimal(c.level), str(c.direction), c.message_id) for c in found) == sorted(
+        (Decimal(level), str(direction), mid) for level, direction, mid in expected
+    )
+    assert len({c.notification_id for c in found}) == len(found)
+    assert all(isinstance(c.direction, Direction) for c in found)
