@@ -5,16 +5,19 @@
   days that keep hours), with nothing telling it a window move committed between them;
 - a journal whose missing header fails the batch (``StoreError``), as ``CommitProtocol.resolve`` did before
   the fix, so that a block marker naming a batch TTL deleted fails its batch on every delivery.
+
+Each runs on a focused configuration (``bench.chaos.config.focused``): the series read on ``WINDOW_MOVES``
+(whose production run test_chaos.py's ``test_each_focused_run_passes_unbroken`` requires to pass with series
+reads spanning a move), the journal on ``HORIZON``, whose production run is checked here.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.chaos.config import SMOKE
+from bench.chaos.config import SMOKE, focused
 from bench.chaos.harness import Tables, wire_pipeline
 
 from tally.core.items import make_item
@@ -34,7 +37,7 @@ from tally.store.schema import (
     item_key,
     open_windows_from_item,
 )
-from tests.support.chaos import run_on
+from tests.support.chaos import WINDOW_MOVES, run_on, situations_missing
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -136,10 +139,8 @@ def test_the_harness_catches_series_reads_that_miss_window_moves(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN a series read that never reads the key items again, reading win: keys while the consumers move
-    config = replace(SMOKE, events=1_000, horizon_sessions=0)
-
     # WHEN it reads under the same harness and faults, during the moves
-    result = run_on(dynamodb_local, ddb_tables, config, reader_factory=three_request_reader)
+    result = run_on(dynamodb_local, ddb_tables, WINDOW_MOVES, reader_factory=three_request_reader)
 
     # THEN some read counted a window zero times or twice, and the run fails
     assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0
@@ -147,14 +148,24 @@ def test_the_harness_catches_series_reads_that_miss_window_moves(
     assert not result.passed
 
 
+HORIZON = focused(SMOKE, 100, horizon_sessions=SMOKE.horizon_sessions)
+"""Numbered sessions whose old journal headers a TTL sweep deletes, then old and reused ids past their horizon."""
+
+
+def test_the_focused_horizon_run_passes_unbroken(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables) -> None:
+    # WHEN the run the broken journal below goes through runs through the production pipeline
+    result = run_on(dynamodb_local, ddb_tables, HORIZON)
+    # THEN it swept headers and met the ids past their horizon, and passes
+    assert not situations_missing(result, ("situation.ttl_headers_swept", "situation.ttl_ids_reused")), result.counts
+    assert result.passed, (result.verdict.examples, result.past_horizon_problems)
+
+
 def test_the_harness_catches_block_markers_whose_batch_ttl_deleted_failing_their_batch(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN a journal that fails the batch when a marker's header is gone
-    config = replace(SMOKE, events=300, window_messages=0)
-
     # WHEN the run sweeps TTL and meets old and reused numbered ids past their horizon
-    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_journal_failing_on_missing_headers)
+    result = run_on(dynamodb_local, ddb_tables, HORIZON, pipeline_factory=_journal_failing_on_missing_headers)
 
     # THEN their batches fail on every delivery, and the run fails
     assert result.situations.get("situation.ttl_headers_swept", 0) > 0
