@@ -6,14 +6,16 @@
 - a journal whose missing header fails the batch (``StoreError``), as ``CommitProtocol.resolve`` did before
   the fix, so that a block marker naming a batch TTL deleted fails its batch on every delivery.
 
-Each runs on a focused configuration (``bench.chaos.config.focused``): the series read on ``WINDOW_MOVES``
-(whose production run test_chaos.py's ``test_each_focused_run_passes_unbroken`` requires to pass with series
-reads spanning a move), the journal on ``HORIZON``, whose production run is checked here.
+The journal runs on a focused configuration (``bench.chaos.config.focused``), ``HORIZON``, whose production run
+is checked here. The series read keeps the smoke load at 1,000 events (the smoke run, which passes with the
+library's reader, is its unbroken run): on focused runs of 300 window messages the three-request read was
+caught in most runs but read no window out of its bounds in about one run of four, too thin to rely on.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -37,7 +39,7 @@ from tally.store.schema import (
     item_key,
     open_windows_from_item,
 )
-from tests.support.chaos import WINDOW_MOVES, run_on, situations_missing
+from tests.support.chaos import run_on, situations_missing
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -139,8 +141,10 @@ def test_the_harness_catches_series_reads_that_miss_window_moves(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN a series read that never reads the key items again, reading win: keys while the consumers move
+    config = replace(SMOKE, events=1_000, horizon_sessions=0)
+
     # WHEN it reads under the same harness and faults, during the moves
-    result = run_on(dynamodb_local, ddb_tables, WINDOW_MOVES, reader_factory=three_request_reader)
+    result = run_on(dynamodb_local, ddb_tables, config, reader_factory=three_request_reader)
 
     # THEN some read counted a window zero times or twice, and the run fails
     assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0

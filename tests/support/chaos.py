@@ -31,11 +31,9 @@ WINDOW_MOVES = focused(
     delivery=replace(SMOKE.delivery, crash_after_commit=SMOKE.delivery.crash_after_commit * 4),
 )
 """``win:`` keys whose ended hours and days are moved off the key items during the run, and read as series
-meanwhile: the focused run of the broken mover (test_chaos.py) and of the broken series read
-(test_chaos_reads_ttl.py). A container moves a key's windows once an hour of the virtual clock, which moves on
-when a batch waits for its redelivery: more crashes after commit make more hours, so more moves for the reads
-to span (measured for the three-request read: 1 to 22 windows read outside their bounds in 7 runs; with the
-smoke run's 150 window messages and crash rate, 0 in 2 of 3 runs)."""
+meanwhile: the focused run of the broken mover (test_chaos.py). A container moves a key's windows once an hour
+of the virtual clock, which moves on when a batch waits for its redelivery: more crashes after commit, more
+hours, more moves."""
 
 
 def run_on(
