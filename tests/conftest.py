@@ -280,6 +280,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     tiers.mark_by_fixtures(items)
     tiers.group_modules_sharing_fixtures(items)
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of --dist loadgroup
+        tiers.name_groups_in_node_ids(items)
 
 
 @pytest.hookimpl(wrapper=True)

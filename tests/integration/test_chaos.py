@@ -13,8 +13,13 @@ variants, defined here and never in src/, run under the same harness and must be
 - markers written without content digests: an id reused with other
   content across batches is then taken for a duplicate, and the other content is silently dropped.
 
-The broken variants of the counter patterns are in ``test_chaos_patterns.py`` (a file of their own,
-so that ``--dist loadfile`` runs the two halves on different workers).
+Each broken variant runs on a focused configuration (``tally_local.chaos.config.focused``): the smoke run's faults
+over a few hundred plain events plus only the load section its defect needs, so that it spends its seconds on
+the situation it proves; ``test_each_focused_run_passes_unbroken`` runs the same configuration through the
+production wiring and requires it to pass with that situation drawn, so a broken variant failing it is the
+defect's doing and not the configuration's. The smoke run above stays the test of every section together.
+
+The broken variants of the counter patterns are in ``test_chaos_patterns.py``.
 """
 
 from __future__ import annotations
@@ -38,9 +43,9 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
-from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
+from tally_local.chaos.config import SMOKE, DynamoDBFaultRates, focused
 from tally_local.chaos.harness import PipelineFactory, Tables, wire_pipeline
-from tests.support.chaos import rewired, run_on, swap_step
+from tests.support.chaos import WINDOW_MOVES, rewired, run_on, situations_missing, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -243,37 +248,81 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert verdict.windows_wrong == 0, verdict.examples
 
 
+# The focused configurations of the broken variants (``focused``: the smoke faults over plain events, plus the
+# one section named), and what each must draw for its variant to be able to fail (``situations_missing``).
+PLAIN = focused(SMOKE, 400)
+"""Re-sends and redeliveries of plain messages: duplicates that only a marker tells apart."""
+WIDE = focused(SMOKE, 300, wide_keys=SMOKE.wide_keys, wide_messages=SMOKE.wide_messages)
+"""Keys with more counter names than one ADD carries."""
+JOURNAL_CHUNKS = focused(
+    SMOKE,
+    2_000,
+    keys=400,
+    packed_share=0.6,
+    max_packed_events=150,
+    dynamodb=replace(SMOKE.dynamodb, lost_response=0.3),
+)
+"""Large packed messages over many keys make multi-chunk journal batches; lost responses make their chunks be
+applied again. Since hour and day windows ride on the key's item, a key is one item, not three, so messages of
+up to 60 events on 200 keys rarely needed a second chunk: up to 150 events on 400 keys do. At 1,000 events one
+run of the variant in three doubled nothing; at 2,000, 298 to 1,806 doubled events in 3 runs."""
+REUSED_IDS = focused(SMOKE, 400, reuse_share=0.05)
+"""Ids reused with other content, met within a batch and across batches."""
+NUMBERED = focused(SMOKE, 400, numbered_share=1.0, numbered_sessions=1, resend_share=0.4)
+"""Every message numbered by one session, two fifths re-sent: seqs of one block written beside each other (the
+broken block condition doubled 6 to 33 events in 4 runs; with a fifth re-sent, once only 1)."""
+REDELIVERED = focused(SMOKE, 200, sqs_share=1.0, delivery=replace(SMOKE.delivery, crash_after_commit=0.3))
+"""Batches crashed after their commit and delivered again, whose messages the markers show counted. Under the
+lost fate a batch holding one can never succeed: it is received until the redrive policy moves it to the DLQ,
+and redriven, five times. From SQS only: a Kinesis shard also bisects and retries each such batch ten times
+per pass, and with the smoke run's sources and load the test took 250 s (37,000 invocations); which source
+delivers it again does not matter to the applier's bookkeeping."""
+SPLIT_UNITS = focused(SMOKE, 300, split_pairs=SMOKE.split_pairs)
+"""Pairs of packed messages sharing a hub key: one unit the planner splits into two direct transactions."""
+
+FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
+    "plain": (PLAIN, ("producer.resend", "pipeline.already_applied")),
+    "wide": (WIDE, ("wide_items",)),
+    "journal chunks": (JOURNAL_CHUNKS, ("pipeline.journal_batches", "ddb.lost_response")),
+    "window moves": (
+        WINDOW_MOVES,
+        ("situation.window_move_transactions", "windows_checked", "situation.series_reads_spanning_a_move"),
+    ),
+    "reused ids": (REUSED_IDS, ("producer.id_reused", "pipeline.id_conflicts_by_marker")),
+    "numbered": (NUMBERED, ("situation.numbered_id_published", "producer.resend", "pipeline.already_applied")),
+    "redelivered": (REDELIVERED, ("delivery.crash_after_commit", "pipeline.already_applied")),
+    "split units": (SPLIT_UNITS, ("pipeline.transactions",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOCUSED))
+def test_each_focused_run_passes_unbroken(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, name: str) -> None:
+    # GIVEN the focused configuration a broken variant below runs on
+    config, situation = FOCUSED[name]
+    # WHEN it runs through the production pipeline
+    result = run_on(dynamodb_local, ddb_tables, config)
+    # THEN it drew the situation its variant needs, and nothing is lost or doubled: the run passes
+    assert not situations_missing(result, situation), result.counts
+    assert result.passed, result.verdict.examples
+
+
 def test_the_harness_catches_adds_over_the_expression_limit(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN a planner that lets an ADD carry any number of counters, under the smoke run's faults
-    config = replace(SMOKE, events=1_000)
-    # WHEN it runs
-    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_planner_without_the_expression_bound)
-    # THEN the wide messages are never counted, and the run fails
+    # WHEN it runs over keys with more counter names than one ADD carries
+    result = run_on(dynamodb_local, ddb_tables, WIDE, pipeline_factory=_planner_without_the_expression_bound)
+    # THEN the wide messages are never counted, and the run fails (by the counts: the variant raises nothing)
+    assert result.unexpected_errors == ()
+    assert result.wide_items > 0
     assert result.verdict.lost_events > 0
     assert result.verdict.counters_wrong > 0
     assert not result.passed
 
 
 BROKEN_VARIANTS = {
-    "direct transactions without markers": (_store_without_markers, replace(SMOKE, events=1_000)),
-    "journal chunks without applied-records": (
-        _journal_without_applied_records,
-        # Large packed messages over many keys make multi-chunk journal batches; lost responses make their
-        # chunks be applied again (measured: 300-700 doubled events per run, never 0 in 4 runs). Since hour
-        # and day windows ride on the key's item, a key is one item, not three, so messages of up to
-        # 60 events on 200 keys rarely needed a second chunk any more (doubled_events 0 in 2 of 4 runs, only
-        # the wide keys' later parts doubled): up to 150 events on 400 keys do.
-        replace(
-            SMOKE,
-            events=2_000,
-            keys=400,
-            packed_share=0.6,
-            max_packed_events=150,
-            dynamodb=replace(SMOKE.dynamodb, lost_response=0.3),
-        ),
-    ),
+    "direct transactions without markers": (_store_without_markers, PLAIN),
+    "journal chunks without applied-records": (_journal_without_applied_records, JOURNAL_CHUNKS),
 }
 
 
@@ -287,7 +336,8 @@ def test_the_harness_catches_a_broken_variant(
     # WHEN it runs under the same harness and faults
     result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=factory)
 
-    # THEN the harness reports doubled events and fails the run
+    # THEN the harness reports doubled events and fails the run (by the counts: the variant raises nothing)
+    assert result.unexpected_errors == ()
     assert result.verdict.doubled_events > 0
     assert result.verdict.counters_wrong > 0
     assert not result.passed
@@ -297,10 +347,9 @@ def test_the_harness_catches_window_moves_that_leave_their_attributes(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN a mover that adds ended windows to their window items but leaves them on the key items
-    result = run_on(
-        dynamodb_local, ddb_tables, replace(SMOKE, events=1_000), pipeline_factory=_mover_leaving_attributes
-    )
+    result = run_on(dynamodb_local, ddb_tables, WINDOW_MOVES, pipeline_factory=_mover_leaving_attributes)
     # THEN the all-time counters are exact but the windows read twice what they hold, and the run fails
+    assert result.unexpected_errors == ()
     assert result.verdict.windows_wrong > 0
     assert not result.passed
 
@@ -309,12 +358,11 @@ def test_the_harness_catches_markers_without_content_digests(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
     # GIVEN a pipeline whose markers carry no content digest (defect 6: the first content wins silently)
-    config = replace(SMOKE, events=1_000, reuse_share=0.05)
-
-    # WHEN it runs under the same harness and faults
-    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=_markers_without_digests)
+    # WHEN it runs under the same harness and faults, over ids reused with other content
+    result = run_on(dynamodb_local, ddb_tables, REUSED_IDS, pipeline_factory=_markers_without_digests)
 
     # THEN reused ids met across batches are not dead-lettered, and the harness fails the run
+    assert result.unexpected_errors == ()
     assert result.verdict.ids_reused_resolved < result.verdict.ids_reused
     assert not result.passed
 
@@ -340,10 +388,9 @@ def test_the_harness_catches_block_markers_that_check_only_their_first_seq(
         return action, role
 
     monkeypatch.setattr(markers, "block_update", first_seq_only)
-    config = replace(SMOKE, events=1_000, numbered_share=1.0, numbered_sessions=1, resend_share=0.2)
 
     # WHEN it runs under the same harness and faults, every ordinary message numbered
-    result = run_on(dynamodb_local, ddb_tables, config)
+    result = run_on(dynamodb_local, ddb_tables, NUMBERED)
 
     # THEN duplicates are counted again, and the run fails
     assert result.situations.get("situation.numbered_id_published", 0) > 0
@@ -357,10 +404,9 @@ def test_the_harness_counts_a_lost_fate_as_an_unexpected_error(
     # GIVEN an applier whose bookkeeping forgets the fate of redelivered messages: the batch is refused
     # with UnsettledMessagesError, a TallyError that the harness once took for tally failing on purpose
     monkeypatch.setattr(apply_module, "Fates", FatesForgettingRedeliveries)
-    config = replace(SMOKE, events=500)
 
-    # WHEN it runs under the smoke run's faults (redeliveries guaranteed)
-    result = run_on(dynamodb_local, ddb_tables, config)
+    # WHEN it runs with batches crashed after their commit and delivered again
+    result = run_on(dynamodb_local, ddb_tables, REDELIVERED)
 
     # THEN the defect is an unexpected error and the run fails, whatever the counts say
     assert any("UnsettledMessagesError" in error for error in result.unexpected_errors)
@@ -373,12 +419,10 @@ def test_the_harness_catches_concurrent_transactions_on_one_item(
     # GIVEN an applier that writes every direct chunk of a round at once, the parts of a split unit too
     # (no item_disjoint_lanes): on AWS they conflict on their shared items
     monkeypatch.setattr(protocol_module, "item_disjoint_lanes", lambda chunks: [[i] for i in range(len(chunks))])
-    # The run's split pairs (two packed messages sharing a hub key: one unit split into two direct chunks);
-    # no bounded counter or reset, which keep a round's transactions one at a time
-    config = replace(SMOKE, bounded_messages=0, reset_messages=0)
 
-    # WHEN it runs under the same harness and faults, whose DynamoDB cancels overlapping transactions
-    result = run_on(dynamodb_local, ddb_tables, config)
+    # WHEN the run's split pairs (two packed messages sharing a hub key: one unit split into two direct chunks)
+    # go through it under the same harness and faults, whose DynamoDB cancels overlapping transactions
+    result = run_on(dynamodb_local, ddb_tables, SPLIT_UNITS)
 
     # THEN the harness names the applier's own overlapping transactions and fails the run
     assert any("two transactions on" in error for error in result.unexpected_errors)

@@ -58,9 +58,11 @@ def _text(page: str) -> str:
     return (REPO_ROOT / page).read_text(encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where a reader's terminal would be: a directory with the project's virtual environment in it."""
+    """Where a reader's terminal would be: a directory with the project's virtual environment in it. One per
+    page, so that pages (each with its own ``.tally-local/``) can run on both workers at once: a module-wide
+    one would make ``--dist loadgroup`` keep every page on one worker."""
     directory = tmp_path_factory.mktemp("docs-commands")
     (directory / ".venv").symlink_to(REPO_ROOT / ".venv", target_is_directory=True)
     return directory

@@ -63,6 +63,26 @@ def group_modules_sharing_fixtures(items: Iterable[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
 
 
+def name_groups_in_node_ids(items: Iterable[pytest.Item]) -> None:
+    """Append ``@<group>`` to the node id of every test with an ``xdist_group`` marker, which is how
+    ``--dist loadgroup`` learns the groups: pytest-xdist (3.8) writes it to ``item._nodeid``, which pytest 9 no
+    longer reads (a node id is ``item._id``), so without this every group was ignored and each module sharing a
+    fixture ran that fixture on both workers (the bench suite's smoke run twice, 25 s each). A node id that
+    already ends with its group (an xdist that sets it where pytest reads it) is left as it is."""
+    for item in items:
+        names = sorted(
+            {
+                str(mark.args[0] if mark.args else mark.kwargs.get("name", "default"))
+                for mark in item.iter_markers("xdist_group")
+            }
+        )
+        if not names:
+            continue
+        suffix = "@" + "_".join(names)
+        if not item.nodeid.endswith(suffix):
+            item._id = item.nodeid + suffix  # type: ignore[attr-defined]  # pytest's own attribute for nodeid
+
+
 class EmulatorOutsideItsTierError(AssertionError):
     """A test started an emulator or a build without carrying the marker that says it needs one."""
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -116,3 +118,41 @@ def test_a_module_whose_tests_share_a_wider_fixture_stays_on_one_worker() -> Non
     # THEN the first two share their module's group and the third is handed out alone
     groups = [[marker.args for marker in item.markers if marker.name == "xdist_group"] for item in items]
     assert groups == [[("tests/artifact/test_built_package.py",)], [("tests/artifact/test_built_package.py",)], []]
+
+
+@pytest.mark.slow
+def test_under_loadgroup_the_tests_of_a_module_sharing_a_fixture_run_on_one_worker(tmp_path: Any) -> None:
+    # GIVEN a module of eight tests sharing a module-scoped fixture (tests/support/xdist_group_probe.py)
+    out = tmp_path / "workers.txt"
+    probe = Path(__file__).resolve().parents[1] / "support" / "xdist_group_probe.py"
+    # WHEN pytest runs it as make test does, on two workers handed tests one by one
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:randomly",
+            "-p",
+            "no:cacheprovider",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            str(probe),
+        ],
+        cwd=probe.parents[2],
+        env=os.environ | {"TALLY_GROUP_PROBE_OUT": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    # THEN all eight ran on one worker, and the fixture once (pytest 9 with xdist 3.8 ignored the groups: both
+    # workers ran the module, and each its own fixture)
+    rows = [line.split() for line in out.read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 8
+    assert len({worker for _, _, worker in rows}) == 1, rows
+    assert len({fixture for _, fixture, _ in rows}) == 1, rows

@@ -10,7 +10,7 @@ checkpoint rewind, per dead letter for a refusal by the dead-letter queue.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tally.config import DEFAULT_WRITE_CONCURRENCY
 from tally_local.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS
@@ -243,3 +243,31 @@ SMOKE = ChaosConfig(
     bounded_sessions=4,
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}
+
+SECTIONS: dict[str, int | float] = {
+    "doomed": 0,
+    "precision_doomed": 0,
+    "poison_share": 0.0,
+    "reuse_share": 0.0,
+    "wide_keys": 0,
+    "wide_messages": 0,
+    "split_pairs": 0,
+    "long_decimals": 0,
+    "stock_messages": 0,
+    "gauge_messages": 0,
+    "bounded_messages": 0,
+    "distinct_messages": 0,
+    "reset_messages": 0,
+    "refused_keys": 0,
+    "window_messages": 0,
+    "horizon_sessions": 0,
+    "bounded_sessions": 0,
+}
+"""The load's sections beyond plain counter messages (and their re-sends), each off: what ``focused`` starts from."""
+
+
+def focused(config: ChaosConfig, events: int, **sections: object) -> ChaosConfig:
+    """``config``'s faults and consumers over ``events`` plain events, with only the ``sections`` named here
+    drawn (``focused(SMOKE, 300, distinct_messages=60)``): a run for the one situation a test proves, which
+    ``config`` itself draws among every other."""
+    return replace(config, events=events, **(SECTIONS | sections))  # type: ignore[arg-type]
