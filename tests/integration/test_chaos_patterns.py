@@ -6,7 +6,10 @@
   two invocations racing) adds to its distinct count twice;
 - a pipeline not told the deployment's bounds: a seat goes below 0 or above 40;
 - a gauge or member write DynamoDB refuses for good escaping after the commit (as it once did): the batch
-  fails on every delivery, its messages end in the DLQ without their step's code (or never leave a shard).
+  fails on every delivery, its messages end in the DLQ without their step's code (or never leave a shard);
+- gauge writes that fail for now left to a redelivery of the whole batch (as they once were): on a busy table a
+  batch of gauge messages fails most deliveries, until the queue's redrive policy moves valid messages to the
+  DLQ without a reason, however often the operator redrives.
 
 Each runs on a focused configuration (``tally_local.chaos.config.focused``: the smoke faults over plain events plus
 the one pattern section it needs), which ``test_each_focused_run_passes_unbroken`` runs through the production
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally.commit.retrying import RetryPolicy
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import parse_window_spec
 from tally.errors import StoreError
@@ -83,12 +87,22 @@ GAUGES = focused(
 DISTINCT = focused(SMOKE, 200, distinct_messages=200, dynamodb=replace(SMOKE.dynamodb, lost_response=0.3))
 """Distinct-count members, and lost answers (a member transaction sent again) at a high rate: the unconditioned
 member items drifted 8 distinct counts in each of 3 runs (60 members at 0.2: 0 in one run of 2)."""
+BUSY_GAUGES = focused(
+    SMOKE,
+    100,
+    gauge_messages=150,
+    sqs_share=1.0,
+    dynamodb=replace(SMOKE.dynamodb, connect_failure=0.1, lost_response=0.15, throttle_request=0.15),
+)
+"""Gauge messages from SQS on a busy table: two requests in five fail for now (a connection refused, a lost
+answer, throttling), so a batch's many gauge writes rarely all succeed at a first attempt."""
 BOUNDED = focused(SMOKE, 200, bounded_messages=SMOKE.bounded_messages)
 """Messages stepping the ``seats:`` counters bounded to [0, 40]."""
 
 FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
     "gauges": (GAUGES, ("outcome.killed_before_gauges", "gauges_checked")),
     "distinct": (DISTINCT, ("ddb.lost_response", "distinct_checked")),
+    "busy gauges": (BUSY_GAUGES, ("ddb.throttle_request", "ddb.lost_response", "gauges_checked")),
     "bounded": (BOUNDED, ("bounded_counted", "bounded_refused")),
 }
 """The focused configuration of each broken variant below but the refused writes' (whose production run is a
@@ -119,6 +133,29 @@ def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
     assert result.unexpected_errors == ()
     assert result.counts.get("outcome.killed_before_gauges", 0) > 0
     assert result.verdict.gauges_wrong > 0
+    assert not result.passed
+
+
+def _gauge_writes_tried_once(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
+    # BROKEN on purpose: one attempt per key's gauge write, a failure for now left to the batch's redelivery
+    swap_step(pipeline, GaugeStep(DynamoDBGaugeStore(client, tables.counters), policy=RetryPolicy(max_attempts=1)))
+
+
+_gauges_tried_once = rewired(_gauge_writes_tried_once)
+
+
+def test_the_harness_catches_gauge_writes_left_to_redelivery_on_a_busy_table(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN a pipeline that tries each key's gauge write once, leaving a failure for now to the batch's redelivery
+    # WHEN gauge messages arrive from SQS while a quarter of DynamoDB's requests fail for now
+    result = run_on(dynamodb_local, ddb_tables, BUSY_GAUGES, pipeline_factory=_gauges_tried_once)
+    # THEN the redrive policy moves valid messages to the DLQ without a reason, redrive after redrive, and the
+    # harness fails the run
+    assert result.unexpected_errors == ()
+    assert result.verdict.valid_in_dlq > 0, result.verdict.examples
     assert not result.passed
 
 
