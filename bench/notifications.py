@@ -20,7 +20,6 @@ counter is checked, and every key's crossings are exactly its four levels, each 
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import threading
@@ -30,13 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import boto3
-from rich.console import Console
-from rich.table import Table
 
 from bench.deployment import default_settings
 from bench.metered_load import BATCH, fresh_id
 from bench.peers.tables import create_from_template
 from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.results import EXACT, Row, beside, field, load_options, report
 from tally.config import COUNTER_THRESHOLDS, NOTIFICATIONS_TABLE, WINDOWS
 from tally.core.model import SourceRecord
 from tally.reader import CounterReader, NotificationReader
@@ -185,38 +183,30 @@ def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBCli
     }
 
 
+def _lag(row: Row) -> str:
+    lag = row["commit_to_put_ms"]
+    return f"{lag['p50']:.0f}/{lag['p95']:.0f}/{lag['max']:.0f}" if lag["n"] else "-"
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description="threshold notifications: cost beside plain sums, commit -> put")
-    parser.add_argument("--events", type=int, default=5_000)
-    parser.add_argument("--keys", type=int, default=50)
-    parser.add_argument("--json-out", type=Path)
-    args = parser.parse_args()
+    args = load_options("threshold notifications: cost beside plain sums, commit -> put").parse_args()
     with DynamoDBLocal() as ddb:
         rows = [measure(load, args.events, args.keys, ddb.endpoint_url, ddb.client()) for load in LOADS]
-    table = Table(title=f"{args.events:,} single-event messages (+1) over {args.keys} keys, batches of {BATCH}")
-    columns = ("load", "write units/event", "read units/event", "requests/event", "transactions", "cancelled")
-    for column in (*columns, "crossings", "commit->put p50/p95/max ms", "exact"):
-        table.add_column(column, justify="left" if column == "load" else "right")
-    base = rows[0]["write_units_per_event"]
-    for row in rows:
-        lag = row["commit_to_put_ms"]
-        table.add_row(
-            row["load"],
-            f"{row['write_units_per_event']:.4f} ({row['write_units_per_event'] / base:.3f}x)",
-            f"{row['read_units_per_event']:.4f}",
-            f"{row['requests_per_event']:.4f}",
-            str(row["transactions"]),
-            str(row["cancelled_transactions"]),
-            str(row["crossings"]),
-            f"{lag['p50']:.0f}/{lag['p95']:.0f}/{lag['max']:.0f}" if lag["n"] else "-",
-            "yes" if row["exact"] else "NO",
-        )
-    Console().print(table)
-    if args.json_out is not None:
-        args.json_out.write_text(
-            json.dumps({"command": "python -m bench notifications", "rows": rows}, indent=2) + "\n"
-        )
-    return 0 if all(row["exact"] for row in rows) else 1
+    sums = rows[0]["write_units_per_event"]
+    columns = [
+        field("load"),
+        beside("write_units_per_event", lambda _: sums, "write units/event"),
+        field("read_units_per_event", ".4f"),
+        field("requests_per_event", ".4f"),
+        field("transactions"),
+        ("cancelled", lambda row: str(row["cancelled_transactions"])),
+        field("crossings"),
+        ("commit->put p50/p95/max ms", _lag),
+        EXACT,
+    ]
+    title = f"{args.events:,} single-event messages (+1) over {args.keys} keys, batches of {BATCH}"
+    parameters = {"events": args.events, "keys": args.keys, "batch": BATCH}
+    return report("notifications", title, columns, rows, parameters, json_out=args.json_out)
 
 
 if __name__ == "__main__":
