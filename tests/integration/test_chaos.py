@@ -165,7 +165,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     # THEN nothing is lost or doubled, every counter is exact, poison and doomed messages are accounted
     verdict = result.verdict
     assert (verdict.lost_events, verdict.doubled_events, verdict.counters_wrong) == (0, 0, 0), verdict.examples
-    assert verdict.poison_accounted == verdict.poison_messages > 0
+    assert verdict.poison_accounted == verdict.poison_messages > 0, verdict.examples
     assert verdict.doomed_in_dlq == verdict.doomed > 0
     assert (verdict.valid_in_dlq, verdict.unknown_letters, verdict.given_up_left, verdict.stray_keys) == (
         0,

@@ -294,11 +294,14 @@ def _redrive(run: _Run, queue: Queue) -> None:
 
 
 def _needs_another_redrive(run: _Run, workload: Workload, config: ChaosConfig, *, redrives: int) -> bool:
-    """Whether the DLQ still holds valid messages the redrive policy moved there (no reason code) and an
-    extra redrive is left (``ChaosConfig.extra_redrives``); logged as ``producer.dlq_extra_redrives``."""
+    """Whether the DLQ still holds messages the redrive policy moved there (no reason code: valid ones, or
+    poison whose batch kept failing before its letter could be sent) and an extra redrive is left
+    (``ChaosConfig.extra_redrives``); logged as ``producer.dlq_extra_redrives``. An operator redrives a letter
+    without a reason again; a poison message then earns its reason, a valid one counts."""
     if redrives >= config.redrives + config.extra_redrives:
         return False
-    moved = any(letter.code is None and letter.body in workload.by_body for letter in run.dead_letters.letters())
+    known = workload.by_body.keys() | workload.poison.keys()
+    moved = any(letter.code is None and letter.body in known for letter in run.dead_letters.letters())
     if moved:
         run.log.add("producer.dlq_extra_redrives")
     return moved
