@@ -28,7 +28,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.kit.faults import DynamoDBFaults
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import make_pipeline, make_store
-from tests.support.properties import on_emulator
+from tests.support.properties import on_emulator, sent_in_batches
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -377,14 +377,7 @@ def test_no_prefix_of_the_applied_order_crosses_the_bound(
     defaults = parse_counter_defaults("seat:*#taken=start:3")
     pipeline, dlq = bounded_pipeline(ddb_tables, bounds, defaults, max_actions=4)
     sent = [(f"{key}-{n}", amount) for n, amount in enumerate(amounts)]
-    order = sent + [sent[n] for n in repeats if n < len(sent)]
-    batches: list[list[tuple[str, int]]] = []
-    start = 0
-    for cut in cuts * len(order):
-        if start >= len(order):
-            break
-        batches.append(order[start : start + cut])
-        start += cut
+    batches = sent_in_batches(sent, repeats, cuts)
     # WHEN every batch is processed, in order (several transactions each: at most 3 messages in one)
     values = []
     for batch in batches:

@@ -33,7 +33,7 @@ from tally.store.notifications import scan_notifications
 from tally_local.kit.faults import DynamoDBFaults
 from tests.conftest import _create_table, _template_tables
 from tests.support.pipeline import TTL_DAYS, make_pipeline
-from tests.support.properties import on_emulator
+from tests.support.properties import on_emulator, sent_in_batches
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -373,14 +373,7 @@ def test_the_recorded_crossings_are_those_of_the_applied_order(
     defaults = parse_counter_defaults("level:*#v=start:3")
     pipeline, _ = pipeline_of(notify, thresholds, defaults, max_actions=4)
     sent = [(f"{key}-{n}", amount) for n, amount in enumerate(amounts)]
-    order = sent + [sent[n] for n in repeats if n < len(sent)]
-    batches: list[list[tuple[str, int]]] = []
-    start = 0
-    for cut in cuts * len(order):
-        if start >= len(order):
-            break
-        batches.append(order[start : start + cut])
-        start += cut
+    batches = sent_in_batches(sent, repeats, cuts)
     # WHEN every batch is processed in order
     for batch in batches:
         process(pipeline, [record(mid, key, v=amount) for mid, amount in batch])

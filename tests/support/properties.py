@@ -1,10 +1,12 @@
-"""Hypothesis settings shared by the property tests (the profiles themselves are in tests/conftest.py)."""
+"""Hypothesis settings and drawn-data shapes shared by the property tests (the profiles are in tests/conftest.py)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import HealthCheck, settings
+
+T = TypeVar("T")
 
 EMULATOR_SHARE = 15
 """A property whose every example writes to DynamoDB Local draws this fraction (1/N) of the profile's examples:
@@ -23,3 +25,16 @@ def on_emulator(**overrides: Any) -> settings:
         "suppress_health_check": [HealthCheck.function_scoped_fixture],
     }
     return settings(**(chosen | overrides))
+
+
+def sent_in_batches(sent: list[T], repeats: list[int], cuts: list[int]) -> list[list[T]]:
+    """``sent`` then the items at ``repeats`` sent again later, cut into batches of the drawn sizes in turn."""
+    order = sent + [sent[n] for n in repeats if n < len(sent)]
+    batches: list[list[T]] = []
+    start = 0
+    for cut in cuts * len(order):
+        if start >= len(order):
+            break
+        batches.append(order[start : start + cut])
+        start += cut
+    return batches
