@@ -89,7 +89,7 @@ def test_a_gauge_write_that_fails_for_now_is_retried_within_the_invocation() -> 
     # succeed first time would be redelivered until the queue's redrive policy moved its messages away
     gauges = FlakyGauges(failures=2)
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges, sleep=no_sleep)  # type: ignore[arg-type]
     pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
     records = [gauge_record(n, f"g:{n % 4}") for n in range(8)]
     # WHEN it is processed (the counters commit)
