@@ -40,6 +40,7 @@ import time
 import traceback
 import uuid
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -54,6 +55,7 @@ from tally.core.thresholds import Direction, crossed, crossings
 from tally.reader import NotificationReader
 from tally.runtime import CLIENT_CONFIG, wire_pipeline
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.notifications import NOTIFICATION_ID
 from tally_local.chaos.clock import Invocation
 from tally_local.chaos.config import DynamoDBFaultRates
 from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InvocationKilled
@@ -127,16 +129,40 @@ class ThresholdChaosResult:
 
 
 class _Bus:
-    """The consumer's side of the bus: every event put, in order (a repeat included)."""
+    """The consumer's side of the bus: every event put, in order (a repeat included).
 
-    def __init__(self) -> None:
+    Each put also asks the notifications table, on a fault-free client, whether the crossing it announces is
+    recorded yet: an announcement may only follow its commit. (Whether an early announcement later shows as
+    wrong depends on the commit failing and the value moving meanwhile, which a run draws by chance; the
+    moment of the put shows it on the first crossing.)"""
+
+    def __init__(self, client: Any, notifications_table: str) -> None:
         self.events: list[dict[str, Any]] = []
+        self.before_recorded: list[dict[str, Any]] = []
+        """Events put while their crossing was not recorded in the table."""
+        self._client = client
+        self._table = notifications_table
         self._lock = threading.Lock()
+        self._reads = ThreadPoolExecutor(max_workers=1, thread_name_prefix="bus-reads")
 
     def put_events(self, Entries: list[dict[str, Any]]) -> dict[str, Any]:
+        details = [json.loads(entry["Detail"]) for entry in Entries]
+        early = [detail for detail in details if not self._recorded(detail["notification_id"])]
         with self._lock:
-            self.events += [json.loads(entry["Detail"]) for entry in Entries]
+            self.events += details
+            self.before_recorded += early
         return {"FailedEntryCount": 0, "Entries": [{"EventId": uuid.uuid4().hex} for _ in Entries]}
+
+    def _recorded(self, notification_id: str) -> bool:
+        # On a thread of the bus's own: the read is the consumer's, not the function's that called put (the IAM
+        # contract's recorder charges a call to the tally code on its thread's stack).
+        answer = self._reads.submit(
+            self._client.get_item,
+            TableName=self._table,
+            Key={NOTIFICATION_ID: {"S": notification_id}},
+            ConsistentRead=True,
+        ).result()
+        return "Item" in answer
 
 
 class _NoDeadLetters:
@@ -297,8 +323,8 @@ class _Run:
     tables: Tables
     pipeline_factory: Callable[[Any, Tables, _Bus], BatchPipeline]
     pending: list[Message]
+    bus: _Bus
     log: FaultLog = field(default_factory=FaultLog)
-    bus: _Bus = field(default_factory=_Bus)
     in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
     lock: threading.Lock = field(default_factory=threading.Lock)
     failures: list[str] = field(default_factory=list)
@@ -374,7 +400,7 @@ def run_threshold_chaos(
     tables = _create_tables(admin, template)
     messages = workload(config, rng)
     resent = [m for m in messages if rng.random() < config.resend]
-    run = _Run(endpoint, config, tables, pipeline_factory, [*messages, *resent])
+    run = _Run(endpoint, config, tables, pipeline_factory, [*messages, *resent], _Bus(admin, tables.notifications))
     resources = LocalResources(
         "chaos", template, endpoint, endpoint, {"NotificationsTable": tables.notifications}, {}, {}
     )
@@ -462,6 +488,8 @@ def _check(messages: list[Message], client: Any, tables: Tables, bus: _Bus, log:
             problems.append(f"spurious: {event['message_id']}'s step to {after} does not cross {crossing_name}")
         if nid not in recorded:
             problems.append(f"announced but never recorded (no commit): {event}")
+    for event in bus.before_recorded:
+        problems.append(f"announced before its crossing was recorded: {event}")
     for nid, crossing in recorded.items():
         if nid not in announced:
             problems.append(f"recorded but never announced: {crossing}")

@@ -20,11 +20,13 @@ start and end), so a run says how often it tried the interleaving.
 Moves are few (a container checks a key once an hour of the virtual clock: a few dozen moves a smoke run),
 so the run does not leave their meeting with a read to chance. Each consumer's client is ``attach``-ed: a
 window-move transaction on a ``win:`` key is held before it is sent (after the fault injector has decided
-to send it) until the monitor has started a series read of that key and reached its n-th request (n drawn
-from 1 to 4), then sent; the monitor's n-th request waits until the move's answer came back (committed).
-So the move commits between two requests of the read, at a position the run draws, as it could on AWS with
-any timing (``situation.series_reads_spanning_a_move``). A move held longer than ``HOLD_S`` (the monitor busy)
-is sent anyway. Between moves, the monitor reads keys a batch has just started to write.
+to send it) until the monitor has started a series read of that key and reached its n-th request, then
+sent; the monitor's n-th request waits until the move's answer came back (committed). So the move commits
+between two requests of the read, at a position the run draws, as it could on AWS with any timing
+(``situation.series_reads_spanning_a_move``). n is drawn from 2 to the number of requests the last read of
+that window unit without a move made: a move before the first request or after the last meets no read at
+all. A move held longer than ``HOLD_S`` (the monitor busy) is sent anyway. Between moves, the monitor reads
+keys a batch has just started to write.
 
 A short pause before each of the monitor's requests (``gap_s``) widens the gaps a move can fall into, as a
 reader on a slower network would.
@@ -148,6 +150,8 @@ class SeriesReadMonitor:
         self._armed: tuple[int, _HeldMove] | None = None
         """During a read spanning a move: the request before which the move commits, and the move."""
         self._requests = 0
+        self._requests_per_read: dict[str, int] = {}
+        """Window unit -> the requests its last read without a held move made."""
         self._running = threading.Event()
         self.reads = 0
         self.violations: list[WindowReadViolation] = []
@@ -233,7 +237,8 @@ class SeriesReadMonitor:
                 self._requests = 0
                 if held is not None and held.early.is_set():
                     held = None  # sent already: read its key all the same
-                self._armed = (self._rng.randint(1, 4), held) if held is not None else None
+                last = max(2, self._requests_per_read.get(unit, 4))
+                self._armed = (self._rng.randint(2, last), held) if held is not None else None
                 try:
                     series = self._reader.series(
                         key, unit, self._day_ms, self._day_ms + DAY_MS - 1, now_ms=self._now_ms()
@@ -243,6 +248,8 @@ class SeriesReadMonitor:
                     if held is not None:
                         held.go.set()  # the read ended before the chosen request: the move goes now
                 high = self._bounds(key, self._ledger.attempted_messages)
+                if held is None:
+                    self._requests_per_read[unit] = self._requests
                 self.reads += 1
                 self._log.add("situation.series_reads")
                 if held is not None and held.done.is_set() and not held.early.is_set():
