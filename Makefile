@@ -33,7 +33,10 @@ demo-smoke: install
 # The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 25 slowest tests listed at the end.
 # loadgroup: tests go to the workers one by one, a module sharing a module-scoped fixture as one group
 # (tests/support/tiers.py), so no long file holds one worker while the other idles.
-test: python313 install sam checkov lint typecheck docs
+# What the tests need runs first, three at a time (the three virtual environments side by side, then ruff, mypy and
+# the docs build), each target's output printed whole when it ends.
+test: python313
+	$(MAKE) --no-print-directory -j3 --output-sync=target install sam checkov lint typecheck docs
 	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 --dist loadgroup --durations=25
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
@@ -86,8 +89,8 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "tally needs Python 3.11+"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet uv
+	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
 	$(BIN)/python -c 'from tally_local.dynamodb_local import ensure_installed; print("DynamoDB Local:", ensure_installed())'
 	touch $@
 
@@ -105,8 +108,8 @@ sam: $(SAM_VENV)/.installed
 
 $(SAM_VENV)/.installed:
 	$(PYTHON) -m venv $(SAM_VENV)
-	$(SAM_VENV)/bin/pip install --quiet --upgrade pip
-	$(SAM_VENV)/bin/pip install --quiet aws-sam-cli
+	$(SAM_VENV)/bin/pip install --quiet uv
+	$(SAM_VENV)/bin/uv pip install --quiet --python $(SAM_VENV)/bin/python aws-sam-cli
 	touch $@
 
 # checkov (the template's security lint, tests/template/test_security_lint.py) pins its own dependencies too.
@@ -114,8 +117,8 @@ checkov: $(CHECKOV_VENV)/.installed
 
 $(CHECKOV_VENV)/.installed:
 	$(PYTHON) -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --upgrade pip
-	$(CHECKOV_VENV)/bin/pip install --quiet 'checkov>=3.2,<4'
+	$(CHECKOV_VENV)/bin/pip install --quiet uv
+	$(CHECKOV_VENV)/bin/uv pip install --quiet --python $(CHECKOV_VENV)/bin/python 'checkov>=3.2,<4'
 	touch $@
 
 clean:
