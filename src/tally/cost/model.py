@@ -41,7 +41,7 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
@@ -662,7 +662,7 @@ def price(
     records = max(1, min(size, math.floor(feed * window))) if window else 1
     # Enough batches to see the planner's choices, few enough events to answer in about a second.
     batches = max(1, min(batches, SIMULATED_EVENTS // (records * traffic.events_per_message)))
-    units = simulate(traffic, records, batches=batches, page_bytes=page_bytes)
+    units = _simulated(traffic, records, batches, page_bytes)
     handler_s = _handler_seconds(units, records, traffic, latencies)
     invocations_s = traffic.records_per_second * (1 + traffic.resend_rate) / records
     concurrency = max(2, math.ceil(invocations_s * handler_s * 1.5))
@@ -707,6 +707,14 @@ def price(
         lambda_usd_month=gb_s * prices.lambda_gb_second + invocations * prices.lambda_request,
         assumptions=assumptions,
     )
+
+
+@lru_cache(maxsize=256)
+def _simulated(traffic: Traffic, records: int, batches: int, page_bytes: PageBytes) -> UnitsPerEvent:
+    """``simulate``, once per argument set in a process: ``recommend``, ``floor`` and each lever of
+    ``tally plan`` price batch sizes that the batching window caps to the same records per batch (a third of
+    its simulations repeated one)."""
+    return simulate(traffic, records, batches=batches, page_bytes=page_bytes)
 
 
 def recommend(
