@@ -1,7 +1,7 @@
 """Turn a run's figures into the targets' verdicts, rich tables, ``docs/benchmarks.md``, a PNG chart and JSON.
 
-Nothing here measures: it only divides, compares and draws. Each table is defined once (``Grid``) and
-rendered by libraries: tabulate for markdown, rich for the console, matplotlib for the chart. Prices are
+Nothing here measures: it only divides, compares and draws. Each table is defined once (``bench.results.Grid``)
+and rendered by libraries: tabulate for markdown, rich for the console, matplotlib for the chart. Prices are
 DynamoDB on-demand in us-east-1 (since November 2024): $0.625 per million write request units, $0.125 per
 million read request units.
 """
@@ -19,13 +19,14 @@ import matplotlib as mpl
 mpl.use("Agg")  # headless: the chart is a file, never a window
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
-from rich.markup import escape
-from rich.table import Table
-from tabulate import tabulate
+
+from bench.results import Grid
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
+
+    from rich.table import Table
 
     from bench.suite import PeerRun, SuiteConfig
 
@@ -231,41 +232,6 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
 
 
 # ------------------------------------------------------------------------------------------------ tables
-@dataclass(frozen=True, slots=True)
-class Grid:
-    """One table as text cells, defined once and rendered twice: markdown for the docs, rich for the console."""
-
-    header: Sequence[str]
-    rows: Sequence[Sequence[str]]
-    numeric_from: int = 1
-    """Columns from this one on are right-aligned."""
-
-    def _alignment(self) -> list[str]:
-        return ["left" if index < self.numeric_from else "right" for index in range(len(self.header))]
-
-    def markdown(self) -> list[str]:
-        """A markdown (pipe) table; cells are written as they are, never re-read as numbers."""
-        text = tabulate(
-            self.rows, headers=self.header, tablefmt="pipe", colalign=self._alignment(), disable_numparse=True
-        )
-        return str(text).splitlines()
-
-    def rich(self, title: str) -> Table:
-        """The same table on the console; a markdown ``**bold**`` cell (a failed check) shows in red."""
-        table = Table(title=title)
-        for column, justify in zip(self.header, self._alignment(), strict=True):
-            table.add_column(column, justify="left" if justify == "left" else "right")
-        for row in self.rows:
-            table.add_row(*(_console_cell(cell) for cell in row))
-        return table
-
-
-def _console_cell(cell: str) -> str:
-    if cell.startswith("**") and cell.endswith("**") and len(cell) > 4:
-        return f"[red]{escape(cell[2:-2])}[/]"
-    return escape(cell)
-
-
 def results_grid(results: SuiteResults) -> Grid:
     """Every run's figures, one row per peer and workload."""
     return Grid(RESULT_COLUMNS, [_result_row(results, run) for run in _ordered(results.runs)], numeric_from=2)

@@ -28,6 +28,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.numbered_ids import numbered_id
+from tally.cost.model import Traffic
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -37,6 +38,10 @@ Totals = dict[str, dict[str, Decimal]]
 
 QUEUE_ARN: Final = "arn:aws:sqs:us-east-1:123456789012:tally-bench-EventsQueue"
 HOT_KEY: Final = "usage:hot"
+KEY_BYTES: Final = len("usage:tenant-0000")
+"""U names its keys ``usage:tenant-NNNN``."""
+PACK: Final = 100
+"""Events per packed message, unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,6 +195,32 @@ def deliver(
         for _, index, resend in order
     )
     return Stream(workload, packed, events, deliveries)
+
+
+def u_stream(
+    events: int, *, packed: bool, keys: int = 1000, seed: int = 20_261_124, pack: int = PACK, numbered: bool = False
+) -> Stream:
+    """U with each message delivered once: what the cost experiments run (a producer re-send costs reads, not
+    writes, and a re-send the gate lets through costs a cancelled transaction, which is the suite's subject)."""
+    spec = WorkloadSpec(events=events, keys=keys, resend_rate=0.0, pack=pack, seed=seed)
+    return deliver("U", usage_events(spec), spec, packed=packed, numbered=numbered).without_resends()
+
+
+def u_traffic(
+    events_per_message: int = 1, *, windows: bool, keys: int = 1000, events_per_second: float = 1.0, **more: Any
+) -> Traffic:
+    """U as ``tally.cost.model`` describes traffic: two counters (``units``, ``cost``), U's key names, the
+    template's windows (hour, day) or none. The units per event do not depend on the rate: one a second."""
+    windowed = ("hour", "day") if windows else ()
+    return Traffic(
+        events_per_second,
+        keys,
+        events_per_message=events_per_message,
+        counters=2,
+        key_bytes=KEY_BYTES,
+        windows=windowed,
+        **more,
+    )
 
 
 def lambda_event(batch: Iterable[Delivery], sent_ms: int) -> dict[str, Any]:
