@@ -75,17 +75,14 @@ def run_metered(
     meter = DynamoDBMeter()
     meter.track(counters, ["pk", "sk"], "counters")
     meter.track(markers, ["id"], "markers")
-    meter.attach(client)
-    started = time.perf_counter()
     results = []
-    for first in range(0, len(bodies), BATCH):
-        batch = bodies[first : first + BATCH]
-        records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(batch)]
-        results.append(pipeline.process(records, NOW_MS, remaining_ms))
-    seconds = time.perf_counter() - started
-    meter.detach(client)
-    if meter.unsupported:
-        raise RuntimeError(f"calls the meter cannot bill: {meter.unsupported}")
+    with meter.attached(client):
+        started = time.perf_counter()
+        for first in range(0, len(bodies), BATCH):
+            batch = bodies[first : first + BATCH]
+            records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(batch)]
+            results.append(pipeline.process(records, NOW_MS, remaining_ms))
+        seconds = time.perf_counter() - started
     return MeteredRun(
         meter.usage(), seconds, tuple(results), tuple(dead_letters.letters), CounterReader(counters, client=admin)
     )

@@ -133,10 +133,9 @@ def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBCli
     )
     pipe = LocalNotificationsPipe(resources, events=bus, poll_s=0.05)
     bodies = [json.dumps({"id": f"{suffix}-{n}", "key": f"u:{n % keys}", "deltas": {"n": 1}}) for n in range(events)]
-    meter.attach(client)
-    started = time.perf_counter()
     failed = 0
-    with pipe:
+    with meter.attached(client), pipe:
+        started = time.perf_counter()
         for first in range(0, len(bodies), BATCH):
             now_ms = time.time_ns() // 1_000_000
             records = [
@@ -147,7 +146,6 @@ def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBCli
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(bus.first_put_ms) < len(committed):
             time.sleep(0.05)
-    meter.detach(client)
     usage = meter.usage()
     reader = CounterReader(tables["counters"], client=admin)
     counted = reader.get_many([f"u:{k}" for k in range(keys)])

@@ -20,7 +20,7 @@ mpl.use("Agg")  # headless: the chart is a file, never a window
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
-from bench.results import Grid
+from bench.results import Grid, field
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from rich.table import Table
 
+    from bench.results import Column
     from bench.suite import PeerRun, SuiteConfig
 
 WRITE_PRICE_PER_MILLION: Final = 0.625
@@ -234,7 +235,7 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
 # ------------------------------------------------------------------------------------------------ tables
 def results_grid(results: SuiteResults) -> Grid:
     """Every run's figures, one row per peer and workload."""
-    return Grid(RESULT_COLUMNS, [_result_row(results, run) for run in _ordered(results.runs)], numeric_from=2)
+    return Grid.of(_result_columns(results), _ordered(results.runs), numeric_from=2)
 
 
 def verdicts_grid(results: SuiteResults) -> Grid:
@@ -281,20 +282,7 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
         "",
         _cpu_intro(results),
         "",
-        *Grid(
-            ("path", "records", "events", "best of", "best time", "events/s"),
-            [
-                (
-                    f["path"],
-                    f"{f['records']:,}",
-                    f"{f['events']:,}",
-                    str(f["repeats"]),
-                    f"{f['best_s'] * 1000:.1f} ms",
-                    f"{f['events'] / f['best_s']:,.0f}",
-                )
-                for f in results.cpu.get("figures", [])
-            ],
-        ).markdown(),
+        *Grid.of(CPU_COLUMNS, results.cpu.get("figures", [])).markdown(),
         "",
         "## Peak memory, one batch",
         "",
@@ -327,6 +315,16 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+CPU_COLUMNS: Final[list[Column]] = [
+    field("path"),
+    field("records", ","),
+    field("events", ","),
+    field("repeats", header="best of"),
+    ("best time", lambda figure: f"{figure['best_s'] * 1000:.1f} ms"),
+    ("events/s", lambda figure: f"{figure['events'] / figure['best_s']:,.0f}"),
+]
+
+
 def _cost_section() -> list[str]:
     """``make bench-cost``'s section (bench.cost_chart), kept when ``make bench`` rewrites the file."""
     from bench.cost_chart import DEFAULT_DATA, markdown_section  # noqa: PLC0415 (it measures; load it late)
@@ -336,42 +334,30 @@ def _cost_section() -> list[str]:
     return ["", *markdown_section(json.loads(DEFAULT_DATA.read_text()))]
 
 
-RESULT_COLUMNS: Final = (
-    "workload",
-    "peer",
-    "events",
-    "records",
-    "events/s",
-    "vs naive",
-    "requests/event",
-    "write units/event",
-    "of which cancelled",
-    "floor",
-    "read units/event",
-    "$ per million events",
-    "counted vs expected (`units`)",
-    "exact",
-)
+def _result_columns(results: SuiteResults) -> list[tuple[str, Callable[[PeerRun], str]]]:
+    def versus_naive(run: PeerRun) -> str:
+        ratio = speedup(results, run.peer, run.workload)
+        return f"{ratio:.1f}x" if ratio is not None else "-"
 
+    def counted(run: PeerRun) -> str:
+        c = run.correctness
+        return f"{c.counted['units']:,} vs {c.expected['units']:,} ({c.error_pct:+.2f}%)"
 
-def _result_row(results: SuiteResults, run: PeerRun) -> list[str]:
-    ratio = speedup(results, run.peer, run.workload)
-    c = run.correctness
     return [
-        run.workload,
-        PEER_LABELS.get(run.peer, run.peer),
-        f"{run.events:,}",
-        f"{run.records:,}",
-        f"{run.events_per_second:,.0f}",
-        f"{ratio:.1f}x" if ratio is not None else "-",
-        f"{run.requests_per_event:.4f}",
-        f"{run.write_units_per_event:.4f}",
-        f"{run.usage.cancelled_write_units / run.events:.4f}",
-        f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-",
-        f"{run.read_units_per_event:.4f}",
-        f"{cost_per_million_events(run):.3f}",
-        f"{c.counted['units']:,} vs {c.expected['units']:,} ({c.error_pct:+.2f}%)",
-        "yes" if c.exact else "**no**",
+        ("workload", lambda run: run.workload),
+        ("peer", lambda run: PEER_LABELS.get(run.peer, run.peer)),
+        ("events", lambda run: f"{run.events:,}"),
+        ("records", lambda run: f"{run.records:,}"),
+        ("events/s", lambda run: f"{run.events_per_second:,.0f}"),
+        ("vs naive", versus_naive),
+        ("requests/event", lambda run: f"{run.requests_per_event:.4f}"),
+        ("write units/event", lambda run: f"{run.write_units_per_event:.4f}"),
+        ("of which cancelled", lambda run: f"{run.usage.cancelled_write_units / run.events:.4f}"),
+        ("floor", lambda run: f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-"),
+        ("read units/event", lambda run: f"{run.read_units_per_event:.4f}"),
+        ("$ per million events", lambda run: f"{cost_per_million_events(run):.3f}"),
+        ("counted vs expected (`units`)", counted),
+        ("exact", lambda run: "yes" if run.correctness.exact else "**no**"),
     ]
 
 
@@ -478,60 +464,37 @@ def _memory_lines(results: SuiteResults) -> list[str]:
 
 
 def _pipeline_lines(results: SuiteResults) -> list[str]:
-    header = (
-        "workload",
-        "peer",
-        "batches",
-        "records",
-        "messages applied",
-        "duplicates in batch",
-        "already applied",
-        "transactions",
-        "retries",
-        "cancelled transactions",
-        "dead letters",
-        "failed records",
-    )
-    rows = []
-    for run in _ordered(results.runs):
-        if run.pipeline is not None:
-            p = run.pipeline
-            counts = [p[name] for name in ("batches", "records", "messages_applied", "duplicates_in_batch")]
-            counts += [p[name] for name in ("already_applied", "transactions", "retries")]
-            counts += [run.usage.cancelled_transactions, p["dead_letters"], p["failed_records"]]
-            rows.append([run.workload, run.peer, *(f"{count:,}" for count in counts)])
-    return Grid(header, rows, numeric_from=2).markdown()
+    def count(name: str, header: str = "") -> tuple[str, Callable[[PeerRun], str]]:
+        return header or name.replace("_", " "), lambda run: f"{(run.pipeline or {})[name]:,}"
+
+    columns = [
+        ("workload", lambda run: run.workload),
+        ("peer", lambda run: run.peer),
+        *map(count, ("batches", "records", "messages_applied", "duplicates_in_batch", "already_applied")),
+        *map(count, ("transactions", "retries")),
+        ("cancelled transactions", lambda run: f"{run.usage.cancelled_transactions:,}"),
+        *map(count, ("dead_letters", "failed_records")),
+    ]
+    runs = [run for run in _ordered(results.runs) if run.pipeline is not None]
+    return Grid.of(columns, runs, numeric_from=2).markdown()
 
 
 def _cross_check_lines(results: SuiteResults) -> list[str]:
-    header = (
-        "workload",
-        "peer",
-        "single-item: computed",
-        "single-item: DynamoDB Local",
-        "mismatches",
-        "transactions: computed (committed)",
-        "transactions: DynamoDB Local",
-        "largest item",
-    )
-    rows = [
-        [
-            run.workload,
-            run.peer,
-            f"{run.usage.computed_single_item:,.1f}",
-            f"{run.usage.local_reported_single_item:,.1f}",
-            str(run.usage.single_item_mismatches),
-            f"{run.usage.transaction_write_units:,.1f}",
-            f"{run.usage.local_reported_transactions:,.1f}",
-            f"{run.usage.largest_item_bytes:,} B",
-        ]
-        for run in _ordered(results.runs)
+    columns: list[tuple[str, Callable[[PeerRun], str]]] = [
+        ("workload", lambda run: run.workload),
+        ("peer", lambda run: run.peer),
+        ("single-item: computed", lambda run: f"{run.usage.computed_single_item:,.1f}"),
+        ("single-item: DynamoDB Local", lambda run: f"{run.usage.local_reported_single_item:,.1f}"),
+        ("mismatches", lambda run: str(run.usage.single_item_mismatches)),
+        ("transactions: computed (committed)", lambda run: f"{run.usage.transaction_write_units:,.1f}"),
+        ("transactions: DynamoDB Local", lambda run: f"{run.usage.local_reported_transactions:,.1f}"),
+        ("largest item", lambda run: f"{run.usage.largest_item_bytes:,} B"),
     ]
     return [
         "Computed units against DynamoDB Local's own `ConsumedCapacity` (requested on every call). Single-item "
         "calls must agree; for `TransactWriteItems` DynamoDB Local's figure is known to be wrong (shown, not used).",
         "",
-        *Grid(header, rows, numeric_from=2).markdown(),
+        *Grid.of(columns, _ordered(results.runs), numeric_from=2).markdown(),
     ]
 
 

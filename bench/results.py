@@ -29,6 +29,7 @@ Row = dict[str, Any]
 Column = tuple[str, "Callable[[Row], str]"]
 """A column: its header, and how a row shows in it (the first column is left-aligned, the others right)."""
 Command = TypeVar("Command", bound="Callable[..., Any]")
+Item = TypeVar("Item")
 
 
 def load_options(description: str, *, events: int = 5_000, keys: int = 50) -> argparse.ArgumentParser:
@@ -90,8 +91,12 @@ class Grid:
     """Columns from this one on are right-aligned."""
 
     @classmethod
-    def of(cls, columns: Sequence[Column], rows: Iterable[Row]) -> Grid:
-        return cls([header for header, _ in columns], [[show(row) for _, show in columns] for row in rows])
+    def of(
+        cls, columns: Sequence[tuple[str, Callable[[Item], str]]], rows: Iterable[Item], numeric_from: int = 1
+    ) -> Grid:
+        """Each row shown in each column: a header and its cells defined together, so they cannot drift apart."""
+        cells = [[show(row) for _, show in columns] for row in rows]
+        return cls([header for header, _ in columns], cells, numeric_from)
 
     def _alignment(self) -> list[str]:
         return ["left" if index < self.numeric_from else "right" for index in range(len(self.header))]

@@ -20,14 +20,12 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-from bench.peers import lambda_context
+from bench.peers import lambda_context, metered
 from bench.peers.naive import NaiveCounter
 from bench.peers.powertools_idempotency import PowertoolsIdempotentCounter
 from bench.peers.tally_pipeline import TallyCounter
 from bench.workloads import WorkloadSpec, deliver, hot_events, lambda_event, usage_events, write_floor
 from tally.runtime import CLIENT_CONFIG
-from tally_local.kit.meter import DynamoDBMeter, Usage
-from tally_local.kit.shadow import UnsupportedRequest
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -37,6 +35,7 @@ if TYPE_CHECKING:
     from bench.peers import Peer
     from bench.workloads import Delivery, Stream, Totals
     from tally_local.dynamodb_local import DynamoDBLocal
+    from tally_local.kit.meter import Usage
 
 LAMBDA_TIMEOUT_MS: Final = 900_000
 MAX_DELIVERIES: Final = 5
@@ -263,54 +262,44 @@ def run_peer(
     ``progress(peer name, batches done, batches in all)`` is called after each batch.
     """
     peer = factory(client, admin, uuid.uuid4().hex[:10])
-    try:
-        meter = DynamoDBMeter()
-        peer.track(meter)
-        context = lambda_context(LAMBDA_TIMEOUT_MS)
-        pending: deque[tuple[Delivery, ...]] = deque(stream.batches(batch_size))
-        handled: list[tuple[Delivery, ...]] = []
-        attempts: dict[str, int] = {}
-        redelivered = 0
-        total = len(pending)
-        handler_s = 0.0
-        meter.attach(client)
-        try:
-            while pending:
-                batch = pending.popleft()
-                event = lambda_event(batch, time.time_ns() // 1_000_000)
-                started = time.perf_counter()
-                response = peer.handle(event, context)
-                handler_s += time.perf_counter() - started
-                handled.append(batch)
-                retry = _failed(batch, response, attempts)
-                if retry:
-                    redelivered += len(retry)
-                    pending.append(retry)
-                    total += 1
-                progress(peer.name, len(handled), total)
-        finally:
-            meter.detach(client)
-        if meter.unsupported:
-            raise UnsupportedRequest(f"{peer.name}: the meter could not bill {meter.unsupported[0]}")
+    context = lambda_context(LAMBDA_TIMEOUT_MS)
+    pending: deque[tuple[Delivery, ...]] = deque(stream.batches(batch_size))
+    handled: list[tuple[Delivery, ...]] = []
+    attempts: dict[str, int] = {}
+    redelivered = 0
+    total = len(pending)
+    handler_s = 0.0
+    with metered(peer, client) as meter:
+        while pending:
+            batch = pending.popleft()
+            event = lambda_event(batch, time.time_ns() // 1_000_000)
+            started = time.perf_counter()
+            response = peer.handle(event, context)
+            handler_s += time.perf_counter() - started
+            handled.append(batch)
+            retry = _failed(batch, response, attempts)
+            if retry:
+                redelivered += len(retry)
+                pending.append(retry)
+                total += 1
+            progress(peer.name, len(handled), total)
         usage = meter.usage()
         counted = peer.read_counters(stream.keys)
-        return PeerRun(
-            peer=peer.name,
-            workload=stream.workload,
-            stream="packed" if stream.packed else "single",
-            events=stream.distinct_events,
-            records=len(stream.deliveries),
-            batches=len(handled),
-            seconds=handler_s - meter.overhead_s,
-            usage=usage,
-            correctness=compare(stream.expected(), stream.delivered(), counted),
-            floor_write_units=write_floor(handled, stream.events, peer.items_per_key),
-            redelivered=redelivered,
-            dead_letters=getattr(peer, "dead_letters", 0),
-            pipeline=peer.totals.as_dict() if isinstance(peer, TallyCounter) else None,
-        )
-    finally:
-        peer.drop()
+    return PeerRun(
+        peer=peer.name,
+        workload=stream.workload,
+        stream="packed" if stream.packed else "single",
+        events=stream.distinct_events,
+        records=len(stream.deliveries),
+        batches=len(handled),
+        seconds=handler_s - meter.overhead_s,
+        usage=usage,
+        correctness=compare(stream.expected(), stream.delivered(), counted),
+        floor_write_units=write_floor(handled, stream.events, peer.items_per_key),
+        redelivered=redelivered,
+        dead_letters=getattr(peer, "dead_letters", 0),
+        pipeline=peer.totals.as_dict() if isinstance(peer, TallyCounter) else None,
+    )
 
 
 def _failed(batch: Sequence[Delivery], response: Mapping[str, Any], attempts: dict[str, int]) -> tuple[Delivery, ...]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 import click
 
-from bench.peers import lambda_context
+from bench.peers import lambda_context, metered
 from bench.peers.tally_pipeline import TallyCounter
 from bench.results import EXACT, console, field, json_options, pair, report
 from bench.suite import LAMBDA_TIMEOUT_MS, compare
@@ -45,7 +45,6 @@ from tally.store.requests import batch_get
 from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.dynamodb_local import DynamoDBLocal
-from tally_local.kit.meter import DynamoDBMeter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -160,49 +159,41 @@ def _run_one(client: DynamoDBClient, admin: DynamoDBClient, stream: Stream, conf
     peer = TallyCounter(
         client, admin, uuid.uuid4().hex[:10], packed=config.packed, windows=windows, clock=lambda: clock["now"]
     )
-    try:
-        meter = DynamoDBMeter()
-        peer.track(meter)
-        context = lambda_context(LAMBDA_TIMEOUT_MS)
-        step_ms = HOUR_MS // config.batches_per_hour
-        expected: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-        batches = stream.batches(config.batch_records)
-        moved = transactions = 0
-        meter.attach(client)
-        try:
-            for index, batch in enumerate(batches):
-                clock["now"] = START_MS + index * step_ms + 1
-                response = peer.handle(lambda_event(batch, clock["now"]), context)
-                if response["batchItemFailures"]:
-                    raise RuntimeError(f"{peer.name}: batch {index} reported failures (a bench finding)")
-                _expect(expected, stream, batch, clock["now"], peer)
-            before_close = meter.usage().write_units
-            if windows:
-                # The next day's first batches would each read and move their keys' ended windows: do it for
-                # every key at once (a BatchGetItem per 100 keys, as the checks read them; not a Scan).
-                mover = DynamoDBWindowMover(client, peer.counters_table, peer.settings.windows)
-                next_day = START_MS + math.ceil(len(batches) * step_ms / DAY_MS) * DAY_MS
-                raws = batch_get(client, peer.counters_table, [item_key(key) for key in stream.keys])
-                closed = mover.move(raws, next_day)
-                moved, transactions = closed.windows, closed.transactions
-        finally:
-            meter.detach(client)
+    context = lambda_context(LAMBDA_TIMEOUT_MS)
+    step_ms = HOUR_MS // config.batches_per_hour
+    expected: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    batches = stream.batches(config.batch_records)
+    moved = transactions = 0
+    with metered(peer, client) as meter:
+        for index, batch in enumerate(batches):
+            clock["now"] = START_MS + index * step_ms + 1
+            response = peer.handle(lambda_event(batch, clock["now"]), context)
+            if response["batchItemFailures"]:
+                raise RuntimeError(f"{peer.name}: batch {index} reported failures (a bench finding)")
+            _expect(expected, stream, batch, clock["now"], peer)
+        before_close = meter.usage().write_units
+        if windows:
+            # The next day's first batches would each read and move their keys' ended windows: do it for
+            # every key at once (a BatchGetItem per 100 keys, as the checks read them; not a Scan).
+            mover = DynamoDBWindowMover(client, peer.counters_table, peer.settings.windows)
+            next_day = START_MS + math.ceil(len(batches) * step_ms / DAY_MS) * DAY_MS
+            raws = batch_get(client, peer.counters_table, [item_key(key) for key in stream.keys])
+            closed = mover.move(raws, next_day)
+            moved, transactions = closed.windows, closed.transactions
         usage = meter.usage()
-        counted = peer.read_counters(stream.keys)
-        exact = compare(stream.expected(), stream.expected(), counted).exact
+        # Read back on the unmetered client, before the tables go.
+        exact = compare(stream.expected(), stream.expected(), peer.read_counters(stream.keys)).exact
         if windows:
             exact = exact and _windows_exact(admin, peer, expected, len(batches) * step_ms)
-        return _Run(
-            batches=len(batches),
-            write_units=usage.write_units,
-            read_units=usage.read_units,
-            close_write_units=usage.write_units - before_close,
-            windows_moved=moved + peer.totals.as_dict().get("windows_moved", 0),
-            move_transactions=transactions,
-            exact=exact,
-        )
-    finally:
-        peer.drop()
+    return _Run(
+        batches=len(batches),
+        write_units=usage.write_units,
+        read_units=usage.read_units,
+        close_write_units=usage.write_units - before_close,
+        windows_moved=moved + peer.totals.as_dict().get("windows_moved", 0),
+        move_transactions=transactions,
+        exact=exact,
+    )
 
 
 def _expect(
