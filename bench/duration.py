@@ -43,7 +43,7 @@ import click
 
 from bench.deployment import TEMPLATE, template_environment
 from bench.peers import lambda_context
-from bench.peers.tables import create_from_template, drop_tables
+from bench.peers.tables import drop_tables, tally_tables
 from bench.peers.tally_pipeline import TallyCounter
 from bench.plan_check import store_page_bytes
 from bench.results import EXACT, console, field, json_options, per_operation, report
@@ -64,7 +64,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.esm import records_within_payload
 from tally_local.latency_proxy import LatencyProxy, ProxiedRequest
-from tally_local.template import load_template, table_definitions
+from tally_local.template import load_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -338,11 +338,7 @@ def measure_through_proxy(
     """Run ``batches`` Lambda batches through the unmodified SQS handler, its DynamoDB client on the proxy."""
     latencies = latencies or Latencies()
     admin = ddb.client()
-    suffix = uuid.uuid4().hex[:10]
-    counters_table, markers_table = f"bench-dur-counters-{suffix}", f"bench-dur-markers-{suffix}"
-    definitions = table_definitions(load_template(TEMPLATE))
-    create_from_template(admin, definitions["CountersTable"], counters_table)
-    create_from_template(admin, definitions["MarkersTable"], markers_table)
+    counters_table, markers_table = tally_tables(admin, "dur", uuid.uuid4().hex[:10])
     environment = {
         **handler_settings(counters_table, markers_table, proxy.endpoint_url),
         **({} if windows else {WINDOWS: ""}),

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from bench.deployment import default_settings
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.peers.tables import tally_tables
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue
 from tally.core.model import SourceRecord
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import wire_pipeline
@@ -65,11 +65,7 @@ def run_metered(
     remaining_ms: Callable[[], int] = lambda: 60_000,
 ) -> MeteredRun:
     """Process ``bodies`` in batches of ``BATCH`` under ``declared`` (``TALLY_*`` variables) on new tables."""
-    suffix = fresh_id()
-    counters, markers = f"bench-{tag}-counters-{suffix}", f"bench-{tag}-markers-{suffix}"
-    definitions = _definitions()
-    create_from_template(admin, definitions["CountersTable"], counters)
-    create_from_template(admin, definitions["MarkersTable"], markers)
+    counters, markers = tally_tables(admin, tag, fresh_id())
     dead_letters = RecordingDeadLetterQueue()
     pipeline = wire_pipeline(client, dead_letters, default_settings(counters, markers, dict(declared)))
     meter = DynamoDBMeter()

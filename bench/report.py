@@ -588,16 +588,7 @@ def as_json(results: SuiteResults) -> str:
         "prices": PRICE_NOTE,
         "runs": [
             {
-                **{k: v for k, v in asdict(run).items() if k not in ("usage", "correctness")},
-                "usage": asdict(run.usage),
-                "correctness": {
-                    "keys": run.correctness.keys,
-                    "keys_wrong": run.correctness.keys_wrong,
-                    **{
-                        name: {counter: str(value) for counter, value in getattr(run.correctness, name).items()}
-                        for name in ("expected", "counted", "delivered")
-                    },
-                },
+                **asdict(run),  # the correctness sums are decimals: written as strings, exact
                 "events_per_second": run.events_per_second,
                 "requests_per_event": run.requests_per_event,
                 "write_units_per_event": run.write_units_per_event,
@@ -626,32 +617,19 @@ def results_from_json(text: str) -> SuiteResults:
     run_fields = {f.name for f in fields(PeerRun)} - {"usage", "correctness"}
     runs = []
     for raw in payload["runs"]:
-        correctness = raw["correctness"]
+        sums = {name: {c: Decimal(value) for c, value in raw["correctness"][name].items()} for name in _SUMS}
+        correctness = Correctness(**{**raw["correctness"], **sums})
         runs.append(
-            PeerRun(
-                **{name: raw[name] for name in run_fields},
-                usage=Usage(**raw["usage"]),
-                correctness=Correctness(
-                    keys=int(correctness["keys"]),
-                    keys_wrong=int(correctness["keys_wrong"]),
-                    **{
-                        name: {counter: Decimal(value) for counter, value in correctness[name].items()}
-                        for name in ("expected", "counted", "delivered")
-                    },
-                ),
-            )
+            PeerRun(**{name: raw[name] for name in run_fields}, usage=Usage(**raw["usage"]), correctness=correctness)
         )
-    return SuiteResults(
-        label=payload["label"],
-        started_utc=payload["started_utc"],
-        seconds=payload["seconds"],
-        machine=payload["machine"],
-        config=config,
-        runs=runs,
-        cpu=payload["cpu"],
-        memory=payload["memory"],
-        profile=payload.get("profile", ""),
-    )
+    as_written = {
+        f.name: payload[f.name] for f in fields(SuiteResults) if f.name in payload.keys() - {"config", "runs"}
+    }
+    return SuiteResults(**as_written, config=config, runs=runs)
+
+
+_SUMS: Final = ("expected", "counted", "delivered")
+"""``Correctness``'s sums of each counter, decimals."""
 
 
 def _ordered(runs: Sequence[PeerRun]) -> list[PeerRun]:

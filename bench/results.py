@@ -32,11 +32,13 @@ Command = TypeVar("Command", bound="Callable[..., Any]")
 Item = TypeVar("Item")
 
 
-def load_options(description: str, *, events: int = 5_000, keys: int = 50) -> argparse.ArgumentParser:
-    """The options of the experiments that run one load shape: its size, and where to write the rows."""
+def load_options(description: str, *, events: int = 5_000, keys: int | None = 50) -> argparse.ArgumentParser:
+    """The options of the experiments that run one load shape: its size (``keys=None``: one key, no option),
+    and where to write the rows."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--events", type=int, default=events)
-    parser.add_argument("--keys", type=int, default=keys)
+    if keys is not None:
+        parser.add_argument("--keys", type=int, default=keys)
     parser.add_argument("--json-out", type=Path, help="also write the rows (and the run's size) as JSON here")
     return parser
 
