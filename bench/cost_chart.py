@@ -238,7 +238,8 @@ def main(
 def build(*, measure: bool, min_events: int, previous: Path, console: Console) -> dict[str, Any]:
     """The chart's data: the model's curves, and the measured points (run now, or kept from ``previous``:
     the model may change without the runs changing)."""
-    points = curves()
+    kept = json.loads(previous.read_text()) if previous.exists() else {}
+    measured, stamp = kept.get("measured", []), kept.get("measured_at")
     if measure:
         from tally_local.dynamodb_local import DynamoDBLocal  # noqa: PLC0415 (only when measuring)
 
@@ -252,15 +253,14 @@ def build(*, measure: bool, min_events: int, previous: Path, console: Console) -
                 progress=lambda name: console.print(f"running {name} ...", style="dim"),
             )
         measured = [
-            {**asdict(check), "series": _series_of(config), "batch_size": config.batch_size, "ratio": check.ratio}
+            {**check.row(), "series": _series_of(config), "batch_size": config.batch_size}
             for config, check in zip(configs, checks, strict=True)
         ]
-    else:
-        measured = json.loads(previous.read_text())["measured"] if previous.exists() else []
+        stamp = _stamp()
     return {
         "workload": "U: 1,000 Zipf (s = 1.1) keys, two counters (units, cost), no re-sends",
-        "measured_at": _stamp() if measure else (previous_stamp(previous)),
-        "curves": [asdict(point) for point in points],
+        "measured_at": stamp,
+        "curves": [asdict(point) for point in curves()],
         "measured": measured,
         "min_events": min_events,
     }
@@ -335,13 +335,6 @@ def _stamp() -> str:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     ).stdout.strip()
     return f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at {commit or 'an unknown commit'}"
-
-
-def previous_stamp(previous: Path) -> str | None:
-    if not previous.exists():
-        return None
-    stamp = json.loads(previous.read_text()).get("measured_at")
-    return stamp if isinstance(stamp, str) else None
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 import click
@@ -47,7 +46,8 @@ from bench.peers.tables import drop_tables, tally_tables
 from bench.peers.tally_pipeline import TallyCounter
 from bench.plan_check import store_page_bytes
 from bench.results import EXACT, console, field, json_options, per_operation, report
-from bench.workloads import PACK, lambda_event, u_stream, u_traffic
+from bench.suite import compare
+from bench.workloads import PACK, event_sums, lambda_event, u_stream, u_traffic
 from tally.config import (
     COUNTERS_TABLE,
     DEFAULT_WRITE_CONCURRENCY,
@@ -78,6 +78,8 @@ if TYPE_CHECKING:
     from tally.cost.model import Bill
 
 _START: Final = "bench_duration_start"
+ASSUMED: Final = Latencies()
+"""The request latencies ``tally plan`` assumes (its defaults)."""
 LATENCY_OF: Final = {
     "TransactWriteItems": "transact_write_ms",
     "BatchGetItem": "batch_get_ms",
@@ -142,11 +144,10 @@ def measure(
     batches: int,
     keys: int = 1000,
     memory_mb: int = 512,
-    latencies: Latencies | None = None,
+    latencies: Latencies = ASSUMED,
     seed: int = 20_261_124,
 ) -> Duration:
     """Run ``batches`` batches of one configuration and time them."""
-    latencies = latencies or Latencies()
     admin = ddb.client()
     client = ddb.client(CLIENT_CONFIG)
     stream = u_stream(batches * batch_size * (PACK if packed else 1), packed=packed, keys=keys, seed=seed)
@@ -331,12 +332,11 @@ def measure_through_proxy(
     windows: bool = True,
     keys: int = 1000,
     memory_mb: int = 512,
-    latencies: Latencies | None = None,
+    latencies: Latencies = ASSUMED,
     seed: int = 20_261_124,
     extra_environment: Mapping[str, str] | None = None,
 ) -> ProxiedDuration:
     """Run ``batches`` Lambda batches through the unmodified SQS handler, its DynamoDB client on the proxy."""
-    latencies = latencies or Latencies()
     admin = ddb.client()
     counters_table, markers_table = tally_tables(admin, "dur", uuid.uuid4().hex[:10])
     environment = {
@@ -362,7 +362,7 @@ def measure_through_proxy(
                 per_batch.append(proxy.requests())
                 if response.get("batchItemFailures"):
                     raise RuntimeError(f"a benchmark batch failed records: {response}")
-        counted = first_deliveries_of([warm_up, *cut])
+        counted = [delivery for batch in (warm_up, *cut) for delivery in batch]
         exact = _exact(admin, counters_table, markers_table, stream, counted)
     finally:
         drop_tables(admin, [counters_table, markers_table])
@@ -456,26 +456,13 @@ def stalled_s(requests: Sequence[ProxiedRequest]) -> float:
     return stalled
 
 
-def first_deliveries_of(batches: Sequence[Sequence[Delivery]]) -> list[Delivery]:
-    return [delivery for batch in batches for delivery in batch]
-
-
 def _exact(
     admin: DynamoDBClient, counters_table: str, markers_table: str, stream: Stream, counted: Sequence[Delivery]
 ) -> bool:
     """Whether every key's all-time counters are the sums of the delivered messages' events."""
-    expected: dict[str, dict[str, Decimal]] = {}
-    for delivery in counted:
-        for index in range(delivery.first_event, delivery.first_event + delivery.event_count):
-            event = stream.events[index]
-            sums = expected.setdefault(event.key, {})
-            for name, delta in event.deltas.items():
-                sums[name] = sums.get(name, Decimal(0)) + Decimal(delta)
+    expected = event_sums(stream.events, counted)
     store = DynamoDBCounterStore(admin, counters_table, markers_table, 86_400)
-    return all(
-        {name: value for name, value in read_counters(store, key).items() if name in sums} == sums
-        for key, sums in expected.items()
-    )
+    return compare(expected, expected, {key: read_counters(store, key) for key in expected}).exact
 
 
 PROXIED_COLUMNS: Final[list[Column]] = [
@@ -502,13 +489,9 @@ PROXIED_COLUMNS: Final[list[Column]] = [
 ]
 
 
-def template_memory_mb() -> int:
-    """The template's ``MemorySize`` parameter default: what a default deployment runs with."""
-    return int(load_template(TEMPLATE)["Parameters"]["MemorySize"]["Default"])
-
-
-def template_batch_size() -> int:
-    return int(load_template(TEMPLATE)["Parameters"]["BatchSize"]["Default"])
+def template_default(parameter: str) -> int:
+    """A template parameter's default (``MemorySize``, ``BatchSize``): what a default deployment runs with."""
+    return int(load_template(TEMPLATE)["Parameters"][parameter]["Default"])
 
 
 def run_priced(batches: int, memory_mb: int, progress: Console) -> list[Duration]:
@@ -533,7 +516,7 @@ def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int], prog
     rows = []
     with DynamoDBLocal() as ddb, LatencyProxy(ddb.endpoint_url) as proxy:
         for packed in (False, True):
-            for size in (template_batch_size(), 100):
+            for size in (template_default("BatchSize"), 100):
                 for concurrency in concurrencies:
                     progress.print(
                         f"through the proxy: {'packed' if packed else 'single'}, BatchSize {size}, "
@@ -587,19 +570,19 @@ def main(  # noqa: PLR0917 - click passes one argument per option
     at assumed latencies; with ``--proxy``, the real handler through the latency proxy."""
     progress = console(stderr=as_json)
     if proxy:
-        memory = memory_mb or template_memory_mb()
+        memory = memory_mb or template_default("MemorySize")
         proxied = run_proxied(batches, memory, concurrencies or (DEFAULT_WRITE_CONCURRENCY,), progress)
         rows, columns = [asdict(row) for row in proxied], PROXIED_COLUMNS
         title = f"handler duration per batch through the latency proxy (workload U), Lambda at {memory} MB"
         note = (
             "Lambda ms = wall - stalled on Local + CPU x (1769 MB / memory - 1); computed = CPU x 1769/memory + "
-            f"requests x assumed {Latencies()}; proxy latencies {RequestLatencies()}"
+            f"requests x assumed {ASSUMED}; proxy latencies {RequestLatencies()}"
         )
     else:
         memory = memory_mb or 512
         rows, columns = [asdict(row) for row in run_priced(batches, memory, progress)], COLUMNS
         title = f"handler duration per batch (workload U), Lambda at {memory} MB"
-        note = f"AWS-like = CPU x max(1, 1769 MB / memory) + requests x assumed latencies {Latencies()}"
+        note = f"AWS-like = CPU x max(1, 1769 MB / memory) + requests x assumed latencies {ASSUMED}"
     parameters = {"memory_mb": memory}
     sys.exit(report("duration", title, columns, rows, parameters, json_out=json_out, as_json=as_json, notes=[note]))
 

@@ -13,8 +13,6 @@ import json
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-
 from bench.peers.tally_pipeline import TallyCounter
 from bench.results import EXACT, field, load_options, report
 from bench.suite import run_peer
@@ -99,21 +97,20 @@ def main() -> int:
     rows = measure(args.events)
     columns = [
         field("path"),
-        ("events/s", lambda row: f"{row['events_per_s']:,.0f}"),
+        field("events_per_s", ",.0f", "events/s"),
         field("write_units_per_event", ".4f"),
         field("requests_per_event", ".5f"),
-        ("max ADDs per (item, batch)", lambda row: str(row["max_adds_per_item_per_batch"])),
+        field("max_adds_per_item_per_batch", header="max ADDs per (item, batch)"),
         EXACT,
     ]
     title = f"workload U, packed messages of 100 events, {args.events:,} events, batches of 100"
-    status = report("journal", title, columns, rows, {"events": args.events}, json_out=args.json_out)
     journal, chunked = rows
-    Console().print(
+    note = (
         f"journal vs chunked: {chunked['write_units_per_event'] / journal['write_units_per_event']:.2f}x fewer write "
         f"units, {chunked['requests_per_event'] / journal['requests_per_event']:.1f}x fewer requests, "
         f"{journal['events_per_s'] / chunked['events_per_s']:.2f}x events/s"
     )
-    return status
+    return report("journal", title, columns, rows, {"events": args.events}, json_out=args.json_out, notes=[note])
 
 
 if __name__ == "__main__":

@@ -49,6 +49,19 @@ class MeteredRun:
     def failed(self) -> int:
         return sum(len(result.failed_record_ids) for result in self.results)
 
+    @property
+    def clean(self) -> bool:
+        """Every record applied and none dead-lettered: the first condition of an exact count."""
+        return not self.failed and not self.dead_letters
+
+    def per_event(self, events: int) -> dict[str, float]:
+        """What every load shape reports: write units and requests per event, and events per second."""
+        return {
+            "write_units_per_event": self.usage.write_units / events,
+            "requests_per_event": self.usage.requests / events,
+            "events_per_s": events / self.seconds,
+        }
+
 
 def fresh_id() -> str:
     """A prefix for one run's message ids and table names."""

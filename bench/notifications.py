@@ -185,7 +185,7 @@ def main() -> int:
         field("read_units_per_event", ".4f"),
         field("requests_per_event", ".4f"),
         field("transactions"),
-        ("cancelled", lambda row: str(row["cancelled_transactions"])),
+        field("cancelled_transactions", header="cancelled"),
         field("crossings"),
         ("commit->put p50/p95/max ms", _lag),
         EXACT,

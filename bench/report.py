@@ -136,24 +136,17 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
         "; ".join(f"{r.workload} {r.peer} {ratio:.2f}x (committed only {_committed(r):.2f}x)" for r, ratio in ratios),
         bool(ratios) and all(ratio <= 1.05 for _, ratio in ratios),
     )
-    packed, single, powertools = (
-        results.run("tally-packed", "U"),
-        results.run("tally-single", "U"),
-        results.run("powertools", "U"),
-    )
-    if packed is not None:
-        add(
-            "U packed: write units per event",
-            "<= 0.25",
-            f"{packed.write_units_per_event:.4f}",
-            packed.write_units_per_event <= 0.25,
-        )
-        add(
-            "U packed: DynamoDB requests per event",
-            "<= 0.002",
-            f"{packed.requests_per_event:.5f}",
-            packed.requests_per_event <= 0.002,
-        )
+
+    def at_most(peer: str, target: str, figure: str, ceiling: float, spec: str) -> None:
+        """A per-event figure of ``peer`` on U against its ceiling."""
+        run = results.run(peer, "U")
+        if run is not None:
+            value = getattr(run, figure)
+            add(target, f"<= {ceiling:g}", format(value, spec), value <= ceiling)
+
+    at_most("tally-packed", "U packed: write units per event", "write_units_per_event", 0.25, ".4f")
+    at_most("tally-packed", "U packed: DynamoDB requests per event", "requests_per_event", 0.002, ".5f")
+    single, powertools = results.run("tally-single", "U"), results.run("powertools", "U")
     if single is not None and powertools is not None:
         add(
             "U single: write units per event",
@@ -161,21 +154,9 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
             f"{single.write_units_per_event:.3f}",
             single.write_units_per_event <= powertools.write_units_per_event,
         )
-    if single is not None:
-        add(
-            "U single: DynamoDB requests per event",
-            "<= 0.02",
-            f"{single.requests_per_event:.4f}",
-            single.requests_per_event <= 0.02,
-        )
-    clean = results.run("tally-single-no-resends", "U")
-    if clean is not None:
-        add(
-            "U single without re-sends: DynamoDB requests per event (the marker read gate; not a target)",
-            "<= 0.02",
-            f"{clean.requests_per_event:.5f}",
-            clean.requests_per_event <= 0.02,
-        )
+    at_most("tally-single", "U single: DynamoDB requests per event", "requests_per_event", 0.02, ".4f")
+    gate = "U single without re-sends: DynamoDB requests per event (the marker read gate; not a target)"
+    at_most("tally-single-no-resends", gate, "requests_per_event", 0.02, ".5f")
     for peer, floor in (("tally-single", 3.0), ("tally-packed", 30.0)):
         for workload in ("U", "H"):
             ratio = speedup(results, peer, workload)
@@ -198,20 +179,14 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
     cpu_single, cpu_packed, cpu_powertools = (
         results.cpu_rate(p) for p in (CPU_TALLY_SINGLE, CPU_TALLY_PACKED, CPU_POWERTOOLS)
     )
-    if cpu_single:
-        add(
-            "Handler CPU, single-event records (one core, no I/O)",
-            ">= 750,000 events/s",
-            f"{cpu_single:,.0f}",
-            cpu_single >= 750_000,
-        )
-    if cpu_packed:
-        add(
-            "Handler CPU, packed records (one core, no I/O)",
-            ">= 2,000,000 events/s",
-            f"{cpu_packed:,.0f}",
-            cpu_packed >= 2_000_000,
-        )
+    for rate, records, floor in ((cpu_single, "single-event", 750_000), (cpu_packed, "packed", 2_000_000)):
+        if rate:
+            add(
+                f"Handler CPU, {records} records (one core, no I/O)",
+                f">= {floor:,} events/s",
+                f"{rate:,.0f}",
+                rate >= floor,
+            )
     if cpu_single and cpu_powertools:
         ratio = cpu_single / cpu_powertools
         add(
@@ -408,15 +383,14 @@ def _findings(results: SuiteResults) -> list[str]:
             f"{_committed(run):.2f}x the floor. DynamoDB Local ran {transactions / run.seconds:.1f} transactions/s "
             f"for it ({transactions / run.batches:.2f} per batch of {results.config.batch_size} records)."
         )
-    rates = {figure["path"]: figure["events"] / figure["best_s"] for figure in results.cpu.get("figures", [])}
-    core = rates.get(CPU_TALLY_SINGLE)
+    core = results.cpu_rate(CPU_TALLY_SINGLE)
     if core:
         comparisons = [
             (CPU_POWERTOOLS, "Powertools' loop summing `json_body`"),
             ("stdlib json, single-event records", "stdlib `json.loads` + a dict sum"),
             ("msgspec typed decode, single-event records", "msgspec's typed decode alone"),
         ]
-        parts = [f"{core / rates[path]:.2f}x {what}" for path, what in comparisons if rates.get(path)]
+        parts = [f"{core / results.cpu_rate(path):.2f}x {what}" for path, what in comparisons if results.cpu_rate(path)]
         lines.append(
             f"- Handler CPU: tally's decode + validate + aggregate runs at {core:,.0f} events/s on single-event "
             f"records, {', '.join(parts)}. The profile at the end shows where the time goes."

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.numbered_ids import numbered_id
 from tally.cost.model import Traffic
+from tally_local.kit.lambda_events import sqs_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -121,7 +122,7 @@ class Stream:
 
     def expected(self) -> Totals:
         """Each distinct message counted once."""
-        return _sum(self.events, self.first_deliveries())
+        return event_sums(self.events, self.first_deliveries())
 
     def first_deliveries(self) -> list[Delivery]:
         """The first delivery of each message id, in order."""
@@ -135,7 +136,7 @@ class Stream:
 
     def delivered(self) -> Totals:
         """Every delivery counted, re-sends included."""
-        return _sum(self.events, self.deliveries)
+        return event_sums(self.events, self.deliveries)
 
 
 def usage_events(spec: WorkloadSpec) -> list[Event]:
@@ -224,26 +225,19 @@ def u_traffic(
 
 
 def lambda_event(batch: Iterable[Delivery], sent_ms: int) -> dict[str, Any]:
-    """A Lambda SQS event for one batch, shaped like the files in ``events/``."""
-    return {"Records": [_sqs_record(delivery, sent_ms) for delivery in batch]}
+    """A Lambda SQS event for one batch, shaped like the files in ``events/`` (``tally_local.kit.lambda_events``)."""
+    return sqs_event([_received(delivery, sent_ms) for delivery in batch], QUEUE_ARN, "us-east-1")
 
 
-def _sqs_record(delivery: Delivery, sent_ms: int) -> dict[str, Any]:
+def _received(delivery: Delivery, sent_ms: int) -> dict[str, Any]:
+    """The delivery as SQS's ``ReceiveMessage`` returns it, with its system attributes."""
+    attributes = {"ApproximateReceiveCount": "1", "SentTimestamp": str(sent_ms), "SenderId": "AIDAIENQZJOLO23YVJ4VO"}
     return {
-        "messageId": delivery.record_id,
-        "receiptHandle": "AQEB" + delivery.record_id.replace("-", ""),
-        "body": delivery.body,
-        "attributes": {
-            "ApproximateReceiveCount": "1",
-            "SentTimestamp": str(sent_ms),
-            "SenderId": "AIDAIENQZJOLO23YVJ4VO",
-            "ApproximateFirstReceiveTimestamp": str(sent_ms + 40),
-        },
-        "messageAttributes": {},
-        "md5OfBody": hashlib.md5(delivery.body.encode("utf-8"), usedforsecurity=False).hexdigest(),
-        "eventSource": "aws:sqs",
-        "eventSourceARN": QUEUE_ARN,
-        "awsRegion": "us-east-1",
+        "MessageId": delivery.record_id,
+        "ReceiptHandle": "AQEB" + delivery.record_id.replace("-", ""),
+        "Body": delivery.body,
+        "Attributes": {**attributes, "ApproximateFirstReceiveTimestamp": str(sent_ms + 40)},
+        "MD5OfBody": hashlib.md5(delivery.body.encode("utf-8"), usedforsecurity=False).hexdigest(),
     }
 
 
@@ -265,7 +259,8 @@ def _range(delivery: Delivery) -> range:
     return range(delivery.first_event, delivery.first_event + delivery.event_count)
 
 
-def _sum(events: Sequence[Event], deliveries: Iterable[Delivery]) -> Totals:
+def event_sums(events: Sequence[Event], deliveries: Iterable[Delivery]) -> Totals:
+    """Each counter of each key summed over the events of ``deliveries`` (a re-sent message as often as delivered)."""
     totals: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for delivery in deliveries:
         for index in _range(delivery):
