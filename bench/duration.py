@@ -37,6 +37,7 @@ import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Final
+from unittest import mock
 
 import click
 
@@ -62,8 +63,9 @@ from tally.reader.store_view import read_counters
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.dynamodb_local import DynamoDBLocal
-from tally_local.esm import records_within_payload
+from tally_local.esm import MAX_INVOKE_PAYLOAD_BYTES, records_within_payload
 from tally_local.latency_proxy import LatencyProxy, ProxiedRequest
+from tally_local.resources import LOCAL_CREDENTIALS
 from tally_local.template import load_template
 
 if TYPE_CHECKING:
@@ -226,7 +228,6 @@ COLUMNS: Final[list[Column]] = [
 # Through the latency proxy: the real handler, AWS-like request latencies.
 
 _HANDLER_MODULE: Final = "tally.handlers.sqs"
-MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,7 +272,7 @@ def payload_batches(deliveries: Sequence[Delivery], batch_size: int, sent_ms: in
     while start < len(deliveries):
         candidates = deliveries[start : start + batch_size]
         sizes = [len(json.dumps(record)) for record in lambda_event(candidates, sent_ms)["Records"]]
-        count = records_within_payload(sizes, MAX_INVOKE_PAYLOAD_BYTES)
+        count = records_within_payload(sizes)
         batches.append(list(candidates[:count]))
         start += count
     return batches
@@ -284,12 +285,10 @@ def handler_environment(environment: Mapping[str, str]) -> Iterator[Any]:
     The handler reads its settings at its first invocation (``pipeline``, cached): the cache is cleared on
     the way in and out, so each configuration builds its own pipeline, as a new deployment would.
     """
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)
-    module = importlib.import_module(_HANDLER_MODULE)
-    module.pipeline.cache_clear()
-    stream = module.logger.registered_handler
-    with open(os.devnull, "w") as devnull:
+    with mock.patch.dict(os.environ, environment), open(os.devnull, "w") as devnull:
+        module = importlib.import_module(_HANDLER_MODULE)
+        module.pipeline.cache_clear()
+        stream = module.logger.registered_handler
         previous = stream.setStream(devnull) if isinstance(stream, logging.StreamHandler) else None
         try:
             with contextlib.redirect_stdout(devnull):  # Powertools prints its EMF metrics
@@ -298,11 +297,6 @@ def handler_environment(environment: Mapping[str, str]) -> Iterator[Any]:
             if isinstance(stream, logging.StreamHandler) and previous is not None:
                 stream.setStream(previous)
             module.pipeline.cache_clear()
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def handler_settings(counters_table: str, markers_table: str, dynamodb_url: str) -> dict[str, str]:
@@ -314,8 +308,7 @@ def handler_settings(counters_table: str, markers_table: str, dynamodb_url: str)
         DLQ_URL: "http://127.0.0.1:9/000000000000/bench-duration-dlq",  # a workload with no poison: never sent to
         "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
         "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:9",
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
+        **LOCAL_CREDENTIALS,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_REGION": "us-east-1",
         "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here

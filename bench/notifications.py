@@ -27,8 +27,6 @@ import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-import boto3
-
 from bench.deployment import TEMPLATE, default_settings
 from bench.metered_load import BATCH, fresh_id
 from bench.peers.tables import tally_tables
@@ -91,15 +89,8 @@ def _commit_times(client: DynamoDBClient, table: str) -> dict[str, float]:
     return committed
 
 
-def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBClient) -> dict[str, Any]:
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=CLIENT_CONFIG,
-    )
+def measure(load: str, events: int, keys: int, ddb: DynamoDBLocal) -> dict[str, Any]:
+    client, admin, endpoint = ddb.client(CLIENT_CONFIG), ddb.client(), ddb.endpoint_url
     suffix = fresh_id()
     per_key = events // keys
     logical_ids = ("CountersTable", "MarkersTable", "NotificationsTable")
@@ -177,7 +168,7 @@ def _lag(row: Row) -> str:
 def main() -> int:
     args = load_options("threshold notifications: cost beside plain sums, commit -> put").parse_args()
     with DynamoDBLocal() as ddb:
-        rows = [measure(load, args.events, args.keys, ddb.endpoint_url, ddb.client()) for load in LOADS]
+        rows = [measure(load, args.events, args.keys, ddb) for load in LOADS]
     sums = rows[0]["write_units_per_event"]
     columns = [
         field("load"),

@@ -29,6 +29,7 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 import click
@@ -47,11 +48,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from pathlib import Path
 
-    from mypy_boto3_dynamodb import DynamoDBClient
-
-    from bench.peers import Peer
     from bench.results import Column, Row
-    from bench.suite import PeerFactory
     from tally.core.aggregate import Totals
 
 TOLERANCE: Final = 0.10
@@ -179,7 +176,8 @@ def run_checks(
         stream = u_stream(
             batches * per_batch, packed=config.packed, keys=keys, seed=seed, pack=config.pack, numbered=config.numbered
         )
-        run = run_peer(_factory(config), stream, client=client, admin=admin, batch_size=config.batch_size)
+        peer = partial(TallyCounter, packed=config.packed, windows=config.windows)
+        run = run_peer(peer, stream, client=client, admin=admin, batch_size=config.batch_size)
         traffic = u_traffic(config.events_per_message, windows=config.windows, keys=keys, numbered_ids=config.numbered)
         # The run lasts minutes, within an hour: it moves no ended windows, so they are not priced here
         # (``--windows`` measures them over a simulated day).
@@ -209,13 +207,6 @@ def naive_write_units(
     stream = u_stream(max(min_events, 2 * batch_size), packed=False, keys=keys, seed=seed)
     run = run_peer(NaiveCounter, stream, client=ddb.client(CLIENT_CONFIG), admin=ddb.client(), batch_size=batch_size)
     return run.write_units_per_event
-
-
-def _factory(config: Config) -> PeerFactory:
-    def build(client: DynamoDBClient, admin: DynamoDBClient, suffix: str) -> Peer:
-        return TallyCounter(client, admin, suffix, packed=config.packed, windows=config.windows)
-
-    return build
 
 
 def store_page_bytes(increments: Totals) -> int:

@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from bench.peers import lambda_context, metered
@@ -125,10 +126,6 @@ class PeerRun:
         return self.usage.write_units / self.events
 
     @property
-    def committed_write_units_per_event(self) -> float:
-        return (self.usage.write_units - self.usage.cancelled_write_units) / self.events
-
-    @property
     def read_units_per_event(self) -> float:
         return self.usage.read_units / self.events
 
@@ -174,27 +171,17 @@ def peer_plans(config: SuiteConfig) -> list[PeerPlan]:
     """The peers, in run order."""
     plans = [PeerPlan(NaiveCounter, per_event=True), PeerPlan(PowertoolsIdempotentCounter, per_event=True)]
     if config.powertools_body_id:
-        plans.append(
-            PeerPlan(
-                lambda c, a, s: PowertoolsIdempotentCounter(c, a, s, key="body-id"), per_event=True, workloads=("U",)
-            )
-        )
+        plans.append(PeerPlan(partial(PowertoolsIdempotentCounter, key="body-id"), per_event=True, workloads=("U",)))
     plans += [
-        PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=False)),
-        PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=True), packed=True),
+        PeerPlan(partial(TallyCounter, packed=False)),
+        PeerPlan(partial(TallyCounter, packed=True), packed=True),
         # The same stream without its re-sends: what the marker read gate saves when nothing is duplicated.
-        PeerPlan(
-            lambda c, a, s: TallyCounter(c, a, s, packed=False, variant="-no-resends"),
-            workloads=("U",),
-            resends=False,
-        ),
+        PeerPlan(partial(TallyCounter, packed=False, variant="-no-resends"), workloads=("U",), resends=False),
     ]
     if config.tally_windows:
         plans += [
-            PeerPlan(
-                lambda c, a, s: TallyCounter(c, a, s, packed=False, windows=True), per_event=True, workloads=("U",)
-            ),
-            PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=True, windows=True), packed=True, workloads=("U",)),
+            PeerPlan(partial(TallyCounter, packed=False, windows=True), per_event=True, workloads=("U",)),
+            PeerPlan(partial(TallyCounter, packed=True, windows=True), packed=True, workloads=("U",)),
         ]
     return plans
 
