@@ -27,8 +27,8 @@ import click
 from bench.plan_check import PREDICTED_MEASURED, Config, run_checks, store_page_bytes
 from bench.results import EXACT, Grid, table
 from bench.results import console as results_console
-from bench.workloads import PACK, u_traffic
-from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, simulate
+from bench.workloads import PACK, u_records_per_batch, u_traffic
+from tally.cost.model import Prices, simulate
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,8 +47,6 @@ DEFAULT_SVG: Final = ROOT / "docs" / "cost-by-batch-size.svg"
 DEFAULT_DATA: Final = ROOT / "docs" / "cost-by-batch-size.json"
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
 SECTION: Final = "## Cost against batch size and windows"
-WRITE_UNIT_USD: Final = 0.625e-6
-"""DynamoDB on demand, us-east-1 (``tally.cost.model.Prices``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +68,7 @@ class Series:
     @property
     def cut(self) -> int:
         """The most records Lambda's 6 MB payload holds."""
-        return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // self.traffic().record_bytes)
+        return u_records_per_batch(self.pack)
 
 
 SERIES: Final = tuple(Series(pack, windows) for pack in (1, PACK, HIGH_PACK) for windows in (False, True))
@@ -296,7 +294,7 @@ def markdown_section(document: dict[str, Any], chart_name: str = "cost-by-batch-
         for row in measured:
             lines.append(
                 f"| {row['config']} | {row['events']:,} | {row['measured_write_units']:.4f} "
-                f"| {row['measured_write_units'] * WRITE_UNIT_USD * 1e6:.3f} | {row['predicted_write_units']:.4f} "
+                f"| {row['measured_write_units'] * Prices().write_unit * 1e6:.3f} | {row['predicted_write_units']:.4f} "
                 f"| {row['ratio']:.3f} | {'yes' if row['exact'] else '**no**'} |"
             )
         lines.append("")

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import logging
 import os
@@ -491,15 +492,11 @@ def run_priced(batches: int, memory_mb: int, progress: Console) -> list[Duration
     """Single and packed U, windows off and on, at 100 and 700 records, requests priced at assumed latencies."""
     rows = []
     with DynamoDBLocal() as ddb:
-        for packed in (False, True):
-            for windows in (False, True):
-                for size in (100, 700):
-                    progress.print(f"running {'packed' if packed else 'single'}, windows {windows}, {size} ...")
-                    rows.append(
-                        measure(
-                            ddb, packed=packed, windows=windows, batch_size=size, batches=batches, memory_mb=memory_mb
-                        )
-                    )
+        for packed, windows, size in itertools.product((False, True), (False, True), (100, 700)):
+            progress.print(f"running {'packed' if packed else 'single'}, windows {windows}, {size} ...")
+            rows.append(
+                measure(ddb, packed=packed, windows=windows, batch_size=size, batches=batches, memory_mb=memory_mb)
+            )
     return rows
 
 
@@ -507,25 +504,23 @@ def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int], prog
     """Single and packed U, at the template's ``BatchSize`` (cut at 6 MB) and at 100 records, windows on,
     at each ``TALLY_WRITE_CONCURRENCY`` of ``concurrencies``."""
     rows = []
+    sizes = (template_default("BatchSize"), 100)
     with DynamoDBLocal() as ddb, LatencyProxy(ddb.endpoint_url) as proxy:
-        for packed in (False, True):
-            for size in (template_default("BatchSize"), 100):
-                for concurrency in concurrencies:
-                    progress.print(
-                        f"through the proxy: {'packed' if packed else 'single'}, BatchSize {size}, "
-                        f"write concurrency {concurrency} ..."
-                    )
-                    rows.append(
-                        measure_through_proxy(
-                            ddb,
-                            proxy,
-                            packed=packed,
-                            batch_size=size,
-                            batches=batches,
-                            memory_mb=memory_mb,
-                            extra_environment={WRITE_CONCURRENCY: str(concurrency)},
-                        )
-                    )
+        for packed, size, concurrency in itertools.product((False, True), sizes, concurrencies):
+            kind = "packed" if packed else "single"
+            progress.print(f"through the proxy: {kind}, BatchSize {size}, write concurrency {concurrency} ...")
+            written = {WRITE_CONCURRENCY: str(concurrency)}
+            rows.append(
+                measure_through_proxy(
+                    ddb,
+                    proxy,
+                    packed=packed,
+                    batch_size=size,
+                    batches=batches,
+                    memory_mb=memory_mb,
+                    extra_environment=written,
+                )
+            )
     return rows
 
 

@@ -38,8 +38,8 @@ from bench.peers.naive import NaiveCounter
 from bench.peers.tally_pipeline import TallyCounter
 from bench.results import console, field, json_options, pair, report
 from bench.suite import run_peer
-from bench.workloads import PACK, u_stream, u_traffic
-from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, simulate
+from bench.workloads import PACK, u_records_per_batch, u_stream, u_traffic
+from tally.cost.model import simulate
 from tally.runtime import CLIENT_CONFIG
 from tally.store.pages import encode_page
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -84,12 +84,10 @@ HIGH_VOLUME: Final = (
 payload holds (``Traffic.record_bytes``); the target is <= 0.03 write units per event, windows off."""
 
 
-SINGLE_AT_DEFAULTS: Final = min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // u_traffic(windows=True).record_bytes)
-"""Single-event records per batch at the template's ``BatchSize`` (10,000): what Lambda's 6 MB payload holds."""
 NUMBERED: Final = tuple(
     Config(packed=False, windows=windows, batch_size=size, numbered=numbered)
     for windows in (False, True)
-    for size in (100, SINGLE_AT_DEFAULTS)
+    for size in (100, u_records_per_batch(1))
     for numbered in (True, False)
 )
 """Single-event messages, numbered ids beside random ids, at 100 records and at the defaults."""

@@ -21,18 +21,16 @@ import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
 
 from bench.results import Grid, field
+from tally.cost.model import Prices
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
-    from rich.table import Table
-
     from bench.results import Column
     from bench.suite import PeerRun, SuiteConfig
 
-WRITE_PRICE_PER_MILLION: Final = 0.625
-READ_PRICE_PER_MILLION: Final = 0.125
+PRICES: Final = Prices()
 PRICE_NOTE: Final = (
     "DynamoDB on-demand, us-east-1, prices in force since November 2024: "
     "$0.625 per million write request units, $0.125 per million read request units"
@@ -98,7 +96,7 @@ class Verdict:
 
 def cost_per_million_events(run: PeerRun) -> float:
     """Dollars per million events: units per event times the price per million units."""
-    return run.write_units_per_event * WRITE_PRICE_PER_MILLION + run.read_units_per_event * READ_PRICE_PER_MILLION
+    return (run.write_units_per_event * PRICES.write_unit + run.read_units_per_event * PRICES.read_unit) * 1e6
 
 
 def speedup(results: SuiteResults, peer: str, workload: str) -> float | None:
@@ -217,11 +215,6 @@ def verdicts_grid(results: SuiteResults) -> Grid:
     """The design's targets and whether each is met."""
     rows = [(v.target, v.goal, v.measured, "yes" if v.met else "**no**") for v in verdicts(results)]
     return Grid(("target", "goal", "measured", "met"), rows, numeric_from=4)
-
-
-def console_tables(results: SuiteResults) -> list[Table]:
-    """The results and the verdicts, as in ``docs/benchmarks.md``, as rich tables."""
-    return [results_grid(results).rich(f"tally bench: {results.label}"), verdicts_grid(results).rich("targets")]
 
 
 # -------------------------------------------------------------------------------------------- markdown
@@ -554,15 +547,11 @@ def chart(results: SuiteResults, path: Path) -> None:
 def as_json(results: SuiteResults) -> str:
     """Every figure of the run, for the record, for tooling, and to re-render (``results_from_json``)."""
     payload: dict[str, Any] = {
-        "label": results.label,
-        "started_utc": results.started_utc,
-        "seconds": results.seconds,
-        "machine": dict(results.machine),
-        "config": asdict(results.config),
+        **asdict(results),  # the runs' correctness sums are decimals: written as strings, exact
         "prices": PRICE_NOTE,
         "runs": [
             {
-                **asdict(run),  # the correctness sums are decimals: written as strings, exact
+                **asdict(run),
                 "events_per_second": run.events_per_second,
                 "requests_per_event": run.requests_per_event,
                 "write_units_per_event": run.write_units_per_event,
@@ -572,9 +561,6 @@ def as_json(results: SuiteResults) -> str:
             }
             for run in results.runs
         ],
-        "cpu": results.cpu,
-        "memory": results.memory,
-        "profile": results.profile,
         "verdicts": [asdict(v) for v in verdicts(results)],
     }
     return json.dumps(payload, indent=1, default=str) + "\n"

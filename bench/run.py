@@ -22,7 +22,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import memory
-from bench.report import SuiteResults, as_json, chart, console_tables, markdown, results_from_json
+from bench.report import SuiteResults, as_json, chart, markdown, results_from_json, results_grid, verdicts_grid
 from bench.results import console as results_console
 from bench.suite import FULL, SMOKE, Workloads, run_workloads
 from tally_local import machine
@@ -161,8 +161,7 @@ def main(size: str, out_dir: Path | None, label: str | None, powertools_body_id:
         profile=size == "full",
         label_now=None if label else machine.code_label,
     )
-    for table in console_tables(results):
-        console.print(table)
+    console.print(results_grid(results).rich(f"tally bench: {results.label}"), verdicts_grid(results).rich("targets"))
     console.print(f"wrote {target / 'benchmarks.md'}, {target / 'benchmarks.png'}, {target / 'benchmarks.json'}")
 
 

@@ -199,15 +199,15 @@ def run_workloads(
         events=config.warmup_events, keys=min(config.spec.keys, 100), seed=config.spec.seed + 1, resend_window=100
     )
     warmup = Workloads.build(warmup_spec)
+
+    def run(plan: PeerPlan, stream: Stream, label: str) -> PeerRun:
+        def labelled(peer: str, done: int, total: int) -> None:
+            progress(f"{label} {peer}", done, total)
+
+        return run_peer(plan.build, stream, client=client, admin=admin, batch_size=config.batch_size, progress=labelled)
+
     for plan in peer_plans(config):
-        run_peer(
-            plan.build,
-            warmup.streams[f"U/{'packed' if plan.packed else 'single'}"],
-            client=client,
-            admin=admin,
-            batch_size=config.batch_size,
-            progress=_labelled(progress, "warm-up"),
-        )
+        run(plan, warmup.streams[f"U/{'packed' if plan.packed else 'single'}"], "warm-up")
     runs: list[PeerRun] = []
     for workload in ("U", "H"):
         for plan in peer_plans(config):
@@ -218,21 +218,8 @@ def run_workloads(
                 stream = stream.without_resends()
             if plan.per_event:
                 stream = stream.prefix(config.per_event_prefix)
-            runs.append(
-                run_peer(
-                    plan.build,
-                    stream,
-                    client=client,
-                    admin=admin,
-                    batch_size=config.batch_size,
-                    progress=_labelled(progress, workload),
-                )
-            )
+            runs.append(run(plan, stream, workload))
     return runs
-
-
-def _labelled(progress: Callable[[str, int, int], None], workload: str) -> Callable[[str, int, int], None]:
-    return lambda peer, done, total: progress(f"{workload} {peer}", done, total)
 
 
 def run_peer(

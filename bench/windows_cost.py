@@ -36,9 +36,8 @@ from bench.peers import lambda_context, metered
 from bench.peers.tally_pipeline import TallyCounter
 from bench.results import EXACT, console, field, json_options, pair, report
 from bench.suite import LAMBDA_TIMEOUT_MS, compare
-from bench.workloads import PACK, lambda_event, u_stream, u_traffic
+from bench.workloads import PACK, lambda_event, u_records_per_batch, u_stream
 from tally.core.windows import DAY_MS, HOUR_MS
-from tally.cost.model import MAX_INVOCATION_BYTES
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import CLIENT_CONFIG
 from tally.store.requests import batch_get
@@ -58,8 +57,6 @@ if TYPE_CHECKING:
 START_MS: Final = 4_102_444_800_000
 """2100-01-01T00:00Z: the simulated day's first instant."""
 KEYS: Final = 1000
-TEMPLATE_BATCH_SIZE: Final = 10_000
-"""The template's ``BatchSize`` (a batch is then cut to Lambda's 6 MB payload)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,22 +95,16 @@ class Result:
         return self.write_units_on / self.write_units_off
 
 
-def template_batch_records(packed: bool) -> int:
-    """The template's ``BatchSize`` as Lambda's 6 MB payload cuts it for U's records."""
-    traffic = u_traffic(PACK if packed else 1, windows=True, keys=KEYS)
-    return min(TEMPLATE_BATCH_SIZE, MAX_INVOCATION_BYTES // traffic.record_bytes)
-
-
 def default_configs() -> list[Config]:
     """Batch size 100 (the original table's) at one and at several batches an hour, and the template's
     batch size (cut to 6 MB) at one batch an hour: the fewest batches per key and hour, where moves weigh most."""
     return [
         Config(packed=False, batch_records=100, batches_per_hour=1),
         Config(packed=False, batch_records=100, batches_per_hour=12),
-        Config(packed=False, batch_records=template_batch_records(packed=False), batches_per_hour=1),
+        Config(packed=False, batch_records=u_records_per_batch(1), batches_per_hour=1),
         Config(packed=True, batch_records=100, batches_per_hour=1),
         Config(packed=True, batch_records=100, batches_per_hour=6),
-        Config(packed=True, batch_records=template_batch_records(packed=True), batches_per_hour=1),
+        Config(packed=True, batch_records=u_records_per_batch(PACK), batches_per_hour=1),
     ]
 
 

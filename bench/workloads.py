@@ -28,7 +28,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.numbered_ids import numbered_id
-from tally.cost.model import Traffic
+from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic
 from tally_local.kit.lambda_events import sqs_event
 
 if TYPE_CHECKING:
@@ -222,6 +222,12 @@ def u_traffic(
         windows=windowed,
         **more,
     )
+
+
+def u_records_per_batch(events_per_message: int) -> int:
+    """The most records of U one batch holds: the template's ``BatchSize`` (10,000) as Lambda's 6 MB payload cuts it
+    (``Traffic.record_bytes``)."""
+    return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // u_traffic(events_per_message, windows=False).record_bytes)
 
 
 def lambda_event(batch: Iterable[Delivery], sent_ms: int) -> dict[str, Any]:
