@@ -285,23 +285,21 @@ def main(
     windows_mode: bool,
 ) -> None:
     """Run every configuration on a DynamoDB Local of its own; exit 1 if any prediction misses by over 10%."""
-    progress = console(stderr=as_json)
+    out = console(stderr=as_json)
+
+    def progress(name: str) -> None:
+        out.print(f"running {name} ...")
+
     only = HIGH_VOLUME if high_volume else NUMBERED if numbered else None
     with DynamoDBLocal() as ddb:
         if windows_mode:
-            checks = run_window_checks(ddb, lambda name: progress.print(f"running {name} ..."))
+            checks = run_window_checks(ddb, progress)
         else:
-            checks = run_checks(
-                ddb,
-                keys=keys,
-                min_events=min_events,
-                progress=lambda name: progress.print(f"running {name} ..."),
-                only=only,
-            )
+            checks = run_checks(ddb, keys=keys, min_events=min_events, progress=progress, only=only)
         rows = [check.row() for check in checks]
         if numbered:
             # The naive peer is not exact under faults; here it is the write units the target is measured against.
-            progress.print("running naive ADD, single, windows off, 100 ...")
+            progress("naive ADD, single, windows off, 100")
             naive = naive_write_units(ddb, keys=keys, min_events=min_events)
             rows.append({"config": "naive ADD (not exact), single, windows off, 100", "measured_write_units": naive})
     title = "tally plan: predicted vs measured write units per event (workload U, no re-sends)"

@@ -35,16 +35,6 @@ PRICE_NOTE: Final = (
     "DynamoDB on-demand, us-east-1, prices in force since November 2024: "
     "$0.625 per million write request units, $0.125 per million read request units"
 )
-PEER_ORDER: Final = (
-    "naive",
-    "powertools",
-    "powertools-body-id",
-    "tally-single",
-    "tally-packed",
-    "tally-single-no-resends",
-    "tally-single-windows",
-    "tally-packed-windows",
-)
 PEER_LABELS: Final = {
     "naive": "naive UpdateItem ADD per event",
     "powertools": "Powertools BatchProcessor + idempotent_function (messageId)",
@@ -55,6 +45,8 @@ PEER_LABELS: Final = {
     "tally-single-windows": "tally, single-event, + template's default windows (hour, day)",
     "tally-packed-windows": "tally, packed, + template's default windows (hour, day)",
 }
+PEER_ORDER: Final = tuple(PEER_LABELS)
+"""The order of the peers in every table and in the chart."""
 CPU_TALLY_SINGLE: Final = "tally core, single-event records"
 CPU_TALLY_PACKED: Final = "tally core, packed records"
 CPU_POWERTOOLS: Final = "powertools loop + json_body sum, single-event records"
@@ -412,14 +404,8 @@ def _memory_lines(results: SuiteResults) -> list[str]:
     ):
         plain, traced = memory.get(mode), memory.get(f"{mode}-traced")
         if plain and traced:
-            rows.append(
-                (
-                    title,
-                    f"{plain['max_rss_before_mb']:.1f} MB",
-                    f"{plain['max_rss_mb']:.1f} MB",
-                    f"{traced['tracemalloc_peak_mb']:.1f} MB",
-                )
-            )
+            peaks = (plain["max_rss_before_mb"], plain["max_rss_mb"], traced["tracemalloc_peak_mb"])
+            rows.append((title, *(f"{megabytes:.1f} MB" for megabytes in peaks)))
     return [
         f"One Lambda event of {memory['records']:,} single-event U records, loaded from JSON in a fresh process "
         "that imports what the deployed handler imports. `max RSS` is the process's peak resident set (what a "
