@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from bench.plan_check import PREDICTED_MEASURED, Config, run_checks, store_page_bytes
+from bench.plan_check import PREDICTED_MEASURED, Config, run_checks, store_page_bytes, u_records_per_batch, u_traffic
 from bench.results import EXACT, Grid, table
 from bench.results import console as results_console
-from bench.workloads import PACK, u_records_per_batch, u_traffic
+from bench.workloads import PACK
 from tally.cost.model import Prices, simulate
 
 if TYPE_CHECKING:

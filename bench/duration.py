@@ -46,10 +46,10 @@ from bench.deployment import TEMPLATE, template_environment
 from bench.peers import lambda_context
 from bench.peers.tables import drop_tables, tally_tables
 from bench.peers.tally_pipeline import TallyCounter
-from bench.plan_check import store_page_bytes
+from bench.plan_check import store_page_bytes, u_traffic
 from bench.results import EXACT, console, field, json_options, per_operation, report
 from bench.suite import compare
-from bench.workloads import PACK, event_sums, lambda_event, u_stream, u_traffic
+from bench.workloads import PACK, event_sums, lambda_event, u_stream
 from tally.config import (
     COUNTERS_TABLE,
     DEFAULT_WRITE_CONCURRENCY,

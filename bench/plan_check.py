@@ -30,7 +30,7 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import click
 
@@ -38,8 +38,8 @@ from bench.peers.naive import NaiveCounter
 from bench.peers.tally_pipeline import TallyCounter
 from bench.results import console, field, json_options, pair, report
 from bench.suite import run_peer
-from bench.workloads import PACK, u_records_per_batch, u_stream, u_traffic
-from tally.cost.model import simulate
+from bench.workloads import PACK, u_stream
+from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
 from tally.runtime import CLIENT_CONFIG
 from tally.store.pages import encode_page
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -52,6 +52,31 @@ if TYPE_CHECKING:
     from tally.core.aggregate import Totals
 
 TOLERANCE: Final = 0.10
+KEY_BYTES: Final = len("usage:tenant-0000")
+"""``bench.workloads`` names U's keys ``usage:tenant-NNNN``."""
+
+
+def u_traffic(
+    events_per_message: int = 1, *, windows: bool, keys: int = 1000, events_per_second: float = 1.0, **more: Any
+) -> Traffic:
+    """U as ``tally.cost.model`` describes traffic: two counters (``units``, ``cost``), U's key names, the
+    template's windows (hour, day) or none. The units per event do not depend on the rate: one a second."""
+    windowed = ("hour", "day") if windows else ()
+    return Traffic(
+        events_per_second,
+        keys,
+        events_per_message=events_per_message,
+        counters=2,
+        key_bytes=KEY_BYTES,
+        windows=windowed,
+        **more,
+    )
+
+
+def u_records_per_batch(events_per_message: int) -> int:
+    """The most records of U one batch holds: the template's ``BatchSize`` (10,000) as Lambda's 6 MB payload cuts it
+    (``Traffic.record_bytes``)."""
+    return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // u_traffic(events_per_message, windows=False).record_bytes)
 
 
 @dataclass(frozen=True, slots=True)

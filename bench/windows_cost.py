@@ -34,9 +34,10 @@ import click
 
 from bench.peers import lambda_context, metered
 from bench.peers.tally_pipeline import TallyCounter
+from bench.plan_check import u_records_per_batch
 from bench.results import EXACT, console, field, json_options, pair, report
 from bench.suite import LAMBDA_TIMEOUT_MS, compare
-from bench.workloads import PACK, lambda_event, u_records_per_batch, u_stream
+from bench.workloads import PACK, lambda_event, u_stream
 from tally.core.windows import DAY_MS, HOUR_MS
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import CLIENT_CONFIG

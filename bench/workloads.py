@@ -28,7 +28,6 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.numbered_ids import numbered_id
-from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic
 from tally_local.kit.lambda_events import sqs_event
 
 if TYPE_CHECKING:
@@ -39,8 +38,6 @@ Totals = dict[str, dict[str, Decimal]]
 
 QUEUE_ARN: Final = "arn:aws:sqs:us-east-1:123456789012:tally-bench-EventsQueue"
 HOT_KEY: Final = "usage:hot"
-KEY_BYTES: Final = len("usage:tenant-0000")
-"""U names its keys ``usage:tenant-NNNN``."""
 PACK: Final = 100
 """Events per packed message, unless told otherwise."""
 
@@ -205,29 +202,6 @@ def u_stream(
     writes, and a re-send the gate lets through costs a cancelled transaction, which is the suite's subject)."""
     spec = WorkloadSpec(events=events, keys=keys, resend_rate=0.0, pack=pack, seed=seed)
     return deliver("U", usage_events(spec), spec, packed=packed, numbered=numbered).without_resends()
-
-
-def u_traffic(
-    events_per_message: int = 1, *, windows: bool, keys: int = 1000, events_per_second: float = 1.0, **more: Any
-) -> Traffic:
-    """U as ``tally.cost.model`` describes traffic: two counters (``units``, ``cost``), U's key names, the
-    template's windows (hour, day) or none. The units per event do not depend on the rate: one a second."""
-    windowed = ("hour", "day") if windows else ()
-    return Traffic(
-        events_per_second,
-        keys,
-        events_per_message=events_per_message,
-        counters=2,
-        key_bytes=KEY_BYTES,
-        windows=windowed,
-        **more,
-    )
-
-
-def u_records_per_batch(events_per_message: int) -> int:
-    """The most records of U one batch holds: the template's ``BatchSize`` (10,000) as Lambda's 6 MB payload cuts it
-    (``Traffic.record_bytes``)."""
-    return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // u_traffic(events_per_message, windows=False).record_bytes)
 
 
 def lambda_event(batch: Iterable[Delivery], sent_ms: int) -> dict[str, Any]:
