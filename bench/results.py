@@ -71,7 +71,7 @@ def beside(name: str, base: Callable[[Row], float], header: str = "") -> Column:
 
 
 def pair(first: str, second: str, spec: str, header: str) -> Column:
-    """``row[first] / row[second]``, each formatted with ``spec`` (``-`` if the row has neither)."""
+    """``row[first] / row[second]``, each formatted with ``spec`` (``-`` for a row without them)."""
     return header, lambda row: f"{row[first]:{spec}} / {row[second]:{spec}}" if first in row else "-"
 
 
