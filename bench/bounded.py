@@ -50,11 +50,9 @@ def measure(load: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
     exact = exact and all(value.values.get("stock", Decimal(start)) == expected for value in counted.values())
     return {
         "load": load,
-        "write_units_per_event": run.usage.write_units / events,
-        "requests_per_event": run.usage.requests / events,
+        **run.per_event(events),
         "transactions": run.usage.calls.get("TransactWriteItems", 0),
         "refused": len(run.dead_letters),
-        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

@@ -23,14 +23,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from bench.plan_check import COUNTERS, KEY_BYTES, PACK, Check, Config, run_checks, store_page_bytes
-from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
+from bench.plan_check import PREDICTED_MEASURED, Config, run_checks, store_page_bytes, u_records_per_batch, u_traffic
+from bench.results import EXACT, Grid, table
+from bench.results import console as results_console
+from bench.workloads import PACK
+from tally.cost.model import Prices, simulate
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+
+    from rich.console import Console
+
+    from tally.cost.model import Traffic
 
 KEYS: Final = 1000
 HIGH_PACK: Final = 1000
@@ -42,8 +47,6 @@ DEFAULT_SVG: Final = ROOT / "docs" / "cost-by-batch-size.svg"
 DEFAULT_DATA: Final = ROOT / "docs" / "cost-by-batch-size.json"
 BENCHMARKS_MD: Final = ROOT / "docs" / "benchmarks.md"
 SECTION: Final = "## Cost against batch size and windows"
-WRITE_UNIT_USD: Final = 0.625e-6
-"""DynamoDB on demand, us-east-1 (``tally.cost.model.Prices``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,19 +63,12 @@ class Series:
         return f"{kind}, windows {'hour,day' if self.windows else 'off'}"
 
     def traffic(self) -> Traffic:
-        return Traffic(
-            events_per_second=1.0,  # units per event do not depend on the rate
-            keys=KEYS,
-            events_per_message=self.pack,
-            counters=COUNTERS,
-            key_bytes=KEY_BYTES,
-            windows=("hour", "day") if self.windows else (),
-        )
+        return u_traffic(self.pack, windows=self.windows, keys=KEYS)
 
     @property
     def cut(self) -> int:
         """The most records Lambda's 6 MB payload holds."""
-        return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // self.traffic().record_bytes)
+        return u_records_per_batch(self.pack)
 
 
 SERIES: Final = tuple(Series(pack, windows) for pack in (1, PACK, HIGH_PACK) for windows in (False, True))
@@ -114,40 +110,21 @@ def curves(series: Sequence[Series] = SERIES, sizes: Sequence[int] = CURVE_SIZES
     return points
 
 
-def table(points: Sequence[Point]) -> Table:
+def curve_grid(points: Sequence[Point]) -> Grid:
     """Rows: batch sizes; columns: the series (S single events, P100 / P1000 events per message)."""
-    out = Table(title="model: write units per event against BatchSize (workload U: 1,000 Zipf keys, two counters)")
-    out.add_column("BatchSize", justify="right")
     names = list(dict.fromkeys(point.series for point in points))
-    for name in names:
-        out.add_column(_short(name), justify="right")
     by = {(point.series, point.batch_size): point for point in points}
-    for size in sorted({point.batch_size for point in points}):
-        out.add_row(f"{size:,}", *(f"{by[name, size].write_units:.4f}" if (name, size) in by else "" for name in names))
-    return out
+    rows = [
+        [f"{size:,}", *(f"{by[name, size].write_units:.4f}" if (name, size) in by else "" for name in names)]
+        for size in sorted({point.batch_size for point in points})
+    ]
+    return Grid(["BatchSize", *map(_short, names)], rows, numeric_from=0)
 
 
 def _short(name: str) -> str:
     kind, windows = name.split(", windows ")
     prefix = "S" if kind.startswith("single") else "P" + kind.split("(")[1].split(" ")[0].replace(",", "")
     return f"{prefix} {'on' if windows != 'off' else 'off'}"
-
-
-def measured_table(checks: Sequence[Check]) -> Table:
-    out = Table(title="measured on DynamoDB Local (tally_local.kit.meter) against the model")
-    for name in ("configuration", "events", "batches", "predicted WU/event", "measured WU/event", "ratio", "exact"):
-        out.add_column(name, justify="left" if name == "configuration" else "right")
-    for check in checks:
-        out.add_row(
-            check.config,
-            f"{check.events:,}",
-            str(check.batches),
-            f"{check.predicted_write_units:.4f}",
-            f"{check.measured_write_units:.4f}",
-            f"{check.ratio:.3f}",
-            "yes" if check.exact else "NO",
-        )
-    return out
 
 
 def render(data: dict[str, Any], path: Path) -> None:
@@ -237,7 +214,7 @@ def main(
     write_section: bool,
 ) -> None:
     """Print the model's curves (and measured points), write the chart and its data."""
-    console = Console()
+    console = results_console()
     if from_data:
         document = json.loads(data.read_text())
     else:
@@ -249,15 +226,18 @@ def main(
     if as_json:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")
         return
-    console.print(table([Point(**point) for point in document["curves"]]))
-    console.print(measured_table([_check(row) for row in document["measured"]]))
+    title = "model: write units per event against BatchSize (workload U: 1,000 Zipf keys, two counters)"
+    console.print(curve_grid([Point(**point) for point in document["curves"]]).rich(title))
+    title = "measured on DynamoDB Local (tally_local.kit.meter) against the model"
+    console.print(table(title, [*PREDICTED_MEASURED, EXACT], document["measured"]))
     console.print(f"chart: {svg}; data: {data}; section {SECTION!r} of {benchmarks}")
 
 
 def build(*, measure: bool, min_events: int, previous: Path, console: Console) -> dict[str, Any]:
     """The chart's data: the model's curves, and the measured points (run now, or kept from ``previous``:
     the model may change without the runs changing)."""
-    points = curves()
+    kept = json.loads(previous.read_text()) if previous.exists() else {}
+    measured, stamp = kept.get("measured", []), kept.get("measured_at")
     if measure:
         from tally_local.dynamodb_local import DynamoDBLocal  # noqa: PLC0415 (only when measuring)
 
@@ -271,15 +251,14 @@ def build(*, measure: bool, min_events: int, previous: Path, console: Console) -
                 progress=lambda name: console.print(f"running {name} ...", style="dim"),
             )
         measured = [
-            {**asdict(check), "series": _series_of(config), "batch_size": config.batch_size, "ratio": check.ratio}
+            {**check.row(), "series": _series_of(config), "batch_size": config.batch_size}
             for config, check in zip(configs, checks, strict=True)
         ]
-    else:
-        measured = json.loads(previous.read_text())["measured"] if previous.exists() else []
+        stamp = _stamp()
     return {
         "workload": "U: 1,000 Zipf (s = 1.1) keys, two counters (units, cost), no re-sends",
-        "measured_at": _stamp() if measure else (previous_stamp(previous)),
-        "curves": [asdict(point) for point in points],
+        "measured_at": stamp,
+        "curves": [asdict(point) for point in curves()],
         "measured": measured,
         "min_events": min_events,
     }
@@ -315,24 +294,18 @@ def markdown_section(document: dict[str, Any], chart_name: str = "cost-by-batch-
         for row in measured:
             lines.append(
                 f"| {row['config']} | {row['events']:,} | {row['measured_write_units']:.4f} "
-                f"| {row['measured_write_units'] * WRITE_UNIT_USD * 1e6:.3f} | {row['predicted_write_units']:.4f} "
+                f"| {row['measured_write_units'] * Prices().write_unit * 1e6:.3f} | {row['predicted_write_units']:.4f} "
                 f"| {row['ratio']:.3f} | {'yes' if row['exact'] else '**no**'} |"
             )
         lines.append("")
-    points = [Point(**point) for point in document["curves"]]
-    names = list(dict.fromkeys(point.series for point in points))
-    by = {(point.series, point.batch_size): point for point in points}
-    lines += [
+    grid = curve_grid([Point(**point) for point in document["curves"]])
+    return [
+        *lines,
         "The model's curves (write units per event; S single events, P100 / P1000 events per message; "
         "on/off: windows hour,day or none):",
         "",
-        "| BatchSize | " + " | ".join(_short(name) for name in names) + " |",
-        "| ---: | " + " | ".join("---:" for _ in names) + " |",
+        *("| " + " | ".join(cells) + " |" for cells in (grid.header, ["---:"] * len(grid.header), *grid.rows)),
     ]
-    for size in sorted({point.batch_size for point in points}):
-        cells = [f"{by[name, size].write_units:.4f}" if (name, size) in by else "" for name in names]
-        lines.append(f"| {size:,} | " + " | ".join(cells) + " |")
-    return lines
 
 
 def _when(document: dict[str, Any]) -> str:
@@ -360,17 +333,6 @@ def _stamp() -> str:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=False
     ).stdout.strip()
     return f"{datetime.now(UTC):%Y-%m-%d %H:%M} UTC at {commit or 'an unknown commit'}"
-
-
-def previous_stamp(previous: Path) -> str | None:
-    if not previous.exists():
-        return None
-    stamp = json.loads(previous.read_text()).get("measured_at")
-    return stamp if isinstance(stamp, str) else None
-
-
-def _check(row: dict[str, Any]) -> Check:
-    return Check(**{name: row[name] for name in Check.__dataclass_fields__})
 
 
 if __name__ == "__main__":

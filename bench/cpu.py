@@ -35,7 +35,7 @@ import msgspec
 from aws_lambda_powertools.utilities.batch import BatchProcessor, EventType, process_partial_response
 
 from bench.peers import lambda_context
-from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
+from bench.workloads import WorkloadSpec, lambda_event, u_stream
 from tally.core.aggregate import deduplicate, merge_totals, message_totals
 from tally.core.decode import decode_message
 from tally.core.limits import WIRE_LIMITS
@@ -59,10 +59,6 @@ class CpuFigure:
     events: int
     best_s: float
     repeats: int
-
-    @property
-    def events_per_second(self) -> float:
-        return self.events / self.best_s
 
 
 def tally_core(bodies: Sequence[str]) -> Mapping[Any, Mapping[str, Any]]:
@@ -150,10 +146,8 @@ def measure(
     events: int, repeats: int, seed: int = WorkloadSpec().seed, clock: Callable[[], float] = time.perf_counter
 ) -> list[CpuFigure]:
     """Every path on a batch of ``events`` U events, single-event and packed."""
-    spec = WorkloadSpec(events=events, resend_rate=0.0, seed=seed)
-    stream_events = usage_events(spec)
-    single = deliver("U", stream_events, spec, packed=False).deliveries
-    packed = deliver("U", stream_events, spec, packed=True).deliveries
+    single = u_stream(events, packed=False, seed=seed).deliveries
+    packed = u_stream(events, packed=True, seed=seed).deliveries
     sent_ms = time.time_ns() // 1_000_000
     single_bodies = [delivery.body for delivery in single]
     packed_bodies = [delivery.body for delivery in packed]
@@ -180,8 +174,8 @@ def profile(kind: str, events: int) -> str:
     """A pyinstrument profile (text) of the ``tally core`` path on one kind of records."""
     from pyinstrument import Profiler  # noqa: PLC0415 - a bench-only tool, imported when asked for
 
-    spec = WorkloadSpec(events=events, resend_rate=0.0)
-    bodies = [delivery.body for delivery in deliver("U", usage_events(spec), spec, packed=kind == "packed").deliveries]
+    stream = u_stream(events, packed=kind == "packed", seed=WorkloadSpec().seed)
+    bodies = [delivery.body for delivery in stream.deliveries]
     profiler = Profiler(interval=0.0002)
     with profiler:
         for _ in range(20):

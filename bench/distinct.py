@@ -79,20 +79,17 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
     run = run_metered(bodies, {WINDOWS: windows}, client, admin, tag="dc")
     counted = run.reader.get_many(expected)
     want = exact_distinct(members)
-    exact = not run.failed and not run.dead_letters
-    exact = exact and all(counted[key].value() == Decimal(count) for key, count in expected.items())
+    exact = run.clean and all(counted[key].value() == Decimal(count) for key, count in expected.items())
     exact = exact and all(
         counted[key].distinct == {n: Decimal(c) for (k, _, n), c in want.items() if k == key} for key in expected
     )
     return {
         "pattern": name,
         "events": events,
-        "write_units_per_event": run.usage.write_units / events,
+        **run.per_event(events),
         "read_units_per_event": run.usage.read_units / events,
-        "requests_per_event": run.usage.requests / events,
         "members_added": sum(result.figures["MembersAdded"] for result in run.results),
         "conditional_failures": run.usage.conditional_failures,
-        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

@@ -28,28 +28,28 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import itertools
 import json
 import logging
 import os
+import sys
 import time
 import uuid
 from collections import Counter
 from dataclasses import asdict, dataclass
-from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
+from unittest import mock
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from bench.deployment import TEMPLATE, template_environment
 from bench.peers import lambda_context
-from bench.peers.tables import create_from_template, drop_tables
+from bench.peers.tables import drop_tables, tally_tables
 from bench.peers.tally_pipeline import TallyCounter
-from bench.plan_check import COUNTERS, KEY_BYTES, PACK, store_page_bytes
-from bench.results import write_rows
-from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
+from bench.plan_check import store_page_bytes, u_traffic
+from bench.results import EXACT, console, field, json_options, per_operation, report
+from bench.suite import compare
+from bench.workloads import PACK, event_sums, lambda_event, u_stream
 from tally.config import (
     COUNTERS_TABLE,
     DEFAULT_WRITE_CONCURRENCY,
@@ -59,23 +59,30 @@ from tally.config import (
     WINDOWS,
     WRITE_CONCURRENCY,
 )
-from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, Traffic, price
+from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, price
 from tally.reader.store_view import read_counters
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.dynamodb_local import DynamoDBLocal
-from tally_local.esm import records_within_payload
+from tally_local.esm import MAX_INVOKE_PAYLOAD_BYTES, records_within_payload
 from tally_local.latency_proxy import LatencyProxy, ProxiedRequest
-from tally_local.template import load_template, table_definitions
+from tally_local.resources import LOCAL_CREDENTIALS
+from tally_local.template import load_template
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
+    from pathlib import Path
 
     from mypy_boto3_dynamodb import DynamoDBClient
+    from rich.console import Console
 
+    from bench.results import Column
     from bench.workloads import Delivery, Stream
+    from tally.cost.model import Bill
 
 _START: Final = "bench_duration_start"
+ASSUMED: Final = Latencies()
+"""The request latencies ``tally plan`` assumes (its defaults)."""
 LATENCY_OF: Final = {
     "TransactWriteItems": "transact_write_ms",
     "BatchGetItem": "batch_get_ms",
@@ -140,16 +147,13 @@ def measure(
     batches: int,
     keys: int = 1000,
     memory_mb: int = 512,
-    latencies: Latencies | None = None,
+    latencies: Latencies = ASSUMED,
     seed: int = 20_261_124,
 ) -> Duration:
     """Run ``batches`` batches of one configuration and time them."""
-    latencies = latencies or Latencies()
     admin = ddb.client()
     client = ddb.client(CLIENT_CONFIG)
-    pack = PACK if packed else 1
-    spec = WorkloadSpec(events=batches * batch_size * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
-    stream = deliver("U", usage_events(spec), spec, packed=packed).without_resends()
+    stream = u_stream(batches * batch_size * (PACK if packed else 1), packed=packed, keys=keys, seed=seed)
     # One request at a time: this mode prices the requests one after another, as the cost model does.
     peer = TallyCounter(
         client, admin, uuid.uuid4().hex[:10], packed=packed, windows=windows, overrides={WRITE_CONCURRENCY: "1"}
@@ -175,26 +179,8 @@ def measure(
         peer.drop()
     events = stream.distinct_events
     calls = {name: count / ran for name, count in timer.calls.items()}
-    cpu_s = cpu_used_s / ran * max(1.0, LAMBDA_FULL_VCPU_MB / memory_mb)
-    io_ms = sum(calls.get(name, 0.0) * getattr(latencies, field) for name, field in LATENCY_OF.items())
-    aws_like_s = cpu_s + io_ms / 1000
-    traffic = Traffic(
-        events_per_second=1.0,
-        keys=keys,
-        events_per_message=pack,
-        counters=COUNTERS,
-        key_bytes=KEY_BYTES,
-        windows=("hour", "day") if windows else (),
-        memory_mb=memory_mb,
-    )
-    # The model at the same records per batch (a rate that fills the batch in a second).
-    model = price(
-        Traffic(**{**_fields(traffic), "events_per_second": float(batch_size * pack)}),
-        batch_size,
-        latencies=latencies,
-        page_bytes=store_page_bytes,
-        batches=max(2, batches),
-    )
+    aws_like_s = cpu_used_s / ran * max(1.0, LAMBDA_FULL_VCPU_MB / memory_mb) + _requests_s(calls, latencies)
+    model = _model(packed, windows, keys, memory_mb, batch_size, batches, latencies)
     gb = memory_mb / 1024
     return Duration(
         config=f"{'packed' if packed else 'single'}, windows {'on' if windows else 'off'}, {batch_size}",
@@ -211,46 +197,38 @@ def measure(
     )
 
 
-def _fields(traffic: Traffic) -> dict[str, Any]:
-    return {name: getattr(traffic, name) for name in Traffic.__dataclass_fields__}
+def _requests_s(calls: Mapping[str, float], latencies: Latencies) -> float:
+    """Requests per batch, one after another, at the assumed latencies."""
+    return sum(calls.get(name, 0.0) * float(getattr(latencies, latency)) for name, latency in LATENCY_OF.items()) / 1000
 
 
-def table(rows: Sequence[Duration], memory_mb: int) -> Table:
-    out = Table(title=f"handler duration per batch (workload U), Lambda at {memory_mb} MB")
-    for name in (
-        "configuration",
-        "batches",
-        "events/batch",
-        "here ms (in DynamoDB Local)",
-        "CPU ms",
-        "requests/batch",
-        "AWS-like ms",
-        "model ms",
-        "GB-s / million events",
-        "model GB-s / M",
-    ):
-        out.add_column(name, justify="left" if name == "configuration" else "right")
-    for row in rows:
-        out.add_row(
-            row.config,
-            str(row.batches),
-            f"{row.events_per_batch:,.0f}",
-            f"{row.local_ms:,.1f} ({row.local_io_ms:,.1f})",
-            f"{row.process_cpu_ms:,.1f}",
-            ", ".join(f"{name} {count:.1f}" for name, count in sorted(row.calls.items())),
-            f"{row.aws_like_ms:,.1f}",
-            f"{row.model_ms:,.1f}",
-            f"{row.gb_s_per_million_events:,.1f}",
-            f"{row.model_gb_s_per_million_events:,.1f}",
-        )
-    return out
+def _model(  # noqa: PLR0917 - the configuration, as ``measure`` and ``measure_through_proxy`` have it
+    packed: bool, windows: bool, keys: int, memory_mb: int, records: float, batches: int, latencies: Latencies
+) -> Bill:
+    """``tally plan``'s model of the same traffic at ``records`` per batch (a rate that fills a batch in a second)."""
+    pack = PACK if packed else 1
+    traffic = u_traffic(pack, windows=windows, keys=keys, events_per_second=float(records * pack), memory_mb=memory_mb)
+    return price(traffic, round(records), latencies=latencies, page_bytes=store_page_bytes, batches=max(2, batches))
+
+
+COLUMNS: Final[list[Column]] = [
+    field("config", header="configuration"),
+    field("batches"),
+    field("events_per_batch", ",.0f", "events/batch"),
+    ("here ms (in DynamoDB Local)", lambda row: f"{row['local_ms']:,.1f} ({row['local_io_ms']:,.1f})"),
+    field("process_cpu_ms", ",.1f", "CPU ms"),
+    per_operation("calls", "requests/batch"),
+    field("aws_like_ms", ",.1f", "AWS-like ms"),
+    field("model_ms", ",.1f", "model ms"),
+    field("gb_s_per_million_events", ",.1f", "GB-s / million events"),
+    field("model_gb_s_per_million_events", ",.1f", "model GB-s / M"),
+]
 
 
 # ------------------------------------------------------------------------------------------------------
 # Through the latency proxy: the real handler, AWS-like request latencies.
 
 _HANDLER_MODULE: Final = "tally.handlers.sqs"
-MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +273,7 @@ def payload_batches(deliveries: Sequence[Delivery], batch_size: int, sent_ms: in
     while start < len(deliveries):
         candidates = deliveries[start : start + batch_size]
         sizes = [len(json.dumps(record)) for record in lambda_event(candidates, sent_ms)["Records"]]
-        count = records_within_payload(sizes, MAX_INVOKE_PAYLOAD_BYTES)
+        count = records_within_payload(sizes)
         batches.append(list(candidates[:count]))
         start += count
     return batches
@@ -308,12 +286,10 @@ def handler_environment(environment: Mapping[str, str]) -> Iterator[Any]:
     The handler reads its settings at its first invocation (``pipeline``, cached): the cache is cleared on
     the way in and out, so each configuration builds its own pipeline, as a new deployment would.
     """
-    saved = {name: os.environ.get(name) for name in environment}
-    os.environ.update(environment)
-    module = importlib.import_module(_HANDLER_MODULE)
-    module.pipeline.cache_clear()
-    stream = module.logger.registered_handler
-    with open(os.devnull, "w") as devnull:
+    with mock.patch.dict(os.environ, environment), open(os.devnull, "w") as devnull:
+        module = importlib.import_module(_HANDLER_MODULE)
+        module.pipeline.cache_clear()
+        stream = module.logger.registered_handler
         previous = stream.setStream(devnull) if isinstance(stream, logging.StreamHandler) else None
         try:
             with contextlib.redirect_stdout(devnull):  # Powertools prints its EMF metrics
@@ -322,11 +298,6 @@ def handler_environment(environment: Mapping[str, str]) -> Iterator[Any]:
             if isinstance(stream, logging.StreamHandler) and previous is not None:
                 stream.setStream(previous)
             module.pipeline.cache_clear()
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
 
 
 def handler_settings(counters_table: str, markers_table: str, dynamodb_url: str) -> dict[str, str]:
@@ -338,8 +309,7 @@ def handler_settings(counters_table: str, markers_table: str, dynamodb_url: str)
         DLQ_URL: "http://127.0.0.1:9/000000000000/bench-duration-dlq",  # a workload with no poison: never sent to
         "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_url,
         "AWS_ENDPOINT_URL_SQS": "http://127.0.0.1:9",
-        "AWS_ACCESS_KEY_ID": "local",
-        "AWS_SECRET_ACCESS_KEY": "local",
+        **LOCAL_CREDENTIALS,
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_REGION": "us-east-1",
         "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
@@ -356,24 +326,18 @@ def measure_through_proxy(
     windows: bool = True,
     keys: int = 1000,
     memory_mb: int = 512,
-    latencies: Latencies | None = None,
+    latencies: Latencies = ASSUMED,
     seed: int = 20_261_124,
     extra_environment: Mapping[str, str] | None = None,
 ) -> ProxiedDuration:
     """Run ``batches`` Lambda batches through the unmodified SQS handler, its DynamoDB client on the proxy."""
-    latencies = latencies or Latencies()
     admin = ddb.client()
-    suffix = uuid.uuid4().hex[:10]
-    counters_table, markers_table = f"bench-dur-counters-{suffix}", f"bench-dur-markers-{suffix}"
-    definitions = table_definitions(load_template(TEMPLATE))
-    create_from_template(admin, definitions["CountersTable"], counters_table)
-    create_from_template(admin, definitions["MarkersTable"], markers_table)
+    counters_table, markers_table = tally_tables(admin, "dur", uuid.uuid4().hex[:10])
     environment = {
         **handler_settings(counters_table, markers_table, proxy.endpoint_url),
         **({} if windows else {WINDOWS: ""}),
         **(extra_environment or {}),
     }
-    pack = PACK if packed else 1
     sent_ms = time.time_ns() // 1_000_000
     stream, warm_up, cut = _workload(packed=packed, batch_size=batch_size, batches=batches, keys=keys, seed=seed)
     context = lambda_context(900_000)
@@ -392,7 +356,7 @@ def measure_through_proxy(
                 per_batch.append(proxy.requests())
                 if response.get("batchItemFailures"):
                     raise RuntimeError(f"a benchmark batch failed records: {response}")
-        counted = first_deliveries_of([warm_up, *cut])
+        counted = [delivery for batch in (warm_up, *cut) for delivery in batch]
         exact = _exact(admin, counters_table, markers_table, stream, counted)
     finally:
         drop_tables(admin, [counters_table, markers_table])
@@ -409,20 +373,8 @@ def measure_through_proxy(
     cpu = cpu_s / ran
     stretch = max(1.0, LAMBDA_FULL_VCPU_MB / memory_mb)
     lambda_s = max(cpu * stretch, wall - stalled + cpu * (stretch - 1))
-    computed_s = (
-        cpu * stretch
-        + sum(requests.get(name, 0.0) * getattr(latencies, field) for name, field in LATENCY_OF.items()) / 1000
-    )
-    traffic = Traffic(
-        events_per_second=float(records / ran * pack),
-        keys=keys,
-        events_per_message=pack,
-        counters=COUNTERS,
-        key_bytes=KEY_BYTES,
-        windows=("hour", "day") if windows else (),
-        memory_mb=memory_mb,
-    )
-    model = price(traffic, round(records / ran), latencies=latencies, page_bytes=store_page_bytes, batches=max(2, ran))
+    computed_s = cpu * stretch + _requests_s(requests, latencies)
+    model = _model(packed, windows, keys, memory_mb, records / ran, ran, latencies)
     gb = memory_mb / 1024
     per_event = ran / events * 1e6
     return ProxiedDuration(
@@ -460,12 +412,10 @@ def _workload(
     pack = PACK if packed else 1
     # Enough events for ``batches`` full batches: a batch holds ``batch_size`` records, or fewer when the
     # 6 MB payload fills first (sized on a sample of the same stream; its smallest record, so never short).
-    sample_spec = WorkloadSpec(events=20 * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
-    sample = lambda_event(deliver("U", usage_events(sample_spec), sample_spec, packed=packed).deliveries, 0)
+    sample = lambda_event(u_stream(20 * pack, packed=packed, keys=keys, seed=seed).deliveries, 0)
     smallest = min(len(json.dumps(record)) for record in sample["Records"])
     records = min(batch_size, MAX_INVOKE_PAYLOAD_BYTES // smallest + 1)
-    spec = WorkloadSpec(events=(batches + 1) * records * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
-    stream = deliver("U", usage_events(spec), spec, packed=packed).without_resends()
+    stream = u_stream((batches + 1) * records * pack, packed=packed, keys=keys, seed=seed)
     warm_up, *cut = payload_batches(stream.deliveries, batch_size, time.time_ns() // 1_000_000)[: batches + 1]
     if not cut:
         raise ValueError(f"{batches} batch(es) of {batch_size} records need more events than the workload drew")
@@ -500,101 +450,77 @@ def stalled_s(requests: Sequence[ProxiedRequest]) -> float:
     return stalled
 
 
-def first_deliveries_of(batches: Sequence[Sequence[Delivery]]) -> list[Delivery]:
-    return [delivery for batch in batches for delivery in batch]
-
-
 def _exact(
     admin: DynamoDBClient, counters_table: str, markers_table: str, stream: Stream, counted: Sequence[Delivery]
 ) -> bool:
     """Whether every key's all-time counters are the sums of the delivered messages' events."""
-    expected: dict[str, dict[str, Decimal]] = {}
-    for delivery in counted:
-        for index in range(delivery.first_event, delivery.first_event + delivery.event_count):
-            event = stream.events[index]
-            sums = expected.setdefault(event.key, {})
-            for name, delta in event.deltas.items():
-                sums[name] = sums.get(name, Decimal(0)) + Decimal(delta)
+    expected = event_sums(stream.events, counted)
     store = DynamoDBCounterStore(admin, counters_table, markers_table, 86_400)
-    return all(
-        {name: value for name, value in read_counters(store, key).items() if name in sums} == sums
-        for key, sums in expected.items()
-    )
+    return compare(expected, expected, {key: read_counters(store, key) for key in expected}).exact
 
 
-def proxied_table(rows: Sequence[ProxiedDuration], memory_mb: int) -> Table:
-    out = Table(title=f"handler duration per batch through the latency proxy (workload U), Lambda at {memory_mb} MB")
-    for name in (
-        "configuration",
-        "batches",
-        "records/batch",
-        "events/batch",
-        "requests/batch",
-        "wall ms here",
-        "CPU ms",
-        "in requests ms (modeled)",
-        "stalled on Local ms",
-        "Lambda ms",
-        "computed ms",
-        "model ms",
+PROXIED_COLUMNS: Final[list[Column]] = [
+    field("config", header="configuration"),
+    field("batches"),
+    field("records_per_batch", ",.0f", "records/batch"),
+    field("events_per_batch", ",.0f", "events/batch"),
+    per_operation("requests", "requests/batch"),
+    field("wall_ms", ",.0f", "wall ms here"),
+    field("cpu_ms", ",.0f", "CPU ms"),
+    ("in requests ms (modeled)", lambda row: f"{row['request_ms']:,.0f} ({row['modeled_ms']:,.0f})"),
+    field("stalled_ms", ",.0f", "stalled on Local ms"),
+    field("lambda_ms", ",.0f", "Lambda ms"),
+    field("computed_ms", ",.0f", "computed ms"),
+    field("model_ms", ",.0f", "model ms"),
+    (
         "GB-s / M events: proxy / computed / model",
-        "exact",
-    ):
-        out.add_column(name, justify="left" if name == "configuration" else "right")
-    for row in rows:
-        out.add_row(
-            row.config,
-            str(row.batches),
-            f"{row.records_per_batch:,.0f}",
-            f"{row.events_per_batch:,.0f}",
-            ", ".join(f"{name} {count:.1f}" for name, count in sorted(row.requests.items())),
-            f"{row.wall_ms:,.0f}",
-            f"{row.cpu_ms:,.0f}",
-            f"{row.request_ms:,.0f} ({row.modeled_ms:,.0f})",
-            f"{row.stalled_ms:,.0f}",
-            f"{row.lambda_ms:,.0f}",
-            f"{row.computed_ms:,.0f}",
-            f"{row.model_ms:,.0f}",
-            f"{row.gb_s_per_million_events:,.1f} / {row.computed_gb_s_per_million_events:,.1f} / "
-            f"{row.model_gb_s_per_million_events:,.1f}",
-            "yes" if row.exact else "NO",
-        )
-    return out
+        lambda row: " / ".join(
+            format(row[name], ",.1f")
+            for name in ("gb_s_per_million_events", "computed_gb_s_per_million_events", "model_gb_s_per_million_events")
+        ),
+    ),
+    EXACT,
+]
 
 
-def template_memory_mb() -> int:
-    """The template's ``MemorySize`` parameter default: what a default deployment runs with."""
-    return int(load_template(TEMPLATE)["Parameters"]["MemorySize"]["Default"])
+def template_default(parameter: str) -> int:
+    """A template parameter's default (``MemorySize``, ``BatchSize``): what a default deployment runs with."""
+    return int(load_template(TEMPLATE)["Parameters"][parameter]["Default"])
 
 
-def template_batch_size() -> int:
-    return int(load_template(TEMPLATE)["Parameters"]["BatchSize"]["Default"])
+def run_priced(batches: int, memory_mb: int, progress: Console) -> list[Duration]:
+    """Single and packed U, windows off and on, at 100 and 700 records, requests priced at assumed latencies."""
+    rows = []
+    with DynamoDBLocal() as ddb:
+        for packed, windows, size in itertools.product((False, True), (False, True), (100, 700)):
+            progress.print(f"running {'packed' if packed else 'single'}, windows {windows}, {size} ...")
+            rows.append(
+                measure(ddb, packed=packed, windows=windows, batch_size=size, batches=batches, memory_mb=memory_mb)
+            )
+    return rows
 
 
-def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int]) -> list[ProxiedDuration]:
+def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int], progress: Console) -> list[ProxiedDuration]:
     """Single and packed U, at the template's ``BatchSize`` (cut at 6 MB) and at 100 records, windows on,
     at each ``TALLY_WRITE_CONCURRENCY`` of ``concurrencies``."""
-    console = Console(width=200, stderr=True)
     rows = []
+    sizes = (template_default("BatchSize"), 100)
     with DynamoDBLocal() as ddb, LatencyProxy(ddb.endpoint_url) as proxy:
-        for packed in (False, True):
-            for size in (template_batch_size(), 100):
-                for concurrency in concurrencies:
-                    console.print(
-                        f"through the proxy: {'packed' if packed else 'single'}, BatchSize {size}, "
-                        f"write concurrency {concurrency} ..."
-                    )
-                    rows.append(
-                        measure_through_proxy(
-                            ddb,
-                            proxy,
-                            packed=packed,
-                            batch_size=size,
-                            batches=batches,
-                            memory_mb=memory_mb,
-                            extra_environment={WRITE_CONCURRENCY: str(concurrency)},
-                        )
-                    )
+        for packed, size, concurrency in itertools.product((False, True), sizes, concurrencies):
+            kind = "packed" if packed else "single"
+            progress.print(f"through the proxy: {kind}, BatchSize {size}, write concurrency {concurrency} ...")
+            written = {WRITE_CONCURRENCY: str(concurrency)}
+            rows.append(
+                measure_through_proxy(
+                    ddb,
+                    proxy,
+                    packed=packed,
+                    batch_size=size,
+                    batches=batches,
+                    memory_mb=memory_mb,
+                    extra_environment=written,
+                )
+            )
     return rows
 
 
@@ -607,8 +533,7 @@ def run_proxied(batches: int, memory_mb: int, concurrencies: Sequence[int]) -> l
     default=None,
     help="Default: 512, or with --proxy the template's MemorySize.",
 )
-@click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the rows as JSON.")
-@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON instead of a table.")
+@json_options
 @click.option(
     "--write-concurrency",
     "concurrencies",
@@ -631,39 +556,23 @@ def main(  # noqa: PLR0917 - click passes one argument per option
 ) -> None:
     """Time batches: by default 100 and 700 records, single and packed, windows on and off, requests priced
     at assumed latencies; with ``--proxy``, the real handler through the latency proxy."""
-    console = Console(width=200)
-    documents: list[dict[str, Any]]
+    progress = console(stderr=as_json)
     if proxy:
-        memory = memory_mb or template_memory_mb()
-        proxied = run_proxied(batches, memory, concurrencies or (DEFAULT_WRITE_CONCURRENCY,))
-        documents = [asdict(row) for row in proxied]
-        if not as_json:
-            console.print(proxied_table(proxied, memory))
-            console.print(
-                "Lambda ms = wall - stalled on Local + CPU x (1769 MB / memory - 1); computed = CPU x 1769/memory + "
-                f"requests x assumed {Latencies()}; proxy latencies {RequestLatencies()}"
-            )
+        memory = memory_mb or template_default("MemorySize")
+        proxied = run_proxied(batches, memory, concurrencies or (DEFAULT_WRITE_CONCURRENCY,), progress)
+        rows, columns = [asdict(row) for row in proxied], PROXIED_COLUMNS
+        title = f"handler duration per batch through the latency proxy (workload U), Lambda at {memory} MB"
+        note = (
+            "Lambda ms = wall - stalled on Local + CPU x (1769 MB / memory - 1); computed = CPU x 1769/memory + "
+            f"requests x assumed {ASSUMED}; proxy latencies {RequestLatencies()}"
+        )
     else:
         memory = memory_mb or 512
-        rows = []
-        with DynamoDBLocal() as ddb:
-            for packed in (False, True):
-                for windows in (False, True):
-                    for size in (100, 700):
-                        console.print(f"running {'packed' if packed else 'single'}, windows {windows}, {size} ...")
-                        rows.append(
-                            measure(
-                                ddb, packed=packed, windows=windows, batch_size=size, batches=batches, memory_mb=memory
-                            )
-                        )
-        documents = [asdict(row) for row in rows]
-        if not as_json:
-            console.print(table(rows, memory))
-            console.print(f"AWS-like = CPU x max(1, 1769 MB / memory) + requests x assumed latencies {Latencies()}")
-    if as_json:
-        print(json.dumps(documents, indent=2))
-    if json_out is not None:
-        write_rows(json_out, "duration", documents, {"memory_mb": memory})
+        rows, columns = [asdict(row) for row in run_priced(batches, memory, progress)], COLUMNS
+        title = f"handler duration per batch (workload U), Lambda at {memory} MB"
+        note = f"AWS-like = CPU x max(1, 1769 MB / memory) + requests x assumed latencies {ASSUMED}"
+    parameters = {"memory_mb": memory}
+    sys.exit(report("duration", title, columns, rows, parameters, json_out=json_out, as_json=as_json, notes=[note]))
 
 
 if __name__ == "__main__":

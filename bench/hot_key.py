@@ -6,24 +6,22 @@ restores that rule at the botocore layer: a ``TransactWriteItems`` whose items o
 flight (on any consumer) is cancelled with ``TransactionConflict``, shaped as the service reports it, and
 tally's applier retries it with backoff like any conflict. Everything else is the production code.
 
-Run: ``python -m bench.hot_key [--events 20000] [--consumers 4] [--shards 8]`` (``make bench-hot-key``).
-Prints conflicts per batch and events per second for both runs and their ratio; checks exact counts.
+Run: ``python -m bench hot-key [--events 20000] [--consumers 4] [--shards 8] [--json-out FILE]`` (``make
+bench-hot-key``). Prints conflicts per batch and events per second for both runs and their ratio; checks exact counts.
 """
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from decimal import Decimal
 from queue import Empty, Queue
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Final
 
-from rich.console import Console
-from rich.table import Table
-
+from bench.peers.tables import drop_tables, tally_tables
+from bench.results import field, load_options, report
 from tally.commit.applier import Applier, RetryPolicy
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
@@ -34,11 +32,11 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.kit.conflicts import ConflictEmulator
-from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from bench.results import Column
     from tally.core.model import DeadLetter
 
 TTL_S = 35 * 86_400
@@ -75,11 +73,7 @@ def run_case(
 ) -> RunFigures:
     """Feed ``events`` single-event messages on one key to ``consumers`` concurrent pipelines."""
     client = ddb.client()
-    definitions = table_definitions(load_template(_template()))
-    suffix = uuid.uuid4().hex[:8]
-    counters, markers = f"bench-hot-counters-{suffix}", f"bench-hot-markers-{suffix}"
-    client.create_table(**definitions["CountersTable"].create_table_kwargs(counters))
-    client.create_table(**definitions["MarkersTable"].create_table_kwargs(markers))
+    counters, markers = tally_tables(client, "hot", uuid.uuid4().hex[:8])
     emulator = ConflictEmulator()
     batches: Queue[list[SourceRecord]] = Queue()
     for start in range(0, events, batch_size):
@@ -129,15 +123,8 @@ def run_case(
     counted = read_counters(DynamoDBCounterStore(client, counters, markers, TTL_S, hot), HOT_KEY).get(
         "count", Decimal(0)
     )
-    for table in (counters, markers):
-        client.delete_table(TableName=table)
+    drop_tables(client, [counters, markers])
     return RunFigures(label, events, batch_count, emulator.conflicts, emulator.transactions, seconds, counted)
-
-
-def _template() -> Any:
-    from pathlib import Path  # noqa: PLC0415
-
-    return Path(__file__).resolve().parents[1] / "template.yaml"
 
 
 def compare(ddb: DynamoDBLocal, events: int, consumers: int, shards: int) -> tuple[RunFigures, RunFigures]:
@@ -148,40 +135,43 @@ def compare(ddb: DynamoDBLocal, events: int, consumers: int, shards: int) -> tup
     return plain, sharded
 
 
-def print_figures(figures: Sequence[RunFigures], console: Console) -> None:
-    table = Table(title="one hot key, concurrent consumers (DynamoDB Local + conflict emulation)")
-    for column in ("case", "events", "batches", "conflicts/batch", "transactions", "events/s", "exact"):
-        table.add_column(column, justify="left" if column == "case" else "right")
-    for run in figures:
-        exact = "yes" if run.counted == run.events else f"NO ({run.counted})"
-        table.add_row(
-            run.label,
-            f"{run.events:,}",
-            f"{run.batches:,}",
-            f"{run.conflicts_per_batch:.2f}",
-            f"{run.transactions:,}",
-            f"{run.events_per_second:,.0f}",
-            exact,
-        )
-    console.print(table)
-    plain, sharded = figures
-    console.print(
+COLUMNS: Final[list[Column]] = [
+    field("label", header="case"),
+    field("events", ","),
+    field("batches", ","),
+    field("conflicts_per_batch", ".2f", "conflicts/batch"),
+    field("transactions", ","),
+    field("events_per_second", ",.0f", "events/s"),
+    ("exact", lambda row: "yes" if row["exact"] else f"NO ({row['counted']})"),
+]
+
+
+def main() -> int:
+    parser = load_options(
+        "one hot key under concurrent consumers, with and without write sharding", events=20_000, keys=None
+    )
+    parser.add_argument("--consumers", type=int, default=4)
+    parser.add_argument("--shards", type=int, default=8)
+    args = parser.parse_args()
+    with DynamoDBLocal() as ddb:
+        plain, sharded = compare(ddb, args.events, args.consumers, args.shards)
+    rows = [
+        {
+            **asdict(run),
+            "counted": int(run.counted),
+            "conflicts_per_batch": run.conflicts_per_batch,
+            "events_per_second": run.events_per_second,
+            "exact": run.counted == run.events,
+        }
+        for run in (plain, sharded)
+    ]
+    note = (
         f"sharded vs unsharded: {sharded.events_per_second / plain.events_per_second:.2f}x events/s, "
         f"conflicts per batch {plain.conflicts_per_batch:.2f} -> {sharded.conflicts_per_batch:.2f}"
     )
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--events", type=int, default=20_000)
-    parser.add_argument("--consumers", type=int, default=4)
-    parser.add_argument("--shards", type=int, default=8)
-    args = parser.parse_args(argv)
-    console = Console()
-    with DynamoDBLocal() as ddb:
-        figures = compare(ddb, args.events, args.consumers, args.shards)
-    print_figures(figures, console)
-    return 0 if all(run.counted == run.events for run in figures) else 1
+    title = "one hot key, concurrent consumers (DynamoDB Local + conflict emulation)"
+    parameters = {"events": args.events, "consumers": args.consumers, "shards": args.shards}
+    return report("hot-key", title, COLUMNS, rows, parameters, json_out=args.json_out, notes=[note])
 
 
 if __name__ == "__main__":

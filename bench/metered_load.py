@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from bench.deployment import default_settings
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.peers.tables import tally_tables
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue
 from tally.core.model import SourceRecord
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import wire_pipeline
@@ -49,6 +49,19 @@ class MeteredRun:
     def failed(self) -> int:
         return sum(len(result.failed_record_ids) for result in self.results)
 
+    @property
+    def clean(self) -> bool:
+        """Every record applied and none dead-lettered: the first condition of an exact count."""
+        return not self.failed and not self.dead_letters
+
+    def per_event(self, events: int) -> dict[str, float]:
+        """What every load shape reports: write units and requests per event, and events per second."""
+        return {
+            "write_units_per_event": self.usage.write_units / events,
+            "requests_per_event": self.usage.requests / events,
+            "events_per_s": events / self.seconds,
+        }
+
 
 def fresh_id() -> str:
     """A prefix for one run's message ids and table names."""
@@ -65,27 +78,20 @@ def run_metered(
     remaining_ms: Callable[[], int] = lambda: 60_000,
 ) -> MeteredRun:
     """Process ``bodies`` in batches of ``BATCH`` under ``declared`` (``TALLY_*`` variables) on new tables."""
-    suffix = fresh_id()
-    counters, markers = f"bench-{tag}-counters-{suffix}", f"bench-{tag}-markers-{suffix}"
-    definitions = _definitions()
-    create_from_template(admin, definitions["CountersTable"], counters)
-    create_from_template(admin, definitions["MarkersTable"], markers)
+    counters, markers = tally_tables(admin, tag, fresh_id())
     dead_letters = RecordingDeadLetterQueue()
     pipeline = wire_pipeline(client, dead_letters, default_settings(counters, markers, dict(declared)))
     meter = DynamoDBMeter()
     meter.track(counters, ["pk", "sk"], "counters")
     meter.track(markers, ["id"], "markers")
-    meter.attach(client)
-    started = time.perf_counter()
     results = []
-    for first in range(0, len(bodies), BATCH):
-        batch = bodies[first : first + BATCH]
-        records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(batch)]
-        results.append(pipeline.process(records, NOW_MS, remaining_ms))
-    seconds = time.perf_counter() - started
-    meter.detach(client)
-    if meter.unsupported:
-        raise RuntimeError(f"calls the meter cannot bill: {meter.unsupported}")
+    with meter.attached(client):
+        started = time.perf_counter()
+        for first in range(0, len(bodies), BATCH):
+            batch = bodies[first : first + BATCH]
+            records = [SourceRecord(f"r{first + i}", body, NOW_MS) for i, body in enumerate(batch)]
+            results.append(pipeline.process(records, NOW_MS, remaining_ms))
+        seconds = time.perf_counter() - started
     return MeteredRun(
         meter.usage(), seconds, tuple(results), tuple(dead_letters.letters), CounterReader(counters, client=admin)
     )

@@ -25,15 +25,12 @@ import statistics
 import threading
 import time
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-import boto3
-
-from bench.deployment import default_settings
+from bench.deployment import TEMPLATE, default_settings
 from bench.metered_load import BATCH, fresh_id
-from bench.peers.tables import create_from_template
-from bench.peers.tally_pipeline import RecordingDeadLetterQueue, _definitions
+from bench.peers.tables import tally_tables
+from bench.peers.tally_pipeline import RecordingDeadLetterQueue
 from bench.results import EXACT, Row, beside, field, load_options, report
 from tally.config import COUNTER_THRESHOLDS, NOTIFICATIONS_TABLE, WINDOWS
 from tally.core.model import SourceRecord
@@ -50,7 +47,6 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-ROOT: Final = Path(__file__).resolve().parents[1]
 LOADS: Final = ("sums", "thresholds, never crossed", "thresholds, crossed")
 
 
@@ -93,50 +89,32 @@ def _commit_times(client: DynamoDBClient, table: str) -> dict[str, float]:
     return committed
 
 
-def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBClient) -> dict[str, Any]:
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=CLIENT_CONFIG,
-    )
+def measure(load: str, events: int, keys: int, ddb: DynamoDBLocal) -> dict[str, Any]:
+    client, admin, endpoint = ddb.client(CLIENT_CONFIG), ddb.client(), ddb.endpoint_url
     suffix = fresh_id()
     per_key = events // keys
-    tables = {name: f"bench-ntf-{name}-{suffix}" for name in ("counters", "markers", "notifications")}
-    definitions = _definitions()
-    for logical_id, name in (
-        ("CountersTable", "counters"),
-        ("MarkersTable", "markers"),
-        ("NotificationsTable", "notifications"),
-    ):
-        create_from_template(admin, definitions[logical_id], tables[name])
+    logical_ids = ("CountersTable", "MarkersTable", "NotificationsTable")
+    counters, markers, notifications = tally_tables(admin, "ntf", suffix, *logical_ids)
     levels = {
         "sums": "",
         "thresholds, never crossed": "u:*#n>=1000000000",
         "thresholds, crossed": "u:*#n>=" + ",".join(str(per_key * q // 4) for q in (1, 2, 3, 4)),
     }[load]
-    declared = {WINDOWS: "", COUNTER_THRESHOLDS: levels, NOTIFICATIONS_TABLE: tables["notifications"]}
-    pipeline = wire_pipeline(
-        client, RecordingDeadLetterQueue(), default_settings(tables["counters"], tables["markers"], declared)
-    )
+    declared = {WINDOWS: "", COUNTER_THRESHOLDS: levels, NOTIFICATIONS_TABLE: notifications}
+    pipeline = wire_pipeline(client, RecordingDeadLetterQueue(), default_settings(counters, markers, declared))
     meter = DynamoDBMeter()
-    meter.track(tables["counters"], ["pk", "sk"], "counters")
-    meter.track(tables["markers"], ["id"], "markers")
-    meter.track(tables["notifications"], ["notification_id"], "notifications")
-    committed = _commit_times(client, tables["notifications"])
+    meter.track(counters, ["pk", "sk"], "counters")
+    meter.track(markers, ["id"], "markers")
+    meter.track(notifications, ["notification_id"], "notifications")
+    committed = _commit_times(client, notifications)
     bus = _TimedBus()
-    template = load_template(ROOT / "template.yaml")
-    resources = LocalResources(
-        "bench", template, endpoint, endpoint, {"NotificationsTable": tables["notifications"]}, {}, {}
-    )
+    template = load_template(TEMPLATE)
+    resources = LocalResources("bench", template, endpoint, endpoint, {"NotificationsTable": notifications}, {}, {})
     pipe = LocalNotificationsPipe(resources, events=bus, poll_s=0.05)
     bodies = [json.dumps({"id": f"{suffix}-{n}", "key": f"u:{n % keys}", "deltas": {"n": 1}}) for n in range(events)]
-    meter.attach(client)
-    started = time.perf_counter()
     failed = 0
-    with pipe:
+    with meter.attached(client), pipe:
+        started = time.perf_counter()
         for first in range(0, len(bodies), BATCH):
             now_ms = time.time_ns() // 1_000_000
             records = [
@@ -147,11 +125,10 @@ def measure(load: str, events: int, keys: int, endpoint: str, admin: DynamoDBCli
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and len(bus.first_put_ms) < len(committed):
             time.sleep(0.05)
-    meter.detach(client)
     usage = meter.usage()
-    reader = CounterReader(tables["counters"], client=admin)
+    reader = CounterReader(counters, client=admin)
     counted = reader.get_many([f"u:{k}" for k in range(keys)])
-    recorded = NotificationReader(tables["notifications"], client=admin).list()
+    recorded = NotificationReader(notifications, client=admin).list()
     exact = failed == 0 and all(value.values.get("n") == Decimal(per_key) for value in counted.values())
     if load == "thresholds, crossed":
         by_key: dict[str, list[Decimal]] = {}
@@ -191,7 +168,7 @@ def _lag(row: Row) -> str:
 def main() -> int:
     args = load_options("threshold notifications: cost beside plain sums, commit -> put").parse_args()
     with DynamoDBLocal() as ddb:
-        rows = [measure(load, args.events, args.keys, ddb.endpoint_url, ddb.client()) for load in LOADS]
+        rows = [measure(load, args.events, args.keys, ddb) for load in LOADS]
     sums = rows[0]["write_units_per_event"]
     columns = [
         field("load"),
@@ -199,7 +176,7 @@ def main() -> int:
         field("read_units_per_event", ".4f"),
         field("requests_per_event", ".4f"),
         field("transactions"),
-        ("cancelled", lambda row: str(row["cancelled_transactions"])),
+        field("cancelled_transactions", header="cancelled"),
         field("crossings"),
         ("commit->put p50/p95/max ms", _lag),
         EXACT,

@@ -83,16 +83,13 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
     run = run_metered(bodies, {WINDOWS: "", COUNTER_DEFAULTS: declared}, client, admin, tag="pat")
     start_value = 1000 if declared else 0
     counted = run.reader.get_many(expected)
-    exact = not run.failed and not run.dead_letters
-    exact = exact and all(counted[key].value() == Decimal(start_value + count) for key, count in expected.items())
+    exact = run.clean and all(counted[key].value() == Decimal(start_value + count) for key, count in expected.items())
     return {
         "pattern": name,
         "events": events,
-        "write_units_per_event": run.usage.write_units / events,
-        "requests_per_event": run.usage.requests / events,
+        **run.per_event(events),
         "conditional_failures": run.usage.conditional_failures,
         "gauge_writes": run.usage.calls.get("UpdateItem", 0),
-        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 
@@ -125,8 +122,8 @@ def main() -> int:
         field("pattern"),
         beside("write_units_per_event", lambda _: sums, "write units/event"),
         field("requests_per_event", ".4f"),
-        ("gauge UpdateItems", lambda row: str(row.get("gauge_writes", "-"))),
-        ("failed conditions", lambda row: str(row.get("conditional_failures", "-"))),
+        field("gauge_writes", header="gauge UpdateItems"),
+        field("conditional_failures", header="failed conditions"),
         EXACT,
     ]
     title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"

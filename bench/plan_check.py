@@ -26,22 +26,19 @@ writes, and a re-send the gate lets through costs a cancelled transaction, which
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final
 
 import click
-from rich.console import Console
-from rich.table import Table
 
 from bench.peers.naive import NaiveCounter
 from bench.peers.tally_pipeline import TallyCounter
-from bench.results import write_rows
+from bench.results import console, field, json_options, pair, report
 from bench.suite import run_peer
-from bench.workloads import WorkloadSpec, deliver, usage_events
+from bench.workloads import PACK, u_stream
 from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
 from tally.runtime import CLIENT_CONFIG
 from tally.store.pages import encode_page
@@ -49,21 +46,37 @@ from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
+    from pathlib import Path
 
-    from mypy_boto3_dynamodb import DynamoDBClient
-
-    from bench.peers import Peer
-    from bench.suite import PeerFactory
+    from bench.results import Column, Row
     from tally.core.aggregate import Totals
 
 TOLERANCE: Final = 0.10
-PACK: Final = 100
 KEY_BYTES: Final = len("usage:tenant-0000")
-"""``bench.workloads`` names keys ``usage:tenant-NNNN``."""
-COUNTERS: Final = 2
-"""``units`` and ``cost``."""
-WINDOWS: Final = ("hour", "day")
-"""The template's default (``bench.deployment`` runs it when windows are on)."""
+"""``bench.workloads`` names U's keys ``usage:tenant-NNNN``."""
+
+
+def u_traffic(
+    events_per_message: int = 1, *, windows: bool, keys: int = 1000, events_per_second: float = 1.0, **more: Any
+) -> Traffic:
+    """U as ``tally.cost.model`` describes traffic: two counters (``units``, ``cost``), U's key names, the
+    template's windows (hour, day) or none. The units per event do not depend on the rate: one a second."""
+    windowed = ("hour", "day") if windows else ()
+    return Traffic(
+        events_per_second,
+        keys,
+        events_per_message=events_per_message,
+        counters=2,
+        key_bytes=KEY_BYTES,
+        windows=windowed,
+        **more,
+    )
+
+
+def u_records_per_batch(events_per_message: int) -> int:
+    """The most records of U one batch holds: the template's ``BatchSize`` (10,000) as Lambda's 6 MB payload cuts it
+    (``Traffic.record_bytes``)."""
+    return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // u_traffic(events_per_message, windows=False).record_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +109,10 @@ HIGH_VOLUME: Final = (
 payload holds (``Traffic.record_bytes``); the target is <= 0.03 write units per event, windows off."""
 
 
-SINGLE_AT_DEFAULTS: Final = min(
-    MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // Traffic(1.0, 1000, counters=COUNTERS, key_bytes=KEY_BYTES).record_bytes
-)
-"""Single-event records per batch at the template's ``BatchSize`` (10,000): what Lambda's 6 MB payload holds."""
 NUMBERED: Final = tuple(
     Config(packed=False, windows=windows, batch_size=size, numbered=numbered)
     for windows in (False, True)
-    for size in (100, SINGLE_AT_DEFAULTS)
+    for size in (100, u_records_per_batch(1))
     for numbered in (True, False)
 )
 """Single-event messages, numbered ids beside random ids, at 100 records and at the defaults."""
@@ -129,6 +138,33 @@ class Check:
     @property
     def passed(self) -> bool:
         return self.exact and abs(self.ratio - 1) <= TOLERANCE
+
+    def row(self) -> Row:
+        return {**asdict(self), "ratio": self.ratio, "passed": self.passed}
+
+
+PREDICTED_MEASURED: Final[list[Column]] = [
+    field("config", header="configuration"),
+    field("events", ","),
+    field("batches"),
+    field("predicted_write_units", ".4f", "predicted WU/event"),
+    field("measured_write_units", ".4f", "measured WU/event"),
+    field("ratio", ".3f"),
+]
+"""The columns of a check, in this table and in ``bench.cost_chart``'s."""
+
+
+def _verdict(row: Row) -> str:
+    if "passed" not in row:
+        return "-"  # the naive peer's row: nothing was predicted for it
+    return "PASS" if row["passed"] else "FAIL" if row["exact"] else "FAIL (count not exact)"
+
+
+COLUMNS: Final[list[Column]] = [
+    *PREDICTED_MEASURED,
+    pair("predicted_read_units", "measured_read_units", ".4f", "RU/event predicted / measured"),
+    ("verdict", _verdict),
+]
 
 
 def configs(batch_sizes: Sequence[int] = (10, 100, 700), pack: int = PACK) -> list[Config]:
@@ -160,26 +196,12 @@ def run_checks(
         progress(config.name)
         per_batch = config.batch_size * config.events_per_message
         batches = max(min_batches, math.ceil(min_events / per_batch))
-        spec = WorkloadSpec(events=batches * per_batch, keys=keys, resend_rate=0.0, pack=config.pack, seed=seed)
-        stream = deliver("U", usage_events(spec), spec, packed=config.packed, numbered=config.numbered)
-        stream = stream.without_resends()
-        run = run_peer(
-            _factory(config),
-            stream,
-            client=client,
-            admin=admin,
-            batch_size=config.batch_size,
+        stream = u_stream(
+            batches * per_batch, packed=config.packed, keys=keys, seed=seed, pack=config.pack, numbered=config.numbered
         )
-        traffic = Traffic(
-            events_per_second=1.0,  # the units per event do not depend on the rate
-            keys=keys,
-            zipf_s=spec.zipf_s,
-            events_per_message=config.events_per_message,
-            counters=COUNTERS,
-            key_bytes=KEY_BYTES,
-            windows=WINDOWS if config.windows else (),
-            numbered_ids=config.numbered,
-        )
+        peer = partial(TallyCounter, packed=config.packed, windows=config.windows)
+        run = run_peer(peer, stream, client=client, admin=admin, batch_size=config.batch_size)
+        traffic = u_traffic(config.events_per_message, windows=config.windows, keys=keys, numbered_ids=config.numbered)
         # The run lasts minutes, within an hour: it moves no ended windows, so they are not priced here
         # (``--windows`` measures them over a simulated day).
         predicted = simulate(
@@ -205,42 +227,14 @@ def naive_write_units(
 ) -> float:
     """Write units per event of the naive peer (one ``UpdateItem ADD`` per event: not exact under faults) on
     the same single-event stream, metered the same way: what the numbered-ids target is measured against."""
-    spec = WorkloadSpec(events=max(min_events, 2 * batch_size), keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
-    stream = deliver("U", usage_events(spec), spec, packed=False).without_resends()
+    stream = u_stream(max(min_events, 2 * batch_size), packed=False, keys=keys, seed=seed)
     run = run_peer(NaiveCounter, stream, client=ddb.client(CLIENT_CONFIG), admin=ddb.client(), batch_size=batch_size)
     return run.write_units_per_event
-
-
-def _factory(config: Config) -> PeerFactory:
-    def build(client: DynamoDBClient, admin: DynamoDBClient, suffix: str) -> Peer:
-        return TallyCounter(client, admin, suffix, packed=config.packed, windows=config.windows)
-
-    return build
 
 
 def store_page_bytes(increments: Totals) -> int:
     """A journal page as the store encodes it (the model bills pages at this size)."""
     return len(encode_page(increments))
-
-
-def table(checks: Sequence[Check]) -> Table:
-    out = Table(title="tally plan: predicted vs measured write units per event (workload U, no re-sends)")
-    for name in ("configuration", "events", "batches", "predicted WU/event", "measured WU/event", "ratio"):
-        out.add_column(name, justify="left" if name == "configuration" else "right")
-    out.add_column("RU/event predicted / measured", justify="right")
-    out.add_column("verdict")
-    for check in checks:
-        out.add_row(
-            check.config,
-            f"{check.events:,}",
-            str(check.batches),
-            f"{check.predicted_write_units:.4f}",
-            f"{check.measured_write_units:.4f}",
-            f"{check.ratio:.3f}",
-            f"{check.predicted_read_units:.4f} / {check.measured_read_units:.4f}",
-            "PASS" if check.passed else ("FAIL (count not exact)" if not check.exact else "FAIL"),
-        )
-    return out
 
 
 WINDOWS_CONFIGS: Final = (
@@ -264,13 +258,8 @@ def run_window_checks(ddb: DynamoDBLocal, progress: Callable[[str], None] = lamb
         progress(config.name)
         measured = run_windows(ddb, config)
         events_per_message = PACK if packed else 1
-        traffic = Traffic(
-            events_per_second=records * events_per_message * rate / 3600,
-            keys=1000,
-            events_per_message=events_per_message,
-            counters=COUNTERS,
-            key_bytes=KEY_BYTES,
-            windows=WINDOWS,
+        traffic = u_traffic(
+            events_per_message, windows=True, events_per_second=records * events_per_message * rate / 3600
         )
         batches = config.hours * rate
         predicted = simulate(traffic, records, batches=min(batches, 24), page_bytes=store_page_bytes)
@@ -292,7 +281,7 @@ def run_window_checks(ddb: DynamoDBLocal, progress: Callable[[str], None] = lamb
 @click.command()
 @click.option("--min-events", type=click.IntRange(min=1), default=20_000, show_default=True)
 @click.option("--keys", type=click.IntRange(min=1), default=1000, show_default=True)
-@click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the checks as JSON.")
+@json_options
 @click.option(
     "--high-volume",
     is_flag=True,
@@ -310,43 +299,36 @@ def run_window_checks(ddb: DynamoDBLocal, progress: Callable[[str], None] = lamb
     is_flag=True,
     help="Only windows on the key's item and their moves, over a simulated day.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON on standard output (no table).")
 def main(
     *,
     min_events: int,
     keys: int,
     json_out: Path | None,
+    as_json: bool,
     high_volume: bool,
     numbered: bool,
     windows_mode: bool,
-    as_json: bool,
 ) -> None:
     """Run every configuration on a DynamoDB Local of its own; exit 1 if any prediction misses by over 10%."""
-    console = Console(stderr=as_json)
+    out = console(stderr=as_json)
+
+    def progress(name: str) -> None:
+        out.print(f"running {name} ...")
+
     only = HIGH_VOLUME if high_volume else NUMBERED if numbered else None
-    naive = None
     with DynamoDBLocal() as ddb:
-        progress = lambda name: console.print(f"running {name} ...")  # noqa: E731
         if windows_mode:
             checks = run_window_checks(ddb, progress)
         else:
             checks = run_checks(ddb, keys=keys, min_events=min_events, progress=progress, only=only)
+        rows = [check.row() for check in checks]
         if numbered:
-            console.print("running naive ADD, single, windows off, 100 ...")
+            # The naive peer is not exact under faults; here it is the write units the target is measured against.
+            progress("naive ADD, single, windows off, 100")
             naive = naive_write_units(ddb, keys=keys, min_events=min_events)
-    rows: list[dict[str, object]] = [
-        {**asdict(check), "ratio": check.ratio, "passed": check.passed} for check in checks
-    ]
-    if naive is not None:
-        rows.append({"config": "naive ADD (not exact), single, windows off, 100", "measured_write_units": naive})
-    if as_json:
-        click.echo(json.dumps(rows, indent=2))
-    else:
-        console.print(table(checks))
-        if naive is not None:
-            console.print(f"naive ADD (not exact), single, windows off, 100: {naive:.4f} write units per event")
-    if json_out is not None:
-        write_rows(json_out, "plan-check", rows, {"checks": len(checks)})
+            rows.append({"config": "naive ADD (not exact), single, windows off, 100", "measured_write_units": naive})
+    title = "tally plan: predicted vs measured write units per event (workload U, no re-sends)"
+    report("plan-check", title, COLUMNS, rows, {"checks": len(checks)}, json_out=json_out, as_json=as_json)
     sys.exit(0 if all(check.passed for check in checks) else 1)
 
 

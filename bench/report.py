@@ -1,7 +1,7 @@
 """Turn a run's figures into the targets' verdicts, rich tables, ``docs/benchmarks.md``, a PNG chart and JSON.
 
-Nothing here measures: it only divides, compares and draws. Each table is defined once (``Grid``) and
-rendered by libraries: tabulate for markdown, rich for the console, matplotlib for the chart. Prices are
+Nothing here measures: it only divides, compares and draws. Each table is defined once (``bench.results.Grid``)
+and rendered by libraries: tabulate for markdown, rich for the console, matplotlib for the chart. Prices are
 DynamoDB on-demand in us-east-1 (since November 2024): $0.625 per million write request units, $0.125 per
 million read request units.
 """
@@ -19,31 +19,21 @@ import matplotlib as mpl
 mpl.use("Agg")  # headless: the chart is a file, never a window
 import matplotlib.pyplot as plt
 from matplotlib.ticker import FuncFormatter
-from rich.markup import escape
-from rich.table import Table
-from tabulate import tabulate
+
+from bench.results import Grid, field
+from tally.cost.model import Prices
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
     from pathlib import Path
 
+    from bench.results import Column
     from bench.suite import PeerRun, SuiteConfig
 
-WRITE_PRICE_PER_MILLION: Final = 0.625
-READ_PRICE_PER_MILLION: Final = 0.125
+PRICES: Final = Prices()
 PRICE_NOTE: Final = (
     "DynamoDB on-demand, us-east-1, prices in force since November 2024: "
     "$0.625 per million write request units, $0.125 per million read request units"
-)
-PEER_ORDER: Final = (
-    "naive",
-    "powertools",
-    "powertools-body-id",
-    "tally-single",
-    "tally-packed",
-    "tally-single-no-resends",
-    "tally-single-windows",
-    "tally-packed-windows",
 )
 PEER_LABELS: Final = {
     "naive": "naive UpdateItem ADD per event",
@@ -55,6 +45,8 @@ PEER_LABELS: Final = {
     "tally-single-windows": "tally, single-event, + template's default windows (hour, day)",
     "tally-packed-windows": "tally, packed, + template's default windows (hour, day)",
 }
+PEER_ORDER: Final = tuple(PEER_LABELS)
+"""The order of the peers in every table and in the chart."""
 CPU_TALLY_SINGLE: Final = "tally core, single-event records"
 CPU_TALLY_PACKED: Final = "tally core, packed records"
 CPU_POWERTOOLS: Final = "powertools loop + json_body sum, single-event records"
@@ -96,7 +88,7 @@ class Verdict:
 
 def cost_per_million_events(run: PeerRun) -> float:
     """Dollars per million events: units per event times the price per million units."""
-    return run.write_units_per_event * WRITE_PRICE_PER_MILLION + run.read_units_per_event * READ_PRICE_PER_MILLION
+    return (run.write_units_per_event * PRICES.write_unit + run.read_units_per_event * PRICES.read_unit) * 1e6
 
 
 def speedup(results: SuiteResults, peer: str, workload: str) -> float | None:
@@ -134,24 +126,17 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
         "; ".join(f"{r.workload} {r.peer} {ratio:.2f}x (committed only {_committed(r):.2f}x)" for r, ratio in ratios),
         bool(ratios) and all(ratio <= 1.05 for _, ratio in ratios),
     )
-    packed, single, powertools = (
-        results.run("tally-packed", "U"),
-        results.run("tally-single", "U"),
-        results.run("powertools", "U"),
-    )
-    if packed is not None:
-        add(
-            "U packed: write units per event",
-            "<= 0.25",
-            f"{packed.write_units_per_event:.4f}",
-            packed.write_units_per_event <= 0.25,
-        )
-        add(
-            "U packed: DynamoDB requests per event",
-            "<= 0.002",
-            f"{packed.requests_per_event:.5f}",
-            packed.requests_per_event <= 0.002,
-        )
+
+    def at_most(peer: str, target: str, figure: str, ceiling: float, spec: str) -> None:
+        """A per-event figure of ``peer`` on U against its ceiling."""
+        run = results.run(peer, "U")
+        if run is not None:
+            value = getattr(run, figure)
+            add(target, f"<= {ceiling:g}", format(value, spec), value <= ceiling)
+
+    at_most("tally-packed", "U packed: write units per event", "write_units_per_event", 0.25, ".4f")
+    at_most("tally-packed", "U packed: DynamoDB requests per event", "requests_per_event", 0.002, ".5f")
+    single, powertools = results.run("tally-single", "U"), results.run("powertools", "U")
     if single is not None and powertools is not None:
         add(
             "U single: write units per event",
@@ -159,21 +144,9 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
             f"{single.write_units_per_event:.3f}",
             single.write_units_per_event <= powertools.write_units_per_event,
         )
-    if single is not None:
-        add(
-            "U single: DynamoDB requests per event",
-            "<= 0.02",
-            f"{single.requests_per_event:.4f}",
-            single.requests_per_event <= 0.02,
-        )
-    clean = results.run("tally-single-no-resends", "U")
-    if clean is not None:
-        add(
-            "U single without re-sends: DynamoDB requests per event (the marker read gate; not a target)",
-            "<= 0.02",
-            f"{clean.requests_per_event:.5f}",
-            clean.requests_per_event <= 0.02,
-        )
+    at_most("tally-single", "U single: DynamoDB requests per event", "requests_per_event", 0.02, ".4f")
+    gate = "U single without re-sends: DynamoDB requests per event (the marker read gate; not a target)"
+    at_most("tally-single-no-resends", gate, "requests_per_event", 0.02, ".5f")
     for peer, floor in (("tally-single", 3.0), ("tally-packed", 30.0)):
         for workload in ("U", "H"):
             ratio = speedup(results, peer, workload)
@@ -196,20 +169,14 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
     cpu_single, cpu_packed, cpu_powertools = (
         results.cpu_rate(p) for p in (CPU_TALLY_SINGLE, CPU_TALLY_PACKED, CPU_POWERTOOLS)
     )
-    if cpu_single:
-        add(
-            "Handler CPU, single-event records (one core, no I/O)",
-            ">= 750,000 events/s",
-            f"{cpu_single:,.0f}",
-            cpu_single >= 750_000,
-        )
-    if cpu_packed:
-        add(
-            "Handler CPU, packed records (one core, no I/O)",
-            ">= 2,000,000 events/s",
-            f"{cpu_packed:,.0f}",
-            cpu_packed >= 2_000_000,
-        )
+    for rate, records, floor in ((cpu_single, "single-event", 750_000), (cpu_packed, "packed", 2_000_000)):
+        if rate:
+            add(
+                f"Handler CPU, {records} records (one core, no I/O)",
+                f">= {floor:,} events/s",
+                f"{rate:,.0f}",
+                rate >= floor,
+            )
     if cpu_single and cpu_powertools:
         ratio = cpu_single / cpu_powertools
         add(
@@ -231,55 +198,15 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
 
 
 # ------------------------------------------------------------------------------------------------ tables
-@dataclass(frozen=True, slots=True)
-class Grid:
-    """One table as text cells, defined once and rendered twice: markdown for the docs, rich for the console."""
-
-    header: Sequence[str]
-    rows: Sequence[Sequence[str]]
-    numeric_from: int = 1
-    """Columns from this one on are right-aligned."""
-
-    def _alignment(self) -> list[str]:
-        return ["left" if index < self.numeric_from else "right" for index in range(len(self.header))]
-
-    def markdown(self) -> list[str]:
-        """A markdown (pipe) table; cells are written as they are, never re-read as numbers."""
-        text = tabulate(
-            self.rows, headers=self.header, tablefmt="pipe", colalign=self._alignment(), disable_numparse=True
-        )
-        return str(text).splitlines()
-
-    def rich(self, title: str) -> Table:
-        """The same table on the console; a markdown ``**bold**`` cell (a failed check) shows in red."""
-        table = Table(title=title)
-        for column, justify in zip(self.header, self._alignment(), strict=True):
-            table.add_column(column, justify="left" if justify == "left" else "right")
-        for row in self.rows:
-            table.add_row(*(_console_cell(cell) for cell in row))
-        return table
-
-
-def _console_cell(cell: str) -> str:
-    if cell.startswith("**") and cell.endswith("**") and len(cell) > 4:
-        return f"[red]{escape(cell[2:-2])}[/]"
-    return escape(cell)
-
-
 def results_grid(results: SuiteResults) -> Grid:
     """Every run's figures, one row per peer and workload."""
-    return Grid(RESULT_COLUMNS, [_result_row(results, run) for run in _ordered(results.runs)], numeric_from=2)
+    return Grid.of(_result_columns(results), _ordered(results.runs), numeric_from=2)
 
 
 def verdicts_grid(results: SuiteResults) -> Grid:
     """The design's targets and whether each is met."""
     rows = [(v.target, v.goal, v.measured, "yes" if v.met else "**no**") for v in verdicts(results)]
     return Grid(("target", "goal", "measured", "met"), rows, numeric_from=4)
-
-
-def console_tables(results: SuiteResults) -> list[Table]:
-    """The results and the verdicts, as in ``docs/benchmarks.md``, as rich tables."""
-    return [results_grid(results).rich(f"tally bench: {results.label}"), verdicts_grid(results).rich("targets")]
 
 
 # -------------------------------------------------------------------------------------------- markdown
@@ -315,20 +242,7 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
         "",
         _cpu_intro(results),
         "",
-        *Grid(
-            ("path", "records", "events", "best of", "best time", "events/s"),
-            [
-                (
-                    f["path"],
-                    f"{f['records']:,}",
-                    f"{f['events']:,}",
-                    str(f["repeats"]),
-                    f"{f['best_s'] * 1000:.1f} ms",
-                    f"{f['events'] / f['best_s']:,.0f}",
-                )
-                for f in results.cpu.get("figures", [])
-            ],
-        ).markdown(),
+        *Grid.of(CPU_COLUMNS, results.cpu.get("figures", [])).markdown(),
         "",
         "## Peak memory, one batch",
         "",
@@ -361,6 +275,16 @@ def markdown(results: SuiteResults, chart_name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+CPU_COLUMNS: Final[list[Column]] = [
+    field("path"),
+    field("records", ","),
+    field("events", ","),
+    field("repeats", header="best of"),
+    ("best time", lambda figure: f"{figure['best_s'] * 1000:.1f} ms"),
+    ("events/s", lambda figure: f"{figure['events'] / figure['best_s']:,.0f}"),
+]
+
+
 def _cost_section() -> list[str]:
     """``make bench-cost``'s section (bench.cost_chart), kept when ``make bench`` rewrites the file."""
     from bench.cost_chart import DEFAULT_DATA, markdown_section  # noqa: PLC0415 (it measures; load it late)
@@ -370,42 +294,30 @@ def _cost_section() -> list[str]:
     return ["", *markdown_section(json.loads(DEFAULT_DATA.read_text()))]
 
 
-RESULT_COLUMNS: Final = (
-    "workload",
-    "peer",
-    "events",
-    "records",
-    "events/s",
-    "vs naive",
-    "requests/event",
-    "write units/event",
-    "of which cancelled",
-    "floor",
-    "read units/event",
-    "$ per million events",
-    "counted vs expected (`units`)",
-    "exact",
-)
+def _result_columns(results: SuiteResults) -> list[tuple[str, Callable[[PeerRun], str]]]:
+    def versus_naive(run: PeerRun) -> str:
+        ratio = speedup(results, run.peer, run.workload)
+        return f"{ratio:.1f}x" if ratio is not None else "-"
 
+    def counted(run: PeerRun) -> str:
+        c = run.correctness
+        return f"{c.counted['units']:,} vs {c.expected['units']:,} ({c.error_pct:+.2f}%)"
 
-def _result_row(results: SuiteResults, run: PeerRun) -> list[str]:
-    ratio = speedup(results, run.peer, run.workload)
-    c = run.correctness
     return [
-        run.workload,
-        PEER_LABELS.get(run.peer, run.peer),
-        f"{run.events:,}",
-        f"{run.records:,}",
-        f"{run.events_per_second:,.0f}",
-        f"{ratio:.1f}x" if ratio is not None else "-",
-        f"{run.requests_per_event:.4f}",
-        f"{run.write_units_per_event:.4f}",
-        f"{run.usage.cancelled_write_units / run.events:.4f}",
-        f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-",
-        f"{run.read_units_per_event:.4f}",
-        f"{cost_per_million_events(run):.3f}",
-        f"{c.counted['units']:,} vs {c.expected['units']:,} ({c.error_pct:+.2f}%)",
-        "yes" if c.exact else "**no**",
+        ("workload", lambda run: run.workload),
+        ("peer", lambda run: PEER_LABELS.get(run.peer, run.peer)),
+        ("events", lambda run: f"{run.events:,}"),
+        ("records", lambda run: f"{run.records:,}"),
+        ("events/s", lambda run: f"{run.events_per_second:,.0f}"),
+        ("vs naive", versus_naive),
+        ("requests/event", lambda run: f"{run.requests_per_event:.4f}"),
+        ("write units/event", lambda run: f"{run.write_units_per_event:.4f}"),
+        ("of which cancelled", lambda run: f"{run.usage.cancelled_write_units / run.events:.4f}"),
+        ("floor", lambda run: f"{run.floor_per_event:.4f}" if run.peer.startswith("tally") else "-"),
+        ("read units/event", lambda run: f"{run.read_units_per_event:.4f}"),
+        ("$ per million events", lambda run: f"{cost_per_million_events(run):.3f}"),
+        ("counted vs expected (`units`)", counted),
+        ("exact", lambda run: "yes" if run.correctness.exact else "**no**"),
     ]
 
 
@@ -456,15 +368,14 @@ def _findings(results: SuiteResults) -> list[str]:
             f"{_committed(run):.2f}x the floor. DynamoDB Local ran {transactions / run.seconds:.1f} transactions/s "
             f"for it ({transactions / run.batches:.2f} per batch of {results.config.batch_size} records)."
         )
-    rates = {figure["path"]: figure["events"] / figure["best_s"] for figure in results.cpu.get("figures", [])}
-    core = rates.get(CPU_TALLY_SINGLE)
+    core = results.cpu_rate(CPU_TALLY_SINGLE)
     if core:
         comparisons = [
             (CPU_POWERTOOLS, "Powertools' loop summing `json_body`"),
             ("stdlib json, single-event records", "stdlib `json.loads` + a dict sum"),
             ("msgspec typed decode, single-event records", "msgspec's typed decode alone"),
         ]
-        parts = [f"{core / rates[path]:.2f}x {what}" for path, what in comparisons if rates.get(path)]
+        parts = [f"{core / results.cpu_rate(path):.2f}x {what}" for path, what in comparisons if results.cpu_rate(path)]
         lines.append(
             f"- Handler CPU: tally's decode + validate + aggregate runs at {core:,.0f} events/s on single-event "
             f"records, {', '.join(parts)}. The profile at the end shows where the time goes."
@@ -493,14 +404,8 @@ def _memory_lines(results: SuiteResults) -> list[str]:
     ):
         plain, traced = memory.get(mode), memory.get(f"{mode}-traced")
         if plain and traced:
-            rows.append(
-                (
-                    title,
-                    f"{plain['max_rss_before_mb']:.1f} MB",
-                    f"{plain['max_rss_mb']:.1f} MB",
-                    f"{traced['tracemalloc_peak_mb']:.1f} MB",
-                )
-            )
+            peaks = (plain["max_rss_before_mb"], plain["max_rss_mb"], traced["tracemalloc_peak_mb"])
+            rows.append((title, *(f"{megabytes:.1f} MB" for megabytes in peaks)))
     return [
         f"One Lambda event of {memory['records']:,} single-event U records, loaded from JSON in a fresh process "
         "that imports what the deployed handler imports. `max RSS` is the process's peak resident set (what a "
@@ -512,60 +417,37 @@ def _memory_lines(results: SuiteResults) -> list[str]:
 
 
 def _pipeline_lines(results: SuiteResults) -> list[str]:
-    header = (
-        "workload",
-        "peer",
-        "batches",
-        "records",
-        "messages applied",
-        "duplicates in batch",
-        "already applied",
-        "transactions",
-        "retries",
-        "cancelled transactions",
-        "dead letters",
-        "failed records",
-    )
-    rows = []
-    for run in _ordered(results.runs):
-        if run.pipeline is not None:
-            p = run.pipeline
-            counts = [p[name] for name in ("batches", "records", "messages_applied", "duplicates_in_batch")]
-            counts += [p[name] for name in ("already_applied", "transactions", "retries")]
-            counts += [run.usage.cancelled_transactions, p["dead_letters"], p["failed_records"]]
-            rows.append([run.workload, run.peer, *(f"{count:,}" for count in counts)])
-    return Grid(header, rows, numeric_from=2).markdown()
+    def count(name: str, header: str = "") -> tuple[str, Callable[[PeerRun], str]]:
+        return header or name.replace("_", " "), lambda run: f"{(run.pipeline or {})[name]:,}"
+
+    columns = [
+        ("workload", lambda run: run.workload),
+        ("peer", lambda run: run.peer),
+        *map(count, ("batches", "records", "messages_applied", "duplicates_in_batch", "already_applied")),
+        *map(count, ("transactions", "retries")),
+        ("cancelled transactions", lambda run: f"{run.usage.cancelled_transactions:,}"),
+        *map(count, ("dead_letters", "failed_records")),
+    ]
+    runs = [run for run in _ordered(results.runs) if run.pipeline is not None]
+    return Grid.of(columns, runs, numeric_from=2).markdown()
 
 
 def _cross_check_lines(results: SuiteResults) -> list[str]:
-    header = (
-        "workload",
-        "peer",
-        "single-item: computed",
-        "single-item: DynamoDB Local",
-        "mismatches",
-        "transactions: computed (committed)",
-        "transactions: DynamoDB Local",
-        "largest item",
-    )
-    rows = [
-        [
-            run.workload,
-            run.peer,
-            f"{run.usage.computed_single_item:,.1f}",
-            f"{run.usage.local_reported_single_item:,.1f}",
-            str(run.usage.single_item_mismatches),
-            f"{run.usage.transaction_write_units:,.1f}",
-            f"{run.usage.local_reported_transactions:,.1f}",
-            f"{run.usage.largest_item_bytes:,} B",
-        ]
-        for run in _ordered(results.runs)
+    columns: list[tuple[str, Callable[[PeerRun], str]]] = [
+        ("workload", lambda run: run.workload),
+        ("peer", lambda run: run.peer),
+        ("single-item: computed", lambda run: f"{run.usage.computed_single_item:,.1f}"),
+        ("single-item: DynamoDB Local", lambda run: f"{run.usage.local_reported_single_item:,.1f}"),
+        ("mismatches", lambda run: str(run.usage.single_item_mismatches)),
+        ("transactions: computed (committed)", lambda run: f"{run.usage.transaction_write_units:,.1f}"),
+        ("transactions: DynamoDB Local", lambda run: f"{run.usage.local_reported_transactions:,.1f}"),
+        ("largest item", lambda run: f"{run.usage.largest_item_bytes:,} B"),
     ]
     return [
         "Computed units against DynamoDB Local's own `ConsumedCapacity` (requested on every call). Single-item "
         "calls must agree; for `TransactWriteItems` DynamoDB Local's figure is known to be wrong (shown, not used).",
         "",
-        *Grid(header, rows, numeric_from=2).markdown(),
+        *Grid.of(columns, _ordered(results.runs), numeric_from=2).markdown(),
     ]
 
 
@@ -651,24 +533,11 @@ def chart(results: SuiteResults, path: Path) -> None:
 def as_json(results: SuiteResults) -> str:
     """Every figure of the run, for the record, for tooling, and to re-render (``results_from_json``)."""
     payload: dict[str, Any] = {
-        "label": results.label,
-        "started_utc": results.started_utc,
-        "seconds": results.seconds,
-        "machine": dict(results.machine),
-        "config": asdict(results.config),
+        **asdict(results),  # the runs' correctness sums are decimals: written as strings, exact
         "prices": PRICE_NOTE,
         "runs": [
             {
-                **{k: v for k, v in asdict(run).items() if k not in ("usage", "correctness")},
-                "usage": asdict(run.usage),
-                "correctness": {
-                    "keys": run.correctness.keys,
-                    "keys_wrong": run.correctness.keys_wrong,
-                    **{
-                        name: {counter: str(value) for counter, value in getattr(run.correctness, name).items()}
-                        for name in ("expected", "counted", "delivered")
-                    },
-                },
+                **asdict(run),
                 "events_per_second": run.events_per_second,
                 "requests_per_event": run.requests_per_event,
                 "write_units_per_event": run.write_units_per_event,
@@ -678,9 +547,6 @@ def as_json(results: SuiteResults) -> str:
             }
             for run in results.runs
         ],
-        "cpu": results.cpu,
-        "memory": results.memory,
-        "profile": results.profile,
         "verdicts": [asdict(v) for v in verdicts(results)],
     }
     return json.dumps(payload, indent=1, default=str) + "\n"
@@ -697,32 +563,19 @@ def results_from_json(text: str) -> SuiteResults:
     run_fields = {f.name for f in fields(PeerRun)} - {"usage", "correctness"}
     runs = []
     for raw in payload["runs"]:
-        correctness = raw["correctness"]
+        sums = {name: {c: Decimal(value) for c, value in raw["correctness"][name].items()} for name in _SUMS}
+        correctness = Correctness(**{**raw["correctness"], **sums})
         runs.append(
-            PeerRun(
-                **{name: raw[name] for name in run_fields},
-                usage=Usage(**raw["usage"]),
-                correctness=Correctness(
-                    keys=int(correctness["keys"]),
-                    keys_wrong=int(correctness["keys_wrong"]),
-                    **{
-                        name: {counter: Decimal(value) for counter, value in correctness[name].items()}
-                        for name in ("expected", "counted", "delivered")
-                    },
-                ),
-            )
+            PeerRun(**{name: raw[name] for name in run_fields}, usage=Usage(**raw["usage"]), correctness=correctness)
         )
-    return SuiteResults(
-        label=payload["label"],
-        started_utc=payload["started_utc"],
-        seconds=payload["seconds"],
-        machine=payload["machine"],
-        config=config,
-        runs=runs,
-        cpu=payload["cpu"],
-        memory=payload["memory"],
-        profile=payload.get("profile", ""),
-    )
+    as_written = {
+        f.name: payload[f.name] for f in fields(SuiteResults) if f.name in payload.keys() - {"config", "runs"}
+    }
+    return SuiteResults(**as_written, config=config, runs=runs)
+
+
+_SUMS: Final = ("expected", "counted", "delivered")
+"""``Correctness``'s sums of each counter, decimals."""
 
 
 def _ordered(runs: Sequence[PeerRun]) -> list[PeerRun]:

@@ -68,15 +68,12 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
     decoded = [decode_message(body) for body in bodies]
     expected = expected_values(message for message in decoded if isinstance(message, Message))
     counted = run.reader.get_many(expected)
-    exact = not run.failed and not run.dead_letters
-    exact = exact and all(counted[key].value() == values["count"] for key, values in expected.items())
+    exact = run.clean and all(counted[key].value() == values["count"] for key, values in expected.items())
     return {
         "pattern": name,
         "events": events,
-        "write_units_per_event": run.usage.write_units / events,
-        "requests_per_event": run.usage.requests / events,
+        **run.per_event(events),
         "transactions": run.usage.calls.get("TransactWriteItems", 0),
-        "events_per_s": events / run.seconds,
         "exact": exact,
     }
 

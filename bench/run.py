@@ -19,17 +19,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from bench import memory
-from bench.report import SuiteResults, as_json, chart, console_tables, markdown, results_from_json
+from bench.report import SuiteResults, as_json, chart, markdown, results_from_json, results_grid, verdicts_grid
+from bench.results import console as results_console
 from bench.suite import FULL, SMOKE, Workloads, run_workloads
 from tally_local import machine
 from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+
+    from rich.console import Console
 
     from bench.suite import SuiteConfig
 
@@ -140,7 +142,7 @@ def _trim_profile(text: str, lines: int = 45) -> str:
 )
 def main(size: str, out_dir: Path | None, label: str | None, powertools_body_id: bool, render: Path | None) -> None:
     """Benchmark tally against the naive counter and Powertools idempotency on DynamoDB Local."""
-    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console = results_console()
     if render is not None:
         results = results_from_json(render.read_text(encoding="utf-8"))
         target = out_dir or render.parent
@@ -159,8 +161,7 @@ def main(size: str, out_dir: Path | None, label: str | None, powertools_body_id:
         profile=size == "full",
         label_now=None if label else machine.code_label,
     )
-    for table in console_tables(results):
-        console.print(table)
+    console.print(results_grid(results).rich(f"tally bench: {results.label}"), verdicts_grid(results).rich("targets"))
     console.print(f"wrote {target / 'benchmarks.md'}, {target / 'benchmarks.png'}, {target / 'benchmarks.json'}")
 
 

@@ -18,16 +18,15 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
-from bench.peers import lambda_context
+from bench.peers import lambda_context, metered
 from bench.peers.naive import NaiveCounter
 from bench.peers.powertools_idempotency import PowertoolsIdempotentCounter
 from bench.peers.tally_pipeline import TallyCounter
 from bench.workloads import WorkloadSpec, deliver, hot_events, lambda_event, usage_events, write_floor
 from tally.runtime import CLIENT_CONFIG
-from tally_local.kit.meter import DynamoDBMeter, Usage
-from tally_local.kit.shadow import UnsupportedRequest
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
     from bench.peers import Peer
     from bench.workloads import Delivery, Stream, Totals
     from tally_local.dynamodb_local import DynamoDBLocal
+    from tally_local.kit.meter import Usage
 
 LAMBDA_TIMEOUT_MS: Final = 900_000
 MAX_DELIVERIES: Final = 5
@@ -126,10 +126,6 @@ class PeerRun:
         return self.usage.write_units / self.events
 
     @property
-    def committed_write_units_per_event(self) -> float:
-        return (self.usage.write_units - self.usage.cancelled_write_units) / self.events
-
-    @property
     def read_units_per_event(self) -> float:
         return self.usage.read_units / self.events
 
@@ -175,27 +171,17 @@ def peer_plans(config: SuiteConfig) -> list[PeerPlan]:
     """The peers, in run order."""
     plans = [PeerPlan(NaiveCounter, per_event=True), PeerPlan(PowertoolsIdempotentCounter, per_event=True)]
     if config.powertools_body_id:
-        plans.append(
-            PeerPlan(
-                lambda c, a, s: PowertoolsIdempotentCounter(c, a, s, key="body-id"), per_event=True, workloads=("U",)
-            )
-        )
+        plans.append(PeerPlan(partial(PowertoolsIdempotentCounter, key="body-id"), per_event=True, workloads=("U",)))
     plans += [
-        PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=False)),
-        PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=True), packed=True),
+        PeerPlan(partial(TallyCounter, packed=False)),
+        PeerPlan(partial(TallyCounter, packed=True), packed=True),
         # The same stream without its re-sends: what the marker read gate saves when nothing is duplicated.
-        PeerPlan(
-            lambda c, a, s: TallyCounter(c, a, s, packed=False, variant="-no-resends"),
-            workloads=("U",),
-            resends=False,
-        ),
+        PeerPlan(partial(TallyCounter, packed=False, variant="-no-resends"), workloads=("U",), resends=False),
     ]
     if config.tally_windows:
         plans += [
-            PeerPlan(
-                lambda c, a, s: TallyCounter(c, a, s, packed=False, windows=True), per_event=True, workloads=("U",)
-            ),
-            PeerPlan(lambda c, a, s: TallyCounter(c, a, s, packed=True, windows=True), packed=True, workloads=("U",)),
+            PeerPlan(partial(TallyCounter, packed=False, windows=True), per_event=True, workloads=("U",)),
+            PeerPlan(partial(TallyCounter, packed=True, windows=True), packed=True, workloads=("U",)),
         ]
     return plans
 
@@ -213,15 +199,15 @@ def run_workloads(
         events=config.warmup_events, keys=min(config.spec.keys, 100), seed=config.spec.seed + 1, resend_window=100
     )
     warmup = Workloads.build(warmup_spec)
+
+    def run(plan: PeerPlan, stream: Stream, label: str) -> PeerRun:
+        def labelled(peer: str, done: int, total: int) -> None:
+            progress(f"{label} {peer}", done, total)
+
+        return run_peer(plan.build, stream, client=client, admin=admin, batch_size=config.batch_size, progress=labelled)
+
     for plan in peer_plans(config):
-        run_peer(
-            plan.build,
-            warmup.streams[f"U/{'packed' if plan.packed else 'single'}"],
-            client=client,
-            admin=admin,
-            batch_size=config.batch_size,
-            progress=_labelled(progress, "warm-up"),
-        )
+        run(plan, warmup.streams[f"U/{'packed' if plan.packed else 'single'}"], "warm-up")
     runs: list[PeerRun] = []
     for workload in ("U", "H"):
         for plan in peer_plans(config):
@@ -232,21 +218,8 @@ def run_workloads(
                 stream = stream.without_resends()
             if plan.per_event:
                 stream = stream.prefix(config.per_event_prefix)
-            runs.append(
-                run_peer(
-                    plan.build,
-                    stream,
-                    client=client,
-                    admin=admin,
-                    batch_size=config.batch_size,
-                    progress=_labelled(progress, workload),
-                )
-            )
+            runs.append(run(plan, stream, workload))
     return runs
-
-
-def _labelled(progress: Callable[[str, int, int], None], workload: str) -> Callable[[str, int, int], None]:
-    return lambda peer, done, total: progress(f"{workload} {peer}", done, total)
 
 
 def run_peer(
@@ -263,54 +236,44 @@ def run_peer(
     ``progress(peer name, batches done, batches in all)`` is called after each batch.
     """
     peer = factory(client, admin, uuid.uuid4().hex[:10])
-    try:
-        meter = DynamoDBMeter()
-        peer.track(meter)
-        context = lambda_context(LAMBDA_TIMEOUT_MS)
-        pending: deque[tuple[Delivery, ...]] = deque(stream.batches(batch_size))
-        handled: list[tuple[Delivery, ...]] = []
-        attempts: dict[str, int] = {}
-        redelivered = 0
-        total = len(pending)
-        handler_s = 0.0
-        meter.attach(client)
-        try:
-            while pending:
-                batch = pending.popleft()
-                event = lambda_event(batch, time.time_ns() // 1_000_000)
-                started = time.perf_counter()
-                response = peer.handle(event, context)
-                handler_s += time.perf_counter() - started
-                handled.append(batch)
-                retry = _failed(batch, response, attempts)
-                if retry:
-                    redelivered += len(retry)
-                    pending.append(retry)
-                    total += 1
-                progress(peer.name, len(handled), total)
-        finally:
-            meter.detach(client)
-        if meter.unsupported:
-            raise UnsupportedRequest(f"{peer.name}: the meter could not bill {meter.unsupported[0]}")
+    context = lambda_context(LAMBDA_TIMEOUT_MS)
+    pending: deque[tuple[Delivery, ...]] = deque(stream.batches(batch_size))
+    handled: list[tuple[Delivery, ...]] = []
+    attempts: dict[str, int] = {}
+    redelivered = 0
+    total = len(pending)
+    handler_s = 0.0
+    with metered(peer, client) as meter:
+        while pending:
+            batch = pending.popleft()
+            event = lambda_event(batch, time.time_ns() // 1_000_000)
+            started = time.perf_counter()
+            response = peer.handle(event, context)
+            handler_s += time.perf_counter() - started
+            handled.append(batch)
+            retry = _failed(batch, response, attempts)
+            if retry:
+                redelivered += len(retry)
+                pending.append(retry)
+                total += 1
+            progress(peer.name, len(handled), total)
         usage = meter.usage()
         counted = peer.read_counters(stream.keys)
-        return PeerRun(
-            peer=peer.name,
-            workload=stream.workload,
-            stream="packed" if stream.packed else "single",
-            events=stream.distinct_events,
-            records=len(stream.deliveries),
-            batches=len(handled),
-            seconds=handler_s - meter.overhead_s,
-            usage=usage,
-            correctness=compare(stream.expected(), stream.delivered(), counted),
-            floor_write_units=write_floor(handled, stream.events, peer.items_per_key),
-            redelivered=redelivered,
-            dead_letters=getattr(peer, "dead_letters", 0),
-            pipeline=peer.totals.as_dict() if isinstance(peer, TallyCounter) else None,
-        )
-    finally:
-        peer.drop()
+    return PeerRun(
+        peer=peer.name,
+        workload=stream.workload,
+        stream="packed" if stream.packed else "single",
+        events=stream.distinct_events,
+        records=len(stream.deliveries),
+        batches=len(handled),
+        seconds=handler_s - meter.overhead_s,
+        usage=usage,
+        correctness=compare(stream.expected(), stream.delivered(), counted),
+        floor_write_units=write_floor(handled, stream.events, peer.items_per_key),
+        redelivered=redelivered,
+        dead_letters=getattr(peer, "dead_letters", 0),
+        pipeline=peer.totals.as_dict() if isinstance(peer, TallyCounter) else None,
+    )
 
 
 def _failed(batch: Sequence[Delivery], response: Mapping[str, Any], attempts: dict[str, int]) -> tuple[Delivery, ...]:

@@ -22,48 +22,42 @@ moves would go unpaid. Then every window of every key is read back through
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import uuid
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from bench.peers import lambda_context
+from bench.peers import lambda_context, metered
 from bench.peers.tally_pipeline import TallyCounter
-from bench.results import write_rows
+from bench.plan_check import u_records_per_batch
+from bench.results import EXACT, console, field, json_options, pair, report
 from bench.suite import LAMBDA_TIMEOUT_MS, compare
-from bench.workloads import WorkloadSpec, deliver, lambda_event, usage_events
+from bench.workloads import PACK, lambda_event, u_stream
 from tally.core.windows import DAY_MS, HOUR_MS
-from tally.cost.model import MAX_INVOCATION_BYTES, Traffic
 from tally.reader.dynamodb import CounterReader
 from tally.runtime import CLIENT_CONFIG
 from tally.store.requests import batch_get
 from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.dynamodb_local import DynamoDBLocal
-from tally_local.kit.meter import DynamoDBMeter
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
+    from pathlib import Path
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from bench.results import Column
     from bench.workloads import Delivery, Stream
 
 START_MS: Final = 4_102_444_800_000
 """2100-01-01T00:00Z: the simulated day's first instant."""
-PACK: Final = 100
 KEYS: Final = 1000
-TEMPLATE_BATCH_SIZE: Final = 10_000
-"""The template's ``BatchSize`` (a batch is then cut to Lambda's 6 MB payload)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,24 +96,16 @@ class Result:
         return self.write_units_on / self.write_units_off
 
 
-def template_batch_records(packed: bool) -> int:
-    """The template's ``BatchSize`` as Lambda's 6 MB payload cuts it for U's records."""
-    traffic = Traffic(
-        events_per_second=1.0, keys=KEYS, events_per_message=PACK if packed else 1, counters=2, key_bytes=17
-    )
-    return min(TEMPLATE_BATCH_SIZE, MAX_INVOCATION_BYTES // traffic.record_bytes)
-
-
 def default_configs() -> list[Config]:
     """Batch size 100 (the original table's) at one and at several batches an hour, and the template's
     batch size (cut to 6 MB) at one batch an hour: the fewest batches per key and hour, where moves weigh most."""
     return [
         Config(packed=False, batch_records=100, batches_per_hour=1),
         Config(packed=False, batch_records=100, batches_per_hour=12),
-        Config(packed=False, batch_records=template_batch_records(packed=False), batches_per_hour=1),
+        Config(packed=False, batch_records=u_records_per_batch(1), batches_per_hour=1),
         Config(packed=True, batch_records=100, batches_per_hour=1),
         Config(packed=True, batch_records=100, batches_per_hour=6),
-        Config(packed=True, batch_records=template_batch_records(packed=True), batches_per_hour=1),
+        Config(packed=True, batch_records=u_records_per_batch(PACK), batches_per_hour=1),
     ]
 
 
@@ -129,8 +115,7 @@ def run(ddb: DynamoDBLocal, config: Config, *, seed: int = 20_261_124, keys: int
     client = ddb.client(CLIENT_CONFIG)
     pack = PACK if config.packed else 1
     batches = config.hours * config.batches_per_hour
-    spec = WorkloadSpec(events=batches * config.batch_records * pack, keys=keys, resend_rate=0.0, pack=PACK, seed=seed)
-    stream = deliver("U", usage_events(spec), spec, packed=config.packed).without_resends()
+    stream = u_stream(batches * config.batch_records * pack, packed=config.packed, keys=keys, seed=seed)
     off = _run_one(client, admin, stream, config, windows=False)
     on = _run_one(client, admin, stream, config, windows=True)
     events = stream.distinct_events
@@ -166,49 +151,41 @@ def _run_one(client: DynamoDBClient, admin: DynamoDBClient, stream: Stream, conf
     peer = TallyCounter(
         client, admin, uuid.uuid4().hex[:10], packed=config.packed, windows=windows, clock=lambda: clock["now"]
     )
-    try:
-        meter = DynamoDBMeter()
-        peer.track(meter)
-        context = lambda_context(LAMBDA_TIMEOUT_MS)
-        step_ms = HOUR_MS // config.batches_per_hour
-        expected: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
-        batches = stream.batches(config.batch_records)
-        moved = transactions = 0
-        meter.attach(client)
-        try:
-            for index, batch in enumerate(batches):
-                clock["now"] = START_MS + index * step_ms + 1
-                response = peer.handle(lambda_event(batch, clock["now"]), context)
-                if response["batchItemFailures"]:
-                    raise RuntimeError(f"{peer.name}: batch {index} reported failures (a bench finding)")
-                _expect(expected, stream, batch, clock["now"], peer)
-            before_close = meter.usage().write_units
-            if windows:
-                # The next day's first batches would each read and move their keys' ended windows: do it for
-                # every key at once (a BatchGetItem per 100 keys, as the checks read them; not a Scan).
-                mover = DynamoDBWindowMover(client, peer.counters_table, peer.settings.windows)
-                next_day = START_MS + math.ceil(len(batches) * step_ms / DAY_MS) * DAY_MS
-                raws = batch_get(client, peer.counters_table, [item_key(key) for key in stream.keys])
-                closed = mover.move(raws, next_day)
-                moved, transactions = closed.windows, closed.transactions
-        finally:
-            meter.detach(client)
+    context = lambda_context(LAMBDA_TIMEOUT_MS)
+    step_ms = HOUR_MS // config.batches_per_hour
+    expected: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    batches = stream.batches(config.batch_records)
+    moved = transactions = 0
+    with metered(peer, client) as meter:
+        for index, batch in enumerate(batches):
+            clock["now"] = START_MS + index * step_ms + 1
+            response = peer.handle(lambda_event(batch, clock["now"]), context)
+            if response["batchItemFailures"]:
+                raise RuntimeError(f"{peer.name}: batch {index} reported failures (a bench finding)")
+            _expect(expected, stream, batch, clock["now"], peer)
+        before_close = meter.usage().write_units
+        if windows:
+            # The next day's first batches would each read and move their keys' ended windows: do it for
+            # every key at once (a BatchGetItem per 100 keys, as the checks read them; not a Scan).
+            mover = DynamoDBWindowMover(client, peer.counters_table, peer.settings.windows)
+            next_day = START_MS + math.ceil(len(batches) * step_ms / DAY_MS) * DAY_MS
+            raws = batch_get(client, peer.counters_table, [item_key(key) for key in stream.keys])
+            closed = mover.move(raws, next_day)
+            moved, transactions = closed.windows, closed.transactions
         usage = meter.usage()
-        counted = peer.read_counters(stream.keys)
-        exact = compare(stream.expected(), stream.expected(), counted).exact
+        # Read back on the unmetered client, before the tables go.
+        exact = compare(stream.expected(), stream.expected(), peer.read_counters(stream.keys)).exact
         if windows:
             exact = exact and _windows_exact(admin, peer, expected, len(batches) * step_ms)
-        return _Run(
-            batches=len(batches),
-            write_units=usage.write_units,
-            read_units=usage.read_units,
-            close_write_units=usage.write_units - before_close,
-            windows_moved=moved + peer.totals.as_dict().get("windows_moved", 0),
-            move_transactions=transactions,
-            exact=exact,
-        )
-    finally:
-        peer.drop()
+    return _Run(
+        batches=len(batches),
+        write_units=usage.write_units,
+        read_units=usage.read_units,
+        close_write_units=usage.write_units - before_close,
+        windows_moved=moved + peer.totals.as_dict().get("windows_moved", 0),
+        move_transactions=transactions,
+        exact=exact,
+    )
 
 
 def _expect(
@@ -245,30 +222,21 @@ def _windows_exact(
     return True
 
 
-def table(results: Sequence[Result]) -> Table:
-    out = Table(title="hour and day windows: write units per event, windows on vs off (workload U, simulated day)")
-    for name in ("configuration", "events", "batches", "WU/event off", "WU/event on", "of it: final close", "ratio"):
-        out.add_column(name, justify="left" if name == "configuration" else "right")
-    out.add_column("RU/event off / on", justify="right")
-    out.add_column("exact")
-    for result in results:
-        out.add_row(
-            result.config,
-            f"{result.events:,}",
-            str(result.batches),
-            f"{result.write_units_off:.4f}",
-            f"{result.write_units_on:.4f}",
-            f"{result.close_write_units:.4f}",
-            f"{result.ratio:.3f}",
-            f"{result.read_units_off:.4f} / {result.read_units_on:.4f}",
-            "yes" if result.exact else "NO",
-        )
-    return out
+COLUMNS: Final[list[Column]] = [
+    field("config", header="configuration"),
+    field("events", ","),
+    field("batches"),
+    field("write_units_off", ".4f", "WU/event off"),
+    field("write_units_on", ".4f", "WU/event on"),
+    field("close_write_units", ".4f", "of it: final close"),
+    field("ratio", ".3f"),
+    pair("read_units_off", "read_units_on", ".4f", "RU/event off / on"),
+    EXACT,
+]
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON instead of a table.")
-@click.option("--json-out", type=click.Path(dir_okay=False, path_type=Path), help="Also write the results as JSON.")
+@json_options
 @click.option("--hours", type=click.IntRange(min=2), default=24, show_default=True, help="Simulated hours of traffic.")
 @click.option(
     "--only",
@@ -295,20 +263,16 @@ def main(  # noqa: PLR0917 - click passes each option positionally
             for size in sizes or (100,)
             for rate in rates
         ]
-    console = Console(stderr=as_json)
+    progress = console(stderr=as_json)
     results = []
     with DynamoDBLocal() as ddb:
         for config in configs:
-            console.print(f"running {config.name} over {config.hours} h ...")
+            progress.print(f"running {config.name} over {config.hours} h ...")
             results.append(run(ddb, config))
     rows = [{**asdict(result), "ratio": result.ratio} for result in results]
-    if as_json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-    else:
-        console.print(table(results))
-    if json_out is not None:
-        write_rows(json_out, "windows-cost", rows, {"configurations": len(configs)})
-    sys.exit(0 if all(result.exact for result in results) else 1)
+    title = "hour and day windows: write units per event, windows on vs off (workload U, simulated day)"
+    parameters = {"configurations": len(configs)}
+    sys.exit(report("windows-cost", title, COLUMNS, rows, parameters, json_out=json_out, as_json=as_json))
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.numbered_ids import numbered_id
+from tally_local.kit.lambda_events import sqs_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
@@ -37,6 +38,8 @@ Totals = dict[str, dict[str, Decimal]]
 
 QUEUE_ARN: Final = "arn:aws:sqs:us-east-1:123456789012:tally-bench-EventsQueue"
 HOT_KEY: Final = "usage:hot"
+PACK: Final = 100
+"""Events per packed message, unless told otherwise."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +119,7 @@ class Stream:
 
     def expected(self) -> Totals:
         """Each distinct message counted once."""
-        return _sum(self.events, self.first_deliveries())
+        return event_sums(self.events, self.first_deliveries())
 
     def first_deliveries(self) -> list[Delivery]:
         """The first delivery of each message id, in order."""
@@ -130,7 +133,7 @@ class Stream:
 
     def delivered(self) -> Totals:
         """Every delivery counted, re-sends included."""
-        return _sum(self.events, self.deliveries)
+        return event_sums(self.events, self.deliveries)
 
 
 def usage_events(spec: WorkloadSpec) -> list[Event]:
@@ -192,27 +195,29 @@ def deliver(
     return Stream(workload, packed, events, deliveries)
 
 
+def u_stream(
+    events: int, *, packed: bool, keys: int = 1000, seed: int = 20_261_124, pack: int = PACK, numbered: bool = False
+) -> Stream:
+    """U with each message delivered once: what the cost experiments run (a producer re-send costs reads, not
+    writes, and a re-send the gate lets through costs a cancelled transaction, which is the suite's subject)."""
+    spec = WorkloadSpec(events=events, keys=keys, resend_rate=0.0, pack=pack, seed=seed)
+    return deliver("U", usage_events(spec), spec, packed=packed, numbered=numbered).without_resends()
+
+
 def lambda_event(batch: Iterable[Delivery], sent_ms: int) -> dict[str, Any]:
-    """A Lambda SQS event for one batch, shaped like the files in ``events/``."""
-    return {"Records": [_sqs_record(delivery, sent_ms) for delivery in batch]}
+    """A Lambda SQS event for one batch, shaped like the files in ``events/`` (``tally_local.kit.lambda_events``)."""
+    return sqs_event([_received(delivery, sent_ms) for delivery in batch], QUEUE_ARN, "us-east-1")
 
 
-def _sqs_record(delivery: Delivery, sent_ms: int) -> dict[str, Any]:
+def _received(delivery: Delivery, sent_ms: int) -> dict[str, Any]:
+    """The delivery as SQS's ``ReceiveMessage`` returns it, with its system attributes."""
+    attributes = {"ApproximateReceiveCount": "1", "SentTimestamp": str(sent_ms), "SenderId": "AIDAIENQZJOLO23YVJ4VO"}
     return {
-        "messageId": delivery.record_id,
-        "receiptHandle": "AQEB" + delivery.record_id.replace("-", ""),
-        "body": delivery.body,
-        "attributes": {
-            "ApproximateReceiveCount": "1",
-            "SentTimestamp": str(sent_ms),
-            "SenderId": "AIDAIENQZJOLO23YVJ4VO",
-            "ApproximateFirstReceiveTimestamp": str(sent_ms + 40),
-        },
-        "messageAttributes": {},
-        "md5OfBody": hashlib.md5(delivery.body.encode("utf-8"), usedforsecurity=False).hexdigest(),
-        "eventSource": "aws:sqs",
-        "eventSourceARN": QUEUE_ARN,
-        "awsRegion": "us-east-1",
+        "MessageId": delivery.record_id,
+        "ReceiptHandle": "AQEB" + delivery.record_id.replace("-", ""),
+        "Body": delivery.body,
+        "Attributes": {**attributes, "ApproximateFirstReceiveTimestamp": str(sent_ms + 40)},
+        "MD5OfBody": hashlib.md5(delivery.body.encode("utf-8"), usedforsecurity=False).hexdigest(),
     }
 
 
@@ -234,7 +239,8 @@ def _range(delivery: Delivery) -> range:
     return range(delivery.first_event, delivery.first_event + delivery.event_count)
 
 
-def _sum(events: Sequence[Event], deliveries: Iterable[Delivery]) -> Totals:
+def event_sums(events: Sequence[Event], deliveries: Iterable[Delivery]) -> Totals:
+    """Each counter of each key summed over the events of ``deliveries`` (a re-sent message as often as delivered)."""
     totals: dict[str, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for delivery in deliveries:
         for index in _range(delivery):

@@ -7,17 +7,19 @@ results back through a different, unmetered client once the run is over.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from tally_local.context import LocalLambdaContext
+from tally_local.kit.meter import DynamoDBMeter
+from tally_local.kit.shadow import UnsupportedRequest
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
     from decimal import Decimal
 
     from aws_lambda_powertools.utilities.typing import LambdaContext
-
-    from tally_local.kit.meter import DynamoDBMeter
+    from mypy_boto3_dynamodb import DynamoDBClient
 
 
 class Peer(Protocol):
@@ -45,6 +47,20 @@ class Peer(Protocol):
     def drop(self) -> None:
         """Delete the peer's tables."""
         ...
+
+
+@contextmanager
+def metered(peer: Peer, client: DynamoDBClient) -> Iterator[DynamoDBMeter]:
+    """A meter billing ``peer``'s calls on ``client`` while the block runs; the peer's tables are dropped after it."""
+    meter = DynamoDBMeter()
+    peer.track(meter)
+    try:
+        with meter.attached(client):
+            yield meter
+    except UnsupportedRequest as exc:
+        raise UnsupportedRequest(f"{peer.name}: {exc}") from exc
+    finally:
+        peer.drop()
 
 
 def lambda_context(remaining_ms: int = 900_000) -> LambdaContext:

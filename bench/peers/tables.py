@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+from functools import cache
 from typing import TYPE_CHECKING, Literal
+
+from bench.deployment import TEMPLATE
+from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -40,6 +44,22 @@ def create_from_template(admin: DynamoDBClient, definition: TableDefinition, nam
     ttl_kwargs = definition.update_time_to_live_kwargs(name)
     if ttl_kwargs is not None:
         admin.update_time_to_live(**ttl_kwargs)
+
+
+@cache
+def template_definitions() -> dict[str, TableDefinition]:
+    """The tables ``template.yaml`` declares, by logical id."""
+    return table_definitions(load_template(TEMPLATE))
+
+
+def tally_tables(admin: DynamoDBClient, tag: str, suffix: str, *logical_ids: str) -> list[str]:
+    """New tables as ``template.yaml`` declares ``logical_ids`` (by default the counters and the markers table),
+    named ``bench-<tag>-<counters|markers|...>-<suffix>``: their names."""
+    names = []
+    for logical_id in logical_ids or ("CountersTable", "MarkersTable"):
+        names.append(f"bench-{tag}-{logical_id.removesuffix('Table').lower()}-{suffix}")
+        create_from_template(admin, template_definitions()[logical_id], names[-1])
+    return names
 
 
 def drop_tables(admin: DynamoDBClient, names: Sequence[str]) -> None:

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from bench.deployment import TEMPLATE, default_settings
-from bench.peers.tables import create_from_template, drop_tables
+from bench.deployment import default_settings
+from bench.peers.tables import drop_tables, tally_tables, template_definitions
 from tally.config import WINDOWS
 from tally.reader.store_view import read_counters
 from tally.runtime import wire_pipeline
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
-from tally_local.template import load_template, table_definitions
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -38,12 +36,6 @@ if TYPE_CHECKING:
     from tally.core.model import DeadLetter
     from tally.pipeline import BatchResult
     from tally_local.kit.meter import DynamoDBMeter
-    from tally_local.template import TableDefinition
-
-
-@cache
-def _definitions() -> dict[str, TableDefinition]:
-    return table_definitions(load_template(TEMPLATE))
 
 
 @dataclass
@@ -110,14 +102,11 @@ class TallyCounter:
         """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
         self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}{variant}"
         self._admin = admin
-        definitions = _definitions()
-        self.counters_table = f"bench-tally-counters-{suffix}"
-        self.markers_table = f"bench-tally-markers-{suffix}"
+        definitions = template_definitions()
+        self.counters_table, self.markers_table = tally_tables(admin, "tally", suffix)
         self.settings = default_settings(
             self.counters_table, self.markers_table, {**({} if windows else {WINDOWS: ""}), **(overrides or {})}
         )
-        create_from_template(admin, definitions["CountersTable"], self.counters_table)
-        create_from_template(admin, definitions["MarkersTable"], self.markers_table)
         self._key_names = {
             table: [key.attribute_name for key in sorted(definitions[logical].key_schema, key=_hash_first)]
             for table, logical in ((self.counters_table, "CountersTable"), (self.markers_table, "MarkersTable"))

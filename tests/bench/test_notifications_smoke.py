@@ -19,7 +19,7 @@ KEYS = 10
 
 
 def test_thresholds_cost_nothing_until_crossed_and_each_crossing_is_announced(dynamodb_local: DynamoDBLocal) -> None:
-    rows = {load: measure(load, EVENTS, KEYS, dynamodb_local.endpoint_url, dynamodb_local.client()) for load in LOADS}
+    rows = {load: measure(load, EVENTS, KEYS, dynamodb_local) for load in LOADS}
     assert all(row["exact"] for row in rows.values()), rows
     sums, never, crossed = rows["sums"], rows["thresholds, never crossed"], rows["thresholds, crossed"]
     assert never["write_units_per_event"] == sums["write_units_per_event"]

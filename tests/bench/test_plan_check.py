@@ -6,12 +6,11 @@ description; the run is the real pipeline on DynamoDB Local, billed by ``tally_l
 
 from __future__ import annotations
 
-import io
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.plan_check import TOLERANCE, configs, run_checks, table
-from rich.console import Console
+from bench.plan_check import COLUMNS, TOLERANCE, configs, run_checks
+from bench.results import Grid
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -23,9 +22,8 @@ def test_every_prediction_is_within_ten_percent_of_its_run(dynamodb_local: Dynam
     sizes = (5, 25)
     checks = run_checks(dynamodb_local, keys=40, min_events=300, batch_sizes=sizes, pack=10)
     assert [check.config for check in checks] == [config.name for config in configs(sizes, pack=10)]
-    console = Console(file=io.StringIO(), width=200)
-    console.print(table(checks))
+    shown = Grid.of(COLUMNS, [check.row() for check in checks]).markdown()
     for check in checks:
         assert check.exact, check
-        assert abs(check.ratio - 1) <= TOLERANCE, console.file.getvalue()  # type: ignore[attr-defined]
+        assert abs(check.ratio - 1) <= TOLERANCE, "\n".join(shown)
         assert check.passed

@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
@@ -28,7 +29,7 @@ from tally.cost.capacity import item_size, read_units, transactional_write_units
 from tally_local.kit.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -152,6 +153,18 @@ class DynamoDBMeter:
         events = client.meta.events
         for event, _ in self._hooks():
             events.unregister(event, unique_id=f"bench-meter-{id(self)}-{event}")
+
+    @contextmanager
+    def attached(self, client: DynamoDBClient) -> Iterator[DynamoDBMeter]:
+        """Bill ``client``'s calls while the block runs. A call the meter could not bill makes the run's figures
+        wrong: it is raised at the end even if the code under test caught it (Powertools catches per record)."""
+        self.attach(client)
+        try:
+            yield self
+        finally:
+            self.detach(client)
+        if self.unsupported:
+            raise UnsupportedRequest(f"the meter could not bill {self.unsupported[0]}")
 
     def _hooks(self) -> list[tuple[str, Any]]:
         return [
