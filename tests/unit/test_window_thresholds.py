@@ -29,6 +29,8 @@ from tally.core.thresholds import (
 )
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.errors import ConfigurationError
+from tally.store.schema import counter_attribute
+from tally.store.windows import moved_home, plan_move
 
 WINDOWS = parse_window_spec("minute,hour,day")
 DAILY = parse_counter_thresholds("usage:*#calls@day>=800,1000;usage:*#calls>=5000;k#n@minute>=3", windows=WINDOWS)
@@ -185,3 +187,20 @@ def test_the_condition_on_the_key_items_part_holds_exactly_when_the_windows_valu
     # and the exact condition asks the key's item for the sum minus the moved part
     (held,) = exact_checks([m.totals for m in messages], thresholds, {"k": {name: Decimal(value)}}, parts=parts)["k"]
     assert held.value == key_part
+
+
+@pytest.mark.parametrize(("spec", "kept"), [("hour,day", ""), ("hour", ""), ("day", ""), ("hour,day", "hour=7,day=1")])
+@pytest.mark.parametrize("unit", ["hour", "day"])
+def test_a_write_reads_a_moved_window_where_the_move_puts_it(spec: str, kept: str, unit: str) -> None:
+    # hours go to their day's item as attributes, or (days not counted, or kept shorter) to items of their own
+    windows = parse_window_spec(spec, kept)
+    if unit not in {u.name for u in windows.units}:
+        return
+    window = hour_id(NOW - DAY_MS) if unit == "hour" else day_id(NOW - DAY_MS)
+    raw = {"pk": {"S": "usage:t"}, "sk": {"S": "all"}, "w#" + window + "\x1fcalls": {"N": "7"}}
+    move = plan_move(raw, windows, NOW, move_at_bytes=0)
+    assert move is not None
+    (target, counters), *_ = move.adds
+    home, attribute = moved_home("usage:t", window, "calls", windows)
+    assert (home.key, home.window) == (target.key, target.window)
+    assert counter_attribute(next(iter(counters))) == attribute
