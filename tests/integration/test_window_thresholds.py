@@ -148,3 +148,34 @@ def test_a_move_committing_between_the_read_and_the_write_makes_the_write_plan_a
     assert len(writes) >= 3
     assert stored(notify, "usage:a", "d#2100-01-01") == {"c#calls": "8"}
     assert stored(notify, "usage:a", "all")["w#d#2100-01-01\x1fcalls"] == "3"
+
+
+def test_one_message_moving_a_thresholded_counter_in_too_many_windows_is_refused_alone(
+    notify: NotifyTables,  # noqa: F811
+) -> None:
+    # GIVEN five hourly levels (a write's condition holds about 30 operators per hour it moves)
+    hourly = parse_counter_thresholds("usage:*#calls@hour>=100,200,300,400,500", windows=WINDOWS)
+    tables = notify.tables
+    store = DynamoDBCounterStore(
+        tables.client,
+        tables.counters_table,
+        tables.markers_table,
+        TTL_DAYS * 86_400,
+        thresholds=hourly,
+        notifications_table=notify.notifications_table,
+        windows=WINDOWS,
+    )
+    pipeline, dlq = make_pipeline(store, windows=WINDOWS)
+    # WHEN one message carries events in twelve hours (its condition would pass DynamoDB's 300 operators) and
+    # another message one event, in one batch
+    wide = {
+        "id": "wide",
+        "events": [{"key": "usage:w", "deltas": {"calls": 1}, "ts": DAY0 + h * HOUR_MS} for h in range(12)],
+    }
+    records = [SourceRecord("r-wide", json.dumps(wide), DAY0), event("narrow", "usage:w", 1, DAY0 + 13 * HOUR_MS)]
+    process(pipeline, records, DAY0 + 14 * HOUR_MS)
+    # THEN only the wide one is dead-lettered (a write DynamoDB would refuse), the other counted
+    assert [(letter.record.record_id, letter.rejection.code.value) for letter in dlq.letters] == [
+        ("r-wide", "write_refused")
+    ]
+    assert notify.value("usage:w", "calls") == 1

@@ -29,6 +29,8 @@ from tally.core.thresholds import (
 )
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.errors import ConfigurationError
+from tally.store.actions import add_update
+from tally.store.expressions import condition_fits
 from tally.store.schema import counter_attribute
 from tally.store.windows import moved_home, plan_move
 
@@ -204,3 +206,17 @@ def test_a_write_reads_a_moved_window_where_the_move_puts_it(spec: str, kept: st
     home, attribute = moved_home("usage:t", window, "calls", windows)
     assert (home.key, home.window) == (target.key, target.window)
     assert counter_attribute(next(iter(counters))) == attribute
+
+
+def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_one_condition() -> None:
+    hourly = parse_counter_thresholds("k#n@hour>=100,200,300,400,500", windows=WINDOWS)
+    hours = [window_counter(hour_id(NOW - n * HOUR_MS), "n") for n in range(1, 40)]
+
+    def condition(count: int) -> str:
+        steps = [{"k": dict.fromkeys(hours[:count], 1)}]
+        action, _ = add_update("t", "k", steps[0], free=crossing_free(steps, hourly)["k"])
+        return str(action["Update"]["ConditionExpression"])
+
+    # five levels of one window are about 30 operators: nine windows fit one expression, eleven do not
+    assert condition_fits(condition(9))
+    assert not condition_fits(condition(11))

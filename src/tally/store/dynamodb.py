@@ -27,8 +27,9 @@ from tally.core.thresholds import (
     window_reads,
 )
 from tally.core.windows import WindowSpec
-from tally.errors import BoundRefusedError
+from tally.errors import BoundRefusedError, WriteRejectedError
 from tally.store.actions import MovesSeen, add_update, batch_state_check, bound_check
+from tally.store.expressions import condition_fits
 from tally.store.markers import marker_actions, marker_id, marker_records
 from tally.store.notifications import notification_put
 from tally.store.requests import batch_get, translate
@@ -169,6 +170,14 @@ class DynamoDBCounterStore:
             if chunk.before:
                 found = crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms)
                 actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
+        unfit = frozenset(name for action, (role, name) in actions if role == "add" and not _fits(action))
+        if unfit:
+            raise WriteRejectedError(
+                "a crossing condition over DynamoDB's 300 operators or 4 KB per expression (a thresholded counter "
+                "moved in too many windows by one write)",
+                unfit,
+                number_range=False,
+            )
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
@@ -284,6 +293,11 @@ class DynamoDBCounterStore:
             raise translate(exc) from exc
         item = response.get("Item")
         return None if item is None else marker_records(item, [message_id]).get(message_id)
+
+
+def _fits(action: TransactWriteItemTypeDef) -> bool:
+    body: Mapping[str, Any] = action.get("Update") or action.get("ConditionCheck") or {}
+    return condition_fits(str(body.get("ConditionExpression", "")))
 
 
 def _moves(raw: Mapping[str, Any]) -> Decimal | None:
