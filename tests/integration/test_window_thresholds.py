@@ -14,12 +14,16 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tally.core.defaults import NO_DEFAULTS
+from tally.core.items import window_counter
 from tally.core.model import SourceRecord
-from tally.core.thresholds import parse_counter_thresholds
+from tally.core.thresholds import crossing_free, parse_counter_thresholds
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
+from tally.store.actions import add_update
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.expressions import condition_fits
 from tally.store.windows import DynamoDBWindowMover
 from tests.integration.test_thresholds import NOW_MS, NotifyTables, notify, process  # noqa: F401 (fixture)
 from tests.support.pipeline import TTL_DAYS, make_pipeline
@@ -179,3 +183,30 @@ def test_one_message_moving_a_thresholded_counter_in_too_many_windows_is_refused
         ("r-wide", "write_refused")
     ]
     assert notify.value("usage:w", "calls") == 1
+
+
+@pytest.mark.parametrize("hours", [8, 9, 11])
+def test_the_stores_condition_check_agrees_with_dynamodb_at_the_limit(notify: NotifyTables, hours: int) -> None:  # noqa: F811
+    # GIVEN five hourly and five daily levels, and one write moving the counter in ``hours`` hours and two days
+    levels = parse_counter_thresholds("k#n@hour>=100,200,300,400,500;k#n@day<=-1,-2,-3,-4,-5", windows=WINDOWS)
+    counters = {window_counter(WINDOWS.unit("hour").window_id(DAY0 + h * HOUR_MS), "n"): 1 for h in range(hours)}
+    counters |= {window_counter(WINDOWS.unit("day").window_id(DAY0 + d * DAY_MS), "n"): -1 for d in range(2)}
+    action, _ = add_update(
+        notify.tables.counters_table, "k", counters, free=crossing_free([{"k": counters}], levels)["k"]
+    )
+    update = dict(action["Update"])
+    update.pop("ReturnValuesOnConditionCheckFailure")
+    # WHEN it is sent to DynamoDB Local alone
+    code = ""
+    try:
+        notify.client.update_item(**update)  # type: ignore[arg-type]
+        accepted = True
+    except notify.client.exceptions.ConditionalCheckFailedException:
+        accepted = True  # the expression was taken; only its condition failed
+    except ClientError as error:
+        code = error.response["Error"]["Code"]
+        accepted = False
+    # THEN the store's own check refuses exactly what DynamoDB refuses (301 operators at nine hours; over 4 KB at 11)
+    assert accepted or code == "ValidationException"
+    assert condition_fits(str(update["ConditionExpression"])) is accepted
+    assert accepted is (hours <= 8)

@@ -214,7 +214,7 @@ def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_o
 
     def condition(count: int) -> str:
         steps = [{"k": dict.fromkeys(hours[:count], 1)}]
-        action, _ = add_update("t", "k", steps[0], free=crossing_free(steps, hourly)["k"])
+        action, _ = add_update("t", "k", steps[0]["k"], free=crossing_free(steps, hourly)["k"])
         return str(action["Update"]["ConditionExpression"])
 
     # five levels of one window are about 30 operators: nine windows fit one expression, eleven do not
