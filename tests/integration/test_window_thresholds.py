@@ -210,3 +210,29 @@ def test_the_stores_condition_check_agrees_with_dynamodb_at_the_limit(notify: No
     assert accepted or code == "ValidationException"
     assert condition_fits(str(update["ConditionExpression"])) is accepted
     assert accepted is (hours <= 8)
+
+
+def test_a_minute_level_crosses_on_the_minutes_own_item(notify: NotifyTables) -> None:  # noqa: F811
+    # GIVEN a level of 3 per minute (minute windows are items of their own: nothing is ever moved onto them)
+    windows = parse_window_spec("minute,hour,day")
+    tables = notify.tables
+    store = DynamoDBCounterStore(
+        tables.client,
+        tables.counters_table,
+        tables.markers_table,
+        TTL_DAYS * 86_400,
+        thresholds=parse_counter_thresholds("usage:*#calls@minute>=3", windows=windows),
+        notifications_table=notify.notifications_table,
+        windows=windows,
+    )
+    pipeline, _ = make_pipeline(store, windows=windows)
+    # WHEN +2, +2 land in one minute (in two batches), +3 in the next, and a late +1 in the first
+    process(pipeline, [event("a", "usage:m", 2, DAY0 + 10_000)], DAY0 + 20_000)
+    process(pipeline, [event("b", "usage:m", 2, DAY0 + 30_000)], DAY0 + 40_000)
+    process(pipeline, [event("c", "usage:m", 3, DAY0 + 70_000)], DAY0 + 80_000)
+    process(pipeline, [event("d", "usage:m", 1, DAY0 + 50_000)], DAY0 + 90_000)
+    # THEN each minute's crossing once, under its minute
+    assert announced(notify) == [
+        ("usage:m", "m#2100-01-01T00:00Z", 3, "b", 4, 4),
+        ("usage:m", "m#2100-01-01T00:01Z", 3, "c", 3, 3),
+    ]
