@@ -13,12 +13,14 @@ from hypothesis import strategies as st
 
 from tally.config import Settings
 from tally.core.aggregate import MessageTotals
+from tally.core.bounds import NO_BOUNDS
 from tally.core.items import ALL_TIME, CounterItem, window_counter
 from tally.core.sharding import parse_hot_keys
 from tally.core.thresholds import (
     MOVE_CLOCK_MARGIN_MS,
     Direction,
     Levels,
+    conditioned,
     crossing_free,
     crossings,
     exact_checks,
@@ -220,3 +222,15 @@ def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_o
     # five levels of one window are about 30 operators: nine windows fit one expression, eleven do not
     assert condition_fits(condition(9))
     assert not condition_fits(condition(11))
+
+
+def test_a_key_item_with_only_a_window_level_is_kept_off_the_journal() -> None:
+    # the planner pins every item ``conditioned`` names to direct transactions (tests/unit/test_plan_paths.py)
+    hourly = parse_counter_thresholds("usage:*#calls@hour>=5", windows=WINDOWS)
+    pinned = conditioned(NO_BOUNDS, hourly)
+    assert pinned is not None
+    assert pinned("usage:t")  # its hours are open on the key's item
+    assert not pinned("other")
+    assert not pinned(CounterItem("usage:t", day_id(NOW)))  # a day item: only a move writes it
+    assert hourly.touches({"usage:t": {window_counter(hour_id(NOW), "calls"): 1}})
+    assert not hourly.touches({"usage:t": {"calls": 1, window_counter(day_id(NOW), "calls"): 1}})
