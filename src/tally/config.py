@@ -92,7 +92,9 @@ class Settings:
             hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
             counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
             counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults)
-            counter_thresholds = parse_counter_thresholds(env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults)
+            counter_thresholds = parse_counter_thresholds(
+                env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults, windows=windows
+            )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
         if counter_thresholds.rules and not env.get(NOTIFICATIONS_TABLE):

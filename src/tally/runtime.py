@@ -65,6 +65,7 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
         bounds=bounds,
         thresholds=settings.counter_thresholds,
         notifications_table=settings.notifications_table,
+        windows=settings.windows,
     )
     journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
     limits = WIRE_LIMITS

@@ -32,6 +32,7 @@ from tally.core.thresholds import (
 )
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
+from tally.store.expressions import condition_fits
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -203,3 +204,4 @@ def test_the_longest_condition_fits_one_expression() -> None:
     assert len(condition.encode("utf-8")) <= 4096
     words = (" AND ", " OR ", ">=", "<=", " < ", " > ", " = ", "attribute_not_exists")
     assert sum(condition.count(word) for word in words) <= 300
+    assert condition_fits(condition)  # the store's own check (a write over it is refused before it is sent)

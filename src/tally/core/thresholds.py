@@ -12,8 +12,15 @@ matching rule wins.
 
 What a crossing is, decided here once (docs/explanation/notifications.md):
 
-- A threshold applies to a key's all-time value, as a bound does; one on a hot key is refused (its shards
-  cannot see each other's sum).
+- A threshold applies to a key's all-time value, as a bound does, or, declared ``COUNTER@hour`` (``@day``,
+  ``@minute``), to the key's value in each such window: ``usage:*#calls@day>=800`` is announced once per day.
+  One on a hot key is refused (its shards cannot see each other's sum), one on a window not counted too.
+- A window's value starts from 0 (no start value) and is, for hour and day, an attribute of the key's item
+  while the window is open (``tally.core.items.window_counter``): its write carries the condition there, as an
+  all-time counter's does. Once the window has ended, a move may have taken part of it onto a window item, and
+  a late event then adds to what is left on the key's item: the value is the sum of both. Such a write reads
+  the moved part first (``window_reads``; the store also conditions the write on no move since) and shifts
+  its conditions by it (``parts``).
 - Messages are the steps, as for bounds: a message's net delta on the counter moves the stored value from
   ``v`` to ``v + d``. A rising level ``L`` is crossed by that step when ``v < L <= v + d``; a falling level when
   ``v > L >= v + d``. A value that goes back and crosses again is crossed again, by another message.
@@ -38,12 +45,13 @@ from dataclasses import dataclass
 from decimal import Decimal
 from enum import StrEnum
 from hashlib import blake2b
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
-from tally.core.items import ALL_TIME, item_label, item_parts
+from tally.core.items import ALL_TIME, item_label, item_parts, split_window_counter
 from tally.core.numbers import Number, add, canonical
+from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -70,6 +78,8 @@ class ThresholdRule:
     counter: str
     direction: Direction
     levels: tuple[Number, ...]
+    window: str = ALL_TIME
+    """The window unit whose value the levels are about (``minute``, ``hour``, ``day``), or ``all``."""
 
     def matches(self, key: str) -> bool:
         return self.pattern == key or (self.pattern.endswith("*") and key.startswith(self.pattern[:-1]))
@@ -141,17 +151,44 @@ class Crossing:
     """The window whose value crossed (``all``: the all-time value)."""
 
 
+_UNIT_OF_PREFIX = {prefix: name for name, (prefix, _) in UNITS.items()}
+
+
+def window_unit(window: str) -> str | None:
+    """The unit name (``minute``, ``hour``, ``day``) of a window id, ``all`` for the all-time value, None for
+    an id this code cannot read."""
+    if window == ALL_TIME:
+        return ALL_TIME
+    return _UNIT_OF_PREFIX.get(window.partition("#")[0])
+
+
+def threshold_target(item: ItemKey, name: str) -> tuple[str, str, str] | None:
+    """(key, counter, window id) whose value a totals counter ``name`` of ``item`` moves: an open window's
+    counter on a key's item (``window_counter``) is that window's; a window item's counter its window's; a
+    shard's none (its key's value is the sum of its shards)."""
+    parts = item_parts(item)
+    if parts.shard != 0:
+        return None
+    if parts.window != ALL_TIME:
+        return parts.key, name, parts.window
+    split = split_window_counter(name)
+    if split is None:
+        return parts.key, name, ALL_TIME
+    window, counter = split
+    return parts.key, counter, window
+
+
 @dataclass(frozen=True, slots=True)
 class CounterThresholds:
     """Every declared threshold (empty: no write carries a crossing condition)."""
 
     rules: tuple[ThresholdRule, ...] = ()
 
-    def thresholds(self, key: str) -> dict[str, Levels]:
-        """The levels of each thresholded counter of ``key``."""
+    def thresholds(self, key: str, window: str = ALL_TIME) -> dict[str, Levels]:
+        """The levels of each thresholded counter of ``key``'s value in ``window``'s unit (``all``: all-time)."""
         found: dict[tuple[str, Direction], tuple[Number, ...]] = {}
         for rule in self.rules:
-            if rule.matches(key):
+            if rule.window == window and rule.matches(key):
                 found.setdefault((rule.counter, rule.direction), rule.levels)
         counters = {counter for counter, _ in found}
         return {
@@ -159,8 +196,34 @@ class CounterThresholds:
             for name in counters
         }
 
+    def counter_levels(self, item: ItemKey, name: str) -> Levels | None:
+        """The levels of the value the totals counter ``name`` of ``item`` moves (``threshold_target``); None:
+        no level, the write carries no crossing condition for it."""
+        if not self.rules:
+            return None
+        target = threshold_target(item, name)
+        if target is None:
+            return None
+        key, counter, window = target
+        unit = window_unit(window)
+        if unit is None:
+            return None
+        rising: tuple[Number, ...] | None = None
+        falling: tuple[Number, ...] | None = None
+        for rule in self.rules:
+            if rule.counter != counter or rule.window != unit or not rule.matches(key):
+                continue
+            if rule.direction is Direction.RISING and rising is None:
+                rising = rule.levels
+            elif rule.direction is Direction.FALLING and falling is None:
+                falling = rule.levels
+        if rising is None and falling is None:
+            return None
+        return Levels(rising or (), falling or ())
+
     def item_thresholds(self, item: ItemKey) -> dict[str, Levels]:
-        """The levels of an item: a key's all-time item has its key's, a window or a shard item none."""
+        """The all-time levels of an item: a key's all-time item has its key's, a window or a shard item none
+        (a window's levels are looked up per counter: ``counter_levels``)."""
         if not self.rules:
             return {}
         parts = item_parts(item)
@@ -169,16 +232,22 @@ class CounterThresholds:
         return self.thresholds(parts.key)
 
     def is_thresholded(self, item: ItemKey) -> bool:
-        """Whether writes to ``item`` carry a crossing condition (the planner keeps them off the journal)."""
-        return bool(self.item_thresholds(item))
+        """Whether writes to ``item`` may carry a crossing condition (the planner keeps them off the journal):
+        a key's item for its all-time, hour and day rules (those windows are open on it), a minute item for its
+        minute rules."""
+        if not self.rules:
+            return False
+        parts = item_parts(item)
+        if parts.shard != 0:
+            return False
+        units = {ALL_TIME, "hour", "day"} if parts.window == ALL_TIME else {window_unit(parts.window)}
+        return any(rule.window in units and rule.matches(parts.key) for rule in self.rules)
 
     def touches(self, totals: Totals) -> bool:
         """Whether a message's totals step a thresholded counter (only then does it need the exact path)."""
-        for item, counters in totals.items():
-            levels = self.item_thresholds(item)
-            if any(name in levels for name in counters):
-                return True
-        return False
+        return any(
+            self.counter_levels(item, name) is not None for item, counters in totals.items() for name in counters
+        )
 
 
 NO_THRESHOLDS = CounterThresholds()
@@ -207,18 +276,33 @@ def _negate(value: Number) -> Number:
     return -value if isinstance(value, int) else value.copy_negate()  # exact: no context rounding
 
 
+MOVE_CLOCK_MARGIN_MS = MINUTE_MS
+"""How long before a thresholded window's end a write already reads its moved part (``window_reads``): a
+window is moved off the key's item once it has ended by the mover's clock, and another container's clock may
+run ahead of this one's (Lambda's clocks are synchronised far closer than this)."""
+
+Parts: TypeAlias = "Mapping[str, Mapping[str, Number]]"
+"""Item label -> totals counter name -> the part of an ended window's value that a move took off the key's
+item onto a window item (``window_reads``); a counter it does not name has no such part."""
+
+
+def _start(item: ItemKey, name: str, defaults: CounterDefaults) -> Number:
+    """What a counter holds before its first increment: its declared start value on a key's all-time item
+    (``tally.core.defaults``); a window counts from zero."""
+    parts = item_parts(item)
+    if parts.window != ALL_TIME or parts.shard != 0 or split_window_counter(name) is not None:
+        return 0
+    return defaults.starts(parts.key).get(name, 0)
+
+
 def _ranges(steps: Iterable[Totals], thresholds: CounterThresholds) -> dict[tuple[ItemKey, str], tuple[Number, Number]]:
     """Per thresholded (item, counter) the steps move: the lowest and highest running sums (each including 0)."""
     running: dict[tuple[ItemKey, str], Number] = {}
     ranges: dict[tuple[ItemKey, str], tuple[Number, Number]] = {}
-    levels_of: dict[ItemKey, dict[str, Levels]] = {}
     for totals in steps:
         for item, counters in totals.items():
-            levels = levels_of.get(item)
-            if levels is None:
-                levels = levels_of[item] = thresholds.item_thresholds(item)
             for name, amount in counters.items():
-                if name not in levels or not amount:
+                if not amount or thresholds.counter_levels(item, name) is None:
                     continue
                 slot = (item, name)
                 total = running[slot] = add(running.get(slot, 0), amount)
@@ -227,8 +311,18 @@ def _ranges(steps: Iterable[Totals], thresholds: CounterThresholds) -> dict[tupl
     return ranges
 
 
+def _moved(parts: Parts | None, item: ItemKey, name: str) -> Number:
+    if not parts:
+        return 0
+    return parts.get(item_label(item), {}).get(name, 0)
+
+
 def crossing_free(
-    steps: Iterable[Totals], thresholds: CounterThresholds, defaults: CounterDefaults = NO_DEFAULTS
+    steps: Iterable[Totals],
+    thresholds: CounterThresholds,
+    defaults: CounterDefaults = NO_DEFAULTS,
+    *,
+    parts: Parts | None = None,
 ) -> dict[ItemKey, tuple[CrossingFree, ...]]:
     """The conditions one write of the net of ``steps`` (messages' totals, in their order) carries so that it
     commits only if none of its steps crosses a declared level; an item it moves no thresholded counter of is
@@ -236,18 +330,25 @@ def crossing_free(
 
     All running sums on one side of a level is what the condition asks, so a write whose steps cross a rising
     level downwards only (never announced) fails it too: it then takes the exact path, which finds no crossing.
+
+    ``parts``: the moved part ``w`` of an ended window (``window_reads``). The window's value is the key item's
+    attribute ``k`` plus ``w``, so the condition on ``k`` is the window's shifted by ``w``; the write must then
+    also be conditioned on no move having happened since ``w`` was read (the store's part).
     """
     if not thresholds.rules:
         return {}
     checks: dict[ItemKey, list[CrossingFree]] = {}
     for (item, name), (lowest, highest) in _ranges(steps, thresholds).items():
-        levels = thresholds.item_thresholds(item)[name]
-        start = defaults.starts(item_parts(item).key).get(name, 0)
+        levels = thresholds.counter_levels(item, name)
+        assert levels is not None  # _ranges keeps only thresholded counters
+        moved = _moved(parts, item, name)
+        missing = _start(item, name, defaults)  # what the attribute holds while it does not exist
         for level, direction in levels.each():
-            low, high = add(level, _negate(highest)), add(level, _negate(lowest))
+            low, high = add(level, _negate(add(highest, moved))), add(level, _negate(add(lowest, moved)))
             # rising: v + highest < L or v + lowest >= L; falling: v + lowest > L or v + highest <= L
+            # (v = k + moved: the bounds on k are shifted by the moved part)
             rising = direction is Direction.RISING
-            passes = (start < low or start >= high) if rising else (start <= low or start > high)
+            passes = (missing < low or missing >= high) if rising else (missing <= low or missing > high)
             checks.setdefault(item, []).append(CrossingFree(name, direction, low, high, passes))
     return {item: tuple(found) for item, found in checks.items()}
 
@@ -265,20 +366,46 @@ def exact_checks(
     thresholds: CounterThresholds,
     before: Mapping[str, Mapping[str, Number]],
     defaults: CounterDefaults = NO_DEFAULTS,
+    *,
+    parts: Parts | None = None,
 ) -> dict[ItemKey, tuple[ExactCheck, ...]]:
     """The conditions of a write planned from the values ``before`` (item label -> counter -> value, a missing
     counter as its start value or 0): each thresholded counter it moves holds exactly what was read. Items
-    ``before`` does not know are left out (they keep their ``crossing_free`` conditions)."""
+    ``before`` does not know are left out (they keep their ``crossing_free`` conditions).
+
+    An ended window's value in ``before`` is the whole window's: its key item's attribute must then hold it
+    minus the part moved onto the window item (``parts``)."""
     checks: dict[ItemKey, list[ExactCheck]] = {}
     for item, names in stepped_counters(steps, thresholds).items():
         known = before.get(item_label(item))
         if known is None:
             continue
-        starts = defaults.starts(item_parts(item).key)
         for name in names:
-            value = known.get(name, starts.get(name, 0))
-            checks.setdefault(item, []).append(ExactCheck(name, value, value == starts.get(name, 0)))
+            start = _start(item, name, defaults)
+            value = add(known.get(name, start), _negate(_moved(parts, item, name)))
+            checks.setdefault(item, []).append(ExactCheck(name, value, value == start))
     return {item: tuple(found) for item, found in checks.items()}
+
+
+def window_reads(steps: Iterable[Totals], thresholds: CounterThresholds, now_ms: int) -> dict[ItemKey, tuple[str, ...]]:
+    """Per key item, the thresholded window counters (``window_counter`` names) whose window has ended by
+    ``now_ms`` (or ends within ``MOVE_CLOCK_MARGIN_MS``): part of such a window's value may already have been
+    moved onto its window item, so a write must read that part and condition on it staying put. A window still
+    open is on the key's item alone (a move takes only ended windows)."""
+    found: dict[ItemKey, list[str]] = {}
+    for item, name in _ranges(steps, thresholds):
+        if item_parts(item).window != ALL_TIME:
+            continue  # a minute window is an item of its own from the start: nothing is ever moved onto it
+        split = split_window_counter(name)
+        if split is None:
+            continue
+        try:
+            unit, start_ms = parse_window_id(split[0])
+        except ValueError:
+            continue
+        if start_ms + UNITS[unit][1] <= now_ms + MOVE_CLOCK_MARGIN_MS:
+            found.setdefault(item, []).append(name)
+    return {item: tuple(names) for item, names in found.items()}
 
 
 def crossings(
@@ -290,74 +417,102 @@ def crossings(
     at_ms: int,
 ) -> list[Crossing]:
     """Every crossing the messages' steps make, in their order, from the values ``before`` (item label ->
-    counter -> value; an item it does not hold is not looked at: its write is crossing-free)."""
+    counter -> value; an item it does not hold is not looked at: its write is crossing-free). A window's value
+    in ``before`` is the whole window's (its moved part included)."""
     ordered = list(messages)
     values: dict[tuple[str, str], Number] = {}
-    found: list[tuple[str, str, Number, Direction, str, Number]] = []
+    found: list[tuple[tuple[str, str], str, str, str, Number, Direction, str, Number]] = []
     for message in ordered:
         for item, counters in message.totals.items():
             label = item_label(item)
             known = before.get(label)
             if known is None:
                 continue
-            levels = thresholds.item_thresholds(item)
-            key = item_parts(item).key
-            starts = defaults.starts(key)
             for name, amount in counters.items():
-                if name not in levels or not amount:
+                if not amount:
                     continue
+                levels = thresholds.counter_levels(item, name)
+                target = threshold_target(item, name)
+                if levels is None or target is None:
+                    continue
+                key, counter, window = target
                 slot = (label, name)
-                value = values.get(slot, known.get(name, starts.get(name, 0)))
+                value = values.get(slot, known.get(name, _start(item, name, defaults)))
                 after = values[slot] = add(value, amount)
                 found.extend(
-                    (key, name, level, direction, message.message_id, after)
-                    for level, direction in levels[name].each()
+                    (slot, key, counter, window, level, direction, message.message_id, after)
+                    for level, direction in levels.each()
                     if crossed(level, direction, value, after)
                 )
     return [
         Crossing(
-            notification_id(key, name, level, direction, message_id),
+            notification_id(key, counter, level, direction, message_id, window=window),
             key,
-            name,
+            counter,
             level,
             direction,
             message_id,
-            values[(key, name)],
+            values[slot],
             step_value,
             at_ms,
+            window,
         )
-        for key, name, level, direction, message_id, step_value in found
+        for slot, key, counter, window, level, direction, message_id, step_value in found
     ]
 
 
-def notification_id(key: str, counter: str, level: Number, direction: Direction, message_id: str) -> str:
+def notification_id(
+    key: str, counter: str, level: Number, direction: Direction, message_id: str, *, window: str = ALL_TIME
+) -> str:
     """The deterministic id of a crossing: BLAKE2b (16 bytes, hex) of its name, fields length-prefixed so that
-    no two names run together. The level in plain digits (``8E+2``, ``800.0`` and ``800`` are one level)."""
+    no two names run together. The level in plain digits (``8E+2``, ``800.0`` and ``800`` are one level); the
+    window id (``all``, ``d#2026-11-26``...), so the same level crossed again next period is a new crossing."""
     digest = blake2b(digest_size=16, person=b"tally-notify-v1")
-    for part in (key, counter, format(Decimal(canonical(level)), "f"), str(direction), ALL_TIME, message_id):
+    for part in (key, counter, format(Decimal(canonical(level)), "f"), str(direction), window, message_id):
         data = part.encode("utf-8")
         digest.update(len(data).to_bytes(4, "big") + data)
     return digest.hexdigest()
 
 
+def _target_and_window(target: str) -> tuple[str, str]:
+    """``PATTERN#COUNTER@UNIT`` -> (``PATTERN#COUNTER``, unit). Counter names may hold ``@``: only a last ``@``
+    followed by a window unit or ``all`` is a suffix (``k#x@day@all``: the all-time value of ``x@day``)."""
+    head, at, unit = target.rpartition("@")
+    if not at or (unit not in UNITS and unit != ALL_TIME) or "#" not in head:
+        return target, ALL_TIME
+    return head, unit
+
+
 def parse_counter_thresholds(
-    text: str, hot_keys: HotKeys | None = None, defaults: CounterDefaults = NO_DEFAULTS
+    text: str,
+    hot_keys: HotKeys | None = None,
+    defaults: CounterDefaults = NO_DEFAULTS,
+    *,
+    windows: WindowSpec | None = None,
 ) -> CounterThresholds:
-    """``"usage:*#calls>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds``.
+    """``"usage:*#calls@day>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds``.
+
+    A counter may end in ``@minute``, ``@hour`` or ``@day``: the levels are then about its value in each such
+    window of the key (announced once per window), which ``windows`` (``TALLY_WINDOWS``) must count.
 
     Raises ``ValueError`` naming the rule for anything malformed, for a threshold on a key that ``hot_keys``
-    shards, and for more than ``MAX_THRESHOLD_LEVELS`` levels in all.
+    shards, for a window not counted, and for more than ``MAX_THRESHOLD_LEVELS`` levels in all.
     """
     del defaults  # a start value on either side of a level is fine: the first step from it may cross
+    counted = {unit.name for unit in (windows or WindowSpec()).units}
     rules: list[ThresholdRule] = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
         operator = ">=" if ">=" in part else "<=" if "<=" in part else None
         target, _, numbers = part.rpartition(operator) if operator else ("", "", "")
+        target, window = _target_and_window(target)
         pattern, hash_, counter = target.rpartition("#")
         if operator is None or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(
-                f"bad counter threshold {part!r}: expected PATTERN#COUNTER>=L1,L2,... or PATTERN#COUNTER<=L1,..."
+                f"bad counter threshold {part!r}: expected PATTERN#COUNTER>=L1,L2,... or PATTERN#COUNTER<=L1,... "
+                "(COUNTER@hour, @day or @minute: per window)"
             )
+        if window != ALL_TIME and window not in counted:
+            raise ValueError(f"counter threshold {part!r} needs the {window} window counted (TALLY_WINDOWS)")
         levels = tuple(parse_number(number.strip(), f"counter threshold {part!r}") for number in numbers.split(","))
         if len(set(levels)) != len(levels):
             raise ValueError(f"counter threshold {part!r}: a level is given twice")
@@ -367,8 +522,8 @@ def parse_counter_thresholds(
                 "its shards cannot see each other's sum"
             )
         direction = Direction.RISING if operator == ">=" else Direction.FALLING
-        rules.append(ThresholdRule(pattern, counter, direction, tuple(sorted(levels))))
-    declared = {(rule.counter, rule.direction, level) for rule in rules for level in rule.levels}
+        rules.append(ThresholdRule(pattern, counter, direction, tuple(sorted(levels)), window))
+    declared = {(rule.counter, rule.direction, level, rule.window) for rule in rules for level in rule.levels}
     if len(declared) > MAX_THRESHOLD_LEVELS:
         raise ValueError(
             f"counter thresholds: at most {MAX_THRESHOLD_LEVELS} levels in all (one write's condition checks "

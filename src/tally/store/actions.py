@@ -6,6 +6,7 @@ position (``tally.store.requests.translate``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from tally.core.items import (
@@ -36,6 +37,7 @@ from tally.store.schema import (
     HEADER_STATE,
     LEDGER_ID,
     OPERATOR_PREFIXES,
+    WINDOW_MOVES,
     counter_attribute,
     header_id,
     item_key,
@@ -43,12 +45,26 @@ from tally.store.schema import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+    from decimal import Decimal
 
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
     from tally.core.bounds import BoundCheck
     from tally.core.resets import OperatorStamp
     from tally.core.thresholds import CrossingFree, ExactCheck
+
+
+MOVES_NAME = "#moves"
+MOVES_VALUE = ":moves"
+
+
+@dataclass(frozen=True, slots=True)
+class MovesSeen:
+    """A key item's count of window moves (``WINDOW_MOVES``) as read before the moved part of an ended window
+    was: a write conditioned on it still being so commits only if no move took more of the window since."""
+
+    count: Decimal | None
+    """None: the item had no move yet (the attribute is missing)."""
 
 
 # Each transaction action is paired with its role, so a cancellation can be read back by position.
@@ -102,6 +118,7 @@ def add_update(
     stamp: OperatorStamp | None = None,
     free: Sequence[CrossingFree] = (),
     exact: Sequence[ExactCheck] = (),
+    moves: MovesSeen | None = None,
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
 
@@ -117,7 +134,8 @@ def add_update(
 
     ``free`` and ``exact`` (``tally.core.thresholds``) add the crossing condition: a write that would cross a
     declared level (or whose thresholded counters no longer hold the values it was planned from) is cancelled
-    with the item as it was (``ALL_OLD``), as a bound's is.
+    with the item as it was (``ALL_OLD``), as a bound's is. ``moves``: the key item's count of window moves
+    when the moved part of an ended window was read; the write is conditioned on it (no move since).
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
@@ -149,8 +167,8 @@ def add_update(
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": values,
     }
-    if bounds or free or exact:
-        _add_condition(update, bounds, free, exact)
+    if bounds or free or exact or moves is not None:
+        _add_condition(update, bounds, free, exact, moves)
     return {"Update": update}, ("add", item_label(item))  # type: ignore[typeddict-item]
 
 
@@ -160,17 +178,23 @@ def bound_check(
     bounds: Sequence[BoundCheck],
     free: Sequence[CrossingFree] = (),
     exact: Sequence[ExactCheck] = (),
+    *,
+    moves: MovesSeen | None = None,
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """A ``ConditionCheck`` of an item's bounds (and crossing condition), for an item whose net in the
     transaction is zero but whose steps move it (``-5`` then ``+5`` must not take a counter at 3 below a floor
     of 0 on the way, nor cross a declared level and back unannounced)."""
     check: dict[str, Any] = {"TableName": table, "Key": item_key(item)}
-    _add_condition(check, bounds, free, exact)
+    _add_condition(check, bounds, free, exact, moves)
     return {"ConditionCheck": check}, ("add", item_label(item))  # type: ignore[typeddict-item]
 
 
 def _add_condition(
-    action: dict[str, Any], bounds: Sequence[BoundCheck], free: Sequence[CrossingFree], exact: Sequence[ExactCheck]
+    action: dict[str, Any],
+    bounds: Sequence[BoundCheck],
+    free: Sequence[CrossingFree],
+    exact: Sequence[ExactCheck],
+    moves: MovesSeen | None = None,
 ) -> None:
     names = action.setdefault("ExpressionAttributeNames", {})
     values = action.setdefault("ExpressionAttributeValues", {})
@@ -183,16 +207,26 @@ def _add_condition(
             values[high] = {"N": to_wire(check.at_most)}
     for index, level in enumerate(free):
         name, low, high = threshold_placeholders(index)
-        names[name] = COUNTER_PREFIX + level.counter
+        names[name] = counter_attribute(level.counter)  # an open window's counter is a ``w#`` attribute
         values[low] = {"N": to_wire(level.low)}
         values[high] = {"N": to_wire(level.high)}
     for index, held in enumerate(exact, start=len(free)):
         name, value, _ = threshold_placeholders(index)
-        names[name] = COUNTER_PREFIX + held.counter
+        names[name] = counter_attribute(held.counter)
         values[value] = {"N": to_wire(held.value)}
+    guard = ""
+    if moves is not None:
+        names[MOVES_NAME] = WINDOW_MOVES
+        if moves.count is None:
+            guard = f"attribute_not_exists({MOVES_NAME})"
+        else:
+            values[MOVES_VALUE] = {"N": to_wire(moves.count)}
+            guard = f"{MOVES_NAME} = {MOVES_VALUE}"
     if not values:
         del action["ExpressionAttributeValues"]
-    parts = [part for part in (bound_condition(bounds) if bounds else "", threshold_condition(free, exact)) if part]
+    parts = [
+        part for part in (bound_condition(bounds) if bounds else "", threshold_condition(free, exact), guard) if part
+    ]
     action["ConditionExpression"] = " AND ".join(parts)
     action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
 

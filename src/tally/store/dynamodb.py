@@ -8,22 +8,41 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
-from tally.core.items import item_parts
+from tally.core.items import item_label, item_parts, split_window_counter
 from tally.core.ledger import BatchState, Claim, MarkerRecord
+from tally.core.numbers import EXACT
 from tally.core.sharding import HotKeys
-from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossing_free, crossings, exact_checks
-from tally.errors import BoundRefusedError
-from tally.store.actions import add_update, batch_state_check, bound_check
+from tally.core.thresholds import (
+    NO_THRESHOLDS,
+    CounterThresholds,
+    crossing_free,
+    crossings,
+    exact_checks,
+    window_reads,
+)
+from tally.core.windows import WindowSpec
+from tally.errors import BoundRefusedError, WriteRejectedError
+from tally.store.actions import MovesSeen, add_update, batch_state_check, bound_check
+from tally.store.expressions import condition_fits
 from tally.store.markers import marker_actions, marker_id, marker_records
 from tally.store.notifications import notification_put
 from tally.store.requests import batch_get, translate
-from tally.store.schema import ALL_TIME, LEDGER_ID, PARTITION_KEY, SORT_KEY, counters_from_item
+from tally.store.schema import (
+    ALL_TIME,
+    LEDGER_ID,
+    PARTITION_KEY,
+    SORT_KEY,
+    WINDOW_MOVES,
+    counters_from_item,
+    item_key,
+)
+from tally.store.windows import moved_home
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -65,9 +84,17 @@ class DynamoDBCounterStore:
         bounds: CounterBounds = NO_BOUNDS,
         thresholds: CounterThresholds = NO_THRESHOLDS,
         notifications_table: str | None = None,
+        windows: WindowSpec | None = None,
     ) -> None:
         if thresholds.rules and not notifications_table:
             raise ValueError("declared thresholds need a notifications table")
+        self.windows = windows or WindowSpec()
+        """The windows counted (``TALLY_WINDOWS``): where a move puts an ended window (``moved_home``), which a
+        per-window threshold's write reads."""
+        counted = {unit.name for unit in self.windows.units}
+        missing = {rule.window for rule in thresholds.rules} - counted - {ALL_TIME}
+        if missing:
+            raise ValueError(f"per-window thresholds need their windows counted: {', '.join(sorted(missing))}")
         self.thresholds = thresholds
         """Declared levels (``tally.core.thresholds``): a thresholded counter's write carries a crossing
         condition, and, planned from the values a refused one met, the crossings it makes."""
@@ -110,8 +137,12 @@ class DynamoDBCounterStore:
         else:
             steps = [message.totals for message in chunk.messages]
             checks = bound_checks(steps, self.bounds, self.defaults)
-            free = crossing_free(steps, self.thresholds, self.defaults)
-            exact = exact_checks(steps, self.thresholds, chunk.before, self.defaults) if chunk.before else {}
+            reads = window_reads(steps, self.thresholds, now_ms) if self.thresholds.rules else {}
+            parts, moves = self._moved_parts(reads) if reads else ({}, {})
+            free = crossing_free(steps, self.thresholds, self.defaults, parts=parts)
+            exact = (
+                exact_checks(steps, self.thresholds, chunk.before, self.defaults, parts=parts) if chunk.before else {}
+            )
             free = {item: levels for item, levels in free.items() if item not in exact}
             table = self.counters_table
             actions += [
@@ -123,30 +154,88 @@ class DynamoDBCounterStore:
                     checks.get(key, ()),
                     free=free.get(key, ()),
                     exact=exact.get(key, ()),
+                    moves=moves.get(key),
                 )
                 for key, counters in chunk.increments.items()
             ]
             # A bounded or thresholded item whose steps net to zero in this chunk is still checked (the planner
             # counted its action).
             actions += [
-                bound_check(table, key, checks.get(key, ()), free.get(key, ()), exact.get(key, ()))
+                bound_check(
+                    table, key, checks.get(key, ()), free.get(key, ()), exact.get(key, ()), moves=moves.get(key)
+                )
                 for key in dict.fromkeys([*checks, *free, *exact])
                 if key not in chunk.increments
             ]
             if chunk.before:
                 found = crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms)
                 actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
+        unfit = frozenset(name for action, (role, name) in actions if role == "add" and not _fits(action))
+        if unfit:
+            raise WriteRejectedError(
+                "a crossing condition over DynamoDB's 300 operators or 4 KB per expression (a thresholded counter "
+                "moved in too many windows by one write)",
+                unfit,
+                number_range=False,
+            )
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
             error = translate(exc, [role for _, role in actions])
             if isinstance(error, BoundRefusedError):
-                error = BoundRefusedError({key: self._as_met(key, stored) for key, stored in error.stored.items()})
+                items = {item_label(item): item for item in [*chunk.increments, *checks, *free, *exact]}
+                error = BoundRefusedError(
+                    {
+                        label: self._as_met(items.get(label, label), stored, parts.get(label, {}))
+                        for label, stored in error.stored.items()
+                    }
+                )
             raise error from exc
 
-    def _as_met(self, key: str, stored: Mapping[str, Decimal]) -> dict[str, Decimal]:
-        """A refused item's counters as its condition met them: a missing counter holds its start value."""
-        return {**{name: Decimal(start) for name, start in self.defaults.starts(key).items()}, **stored}
+    def _as_met(self, item: ItemKey, stored: Mapping[str, Decimal], moved: Mapping[str, Number]) -> dict[str, Decimal]:
+        """A refused item's counters as its condition met them: a missing counter holds its start value (on a
+        key's all-time item only: windows count from zero), and an ended window's value is what the key item
+        holds plus the part this attempt read as moved (``_moved_parts``; if a move came between, that sum is
+        stale, and the write planned from it fails its exact condition and is planned again)."""
+        parts = item_parts(item)
+        starts = self.defaults.starts(parts.key) if parts.window == ALL_TIME and parts.shard == 0 else {}
+        met = {**{name: Decimal(start) for name, start in starts.items()}, **stored}
+        for name, part in moved.items():
+            met[name] = EXACT.add(met.get(name, Decimal(0)), Decimal(part))
+        return met
+
+    def _moved_parts(
+        self, reads: Mapping[ItemKey, Sequence[str]]
+    ) -> tuple[dict[str, dict[str, Number]], dict[ItemKey, MovesSeen]]:
+        """The parts of ended thresholded windows already moved onto window items (item label -> window counter
+        -> value), and each key item's count of moves as read just before them.
+
+        The key items first, then the window items, each read strongly consistent: a move that commits after
+        the first read has added to the count the write is conditioned on, so the write fails and is planned
+        again; one that committed before it is in both reads. The sum of the two parts is all a move cannot
+        change (it takes from one and adds to the other in one transaction)."""
+        raws = batch_get(self.client, self.counters_table, [item_key(item) for item in reads])
+        counts: dict[str, Decimal | None] = {raw[PARTITION_KEY]["S"]: _moves(raw) for raw in raws}
+        moves = {item: MovesSeen(counts.get(item_parts(item).key)) for item in reads}
+        homes: dict[tuple[str, str], tuple[tuple[str, str], str]] = {}
+        wanted: dict[tuple[str, str], Mapping[str, Any]] = {}
+        for item, names in reads.items():
+            for name in names:
+                window, counter = split_window_counter(name) or ("", name)
+                home, attribute = moved_home(item_parts(item).key, window, counter, self.windows)
+                primary = item_key(home)
+                where = (primary[PARTITION_KEY]["S"], primary[SORT_KEY]["S"])
+                wanted[where] = primary
+                homes[(item_label(item), name)] = (where, attribute)
+        found = {
+            (raw[PARTITION_KEY]["S"], raw[SORT_KEY]["S"]): raw
+            for raw in batch_get(self.client, self.counters_table, list(wanted.values()))
+        }
+        parts: dict[str, dict[str, Number]] = {}
+        for (label, name), (where, attribute) in homes.items():
+            value = found.get(where, {}).get(attribute)
+            parts.setdefault(label, {})[name] = Decimal(value["N"]) if value is not None else 0
+        return parts, moves
 
     def _operator_updates(self, chunk: Chunk) -> list[tuple[TransactWriteItemTypeDef, Role]]:
         """The item writes of a chunk holding a reset or correction: one action per item, each carrying its
@@ -204,3 +293,13 @@ class DynamoDBCounterStore:
             raise translate(exc) from exc
         item = response.get("Item")
         return None if item is None else marker_records(item, [message_id]).get(message_id)
+
+
+def _fits(action: TransactWriteItemTypeDef) -> bool:
+    body: Mapping[str, Any] = action.get("Update") or action.get("ConditionCheck") or {}
+    return condition_fits(str(body.get("ConditionExpression", "")))
+
+
+def _moves(raw: Mapping[str, Any]) -> Decimal | None:
+    value = raw.get(WINDOW_MOVES)
+    return Decimal(value["N"]) if value is not None else None

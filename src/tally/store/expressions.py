@@ -223,3 +223,17 @@ def threshold_condition(free: Sequence[CrossingFree], exact: Sequence[ExactCheck
         equal = f"{name} = {value}"
         conditions.append(f"(attribute_not_exists({name}) OR {equal})" if exact_check.if_missing else f"({equal})")
     return " AND ".join(conditions)
+
+
+CONDITION_MAX_OPERATORS: Final = 300
+"""DynamoDB's limit on operators and functions in one expression ("The maximum number of operators or
+functions allowed in any expression is 300", Constraints > Expression parameters)."""
+_OPERATORS: Final = (" AND ", " OR ", "NOT ", " = ", " <> ", " < ", " <= ", " > ", " >= ", "attribute_not_exists(")
+
+
+def condition_fits(expression: str) -> bool:
+    """Whether a condition stays within DynamoDB's 300 operators and 4 KB per expression. A write's crossing
+    conditions grow with the windows it moves a thresholded counter in (late events spread over many hours):
+    one that would not fit is refused before it is sent, as DynamoDB would refuse it."""
+    operators = sum(expression.count(word) for word in _OPERATORS)
+    return operators <= CONDITION_MAX_OPERATORS and len(expression.encode("utf-8")) <= UPDATE_EXPRESSION_MAX_BYTES

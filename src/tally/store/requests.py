@@ -30,7 +30,7 @@ from tally.errors import (
     WriteRejectedError,
 )
 from tally.store.markers import block_claims, marker_records
-from tally.store.schema import MARKER_BATCH, MARKER_DIGEST, SORT_KEY, counters_from_item
+from tally.store.schema import MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -208,7 +208,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         elif reason_code == "ConditionalCheckFailed" and role == "applied":
             applied_failed = True
         elif reason_code == "ConditionalCheckFailed" and role == "add":
-            bounded[name] = counters_from_item(reason.get("Item", {}))  # only bounded writes carry a condition
+            bounded[name] = item_counters(reason.get("Item", {}))  # only conditioned writes (bounds, levels)
         elif reason_code in _RETRYABLE_REASONS:
             retryable = True
         elif reason_code == "ValidationError" and role == "add":

@@ -51,10 +51,17 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.numbers import EXACT, to_wire
-from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
+from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items, parse_window_id
 from tally.store.actions import add_update
 from tally.store.requests import batch_get, scan_all_time_items, translate
-from tally.store.schema import PARTITION_KEY, WINDOW_MOVES, item_key, open_windows_from_item, window_attribute
+from tally.store.schema import (
+    PARTITION_KEY,
+    WINDOW_MOVES,
+    counter_attribute,
+    item_key,
+    open_windows_from_item,
+    window_attribute,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -172,6 +179,17 @@ def plan_move(
     if not removed:
         return None
     return _Move(item, removed, tuple(adds.items()), count)
+
+
+def moved_home(key: str, window: str, counter: str, windows: WindowSpec) -> tuple[CounterItem, str]:
+    """Where a move puts an ended window's counter of ``key``: (window item, attribute). An hour goes to its
+    day's item as a ``w#`` attribute when ``hours_on_day_items``, else to an item of its own, as a day does;
+    the same choice as ``plan_move``'s (a write that reads a window's moved part reads it there)."""
+    unit, start_ms = parse_window_id(window)
+    if unit == "hour" and hours_on_day_items(windows):
+        day = windows.unit("day")
+        return CounterItem(key, day.window_id(day.start_ms(start_ms))), window_attribute(window, counter)
+    return CounterItem(key, window), counter_attribute(counter)
 
 
 def _item_bytes(raw: Mapping[str, Any]) -> int:

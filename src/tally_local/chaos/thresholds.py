@@ -7,7 +7,13 @@ counters on DynamoDB Local:
 - ``t:up:<n>`` keys: rising levels 10, 20, 30 on ``n`` (steps +1..+3): each level passed exactly once;
 - ``t:down:<n>`` keys: falling levels 60, 40, 20 on ``n``, start 80 (steps -1..-3): each level once;
 - ``t:mix:<n>`` keys: a rising level 10 and a falling level 9 on ``v``, start 8, steps -2..+2: the value
-  crosses back and forth, so each key is announced many times, every crossing by another message.
+  crosses back and forth, so each key is announced many times, every crossing by another message;
+- ``t:win:<n>`` keys: per-day levels 10 and 20 on ``w`` (``w@day``, steps +1..+3), each event in one of four
+  days: three that have ended before the run's clock starts (every event for them is late) and the clock's
+  own day. The run counts hour and day windows (``TALLY_WINDOWS``), and its clock moves an hour per
+  invocation, so the pipelines' own post-commit steps keep moving ended windows off the key items while late
+  events for them keep landing there: each day's value is split between the key's item and its day item, and each
+  day's levels must be announced once, from the sum.
 
 Consumers (threads, each its own pipeline and client, as concurrent invocations) take random batches from a
 standard-queue model (no order), and the chaos faults of ``tally_local.chaos.faults`` hit every DynamoDB request:
@@ -25,9 +31,11 @@ deduplicated by ``notification_id`` as a consumer must:
 - on ``mix`` keys the announced rising crossings minus the falling ones equal the side change from start to
   end; every announcement is real (the message counted, and its own step, from ``step_value`` back by its
   delta, crosses the level the announced way) and no (message, level, direction) is announced twice;
+- on ``win`` keys, per day window, exactly the levels its day's total reaches, each once, under that window;
 - every announcement is a recorded crossing and every recorded crossing was announced.
 
-The broken variants (``BROKEN``) announce before the commit, or without the deterministic id: the run fails.
+The broken variants announce before the commit, or without the deterministic id, or judge a day's level on the
+key item's part alone (never reading what a move took off it): the run fails.
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -52,6 +61,7 @@ import click
 from tally.config import Settings
 from tally.core.model import SourceRecord
 from tally.core.thresholds import Direction, crossed, crossings
+from tally.core.windows import DAY_MS, HOUR_MS
 from tally.reader import NotificationReader
 from tally.runtime import CLIENT_CONFIG, wire_pipeline
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -72,10 +82,19 @@ if TYPE_CHECKING:
     from tally.pipeline import BatchPipeline, DeadLetterQueue
 
 ROOT: Final = Path(__file__).resolve().parents[3]
-THRESHOLDS: Final = "t:up:*#n>=10,20,30;t:down:*#n<=60,40,20;t:mix:*#v>=10;t:mix:*#v<=9"
+THRESHOLDS: Final = "t:up:*#n>=10,20,30;t:down:*#n<=60,40,20;t:mix:*#v>=10;t:mix:*#v<=9;t:win:*#w@day>=10,20"
 DEFAULTS: Final = "t:down:*#n=start:80;t:mix:*#v=start:8"
-STARTS: Final = {"up": 0, "down": 80, "mix": 8}
-COUNTER: Final = {"up": "n", "down": "n", "mix": "v"}
+STARTS: Final = {"up": 0, "down": 80, "mix": 8, "win": 0}
+COUNTER: Final = {"up": "n", "down": "n", "mix": "v", "win": "w"}
+DAY_LEVELS: Final = (10, 20)
+CLOCK_START_MS: Final = 4_102_704_000_000
+"""2100-01-04, 00:00 UTC: the run's clock starts here (the days before it have ended: their events are late)."""
+CLOCK_STEP_MS: Final = HOUR_MS
+"""How far the run's clock moves per invocation: an hour, so every batch's key items are checked for ended
+windows again (a container checks a key item once per hour) and ended days are moved off them between nearly
+any two batches, whatever the machine's speed: a late event then almost always meets a day split in two."""
+WINDOW_DAYS: Final = 4
+"""The days ``win`` events fall in: the three before the clock's start and its own."""
 LEVELS: Final = {
     "up": {(10, "rising"), (20, "rising"), (30, "rising")},
     "down": {(60, "falling"), (40, "falling"), (20, "falling")},
@@ -86,6 +105,8 @@ LEVELS: Final = {
 class ThresholdChaosConfig:
     keys_per_kind: int = 3
     messages_per_key: int = 40
+    window_messages_per_key: int = 24
+    """For ``win`` keys: about six per day, two a level (steps +1..+3, levels 10 and 20 per day)."""
     consumers: int = 3
     batch_size: int = 8
     seed: int = 26
@@ -176,18 +197,37 @@ class Message:
     kind: str
     key: str
     delta: int
+    ts_ms: int | None = None
+    """When its event happened (``win`` messages only: which day window it counts in)."""
 
     def body(self) -> str:
-        return json.dumps({"id": self.message_id, "key": self.key, "deltas": {COUNTER[self.kind]: self.delta}})
+        body: dict[str, Any] = {"id": self.message_id, "key": self.key, "deltas": {COUNTER[self.kind]: self.delta}}
+        if self.ts_ms is not None:
+            body["ts"] = self.ts_ms
+        return json.dumps(body)
+
+    @property
+    def day(self) -> str:
+        """The day window id of its event (``win`` messages)."""
+        start = (self.ts_ms or 0) - (self.ts_ms or 0) % DAY_MS
+        return "d#" + datetime.fromtimestamp(start / 1000, tz=UTC).strftime("%Y-%m-%d")
 
 
 def workload(config: ThresholdChaosConfig, rng: random.Random) -> list[Message]:
     messages: list[Message] = []
-    for kind in ("up", "down", "mix"):
-        for n in range(config.keys_per_kind):
+    for kind in ("up", "down", "mix", "win"):
+        for n in range(config.keys_per_kind if kind != "win" or config.window_messages_per_key else 0):
             key = f"t:{kind}:{n}"
             value = STARTS[kind]
-            for m in range(config.messages_per_key):
+            count = config.window_messages_per_key if kind == "win" else config.messages_per_key
+            for m in range(count):
+                if kind == "win":
+                    # one of the ended days (any hour), or the clock's own day's first hour (never ahead of it)
+                    day = rng.randrange(WINDOW_DAYS) - (WINDOW_DAYS - 1)
+                    hour = rng.randrange(24) if day < 0 else 0
+                    ts_ms = CLOCK_START_MS + day * DAY_MS + hour * HOUR_MS + rng.randrange(HOUR_MS)
+                    messages.append(Message(f"{key}-{m}", kind, key, rng.randint(1, 3), ts_ms))
+                    continue
                 if kind == "up":
                     delta = rng.randint(1, 3)
                 elif kind == "down":
@@ -207,6 +247,7 @@ def _settings(tables: Tables) -> Settings:
             "TALLY_NOTIFICATIONS_TABLE": tables.notifications,
             "TALLY_COUNTER_THRESHOLDS": THRESHOLDS,
             "TALLY_COUNTER_DEFAULTS": DEFAULTS,
+            "TALLY_WINDOWS": "hour,day",
             "TALLY_WRITE_CONCURRENCY": "1",
         },
         require_dlq=False,
@@ -237,6 +278,7 @@ class _AnnounceBeforeCommit(DynamoDBCounterStore):
                                     "counter": crossing.counter,
                                     "level": str(crossing.level),
                                     "direction": str(crossing.direction),
+                                    "window": crossing.window,
                                     "value": str(crossing.value),
                                     "step_value": str(crossing.step_value),
                                     "message_id": crossing.message_id,
@@ -255,6 +297,22 @@ def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus) -> Bat
     store.__class__ = _AnnounceBeforeCommit
     store.bus = bus  # type: ignore[attr-defined]
     store.notifications_table = tables.notifications
+    return pipeline
+
+
+class _KeyItemPartAlone(DynamoDBCounterStore):
+    """BROKEN: judges an ended day's levels on the key item's part alone, as if no move had taken any of it."""
+
+    def _moved_parts(self, reads: Any) -> Any:
+        del reads
+        return {}, {}
+
+
+def broken_window_on_key_item_alone(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
+    pipeline = production_pipeline(client, tables, bus)
+    store = pipeline._applier.store
+    assert isinstance(store, DynamoDBCounterStore)
+    store.__class__ = _KeyItemPartAlone
     return pipeline
 
 
@@ -328,6 +386,13 @@ class _Run:
     in_flight: InFlightTransactions = field(default_factory=InFlightTransactions)
     lock: threading.Lock = field(default_factory=threading.Lock)
     failures: list[str] = field(default_factory=list)
+    invocations: int = 0
+
+    def now_ms(self) -> int:
+        """The run's clock, for one more invocation: ``CLOCK_STEP_MS`` later than the one before."""
+        with self.lock:
+            self.invocations += 1
+            return CLOCK_START_MS + self.invocations * CLOCK_STEP_MS
 
     def _take(self, rng: random.Random) -> list[Message]:
         """A batch from the standard-queue model: any messages, in any order."""
@@ -363,10 +428,11 @@ class _Run:
         self, pipeline: BatchPipeline, batch: list[Message], invocation: Invocation, rng: random.Random
     ) -> list[Message]:
         """One invocation; returns the messages the source delivers again."""
-        records = [SourceRecord(f"{m.message_id}#{rng.random()}", m.body(), 0) for m in batch]
+        now_ms = self.now_ms()
+        records = [SourceRecord(f"{m.message_id}#{rng.random()}", m.body(), now_ms) for m in batch]
         by_record = {r.record_id: m for r, m in zip(records, batch, strict=True)}
         try:
-            result = pipeline.process(records, time.time_ns() // 1_000_000, invocation.remaining_ms)
+            result = pipeline.process(records, now_ms, invocation.remaining_ms)
         except InvocationKilled:
             self.log.add("invocation.killed")
             return batch
@@ -493,9 +559,12 @@ def _check(messages: list[Message], client: Any, tables: Tables, bus: _Bus, log:
     for nid, crossing in recorded.items():
         if nid not in announced:
             problems.append(f"recorded but never announced: {crossing}")
+    problems += _check_days(messages, announced, figures)
     for key, end in ends.items():
         kind = key.split(":")[1]
         mine = [e for e in announced.values() if e["key"] == key]
+        if kind == "win":
+            continue  # per day window: _check_days
         if kind in LEVELS:
             start = STARTS[kind]
             expected = {
@@ -519,6 +588,29 @@ def _check(messages: list[Message], client: Any, tables: Tables, bus: _Bus, log:
     return ThresholdChaosResult(not problems, figures, faults, problems[:20])
 
 
+def _check_days(messages: list[Message], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:
+    """Per ``win`` key and day window, exactly the levels its day's total reaches announced, each once, under that
+    window (deltas are positive, so the levels between 0 and the total, whatever the order); none elsewhere."""
+    problems: list[str] = []
+    days: dict[tuple[str, str], int] = {}
+    for m in messages:
+        if m.kind == "win":
+            days[(m.key, m.day)] = days.get((m.key, m.day), 0) + m.delta
+    for (key, day), total in sorted(days.items()):
+        expected = {level for level in DAY_LEVELS if total >= level}
+        got = Counter(
+            int(Decimal(e["level"])) for e in announced.values() if e["key"] == key and e.get("window") == day
+        )
+        figures["window_crossings"] = figures.get("window_crossings", 0) + sum(got.values())
+        if set(got) != expected or any(times != 1 for times in got.values()):
+            problems.append(f"{key}@{day}: announced {dict(got)}, its total {total} reaches {sorted(expected)}")
+    strays = [
+        e for e in announced.values() if e["key"].startswith("t:win:") and (e["key"], e.get("window")) not in days
+    ]
+    problems += [f"announced outside the windows its key's events fall in: {e}" for e in strays[:3]]
+    return problems
+
+
 def _values(client: Any, table: str, keys: list[str]) -> dict[str, int]:
     from tally.reader import CounterReader  # noqa: PLC0415
 
@@ -528,7 +620,7 @@ def _values(client: Any, table: str, keys: list[str]) -> dict[str, int]:
     values: dict[str, int] = {}
     for key, counters in found.items():
         prefix = key.rsplit(":", 1)[0]
-        name = "v" if prefix == "t:mix" else "n"
+        name = {"t:mix": "v", "t:win": "w"}.get(prefix, "n")
         value = counters.values.get(name)
         values[key] = int(value) if value is not None else starts.get(prefix, 0)
     return values

@@ -1,0 +1,236 @@
+"""Per-window thresholds (tally.core.thresholds): the declaration's window suffix, which value a window level is
+about (an open window's counter on the key's item, a minute window's own item), the part of an ended window a
+move already took off the key's item (``parts``), and which windows a write must read that part of."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.config import Settings
+from tally.core.aggregate import MessageTotals
+from tally.core.bounds import NO_BOUNDS
+from tally.core.items import ALL_TIME, CounterItem, window_counter
+from tally.core.sharding import parse_hot_keys
+from tally.core.thresholds import (
+    MOVE_CLOCK_MARGIN_MS,
+    Direction,
+    Levels,
+    conditioned,
+    crossing_free,
+    crossings,
+    exact_checks,
+    expected_crossings,
+    notification_id,
+    parse_counter_thresholds,
+    window_reads,
+)
+from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
+from tally.errors import ConfigurationError
+from tally.store.actions import add_update
+from tally.store.expressions import condition_fits
+from tally.store.schema import counter_attribute
+from tally.store.windows import moved_home, plan_move
+
+WINDOWS = parse_window_spec("minute,hour,day")
+DAILY = parse_counter_thresholds("usage:*#calls@day>=800,1000;usage:*#calls>=5000;k#n@minute>=3", windows=WINDOWS)
+NOW = 1_795_000_000_000 - 1_795_000_000_000 % DAY_MS + 10 * HOUR_MS + 30 * 60_000  # 10:30 UTC on some day
+
+
+def day_id(ms: int) -> str:
+    return WINDOWS.unit("day").window_id(WINDOWS.unit("day").start_ms(ms))
+
+
+def hour_id(ms: int) -> str:
+    return WINDOWS.unit("hour").window_id(WINDOWS.unit("hour").start_ms(ms))
+
+
+# ------------------------------------------------------------------------------------------ the declaration
+def test_a_window_suffix_declares_levels_of_that_window() -> None:
+    key_item = "usage:t"
+    today = window_counter(day_id(NOW), "calls")
+    assert DAILY.counter_levels(key_item, today) == Levels(rising=(800, 1000))
+    assert DAILY.counter_levels(key_item, "calls") == Levels(rising=(5000,))  # all-time keeps its own rule
+    assert DAILY.counter_levels(key_item, window_counter(hour_id(NOW), "calls")) is None  # no hourly rule
+    minute = CounterItem("k", "m#2026-11-18T10:30Z", 0, None)
+    assert DAILY.counter_levels(minute, "n") == Levels(rising=(3,))
+    assert DAILY.counter_levels(CounterItem("k", ALL_TIME, 3), "n") is None  # a shard: never
+    assert DAILY.is_thresholded(key_item)
+    assert DAILY.is_thresholded(minute)
+
+
+def test_a_counter_name_holding_at_is_read_whole_unless_it_ends_in_a_window_unit() -> None:
+    rules = parse_counter_thresholds("k#a@b>=1;k#x@day@all>=2;k#y@all>=3", windows=WINDOWS)
+    assert [(r.counter, r.window) for r in rules.rules] == [("a@b", ALL_TIME), ("x@day", ALL_TIME), ("y", ALL_TIME)]
+
+
+@pytest.mark.parametrize(
+    ("text", "windows", "error"),
+    [
+        ("usage:*#calls@day>=800", "hour", "needs the day window counted (TALLY_WINDOWS)"),
+        ("usage:*#calls@hour>=800", "", "needs the hour window counted (TALLY_WINDOWS)"),
+        ("hot#calls@day>=5", "day", "hot key"),
+        ("k#n@day>=5,5", "day", "a level is given twice"),
+    ],
+)
+def test_a_window_rule_is_refused_without_its_window_or_on_a_hot_key(text: str, windows: str, error: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(error)):
+        parse_counter_thresholds(text, parse_hot_keys("hot=4"), windows=parse_window_spec(windows))
+
+
+def test_each_window_rule_counts_its_levels_toward_the_limit() -> None:
+    text = ";".join(f"k#n@{unit}>=1,2,3" for unit in ("minute", "hour", "day")) + ";k#n>=1,2"
+    with pytest.raises(ValueError, match="at most 10 levels"):
+        parse_counter_thresholds(text, windows=WINDOWS)
+
+
+def test_settings_refuse_a_window_rule_whose_window_is_not_counted() -> None:
+    env = {
+        "TALLY_COUNTERS_TABLE": "c",
+        "TALLY_MARKERS_TABLE": "m",
+        "TALLY_NOTIFICATIONS_TABLE": "n",
+        "TALLY_COUNTER_THRESHOLDS": "usage:*#calls@day>=800",
+        "TALLY_WINDOWS": "hour",
+    }
+    with pytest.raises(ConfigurationError, match="day window"):
+        Settings.from_env(env, require_dlq=False)
+    settings = Settings.from_env({**env, "TALLY_WINDOWS": "hour,day"}, require_dlq=False)
+    assert settings.counter_thresholds.rules[0].window == "day"
+
+
+# --------------------------------------------------------------------------------------------- a crossing
+def step(message_id: str, amount: int, window: str) -> MessageTotals:
+    return MessageTotals(message_id, {"usage:t": {"calls": amount, window_counter(window, "calls"): amount}}, 1)
+
+
+def test_a_window_crossing_is_named_by_its_window_and_starts_from_zero() -> None:
+    today, tomorrow = day_id(NOW), day_id(NOW + DAY_MS)
+    # GIVEN all-time usage at 4,990, today's at 790, tomorrow's not started: +20 today, +900 tomorrow
+    before = {"usage:t": {"calls": Decimal(4990), window_counter(today, "calls"): Decimal(790)}}
+    found = crossings([step("m1", 20, today), step("m2", 900, tomorrow)], DAILY, before, at_ms=NOW)
+    # THEN the all-time 5,000, today's 800 and tomorrow's 800 again (from zero): each its own id
+    assert [(c.window, c.counter, c.level, c.message_id, c.step_value) for c in found] == [
+        (ALL_TIME, "calls", 5000, "m1", 5010),
+        (today, "calls", 800, "m1", 810),
+        (tomorrow, "calls", 800, "m2", 900),
+    ]
+    assert found[1].notification_id == notification_id("usage:t", "calls", 800, Direction.RISING, "m1", window=today)
+    assert found[1].notification_id != notification_id("usage:t", "calls", 800, Direction.RISING, "m1")
+    assert len({c.notification_id for c in found}) == 3
+    assert found[1].value == 810  # the window's value after the write, not the all-time value
+
+
+def test_a_minute_window_item_crosses_on_its_own_item() -> None:
+    minute = CounterItem("k", "m#2026-11-18T10:30Z", 0, 99)
+    found = crossings([MessageTotals("m1", {minute: {"n": 4}}, 1)], DAILY, {"k@m#2026-11-18T10:30Z": {}}, at_ms=0)
+    assert [(c.key, c.window, c.counter, c.level) for c in found] == [("k", "m#2026-11-18T10:30Z", "n", 3)]
+
+
+# ---------------------------------------------------------- an ended window: part on the key's item, part moved
+def test_which_windows_a_write_must_read_the_moved_part_of() -> None:
+    yesterday, today = day_id(NOW - DAY_MS), day_id(NOW)
+    steps = [{"usage:t": {window_counter(yesterday, "calls"): 1, window_counter(today, "calls"): 1, "calls": 2}}]
+    # yesterday has ended: a move may have taken part of it; today is open: the key's item alone holds it
+    assert window_reads(steps, DAILY, NOW) == {"usage:t": (window_counter(yesterday, "calls"),)}
+    # within the clock margin of its end, a window is read too (a mover whose clock runs ahead may take it)
+    end_of_today = NOW - NOW % DAY_MS + DAY_MS
+    assert window_reads(steps, DAILY, end_of_today - MOVE_CLOCK_MARGIN_MS) == {
+        "usage:t": (window_counter(yesterday, "calls"), window_counter(today, "calls"))
+    }
+    # a window no rule thresholds is never read
+    assert window_reads([{"usage:t": {window_counter(hour_id(NOW - DAY_MS), "calls"): 1}}], DAILY, NOW) == {}
+
+
+def test_the_conditions_count_the_moved_part() -> None:
+    yesterday = window_counter(day_id(NOW - DAY_MS), "calls")
+    steps = [{"usage:t": {yesterday: 20}}]
+    parts = {"usage:t": {yesterday: Decimal(790)}}
+    # the key's item holds k, the window item 790: k + 790 + 20 crosses 800 unless k < -10 or k >= 10
+    checks = {(c.direction, c.low, c.high, c.if_missing) for c in crossing_free(steps, DAILY, parts=parts)["usage:t"]}
+    assert (Direction.RISING, -10, 10, False) in checks  # a missing attribute (k = 0) crosses: it fails
+    assert (Direction.RISING, 190, 210, True) in checks  # 1000: far
+    # planned from the window's value 800 (the sum), the key item must hold exactly 800 - 790
+    (held,) = exact_checks(steps, DAILY, {"usage:t": {yesterday: Decimal(800)}}, parts=parts)["usage:t"]
+    assert (held.counter, held.value, held.if_missing) == (yesterday, 10, False)
+
+
+@given(
+    key_part=st.integers(-12, 12),
+    moved=st.integers(-12, 12),
+    amounts=st.lists(st.integers(-6, 6).filter(bool), min_size=1, max_size=6),
+)
+def test_the_condition_on_the_key_items_part_holds_exactly_when_the_windows_value_changes_no_side(
+    key_part: int, moved: int, amounts: list[int]
+) -> None:
+    # GIVEN an ended day window whose value is split: ``key_part`` on the key's item, ``moved`` on its window item
+    thresholds = parse_counter_thresholds("k#n@day>=0,5;k#n@day<=-3,2", windows=WINDOWS)
+    name = window_counter(day_id(NOW - DAY_MS), "n")
+    messages = [MessageTotals(f"m{i}", {"k": {name: amount}}, 1) for i, amount in enumerate(amounts)]
+    parts = {"k": {name: Decimal(moved)}}
+    checks = crossing_free([m.totals for m in messages], thresholds, parts=parts)["k"]
+
+    def holds(low: int, high: int, direction: Direction, value: int) -> bool:
+        return (value < low or value >= high) if direction is Direction.RISING else (value <= low or value > high)
+
+    # WHEN the conditions, on the key item's part alone, hold: no step of the window's value crosses
+    passes = all(holds(int(c.low), int(c.high), c.direction, key_part) for c in checks)
+    value = key_part + moved
+    expected = expected_crossings(
+        value, [(m.message_id, a) for m, a in zip(messages, amounts, strict=True)], Levels((0, 5), (-3, 2))
+    )
+    found = crossings(messages, thresholds, {"k": {name: Decimal(value)}}, at_ms=0)
+    assert [(c.level, c.direction, c.message_id) for c in found] == expected
+    if passes:
+        assert expected == []
+    # THEN a missing attribute passes exactly when a key part of 0 does
+    assert all(c.if_missing == holds(int(c.low), int(c.high), c.direction, 0) for c in checks)
+    # and the exact condition asks the key's item for the sum minus the moved part
+    (held,) = exact_checks([m.totals for m in messages], thresholds, {"k": {name: Decimal(value)}}, parts=parts)["k"]
+    assert held.value == key_part
+
+
+@pytest.mark.parametrize(("spec", "kept"), [("hour,day", ""), ("hour", ""), ("day", ""), ("hour,day", "hour=7,day=1")])
+@pytest.mark.parametrize("unit", ["hour", "day"])
+def test_a_write_reads_a_moved_window_where_the_move_puts_it(spec: str, kept: str, unit: str) -> None:
+    # hours go to their day's item as attributes, or (days not counted, or kept shorter) to items of their own
+    windows = parse_window_spec(spec, kept)
+    if unit not in {u.name for u in windows.units}:
+        return
+    window = hour_id(NOW - DAY_MS) if unit == "hour" else day_id(NOW - DAY_MS)
+    raw = {"pk": {"S": "usage:t"}, "sk": {"S": "all"}, "w#" + window + "\x1fcalls": {"N": "7"}}
+    move = plan_move(raw, windows, NOW, move_at_bytes=0)
+    assert move is not None
+    (target, counters), *_ = move.adds
+    home, attribute = moved_home("usage:t", window, "calls", windows)
+    assert (home.key, home.window) == (target.key, target.window)
+    assert counter_attribute(next(iter(counters))) == attribute
+
+
+def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_one_condition() -> None:
+    hourly = parse_counter_thresholds("k#n@hour>=100,200,300,400,500", windows=WINDOWS)
+    hours = [window_counter(hour_id(NOW - n * HOUR_MS), "n") for n in range(1, 40)]
+
+    def condition(count: int) -> str:
+        steps = [{"k": dict.fromkeys(hours[:count], 1)}]
+        action, _ = add_update("t", "k", steps[0]["k"], free=crossing_free(steps, hourly)["k"])
+        return str(action["Update"]["ConditionExpression"])
+
+    # five levels of one window are about 30 operators: nine windows fit one expression, eleven do not
+    assert condition_fits(condition(9))
+    assert not condition_fits(condition(11))
+
+
+def test_a_key_item_with_only_a_window_level_is_kept_off_the_journal() -> None:
+    # the planner pins every item ``conditioned`` names to direct transactions (tests/unit/test_plan_paths.py)
+    hourly = parse_counter_thresholds("usage:*#calls@hour>=5", windows=WINDOWS)
+    pinned = conditioned(NO_BOUNDS, hourly)
+    assert pinned is not None
+    assert pinned("usage:t")  # its hours are open on the key's item
+    assert not pinned("other")
+    assert not pinned(CounterItem("usage:t", day_id(NOW)))  # a day item: only a move writes it
+    assert hourly.touches({"usage:t": {window_counter(hour_id(NOW), "calls"): 1}})
+    assert not hourly.touches({"usage:t": {"calls": 1, window_counter(day_id(NOW), "calls"): 1}})
