@@ -92,12 +92,12 @@ def test_every_marker_read_says_what_an_own_marker_says(ddb_tables: DynamoDBTabl
     numbered, own = numbered_id(SESSION, 37), "f" * 32
     messages = [message_totals(Message(mid, (CounterEvent("page", {"count": 1}),))) for mid in (numbered, own)]
     chunk = plan_transactions(messages).chunks[0]
-    store.apply(chunk, NOW_MS)
+    store.write_direct(chunk, NOW_MS)
 
     # WHEN each marker is read strongly, eventually (with a neighbour of the block never written), and met
     # by a cancelled transaction
     with pytest.raises(MarkersExistError) as exists:
-        store.apply(chunk, NOW_MS)
+        store.write_direct(chunk, NOW_MS)
     eventually = store.read_markers([numbered, own, numbered_id(SESSION, 36)])
 
     # THEN both kinds give the same record, field by field, and the unwritten neighbour has none

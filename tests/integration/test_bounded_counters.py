@@ -198,7 +198,7 @@ def test_an_invocation_killed_in_the_fallback_is_finished_by_the_redelivery(
     pipeline, dlq = bounded_pipeline(ddb_tables)
     amounts = [-3, -4, 6, -2, -9]
     records = [record(f"m{n}", "stock:1", stock=amount) for n, amount in enumerate(amounts)]
-    real_apply = DynamoDBCounterStore.apply
+    real_apply = DynamoDBCounterStore.write_direct
     calls = []
 
     def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
@@ -207,10 +207,10 @@ def test_an_invocation_killed_in_the_fallback_is_finished_by_the_redelivery(
             raise RuntimeError("the invocation died")
         real_apply(self, chunk, now_ms)
 
-    monkeypatch.setattr(DynamoDBCounterStore, "apply", dying)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
     with pytest.raises(RuntimeError):
         pipeline.process(records, NOW_MS, lambda: 60_000)
-    monkeypatch.setattr(DynamoDBCounterStore, "apply", real_apply)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
     # WHEN the whole batch is redelivered
     result = pipeline.process(records, NOW_MS, lambda: 60_000)
     # THEN every message is applied once or refused, the value is the start plus the applied ones and within its

@@ -67,7 +67,7 @@ pytestmark = pytest.mark.integration
 class StoreWithoutMarkers(DynamoDBCounterStore):
     """BROKEN on purpose: a direct transaction applies the ADDs and writes no marker."""
 
-    def apply(self, chunk: Chunk, now_ms: int) -> None:
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         actions = [add_update(self.counters_table, key, counters) for key, counters in chunk.increments.items()]
         if not actions:  # gauges, members or a reset only: nothing to add (an empty transaction names no table)
             return
@@ -80,9 +80,9 @@ class StoreWithoutMarkers(DynamoDBCounterStore):
 class StoreWithoutDigests(DynamoDBCounterStore):
     """BROKEN on purpose: direct markers are written without the content digest."""
 
-    def apply(self, chunk: Chunk, now_ms: int) -> None:
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         messages = tuple(msgspec.structs.replace(message, digest=b"") for message in chunk.messages)
-        super().apply(replace(chunk, messages=messages), now_ms)
+        super().write_direct(replace(chunk, messages=messages), now_ms)
 
 
 class JournalWithoutDigests(DynamoDBJournal):
@@ -95,7 +95,7 @@ class JournalWithoutDigests(DynamoDBJournal):
 class JournalWithoutAppliedRecords(DynamoDBJournal):
     """BROKEN on purpose: an apply chunk's ADDs are not conditional on its applied-record."""
 
-    def apply_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
+    def add_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
         self._transact(self._adds(increments))
 
 

@@ -60,16 +60,16 @@ class InstrumentedStore(DynamoDBCounterStore):
         self.most_in_flight = 0
         self.chunks = 0
 
-    def apply(self, chunk: Chunk, now_ms: int) -> None:
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         with self._lock:
             self.in_flight += 1
             self.chunks += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             if self._around is None:
-                super().apply(chunk, now_ms)
+                super().write_direct(chunk, now_ms)
             else:
-                self._around(chunk, lambda: super(InstrumentedStore, self).apply(chunk, now_ms))
+                self._around(chunk, lambda: super(InstrumentedStore, self).write_direct(chunk, now_ms))
         finally:
             with self._lock:
                 self.in_flight -= 1

@@ -218,7 +218,7 @@ def test_a_marker_written_before_digests_existed_matches_any_content(ddb_tables:
     # GIVEN a marker without a digest (as every marker written before this change), for m-1 applied
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     legacy = MessageTotals("m-1", {"page": {"count": 1}}, 1)  # no digest: none stored
-    store.apply(plan_transactions([legacy]).chunks[0], NOW_MS)
+    store.write_direct(plan_transactions([legacy]).chunks[0], NOW_MS)
     pipeline, dlq = pipeline_with_gate(store, reads_markers=False)
 
     # WHEN m-1 arrives with any content
@@ -277,11 +277,11 @@ def test_markers_store_the_digest_and_every_read_returns_it(ddb_tables: DynamoDB
     message = message_totals(Message("m-1", (CounterEvent("page", {"count": 1}),)))
     assert len(message.digest) == DIGEST_BYTES
     chunk = plan_transactions([message]).chunks[0]
-    store.apply(chunk, NOW_MS)
+    store.write_direct(chunk, NOW_MS)
 
     # WHEN its marker is read, strongly and eventually consistently, and met by a cancelled transaction
     with pytest.raises(MarkersExistError) as exists:
-        store.apply(chunk, NOW_MS)
+        store.write_direct(chunk, NOW_MS)
     strongly = store.read_marker("m-1")
     eventually = store.read_markers(["m-1"])["m-1"]
 

@@ -228,19 +228,19 @@ def test_a_concurrent_writer_between_the_refusal_and_the_exact_write_moves_the_c
     pipeline, _ = pipeline_of(notify)
     other, _ = pipeline_of(notify)
     process(pipeline, [record("start", "usage:t", calls=700)])
-    real_apply = DynamoDBCounterStore.apply
+    real_apply = DynamoDBCounterStore.write_direct
     interleaved: list[bool] = []
 
     def with_a_writer_in_between(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
         if chunk.before and not interleaved:
             # Another invocation commits +200 between the refusal and this exact write (700 -> 900: it crosses 800)
             interleaved.append(True)
-            monkeypatch.setattr(DynamoDBCounterStore, "apply", real_apply)
+            monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
             process(other, [record("x", "usage:t", calls=200)], NOW_MS + 1)
-            monkeypatch.setattr(DynamoDBCounterStore, "apply", with_a_writer_in_between)
+            monkeypatch.setattr(DynamoDBCounterStore, "write_direct", with_a_writer_in_between)
         real_apply(self, chunk, now_ms)
 
-    monkeypatch.setattr(DynamoDBCounterStore, "apply", with_a_writer_in_between)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", with_a_writer_in_between)
     # WHEN the batch is processed
     result = process(pipeline, [record("a", "usage:t", calls=150)], NOW_MS + 2)
     # THEN the exact write (planned from 700) is refused, planned again from 900: "x" crossed 800, "a" crosses 1000
@@ -284,7 +284,7 @@ def test_a_kill_after_any_transaction_loses_no_crossing_and_doubles_none(
     # before anything could announce it)
     pipeline, _ = pipeline_of(notify)
     records = [record("a", "usage:t", calls=500), record("b", "usage:t", calls=400)]
-    real_apply = DynamoDBCounterStore.apply
+    real_apply = DynamoDBCounterStore.write_direct
     calls: list[int] = []
 
     def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
@@ -294,10 +294,10 @@ def test_a_kill_after_any_transaction_loses_no_crossing_and_doubles_none(
                 after.callback(lambda: (_ for _ in ()).throw(RuntimeError("the invocation died")))
             real_apply(self, chunk, now_ms)
 
-    monkeypatch.setattr(DynamoDBCounterStore, "apply", dying)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
     with pytest.raises(RuntimeError):
         pipeline.process(records, NOW_MS, lambda: 60_000)
-    monkeypatch.setattr(DynamoDBCounterStore, "apply", real_apply)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
     # WHEN the whole batch is redelivered
     process(pipeline, records)
     # THEN the crossing is recorded once, and its table's stream holds exactly one INSERT for it: what the pipe

@@ -146,15 +146,15 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     sqs_handler.handler(sqs_event([json.dumps(body) for body in crossing], first=60), context)
     # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
     journal_batch = sqs_event([_packed("wide-1", 120)])
-    real_apply_chunk = DynamoDBJournal.apply_chunk
+    real_add_chunk = DynamoDBJournal.add_chunk
 
     def crash(*_: Any, **__: Any) -> None:
         raise RuntimeError("the invocation died")
 
-    monkeypatch.setattr(DynamoDBJournal, "apply_chunk", crash)
+    monkeypatch.setattr(DynamoDBJournal, "add_chunk", crash)
     with pytest.raises(RuntimeError):
         sqs_handler.handler(journal_batch, context)
-    monkeypatch.setattr(DynamoDBJournal, "apply_chunk", real_apply_chunk)
+    monkeypatch.setattr(DynamoDBJournal, "add_chunk", real_add_chunk)
     # The redelivery meets the committed batch and finishes it from its pages (read_progress).
     assert sqs_handler.handler(journal_batch, context) == {"batchItemFailures": []}
     # A journal batch whose invocation died before its commit: once its lease has run out, the redelivery
@@ -319,7 +319,7 @@ def _operations(calls: Any, role: str) -> set[tuple[str, str]]:
 # What the drive must have recorded (by operation and calling function), so that an empty or partial
 # recording fails here rather than passing the evaluation below.
 LAMBDA_CALLS = {
-    ("TransactWriteItems", "apply"),  # direct transactions (store.dynamodb)
+    ("TransactWriteItems", "write_direct"),  # direct transactions (store.dynamodb)
     ("TransactWriteItems", "_transact"),  # the journal's steps
     ("TransactWriteItems", "_write"),  # distinct-count members and their counts (store.distinct)
     ("TransactWriteItems", "_commit"),  # ended windows moved off key items (store.windows)

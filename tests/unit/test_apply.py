@@ -80,7 +80,7 @@ class FakeCounterStore:
     remaining_at_call: list[int] = field(default_factory=list)
     lookups: list[str] = field(default_factory=list)
 
-    def apply(self, chunk: Chunk, now_ms: int) -> None:
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         assert now_ms == NOW_MS
         self.calls.append(chunk)
         self.remaining_at_call.append(self.clock.remaining_ms())

@@ -248,7 +248,7 @@ class CommitProtocol:
         if not self._steps.may_start():
             return DirectStatus.NOT_STARTED
         try:
-            self._steps.write(partial(self._store.apply, chunk, self._now_ms))
+            self._steps.write(partial(self._store.write_direct, chunk, self._now_ms))
         except (MarkersExistError, RetryableStoreError, WriteRejectedError, BoundRefusedError) as outcome:
             return outcome
         return DirectStatus.COMMITTED
@@ -563,9 +563,7 @@ class CommitProtocol:
             if not self._steps.may_start():
                 return False
             try:
-                self._steps.write(
-                    partial(self._journal.apply_chunk, record.batch_id, index, page, record.lease_until_ms)
-                )
+                self._steps.write(partial(self._journal.add_chunk, record.batch_id, index, page, record.lease_until_ms))
             except ChunkAppliedError:
                 continue
             except WriteRejectedError as refused:

@@ -340,8 +340,8 @@ def journal_overhead(markers: int, keys: int) -> int:
     claim transaction, and the pages. Only used to choose a path: both are exactly-once.
     """
     claim_transactions = -(-(markers + 1) // (TRANSACT_MAX_ACTIONS - 1))
-    apply_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
-    return 3 + claim_transactions + 2 * apply_chunks
+    add_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
+    return 3 + claim_transactions + 2 * add_chunks
 
 
 def plan_apply_chunks(

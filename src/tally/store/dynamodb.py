@@ -109,7 +109,7 @@ class DynamoDBCounterStore:
         self.markers_table = markers_table
         self.marker_ttl_seconds = marker_ttl_seconds
 
-    def apply(self, chunk: Chunk, now_ms: int) -> None:
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         """Commit one chunk atomically: all its markers and all its increments, or nothing.
 
         Raises ``MarkersExistError`` naming the messages that already have markers (with the batch and

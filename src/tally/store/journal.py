@@ -150,7 +150,7 @@ class DynamoDBJournal:
         transition = self._transition(batch_id, BatchState.PREPARING, BatchState.COMMITTED, chunks=chunk_count)
         self._transact([transition, self._applied_put(batch_id, 0, lease_until_ms), *self._adds(first_chunk)])
 
-    def apply_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
+    def add_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
         """Apply chunk ``index`` of a COMMITTED batch once: raises ChunkAppliedError if it already was."""
         self._transact([self._applied_put(batch_id, index, lease_until_ms), *self._adds(increments)])
 

@@ -265,7 +265,7 @@ class _AnnounceBeforeCommit(DynamoDBCounterStore):
 
     bus: _Bus
 
-    def apply(self, chunk: Chunk, now_ms: int) -> None:
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         if chunk.before:
             for crossing in crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms):
                 self.bus.put_events(
@@ -287,7 +287,7 @@ class _AnnounceBeforeCommit(DynamoDBCounterStore):
                         }
                     ]
                 )
-        super().apply(chunk, now_ms)
+        super().write_direct(chunk, now_ms)
 
 
 def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:

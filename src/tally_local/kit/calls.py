@@ -10,7 +10,7 @@ client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
   item, index, queue, stream, stack), with the sub-operation of a transaction or batch item;
 - the nearest frame under ``tally`` (the call site) and who made the call, decided by the call stack:
   ``function`` when the site is the Lambda's code (``tally.store``, ``dlq``, ``handlers``, ...) reached
-  through the Lambda's orchestration (``handlers``, ``runtime``, ``pipeline``, ``apply``, ``commit``);
+  through the Lambda's orchestration (``handlers``, ``runtime``, ``pipeline``, ``post_commit``, ``commit``);
   ``operator`` when the stack passes through ``tally.cli`` or ``tally.ops``; ``read-function`` through the
   read endpoint's handler (``tally.handlers.read``); ``reader`` and ``producer`` through the libraries an
   application embeds (``tally.reader``, ``tally.producer``) from anywhere else; otherwise nobody the template
