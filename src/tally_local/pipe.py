@@ -53,11 +53,12 @@ class LocalNotificationsPipe:
         self,
         resources: LocalResources,
         *,
-        poll_s: float = 0.1,
+        poll_s: float = 0.25,
         clock_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
         events: Any | None = None,
     ) -> None:
-        """``events``: the EventBridge client to put to (default: moto's, on the stack's endpoint)."""
+        """``events``: the EventBridge client to put to (default: moto's, on the stack's endpoint). ``poll_s``:
+        four reads of each shard a second, as AWS's stream pollers read a DynamoDB stream's shard."""
         pipe = resources.template["Resources"][PIPE]["Properties"]
         parameters = pipe["TargetParameters"]
         self.input_template: str = parameters["InputTemplate"]
