@@ -6,6 +6,8 @@ counts sit either on the key's item or on the window's item, never both (``asser
 
 from __future__ import annotations
 
+import itertools
+import random
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -343,10 +345,25 @@ def test_lost_answers_and_conflicts_on_moves_leave_counts_exact(ddb_tables: Dyna
     assert_exact(ddb_tables, expected, DAY0 + 6 * H)
 
 
+class EachShardInTurn(random.Random):
+    """Hot-key shards drawn in turn: every shard written each hour. (Drawn at random, as in production, the six
+    batches of an hour missed every shard the hour before had written about one run in a hundred: that hour
+    stayed on its shard items, correctly, and the test's expected set failed.)"""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+        self._turns = itertools.count()
+
+    def randrange(self, start: int, *_: Any, **__: Any) -> int:  # type: ignore[override]
+        return next(self._turns) % start
+
+
 def test_a_hot_keys_shards_move_their_own_windows(ddb_tables: DynamoDBTables) -> None:
     hot = parse_hot_keys("hot=4")
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
-    pipeline, _ = make_pipeline(store, windows=WINDOWS, hot_keys=hot, window_mover=eager(ddb_tables))
+    pipeline, _ = make_pipeline(
+        store, windows=WINDOWS, hot_keys=hot, window_mover=eager(ddb_tables), rng=EachShardInTurn()
+    )
     expected: dict[tuple[str, str], int] = {}
     for h in range(4):
         for b in range(6):

@@ -22,6 +22,7 @@ from tally.store.journal import DynamoDBJournal
 from tally.store.windows import DynamoDBWindowMover
 
 if TYPE_CHECKING:
+    import random
     from collections.abc import Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -88,13 +89,15 @@ def make_pipeline(
     write_concurrency: int = 1,
     window_mover: WindowMover | None = None,
     move_windows: bool = True,
+    rng: random.Random | None = None,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
     ``write_concurrency`` is 1 here (a round's direct transactions one at a time, so tests that count or
     order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 4).
     With hour or day windows, ended windows are moved off key items after each batch as in production
-    (``tally.store.windows``), by ``window_mover`` if given; ``move_windows=False`` leaves them there.
+    (``tally.store.windows``), by ``window_mover`` if given; ``move_windows=False`` leaves them there. ``rng``
+    draws each batch's hot-key shard (production's: a random one).
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
@@ -132,4 +135,4 @@ def make_pipeline(
     steps = post_commit_steps(
         settings.windows, gauges=gauges, distinct=distinct, mover=mover, policy=policy, sleep=lambda _: None
     )
-    return BatchPipeline(applier, dlq, settings, steps=steps), dlq
+    return BatchPipeline(applier, dlq, settings, steps=steps, rng=rng), dlq
