@@ -18,6 +18,13 @@ from tally.store.requests import BATCH_GET_MAX_ROUNDS, batch_get
 KEYS = [{"pk": {"S": f"k{i}"}, "sk": {"S": "all"}} for i in range(3)]
 
 
+@pytest.fixture
+def no_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stores read through ``batch_get`` with its real sleep (the pauses' bounds are tested above it):
+    here the pauses are zero, so a test of how many rounds are made does not wait seconds for them."""
+    monkeypatch.setattr("tally.store.requests._BATCH_GET_PAUSE_S", 0.0)
+
+
 class ThrottlingClient:
     """Leaves every key unprocessed ``throttled_rounds`` times, then answers; refuses to be asked 50 times."""
 
@@ -54,6 +61,7 @@ def test_a_table_that_keeps_throttling_is_a_retryable_error_not_a_spin() -> None
     assert sum(pauses) <= 5.0
 
 
+@pytest.mark.usefixtures("no_pauses")
 def test_the_marker_pre_read_gives_up_on_a_table_that_keeps_throttling() -> None:
     # GIVEN a markers table that leaves every key unprocessed, round after round
     client = ThrottlingClient(throttled_rounds=10**9)
@@ -65,6 +73,7 @@ def test_the_marker_pre_read_gives_up_on_a_table_that_keeps_throttling() -> None
     assert client.calls == BATCH_GET_MAX_ROUNDS
 
 
+@pytest.mark.usefixtures("no_pauses")
 def test_the_journal_progress_read_gives_up_on_a_table_that_keeps_throttling() -> None:
     # GIVEN the same table, met while finishing another invocation's committed batch
     client = ThrottlingClient(throttled_rounds=10**9)
