@@ -41,9 +41,9 @@ DAY0 = NOW_MS  # 2100-01-01, 00:00 UTC
 DAY1 = NOW_MS + DAY_MS
 
 
-def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **options: Any) -> BatchPipeline:
+def store_of(on: NotifyTables, thresholds: CounterThresholds) -> DynamoDBCounterStore:
     tables = on.tables
-    store = DynamoDBCounterStore(
+    return DynamoDBCounterStore(
         tables.client,
         tables.counters_table,
         tables.markers_table,
@@ -52,7 +52,10 @@ def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **optio
         notifications_table=on.notifications_table,
         windows=WINDOWS,
     )
-    pipeline, _ = make_pipeline(store, windows=WINDOWS, counter_defaults=NO_DEFAULTS, **options)
+
+
+def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **options: Any) -> BatchPipeline:
+    pipeline, _ = make_pipeline(store_of(on, thresholds), windows=WINDOWS, counter_defaults=NO_DEFAULTS, **options)
     return pipeline
 
 
@@ -159,17 +162,7 @@ def test_one_message_moving_a_thresholded_counter_in_too_many_windows_is_refused
 ) -> None:
     # GIVEN five hourly levels (a write's condition holds about 30 operators per hour it moves)
     hourly = parse_counter_thresholds("usage:*#calls@hour>=100,200,300,400,500", windows=WINDOWS)
-    tables = notify.tables
-    store = DynamoDBCounterStore(
-        tables.client,
-        tables.counters_table,
-        tables.markers_table,
-        TTL_DAYS * 86_400,
-        thresholds=hourly,
-        notifications_table=notify.notifications_table,
-        windows=WINDOWS,
-    )
-    pipeline, dlq = make_pipeline(store, windows=WINDOWS)
+    pipeline, dlq = make_pipeline(store_of(notify, hourly), windows=WINDOWS)
     # WHEN one message carries events in twelve hours (its condition would pass DynamoDB's 300 operators) and
     # another message one event, in one batch
     wide = {
