@@ -98,16 +98,19 @@ class LocalFunction(BackgroundService):
         self._requests = itertools.count(1)
 
     def start(self) -> Self:
-        """Start one execution environment and wait for its init phase (imports, environment): the function
-        can answer. The others start as Lambda starts them, on demand: an invocation that finds every
-        environment busy spawns a new one (``ProcessPoolExecutor`` does, up to ``concurrency``) and pays its
-        init, a cold start. A stack that counts a few events so starts no environment it never uses."""
+        """Start every execution environment and wait for their init phases (imports, environment)."""
         with self._lock:
             if self._executor is not None:
                 return self
             self.log_dir.mkdir(parents=True, exist_ok=True)
             executor = self._executor = self._new_executor()
-        executor.submit(_ready).result()
+        # One task per environment: each submit finds no idle process and spawns one, so they all start
+        # (and import) side by side now, in the thread that starts the stack. Started on demand instead (as
+        # Lambda starts them), an environment is spawned from a poller's thread during an invocation, where a
+        # spawn that raises stops the poller and the stack: in one clean-clone CI run of five with them started
+        # on demand, a docs page's stack went away mid-page (its cause was not found), so they start here.
+        for future in [executor.submit(_ready) for _ in range(self.concurrency)]:
+            future.result()
         return self
 
     def stop(self) -> None:
