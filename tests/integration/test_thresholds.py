@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from tally.core.thresholds import Crossing
+    from tally.core.windows import WindowSpec
     from tally.pipeline import BatchPipeline
     from tests.conftest import DynamoDBTables
     from tests.support.pipeline import RecordingDeadLetterQueue
@@ -82,6 +83,7 @@ def make_store(
     thresholds: CounterThresholds = THRESHOLDS,
     defaults: CounterDefaults = STARTS,
     bounds: CounterBounds = NO_BOUNDS,
+    windows: WindowSpec | None = None,
 ) -> DynamoDBCounterStore:
     tables = notify.tables
     return DynamoDBCounterStore(
@@ -93,6 +95,7 @@ def make_store(
         bounds=bounds,
         thresholds=thresholds,
         notifications_table=notify.notifications_table,
+        windows=windows,
     )
 
 

@@ -25,7 +25,7 @@ from tally.store.actions import add_update
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import condition_fits
 from tally.store.windows import DynamoDBWindowMover
-from tests.integration.test_thresholds import NOW_MS, NotifyTables, notify, process  # noqa: F401 (fixture)
+from tests.integration.test_thresholds import NOW_MS, NotifyTables, make_store, notify, process  # noqa: F401 (fixture)
 from tests.support.pipeline import TTL_DAYS, make_pipeline
 
 if TYPE_CHECKING:
@@ -42,16 +42,7 @@ DAY1 = NOW_MS + DAY_MS
 
 
 def store_of(on: NotifyTables, thresholds: CounterThresholds) -> DynamoDBCounterStore:
-    tables = on.tables
-    return DynamoDBCounterStore(
-        tables.client,
-        tables.counters_table,
-        tables.markers_table,
-        TTL_DAYS * 86_400,
-        thresholds=thresholds,
-        notifications_table=on.notifications_table,
-        windows=WINDOWS,
-    )
+    return make_store(on, thresholds, defaults=NO_DEFAULTS, windows=WINDOWS)
 
 
 def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **options: Any) -> BatchPipeline:
