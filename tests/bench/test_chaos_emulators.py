@@ -19,8 +19,9 @@ from tally.core.defaults import parse_counter_defaults
 from tally.core.model import Message
 from tally_local.chaos.clock import Invocation, VirtualClock
 from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
-from tally_local.chaos.dlq import DeadLetterStore
+from tally_local.chaos.dlq import DeadLetterStore, Letter
 from tally_local.chaos.faults import DynamoDBChaos, FaultLog
+from tally_local.chaos.harness import Tables, _redrive, _Run, wire_pipeline
 from tally_local.chaos.kinesis import ShardConsumer, Stream
 from tally_local.chaos.ledger import Ledger
 from tally_local.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
@@ -219,6 +220,53 @@ def test_connect_failure_never_reaches_the_server_and_slow_shrinks_the_deadline(
     chaos.invocation = invocation
     invocation.slow_down(1_000)
     assert invocation.remaining_ms() <= 1_000
+
+
+def _claim_transaction() -> dict[str, Any]:
+    """A journal ``claim`` transaction as ``before-call`` sees it: the header's PREPARING check first."""
+    check = {
+        "ConditionCheck": {"TableName": "m", "Key": {}, "ExpressionAttributeValues": {":state": {"S": "PREPARING"}}}
+    }
+    return {"body": json.dumps({"TransactItems": [check, PUT]})}
+
+
+def test_the_runs_first_claim_draws_the_lost_claim_whatever_the_rate_and_later_ones_at_the_rate() -> None:
+    # GIVEN two consumers of one run whose claims would lose their answer near the deadline one time in a million
+    log = FaultLog()
+    rates = DynamoDBFaultRates(**(ONLY | {"lost_claim_near_deadline": 1e-6}))
+    first, second = (DynamoDBChaos(_client_with(rates)[0], rates, random.Random(1), log) for _ in range(2))
+
+    # WHEN each sends claim transactions
+    draws = [chaos._draw_claim_fault(_claim_transaction()) for chaos in (first, second, first, second)]
+
+    # THEN the run's first claim draws the fault (a run makes few claims), and the others draw at the rate
+    assert draws == ["lost_claim_near_deadline", None, None, None]
+    # AND a run that does not draw the fault at all never gets it
+    quiet = DynamoDBChaos(
+        _client_with(DynamoDBFaultRates(**ONLY))[0], DynamoDBFaultRates(**ONLY), random.Random(1), FaultLog()
+    )
+    assert quiet._draw_claim_fault(_claim_transaction()) is None
+
+
+def test_an_extra_redrive_sends_back_only_the_letters_the_redrive_policy_moved() -> None:
+    # GIVEN a DLQ holding a letter with a reason and one the redrive policy moved (no reason)
+    run = _Run(SMOKE, client_factory=lambda: None, tables=Tables("c", "m"), pipeline_factory=wire_pipeline)  # type: ignore[arg-type, return-value]
+    queue = _queue(run.clock, run.dead_letters)
+    run.dead_letters.add(Letter("poison", "invalid_json", "arn"))
+    run.dead_letters.add(Letter("moved", None, "arn"))
+
+    # WHEN an extra redrive is made
+    _redrive(run, queue, moved_only=True)
+
+    # THEN only the moved letter goes back to the queue; the letter with a reason stays, not counted twice
+    batch = queue.receive(10)
+    assert batch is not None
+    assert [entry["Body"] for entry in batch] == ["moved"]
+    assert [letter.body for letter in run.dead_letters.letters()] == ["poison"]
+    assert [letter.body for letter in run.dead_letters.ever()] == ["poison", "moved"]
+    # AND an ordinary redrive sends back everything
+    _redrive(run, queue)
+    assert [letter.body for letter in run.dead_letters.letters()] == []
 
 
 def test_the_workload_is_reproducible_from_its_seed() -> None:

@@ -168,8 +168,8 @@ class ChaosConfig:
     extra_redrives: int = 3
     """More redrives, only while the DLQ still holds messages the redrive policy moved there (no reason code):
     a message whose receives kept failing lands there after ``maxReceiveCount`` even if it was counted (or, for
-    poison, before its letter could be sent), as on AWS, and an operator redrives again; a valid message still
-    there after these, or poison without its reason, fails the run."""
+    poison, before its letter could be sent), as on AWS, and an operator redrives those again (not the letters
+    with reasons); a valid message still there after these, or poison without its reason, fails the run."""
     hot_keys: str = "hot:*=4"
     window_messages: int = 60
     """Messages on ``win:`` keys whose events' ``ts`` lie in the previous UTC day: their ended hour and day

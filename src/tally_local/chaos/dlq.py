@@ -37,10 +37,12 @@ class DeadLetterStore:
         self._letters: list[Letter] = []
         self._ever: list[Letter] = []
 
-    def add(self, letter: Letter) -> None:
+    def add(self, letter: Letter, *, again: bool = False) -> None:
+        """``again``: a letter taken out by ``drain`` and put back unchanged (not a new refusal)."""
         with self._lock:
             self._letters.append(letter)
-            self._ever.append(letter)
+            if not again:
+                self._ever.append(letter)
 
     def ever(self) -> list[Letter]:
         """Every letter the queue ever accepted, redriven ones included: a refusal a redrive later counted

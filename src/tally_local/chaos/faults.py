@@ -32,7 +32,8 @@ plus more claims) draw two more faults first:
   after its visibility timeout or retry backoff;
 - ``lost_claim_near_deadline`` (``claim`` only, so the batch has claimed before): the claim commits, its
   answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
-  retries stop with the claim's outcome unknown.
+  retries stop with the claim's outcome unknown. A run makes few ``claim`` transactions (a unit of more
+  than 99 marker items), so the run's first draws this fault whatever its rate (above 0), the others at it.
 
 The writes that follow the counters' commit draw one more first:
 
@@ -122,6 +123,7 @@ class FaultLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._asked: set[str] = set()
 
     def add(self, name: str, count: int = 1) -> None:
         if count:
@@ -131,6 +133,14 @@ class FaultLog:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
+
+    def first(self, name: str) -> bool:
+        """True for the run's first call with ``name`` (whichever consumer's thread makes it), then False."""
+        with self._lock:
+            if name in self._asked:
+                return False
+            self._asked.add(name)
+            return True
 
 
 ITEM_TOO_LARGE: Final = "Item size to update has exceeded the maximum allowed size"
@@ -200,6 +210,9 @@ class DynamoDBChaos:
         if claim is None:
             return None
         self._log.add(f"situation.journal_{claim}_transactions")
+        if claim == "claim" and self._rates.lost_claim_near_deadline and self._log.first("claim"):
+            # Its chances are few (a unit of over 99 marker items makes one), so the run's first takes it.
+            return "lost_claim_near_deadline"
         roll = self._rng.random()
         if roll < self._rates.kill_after_claim:
             return "kill_after_claim"

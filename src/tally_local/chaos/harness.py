@@ -285,12 +285,22 @@ def _run_threads(
         raise errors[0]
 
 
-def _redrive(run: _Run, queue: Queue) -> None:
-    """The operator's redrive: every letter sent back to the source queue as a new message (a new MessageId)."""
-    letters = run.dead_letters.drain()
-    run.log.add("producer.dlq_redriven", len(letters))
-    for letter in letters:
-        queue.send(letter.body)
+def _redrive(run: _Run, queue: Queue, *, moved_only: bool = False) -> None:
+    """The operator's redrive: every letter sent back to the source queue as a new message (a new MessageId).
+
+    ``moved_only``: an extra redrive sends back only the letters the redrive policy moved (no reason code)
+    and leaves those with a reason. Sending the few hundred letters with reasons again would give each of
+    them another chance of failing ``maxReceiveCount`` receives in a row under the run's fault rates, so
+    that every extra redrive moved some message again and the last one could leave a valid message moved.
+    """
+    sent = 0
+    for letter in run.dead_letters.drain():
+        if moved_only and letter.code is not None:
+            run.dead_letters.add(letter, again=True)
+        else:
+            queue.send(letter.body)
+            sent += 1
+    run.log.add("producer.dlq_redriven", sent)
 
 
 def _needs_another_redrive(run: _Run, workload: Workload, config: ChaosConfig, *, redrives: int) -> bool:
@@ -421,7 +431,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         phases = ["main"] + [f"redrive {n + 1}" for n in range(config.redrives)]
         for number, phase in enumerate(phases):  # an extra redrive appends a phase (see below)
             if number > 0:
-                _redrive(run, queue)
+                _redrive(run, queue, moved_only=number > config.redrives)
 
             def tick(phase: str = phase) -> None:
                 if on_progress is not None:
