@@ -30,7 +30,7 @@ from tally.reader import CounterReader
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.schema import MEMBER_PARTITION_SUFFIX, member_of_item
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import FAST_RETRIES, make_pipeline, make_store
 from tests.support.properties import on_emulator
 
 if TYPE_CHECKING:
@@ -286,7 +286,7 @@ def test_without_time_left_the_members_are_left_to_the_redelivery(ddb_tables: Dy
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store)
     records = viewer_records(("a", "v:1", "u1"))
-    member_step = [False]  # the counters' commit has time; from the member read on, 2 s are left
+    member_step = [False]  # the counters' commit has time; from the member read on, less than the reserve
 
     def on_read(params: dict[str, Any], **_: Any) -> None:
         keys = next(iter(params["RequestItems"].values()))["Keys"]
@@ -294,7 +294,7 @@ def test_without_time_left_the_members_are_left_to_the_redelivery(ddb_tables: Dy
 
     ddb_tables.client.meta.events.register("before-parameter-build.dynamodb.BatchGetItem", on_read)
     try:
-        result = pipeline.process(records, NOW_MS, lambda: 2_000 if member_step[0] else 60_000)
+        result = pipeline.process(records, NOW_MS, lambda: FAST_RETRIES.reserve_ms - 1 if member_step[0] else 60_000)
     finally:
         ddb_tables.client.meta.events.unregister("before-parameter-build.dynamodb.BatchGetItem", on_read)
     # THEN the counters commit, no member transaction is sent, and the record comes back

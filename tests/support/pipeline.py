@@ -124,11 +124,7 @@ def make_pipeline(
         write_concurrency=write_concurrency,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
-    distinct = (
-        DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys, sleep=lambda _: None)
-        if with_distinct
-        else None
-    )
+    distinct = DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys) if with_distinct else None
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
         mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, sleep=lambda _: None)

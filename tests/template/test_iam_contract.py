@@ -321,7 +321,7 @@ def _operations(calls: Any, role: str) -> set[tuple[str, str]]:
 LAMBDA_CALLS = {
     ("TransactWriteItems", "write_direct"),  # direct transactions (store.dynamodb)
     ("TransactWriteItems", "_transact"),  # the journal's steps
-    ("TransactWriteItems", "_write"),  # distinct-count members and their counts (store.distinct)
+    ("TransactWriteItems", "_send"),  # distinct-count members and their counts (store.distinct)
     ("TransactWriteItems", "_commit"),  # ended windows moved off key items (store.windows)
     ("TransactWriteItems.Put", "Put"),
     ("TransactWriteItems.Update", "Update"),

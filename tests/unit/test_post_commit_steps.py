@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from tally.commit.fates import ApplyOutcome
+from tally.commit.retrying import DEFAULT_RETRY_POLICY
 from tally.core.limits import WireLimits
 from tally.core.model import RejectCode, SourceRecord
 from tally.core.windows import WindowSpec
 from tally.errors import RetryableStoreError, StoreError, WriteRejectedError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
+from tally.store.distinct import DynamoDBDistinctStore
 from tests.support.pipeline import RecordingDeadLetterQueue
 
 if TYPE_CHECKING:
@@ -70,7 +74,7 @@ class FlakyGauges:
 class RefusingMembers:
     """A distinct store that refuses every write for good (an error no retry can fix)."""
 
-    def write_members(self, members: Mapping[str, Any], remaining_ms: Any = None) -> Any:
+    def write_members(self, members: Mapping[str, Any], attempt: Any) -> Any:
         raise StoreError("ValidationException: Item size has exceeded the maximum allowed size")
 
 
@@ -142,6 +146,57 @@ def test_a_member_write_refused_for_good_dead_letters_the_messages_that_carry_me
     # THEN the message with members is dead-lettered (members_refused), the other done; the batch succeeds
     assert dlq.codes() == {"r1": "members_refused"}
     assert result.failed_record_ids == ()
+
+
+class ThrottledMemberTransactions:
+    """A DynamoDB client for the distinct store: no member counted yet, and each member transaction
+    throttled ``failures`` times before it commits (a busy table)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.sends = 0
+
+    def batch_get_item(self, **request: Any) -> dict[str, Any]:
+        return {"Responses": {table: [] for table in request["RequestItems"]}, "UnprocessedKeys": {}}
+
+    def transact_write_items(self, **request: Any) -> dict[str, Any]:
+        self.sends += 1
+        if self.sends <= self.failures:
+            error = {"Code": "ProvisionedThroughputExceededException", "Message": "throttled"}
+            raise ClientError({"Error": error}, "TransactWriteItems")
+        return {}
+
+
+def member_record(n: int) -> SourceRecord:
+    body = {"id": f"m{n}", "key": f"page:{n}", "delta": 1, "distinct": {"viewers": f"u{n}"}}
+    return SourceRecord(f"r{n}", json.dumps(body), NOW_MS)
+
+
+def test_a_member_transaction_that_fails_for_now_is_retried_under_the_commits_policy() -> None:
+    # GIVEN a distinct store on a busy table: the batch's member transaction is throttled as many times as
+    # the commit's retry policy allows retries (one attempt short of giving up)
+    client = ThrottledMemberTransactions(failures=DEFAULT_RETRY_POLICY.max_attempts - 1)
+    steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"), sleep=no_sleep)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    # WHEN the batch is processed (the counters commit)
+    result = pipeline.process([member_record(1), member_record(2)], NOW_MS, lambda: 60_000)
+    # THEN its members are counted within the invocation, not left to a redelivery of the batch (which the
+    # queue's redrive policy would move to the DLQ without a reason after a few such deliveries)
+    assert result.failed_record_ids == ()
+    assert client.sends == DEFAULT_RETRY_POLICY.max_attempts
+    assert result.figures["MembersAdded"] == 2
+
+
+def test_a_member_transaction_is_not_sent_inside_the_time_kept_for_reporting() -> None:
+    # GIVEN a batch whose invocation has less time left than the commit's retry policy keeps for reporting
+    client = ThrottledMemberTransactions(failures=0)
+    steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"), sleep=no_sleep)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    # WHEN it is processed
+    result = pipeline.process([member_record(1)], NOW_MS, lambda: DEFAULT_RETRY_POLICY.reserve_ms - 1)
+    # THEN no member transaction is sent, and the message is reported failed (its redelivery writes them)
+    assert client.sends == 0
+    assert result.failed_record_ids == ("r1",)
 
 
 def test_figures_are_one_mapping_of_metric_names() -> None:

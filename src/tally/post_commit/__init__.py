@@ -46,7 +46,11 @@ def post_commit_steps(
 ) -> tuple[PostCommitStep, ...]:
     """The steps in the order they run; a step without its store refuses (at admission) what needs it.
 
-    ``policy`` and ``sleep`` are the commit's (``tally.commit.retrying``): how a write that fails for now is
-    retried within the invocation.
+    ``policy`` and ``sleep`` are the commit's (``tally.commit.retrying``): how a gauge write or member
+    transaction that fails for now is retried within the invocation.
     """
-    return (GaugeStep(gauges, policy=policy, sleep=sleep), MemberStep(distinct, windows), WindowStep(mover))
+    return (
+        GaugeStep(gauges, policy=policy, sleep=sleep),
+        MemberStep(distinct, windows, policy=policy, sleep=sleep),
+        WindowStep(mover),
+    )

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
+from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy, retried
 from tally.core.distinct import batch_members, carries_members
 from tally.core.model import RejectCode, Rejection
 from tally.errors import RetryableStoreError, StoreError
@@ -16,7 +19,7 @@ if TYPE_CHECKING:
     from tally.core.model import Message
     from tally.core.windows import WindowSpec
     from tally.post_commit.step import SettledBatch
-    from tally.store.distinct import DistinctWrite
+    from tally.store.distinct import Attempt, DistinctWrite
 
 MEMBER_READS = "MemberReads"
 """Member items looked up: one read unit each."""
@@ -29,23 +32,38 @@ MEMBERS_ADDED = "MembersAdded"
 class DistinctStore(Protocol):
     """The port distinct-count members go to (``tally.store.distinct.DynamoDBDistinctStore``): idempotent.
 
-    Takes every key's members of the batch at once. Names the keys whose members may be uncounted in
-    ``DistinctWrite.unwritten`` and those refused for good in ``DistinctWrite.refused``; raises
-    ``RetryableStoreError`` when that may be any key, ``StoreError`` when every key is refused.
+    Takes every key's members of the batch at once, and sends each of its transactions through ``attempt``.
+    Names the keys whose members may be uncounted in ``DistinctWrite.unwritten`` and those refused for good in
+    ``DistinctWrite.refused``; raises ``RetryableStoreError`` when that may be any key, ``StoreError`` when every
+    key is refused.
     """
 
     def write_members(
-        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], remaining_ms: Callable[[], int] | None = None
+        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], attempt: Attempt
     ) -> DistinctWrite: ...
 
 
 class MemberStep:
-    """Counts the distinct members of every message whose counters count (a counted member never twice)."""
+    """Counts the distinct members of every message whose counters count (a counted member never twice).
 
-    def __init__(self, store: DistinctStore | None, windows: WindowSpec) -> None:
+    A member transaction that fails for now is sent again within the invocation under the commit's retry
+    policy, as a gauge write is (``tally.post_commit.gauges``), and none starts inside the time the policy
+    keeps for reporting.
+    """
+
+    def __init__(
+        self,
+        store: DistinctStore | None,
+        windows: WindowSpec,
+        *,
+        policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._store = store
         """None: this pipeline counts no distinct members, and dead-letters messages that name some."""
         self._windows = windows
+        self._policy = policy
+        self._sleep = sleep
 
     def admit(self, message: Message) -> Rejection | None:
         if self._store is None and carries_members(message):
@@ -60,7 +78,7 @@ class MemberStep:
         members = batch_members(carrying, self._windows, batch.now_ms)
         every = frozenset().union(*members.sources.values())
         try:
-            written = self._store.write_members(members.members, batch.remaining_ms)
+            written = self._store.write_members(members.members, partial(self._attempt, batch.remaining_ms))
         except RetryableStoreError:
             return StepResult(none, retry=every)
         except StoreError as exc:  # the member read itself refused: no key's members can be written
@@ -72,3 +90,8 @@ class MemberStep:
             refused.update(dict.fromkeys(members.sources[key], why))
         figures = {MEMBER_READS: written.read, MEMBER_TRANSACTIONS: written.transactions, MEMBERS_ADDED: written.added}
         return StepResult(figures, frozenset().union(*(members.sources[key] for key in written.unwritten)), refused)
+
+    def _attempt(self, remaining_ms: Callable[[], int], send: Callable[[], None]) -> None:
+        if remaining_ms() < self._policy.reserve_ms:
+            raise RetryableStoreError("no time left for the member transaction")
+        retried(send, self._policy, remaining_ms, self._sleep)

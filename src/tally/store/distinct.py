@@ -10,9 +10,11 @@ For a whole batch, after the counters' commit (``tally.pipeline``):
    exists exactly when it was counted, so the count equals the number of member items, whatever else runs
    at the same time;
 3. a transaction cancelled because a member item now exists (another invocation wrote it between our read
-   and our write: ``ConditionalCheckFailed`` on its ``Put``) is sent again without the members that exist;
-   one cancelled by a conflict, throttling, or a lost answer (its outcome unknown) is sent again as it is,
-   which is safe for the same reason: a member it did count fails its condition the second time.
+   and our write: ``ConditionalCheckFailed`` on its ``Put``) is sent again at once without the members that
+   exist; one that fails for now (a conflict, throttling, a lost answer: its outcome unknown) raises
+   ``RetryableStoreError``, and the caller's ``attempt`` sends it again (the post-commit step retries it under
+   the commit's policy), which is safe for the same reason: a member it did count fails its condition the
+   second time.
 
 Why not ride in the counters' transaction or the journal: membership is idempotent (the member item is its
 own marker), and a member's failed condition inside the counters' transaction would cancel their ADDs and
@@ -26,8 +28,9 @@ counters' increments, and the reader sums the shards; the member items are per k
 from __future__ import annotations
 
 import random
-import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -49,44 +52,41 @@ from tally.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
     from tally.core.distinct import MemberSet
 
-MAX_ATTEMPTS: Final = 6
-"""Sends of one transaction cancelled by conflicts, throttling or lost answers, before giving up (the
-messages are then reported failed and their redelivery writes the members again)."""
-RESERVE_MS: Final = 3_000
-"""Time kept back for reporting the batch (``RetryPolicy.reserve_ms``): below it no member transaction is
-sent or sent again, and the keys left are reported unwritten (their messages redelivered) rather than the
-invocation timing out."""
-_PAUSE_S: Final = 0.02
 _CONDITION_FAILED: Final = "ConditionalCheckFailed"
 _RETRYABLE_REASONS: Final = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 )
 
 
-class _GaveUp(RetryableStoreError):
-    """A member transaction still failing after ``MAX_ATTEMPTS``: its keys are reported unwritten."""
-
-    def __init__(self, message: str, calls: int) -> None:
-        super().__init__(message)
-        self.calls = calls
-
-
 class _Refused(StoreError):
     """A member transaction DynamoDB refuses for good (not retried): its keys are refused, or split."""
-
-    def __init__(self, message: str, calls: int) -> None:
-        super().__init__(message)
-        self.calls = calls
 
 
 _Counted = tuple["MemberSet", str]
 """(set, member): one member of one set in one window."""
+
+Attempt = Callable[[Callable[[], None]], None]
+"""Runs one send of a member transaction, and again while it fails for now (``RetryableStoreError``), as long
+as its policy allows; raises the last error when it gives up."""
+
+
+def _once(send: Callable[[], None]) -> None:
+    send()
+
+
+@dataclass(slots=True)
+class _Sending:
+    """One member transaction across its sends: what is left to count, and what the sends cost and counted."""
+
+    pending: list[_Counted]
+    calls: int = 0
+    counted: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +100,7 @@ class DistinctWrite:
     added: int
     """Members counted by this call (new member items written)."""
     unwritten: frozenset[str] = frozenset()
-    """Keys some of whose new members may be uncounted (their transaction gave up): written again later."""
+    """Keys some of whose new members may be uncounted (their transaction's attempts gave up): written again later."""
     refused: Mapping[str, str] = field(default_factory=dict)
     """Keys whose members DynamoDB refuses for good (e.g. the key's item is at the 400 KB item limit), and
     why: writing them again would fail again."""
@@ -116,26 +116,21 @@ class DynamoDBDistinctStore:
         hot_keys: HotKeys | None = None,
         *,
         rng: random.Random | None = None,
-        sleep: Callable[[float], object] = time.sleep,
         max_actions: int = TRANSACT_MAX_ACTIONS,
     ) -> None:
         self._client = client
         self._table = counters_table
         self._hot_keys = hot_keys or HotKeys()
         self._rng = rng or random.Random()
-        self._sleep = sleep
         self._max_actions = max_actions
-        self._remaining_ms: Callable[[], int] | None = None
 
     def write_members(
-        self,
-        members: Mapping[str, Mapping[MemberSet, frozenset[str]]],
-        remaining_ms: Callable[[], int] | None = None,
+        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], attempt: Attempt = _once
     ) -> DistinctWrite:
         """Count the members of each key's sets that are not counted yet; returns what it cost, the keys
-        whose members may be uncounted (their transaction kept failing: writing again is safe), and the keys
-        DynamoDB refuses for good (a transaction of several keys refused so is sent again key by key, so that
-        only the culprit is named).
+        whose members may be uncounted (``attempt`` gave up on their transaction: writing again is safe), and
+        the keys DynamoDB refuses for good (a transaction of several keys refused so is sent again key by key,
+        so that only the culprit is named). Each transaction is sent through ``attempt``.
 
         Raises ``RetryableStoreError`` when the member read fails (every key is then unwritten) or
         ``StoreError`` (the read refused: every key).
@@ -156,20 +151,15 @@ class DynamoDBDistinctStore:
         transactions = added = 0
         unwritten: set[str] = set()
         refused: dict[str, str] = {}
-        self._remaining_ms = remaining_ms
         chunks = self._chunks(new)
         while chunks:
             chunk = chunks.pop(0)
+            sending = _Sending(list(chunk))
             try:
-                if not self._has_time(0):
-                    raise _GaveUp("no time left for the member transaction", 0)
-                sent, counted = self._write(shards, chunk)
-            except RetryableStoreError as exc:
-                transactions += exc.calls if isinstance(exc, _GaveUp) else 0
+                attempt(partial(self._send, shards, sending))
+            except RetryableStoreError:
                 unwritten.update(member_set.key for member_set, _ in chunk)
-                continue
             except _Refused as exc:
-                transactions += exc.calls
                 by_key: dict[str, list[_Counted]] = {}
                 for counted_member in chunk:
                     by_key.setdefault(counted_member[0].key, []).append(counted_member)
@@ -177,9 +167,8 @@ class DynamoDBDistinctStore:
                     chunks[:0] = list(by_key.values())
                 else:
                     refused.update(dict.fromkeys(by_key, str(exc)))
-                continue
-            transactions += sent
-            added += counted
+            transactions += sending.calls
+            added += sending.counted
         return DistinctWrite(len(wanted), transactions, added, frozenset(unwritten), refused)
 
     def _chunks(self, new: Sequence[_Counted]) -> list[list[_Counted]]:
@@ -199,52 +188,34 @@ class DynamoDBDistinctStore:
             chunks.append(chunk)
         return chunks
 
-    def _write(self, shards: Mapping[str, int], chunk: list[_Counted]) -> tuple[int, int]:
-        """Send one transaction until it commits; returns (calls made, members it counted)."""
-        pending = list(chunk)
-        calls = 0
-        attempts = 0
-        while pending:
-            calls += 1
-            actions = self._actions(shards, pending)
+    def _send(self, shards: Mapping[str, int], sending: _Sending) -> None:
+        """Send the transaction of ``sending.pending`` until it commits or fails: a member counted meanwhile by
+        another invocation is dropped and the rest sent again at once; a failure for now raises
+        ``RetryableStoreError`` (the caller's ``attempt`` decides whether to send again), one for good
+        ``_Refused``."""
+        while sending.pending:
+            sending.calls += 1
             try:
-                self._client.transact_write_items(TransactItems=actions)  # type: ignore[arg-type]
+                self._client.transact_write_items(TransactItems=self._actions(shards, sending.pending))  # type: ignore[arg-type]
             except ClientError as exc:
                 error = exc.response.get("Error", {})
                 if error.get("Code") != "TransactionCanceledException":
                     failure = translate(exc)
                     if not isinstance(failure, RetryableStoreError):
-                        raise _Refused(str(failure), calls) from exc
-                    attempts = self._pause(attempts, calls, failure)
-                    continue
+                        raise _Refused(str(failure)) from exc
+                    raise failure from exc
                 reasons = [reason.get("Code") or "None" for reason in exc.response.get("CancellationReasons", [])]
-                exists = {index for index, code in enumerate(reasons[: len(pending)]) if code == _CONDITION_FAILED}
-                if exists:  # counted by someone else since our read: send the rest (no attempt used up)
-                    pending = [counted for index, counted in enumerate(pending) if index not in exists]
+                exists = {i for i, code in enumerate(reasons[: len(sending.pending)]) if code == _CONDITION_FAILED}
+                if exists:  # counted by someone else since our read: send the rest
+                    sending.pending = [counted for i, counted in enumerate(sending.pending) if i not in exists]
                     continue
                 if not any(code in _RETRYABLE_REASONS for code in reasons):
-                    raise _Refused(str(translate(exc)), calls) from exc
-                attempts = self._pause(attempts, calls, RetryableStoreError("member transaction cancelled"))
-                continue
+                    raise _Refused(str(translate(exc))) from exc
+                raise RetryableStoreError("member transaction cancelled") from exc
             except BotoCoreError as exc:  # the answer was lost: it may have committed; the conditions tell
-                attempts = self._pause(attempts, calls, translate(exc))
-                continue
-            return calls, len(pending)
-        return calls, 0
-
-    def _pause(self, attempts: int, calls: int, failure: Exception) -> int:
-        """One more attempt used up: pause (full jitter), or give up with ``failure`` after the last one."""
-        attempts += 1
-        if attempts >= MAX_ATTEMPTS:
-            raise _GaveUp(f"member transaction not committed after {attempts} attempts", calls) from failure
-        pause_s = self._rng.uniform(0, _PAUSE_S * 2**attempts)
-        if not self._has_time(pause_s):
-            raise _GaveUp("no time left to send the member transaction again", calls) from failure
-        self._sleep(pause_s)
-        return attempts
-
-    def _has_time(self, pause_s: float) -> bool:
-        return self._remaining_ms is None or self._remaining_ms() >= RESERVE_MS + pause_s * 1000
+                raise translate(exc) from exc
+            sending.counted += len(sending.pending)
+            sending.pending = []
 
     def _actions(self, shards: Mapping[str, int], pending: Sequence[_Counted]) -> list[dict[str, Any]]:
         """The member Puts first (their positions name them in a cancellation), then one ADD per counter item."""
