@@ -17,6 +17,7 @@ The convention the pages follow (CONTRIBUTING.md, "Docs that run"):
 
 from __future__ import annotations
 
+import collections
 import doctest
 import os
 import queue
@@ -265,13 +266,20 @@ class StackProcess:
         if not printed or not printed[-1].startswith(STACK_READY):
             self.stop()
             raise RuntimeError(f"{command!r} did not come up:\n{self.printed}")
-        # Keep draining what it prints later, so its pipe never fills.
+        # Keep draining what it prints later, so its pipe never fills; its last lines say why it stopped.
+        self._later: collections.deque[str] = collections.deque(maxlen=40)
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _drain(self) -> None:
         assert self._process.stdout is not None
-        for _line in self._process.stdout:
-            pass
+        for line in self._process.stdout:
+            self._later.append(line.rstrip("\n"))
+
+    def state(self) -> str:
+        """Whether it still runs (or how it exited), and the last lines it printed after coming up."""
+        status = self._process.poll()
+        running = "still running" if status is None else f"exited with status {status}"
+        return f"the stack ({self.command!r}) is {running}; its last lines:\n" + "\n".join(self._later)
 
     @property
     def exports(self) -> list[str]:
@@ -303,9 +311,26 @@ def run_page(
     """Run a page's commands in order in its shell; the number run. A command that exits non-zero fails the
     page at once; one whose output does not match what the page shows is run again until it does, for up to
     ``settle_s`` (counting is asynchronous: a count appears once the stack's pollers have delivered it)."""
+    stacks: list[StackProcess] = []
+    try:
+        _run_commands(commands, shell, start_stack, stacks, settle_s)
+    except PageFailed as failed:
+        raise PageFailed("\n\n".join([str(failed), *(stack.state() for stack in stacks)])) from None
+    return len(commands)
+
+
+def _run_commands(
+    commands: list[Command],
+    shell: Shell,
+    start_stack: Callable[[str], StackProcess],
+    stacks: list[StackProcess],
+    settle_s: float,
+) -> None:
     for command in commands:
         if command.starts_stack:
             stack = start_stack(command.text)
+            if stack not in stacks:
+                stacks.append(stack)
             if not output_matches(command.shown, stack.printed):
                 raise PageFailed(f"{command.where()}\nshown:\n{command.shown}\nprinted:\n{stack.printed}")
             for export in stack.exports:  # what the page tells the reader to paste into this terminal
@@ -328,4 +353,3 @@ def run_page(
                     f"shown:\n{command.shown}\nprinted:\n{ran.stdout}"
                 )
             time.sleep(0.5)  # a count lands within a batching window (1 s locally): look twice a window
-    return len(commands)
