@@ -30,18 +30,16 @@ demo: install
 demo-smoke: install
 	$(BIN)/python -m tally_local.demo --events 5000
 
-# The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 25 slowest tests listed at the end.
+# The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 40 slowest tests listed at the end.
 # loadgroup: tests go to the workers one by one, a module sharing a module-scoped fixture as one group
-# (tests/support/tiers.py), so no long file holds one worker while the other idles. Two workers: three finished
-# 40 s sooner (the tests wait on emulators about half their time), but in one clean-clone run of five under three
-# the smoke chaos run left a valid distinct-count message in the dead-letter queue (a defect of the members' retry,
-# which load makes likelier): two until it is fixed.
+# (tests/support/tiers.py), so no long file holds one worker while the other idles. Three workers on two cores: the
+# tests wait on emulators about half their time, and three finished 40 s sooner than two.
 
 # What the tests need runs first, three at a time (the three virtual environments side by side, then ruff, mypy and
 # the docs build), each target's output printed whole when it ends.
 test: python313
 	$(MAKE) --no-print-directory -j3 --output-sync=target install sam checkov lint typecheck docs
-	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 2 --dist loadgroup --durations=25
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 3 --dist loadgroup --durations=40
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
 # that starts one of them unmarked fails (tests/support/tiers.py); nor the few tests marked slow (seconds of CPU
