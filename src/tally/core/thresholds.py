@@ -13,9 +13,10 @@ matching rule wins.
 What a crossing is, decided here once (docs/explanation/notifications.md):
 
 - A threshold applies to a key's all-time value, as a bound does, or, declared ``COUNTER@hour`` (``@day``,
-  ``@minute``), to the key's value in each such window: ``usage:*#calls@day>=800`` is announced once per day.
+  ``@month``, ``@minute``), to the key's value in each such window: ``usage:*#calls@day>=800`` is announced once
+  per day.
   One on a hot key is refused (its shards cannot see each other's sum), one on a window not counted too.
-- A window's value starts from 0 (no start value) and is, for hour and day, an attribute of the key's item
+- A window's value starts from 0 (no start value) and is, for hour, day and month, an attribute of the key's item
   while the window is open (``tally.core.items.window_counter``): its write carries the condition there, as an
   all-time counter's does. Once the window has ended, a move may have taken part of it onto a window item, and
   a late event then adds to what is left on the key's item: the value is the sum of both. Such a write reads
@@ -51,7 +52,7 @@ from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_label, item_parts, split_window_counter
 from tally.core.numbers import Number, add, canonical
-from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id
+from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping
@@ -79,7 +80,7 @@ class ThresholdRule:
     direction: Direction
     levels: tuple[Number, ...]
     window: str = ALL_TIME
-    """The window unit whose value the levels are about (``minute``, ``hour``, ``day``), or ``all``."""
+    """The window unit whose value the levels are about (``minute``, ``hour``, ``day``, ``month``), or ``all``."""
 
     def matches(self, key: str) -> bool:
         return self.pattern == key or (self.pattern.endswith("*") and key.startswith(self.pattern[:-1]))
@@ -151,11 +152,11 @@ class Crossing:
     """The window whose value crossed (``all``: the all-time value)."""
 
 
-_UNIT_OF_PREFIX = {prefix: name for name, (prefix, _) in UNITS.items()}
+_UNIT_OF_PREFIX = {prefix: name for name, (prefix, _duration) in UNITS.items()}
 
 
 def window_unit(window: str) -> str | None:
-    """The unit name (``minute``, ``hour``, ``day``) of a window id, ``all`` for the all-time value, None for
+    """The unit name (``minute``, ``hour``, ``day``, ``month``) of a window id, ``all`` for the all-time value, None for
     an id this code cannot read."""
     if window == ALL_TIME:
         return ALL_TIME
@@ -233,14 +234,18 @@ class CounterThresholds:
 
     def is_thresholded(self, item: ItemKey) -> bool:
         """Whether writes to ``item`` may carry a crossing condition (the planner keeps them off the journal):
-        a key's item for its all-time, hour and day rules (those windows are open on it), a minute item for its
-        minute rules."""
+        a key's item for its all-time, hour, day and month rules (those windows are open on it), a minute item
+        for its minute rules."""
         if not self.rules:
             return False
         parts = item_parts(item)
         if parts.shard != 0:
             return False
-        units = {ALL_TIME, "hour", "day"} if parts.window == ALL_TIME else {window_unit(parts.window)}
+        units = (
+            {ALL_TIME} | {name for name in UNITS if unit_named(name).on_key_item}
+            if parts.window == ALL_TIME
+            else {window_unit(parts.window)}
+        )
         return any(rule.window in units and rule.matches(parts.key) for rule in self.rules)
 
     def touches(self, totals: Totals) -> bool:
@@ -403,7 +408,7 @@ def window_reads(steps: Iterable[Totals], thresholds: CounterThresholds, now_ms:
             unit, start_ms = parse_window_id(split[0])
         except ValueError:
             continue
-        if start_ms + UNITS[unit][1] <= now_ms + MOVE_CLOCK_MARGIN_MS:
+        if unit_named(unit).end_ms(start_ms) <= now_ms + MOVE_CLOCK_MARGIN_MS:
             found.setdefault(item, []).append(name)
     return {item: tuple(names) for item, names in found.items()}
 
@@ -492,8 +497,8 @@ def parse_counter_thresholds(
 ) -> CounterThresholds:
     """``"usage:*#calls@day>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds``.
 
-    A counter may end in ``@minute``, ``@hour`` or ``@day``: the levels are then about its value in each such
-    window of the key (announced once per window), which ``windows`` (``TALLY_WINDOWS``) must count.
+    A counter may end in ``@minute``, ``@hour``, ``@day`` or ``@month``: the levels are then about its value in each
+    such window of the key (announced once per window), which ``windows`` (``TALLY_WINDOWS``) must count.
 
     Raises ``ValueError`` naming the rule for anything malformed, for a threshold on a key that ``hot_keys``
     shards, for a window not counted, and for more than ``MAX_THRESHOLD_LEVELS`` levels in all.
@@ -509,7 +514,7 @@ def parse_counter_thresholds(
         if operator is None or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(
                 f"bad counter threshold {part!r}: expected PATTERN#COUNTER>=L1,L2,... or PATTERN#COUNTER<=L1,... "
-                "(COUNTER@hour, @day or @minute: per window)"
+                "(COUNTER@hour, @day, @month or @minute: per window)"
             )
         if window != ALL_TIME and window not in counted:
             raise ValueError(f"counter threshold {part!r} needs the {window} window counted (TALLY_WINDOWS)")
