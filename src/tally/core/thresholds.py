@@ -24,7 +24,9 @@ What a crossing is, decided here once (docs/explanation/notifications.md):
   its conditions by it (``parts``).
 - Messages are the steps, as for bounds: a message's net delta on the counter moves the stored value from
   ``v`` to ``v + d``. A rising level ``L`` is crossed by that step when ``v < L <= v + d``; a falling level when
-  ``v > L >= v + d``. A value that goes back and crosses again is crossed again, by another message.
+  ``v > L >= v + d``. A value that goes back and crosses again is crossed again, by another message. An
+  operator's correction is such a step; a reset to ``r`` is the step from ``v`` to ``r`` (``reset_counters``:
+  its write is always planned from the value read, since which side ``v`` lies on is all that decides it).
 - So a crossing is named by (key, counter, level, direction, message id): every message is applied exactly
   once (its marker is written in the same transaction), so that name is deterministic whatever the retries,
   and ``notification_id`` digests it into the notification's id.
@@ -55,7 +57,7 @@ from tally.core.numbers import Number, add, canonical
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable, Mapping
 
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
@@ -366,6 +368,22 @@ def stepped_counters(steps: Iterable[Totals], thresholds: CounterThresholds) -> 
     return {item: tuple(names) for item, names in found.items()}
 
 
+def reset_counters(messages: Iterable[MessageTotals], thresholds: CounterThresholds) -> dict[ItemKey, tuple[str, ...]]:
+    """The thresholded counters the messages' resets set (``MessageTotals.sets``), per item.
+
+    A reset moves the value from whatever it was to the reset's value: whether that crosses a level depends
+    on the value before, which no condition on running sums can bound (``crossing_free``), so a write of such a
+    reset is always planned from the value read (``exact_checks``, ``crossings``)."""
+    found: dict[ItemKey, list[str]] = {}
+    for message in messages:
+        for item, counters in message.sets.items():
+            names = found.setdefault(item, [])
+            names.extend(
+                name for name in counters if name not in names and thresholds.counter_levels(item, name) is not None
+            )
+    return {item: tuple(names) for item, names in found.items() if names}
+
+
 def exact_checks(
     steps: Iterable[Totals],
     thresholds: CounterThresholds,
@@ -373,15 +391,21 @@ def exact_checks(
     defaults: CounterDefaults = NO_DEFAULTS,
     *,
     parts: Parts | None = None,
+    resets: Mapping[ItemKey, Iterable[str]] | None = None,
 ) -> dict[ItemKey, tuple[ExactCheck, ...]]:
     """The conditions of a write planned from the values ``before`` (item label -> counter -> value, a missing
-    counter as its start value or 0): each thresholded counter it moves holds exactly what was read. Items
-    ``before`` does not know are left out (they keep their ``crossing_free`` conditions).
+    counter as its start value or 0): each thresholded counter it moves, or a reset of it sets (``resets``:
+    ``reset_counters``), holds exactly what was read. Items ``before`` does not know are left out (they keep
+    their ``crossing_free`` conditions).
 
     An ended window's value in ``before`` is the whole window's: its key item's attribute must then hold it
     minus the part moved onto the window item (``parts``)."""
+    counters = {item: list(names) for item, names in stepped_counters(steps, thresholds).items()}
+    for item, names in (resets or {}).items():
+        held = counters.setdefault(item, [])
+        held.extend(name for name in names if name not in held)
     checks: dict[ItemKey, list[ExactCheck]] = {}
-    for item, names in stepped_counters(steps, thresholds).items():
+    for item, names in counters.items():
         known = before.get(item_label(item))
         if known is None:
             continue
@@ -423,18 +447,22 @@ def crossings(
 ) -> list[Crossing]:
     """Every crossing the messages' steps make, in their order, from the values ``before`` (item label ->
     counter -> value; an item it does not hold is not looked at: its write is crossing-free). A window's value
-    in ``before`` is the whole window's (its moved part included)."""
+    in ``before`` is the whole window's (its moved part included). A reset's step goes from the value before it
+    to the reset's value (``MessageTotals.sets``): a crossing like any other, named by the reset's id."""
     ordered = list(messages)
     values: dict[tuple[str, str], Number] = {}
     found: list[tuple[tuple[str, str], str, str, str, Number, Direction, str, Number]] = []
     for message in ordered:
-        for item, counters in message.totals.items():
+        for item, counters, setting in [
+            *((item, counters, True) for item, counters in message.sets.items()),
+            *((item, counters, False) for item, counters in message.totals.items()),
+        ]:
             label = item_label(item)
             known = before.get(label)
             if known is None:
                 continue
             for name, amount in counters.items():
-                if not amount:
+                if not amount and not setting:
                     continue
                 levels = thresholds.counter_levels(item, name)
                 target = threshold_target(item, name)
@@ -443,7 +471,7 @@ def crossings(
                 key, counter, window = target
                 slot = (label, name)
                 value = values.get(slot, known.get(name, _start(item, name, defaults)))
-                after = values[slot] = add(value, amount)
+                after = values[slot] = amount if setting else add(value, amount)
                 found.extend(
                     (slot, key, counter, window, level, direction, message.message_id, after)
                     for level, direction in levels.each()
@@ -538,15 +566,16 @@ def parse_counter_thresholds(
 
 
 def expected_crossings(
-    start: Number, amounts: Iterable[tuple[str, Number]], levels: Levels
+    start: Number, amounts: Iterable[tuple[str, Number]], levels: Levels, resets: Container[str] = ()
 ) -> list[tuple[Number, Direction, str]]:
     """Test helper (the chaos check, the properties): the crossings of one counter whose messages' net
     ``amounts`` (message id, amount) are applied one after another from ``start``: (level, direction, message
-    id). Any batching of the same messages in the same order gives these."""
+    id); a message id in ``resets`` sets the value to its amount instead. Any batching of the same messages in
+    the same order gives these."""
     value = start
     found: list[tuple[Number, Direction, str]] = []
     for message_id, amount in amounts:
-        after = add(value, amount)
+        after = amount if message_id in resets else add(value, amount)
         found.extend(
             (level, direction, message_id)
             for level, direction in levels.each()
