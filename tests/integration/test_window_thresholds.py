@@ -54,8 +54,10 @@ def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **optio
     return pipeline
 
 
-def event(message_id: str, key: str, calls: int, ts_ms: int) -> SourceRecord:
-    body = {"id": message_id, "key": key, "deltas": {"calls": calls}, "ts": ts_ms}
+def event(message_id: str, key: str, calls: int, ts_ms: int, *, correction: bool = False) -> SourceRecord:
+    body = {"id": message_id, "key": key, "deltas": {"calls": calls}, "ts": ts_ms} | (
+        {"correction": True} if correction else {}
+    )
     return SourceRecord(f"r-{message_id}", json.dumps(body), ts_ms)
 
 
@@ -90,10 +92,11 @@ def test_a_window_crossing_is_announced_once_and_again_the_next_window_under_a_n
     assert len({c.notification_id for c in found}) == 2
 
 
-@pytest.mark.parametrize("unit", ["day", "month"])
+@pytest.mark.parametrize(("unit", "correction"), [("day", False), ("month", False), ("day", True)])
 def test_a_late_event_for_a_moved_window_is_announced_from_the_sum_of_both_parts(
     notify: NotifyTables,  # noqa: F811
     unit: str,
+    correction: bool,
 ) -> None:
     windows = MONTHS if unit == "month" else WINDOWS
     first, second = (NOW_MS, FEB) if unit == "month" else (DAY0, DAY1)  # a window, and the one after it
@@ -121,9 +124,12 @@ def test_a_late_event_for_a_moved_window_is_announced_from_the_sum_of_both_parts
     assert stored(notify, "usage:a", window) == {"c#calls": "8"}
     assert f"w#{window}\x1fcalls" not in stored(notify, "usage:a", "all")
     # WHEN late events for the first window come: +3 on the first key (8 -> 11: crosses 10, though 0 -> 3 on the
-    # key's item would not), +11 on the second (12 -> 23: crosses nothing, though 0 -> 11 on the key's item alone
-    # would); the batch delivered twice
-    late = [event("a3", "usage:a", 3, first + 5 * HOUR_MS), event("b3", "usage:b", 11, first + 5 * HOUR_MS)]
+    # key's item would not; or an operator's correction by +3, dated in that window), +11 on the second (12 -> 23:
+    # crosses nothing, though 0 -> 11 on the key's item alone would); the batch delivered twice
+    late = [
+        event("a3", "usage:a", 3, first + 5 * HOUR_MS, correction=correction),
+        event("b3", "usage:b", 11, first + 5 * HOUR_MS),
+    ]
     process(pipeline, late, second + 3 * HOUR_MS)
     process(pipeline, late, second + 3 * HOUR_MS)
     # THEN exactly the sum's crossing is announced, once, with the window's whole value
