@@ -91,7 +91,7 @@ class ThreeRequestSeries(CounterReader):
             wanted = {unit.window_id(start) for start in starts}
             key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
             holders = list(batch_get(self.client, self.counters_table, key_items))
-            if unit.duration_ms < DAY_MS:
+            if unit.name == "hour":
                 day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
                 first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
                 for shard in shards:

@@ -1,6 +1,6 @@
 """A series read while a window move commits, on DynamoDB Local.
 
-A series of hour or day windows adds what is still on the key's item(s) to what moved to window items
+A series of hour, day or month windows adds what is still on the key's item(s) to what moved to window items
 (``tally.store.windows``). The reader makes several requests; a move that commits between two of them
 must never make a window count zero times or twice. Each test injects the move before the reader's n-th
 request, for every n the read makes, so that every interleaving of one move with one read is tried.
@@ -35,8 +35,9 @@ pytestmark = pytest.mark.integration
 
 DAY0 = 4_102_444_800_000  # 2100-01-01T00:00Z
 H = HOUR_MS
-WINDOWS = parse_window_spec("hour,day", "hour=90,day=0")
+WINDOWS = parse_window_spec("hour,day,month", "hour=90,day=0")
 NEXT_DAY = DAY0 + DAY_MS + 5 * 60_000
+NEXT_MONTH = DAY0 + 31 * DAY_MS + 5 * 60_000  # January has ended
 
 
 def plenty() -> int:
@@ -44,7 +45,7 @@ def plenty() -> int:
 
 
 def count(tables: DynamoDBTables, key: str, hot: str = "") -> None:
-    """Count 5 on ``key`` in hour 3 of DAY0 (and so in DAY0), left on the key's item(s)."""
+    """Count 5 on ``key`` in hour 3 of DAY0 (and so in DAY0 and its month), left on the key's item(s)."""
     store = make_store(tables.client, tables.counters_table, tables.markers_table, parse_hot_keys(hot))
     pipeline, _ = make_pipeline(store, windows=WINDOWS, hot_keys=parse_hot_keys(hot), move_windows=False)
     records = [
@@ -55,12 +56,12 @@ def count(tables: DynamoDBTables, key: str, hot: str = "") -> None:
     assert result.failed_record_ids == ()
 
 
-def move_all(tables: DynamoDBTables) -> Callable[[], None]:
-    """The move of every ended window off every key item (``tally windows close`` the next day)."""
+def move_all(tables: DynamoDBTables, now_ms: int = NEXT_DAY) -> Callable[[], None]:
+    """The move of every ended window off every key item (``tally windows close`` at ``now_ms``)."""
 
     def close() -> None:
         mover = DynamoDBWindowMover(tables.client, tables.counters_table, WINDOWS, sleep=lambda _: None)
-        moved.append(mover.close_all(NEXT_DAY).windows)
+        moved.append(mover.close_all(now_ms).windows)
 
     def move() -> None:
         # On a thread of its own, as another container's move would be (and so that the IAM contract
@@ -87,20 +88,26 @@ def before_request(client: DynamoDBClient, nth: int, action: Callable[[], None])
     return sent
 
 
-def requests_of_a_read(dynamodb_local: DynamoDBLocal, tables: DynamoDBTables, window: str, hot: str) -> int:
+def requests_of_a_read(
+    dynamodb_local: DynamoDBLocal, tables: DynamoDBTables, window: str, hot: str, now_ms: int
+) -> int:
     """How many requests a quiet series read of ``window`` makes (on a key nothing is counted on)."""
     client = dynamodb_local.client()
     sent = before_request(client, 0, lambda: None)
     reader = CounterReader(tables.counters_table, client=client, hot_keys=hot, windows=WINDOWS)
-    reader.series("k-quiet", window, DAY0, DAY0 + DAY_MS - 1, now_ms=NEXT_DAY)
+    reader.series("k-quiet", window, DAY0, DAY0 + DAY_MS - 1, now_ms=now_ms)
     return len(sent)
 
 
-@pytest.mark.parametrize(("window", "hot"), [("day", ""), ("hour", ""), ("day", "k*=4"), ("hour", "k*=4")])
+@pytest.mark.parametrize(
+    ("window", "hot"),
+    [("day", ""), ("hour", ""), ("month", ""), ("day", "k*=4"), ("hour", "k*=4"), ("month", "k*=4")],
+)
 def test_a_series_read_counts_each_window_once_whatever_request_a_move_commits_before(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, window: str, hot: str
 ) -> None:
-    requests = requests_of_a_read(dynamodb_local, ddb_tables, window, hot)
+    now = NEXT_MONTH if window == "month" else NEXT_DAY  # the window has ended: the move takes it
+    requests = requests_of_a_read(dynamodb_local, ddb_tables, window, hot, now)
     assert requests >= 2
     # One more position than a quiet read makes: a read that starts over makes more requests.
     for nth in range(1, requests + 2):
@@ -108,10 +115,10 @@ def test_a_series_read_counts_each_window_once_whatever_request_a_move_commits_b
         key = f"k{window}{nth}"
         count(ddb_tables, key, hot)
         client = dynamodb_local.client()
-        # WHEN the move of the ended hour and day commits just before the read's nth request
-        before_request(client, nth, move_all(ddb_tables))
+        # WHEN the move of the ended hour and day (and month) commits just before the read's nth request
+        before_request(client, nth, move_all(ddb_tables, now))
         reader = CounterReader(ddb_tables.counters_table, client=client, hot_keys=hot, windows=WINDOWS)
-        series = reader.series(key, window, DAY0, DAY0 + DAY_MS - 1, now_ms=NEXT_DAY)
+        series = reader.series(key, window, DAY0, DAY0 + DAY_MS - 1, now_ms=now)
         # THEN the window holding the 5 reads 5, and every other reads nothing
         found = {w.start_ms: w.values.get("count", Decimal(0)) for w in series.windows if w.values}
         start = DAY0 + 3 * H if window == "hour" else DAY0

@@ -21,6 +21,7 @@ from tally.core.items import window_counter
 from tally.core.model import SourceRecord
 from tally.core.thresholds import crossing_free, parse_counter_thresholds
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
+from tally.reader import CounterReader
 from tally.store.actions import add_update
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import condition_fits
@@ -39,6 +40,9 @@ WINDOWS = parse_window_spec("hour,day")
 DAILY = parse_counter_thresholds("usage:*#calls@day>=10", windows=WINDOWS)
 DAY0 = NOW_MS  # 2100-01-01, 00:00 UTC
 DAY1 = NOW_MS + DAY_MS
+MONTHS = parse_window_spec("hour,day,month", "month=400")
+FEB = NOW_MS + 31 * DAY_MS  # 2100-02-01 (2100 is a common year: February has 28 days)
+MAR = FEB + 28 * DAY_MS
 
 
 def store_of(on: NotifyTables, thresholds: CounterThresholds) -> DynamoDBCounterStore:
@@ -50,8 +54,10 @@ def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **optio
     return pipeline
 
 
-def event(message_id: str, key: str, calls: int, ts_ms: int) -> SourceRecord:
-    body = {"id": message_id, "key": key, "deltas": {"calls": calls}, "ts": ts_ms}
+def event(message_id: str, key: str, calls: int, ts_ms: int, *, correction: bool = False) -> SourceRecord:
+    body = {"id": message_id, "key": key, "deltas": {"calls": calls}, "ts": ts_ms} | (
+        {"correction": True} if correction else {}
+    )
     return SourceRecord(f"r-{message_id}", json.dumps(body), ts_ms)
 
 
@@ -66,7 +72,7 @@ def stored(on: NotifyTables, key: str, sort_key: str) -> dict[str, Any]:
     item = on.client.get_item(
         TableName=on.tables.counters_table, Key={"pk": {"S": key}, "sk": {"S": sort_key}}, ConsistentRead=True
     ).get("Item", {})
-    return {name: value.get("N") for name, value in item.items() if name.startswith(("c#", "w#d#"))}
+    return {name: value.get("N") for name, value in item.items() if name.startswith(("c#", "w#d#", "w#mo#"))}
 
 
 def test_a_window_crossing_is_announced_once_and_again_the_next_window_under_a_new_id(notify: NotifyTables) -> None:  # noqa: F811
@@ -86,32 +92,50 @@ def test_a_window_crossing_is_announced_once_and_again_the_next_window_under_a_n
     assert len({c.notification_id for c in found}) == 2
 
 
-def test_a_late_event_for_a_moved_window_is_announced_from_the_sum_of_both_parts(notify: NotifyTables) -> None:  # noqa: F811
-    pipeline = pipeline_of(notify)
-    # GIVEN day 0 at 8 on one key (below 10) and at 12 on another (10 crossed and announced)
+@pytest.mark.parametrize(("unit", "correction"), [("day", False), ("month", False), ("day", True)])
+def test_a_late_event_for_a_moved_window_is_announced_from_the_sum_of_both_parts(
+    notify: NotifyTables,  # noqa: F811
+    unit: str,
+    correction: bool,
+) -> None:
+    windows = MONTHS if unit == "month" else WINDOWS
+    first, second = (NOW_MS, FEB) if unit == "month" else (DAY0, DAY1)  # a window, and the one after it
+    window = windows.unit(unit).window_id(first)
+    pipeline, _ = make_pipeline(
+        make_store(
+            notify, parse_counter_thresholds(f"usage:*#calls@{unit}>=10", windows=windows), NO_DEFAULTS, windows=windows
+        ),
+        windows=windows,
+        counter_defaults=NO_DEFAULTS,
+    )
+    # GIVEN the first window at 8 on one key (below 10) and at 12 on another (10 crossed and announced)
     process(
         pipeline,
-        [event("a1", "usage:a", 8, DAY0 + HOUR_MS), event("b1", "usage:b", 12, DAY0 + HOUR_MS)],
-        DAY0 + 2 * HOUR_MS,
+        [event("a1", "usage:a", 8, first + HOUR_MS), event("b1", "usage:b", 12, first + HOUR_MS)],
+        first + 2 * HOUR_MS,
     )
-    # and a batch on day 1, after which the pipeline's own post-commit step moves day 0 onto its day item
+    # and a batch in the next window, after which the pipeline's own post-commit step moves the first one onto
+    # its window item
     process(
         pipeline,
-        [event("a2", "usage:a", 1, DAY1 + HOUR_MS), event("b2", "usage:b", 1, DAY1 + HOUR_MS)],
-        DAY1 + 2 * HOUR_MS,
+        [event("a2", "usage:a", 1, second + HOUR_MS), event("b2", "usage:b", 1, second + HOUR_MS)],
+        second + 2 * HOUR_MS,
     )
-    assert stored(notify, "usage:a", "d#2100-01-01") == {"c#calls": "8"}
-    assert "w#d#2100-01-01\x1fcalls" not in stored(notify, "usage:a", "all")
-    # WHEN late events for day 0 come: +3 on the first key (8 -> 11: crosses 10, though 0 -> 3 on the key's item
-    # would not), +11 on the second (12 -> 23: crosses nothing, though 0 -> 11 on the key's item alone would);
-    # the batch delivered twice
-    late = [event("a3", "usage:a", 3, DAY0 + 5 * HOUR_MS), event("b3", "usage:b", 11, DAY0 + 5 * HOUR_MS)]
-    process(pipeline, late, DAY1 + 3 * HOUR_MS)
-    process(pipeline, late, DAY1 + 3 * HOUR_MS)
+    assert stored(notify, "usage:a", window) == {"c#calls": "8"}
+    assert f"w#{window}\x1fcalls" not in stored(notify, "usage:a", "all")
+    # WHEN late events for the first window come: +3 on the first key (8 -> 11: crosses 10, though 0 -> 3 on the
+    # key's item would not; or an operator's correction by +3, dated in that window), +11 on the second (12 -> 23:
+    # crosses nothing, though 0 -> 11 on the key's item alone would); the batch delivered twice
+    late = [
+        event("a3", "usage:a", 3, first + 5 * HOUR_MS, correction=correction),
+        event("b3", "usage:b", 11, first + 5 * HOUR_MS),
+    ]
+    process(pipeline, late, second + 3 * HOUR_MS)
+    process(pipeline, late, second + 3 * HOUR_MS)
     # THEN exactly the sum's crossing is announced, once, with the window's whole value
     assert announced(notify) == [
-        ("usage:b", "d#2100-01-01", 10, "b1", 12, 12),
-        ("usage:a", "d#2100-01-01", 10, "a3", 11, 11),
+        ("usage:b", window, 10, "b1", 12, 12),
+        ("usage:a", window, 10, "a3", 11, 11),
     ]
 
 
@@ -220,3 +244,52 @@ def test_a_minute_level_crosses_on_the_minutes_own_item(notify: NotifyTables) ->
         ("usage:m", "m#2100-01-01T00:00Z", 3, "b", 4, 4),
         ("usage:m", "m#2100-01-01T00:01Z", 3, "c", 3, 3),
     ]
+
+
+def test_a_months_level_is_announced_once_per_month_and_an_ended_month_is_moved_and_read_exactly(
+    notify: NotifyTables,  # noqa: F811
+    dynamodb_local: DynamoDBLocal,
+) -> None:
+    monthly = parse_counter_thresholds("usage:*#calls@month>=10", windows=MONTHS)
+    pipeline, _ = make_pipeline(
+        make_store(notify, monthly, defaults=NO_DEFAULTS, windows=MONTHS), windows=MONTHS, counter_defaults=NO_DEFAULTS
+    )
+    reader = CounterReader(notify.tables.counters_table, client=dynamodb_local.client(), windows=MONTHS)
+
+    def months(key: str, now_ms: int) -> list[dict[str, Decimal]]:
+        return [dict(w.values) for w in reader.series(key, "month", NOW_MS, MAR, now_ms=now_ms).windows]
+
+    # GIVEN January at 8 on one key (+4 on the 15th, +4 on its last millisecond) and at 12 on another (10 crossed),
+    # the batch delivered twice
+    january = [
+        event("a1", "usage:a", 4, NOW_MS + 14 * DAY_MS),
+        event("a2", "usage:a", 4, FEB - 1),
+        event("b1", "usage:b", 12, FEB - 1),
+    ]
+    process(pipeline, january, FEB - 1)
+    process(pipeline, january, FEB - 1)
+    assert months("usage:a", FEB - 1) == [{"calls": 8}, {}, {}]
+    # WHEN February starts: +1 on the first key, +12 on the second (February's 10 crossed, from zero), after which
+    # the pipeline's own post-commit step moves January (ended) off the key items onto its month items
+    process(pipeline, [event("a3", "usage:a", 1, FEB), event("b2", "usage:b", 12, FEB + 1)], FEB + HOUR_MS)
+    for key, total in (("usage:a", "8"), ("usage:b", "12")):
+        month_item = notify.client.get_item(
+            TableName=notify.tables.counters_table,
+            Key={"pk": {"S": key}, "sk": {"S": "mo#2100-01"}},
+            ConsistentRead=True,
+        )["Item"]
+        assert month_item["c#calls"]["N"] == total
+        assert month_item["expires_at"]["N"] == str((FEB + 400 * DAY_MS) // 1000)  # retention after its end
+        assert not any(name.startswith("w#mo#2100-01") for name in stored(notify, key, "all"))
+    # THEN each month's crossing is announced once, under its month: January's (its last millisecond counted in
+    # it) and February's, from zero, under another id
+    assert announced(notify) == [
+        ("usage:b", "mo#2100-01", 10, "b1", 12, 12),
+        ("usage:b", "mo#2100-02", 10, "b2", 12, 12),
+    ]
+    assert len({c.notification_id for c in notify.notifications()}) == 2
+    # AND a late event for January lands on the key's item beside the moved part
+    process(pipeline, [event("a4", "usage:a", 3, NOW_MS + 20 * DAY_MS)], FEB + 2 * HOUR_MS)
+    # AND a series of months reads each exactly: the moved part plus the late part still on the key's item
+    assert months("usage:a", FEB + 2 * HOUR_MS) == [{"calls": 11}, {"calls": 1}, {}]
+    assert months("usage:b", FEB + 2 * HOUR_MS) == [{"calls": 12}, {"calls": 12}, {}]

@@ -29,6 +29,7 @@ from tally.core.thresholds import (
     expected_crossings,
     notification_id,
     parse_counter_thresholds,
+    reset_counters,
 )
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
@@ -124,6 +125,42 @@ def test_a_missing_counter_holds_its_start_value() -> None:
     assert [c.if_missing for c in exact_checks([m.totals for m in messages], USAGE, known, defaults)["stock:2"]] == [
         False
     ]
+
+
+def reset_to(message_id: str, value: int, key: str = "usage:t", counter: str = "calls") -> MessageTotals:
+    return MessageTotals(message_id, {}, 1, sets={key: {counter: value}})
+
+
+def test_a_reset_steps_from_the_value_before_it_to_its_own_value() -> None:
+    # GIVEN usage at 700: +150 (crosses 800), a reset to 0 (downwards: not announced), +850 (800 again), a reset to
+    # 1200 (crosses 1000 only: 800 was crossed by the step before), a reset to 1200 again (no move), -100
+    messages = [totals(150)[0], reset_to("r1", 0), totals(0, 850)[1], reset_to("r2", 1200), reset_to("r3", 1200)]
+    messages.append(totals(0, 0, -100)[2])
+    found = crossings(messages, USAGE, {"usage:t": {"calls": Decimal(700)}}, at_ms=0)
+    # THEN each crossing is named by the message that made it, the reset's by the reset, with the values after
+    assert [(c.level, c.message_id, c.step_value, c.value) for c in found] == [
+        (800, "m0", 850, 1100),
+        (800, "m1", 850, 1100),
+        (1000, "r2", 1200, 1100),
+    ]
+    # AND they are the one-by-one model's, a reset setting the value
+    steps = [("m0", 150), ("r1", 0), ("m1", 850), ("r2", 1200), ("r3", 1200), ("m2", -100)]
+    levels = USAGE.thresholds("usage:t")["calls"]
+    assert [(c.level, c.direction, c.message_id) for c in found] == expected_crossings(
+        700, steps, levels, {"r1", "r2", "r3"}
+    )
+
+
+def test_a_reset_of_a_thresholded_counter_is_always_planned_from_the_value_read() -> None:
+    # a reset's crossing depends on the value before it, which no running-sum condition bounds: its write is
+    # conditioned on exactly the value read, as a refused write's is; a counter without a level is left alone
+    defaults = parse_counter_defaults("stock:*#stock=start:12")
+    messages = [MessageTotals("r", {}, 1, sets={"stock:2": {"stock": 4, "other": 1}, "usage:t": {"x": 1}})]
+    resets = reset_counters(messages, USAGE)
+    assert resets == {"stock:2": ("stock",)}
+    (check,) = exact_checks([], USAGE, {"stock:2": {}}, defaults, resets=resets)["stock:2"]
+    assert (check.counter, check.value, check.if_missing) == ("stock", 12, True)
+    assert [c.step_value for c in crossings(messages, USAGE, {"stock:2": {}}, defaults, at_ms=0)] == [4]
 
 
 def test_notification_ids_are_deterministic_and_distinct() -> None:

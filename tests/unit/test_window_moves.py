@@ -56,3 +56,19 @@ def test_ended_hours_wait_while_the_item_is_small_and_its_day_is_open() -> None:
     assert plan_move(raw, SPEC, DAY0 + 2 * HOUR_MS, move_at_bytes=20) is not None  # the item is over 20 bytes
     with_day = raw | {"w#d#2100-01-01\x1fn": {"N": "1"}}
     assert plan_move(with_day, SPEC, DAY0 + DAY_MS) is not None  # a day ended: everything moves
+
+
+def test_an_ended_month_moves_to_its_month_item_once_the_month_is_over() -> None:
+    spec = parse_window_spec("day,month", "day=0,month=400")
+    feb = 4_105_123_200_000  # 2100-02-01T00:00Z (2100 is not a leap year: February has 28 days)
+    raw = {"pk": {"S": "k"}, "sk": {"S": "all"}, "w#mo#2100-02\x1fn": {"N": "5"}, "w#d#2100-02-28\x1fn": {"N": "2"}}
+    # on February's last millisecond neither the month nor its last day has ended: nothing moves
+    assert plan_move(raw, spec, feb + 28 * DAY_MS - 1, move_at_bytes=0) is None
+    # at March's first instant both have: the month to its own item, kept its retention after its end
+    move = plan_move(raw, spec, feb + 28 * DAY_MS)
+    assert move is not None
+    assert dict(move.adds) == {
+        CounterItem("k", "d#2100-02-28", 0, None): {"n": Decimal(2)},
+        CounterItem("k", "mo#2100-02", 0, (feb + 28 * DAY_MS + 400 * DAY_MS) // 1000): {"n": Decimal(5)},
+    }
+    assert parse_window_id("mo#2100-02") == ("month", feb)

@@ -41,6 +41,14 @@ DAILY = parse_counter_thresholds("usage:*#calls@day>=800,1000;usage:*#calls>=500
 NOW = 1_795_000_000_000 - 1_795_000_000_000 % DAY_MS + 10 * HOUR_MS + 30 * 60_000  # 10:30 UTC on some day
 
 
+MONTHLY_WINDOWS = parse_window_spec("hour,day,month")
+MONTHLY = parse_counter_thresholds("usage:*#calls@month>=800,1000;usage:*#calls@day>=50", windows=MONTHLY_WINDOWS)
+
+
+def month_id(ms: int) -> str:
+    return MONTHLY_WINDOWS.unit("month").window_id(MONTHLY_WINDOWS.unit("month").start_ms(ms))
+
+
 def day_id(ms: int) -> str:
     return WINDOWS.unit("day").window_id(WINDOWS.unit("day").start_ms(ms))
 
@@ -102,6 +110,52 @@ def test_settings_refuse_a_window_rule_whose_window_is_not_counted() -> None:
     assert settings.counter_thresholds.rules[0].window == "day"
 
 
+def test_a_month_rule_declares_levels_of_each_calendar_month() -> None:
+    # GIVEN usage:*#calls@month>=800,1000 (and a daily 50) on a deployment counting months
+    this_month = window_counter(month_id(NOW), "calls")
+    assert MONTHLY.counter_levels("usage:t", this_month) == Levels(rising=(800, 1000))
+    assert MONTHLY.counter_levels("usage:t", window_counter(day_id(NOW), "calls")) == Levels(rising=(50,))
+    assert MONTHLY.counter_levels("usage:t", "calls") is None  # no all-time rule
+    assert MONTHLY.is_thresholded("usage:t")  # the open month rides on the key's item
+    # THEN a crossing of 800 this month and the same level next month are two crossings, two ids
+    start = MONTHLY_WINDOWS.unit("month").start_ms(NOW)
+    next_month = month_id(MONTHLY_WINDOWS.unit("month").end_ms(start))
+    before = {"usage:t": {this_month: Decimal(790)}}
+    found = crossings(
+        [
+            MessageTotals("m1", {"usage:t": {this_month: 20}}, 1),
+            MessageTotals("m2", {"usage:t": {window_counter(next_month, "calls"): 800}}, 1),
+        ],
+        MONTHLY,
+        before,
+        at_ms=NOW,
+    )
+    assert [(c.window, c.level, c.message_id) for c in found] == [
+        (month_id(NOW), 800, "m1"),
+        (next_month, 800, "m2"),
+    ]
+    assert found[0].notification_id != found[1].notification_id
+    # AND refused where months are not counted
+    with pytest.raises(ValueError, match=re.escape("needs the month window counted")):
+        parse_counter_thresholds("usage:*#calls@month>=800", windows=WINDOWS)
+
+
+def test_a_write_reads_the_moved_part_of_an_ended_month_from_its_last_minute() -> None:
+    month = MONTHLY_WINDOWS.unit("month")
+    start = month.start_ms(NOW)
+    last_month, this_month = month_id(month.shifted(start, -1)), month_id(NOW)
+    steps = [{"usage:t": {window_counter(last_month, "calls"): 1, window_counter(this_month, "calls"): 1}}]
+    # last month has ended (a move may have taken part of it); this one is open: the key's item alone holds it
+    assert window_reads(steps, MONTHLY, NOW) == {"usage:t": (window_counter(last_month, "calls"),)}
+    # within the clock margin of the month's end (whatever its length), this month is read too
+    assert window_reads(steps, MONTHLY, month.end_ms(start) - MOVE_CLOCK_MARGIN_MS) == {
+        "usage:t": (window_counter(last_month, "calls"), window_counter(this_month, "calls"))
+    }
+    assert window_reads(steps, MONTHLY, month.end_ms(start) - MOVE_CLOCK_MARGIN_MS - 1) == {
+        "usage:t": (window_counter(last_month, "calls"),)
+    }
+
+
 # --------------------------------------------------------------------------------------------- a crossing
 def step(message_id: str, amount: int, window: str) -> MessageTotals:
     return MessageTotals(message_id, {"usage:t": {"calls": amount, window_counter(window, "calls"): amount}}, 1)
@@ -158,17 +212,20 @@ def test_the_conditions_count_the_moved_part() -> None:
     assert (held.counter, held.value, held.if_missing) == (yesterday, 10, False)
 
 
+@pytest.mark.parametrize("unit", ["day", "month"])
 @given(
     key_part=st.integers(-12, 12),
     moved=st.integers(-12, 12),
     amounts=st.lists(st.integers(-6, 6).filter(bool), min_size=1, max_size=6),
 )
 def test_the_condition_on_the_key_items_part_holds_exactly_when_the_windows_value_changes_no_side(
-    key_part: int, moved: int, amounts: list[int]
+    unit: str, key_part: int, moved: int, amounts: list[int]
 ) -> None:
-    # GIVEN an ended day window whose value is split: ``key_part`` on the key's item, ``moved`` on its window item
-    thresholds = parse_counter_thresholds("k#n@day>=0,5;k#n@day<=-3,2", windows=WINDOWS)
-    name = window_counter(day_id(NOW - DAY_MS), "n")
+    # GIVEN an ended day (month) window whose value is split: ``key_part`` on the key's item, ``moved`` on its
+    # window item
+    thresholds = parse_counter_thresholds(f"k#n@{unit}>=0,5;k#n@{unit}<=-3,2", windows=MONTHLY_WINDOWS)
+    ended = MONTHLY_WINDOWS.unit(unit)
+    name = window_counter(ended.window_id(ended.shifted(ended.start_ms(NOW), -1)), "n")
     messages = [MessageTotals(f"m{i}", {"k": {name: amount}}, 1) for i, amount in enumerate(amounts)]
     parts = {"k": {name: Decimal(moved)}}
     checks = crossing_free([m.totals for m in messages], thresholds, parts=parts)["k"]
@@ -193,14 +250,19 @@ def test_the_condition_on_the_key_items_part_holds_exactly_when_the_windows_valu
     assert held.value == key_part
 
 
-@pytest.mark.parametrize(("spec", "kept"), [("hour,day", ""), ("hour", ""), ("day", ""), ("hour,day", "hour=7,day=1")])
-@pytest.mark.parametrize("unit", ["hour", "day"])
+@pytest.mark.parametrize(
+    ("spec", "kept"),
+    [("hour,day", ""), ("hour", ""), ("day", ""), ("hour,day", "hour=7,day=1"), ("hour,day,month", "month=30")],
+)
+@pytest.mark.parametrize("unit", ["hour", "day", "month"])
 def test_a_write_reads_a_moved_window_where_the_move_puts_it(spec: str, kept: str, unit: str) -> None:
-    # hours go to their day's item as attributes, or (days not counted, or kept shorter) to items of their own
+    # hours go to their day's item as attributes, or (days not counted, or kept shorter) to items of their own;
+    # days and months to items of their own
     windows = parse_window_spec(spec, kept)
     if unit not in {u.name for u in windows.units}:
         return
-    window = hour_id(NOW - DAY_MS) if unit == "hour" else day_id(NOW - DAY_MS)
+    ended = windows.unit(unit)
+    window = ended.window_id(ended.shifted(ended.start_ms(NOW), -1))
     raw = {"pk": {"S": "usage:t"}, "sk": {"S": "all"}, "w#" + window + "\x1fcalls": {"N": "7"}}
     move = plan_move(raw, windows, NOW, move_at_bytes=0)
     assert move is not None

@@ -6,13 +6,16 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tally.core.aggregate import message_totals
 from tally.core.decode import decode_message
 from tally.core.items import CounterItem, item_parts, split_window_counter, window_counter
+from tally.core.limits import MAX_TS_MS
 from tally.core.model import Message
 from tally.core.sharding import HotKeys, assign_shards, parse_hot_keys
-from tally.core.windows import DAY_MS, HOUR_MS, MINUTE_MS, parse_window_spec
+from tally.core.windows import DAY_MS, HOUR_MS, MINUTE_MS, parse_window_id, parse_window_spec, unit_named
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -145,7 +148,7 @@ def test_events_of_one_message_in_one_window_are_summed() -> None:
 
 @pytest.mark.parametrize(
     ("text", "problem"),
-    [("week", "unknown window"), ("hour", None), ("", None)],
+    [("week", "unknown window"), ("hour", None), ("", None), ("month", None)],
 )
 def test_window_config_is_checked(text: str, problem: str | None) -> None:
     if problem is None:
@@ -177,3 +180,84 @@ def test_keys_may_not_contain_the_shard_separator() -> None:
     rejection = decode_message('{"id":"m","key":"a\\u001fb","delta":1}')
     assert not isinstance(rejection, Message)
     assert rejection.code == "invalid_key"
+
+
+# ------------------------------------------------------------------------------- month: a calendar month of UTC
+MONTH = unit_named("month")
+
+
+@pytest.mark.parametrize(
+    ("ts", "window", "end"),
+    [
+        pytest.param("2026-12-31T23:59:59.999", "mo#2026-12", "2027-01-01T00:00:00", id="dec-last-ms"),
+        pytest.param("2027-01-01T00:00:00.000", "mo#2027-01", "2027-02-01T00:00:00", id="jan-first-ms"),
+        pytest.param("2024-02-29T23:59:59.999", "mo#2024-02", "2024-03-01T00:00:00", id="leap-feb-29-days"),
+        pytest.param("2023-02-28T23:59:59.999", "mo#2023-02", "2023-03-01T00:00:00", id="common-feb-28-days"),
+        pytest.param("2023-03-01T00:00:00.000", "mo#2023-03", "2023-04-01T00:00:00", id="after-common-feb"),
+        pytest.param("2100-02-28T12:00:00.000", "mo#2100-02", "2100-03-01T00:00:00", id="century-not-leap"),
+        pytest.param("2026-04-30T23:59:59.999", "mo#2026-04", "2026-05-01T00:00:00", id="30-day-month"),
+        pytest.param("1970-01-01T00:00:00.000", "mo#1970-01", "1970-02-01T00:00:00", id="epoch"),
+    ],
+)
+def test_a_month_window_is_the_utc_calendar_month_of_its_ts(ts: str, window: str, end: str) -> None:
+    ts_ms = ms(ts + "+00:00")
+    start = MONTH.start_ms(ts_ms)
+    assert MONTH.window_id(start) == window
+    assert parse_window_id(window) == ("month", start)
+    assert MONTH.end_ms(start) == ms(end + "+00:00")
+    assert start <= ts_ms < MONTH.end_ms(start)  # the last millisecond of a month is still in it
+
+
+def test_a_month_window_rides_on_the_keys_item_and_expires_its_retention_after_its_end() -> None:
+    spec = parse_window_spec("day,month", "day=0,month=30")
+    message = decode_message('{"id":"m","key":"k","delta":2,"ts":"2026-02-28T23:59:59.999Z"}')
+    assert isinstance(message, Message)
+    totals = message_totals(message, spec, received_ms=0, now_ms=ms("2026-03-01T00:00:00+00:00")).totals
+    assert totals == {
+        "k": {"count": 2, window_counter("d#2026-02-28", "count"): 2, window_counter("mo#2026-02", "count"): 2}
+    }
+    assert (
+        spec.unit("month").expires_at_s(ms("2026-02-01T00:00:00+00:00"))
+        == (ms("2026-03-01T00:00:00+00:00") + 30 * DAY_MS) // 1000
+    )
+    # an event of a month whose retention has passed counts all-time (and in its day, kept forever) only
+    late = message_totals(message, spec, received_ms=0, now_ms=ms("2026-03-31T00:00:00+00:00"))
+    assert late.late_events == 1
+    assert sorted(windows_in(late.totals)) == ["all", "d#2026-02-28"]
+
+
+def test_series_of_months_step_by_calendar_month() -> None:
+    first, last = ms("2023-11-15T00:00:00+00:00"), ms("2024-03-01T00:00:00+00:00")
+    starts = MONTH.starts(first, last)
+    assert [MONTH.window_id(start) for start in starts] == [
+        "mo#2023-11",
+        "mo#2023-12",
+        "mo#2024-01",
+        "mo#2024-02",
+        "mo#2024-03",
+    ]
+    assert MONTH.count(first, last) == 5
+    assert MONTH.count(last, first) == 0
+    assert MONTH.shifted(starts[0], 4) == starts[-1]
+    assert MONTH.shifted(starts[-1], -4) == starts[0]
+
+
+# the window after 9999-12 would start in year 10000, which ``datetime`` cannot hold (nor can an event's ts)
+@given(ts=st.integers(0, MAX_TS_MS - 31 * DAY_MS), later=st.integers(0, 40 * 366 * DAY_MS))
+def test_every_unit_holds_its_ts_in_a_half_open_window_whose_id_reads_back_and_sorts_in_time(
+    ts: int, later: int
+) -> None:
+    for unit in parse_window_spec("minute,hour,day,month").units:
+        start = unit.start_ms(ts)
+        end = unit.end_ms(start)
+        # GIVEN any instant THEN its window holds it, half-open, and the next window starts at its end
+        assert start <= ts < end
+        assert unit.start_ms(end) == end == unit.shifted(start, 1)
+        assert unit.start_ms(end - 1) == start
+        assert parse_window_id(unit.window_id(start)) == (unit.name, start)
+        if unit.duration_ms is None:
+            assert 28 * DAY_MS <= end - start <= 31 * DAY_MS
+        # AND a later instant's window id sorts after (or is) this one's, as a ``BETWEEN`` on the sort key needs
+        other = min(ts + later, MAX_TS_MS)
+        assert unit.window_id(unit.start_ms(other)) >= unit.window_id(start)
+        assert unit.count(ts, other) == len(unit.starts(ts, other))

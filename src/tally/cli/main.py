@@ -151,7 +151,9 @@ def cli() -> None:
 @cli.command()
 @click.argument("key")
 @json_option("Print JSON: counter -> value (a list of windows with --window).")
-@click.option("--window", type=click.Choice(["minute", "hour", "day"]), help="Read a series of time windows.")
+@click.option(
+    "--window", type=click.Choice(["minute", "hour", "day", "month"]), help="Read a series of time windows (UTC)."
+)
 @click.option("--from", "from_", help="Series start: epoch ms or ISO 8601 with offset (default: 24 windows back).")
 @click.option("--to", help="Series end, inclusive: epoch ms or ISO 8601 with offset (default: now).")
 @click.option("--gauges", "gauges", is_flag=True, help="Print the gauges (max, min, latest) instead of the counters.")

@@ -1,6 +1,6 @@
 """``tally windows close``: move every key's ended windows off its item.
 
-The batch handler moves a key's ended hour and day windows when a later batch writes the key
+The batch handler moves a key's ended hour, day and month windows when a later batch writes the key
 (``tally.store.windows``); a key never written again keeps them on its item, where every read still counts
 them exactly and hides them once past retention. This command moves them all: a ``Scan`` of the key items
 and a move per group of keys, each exactly once, safe to run at any time, beside running batches, and
@@ -29,7 +29,7 @@ def windows() -> None:
 @stack_option
 @click.option("--table", "table_name", help="The counters table (default: the stack's, or $TALLY_COUNTERS_TABLE).")
 def close(as_json: bool, stack_name: str | None, table_name: str | None) -> None:
-    """Move every key's ended hour and day windows to their window items (a Scan of the counters table)."""
+    """Move every key's ended hour, day and month windows to their window items (a Scan of the counters table)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from tally.cli.aws import client, failure

@@ -289,9 +289,13 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
-        # What is left is a refused condition (BoundRefusedError): a threshold's, or a bound's.
+        # What is left is a refused condition (BoundRefusedError): a threshold's, or a bound's. An operator's
+        # message carries no bound's condition (it is applied as given): its refusal is always a threshold's.
         bound_refused = outcome
-        if self._thresholds.rules and bounds_hold(chunk.messages, bound_refused.stored, self._bounds):
+        if self._thresholds.rules and (
+            any(message.is_operator for message in chunk.messages)
+            or bounds_hold(chunk.messages, bound_refused.stored, self._bounds)
+        ):
             return self._exact(chunk, bound_refused.stored)
         # A bounded counter would cross its floor or ceiling somewhere in the chunk's order:
         # nothing was applied. The messages that share keys with a refused item are applied in order: the

@@ -13,9 +13,10 @@ matching rule wins.
 What a crossing is, decided here once (docs/explanation/notifications.md):
 
 - A threshold applies to a key's all-time value, as a bound does, or, declared ``COUNTER@hour`` (``@day``,
-  ``@minute``), to the key's value in each such window: ``usage:*#calls@day>=800`` is announced once per day.
+  ``@month``, ``@minute``), to the key's value in each such window: ``usage:*#calls@day>=800`` is announced once
+  per day.
   One on a hot key is refused (its shards cannot see each other's sum), one on a window not counted too.
-- A window's value starts from 0 (no start value) and is, for hour and day, an attribute of the key's item
+- A window's value starts from 0 (no start value) and is, for hour, day and month, an attribute of the key's item
   while the window is open (``tally.core.items.window_counter``): its write carries the condition there, as an
   all-time counter's does. Once the window has ended, a move may have taken part of it onto a window item, and
   a late event then adds to what is left on the key's item: the value is the sum of both. Such a write reads
@@ -23,7 +24,9 @@ What a crossing is, decided here once (docs/explanation/notifications.md):
   its conditions by it (``parts``).
 - Messages are the steps, as for bounds: a message's net delta on the counter moves the stored value from
   ``v`` to ``v + d``. A rising level ``L`` is crossed by that step when ``v < L <= v + d``; a falling level when
-  ``v > L >= v + d``. A value that goes back and crosses again is crossed again, by another message.
+  ``v > L >= v + d``. A value that goes back and crosses again is crossed again, by another message. An
+  operator's correction is such a step; a reset to ``r`` is the step from ``v`` to ``r`` (``reset_counters``:
+  its write is always planned from the value read, since which side ``v`` lies on is all that decides it).
 - So a crossing is named by (key, counter, level, direction, message id): every message is applied exactly
   once (its marker is written in the same transaction), so that name is deterministic whatever the retries,
   and ``notification_id`` digests it into the notification's id.
@@ -51,10 +54,10 @@ from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_label, item_parts, split_window_counter
 from tally.core.numbers import Number, add, canonical
-from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id
+from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Container, Iterable, Mapping
 
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
@@ -79,7 +82,7 @@ class ThresholdRule:
     direction: Direction
     levels: tuple[Number, ...]
     window: str = ALL_TIME
-    """The window unit whose value the levels are about (``minute``, ``hour``, ``day``), or ``all``."""
+    """The window unit whose value the levels are about (``minute``, ``hour``, ``day``, ``month``), or ``all``."""
 
     def matches(self, key: str) -> bool:
         return self.pattern == key or (self.pattern.endswith("*") and key.startswith(self.pattern[:-1]))
@@ -151,11 +154,11 @@ class Crossing:
     """The window whose value crossed (``all``: the all-time value)."""
 
 
-_UNIT_OF_PREFIX = {prefix: name for name, (prefix, _) in UNITS.items()}
+_UNIT_OF_PREFIX = {prefix: name for name, (prefix, _duration) in UNITS.items()}
 
 
 def window_unit(window: str) -> str | None:
-    """The unit name (``minute``, ``hour``, ``day``) of a window id, ``all`` for the all-time value, None for
+    """The unit name (``minute``, ``hour``, ``day``, ``month``) of a window id, ``all`` for the all-time value, None for
     an id this code cannot read."""
     if window == ALL_TIME:
         return ALL_TIME
@@ -233,14 +236,18 @@ class CounterThresholds:
 
     def is_thresholded(self, item: ItemKey) -> bool:
         """Whether writes to ``item`` may carry a crossing condition (the planner keeps them off the journal):
-        a key's item for its all-time, hour and day rules (those windows are open on it), a minute item for its
-        minute rules."""
+        a key's item for its all-time, hour, day and month rules (those windows are open on it), a minute item
+        for its minute rules."""
         if not self.rules:
             return False
         parts = item_parts(item)
         if parts.shard != 0:
             return False
-        units = {ALL_TIME, "hour", "day"} if parts.window == ALL_TIME else {window_unit(parts.window)}
+        units = (
+            {ALL_TIME} | {name for name in UNITS if unit_named(name).on_key_item}
+            if parts.window == ALL_TIME
+            else {window_unit(parts.window)}
+        )
         return any(rule.window in units and rule.matches(parts.key) for rule in self.rules)
 
     def touches(self, totals: Totals) -> bool:
@@ -361,6 +368,22 @@ def stepped_counters(steps: Iterable[Totals], thresholds: CounterThresholds) -> 
     return {item: tuple(names) for item, names in found.items()}
 
 
+def reset_counters(messages: Iterable[MessageTotals], thresholds: CounterThresholds) -> dict[ItemKey, tuple[str, ...]]:
+    """The thresholded counters the messages' resets set (``MessageTotals.sets``), per item.
+
+    A reset moves the value from whatever it was to the reset's value: whether that crosses a level depends
+    on the value before, which no condition on running sums can bound (``crossing_free``), so a write of such a
+    reset is always planned from the value read (``exact_checks``, ``crossings``)."""
+    found: dict[ItemKey, list[str]] = {}
+    for message in messages:
+        for item, counters in message.sets.items():
+            names = found.setdefault(item, [])
+            names.extend(
+                name for name in counters if name not in names and thresholds.counter_levels(item, name) is not None
+            )
+    return {item: tuple(names) for item, names in found.items() if names}
+
+
 def exact_checks(
     steps: Iterable[Totals],
     thresholds: CounterThresholds,
@@ -368,15 +391,21 @@ def exact_checks(
     defaults: CounterDefaults = NO_DEFAULTS,
     *,
     parts: Parts | None = None,
+    resets: Mapping[ItemKey, Iterable[str]] | None = None,
 ) -> dict[ItemKey, tuple[ExactCheck, ...]]:
     """The conditions of a write planned from the values ``before`` (item label -> counter -> value, a missing
-    counter as its start value or 0): each thresholded counter it moves holds exactly what was read. Items
-    ``before`` does not know are left out (they keep their ``crossing_free`` conditions).
+    counter as its start value or 0): each thresholded counter it moves, or a reset of it sets (``resets``:
+    ``reset_counters``), holds exactly what was read. Items ``before`` does not know are left out (they keep
+    their ``crossing_free`` conditions).
 
     An ended window's value in ``before`` is the whole window's: its key item's attribute must then hold it
     minus the part moved onto the window item (``parts``)."""
+    counters = {item: list(names) for item, names in stepped_counters(steps, thresholds).items()}
+    for item, names in (resets or {}).items():
+        held = counters.setdefault(item, [])
+        held.extend(name for name in names if name not in held)
     checks: dict[ItemKey, list[ExactCheck]] = {}
-    for item, names in stepped_counters(steps, thresholds).items():
+    for item, names in counters.items():
         known = before.get(item_label(item))
         if known is None:
             continue
@@ -403,7 +432,7 @@ def window_reads(steps: Iterable[Totals], thresholds: CounterThresholds, now_ms:
             unit, start_ms = parse_window_id(split[0])
         except ValueError:
             continue
-        if start_ms + UNITS[unit][1] <= now_ms + MOVE_CLOCK_MARGIN_MS:
+        if unit_named(unit).end_ms(start_ms) <= now_ms + MOVE_CLOCK_MARGIN_MS:
             found.setdefault(item, []).append(name)
     return {item: tuple(names) for item, names in found.items()}
 
@@ -418,18 +447,22 @@ def crossings(
 ) -> list[Crossing]:
     """Every crossing the messages' steps make, in their order, from the values ``before`` (item label ->
     counter -> value; an item it does not hold is not looked at: its write is crossing-free). A window's value
-    in ``before`` is the whole window's (its moved part included)."""
+    in ``before`` is the whole window's (its moved part included). A reset's step goes from the value before it
+    to the reset's value (``MessageTotals.sets``): a crossing like any other, named by the reset's id."""
     ordered = list(messages)
     values: dict[tuple[str, str], Number] = {}
     found: list[tuple[tuple[str, str], str, str, str, Number, Direction, str, Number]] = []
     for message in ordered:
-        for item, counters in message.totals.items():
+        for item, counters, setting in [
+            *((item, counters, True) for item, counters in message.sets.items()),
+            *((item, counters, False) for item, counters in message.totals.items()),
+        ]:
             label = item_label(item)
             known = before.get(label)
             if known is None:
                 continue
             for name, amount in counters.items():
-                if not amount:
+                if not amount and not setting:
                     continue
                 levels = thresholds.counter_levels(item, name)
                 target = threshold_target(item, name)
@@ -438,7 +471,7 @@ def crossings(
                 key, counter, window = target
                 slot = (label, name)
                 value = values.get(slot, known.get(name, _start(item, name, defaults)))
-                after = values[slot] = add(value, amount)
+                after = values[slot] = amount if setting else add(value, amount)
                 found.extend(
                     (slot, key, counter, window, level, direction, message.message_id, after)
                     for level, direction in levels.each()
@@ -492,8 +525,8 @@ def parse_counter_thresholds(
 ) -> CounterThresholds:
     """``"usage:*#calls@day>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds``.
 
-    A counter may end in ``@minute``, ``@hour`` or ``@day``: the levels are then about its value in each such
-    window of the key (announced once per window), which ``windows`` (``TALLY_WINDOWS``) must count.
+    A counter may end in ``@minute``, ``@hour``, ``@day`` or ``@month``: the levels are then about its value in each
+    such window of the key (announced once per window), which ``windows`` (``TALLY_WINDOWS``) must count.
 
     Raises ``ValueError`` naming the rule for anything malformed, for a threshold on a key that ``hot_keys``
     shards, for a window not counted, and for more than ``MAX_THRESHOLD_LEVELS`` levels in all.
@@ -509,7 +542,7 @@ def parse_counter_thresholds(
         if operator is None or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(
                 f"bad counter threshold {part!r}: expected PATTERN#COUNTER>=L1,L2,... or PATTERN#COUNTER<=L1,... "
-                "(COUNTER@hour, @day or @minute: per window)"
+                "(COUNTER@hour, @day, @month or @minute: per window)"
             )
         if window != ALL_TIME and window not in counted:
             raise ValueError(f"counter threshold {part!r} needs the {window} window counted (TALLY_WINDOWS)")
@@ -533,15 +566,16 @@ def parse_counter_thresholds(
 
 
 def expected_crossings(
-    start: Number, amounts: Iterable[tuple[str, Number]], levels: Levels
+    start: Number, amounts: Iterable[tuple[str, Number]], levels: Levels, resets: Container[str] = ()
 ) -> list[tuple[Number, Direction, str]]:
     """Test helper (the chaos check, the properties): the crossings of one counter whose messages' net
     ``amounts`` (message id, amount) are applied one after another from ``start``: (level, direction, message
-    id). Any batching of the same messages in the same order gives these."""
+    id); a message id in ``resets`` sets the value to its amount instead. Any batching of the same messages in
+    the same order gives these."""
     value = start
     found: list[tuple[Number, Direction, str]] = []
     for message_id, amount in amounts:
-        after = add(value, amount)
+        after = amount if message_id in resets else add(value, amount)
         found.extend(
             (level, direction, message_id)
             for level, direction in levels.each()

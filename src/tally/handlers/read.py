@@ -93,7 +93,7 @@ def get_counters(key: str) -> Response[str]:
     window = query.get("window")
     if window is None:
         if "from" in query or "to" in query:
-            raise InvalidReadError("from and to need a window (minute, hour or day)")
+            raise InvalidReadError("from and to need a window (minute, hour, day or month)")
         counters = reader().get(decoded)
         body: dict[str, object] = {"key": counters.key, "counters": _strings(counters.values)}
         if counters.gauges:  # only keys with gauges carry the field: earlier answers are unchanged

@@ -39,7 +39,7 @@ from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
-from tally.core.windows import DAY_MS, UNITS, WindowSpec, WindowUnit, parse_window_spec
+from tally.core.windows import WindowSpec, WindowUnit, parse_window_spec, unit_named
 from tally.errors import ConfigurationError, InvalidReadError, RetryableStoreError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
@@ -114,7 +114,7 @@ class CounterReader:
     ``hot_keys`` and ``windows`` are the deployment's ``HotKeys`` and ``Windows`` parameters (a
     ``HotKeys``/``WindowSpec`` or their text): which keys are spread over shard items, and which windows
     are counted (a series of another window is refused rather than answered with zeros; without
-    ``windows`` any of minute, hour, day may be asked for). The client is built when none is given.
+    ``windows`` any of minute, hour, day, month may be asked for). The client is built when none is given.
     """
 
     def __init__(
@@ -233,7 +233,7 @@ class CounterReader:
     def _series_beside_moves(
         self,
         unit: WindowUnit,
-        starts: range,
+        starts: Sequence[int],
         partitions: Sequence[Mapping[str, Any]],
         key_items: Sequence[Mapping[str, Any]],
     ) -> tuple[dict[str, dict[str, Decimal]], dict[str, dict[str, Decimal]]]:
@@ -256,14 +256,14 @@ class CounterReader:
         16 of each per hot key), at most 100 of them, and costs two read units per item, where the key
         items' second read costs one per key item and one request.
         """
-        day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
+        day = unit_named("day")
         first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
         first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
         wanted = {unit.window_id(start) for start in starts}
         for _ in range(MAX_SERIES_ATTEMPTS):
             before = _moves_of(batch_get(self.client, self.counters_table, key_items))
             found, members = self._window_items(partitions, first, last)
-            if unit.duration_ms < DAY_MS:  # ended hours kept on their day's item as ``w#`` attributes
+            if unit.name == "hour":  # ended hours kept on their day's item as ``w#`` attributes
                 for partition in partitions:
                     for item in self._query(partition, first_day, last_day):
                         _add_open(found, item, wanted)

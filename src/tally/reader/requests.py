@@ -2,7 +2,7 @@
 
 The rules are the wire format's (docs/reference/event-format.md): a key is 1 to 2,000 bytes of UTF-8 without
 U+001F (the shard separator: a key holding it would read one shard item of another key); a window is one
-of minute, hour, day (and, when the deployment's ``Windows`` are known, one it counts); a time is epoch
+of minute, hour, day, month (and, when the deployment's ``Windows`` are known, one it counts); a time is epoch
 milliseconds or ISO 8601 with a UTC offset or ``Z``, as an event's ``ts``. A series is bounded in windows,
 because each window is an item read and a line of the answer.
 """
@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Final
 
 from tally.core.items import SHARD_SEPARATOR
 from tally.core.limits import MAX_TS_MS, WIRE_LIMITS
-from tally.core.windows import UNITS, WindowUnit
+from tally.core.windows import UNITS, unit_named
 from tally.errors import InvalidReadError
 
 if TYPE_CHECKING:
-    from tally.core.windows import WindowSpec
+    from collections.abc import Sequence
+
+    from tally.core.windows import WindowSpec, WindowUnit
 
 MAX_SERIES_WINDOWS: Final = 10_000
 """The most windows one series read returns (a year of hours is 8,760)."""
@@ -42,7 +44,7 @@ def check_key(key: str) -> str:
 
 
 def window_unit(name: str, counted: WindowSpec | None = None) -> WindowUnit:
-    """The window ``name`` (minute, hour, day); with ``counted``, only one the deployment counts."""
+    """The window ``name`` (minute, hour, day, month); with ``counted``, only one the deployment counts."""
     if name not in UNITS:
         raise InvalidReadError(f"unknown window {name!r}: choose from {', '.join(UNITS)}")
     if counted is not None:
@@ -50,8 +52,7 @@ def window_unit(name: str, counted: WindowSpec | None = None) -> WindowUnit:
         if name not in names:
             raise InvalidReadError(f"window {name!r} is not counted here (counted: {', '.join(names) or 'none'})")
         return counted.unit(name)
-    prefix, duration_ms = UNITS[name]
-    return WindowUnit(name, prefix, duration_ms, None)  # retention only matters to writes
+    return unit_named(name)  # retention only matters to writes
 
 
 def parse_time_ms(text: str) -> int:
@@ -72,22 +73,21 @@ def parse_time_ms(text: str) -> int:
     return ms
 
 
-def series_starts(unit: WindowUnit, from_ms: int, to_ms: int, max_windows: int = MAX_SERIES_WINDOWS) -> range:
+def series_starts(unit: WindowUnit, from_ms: int, to_ms: int, max_windows: int = MAX_SERIES_WINDOWS) -> Sequence[int]:
     """The start of every window from the one holding ``from_ms`` to the one holding ``to_ms``."""
     for ms in (from_ms, to_ms):
         if not 0 <= ms <= MAX_TS_MS:
             raise InvalidReadError(f"{ms} is outside 1970-01-01 to 9999-12-31 (epoch milliseconds)")
-    first, last = unit.start_ms(from_ms), unit.start_ms(to_ms)
-    if last < first:
+    count = unit.count(from_ms, to_ms)
+    if count == 0:
         raise InvalidReadError("from is after to")
-    count = (last - first) // unit.duration_ms + 1
     if count > max_windows:
         raise InvalidReadError(f"{count} {unit.name} windows asked for (at most {max_windows} per read)")
-    return range(first, last + unit.duration_ms, unit.duration_ms)
+    return unit.starts(from_ms, to_ms)
 
 
 def default_bounds(unit: WindowUnit, from_ms: int | None, to_ms: int | None, now_ms: int) -> tuple[int, int]:
     """``to`` defaults to now, ``from`` to ``DEFAULT_SERIES_WINDOWS`` windows ending at ``to``."""
     end = now_ms if to_ms is None else to_ms
-    start = max(0, end - (DEFAULT_SERIES_WINDOWS - 1) * unit.duration_ms) if from_ms is None else from_ms
+    start = max(0, unit.shifted(unit.start_ms(end), 1 - DEFAULT_SERIES_WINDOWS)) if from_ms is None else from_ms
     return start, end

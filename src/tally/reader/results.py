@@ -71,7 +71,7 @@ class Window:
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """Every ``window`` (minute, hour, day) of ``key`` from the one holding ``from_ms`` to the one holding
+    """Every ``window`` (minute, hour, day, month) of ``key`` from the one holding ``from_ms`` to the one holding
     ``to_ms``, in order, with no gaps: a window nothing was counted in has empty values."""
 
     key: str

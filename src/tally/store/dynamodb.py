@@ -24,6 +24,7 @@ from tally.core.thresholds import (
     crossing_free,
     crossings,
     exact_checks,
+    reset_counters,
     window_reads,
 )
 from tally.core.windows import WindowSpec
@@ -40,6 +41,7 @@ from tally.store.schema import (
     SORT_KEY,
     WINDOW_MOVES,
     counters_from_item,
+    item_counters,
     item_key,
 )
 from tally.store.windows import moved_home
@@ -54,7 +56,6 @@ if TYPE_CHECKING:
     from tally.core.numbers import Number
     from tally.core.plan import Chunk
     from tally.core.resets import OperatorStamp
-    from tally.store.actions import Role
 
 __all__ = [
     "ALL_TIME",
@@ -130,46 +131,52 @@ class DynamoDBCounterStore:
             batch_state_check(self.markers_table, batch, BatchState.ABORTED)
             for batch in dict.fromkeys(chunk.replaces.values())
         ]
-        if any(message.stamp is not None for message in chunk.messages):
-            # An operator's reset or correction is applied as given: a bound does not refuse it
-            # (docs/explanation/counter-patterns.md).
-            actions += self._operator_updates(chunk)
-        else:
-            steps = [message.totals for message in chunk.messages]
-            checks = bound_checks(steps, self.bounds, self.defaults)
-            reads = window_reads(steps, self.thresholds, now_ms) if self.thresholds.rules else {}
-            parts, moves = self._moved_parts(reads) if reads else ({}, {})
-            free = crossing_free(steps, self.thresholds, self.defaults, parts=parts)
-            exact = (
-                exact_checks(steps, self.thresholds, chunk.before, self.defaults, parts=parts) if chunk.before else {}
+        operator = any(message.stamp is not None for message in chunk.messages)
+        steps = [message.totals for message in chunk.messages]
+        # An operator's reset or correction is applied as given: a bound does not refuse it
+        # (docs/explanation/counter-patterns.md). A level's condition refuses nothing for good: a write that would
+        # cross one is sent again from the value it met, recording the crossing, whoever's message made it.
+        checks = {} if operator else bound_checks(steps, self.bounds, self.defaults)
+        resets = reset_counters(chunk.messages, self.thresholds) if self.thresholds.rules else {}
+        before = chunk.before
+        unread = [item for item in resets if item_label(item) not in before]
+        if unread:
+            before = {**self._values_of(unread), **before}
+        reads = window_reads(steps, self.thresholds, now_ms) if self.thresholds.rules else {}
+        parts, moves = self._moved_parts(reads) if reads else ({}, {})
+        free = crossing_free(steps, self.thresholds, self.defaults, parts=parts)
+        exact = (
+            exact_checks(steps, self.thresholds, before, self.defaults, parts=parts, resets=resets) if before else {}
+        )
+        free = {item: levels for item, levels in free.items() if item not in exact}
+        sets, stamps = _operator_writes(chunk)
+        written = list(dict.fromkeys([*chunk.increments, *sets, *stamps]))
+        table = self.counters_table
+        actions += [
+            add_update(
+                table,
+                item,
+                chunk.increments.get(item, {}),
+                self.defaults.starts(item_parts(item).key),
+                checks.get(item, ()),
+                sets=sets.get(item),
+                stamp=stamps.get(item) if isinstance(item, str) else None,
+                free=free.get(item, ()),
+                exact=exact.get(item, ()),
+                moves=moves.get(item),
             )
-            free = {item: levels for item, levels in free.items() if item not in exact}
-            table = self.counters_table
-            actions += [
-                add_update(
-                    table,
-                    key,
-                    counters,
-                    self.defaults.starts(item_parts(key).key),
-                    checks.get(key, ()),
-                    free=free.get(key, ()),
-                    exact=exact.get(key, ()),
-                    moves=moves.get(key),
-                )
-                for key, counters in chunk.increments.items()
-            ]
-            # A bounded or thresholded item whose steps net to zero in this chunk is still checked (the planner
-            # counted its action).
-            actions += [
-                bound_check(
-                    table, key, checks.get(key, ()), free.get(key, ()), exact.get(key, ()), moves=moves.get(key)
-                )
-                for key in dict.fromkeys([*checks, *free, *exact])
-                if key not in chunk.increments
-            ]
-            if chunk.before:
-                found = crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms)
-                actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
+            for item in written
+        ]
+        # A bounded or thresholded item whose steps net to zero in this chunk is still checked (the planner
+        # counted its action).
+        actions += [
+            bound_check(table, key, checks.get(key, ()), free.get(key, ()), exact.get(key, ()), moves=moves.get(key))
+            for key in dict.fromkeys([*checks, *free, *exact])
+            if key not in written
+        ]
+        if before:
+            found = crossings(chunk.messages, self.thresholds, before, self.defaults, at_ms=now_ms)
+            actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
         unfit = frozenset(name for action, (role, name) in actions if role == "add" and not _fits(action))
         if unfit:
             raise WriteRejectedError(
@@ -237,30 +244,18 @@ class DynamoDBCounterStore:
             parts.setdefault(label, {})[name] = Decimal(value["N"]) if value is not None else 0
         return parts, moves
 
-    def _operator_updates(self, chunk: Chunk) -> list[tuple[TransactWriteItemTypeDef, Role]]:
-        """The item writes of a chunk holding a reset or correction: one action per item, each carrying its
-        ADDs, a reset's values and the operator's record together (a transaction takes one action per item).
-
-        The record goes on the key's own all-time item, also when a hot key's correction lands on a shard.
-        """
-        sets: dict[ItemKey, Mapping[str, Number]] = {}
-        stamps: dict[ItemKey, OperatorStamp] = {}
-        for message in chunk.messages:
-            sets.update(message.sets)
-            if message.stamp is not None:
-                stamps[message.stamp.key] = message.stamp
-        items = list(dict.fromkeys([*chunk.increments, *sets, *stamps]))
-        return [
-            add_update(
-                self.counters_table,
-                item,
-                chunk.increments.get(item, {}),
-                self.defaults.starts(item_parts(item).key),
-                sets=sets.get(item),
-                stamp=stamps.get(item) if isinstance(item, str) else None,
-            )
+    def _values_of(self, items: Sequence[ItemKey]) -> dict[str, dict[str, Decimal]]:
+        """The counters of ``items`` as a write planned from them meets them (``_as_met``; an item not there yet
+        holds its start values), read strongly consistent: what a reset of a thresholded counter is planned from
+        (the write is then conditioned on exactly these values)."""
+        found = {
+            raw[PARTITION_KEY]["S"]: raw
+            for raw in batch_get(self.client, self.counters_table, [item_key(item) for item in items])
+        }
+        return {
+            item_label(item): self._as_met(item, item_counters(found.get(item_key(item)[PARTITION_KEY]["S"], {})), {})
             for item in items
-        ]
+        }
 
     def read_markers(self, message_ids: Sequence[str]) -> dict[str, MarkerRecord]:
         """The markers that exist among ``message_ids`` (eventually consistent ``BatchGetItem``s of 100).
@@ -293,6 +288,19 @@ class DynamoDBCounterStore:
             raise translate(exc) from exc
         item = response.get("Item")
         return None if item is None else marker_records(item, [message_id]).get(message_id)
+
+
+def _operator_writes(chunk: Chunk) -> tuple[dict[ItemKey, Mapping[str, Number]], dict[ItemKey, OperatorStamp]]:
+    """What a chunk's reset or correction writes beside its ADDs: the items a reset sets (and to what), and the
+    operator's record, on the key's own all-time item (also when a hot key's correction lands on a shard). Each
+    rides in its item's one action (a transaction takes one action per item)."""
+    sets: dict[ItemKey, Mapping[str, Number]] = {}
+    stamps: dict[ItemKey, OperatorStamp] = {}
+    for message in chunk.messages:
+        sets.update(message.sets)
+        if message.stamp is not None:
+            stamps[message.stamp.key] = message.stamp
+    return sets, stamps
 
 
 def _fits(action: TransactWriteItemTypeDef) -> bool:

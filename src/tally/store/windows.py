@@ -1,8 +1,9 @@
 """Moving ended windows off a key's item into window items, exactly once.
 
-A batch counts an event's hour and day windows on the key's own item (``w#<window id>\x1f<counter>``,
+A batch counts an event's hour, day and month windows on the key's own item (``w#<window id>\x1f<counter>``,
 ``tally.store.schema``), so it writes one item per key. Ended windows are later moved off it: a day to its
-day item (``sk`` = ``d#...``, ``c#<counter>``, TTL of its retention), an hour to its day's item as a ``w#``
+day item (``sk`` = ``d#...``, ``c#<counter>``, TTL of its retention), a month likewise to its month item
+(``mo#...``), an hour to its day's item as a ``w#``
 attribute beside the day's total (or, when the day item would not live as long as its hours, or days are
 not counted, to an hour item of its own). Per key item, in ONE ``TransactWriteItems`` with other key items:
 
