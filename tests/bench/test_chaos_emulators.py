@@ -20,7 +20,7 @@ from tally.core.model import Message
 from tally_local.chaos.clock import Invocation, VirtualClock
 from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
 from tally_local.chaos.dlq import DeadLetterStore, Letter
-from tally_local.chaos.faults import DynamoDBChaos, FaultLog
+from tally_local.chaos.faults import LOST_CLAIM, DynamoDBChaos, FaultLog
 from tally_local.chaos.harness import Tables, _redrive, _Run, wire_pipeline
 from tally_local.chaos.kinesis import ShardConsumer, Stream
 from tally_local.chaos.ledger import Ledger
@@ -230,22 +230,38 @@ def _claim_transaction() -> dict[str, Any]:
     return {"body": json.dumps({"TransactItems": [check, PUT]})}
 
 
-def test_the_runs_first_claim_draws_the_lost_claim_whatever_the_rate_and_later_ones_at_the_rate() -> None:
+def test_claims_draw_the_lost_claim_whatever_the_rate_until_the_run_injected_one() -> None:
     # GIVEN two consumers of one run whose claims would lose their answer near the deadline one time in a million
     log = FaultLog()
     rates = DynamoDBFaultRates(**(ONLY | {"lost_claim_near_deadline": 1e-6}))
     first, second = (DynamoDBChaos(_client_with(rates)[0], rates, random.Random(1), log) for _ in range(2))
 
-    # WHEN each sends claim transactions
-    draws = [chaos._draw_claim_fault(_claim_transaction()) for chaos in (first, second, first, second)]
+    # WHEN each sends claim transactions, before and after one of them was injected (a run makes few claims,
+    # and a claim drawn may still not be injected: DynamoDB cancels it for a conflict first)
+    before = [chaos._draw_claim_fault(_claim_transaction()) for chaos in (first, second)]
+    log.add(LOST_CLAIM)
+    after = [chaos._draw_claim_fault(_claim_transaction()) for chaos in (first, second)]
 
-    # THEN the run's first claim draws the fault (a run makes few claims), and the others draw at the rate
-    assert draws == ["lost_claim_near_deadline", None, None, None]
+    # THEN every claim draws it until the run injected one; after that, they draw at the rate
+    assert before == ["lost_claim_near_deadline"] * 2
+    assert after == [None, None]
     # AND a run that does not draw the fault at all never gets it
-    quiet = DynamoDBChaos(
-        _client_with(DynamoDBFaultRates(**ONLY))[0], DynamoDBFaultRates(**ONLY), random.Random(1), FaultLog()
-    )
+    quiet_rates = DynamoDBFaultRates(**ONLY)
+    quiet = DynamoDBChaos(_client_with(quiet_rates)[0], quiet_rates, random.Random(1), FaultLog())
     assert quiet._draw_claim_fault(_claim_transaction()) is None
+
+
+def test_the_smoke_load_opens_a_shard_with_a_unit_that_needs_a_second_claim() -> None:
+    # GIVEN the smoke load
+    workload = generate(SMOKE, 1_800_000_000_000)
+    # WHEN its first Kinesis records per partition key are taken as a shard's first batch would be
+    kinesis = [p for p in workload.publications if p.source is Source.KINESIS]
+    first_key = kinesis[0].partition_key
+    first_batch = [p for p in kinesis if p.partition_key == first_key][: SMOKE.kinesis_batch_size]
+    # THEN they are one key's messages, each with an id of its own, more than one claim transaction holds
+    keys = {key for p in first_batch for key in workload.by_body[p.body].sums}
+    assert keys == {"claims:0"}
+    assert len({workload.by_body[p.body].message_id for p in first_batch}) > 99
 
 
 def test_an_extra_redrive_sends_back_only_the_letters_the_redrive_policy_moved() -> None:

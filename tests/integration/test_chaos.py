@@ -194,7 +194,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
         "poison.published",
     }
     missing = {kind for kind in ddb_kinds | delivery_kinds if not result.faults.get(kind)}
-    assert not missing, f"fault kinds never injected: {missing}"
+    assert not missing, f"fault kinds never injected: {missing}; situations: {result.situations}"
     assert result.events >= SMOKE.events
     assert result.redeliveries.get("redelivery.sqs_receive_again", 0) > 0
     assert result.redeliveries.get("redelivery.kinesis_records", 0) > 0

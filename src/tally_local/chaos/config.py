@@ -196,6 +196,12 @@ class ChaosConfig:
     (a sale must never ride the journal, whose ADDs carry no bound; the big message must never be
     refused for its size because a sale shares its block)."""
     session_sales: int = 4
+    claim_units: int = 1
+    """Runs of 200 messages, each with an id of its own, all on one key (``claims:<n>``), published first on
+    one Kinesis partition key: the first batch of that shard (250 records in the smoke run), or its first
+    bisected half, is one journal unit of more than 99 marker items, so it sends a ``claim`` transaction
+    after its ``open``, which ``lost_claim_near_deadline`` draws on. Without them a run made 0-8 claims by
+    chance, and a CI run under load once drew none."""
 
 
 # The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).
@@ -263,6 +269,7 @@ SECTIONS: dict[str, int | float] = {
     "window_messages": 0,
     "horizon_sessions": 0,
     "bounded_sessions": 0,
+    "claim_units": 0,
 }
 """The load's sections beyond plain counter messages (and their re-sends), each off: what ``focused`` starts from."""
 

@@ -33,7 +33,8 @@ plus more claims) draw two more faults first:
 - ``lost_claim_near_deadline`` (``claim`` only, so the batch has claimed before): the claim commits, its
   answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
   retries stop with the claim's outcome unknown. A run makes few ``claim`` transactions (a unit of more
-  than 99 marker items), so the run's first draws this fault whatever its rate (above 0), the others at it.
+  than 99 marker items), so each draws this fault whatever its rate (above 0) until one was injected, and the
+  others at the rate.
 
 The writes that follow the counters' commit draw one more first:
 
@@ -123,7 +124,6 @@ class FaultLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
-        self._asked: set[str] = set()
 
     def add(self, name: str, count: int = 1) -> None:
         if count:
@@ -134,14 +134,12 @@ class FaultLog:
         with self._lock:
             return dict(self._counts)
 
-    def first(self, name: str) -> bool:
-        """True for the run's first call with ``name`` (whichever consumer's thread makes it), then False."""
+    def count(self, name: str) -> int:
         with self._lock:
-            if name in self._asked:
-                return False
-            self._asked.add(name)
-            return True
+            return self._counts[name]
 
+
+LOST_CLAIM: Final = "ddb.lost_claim_near_deadline"
 
 ITEM_TOO_LARGE: Final = "Item size to update has exceeded the maximum allowed size"
 """DynamoDB's words (as DynamoDB Local says them) for a write that would grow an item past 400 KB."""
@@ -210,8 +208,8 @@ class DynamoDBChaos:
         if claim is None:
             return None
         self._log.add(f"situation.journal_{claim}_transactions")
-        if claim == "claim" and self._rates.lost_claim_near_deadline and self._log.first("claim"):
-            # Its chances are few (a unit of over 99 marker items makes one), so the run's first takes it.
+        if claim == "claim" and self._rates.lost_claim_near_deadline and not self._log.count(LOST_CLAIM):
+            # Its chances are few (a unit of over 99 marker items makes one): each takes it until one did.
             return "lost_claim_near_deadline"
         roll = self._rng.random()
         if roll < self._rates.kill_after_claim:

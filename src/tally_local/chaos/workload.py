@@ -229,6 +229,8 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     valid |= _wide_messages(config, rng)
     valid |= _split_unit_messages(config, rng)
     valid |= _long_decimal_messages(config)
+    claim_units = _claim_unit_messages(config)
+    valid |= claim_units
     patterns = _pattern_messages(config, base_ms)
     valid |= patterns
     windowed, expected_windows = _window_messages(config, base_ms)
@@ -242,13 +244,14 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     def source() -> Source:
         return Source.SQS if rng.random() < config.sqs_share else Source.KINESIS
 
-    def source_of(message: ValidMessage) -> Source:
-        return Source.KINESIS if message.level_step is not None else source()  # one shard keeps their order
+    def source_of(message: ValidMessage) -> Source:  # one shard keeps their order
+        return Source.KINESIS if message.level_step is not None or message.message_id in claim_units else source()
 
     publications = [Publication(source_of(m), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
     publications += [Publication(source(), body, f"poison-{index}") for index, body in enumerate(poison)]
     rng.shuffle(publications)
     _keep_split_pairs_together(publications, valid)
+    publications = _claim_units_first(publications, claim_units)
     respelled: dict[str, ValidMessage] = {}
     reuse_rng = random.Random(f"{config.seed}:reuse")  # its own stream: the rest of the load stays as it was
     for message in rng.sample(list(valid.values()), int(len(valid) * config.resend_share)):
@@ -261,7 +264,9 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             respelled[body] = message
         publications.insert(position, Publication(source_of(message), body, message.partition_key, resend=True))
     alternates = _reuse_ids(
-        config, {mid: m for mid, m in valid.items() if mid not in patterns and mid not in windowed}, reuse_rng
+        config,
+        {mid: m for mid, m in valid.items() if mid not in patterns and mid not in windowed and mid not in claim_units},
+        reuse_rng,
     )
     for alternate in alternates.values():
         # Half right next to the first content (same source and partition key: often the same batch), half
@@ -488,6 +493,30 @@ def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
         body = f'{{"id":"{message_id}",' + _event_json("hot:0", deltas, None) + "}"
         messages[message_id] = ValidMessage(message_id, body, "hot:0", 1, {"hot:0": deltas})
     return messages
+
+
+CLAIM_UNIT_MESSAGES: Final = 200
+"""More than the journal's 99 claims a transaction, and still over 99 in a bisected half of a 250-record batch."""
+
+
+def _claim_unit_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
+    """``ChaosConfig.claim_units`` runs of messages on one key each, every message with an id of its own."""
+    messages: dict[str, ValidMessage] = {}
+    for unit in range(config.claim_units):
+        key = f"claims:{unit}"
+        for index in range(CLAIM_UNIT_MESSAGES):
+            message_id = f"c{config.seed}-claims-{unit}-{index}"
+            deltas = {TRACER: Decimal(1)}
+            body = f'{{"id":"{message_id}",' + _event_json(key, deltas, None) + "}"
+            messages[message_id] = ValidMessage(message_id, body, f"claims-{unit}", 1, {key: deltas})
+    return messages
+
+
+def _claim_units_first(publications: list[Publication], claim_units: Mapping[str, ValidMessage]) -> list[Publication]:
+    """The claim units' messages first on their partition key's shard, in order: its first batch holds a whole
+    run (``ChaosConfig.claim_units``); the rest in the order drawn."""
+    bodies = {message.body for message in claim_units.values()}
+    return sorted(publications, key=lambda publication: publication.body not in bodies)
 
 
 _PatternPart = tuple[str, dict[str, Decimal], dict[str, tuple[str, GaugeValue]], int | None, dict[str, str]]
