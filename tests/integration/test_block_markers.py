@@ -33,6 +33,7 @@ from tests.integration.test_bounded_counters import bounded_pipeline, record, va
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
 from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
+from tests.support.tables import scan_all
 from tests.support.workload import SENT_MS, generate
 
 if TYPE_CHECKING:
@@ -54,14 +55,7 @@ def single(record_id: str, seq: int, key: str = "page", delta: int = 1, session:
 
 
 def ledger_items(tables: DynamoDBTables) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": tables.markers_table, "ConsistentRead": True}
-    while True:
-        page = tables.client.scan(**kwargs)
-        items.extend(page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return scan_all(tables.client, tables.markers_table)
 
 
 def test_a_batch_of_numbered_messages_writes_one_marker_item_per_block(ddb_tables: DynamoDBTables) -> None:

@@ -46,6 +46,7 @@ from tally_local.template import load_template, table_definitions
 from tests.conftest import TEMPLATE_PATH
 from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.properties import on_emulator
+from tests.support.tables import scan_all
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -203,14 +204,7 @@ class JournalMachine(RuleBasedStateMachine):
         return failed
 
     def _scan(self, table: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
-        while True:
-            page = self.client.scan(**kwargs)
-            items.extend(page["Items"])
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return scan_all(self.client, table)
 
     def _expected_from_ledger(self) -> dict[str, Decimal]:
         ledger = {item["id"]["S"]: item for item in self._scan(self.markers)}
