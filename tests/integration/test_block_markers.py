@@ -34,6 +34,7 @@ from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
 from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
 from tests.support.tables import scan_all
+from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
 
 if TYPE_CHECKING:
@@ -166,11 +167,7 @@ def test_two_invocations_writing_the_same_blocks_with_conflicts_count_each_messa
         barrier.wait()
         results.append(pipelines[index].process(halves[index], NOW_MS, plenty))
 
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 1])
 
     # WHEN what either reported failed is redelivered (a copy held by the other's live batch comes back)
     failed = {record_id for result in results for record_id in result.failed_record_ids}

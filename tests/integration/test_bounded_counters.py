@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -29,6 +28,7 @@ from tally_local.kit.faults import DynamoDBFaults
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator, sent_in_batches
+from tests.support.threads import at_once
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -305,11 +305,7 @@ def test_concurrent_batches_on_one_bounded_key_never_cross_it(ddb_tables: Dynamo
         batch = [record(f"s{index}-{n}", "stock:1", stock=-1) for n in range(4)]
         results.append(pipelines[index][0].process(batch, NOW_MS, lambda: 60_000))
 
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 1])
     # THEN 5 sales count and 3 are refused, whatever the interleaving: the stock ends at exactly 0
     refused = [letter for _, dlq in pipelines for letter in dlq.letters]
     assert all(not result.failed_record_ids for result in results)

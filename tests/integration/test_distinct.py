@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +31,7 @@ from tally.store.schema import MEMBER_PARTITION_SUFFIX, member_of_item
 from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
 from tests.support.pipeline import FAST_RETRIES, make_pipeline, make_store
 from tests.support.properties import on_emulator
+from tests.support.threads import at_once
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -360,11 +360,7 @@ def test_two_invocations_at_once_never_drift(ddb_tables: DynamoDBTables) -> None
         except BaseException as exc:  # reported below, on the test's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(offset,)) for offset in (0, 120)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 120])
     assert not errors, errors
     assert distinct_of(ddb_tables, "v:race") == {"viewers": str(len(seen))}
     assert {n: str(v) for n, v in reader(ddb_tables).get("v:race").values.items()} == {"count": "240"}
