@@ -32,7 +32,7 @@ from tally_local.kit.faults import DynamoDBFaults
 from tests.integration.test_bounded_counters import bounded_pipeline, record, value_of
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
-from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
+from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty
 from tests.support.tables import scan_all
 from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
@@ -44,10 +44,6 @@ pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 1_000
 SESSION = "0123456789abcdef0123456789abcdef"
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def single(record_id: str, seq: int, key: str = "page", delta: int = 1, session: str = SESSION) -> SourceRecord:

@@ -21,7 +21,7 @@ from tally.sources.sqs import records_from_event
 from tally_local.kit.faults import DynamoDBFaults
 from tests.support.counts import nonzero, read_all
 from tests.support.events import load_event
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import make_pipeline, make_store, plenty
 from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
 
@@ -31,10 +31,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 60_000
-
-
-def plenty() -> int:
-    return 60_000
 
 
 SAMPLES = [

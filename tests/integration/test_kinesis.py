@@ -30,7 +30,7 @@ from tally_local.kit.lambda_events import kinesis_event
 from tests.support.counts import nonzero, read_all
 from tests.support.kinesis import ShardConsumer
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
-from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store
+from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,10 +42,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 Reference = dict[str, dict[str, Decimal]]
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def workload(seed: int, count: int, keys: int, *, with_ids: float = 0.1) -> tuple[list[Event], Reference]:
