@@ -26,8 +26,7 @@ from tally.store.journal import DynamoDBJournal
 from tally.store.requests import batch_get
 from tally.store.schema import open_windows_from_item
 from tally_local.chaos.config import SMOKE, focused
-from tally_local.chaos.harness import Tables, wire_pipeline
-from tests.support.chaos import run_on, situations_missing
+from tests.support.chaos import rewired, run_on, situations_missing
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -35,10 +34,9 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.ledger import BatchRecord
-    from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally_local.chaos.config import ChaosConfig
+    from tally_local.chaos.harness import Tables
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
@@ -88,16 +86,7 @@ class JournalFailingOnMissingHeaders(DynamoDBJournal):
         return record
 
 
-def _journal_failing_on_missing_headers(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    journal = JournalFailingOnMissingHeaders(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate)
+_journal_failing_on_missing_headers = rewired(journal_class=JournalFailingOnMissingHeaders)
 
 
 WINDOW_READS = focused(SMOKE, 100, window_messages=300)
