@@ -69,12 +69,7 @@ def _template_tables() -> dict[str, TableDefinition]:
 
 
 def _create_table(client: DynamoDBClient, definition: TableDefinition, name: str) -> None:
-    client.create_table(**definition.create_table_kwargs(name))
-    # DynamoDB Local creates tables ACTIVE at once; the waiter's first check returns immediately.
-    client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
-    ttl_kwargs = definition.update_time_to_live_kwargs(name)
-    if ttl_kwargs is not None:
-        client.update_time_to_live(**ttl_kwargs)
+    definition.create(client, name)
 
 
 @pytest.fixture(scope="session")
