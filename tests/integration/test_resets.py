@@ -306,6 +306,18 @@ steps = st.lists(
 )
 
 
+def step_bodies(spec: list[tuple[str, str, int]], run: str) -> list[str]:
+    """The message bodies of drawn steps, their ids and keys made unique to the example's ``run``."""
+    bodies = []
+    for n, (kind, key, amount) in enumerate(spec):
+        mid, k = f"m{n}-{run}", f"{key}:{run}"
+        if kind == "reset":
+            bodies.append(json.dumps(reset(mid, k, amount)))
+        else:
+            bodies.append(json.dumps(delta(mid, k, amount, **({"correction": True} if kind == "correction" else {}))))
+    return bodies
+
+
 @on_emulator()
 @given(steps, st.integers(0, 2**32), st.integers(1, 4), st.booleans())
 def test_stored_values_equal_the_distinct_messages_applied_one_by_one_in_order(
@@ -315,13 +327,7 @@ def test_stored_values_equal_the_distinct_messages_applied_one_by_one_in_order(
     # after its first delivery), cut into consecutive batches, on a hot key or not
     rng = random.Random(seed)
     run = uuid.uuid4().hex  # examples share the tables: each gets its own keys and ids (replays too)
-    bodies = []
-    for n, (kind, key, amount) in enumerate(spec):
-        mid, k = f"m{n}-{run}", f"{key}:{run}"
-        if kind == "reset":
-            bodies.append(json.dumps(reset(mid, k, amount)))
-        else:
-            bodies.append(json.dumps(delta(mid, k, amount, **({"correction": True} if kind == "correction" else {}))))
+    bodies = step_bodies(spec, run)
     deliveries = list(bodies)
     for body in bodies:
         for _ in range(rng.randint(0, 2)):
@@ -358,13 +364,7 @@ def test_a_shard_checkpointing_at_held_messages_still_applies_them_one_by_one_in
     # messages are claimed by another invocation's journal batch whose lease is still live (held back)
     rng = random.Random(seed)
     run = uuid.uuid4().hex
-    bodies = []
-    for n, (kind, key, amount) in enumerate(spec):
-        mid, k = f"m{n}-{run}", f"{key}:{run}"
-        if kind == "reset":
-            bodies.append(json.dumps(reset(mid, k, amount)))
-        else:
-            bodies.append(json.dumps(delta(mid, k, amount, **({"correction": True} if kind == "correction" else {}))))
+    bodies = step_bodies(spec, run)
     stream = list(bodies)
     for body in bodies:
         if rng.random() < 0.3:
