@@ -75,6 +75,14 @@ class Stream:
     def shards(self) -> dict[str, list[dict[str, Any]]]:
         return read_stream(self.client, self.name)
 
+    def publish_with_poison(self, events: Sequence[Event], after: int, poison: bytes) -> str:
+        """``events`` one per record, with a ``poison`` record put after the first ``after``: its sequence number."""
+        publisher = self.publisher(pack=False)
+        assert publisher.publish(events[:after]).ok
+        poison_seq = self.client.put_record(StreamName=self.name, Data=poison, PartitionKey="p")["SequenceNumber"]
+        assert publisher.publish(events[after:]).ok
+        return poison_seq
+
     def consume(self, handler: Callable[[dict[str, Any]], Any], **options: Any) -> list[ShardConsumer]:
         consumers = []
         for shard_id, records in self.shards().items():
@@ -259,11 +267,7 @@ def test_poison_the_dead_letter_queue_refuses_holds_the_shard_until_it_is_taken(
     # GIVEN a poison record in the middle of a shard, and a dead-letter queue that refuses it twice
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=5, count=120, keys=15, with_ids=0)
-    publisher = stream.publisher(pack=False)
-    assert publisher.publish(events[:60]).ok
-    stream.client.put_record(StreamName=stream.name, Data=b"not json", PartitionKey="p")
-    assert publisher.publish(events[60:]).ok
-    poison_seq = next(r["SequenceNumber"] for r in stream.shards()["shardId-000000000000"] if r["Data"] == b"not json")
+    poison_seq = stream.publish_with_poison(events, 60, b"not json")
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     refusing = RefusingTwice(poison_seq)
     pipeline, _ = make_pipeline(store, dead_letters=refusing)
@@ -286,12 +290,9 @@ def test_when_retries_run_out_the_range_goes_to_the_on_failure_destination_and_t
     # GIVEN a poison record the dead-letter queue refuses for good, followed by more batches
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=6, count=90, keys=10, with_ids=0)
-    publisher = stream.publisher(pack=False)
-    assert publisher.publish(events[:20]).ok
-    stream.client.put_record(StreamName=stream.name, Data=b"[1, 2", PartitionKey="p")
-    assert publisher.publish(events[20:]).ok
+    poison_seq = stream.publish_with_poison(events, 20, b"[1, 2")
     records = stream.shards()["shardId-000000000000"]
-    poison_seq = records[20]["SequenceNumber"]
+    assert records[20]["SequenceNumber"] == poison_seq
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, dead_letters=RecordingDeadLetterQueue(refuse={poison_seq}))
     # WHEN Lambda consumes the shard with 3 retries
