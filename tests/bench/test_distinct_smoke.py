@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.distinct import BATCH, PATTERNS, measure
+from bench.distinct import PATTERNS, measure
+from bench.metered_load import BATCH
 
 from tally.runtime import CLIENT_CONFIG
 
