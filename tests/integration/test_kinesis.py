@@ -28,6 +28,7 @@ from tally_local.context import LocalLambdaContext
 from tally_local.kit.faults import BatchFaults, DynamoDBFaults
 from tally_local.kit.lambda_events import kinesis_event
 from tests.support.counts import nonzero, read_all
+from tests.support.environment import MOTO_CREDENTIALS, set_environment
 from tests.support.kinesis import ShardConsumer
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
 from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store, plenty
@@ -124,10 +125,8 @@ def test_published_events_count_exactly_through_the_real_handler(
     # ... and the production handler configured as in the template, on local endpoints
     sqs = client("sqs", moto_endpoint)
     dlq_url = sqs.create_queue(QueueName=unique("tally-dlq"))["QueueUrl"]
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
+    variables = {
+        **MOTO_CREDENTIALS,
         "AWS_ENDPOINT_URL_DYNAMODB": ddb_tables.endpoint_url,
         "AWS_ENDPOINT_URL_SQS": moto_endpoint,
         "TALLY_COUNTERS_TABLE": ddb_tables.counters_table,
@@ -136,8 +135,8 @@ def test_published_events_count_exactly_through_the_real_handler(
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "ERROR",
-    }.items():
-        monkeypatch.setenv(name, value)
+    }
+    set_environment(monkeypatch, variables)
     kinesis_handler.pipeline.cache_clear()
     try:
 
