@@ -29,7 +29,7 @@ from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.store.journal import DynamoDBJournal
 from tally_local.kit.faults import DynamoDBFaults
-from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
+from tests.support.events import SAMPLES_SENT_MS, expected_samples, processed_twice
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator
 
@@ -44,7 +44,6 @@ pytestmark = pytest.mark.integration
 SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
 EXPECTED = expected_samples("-resets.json")
-SOURCES = RECORDS_FROM_EVENT
 
 
 def counters_of(tables: DynamoDBTables, key: str, hot_keys: HotKeys | str = "") -> dict[str, str]:
@@ -76,10 +75,8 @@ def test_each_reset_sample_counts_as_documented(ddb_tables: DynamoDBTables, even
     # GIVEN a sample with deltas, a reset, a duplicate of it, a correction and two refused operator messages
     spec = EXPECTED[event_file]
     pipeline, dlq = pipeline_on(ddb_tables)
-    batch = SOURCES[spec["source"]](load_event(event_file))
     # WHEN it is processed twice (a redelivery of the whole batch)
-    first = pipeline.process(batch, NOW_MS, lambda: 60_000)
-    second = pipeline.process(batch, NOW_MS, lambda: 60_000)
+    first, second = processed_twice(pipeline, event_file, spec, NOW_MS)
     # THEN the counters are as if applied one by one, the reset and correction recorded, the bad ones refused
     assert first.failed_record_ids == second.failed_record_ids == ()
     assert {key: counters_of(ddb_tables, key) for key in spec["counters"]} == spec["counters"]
