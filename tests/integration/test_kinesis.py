@@ -107,6 +107,20 @@ class PipelineHandler:
         return failure_report(result.failed_record_ids)
 
 
+def consumed_with_first_transaction_throttled(
+    stream: Stream, ddb_tables: DynamoDBTables
+) -> tuple[ShardConsumer, PipelineHandler, DynamoDBCounterStore]:
+    """The shard consumed in batches of 300 by a pipeline whose first transaction is throttled past the
+    applier's patience (one attempt)."""
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
+    handler = PipelineHandler(pipeline)
+    faults.cancel("ThrottlingError", count=1)
+    (consumer,) = stream.consume(handler, batch_size=300)
+    return consumer, handler, store
+
+
 def counted(store: DynamoDBCounterStore, expected: Reference) -> Reference:
     return read_all(store, expected)
 
@@ -171,13 +185,8 @@ def test_redelivery_from_the_lowest_failed_record_counts_once(ddb_tables: Dynamo
     # Random ids: numbered ones (the library's default) would join the 300 messages into one unit through
     # their shared block markers (tally.core.plan), and one throttled transaction would fail them all.
     assert stream.publisher(pack=False, new_id=new_message_id).publish(events).ok
-    faults = DynamoDBFaults(ddb_tables.client)
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
-    handler = PipelineHandler(pipeline)
-    faults.cancel("ThrottlingError", count=1)
     # WHEN Lambda consumes the shard
-    (consumer,) = stream.consume(handler, batch_size=300)
+    consumer, handler, store = consumed_with_first_transaction_throttled(stream, ddb_tables)
     # THEN the first invocation reported failures, the retry restarted at the lowest of them and
     # carried records that had been applied (their markers made them no-ops), and counts are exact
     first, retry = handler.results[0], handler.results[1]
@@ -198,13 +207,8 @@ def test_numbered_messages_throttled_as_one_unit_are_all_retried_and_count_once(
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=2, count=300, keys=400, with_ids=0)
     assert stream.publisher(pack=False).publish(events).ok
-    faults = DynamoDBFaults(ddb_tables.client)
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
-    handler = PipelineHandler(pipeline)
-    faults.cancel("ThrottlingError", count=1)
     # WHEN Lambda consumes the shard
-    (consumer,) = stream.consume(handler, batch_size=300)
+    consumer, handler, store = consumed_with_first_transaction_throttled(stream, ddb_tables)
     # THEN the whole batch came back from its first record, and was counted once
     first, retry = handler.results[0], handler.results[1]
     assert len(first.failed_record_ids) == 300
