@@ -19,7 +19,7 @@ import json
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import fresh_id, measure_each, report_beside_sums, run_metered
+from bench.metered_load import fresh_id, measure_each_fresh, report_beside_sums, run_metered
 from bench.results import field, load_options
 from tally.config import COUNTER_BOUNDS, COUNTER_DEFAULTS, WINDOWS
 
@@ -57,7 +57,7 @@ def measure(load: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 def main() -> int:
     args = load_options("cost per event of bounded counters beside plain sums").parse_args()
-    rows = measure_each(LOADS, measure, args)
+    rows = measure_each_fresh(LOADS, measure, args)
     columns = [field("requests_per_event", ".4f"), field("transactions"), field("refused")]
     return report_beside_sums("bounded", args, rows, columns, label="load", subject="single-event sales")
 

@@ -23,7 +23,7 @@ import random
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import NOW_MS, fresh_id, measure_each, report_beside_sums, run_metered
+from bench.metered_load import NOW_MS, fresh_id, measure_each_fresh, report_beside_sums, run_metered
 from bench.results import field, load_options
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
@@ -96,7 +96,7 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 def main() -> int:
     args = load_options("cost per event of distinct counts beside plain sums").parse_args()
-    rows = measure_each(PATTERNS, measure, args)
+    rows = measure_each_fresh(PATTERNS, measure, args)
     columns = [field("read_units_per_event", ".4f"), field("requests_per_event", ".4f"), field("members_added")]
 
     def baseline(row: Row) -> int:

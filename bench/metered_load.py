@@ -105,11 +105,16 @@ def run_metered(
     )
 
 
-def measure_each(loads: Iterable[str], measure: Measure, args: argparse.Namespace) -> list[Row]:
-    """Each of ``loads`` measured at the size the options give, on one DynamoDB Local."""
+def measure_each(ddb: DynamoDBLocal, loads: Iterable[str], measure: Measure, events: int, keys: int) -> dict[str, Row]:
+    """Each of ``loads`` measured on ``ddb`` (through the metered client; tables made with the admin one)."""
+    admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+    return {load: measure(load, events, keys, client, admin) for load in loads}
+
+
+def measure_each_fresh(loads: Iterable[str], measure: Measure, args: argparse.Namespace) -> list[Row]:
+    """Each of ``loads`` measured at the size the options give, on a DynamoDB Local of its own."""
     with DynamoDBLocal() as ddb:
-        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
-        return [measure(load, args.events, args.keys, client, admin) for load in loads]
+        return list(measure_each(ddb, loads, measure, args.events, args.keys).values())
 
 
 def report_beside_sums(

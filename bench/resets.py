@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import BATCH, fresh_id, measure_each, report_beside_sums, run_metered
+from bench.metered_load import BATCH, fresh_id, measure_each_fresh, report_beside_sums, run_metered
 from bench.results import field, load_options
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
@@ -78,7 +78,7 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 def main() -> int:
     args = load_options("cost per event of corrections and resets beside plain sums").parse_args()
-    rows = measure_each(PATTERNS, measure, args)
+    rows = measure_each_fresh(PATTERNS, measure, args)
     return report_beside_sums("resets", args, rows, [field("requests_per_event", ".4f"), field("transactions")])
 
 
