@@ -19,11 +19,9 @@ import json
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import BATCH, fresh_id, run_metered
-from bench.results import EXACT, beside, field, load_options, report
+from bench.metered_load import fresh_id, measure_each_fresh, report_beside_sums, run_metered
+from bench.results import field, load_options
 from tally.config import COUNTER_BOUNDS, COUNTER_DEFAULTS, WINDOWS
-from tally.runtime import CLIENT_CONFIG
-from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -59,20 +57,9 @@ def measure(load: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 def main() -> int:
     args = load_options("cost per event of bounded counters beside plain sums").parse_args()
-    with DynamoDBLocal() as ddb:
-        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
-        rows = [measure(load, args.events, args.keys, client, admin) for load in LOADS]
-    sums = rows[0]["write_units_per_event"]
-    columns = [
-        field("load"),
-        beside("write_units_per_event", lambda _: sums, "write units/event"),
-        field("requests_per_event", ".4f"),
-        field("transactions"),
-        field("refused"),
-        EXACT,
-    ]
-    title = f"{args.events:,} single-event sales over {args.keys} keys, batches of {BATCH}"
-    return report("bounded", title, columns, rows, {"events": args.events, "keys": args.keys}, json_out=args.json_out)
+    rows = measure_each_fresh(LOADS, measure, args)
+    columns = [field("requests_per_event", ".4f"), field("transactions"), field("refused")]
+    return report_beside_sums("bounded", args, rows, columns, label="load", subject="single-event sales")
 
 
 if __name__ == "__main__":

@@ -23,18 +23,18 @@ import random
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
-from bench.results import EXACT, Row, beside, field, load_options, report
+from bench.metered_load import NOW_MS, fresh_id, measure_each_fresh, report_beside_sums, run_metered
+from bench.results import field, load_options
 from tally.config import WINDOWS
 from tally.core.distinct import exact_distinct
 from tally.core.items import ALL_TIME
-from tally.runtime import CLIENT_CONFIG
-from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mypy_boto3_dynamodb import DynamoDBClient
+
+    from bench.results import Row
 
 REPEATING_MEMBERS = 20
 
@@ -96,24 +96,14 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 def main() -> int:
     args = load_options("cost per event of distinct counts beside plain sums").parse_args()
-    with DynamoDBLocal() as ddb:
-        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
-        rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
+    rows = measure_each_fresh(PATTERNS, measure, args)
+    columns = [field("read_units_per_event", ".4f"), field("requests_per_event", ".4f"), field("members_added")]
 
-    def base(row: Row) -> float:
+    def baseline(row: Row) -> int:
         """Plain sums, or plain sums with the same windows for the windowed patterns."""
-        return float(rows[3 if "hour+day" in row["pattern"] else 0]["write_units_per_event"])
+        return 3 if "hour+day" in row["pattern"] else 0
 
-    columns = [
-        field("pattern"),
-        beside("write_units_per_event", base, "write units/event"),
-        field("read_units_per_event", ".4f"),
-        field("requests_per_event", ".4f"),
-        field("members_added"),
-        EXACT,
-    ]
-    title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"
-    return report("distinct", title, columns, rows, {"events": args.events, "keys": args.keys}, json_out=args.json_out)
+    return report_beside_sums("distinct", args, rows, columns, baseline=baseline)
 
 
 if __name__ == "__main__":

@@ -59,12 +59,13 @@ from tally.config import (
     WINDOWS,
     WRITE_CONCURRENCY,
 )
+from tally.core.limits import LAMBDA_PAYLOAD_MAX_BYTES
 from tally.cost.model import LAMBDA_FULL_VCPU_MB, Latencies, RequestLatencies, price
 from tally.reader.store_view import read_counters
 from tally.runtime import CLIENT_CONFIG
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.dynamodb_local import DynamoDBLocal
-from tally_local.esm import MAX_INVOKE_PAYLOAD_BYTES, records_within_payload
+from tally_local.esm import records_within_payload
 from tally_local.latency_proxy import LatencyProxy, ProxiedRequest
 from tally_local.resources import LOCAL_CREDENTIALS
 from tally_local.template import load_template
@@ -414,7 +415,7 @@ def _workload(
     # 6 MB payload fills first (sized on a sample of the same stream; its smallest record, so never short).
     sample = lambda_event(u_stream(20 * pack, packed=packed, keys=keys, seed=seed).deliveries, 0)
     smallest = min(len(json.dumps(record)) for record in sample["Records"])
-    records = min(batch_size, MAX_INVOKE_PAYLOAD_BYTES // smallest + 1)
+    records = min(batch_size, LAMBDA_PAYLOAD_MAX_BYTES // smallest + 1)
     stream = u_stream((batches + 1) * records * pack, packed=packed, keys=keys, seed=seed)
     warm_up, *cut = payload_batches(stream.deliveries, batch_size, time.time_ns() // 1_000_000)[: batches + 1]
     if not cut:

@@ -16,19 +16,27 @@ from typing import TYPE_CHECKING, Final
 from bench.deployment import default_settings
 from bench.peers.tables import tally_tables
 from bench.peers.tally_pipeline import RecordingDeadLetterQueue
+from bench.results import EXACT, beside, field, report
 from tally.core.model import SourceRecord
 from tally.reader.dynamodb import CounterReader
-from tally.runtime import wire_pipeline
+from tally.runtime import CLIENT_CONFIG, wire_pipeline
+from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.kit.meter import DynamoDBMeter
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    import argparse
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from bench.results import Column, Row
     from tally.core.model import DeadLetter
     from tally.pipeline import BatchResult
     from tally_local.kit.meter import Usage
+
+    Measure = Callable[[str, int, int, DynamoDBClient, DynamoDBClient], Row]
+    """One load measured: (its name, events, keys, the metered client, the admin client) -> its row."""
 
 BATCH: Final = 100
 NOW_MS: Final = time.time_ns() // 1_000_000
@@ -95,3 +103,38 @@ def run_metered(
     return MeteredRun(
         meter.usage(), seconds, tuple(results), tuple(dead_letters.letters), CounterReader(counters, client=admin)
     )
+
+
+def measure_each(ddb: DynamoDBLocal, loads: Iterable[str], measure: Measure, events: int, keys: int) -> dict[str, Row]:
+    """Each of ``loads`` measured on ``ddb`` (through the metered client; tables made with the admin one)."""
+    admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+    return {load: measure(load, events, keys, client, admin) for load in loads}
+
+
+def measure_each_fresh(loads: Iterable[str], measure: Measure, args: argparse.Namespace) -> list[Row]:
+    """Each of ``loads`` measured at the size the options give, on a DynamoDB Local of its own."""
+    with DynamoDBLocal() as ddb:
+        return list(measure_each(ddb, loads, measure, args.events, args.keys).values())
+
+
+def report_beside_sums(
+    experiment: str,
+    args: argparse.Namespace,
+    rows: Sequence[Row],
+    columns: Sequence[Column],
+    *,
+    label: str = "pattern",
+    baseline: Callable[[Row], int] = lambda _: 0,
+    subject: str = "single-event messages",
+    parameters: Mapping[str, Any] | None = None,
+) -> int:
+    """The table of a pattern benchmark: each row's ``label``, its write units per event beside those of its
+    ``baseline`` row (by default the first: plain sums), ``columns``, and whether it counted exactly."""
+
+    def base(row: Row) -> float:
+        return float(rows[baseline(row)]["write_units_per_event"])
+
+    table = [field(label), beside("write_units_per_event", base, "write units/event"), *columns, EXACT]
+    title = f"{args.events:,} {subject} over {args.keys} keys, batches of {BATCH}"
+    size = parameters if parameters is not None else {"events": args.events, "keys": args.keys}
+    return report(experiment, title, table, rows, size, json_out=args.json_out)

@@ -28,10 +28,10 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from bench.deployment import TEMPLATE, default_settings
-from bench.metered_load import BATCH, fresh_id
+from bench.metered_load import BATCH, fresh_id, report_beside_sums
 from bench.peers.tables import tally_tables
 from bench.peers.tally_pipeline import RecordingDeadLetterQueue
-from bench.results import EXACT, Row, beside, field, load_options, report
+from bench.results import Row, field, load_options
 from tally.config import COUNTER_THRESHOLDS, NOTIFICATIONS_TABLE, WINDOWS
 from tally.core.model import SourceRecord
 from tally.reader import CounterReader, NotificationReader
@@ -169,21 +169,18 @@ def main() -> int:
     args = load_options("threshold notifications: cost beside plain sums, commit -> put").parse_args()
     with DynamoDBLocal() as ddb:
         rows = [measure(load, args.events, args.keys, ddb) for load in LOADS]
-    sums = rows[0]["write_units_per_event"]
     columns = [
-        field("load"),
-        beside("write_units_per_event", lambda _: sums, "write units/event"),
         field("read_units_per_event", ".4f"),
         field("requests_per_event", ".4f"),
         field("transactions"),
         field("cancelled_transactions", header="cancelled"),
         field("crossings"),
         ("commit->put p50/p95/max ms", _lag),
-        EXACT,
     ]
-    title = f"{args.events:,} single-event messages (+1) over {args.keys} keys, batches of {BATCH}"
     parameters = {"events": args.events, "keys": args.keys, "batch": BATCH}
-    return report("notifications", title, columns, rows, parameters, json_out=args.json_out)
+    return report_beside_sums(
+        "notifications", args, rows, columns, label="load", subject="single-event messages (+1)", parameters=parameters
+    )
 
 
 if __name__ == "__main__":

@@ -26,8 +26,8 @@ import random
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import BATCH, NOW_MS, fresh_id, run_metered
-from bench.results import EXACT, beside, field, load_options, report
+from bench.metered_load import BATCH, NOW_MS, fresh_id, report_beside_sums, run_metered
+from bench.results import field, load_options
 from tally.config import COUNTER_DEFAULTS, WINDOWS
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -117,18 +117,13 @@ def main() -> int:
         rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
         if args.all:
             rows += other_patterns(args.events, args.keys, client, admin)
-    sums = rows[0]["write_units_per_event"]
     columns = [
-        field("pattern"),
-        beside("write_units_per_event", lambda _: sums, "write units/event"),
         field("requests_per_event", ".4f"),
         field("gauge_writes", header="gauge UpdateItems"),
         field("conditional_failures", header="failed conditions"),
-        EXACT,
     ]
-    title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"
     parameters = {"events": args.events, "keys": args.keys, "batch": BATCH}
-    return report("patterns", title, columns, rows, parameters, json_out=args.json_out)
+    return report_beside_sums("patterns", args, rows, columns, parameters=parameters)
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ from bench.peers.tally_pipeline import TallyCounter
 from bench.results import console, field, json_options, pair, report
 from bench.suite import run_peer
 from bench.workloads import PACK, u_stream
-from tally.cost.model import MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES, Traffic, simulate
+from tally.core.limits import LAMBDA_PAYLOAD_MAX_BYTES
+from tally.cost.model import MAX_BATCH_RECORDS, Traffic, simulate
 from tally.runtime import CLIENT_CONFIG
 from tally.store.pages import encode_page
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -76,7 +77,7 @@ def u_traffic(
 def u_records_per_batch(events_per_message: int) -> int:
     """The most records of U one batch holds: the template's ``BatchSize`` (10,000) as Lambda's 6 MB payload cuts it
     (``Traffic.record_bytes``)."""
-    return min(MAX_BATCH_RECORDS, MAX_INVOCATION_BYTES // u_traffic(events_per_message, windows=False).record_bytes)
+    return min(MAX_BATCH_RECORDS, LAMBDA_PAYLOAD_MAX_BYTES // u_traffic(events_per_message, windows=False).record_bytes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,14 +18,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from bench.metered_load import BATCH, fresh_id, run_metered
-from bench.results import EXACT, beside, field, load_options, report
+from bench.metered_load import BATCH, fresh_id, measure_each_fresh, report_beside_sums, run_metered
+from bench.results import field, load_options
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
 from tally.core.model import Message
 from tally.core.resets import expected_values
-from tally.runtime import CLIENT_CONFIG
-from tally_local.dynamodb_local import DynamoDBLocal
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -80,19 +78,8 @@ def measure(name: str, events: int, keys: int, client: DynamoDBClient, admin: Dy
 
 def main() -> int:
     args = load_options("cost per event of corrections and resets beside plain sums").parse_args()
-    with DynamoDBLocal() as ddb:
-        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
-        rows = [measure(name, args.events, args.keys, client, admin) for name in PATTERNS]
-    sums = rows[0]["write_units_per_event"]
-    columns = [
-        field("pattern"),
-        beside("write_units_per_event", lambda _: sums, "write units/event"),
-        field("requests_per_event", ".4f"),
-        field("transactions"),
-        EXACT,
-    ]
-    title = f"{args.events:,} single-event messages over {args.keys} keys, batches of {BATCH}"
-    return report("resets", title, columns, rows, {"events": args.events, "keys": args.keys}, json_out=args.json_out)
+    rows = measure_each_fresh(PATTERNS, measure, args)
+    return report_beside_sums("resets", args, rows, [field("requests_per_event", ".4f"), field("transactions")])
 
 
 if __name__ == "__main__":

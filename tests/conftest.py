@@ -29,6 +29,7 @@ from hypothesis import settings
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.template import load_template, table_definitions
 from tests.support import tiers
+from tests.support.environment import MOTO_CREDENTIALS, set_environment
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -69,12 +70,7 @@ def _template_tables() -> dict[str, TableDefinition]:
 
 
 def _create_table(client: DynamoDBClient, definition: TableDefinition, name: str) -> None:
-    client.create_table(**definition.create_table_kwargs(name))
-    # DynamoDB Local creates tables ACTIVE at once; the waiter's first check returns immediately.
-    client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
-    ttl_kwargs = definition.update_time_to_live_kwargs(name)
-    if ttl_kwargs is not None:
-        client.update_time_to_live(**ttl_kwargs)
+    definition.create(client, name)
 
 
 @pytest.fixture(scope="session")
@@ -117,17 +113,10 @@ def mocked_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     variable from the caller's environment, so every boto3 client the test builds talks to the mock."""
     from moto import mock_aws  # noqa: PLC0415 - only the tests that use it pay for importing moto
 
-    for name, value in {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
-    }.items():
-        monkeypatch.setenv(name, value)
     # Nothing of the caller's environment aims a client or a command elsewhere: no endpoint, region, profile,
     # stack or other TALLY_* setting.
     inherited = [name for name in os.environ if name.startswith(("AWS_ENDPOINT_URL", "TALLY_"))]
-    for name in [*inherited, "AWS_REGION", "AWS_PROFILE"]:
-        monkeypatch.delenv(name, raising=False)
+    set_environment(monkeypatch, MOTO_CREDENTIALS, without=[*inherited, "AWS_REGION", "AWS_PROFILE"])
     with mock_aws():
         yield
 
@@ -135,15 +124,11 @@ def mocked_aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 @pytest.fixture
 def moto_aws(moto_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every boto3 client the test builds (and every command it runs) talks to the session's moto server."""
-    for name, value in {
-        "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"):
-        monkeypatch.delenv(name, raising=False)
+    set_environment(
+        monkeypatch,
+        {"AWS_ENDPOINT_URL": moto_endpoint, **MOTO_CREDENTIALS},
+        without=("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_PROFILE"),
+    )
     return moto_endpoint
 
 

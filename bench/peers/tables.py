@@ -37,15 +37,6 @@ def create_table(
         )
 
 
-def create_from_template(admin: DynamoDBClient, definition: TableDefinition, name: str) -> None:
-    """A table exactly as ``template.yaml`` declares it (tally's own tables, as the tests build them)."""
-    admin.create_table(**definition.create_table_kwargs(name))
-    admin.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
-    ttl_kwargs = definition.update_time_to_live_kwargs(name)
-    if ttl_kwargs is not None:
-        admin.update_time_to_live(**ttl_kwargs)
-
-
 @cache
 def template_definitions() -> dict[str, TableDefinition]:
     """The tables ``template.yaml`` declares, by logical id."""
@@ -58,7 +49,7 @@ def tally_tables(admin: DynamoDBClient, tag: str, suffix: str, *logical_ids: str
     names = []
     for logical_id in logical_ids or ("CountersTable", "MarkersTable"):
         names.append(f"bench-{tag}-{logical_id.removesuffix('Table').lower()}-{suffix}")
-        create_from_template(admin, template_definitions()[logical_id], names[-1])
+        template_definitions()[logical_id].create(admin, names[-1])
     return names
 
 

@@ -35,6 +35,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+from tally.core.limits import LAMBDA_PAYLOAD_MAX_BYTES
+
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from datetime import datetime
@@ -64,12 +66,10 @@ class BatchOutcome:
         return not self.failed
 
 
-MAX_INVOKE_PAYLOAD_BYTES: Final = 6 * 1024 * 1024
-"""Lambda's synchronous invocation payload limit: an event source mapping never delivers a bigger event."""
 _EVENT_ENVELOPE_BYTES: Final = len('{"Records": []}')
 
 
-def records_within_payload(record_bytes: Sequence[int], limit: int = MAX_INVOKE_PAYLOAD_BYTES) -> int:
+def records_within_payload(record_bytes: Sequence[int], limit: int = LAMBDA_PAYLOAD_MAX_BYTES) -> int:
     """How many leading records, each of ``record_bytes`` as JSON in the event, fit one invocation's payload.
 
     Lambda cuts a batch at the 6 MB payload counting each record whole, as it delivers it (the body

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
     from pathlib import Path
 
+    from mypy_boto3_dynamodb import DynamoDBClient
+
 TABLE_TYPE = "AWS::DynamoDB::Table"
 QUEUE_TYPE = "AWS::SQS::Queue"
 STREAM_TYPE = "AWS::Kinesis::Stream"
@@ -133,6 +135,17 @@ class TableDefinition:
             "TableName": table_name,
             "TimeToLiveSpecification": {"AttributeName": self.ttl_attribute, "Enabled": True},
         }
+
+    def create(self, client: DynamoDBClient, table_name: str) -> None:
+        """Create the table as declared on ``client``'s endpoint, wait until it exists, then turn on its TTL.
+
+        (DynamoDB Local creates a table ACTIVE at once: the waiter's first check returns immediately.)
+        """
+        client.create_table(**self.create_table_kwargs(table_name))
+        client.get_waiter("table_exists").wait(TableName=table_name, WaiterConfig={"Delay": 1, "MaxAttempts": 30})
+        ttl_kwargs = self.update_time_to_live_kwargs(table_name)
+        if ttl_kwargs is not None:
+            client.update_time_to_live(**ttl_kwargs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from bench.bounded import LOADS, measure
-
-from tally.runtime import CLIENT_CONFIG
+from bench.metered_load import measure_each
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -22,8 +21,7 @@ KEYS = 10
 
 
 def test_each_load_is_exact_and_costs_what_the_readme_says(dynamodb_local: DynamoDBLocal) -> None:
-    admin, client = dynamodb_local.client(), dynamodb_local.client(CLIENT_CONFIG)
-    rows = {load: measure(load, EVENTS, KEYS, client, admin) for load in LOADS}
+    rows = measure_each(dynamodb_local, LOADS, measure, EVENTS, KEYS)
     assert all(row["exact"] for row in rows.values()), rows
     never = rows["floor, never reached"]
     assert never["write_units_per_event"] == rows["sums"]["write_units_per_event"]

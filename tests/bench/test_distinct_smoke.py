@@ -9,9 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.distinct import BATCH, PATTERNS, measure
-
-from tally.runtime import CLIENT_CONFIG
+from bench.distinct import PATTERNS, measure
+from bench.metered_load import BATCH, measure_each
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -23,8 +22,7 @@ KEYS = 10
 
 
 def test_each_distinct_workload_is_exact_and_costs_what_the_readme_says(dynamodb_local: DynamoDBLocal) -> None:
-    admin, client = dynamodb_local.client(), dynamodb_local.client(CLIENT_CONFIG)
-    rows = {name: measure(name, EVENTS, KEYS, client, admin) for name in PATTERNS}
+    rows = measure_each(dynamodb_local, PATTERNS, measure, EVENTS, KEYS)
     assert all(row["exact"] for row in rows.values()), rows
     sums, new = rows["sums"], rows["distinct, every member new"]
     per_key_per_batch = BATCH / KEYS  # members of one key in one batch share one ADD of 2 write units

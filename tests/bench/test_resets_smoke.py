@@ -10,9 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import pytest
-from bench.resets import BATCH, PATTERNS, measure
-
-from tally.runtime import CLIENT_CONFIG
+from bench.metered_load import BATCH, measure_each
+from bench.resets import PATTERNS, measure
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -24,8 +23,7 @@ KEYS = 10
 
 
 def test_each_reset_pattern_is_exact_and_costs_what_the_readme_says(dynamodb_local: DynamoDBLocal) -> None:
-    admin, client = dynamodb_local.client(), dynamodb_local.client(CLIENT_CONFIG)
-    rows = {name: measure(name, EVENTS, KEYS, client, admin) for name in PATTERNS}
+    rows = measure_each(dynamodb_local, PATTERNS, measure, EVENTS, KEYS)
     assert all(row["exact"] for row in rows.values()), rows
     batches = EVENTS // BATCH
     for name in ("1 reset per batch", "1 correction per batch"):

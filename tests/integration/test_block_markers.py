@@ -32,7 +32,9 @@ from tally_local.kit.faults import DynamoDBFaults
 from tests.integration.test_bounded_counters import bounded_pipeline, record, value_of
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
-from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
+from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty
+from tests.support.tables import scan_all
+from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
 
 if TYPE_CHECKING:
@@ -44,24 +46,13 @@ NOW_MS = SENT_MS + 1_000
 SESSION = "0123456789abcdef0123456789abcdef"
 
 
-def plenty() -> int:
-    return 60_000
-
-
 def single(record_id: str, seq: int, key: str = "page", delta: int = 1, session: str = SESSION) -> SourceRecord:
     body = {"id": numbered_id(session, seq), "key": key, "delta": delta}
     return SourceRecord(record_id, json.dumps(body), SENT_MS)
 
 
 def ledger_items(tables: DynamoDBTables) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": tables.markers_table, "ConsistentRead": True}
-    while True:
-        page = tables.client.scan(**kwargs)
-        items.extend(page["Items"])
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return scan_all(tables.client, tables.markers_table)
 
 
 def test_a_batch_of_numbered_messages_writes_one_marker_item_per_block(ddb_tables: DynamoDBTables) -> None:
@@ -172,11 +163,7 @@ def test_two_invocations_writing_the_same_blocks_with_conflicts_count_each_messa
         barrier.wait()
         results.append(pipelines[index].process(halves[index], NOW_MS, plenty))
 
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 1])
 
     # WHEN what either reported failed is redelivered (a copy held by the other's live batch comes back)
     failed = {record_id for result in results for record_id in result.failed_record_ids}

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import threading
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -26,9 +25,10 @@ from tally.core.windows import parse_window_spec
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.kit.faults import DynamoDBFaults
-from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
+from tests.support.events import SAMPLES_SENT_MS, expected_samples, processed_twice
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator, sent_in_batches
+from tests.support.threads import at_once
 
 if TYPE_CHECKING:
     from decimal import Decimal
@@ -44,7 +44,6 @@ pytestmark = pytest.mark.integration
 SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
 EXPECTED = expected_samples("-bounded.json")
-SOURCES = RECORDS_FROM_EVENT
 BOUNDS = parse_counter_bounds("stock:*#stock>=0;quota:*#calls<=10")
 STARTS = parse_counter_defaults("stock:*#stock=start:5")
 
@@ -305,11 +304,7 @@ def test_concurrent_batches_on_one_bounded_key_never_cross_it(ddb_tables: Dynamo
         batch = [record(f"s{index}-{n}", "stock:1", stock=-1) for n in range(4)]
         results.append(pipelines[index][0].process(batch, NOW_MS, lambda: 60_000))
 
-    threads = [threading.Thread(target=run, args=(index,)) for index in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 1])
     # THEN 5 sales count and 3 are refused, whatever the interleaving: the stock ends at exactly 0
     refused = [letter for _, dlq in pipelines for letter in dlq.letters]
     assert all(not result.failed_record_ids for result in results)
@@ -325,10 +320,8 @@ def test_each_bounded_sample_counts_as_documented(ddb_tables: DynamoDBTables, ev
     spec = EXPECTED[event_file]
     defaults = parse_counter_defaults(spec.get("counter_defaults", ""))
     pipeline, dlq = bounded_pipeline(ddb_tables, parse_counter_bounds(spec["counter_bounds"], None, defaults), defaults)
-    records = SOURCES[spec["source"]](load_event(event_file))
     # WHEN it is processed twice (a redelivery of the whole batch)
-    first = pipeline.process(records, NOW_MS, lambda: 60_000)
-    second = pipeline.process(records, NOW_MS, lambda: 60_000)
+    first, second = processed_twice(pipeline, event_file, spec, NOW_MS)
     # THEN nothing fails; the counters and dead letters are as documented; the refused are refused again
     assert first.failed_record_ids == second.failed_record_ids == ()
     reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client)

@@ -18,18 +18,13 @@ import pytest
 import tally.commit.applier as apply_module
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.plan import (
-    BatchPlan,
-    _action_count,
     _components,
-    _marker_count,
-    _one_add_per_item,
-    _pack_small_units,
+    _place_unit,
+    _PlanParts,
     _storable_units,
     _touches,
     _unstorable,
-    journal_overhead,
     no_counter_limit,
-    plan_transactions,
 )
 from tally_local.chaos.config import focused
 from tally_local.chaos.situations import VARIANTS
@@ -40,8 +35,7 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import MessageTotals
     from tally.core.items import ItemKey
-    from tally.core.model import Rejection
-    from tally.core.plan import Chunk, CounterLimit
+    from tally.core.plan import BatchPlan, CounterLimit
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -69,36 +63,19 @@ def plan_by_units(
     """BROKEN on purpose: the planner that let a unit (a shared key or block) decide the path of
     every message in it: a unit forced through the journal took its bounded messages along (no condition),
     and a unit touching a bounded item went direct only (its messages over 99 items refused)."""
-    rejected: dict[str, Rejection] = {}
+    parts = _PlanParts()
     writable: list[MessageTotals] = []
     for message in messages:
         problem = _unstorable(message)
         if problem is None:
             writable.append(message)
         else:
-            rejected[message.message_id] = problem
-    small: list[tuple[MessageTotals, ...]] = []
-    direct: list[Chunk] = []
-    journals: list[tuple[MessageTotals, ...]] = []
+            parts.rejected[message.message_id] = problem
     for unit in _storable_units(_components(writable, by_marker=True)):
-        markers = _marker_count(unit)
-        keys = _action_count(unit) - markers
         forced = any(message.message_id in force_journal for message in unit)
-        if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
-            small.append(unit)
-            continue
-        split = plan_transactions(unit, max_actions, counter_limit)
-        if not allow_journal or (not forced and bounded is not None and _touches(unit, bounded)):
-            direct.extend(split.chunks)
-            rejected.update(split.rejected)
-            continue
-        direct_cost = sum(chunk.action_count for chunk in split.chunks)
-        if forced or split.rejected or direct_cost > markers + keys + journal_overhead(markers, keys):
-            journals.append(unit)
-        else:
-            direct.extend(split.chunks)
-    direct.extend(_pack_small_units(small, max_actions))
-    return BatchPlan(tuple(direct), tuple(journals), rejected)
+        direct_only = not allow_journal or (not forced and bounded is not None and _touches(unit, bounded))
+        _place_unit(unit, max_actions, counter_limit, forced=forced, direct_only=direct_only, into=parts)
+    return parts.plan(max_actions)
 
 
 def sessions_drawn(result: ChaosResult) -> dict[str, int]:

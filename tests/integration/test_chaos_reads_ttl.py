@@ -14,42 +14,29 @@ focused window run caught it in 9 seeds of 10 (4 s each), so the broken reader g
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tally.core.items import make_item
-from tally.core.sharding import MAX_SHARDS
-from tally.core.windows import DAY_MS, UNITS, WindowUnit, parse_window_spec
+from tally.core.windows import WindowUnit, parse_window_spec, unit_named
 from tally.errors import StoreError
-from tally.reader.dynamodb import CounterReader, _kept, add_into
-from tally.reader.requests import check_key, default_bounds, series_starts, window_unit
-from tally.reader.results import Series, Window
+from tally.reader.dynamodb import CounterReader, add_into
 from tally.store.journal import DynamoDBJournal
 from tally.store.requests import batch_get
-from tally.store.schema import (
-    PARTITION_KEY,
-    SORT_KEY,
-    counters_from_item,
-    distinct_from_item,
-    item_key,
-    open_windows_from_item,
-)
+from tally.store.schema import open_windows_from_item
 from tally_local.chaos.config import SMOKE, focused
-from tally_local.chaos.harness import Tables, wire_pipeline
-from tests.support.chaos import run_on, situations_missing
+from tests.support.chaos import rewired, run_on, situations_missing
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
     from decimal import Decimal
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.ledger import BatchRecord
-    from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally_local.chaos.config import ChaosConfig
+    from tally_local.chaos.harness import Tables
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
@@ -60,54 +47,28 @@ class ThreeRequestSeries(CounterReader):
     """BROKEN on purpose: the series read of three requests (window items, then key items, then the days
     keeping hours), which a window move committing between two requests makes count a window 0 or 2 times."""
 
-    def series(
+    def _series_beside_moves(
         self,
-        key: str,
-        window: str,
-        from_ms: int | None = None,
-        to_ms: int | None = None,
-        *,
-        now_ms: int | None = None,
-    ) -> Series:
-        """Every ``window`` of ``key`` from the one holding ``from_ms`` to the one holding ``to_ms``
-        (epoch milliseconds; default: the 24 windows up to now), with no gaps."""
-        check_key(key)
-        unit = window_unit(window, self.windows)
-        clock = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-        start_ms, end_ms = default_bounds(unit, from_ms, to_ms, clock)
-        starts = series_starts(unit, start_ms, end_ms, self.max_series_windows)
-        first, last = unit.window_id(starts[0]), unit.window_id(starts[-1])
-        found: dict[str, dict[str, Decimal]] = {}
-        members: dict[str, dict[str, Decimal]] = {}
-        shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
-        for shard in shards:
-            partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
-            for item in self._query(partition, first, last):
-                add_into(found.setdefault(item[SORT_KEY]["S"], {}), counters_from_item(item))
-                add_into(members.setdefault(item[SORT_KEY]["S"], {}), distinct_from_item(item))
-        if unit.on_key_item:
-            # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them;
-            # and ended hours kept on their day's item (a ``Query`` of the days they fall in, per partition).
-            wanted = {unit.window_id(start) for start in starts}
-            key_items = [item_key(make_item(key, shard=shard)) for shard in shards]
-            holders = list(batch_get(self.client, self.counters_table, key_items))
-            if unit.name == "hour":
-                day = WindowUnit("day", UNITS["day"][0], DAY_MS, None)
-                first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
-                for shard in shards:
-                    partition = item_key(make_item(key, shard=shard))[PARTITION_KEY]
-                    holders.extend(self._query(partition, first_day, last_day))
-            for item in holders:
-                for window_id, counters in open_windows_from_item(item).items():
-                    if window_id in wanted:
-                        add_into(found.setdefault(window_id, {}), counters)
-        windows = tuple(
-            Window(start, found.get(unit.window_id(start), {}), members.get(unit.window_id(start), {}))
-            if _kept(unit, start, clock)
-            else Window(start, {}, {})
-            for start in starts
-        )
-        return Series(key, unit.name, windows)
+        unit: WindowUnit,
+        starts: Sequence[int],
+        partitions: Sequence[Mapping[str, Any]],
+        key_items: Sequence[Mapping[str, Any]],
+    ) -> tuple[dict[str, dict[str, Decimal]], dict[str, dict[str, Decimal]]]:
+        found, members = self._window_items(partitions, unit.window_id(starts[0]), unit.window_id(starts[-1]))
+        # Windows not yet moved off the key's item(s) (``tally.store.windows``): one BatchGetItem of them;
+        # and ended hours kept on their day's item (a ``Query`` of the days they fall in, per partition).
+        wanted = {unit.window_id(start) for start in starts}
+        holders = list(batch_get(self.client, self.counters_table, key_items))
+        if unit.name == "hour":
+            day = unit_named("day")
+            first_day, last_day = day.window_id(day.start_ms(starts[0])), day.window_id(day.start_ms(starts[-1]))
+            for partition in partitions:
+                holders.extend(self._query(partition, first_day, last_day))
+        for item in holders:
+            for window_id, counters in open_windows_from_item(item).items():
+                if window_id in wanted:
+                    add_into(found.setdefault(window_id, {}), counters)
+        return found, members
 
 
 def three_request_reader(client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> CounterReader:
@@ -125,16 +86,7 @@ class JournalFailingOnMissingHeaders(DynamoDBJournal):
         return record
 
 
-def _journal_failing_on_missing_headers(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    journal = JournalFailingOnMissingHeaders(client, tables.counters, tables.markers, 35 * 86_400)
-    return wire_pipeline(client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate)
+_journal_failing_on_missing_headers = rewired(journal_class=JournalFailingOnMissingHeaders)
 
 
 WINDOW_READS = focused(SMOKE, 100, window_messages=300)

@@ -23,7 +23,7 @@ from tally.errors import RetryableStoreError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.conftest import _create_table, _template_tables
 from tests.support.counts import nonzero, read_all
-from tests.support.pipeline import TTL_DAYS, make_pipeline
+from tests.support.pipeline import TTL_DAYS, make_pipeline, plenty
 from tests.support.workload import SENT_MS, Workload, generate
 
 if TYPE_CHECKING:
@@ -38,10 +38,6 @@ pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 60_000
 CONCURRENCY = 4
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def _workload(seed: int = 16) -> Workload:

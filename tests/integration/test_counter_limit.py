@@ -21,7 +21,7 @@ from tally.core.windows import parse_window_spec
 from tally.reader.store_view import read_counters, read_series
 from tally.store.actions import add_update
 from tally.store.expressions import counters_per_add
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import make_pipeline, make_store, plenty
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
@@ -30,10 +30,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 60_000
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def hundred_counters(message_id: str, first: int, key: str = "wide") -> str:

@@ -27,7 +27,7 @@ from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.reader.store_view import read_series
 from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
-from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
+from tests.support.events import SAMPLES_SENT_MS, expected_samples, processed_twice
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator
 
@@ -41,7 +41,6 @@ pytestmark = pytest.mark.integration
 SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
 EXPECTED = expected_samples("-patterns.json")
-SOURCES = RECORDS_FROM_EVENT
 STOCK = parse_counter_defaults("stock:*#stock=start:100,delta:-1;views:*#count=delta:1")
 
 
@@ -63,10 +62,8 @@ def test_each_pattern_sample_counts_as_documented(ddb_tables: DynamoDBTables, ev
         ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_defaults=defaults
     )
     pipeline, dlq = make_pipeline(store, counter_defaults=defaults)
-    records = SOURCES[spec["source"]](load_event(event_file))
     # WHEN it is processed twice (a redelivery of the whole batch)
-    first = pipeline.process(records, NOW_MS, lambda: 60_000)
-    second = pipeline.process(records, NOW_MS, lambda: 60_000)
+    first, second = processed_twice(pipeline, event_file, spec, NOW_MS)
     # THEN nothing fails; counters start from their start values, gauges and dead letters are as documented
     assert first.failed_record_ids == second.failed_record_ids == ()
     assert {key: counters_of(ddb_tables, key) for key in spec["counters"]} == spec["counters"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import random
-import threading
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +28,10 @@ from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.schema import MEMBER_PARTITION_SUFFIX, member_of_item
-from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
+from tests.support.events import SAMPLES_SENT_MS, expected_samples, processed_twice
 from tests.support.pipeline import FAST_RETRIES, make_pipeline, make_store
 from tests.support.properties import on_emulator
+from tests.support.threads import at_once
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -44,7 +44,6 @@ pytestmark = pytest.mark.integration
 SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
 EXPECTED = expected_samples("-distinct.json")
-SOURCES = RECORDS_FROM_EVENT
 
 
 def reader(tables: DynamoDBTables, **kwargs: Any) -> CounterReader:
@@ -129,10 +128,8 @@ def test_each_distinct_sample_counts_as_documented(ddb_tables: DynamoDBTables, e
     spec = EXPECTED[event_file]
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, dlq = make_pipeline(store)
-    records = SOURCES[spec["source"]](load_event(event_file))
     # WHEN it is processed twice (a redelivery of the whole batch)
-    first = pipeline.process(records, NOW_MS, lambda: 60_000)
-    second = pipeline.process(records, NOW_MS, lambda: 60_000)
+    first, second = processed_twice(pipeline, event_file, spec, NOW_MS)
     # THEN the counts are the documented set sizes; the redelivery read every member and wrote none
     assert first.failed_record_ids == second.failed_record_ids == ()
     assert {key: distinct_of(ddb_tables, key) for key in spec["distinct"]} == spec["distinct"]
@@ -360,11 +357,7 @@ def test_two_invocations_at_once_never_drift(ddb_tables: DynamoDBTables) -> None
         except BaseException as exc:  # reported below, on the test's thread
             errors.append(exc)
 
-    threads = [threading.Thread(target=run, args=(offset,)) for offset in (0, 120)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 120])
     assert not errors, errors
     assert distinct_of(ddb_tables, "v:race") == {"viewers": str(len(seen))}
     assert {n: str(v) for n, v in reader(ddb_tables).get("v:race").values.items()} == {"count": "240"}

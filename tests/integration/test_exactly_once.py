@@ -21,7 +21,8 @@ from tally.sources.sqs import records_from_event
 from tally_local.kit.faults import DynamoDBFaults
 from tests.support.counts import nonzero, read_all
 from tests.support.events import load_event
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import make_pipeline, make_store, plenty
+from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
 
 if TYPE_CHECKING:
@@ -30,10 +31,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 60_000
-
-
-def plenty() -> int:
-    return 60_000
 
 
 SAMPLES = [
@@ -156,11 +153,7 @@ def test_same_batch_processed_twice_concurrently(
         barrier.wait()
         results.append(pipelines[index].process(workload.records, NOW_MS, plenty))
 
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    at_once(run, [0, 1])
     # A message claimed by the other invocation's batch (PREPARING, live lease) is reported for
     # redelivery rather than waited for; the redelivery finds it applied.
     failed = {record_id for result in results for record_id in result.failed_record_ids}

@@ -31,7 +31,7 @@ from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.journal import DynamoDBJournal
 from tests.integration.test_stale_reads import answer_marker_reads
 from tests.support.counts import read_all
-from tests.support.pipeline import FAST_RETRIES, TTL_DAYS, RecordingDeadLetterQueue, make_store
+from tests.support.pipeline import FAST_RETRIES, TTL_DAYS, RecordingDeadLetterQueue, make_store, plenty
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
@@ -42,10 +42,6 @@ pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 1_000
 ID_CONFLICT = "id_conflict"
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def pipeline_with_gate(

@@ -13,7 +13,7 @@ import pytest
 from tally.core.model import SourceRecord
 from tally.reader.store_view import read_counters
 from tests.support.counts import nonzero, read_all
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import make_pipeline, make_store, plenty
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
@@ -24,10 +24,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 60_000
-
-
-def plenty() -> int:
-    return 60_000
 
 
 class AddCounter:

@@ -22,7 +22,7 @@ from tally.core.ledger import BatchState, Claim
 from tally.core.model import SourceRecord
 from tally.store.journal import DynamoDBJournal
 from tests.support.counts import read_all
-from tests.support.pipeline import FAST_RETRIES, RecordingDeadLetterQueue, make_pipeline, make_store
+from tests.support.pipeline import FAST_RETRIES, RecordingDeadLetterQueue, make_pipeline, make_store, plenty
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
@@ -34,10 +34,6 @@ pytestmark = pytest.mark.integration
 
 NOW_MS = SENT_MS + 1_000
 TTL_S = 35 * 86_400
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def warm_pipeline(

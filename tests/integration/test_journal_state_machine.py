@@ -46,6 +46,8 @@ from tally_local.template import load_template, table_definitions
 from tests.conftest import TEMPLATE_PATH
 from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.properties import on_emulator
+from tests.support.tables import scan_all
+from tests.support.workload import message_body
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -130,12 +132,7 @@ def message_pool(draw: st.DrawFn) -> list[tuple[str, str, dict[str, int]]]:
         net: dict[str, int] = defaultdict(int)
         for key, delta in events:
             net[key] += delta
-        if len(events) == 1:
-            key, delta = events[0]
-            body = f'{{"id":"{message_id}","key":"{key}","delta":{delta}}}'
-        else:
-            packed = ",".join(f'{{"key":"{key}","delta":{delta}}}' for key, delta in events)
-            body = f'{{"id":"{message_id}","events":[{packed}]}}'
+        body = message_body(message_id, [(key, {"count": delta}) for key, delta in events])
         pool.append((message_id, body, dict(net)))
     return pool
 
@@ -203,14 +200,7 @@ class JournalMachine(RuleBasedStateMachine):
         return failed
 
     def _scan(self, table: str) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {"TableName": table, "ConsistentRead": True}
-        while True:
-            page = self.client.scan(**kwargs)
-            items.extend(page["Items"])
-            if "LastEvaluatedKey" not in page:
-                return items
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return scan_all(self.client, table)
 
     def _expected_from_ledger(self) -> dict[str, Decimal]:
         ledger = {item["id"]["S"]: item for item in self._scan(self.markers)}

@@ -28,9 +28,10 @@ from tally_local.context import LocalLambdaContext
 from tally_local.kit.faults import BatchFaults, DynamoDBFaults
 from tally_local.kit.lambda_events import kinesis_event
 from tests.support.counts import nonzero, read_all
+from tests.support.environment import MOTO_CREDENTIALS, set_environment
 from tests.support.kinesis import ShardConsumer
 from tests.support.moto_server import client, create_stream, drain_queue, read_stream, unique
-from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store
+from tests.support.pipeline import RecordingDeadLetterQueue, make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -42,10 +43,6 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 Reference = dict[str, dict[str, Decimal]]
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def workload(seed: int, count: int, keys: int, *, with_ids: float = 0.1) -> tuple[list[Event], Reference]:
@@ -79,6 +76,14 @@ class Stream:
     def shards(self) -> dict[str, list[dict[str, Any]]]:
         return read_stream(self.client, self.name)
 
+    def publish_with_poison(self, events: Sequence[Event], after: int, poison: bytes) -> str:
+        """``events`` one per record, with a ``poison`` record put after the first ``after``: its sequence number."""
+        publisher = self.publisher(pack=False)
+        assert publisher.publish(events[:after]).ok
+        poison_seq = self.client.put_record(StreamName=self.name, Data=poison, PartitionKey="p")["SequenceNumber"]
+        assert publisher.publish(events[after:]).ok
+        return poison_seq
+
     def consume(self, handler: Callable[[dict[str, Any]], Any], **options: Any) -> list[ShardConsumer]:
         consumers = []
         for shard_id, records in self.shards().items():
@@ -102,6 +107,20 @@ class PipelineHandler:
         return failure_report(result.failed_record_ids)
 
 
+def consumed_with_first_transaction_throttled(
+    stream: Stream, ddb_tables: DynamoDBTables
+) -> tuple[ShardConsumer, PipelineHandler, DynamoDBCounterStore]:
+    """The shard consumed in batches of 300 by a pipeline whose first transaction is throttled past the
+    applier's patience (one attempt)."""
+    faults = DynamoDBFaults(ddb_tables.client)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
+    handler = PipelineHandler(pipeline)
+    faults.cancel("ThrottlingError", count=1)
+    (consumer,) = stream.consume(handler, batch_size=300)
+    return consumer, handler, store
+
+
 def counted(store: DynamoDBCounterStore, expected: Reference) -> Reference:
     return read_all(store, expected)
 
@@ -120,10 +139,8 @@ def test_published_events_count_exactly_through_the_real_handler(
     # ... and the production handler configured as in the template, on local endpoints
     sqs = client("sqs", moto_endpoint)
     dlq_url = sqs.create_queue(QueueName=unique("tally-dlq"))["QueueUrl"]
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
+    variables = {
+        **MOTO_CREDENTIALS,
         "AWS_ENDPOINT_URL_DYNAMODB": ddb_tables.endpoint_url,
         "AWS_ENDPOINT_URL_SQS": moto_endpoint,
         "TALLY_COUNTERS_TABLE": ddb_tables.counters_table,
@@ -132,8 +149,8 @@ def test_published_events_count_exactly_through_the_real_handler(
         "POWERTOOLS_TRACE_DISABLED": "true",
         "POWERTOOLS_METRICS_DISABLED": "true",
         "POWERTOOLS_LOG_LEVEL": "ERROR",
-    }.items():
-        monkeypatch.setenv(name, value)
+    }
+    set_environment(monkeypatch, variables)
     kinesis_handler.pipeline.cache_clear()
     try:
 
@@ -168,13 +185,8 @@ def test_redelivery_from_the_lowest_failed_record_counts_once(ddb_tables: Dynamo
     # Random ids: numbered ones (the library's default) would join the 300 messages into one unit through
     # their shared block markers (tally.core.plan), and one throttled transaction would fail them all.
     assert stream.publisher(pack=False, new_id=new_message_id).publish(events).ok
-    faults = DynamoDBFaults(ddb_tables.client)
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
-    handler = PipelineHandler(pipeline)
-    faults.cancel("ThrottlingError", count=1)
     # WHEN Lambda consumes the shard
-    (consumer,) = stream.consume(handler, batch_size=300)
+    consumer, handler, store = consumed_with_first_transaction_throttled(stream, ddb_tables)
     # THEN the first invocation reported failures, the retry restarted at the lowest of them and
     # carried records that had been applied (their markers made them no-ops), and counts are exact
     first, retry = handler.results[0], handler.results[1]
@@ -195,13 +207,8 @@ def test_numbered_messages_throttled_as_one_unit_are_all_retried_and_count_once(
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=2, count=300, keys=400, with_ids=0)
     assert stream.publisher(pack=False).publish(events).ok
-    faults = DynamoDBFaults(ddb_tables.client)
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    pipeline, _ = make_pipeline(store, policy=RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=1))
-    handler = PipelineHandler(pipeline)
-    faults.cancel("ThrottlingError", count=1)
     # WHEN Lambda consumes the shard
-    (consumer,) = stream.consume(handler, batch_size=300)
+    consumer, handler, store = consumed_with_first_transaction_throttled(stream, ddb_tables)
     # THEN the whole batch came back from its first record, and was counted once
     first, retry = handler.results[0], handler.results[1]
     assert len(first.failed_record_ids) == 300
@@ -263,11 +270,7 @@ def test_poison_the_dead_letter_queue_refuses_holds_the_shard_until_it_is_taken(
     # GIVEN a poison record in the middle of a shard, and a dead-letter queue that refuses it twice
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=5, count=120, keys=15, with_ids=0)
-    publisher = stream.publisher(pack=False)
-    assert publisher.publish(events[:60]).ok
-    stream.client.put_record(StreamName=stream.name, Data=b"not json", PartitionKey="p")
-    assert publisher.publish(events[60:]).ok
-    poison_seq = next(r["SequenceNumber"] for r in stream.shards()["shardId-000000000000"] if r["Data"] == b"not json")
+    poison_seq = stream.publish_with_poison(events, 60, b"not json")
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     refusing = RefusingTwice(poison_seq)
     pipeline, _ = make_pipeline(store, dead_letters=refusing)
@@ -290,12 +293,9 @@ def test_when_retries_run_out_the_range_goes_to_the_on_failure_destination_and_t
     # GIVEN a poison record the dead-letter queue refuses for good, followed by more batches
     stream = Stream(moto_endpoint)
     events, expected = workload(seed=6, count=90, keys=10, with_ids=0)
-    publisher = stream.publisher(pack=False)
-    assert publisher.publish(events[:20]).ok
-    stream.client.put_record(StreamName=stream.name, Data=b"[1, 2", PartitionKey="p")
-    assert publisher.publish(events[20:]).ok
+    poison_seq = stream.publish_with_poison(events, 20, b"[1, 2")
     records = stream.shards()["shardId-000000000000"]
-    poison_seq = records[20]["SequenceNumber"]
+    assert records[20]["SequenceNumber"] == poison_seq
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, dead_letters=RecordingDeadLetterQueue(refuse={poison_seq}))
     # WHEN Lambda consumes the shard with 3 retries

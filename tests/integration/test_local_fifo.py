@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tally_local.template import queue_definitions
-from tests.integration.test_local_end_to_end import DRAIN_S, POISON, assert_counts, planned
-from tests.support.local_stack import pollers, running_stack, tally, tally_lines
+from tests.integration.test_local_end_to_end import DRAIN_S, POISON, assert_counts, planned, redrive_changes_nothing
+from tests.support.local_stack import pollers, running_stack, tally_lines
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -64,9 +64,4 @@ def test_a_fifo_stack_counts_exactly_and_its_dead_letters_redrive_through_fifo_q
             letters = tally_lines("dlq", "list", "--json")
             assert sorted(letter["error_code"] for letter in letters) == sorted(POISON.values())
             # AND a redrive through the FIFO queues changes no count and brings the poison back with its reasons
-            tally("dlq", "redrive")
-            mappings.wait_until_drained(DRAIN_S)
-            assert_counts(expected)
-            again = tally_lines("dlq", "list", "--json")
-            assert sorted(letter["error_code"] for letter in again) == sorted(POISON.values())
-            assert {letter["message_id"] for letter in again}.isdisjoint({letter["message_id"] for letter in letters})
+            redrive_changes_nothing(stack, mappings, expected)

@@ -21,7 +21,7 @@ from tally.core.model import SourceRecord
 from tally.store.schema import EXPIRES_AT, LEDGER_ID, header_id
 from tally_local.chaos.ttl import sweep_expired
 from tests.support.counts import read_all
-from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store
+from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
     from tests.conftest import DynamoDBTables
@@ -33,10 +33,6 @@ T0 = 4_102_444_800_000  # 2100-01-01T00:00Z
 LATER = T0 + (TTL_DAYS + 5) * DAY_MS  # past the old batch's journal expiry (lease + TTL + 1 day)
 SESSION = "0123456789abcdef" * 2
 BIG_KEYS = [f"big-{n:03d}" for n in range(120)]
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def big_body(message_id: str) -> str:

@@ -21,7 +21,7 @@ from tally.errors import RetryableStoreError
 from tally.reader.dynamodb import CounterReader
 from tally.store.schema import WINDOW_MOVES
 from tally.store.windows import DynamoDBWindowMover
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -38,10 +38,6 @@ H = HOUR_MS
 WINDOWS = parse_window_spec("hour,day,month", "hour=90,day=0")
 NEXT_DAY = DAY0 + DAY_MS + 5 * 60_000
 NEXT_MONTH = DAY0 + 31 * DAY_MS + 5 * 60_000  # January has ended
-
-
-def plenty() -> int:
-    return 60_000
 
 
 def count(tables: DynamoDBTables, key: str, hot: str = "") -> None:

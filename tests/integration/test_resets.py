@@ -29,7 +29,7 @@ from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.store.journal import DynamoDBJournal
 from tally_local.kit.faults import DynamoDBFaults
-from tests.support.events import RECORDS_FROM_EVENT, SAMPLES_SENT_MS, expected_samples, load_event
+from tests.support.events import SAMPLES_SENT_MS, expected_samples, processed_twice
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator
 
@@ -44,7 +44,6 @@ pytestmark = pytest.mark.integration
 SENT_MS = SAMPLES_SENT_MS
 NOW_MS = SENT_MS + 1_000
 EXPECTED = expected_samples("-resets.json")
-SOURCES = RECORDS_FROM_EVENT
 
 
 def counters_of(tables: DynamoDBTables, key: str, hot_keys: HotKeys | str = "") -> dict[str, str]:
@@ -76,10 +75,8 @@ def test_each_reset_sample_counts_as_documented(ddb_tables: DynamoDBTables, even
     # GIVEN a sample with deltas, a reset, a duplicate of it, a correction and two refused operator messages
     spec = EXPECTED[event_file]
     pipeline, dlq = pipeline_on(ddb_tables)
-    batch = SOURCES[spec["source"]](load_event(event_file))
     # WHEN it is processed twice (a redelivery of the whole batch)
-    first = pipeline.process(batch, NOW_MS, lambda: 60_000)
-    second = pipeline.process(batch, NOW_MS, lambda: 60_000)
+    first, second = processed_twice(pipeline, event_file, spec, NOW_MS)
     # THEN the counters are as if applied one by one, the reset and correction recorded, the bad ones refused
     assert first.failed_record_ids == second.failed_record_ids == ()
     assert {key: counters_of(ddb_tables, key) for key in spec["counters"]} == spec["counters"]
@@ -306,6 +303,18 @@ steps = st.lists(
 )
 
 
+def step_bodies(spec: list[tuple[str, str, int]], run: str) -> list[str]:
+    """The message bodies of drawn steps, their ids and keys made unique to the example's ``run``."""
+    bodies = []
+    for n, (kind, key, amount) in enumerate(spec):
+        mid, k = f"m{n}-{run}", f"{key}:{run}"
+        if kind == "reset":
+            bodies.append(json.dumps(reset(mid, k, amount)))
+        else:
+            bodies.append(json.dumps(delta(mid, k, amount, **({"correction": True} if kind == "correction" else {}))))
+    return bodies
+
+
 @on_emulator()
 @given(steps, st.integers(0, 2**32), st.integers(1, 4), st.booleans())
 def test_stored_values_equal_the_distinct_messages_applied_one_by_one_in_order(
@@ -315,13 +324,7 @@ def test_stored_values_equal_the_distinct_messages_applied_one_by_one_in_order(
     # after its first delivery), cut into consecutive batches, on a hot key or not
     rng = random.Random(seed)
     run = uuid.uuid4().hex  # examples share the tables: each gets its own keys and ids (replays too)
-    bodies = []
-    for n, (kind, key, amount) in enumerate(spec):
-        mid, k = f"m{n}-{run}", f"{key}:{run}"
-        if kind == "reset":
-            bodies.append(json.dumps(reset(mid, k, amount)))
-        else:
-            bodies.append(json.dumps(delta(mid, k, amount, **({"correction": True} if kind == "correction" else {}))))
+    bodies = step_bodies(spec, run)
     deliveries = list(bodies)
     for body in bodies:
         for _ in range(rng.randint(0, 2)):
@@ -358,13 +361,7 @@ def test_a_shard_checkpointing_at_held_messages_still_applies_them_one_by_one_in
     # messages are claimed by another invocation's journal batch whose lease is still live (held back)
     rng = random.Random(seed)
     run = uuid.uuid4().hex
-    bodies = []
-    for n, (kind, key, amount) in enumerate(spec):
-        mid, k = f"m{n}-{run}", f"{key}:{run}"
-        if kind == "reset":
-            bodies.append(json.dumps(reset(mid, k, amount)))
-        else:
-            bodies.append(json.dumps(delta(mid, k, amount, **({"correction": True} if kind == "correction" else {}))))
+    bodies = step_bodies(spec, run)
     stream = list(bodies)
     for body in bodies:
         if rng.random() < 0.3:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from tally.runtime import CLIENT_CONFIG
 from tally_local.chaos.config import SMOKE, focused
 from tally_local.chaos.harness import (
+    TTL_SECONDS,
     PipelineFactory,
     SeriesReaderFactory,
     Tables,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from tally.commit.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally.post_commit import PostCommitStep
+    from tally.store.journal import DynamoDBJournal
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -57,9 +59,13 @@ def run_on(
     return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory, reader_factory=reader_factory)
 
 
-def rewired(patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig], None]) -> PipelineFactory:
-    """The production wiring (``wire_pipeline``), then ``patch`` applied to each consumer's pipeline: how a
-    broken variant swaps one part for a BROKEN one."""
+def rewired(
+    patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig], None] | None = None,
+    *,
+    journal_class: type[DynamoDBJournal] | None = None,
+) -> PipelineFactory:
+    """The production wiring (``wire_pipeline``) with one part BROKEN: the journal built from ``journal_class``,
+    or ``patch`` applied to each consumer's pipeline (it swaps a part for a broken one)."""
 
     def factory(
         client: DynamoDBClient,
@@ -69,8 +75,12 @@ def rewired(patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig]
         *,
         marker_read_gate: MarkerReadGate | None = None,
     ) -> BatchPipeline:
-        pipeline = wire_pipeline(client, tables, dead_letters, config, marker_read_gate=marker_read_gate)
-        patch(pipeline, client, tables, config)
+        journal = journal_class(client, tables.counters, tables.markers, TTL_SECONDS) if journal_class else None
+        pipeline = wire_pipeline(
+            client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate
+        )
+        if patch is not None:
+            patch(pipeline, client, tables, config)
         return pipeline
 
     return factory

@@ -10,9 +10,10 @@ from tally.sources import kinesis as kinesis_source
 from tally.sources import sqs as sqs_source
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tally.core.model import SourceRecord
+    from tally.pipeline import BatchPipeline, BatchResult
 
 EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
 SAMPLES_SENT_MS: Final = 4_102_444_800_000
@@ -22,6 +23,14 @@ RECORDS_FROM_EVENT: Final[dict[str, Callable[[dict[str, Any]], Sequence[SourceRe
     "kinesis": kinesis_source.records_from_event,
 }
 """The source's own decoding of a Lambda event, by ``expected.json``'s ``source``."""
+
+
+def processed_twice(
+    pipeline: BatchPipeline, event_file: str, spec: Mapping[str, Any], now_ms: int
+) -> tuple[BatchResult, BatchResult]:
+    """A sample event read by its source (``spec``'s) and processed twice: a redelivery of the whole batch."""
+    records = RECORDS_FROM_EVENT[spec["source"]](load_event(event_file))
+    return pipeline.process(records, now_ms, lambda: 60_000), pipeline.process(records, now_ms, lambda: 60_000)
 
 
 def expected_samples(suffix: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from tally.cli.main import cli
 from tally_local.mappings import EventSourceMappings
 from tally_local.stack import LocalStack
+from tests.support.environment import set_environment
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -40,10 +41,8 @@ def running_stack(
     with LocalStack(
         {**SHORT_WINDOWS, **parameters}, dynamodb_endpoint=dynamodb_local.endpoint_url, aws_endpoint=moto_endpoint
     ) as resources:
-        for name in ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_CLOUDFORMATION"):
-            monkeypatch.delenv(name, raising=False)
-        for name, value in resources.cli_environment().items():
-            monkeypatch.setenv(name, value)
+        services = ("AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS", "AWS_ENDPOINT_URL_CLOUDFORMATION")
+        set_environment(monkeypatch, resources.cli_environment(), without=services)
         yield resources
 
 

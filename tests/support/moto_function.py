@@ -20,6 +20,7 @@ from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.context import LocalLambdaContext
 from tally_local.template import load_template, table_definitions
+from tests.support.environment import MOTO_CREDENTIALS, set_environment
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -40,20 +41,18 @@ class MotoFunction:
 def moto_function(monkeypatch: pytest.MonkeyPatch, **environment: str) -> Iterator[MotoFunction]:
     """Inside moto, with the tables ``counters`` and ``markers`` and the DLQ ``tally-dlq``; ``environment``
     adds or overrides variables (``TALLY_WINDOWS``, ``POWERTOOLS_METRICS_NAMESPACE``, ...)."""
-    for name, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
+    variables = {
+        **MOTO_CREDENTIALS,
         "POWERTOOLS_SERVICE_NAME": "tally",
         "POWERTOOLS_TRACE_DISABLED": "true",
         "TALLY_COUNTERS_TABLE": "counters",
         "TALLY_MARKERS_TABLE": "markers",
         "TALLY_NOTIFICATIONS_TABLE": "notifications",
         **environment,
-    }.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS"):
-        monkeypatch.delenv(name, raising=False)
+    }
+    set_environment(
+        monkeypatch, variables, without=("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS")
+    )
     with mock_aws():
         dynamodb = boto3.client("dynamodb")
         definitions = table_definitions(load_template(TEMPLATE))
@@ -72,18 +71,10 @@ def counters_on_moto(
 ) -> Iterator[None]:
     """The template's counters table named ``counters`` on moto, holding ``items``, with the credentials and
     ``TALLY_COUNTERS_TABLE`` (and ``TALLY_MARKERS_TABLE``) the CLI reads, and no local endpoint."""
-    environment = {
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "TALLY_COUNTERS_TABLE": "counters",
-    }
+    environment = {**MOTO_CREDENTIALS, "TALLY_COUNTERS_TABLE": "counters"}
     if markers_table:
         environment["TALLY_MARKERS_TABLE"] = "markers"
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    monkeypatch.delenv("AWS_ENDPOINT_URL_DYNAMODB", raising=False)
+    set_environment(monkeypatch, environment, without=("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB"))
     with mock_aws():
         dynamodb = boto3.client("dynamodb")
         definition = table_definitions(load_template(TEMPLATE))["CountersTable"]

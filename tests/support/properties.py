@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from hypothesis import HealthCheck, settings
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 T = TypeVar("T")
 
@@ -38,3 +41,31 @@ def sent_in_batches(sent: list[T], repeats: list[int], cuts: list[int]) -> list[
         batches.append(order[start : start + cut])
         start += cut
     return batches
+
+
+MAX_DIGITS = 38
+MAX_ADJUSTED = 125
+MIN_ADJUSTED = -130
+
+
+def independently_storable(value: Fraction) -> bool:
+    """Reference check written from the DynamoDB docs, sharing no code with ``storage_problem``.
+
+    At most 38 significant digits (leading and trailing zeros do not count), magnitude from 1E-130 up to
+    9.99...E+125, and zero.
+    """
+    if value == 0:
+        return True
+    numerator, denominator = abs(value.numerator), value.denominator
+    scale = 0
+    while (numerator * 10**scale) % denominator:
+        scale += 1
+        if scale >= 5_000:
+            raise ValueError(f"{value} is not a terminating decimal")
+    coefficient = numerator * 10**scale // denominator
+    while coefficient % 10 == 0:
+        coefficient //= 10
+        scale -= 1
+    digits = len(str(coefficient))
+    adjusted = digits - 1 - scale
+    return digits <= MAX_DIGITS and MIN_ADJUSTED <= adjusted <= MAX_ADJUSTED

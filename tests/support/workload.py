@@ -8,8 +8,12 @@ import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 from tally.core.model import SourceRecord
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 SENT_MS = 4_102_444_800_000
 
@@ -51,13 +55,7 @@ def generate(
             events.append((key, deltas))
             for name, delta in deltas.items():
                 expected[key][name] += delta
-        if len(events) == 1:
-            key, deltas = events[0]
-            body = f'{{"id":{json.dumps(message_id)},"key":{json.dumps(key)},"deltas":{_deltas_json(deltas)}}}'
-        else:
-            packed = ",".join(f'{{"key":{json.dumps(k)},"deltas":{_deltas_json(ds)}}}' for k, ds in events)
-            body = f'{{"id":{json.dumps(message_id)},"events":[{packed}]}}'
-        bodies.append((message_id, body))
+        bodies.append((message_id, message_body(message_id, events)))
     resends = [bodies[rng.randrange(len(bodies))] for _ in range(int(messages * resend_rate))]
     everything = bodies + resends
     rng.shuffle(everything)
@@ -68,6 +66,16 @@ def generate(
     return Workload(records, {key: dict(counters) for key, counters in expected.items()})
 
 
-def _deltas_json(deltas: dict[str, Decimal]) -> str:
+def message_body(message_id: str, events: Sequence[tuple[str, Mapping[str, Decimal | int]]]) -> str:
+    """A single-event message for one (key, deltas) event, a packed message for more; every delta written as
+    its exact literal."""
+    if len(events) == 1:
+        key, deltas = events[0]
+        return f'{{"id":{json.dumps(message_id)},"key":{json.dumps(key)},"deltas":{_deltas_json(deltas)}}}'
+    packed = ",".join(f'{{"key":{json.dumps(k)},"deltas":{_deltas_json(ds)}}}' for k, ds in events)
+    return f'{{"id":{json.dumps(message_id)},"events":[{packed}]}}'
+
+
+def _deltas_json(deltas: Mapping[str, Decimal | int]) -> str:
     """JSON for the deltas with each Decimal written as its exact literal (never through a float)."""
     return "{" + ",".join(f"{json.dumps(name)}:{value}" for name, value in deltas.items()) + "}"

@@ -36,6 +36,7 @@ from tally_local.context import LocalLambdaContext
 from tally_local.kit.calls import FUNCTION, OPERATOR, PRODUCER, READ_FUNCTION, READER, RECORDER, Call, Recording
 from tally_local.kit.lambda_events import kinesis_event, on_failure_record, s3_on_failure_object
 from tally_local.template import load_template, table_definitions
+from tests.support.environment import MOTO_CREDENTIALS, set_environment
 from tests.support.events import EVENTS_DIR, load_event, sqs_event
 from tests.support.iam import MANAGED_POLICIES, SOURCES, evaluate, transformed_template
 
@@ -50,9 +51,7 @@ if TYPE_CHECKING:
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 ENVIRONMENT = {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
+    **MOTO_CREDENTIALS,
     "POWERTOOLS_SERVICE_NAME": "tally",
     "POWERTOOLS_METRICS_NAMESPACE": "Tally",
     "POWERTOOLS_TRACE_DISABLED": "true",
@@ -63,11 +62,8 @@ ENVIRONMENT = {
 def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     """moto with the template's tables, a dead-letter queue, a source queue and a stream; the function's
     variables set as the template sets them."""
-    for name, value in ENVIRONMENT.items():
-        monkeypatch.setenv(name, value)
-    for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.delenv("TALLY_STACK", raising=False)
+    endpoints = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS")
+    set_environment(monkeypatch, ENVIRONMENT, without=(*endpoints, "TALLY_STACK"))
     with mock_aws():
         dynamodb, sqs, kinesis = boto3.client("dynamodb"), boto3.client("sqs"), boto3.client("kinesis")
         definitions = table_definitions(load_template(TEMPLATE))
@@ -89,8 +85,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             "TALLY_WINDOWS": "hour",
             "TALLY_NOTIFICATIONS_TABLE": "notifications",
         }
-        for name, value in variables.items():
-            monkeypatch.setenv(name, value)
+        set_environment(monkeypatch, variables)
         sqs_handler.pipeline.cache_clear()
         kinesis_handler.pipeline.cache_clear()
         read_handler.reader.cache_clear()

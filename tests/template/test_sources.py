@@ -12,11 +12,13 @@ import pytest
 
 from tests.template.conditions import deployed, evaluate_conditions, parameter_values
 from tests.template.test_template import (
+    COUNTING_FUNCTION_GRANTS,
     REPO_ROOT,
     _as_list,
     _policy_statements,
     blocking,
     cfn_lint,
+    granted,
     sam_transform,
 )
 
@@ -175,7 +177,6 @@ def test_markers_outlive_every_way_a_kinesis_record_comes_back(template: dict[st
 
 def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transformed: dict[str, Any]) -> None:
     resources = kinesis_stack(template, transformed)
-    granted: dict[str, set[str]] = {}
     for statement in _policy_statements(resources):
         assert statement["Effect"] == "Allow"
         for action in _as_list(statement["Action"]):
@@ -184,25 +185,7 @@ def test_stream_function_iam_is_least_privilege(template: dict[str, Any], transf
             assert not action.startswith("dynamodb:Delete")
         for resource in _as_list(statement["Resource"]):
             assert isinstance(resource, dict), resource
-            granted.setdefault(json.dumps(resource), set()).update(_as_list(statement["Action"]))
-    assert granted == {
-        json.dumps({"Fn::GetAtt": ["MarkersTable", "Arn"]}): {
-            "dynamodb:PutItem",
-            "dynamodb:UpdateItem",
-            "dynamodb:ConditionCheckItem",
-            "dynamodb:GetItem",
-            "dynamodb:BatchGetItem",  # the marker pre-read, a committed batch's pages
-            "dynamodb:BatchWriteItem",  # the journal's pages
-        },
-        json.dumps({"Fn::GetAtt": ["CountersTable", "Arn"]}): {
-            "dynamodb:UpdateItem",  # the ADDs
-            "dynamodb:ConditionCheckItem",  # a bounded counter whose steps net to zero
-            "dynamodb:BatchGetItem",  # a journal batch's later chunks checked against stored values
-            "dynamodb:PutItem",  # distinct-count member items
-        },
-        json.dumps({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]}): {"sqs:SendMessage"},
-        json.dumps({"Fn::GetAtt": ["NotificationsTable", "Arn"]}): {"dynamodb:PutItem"},  # a threshold crossing
-    }
+    assert granted(resources) == COUNTING_FUNCTION_GRANTS
     role = resources[f"{STREAM_FUNCTION}Role"]["Properties"]
     assert {arn.rsplit("/", 1)[-1] for arn in role["ManagedPolicyArns"]} == {
         "AWSLambdaBasicExecutionRole",

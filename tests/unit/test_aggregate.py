@@ -33,6 +33,7 @@ from tally.core.digest import content_digest, short_digest
 from tally.core.ledger import content_conflict
 from tally.core.model import CounterEvent, IdConflict, Message, RejectCode, Rejection
 from tally.core.plan import plan_transactions
+from tests.support.properties import independently_storable
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -214,23 +215,6 @@ def test_message_totals_of_accepted_message_never_raises(raw: str) -> None:
 
 
 # --- property (a): the pure core adds exactly the distinct events --------------------------------------
-
-
-def independently_storable(value: Fraction) -> bool:
-    """At most 38 significant digits and a magnitude from 1E-130 to 9.99...E+125 (or zero)."""
-    if value == 0:
-        return True
-    numerator, denominator = abs(value.numerator), value.denominator
-    scale = 0
-    while (numerator * 10**scale) % denominator:
-        scale += 1
-    coefficient = numerator * 10**scale // denominator
-    while coefficient % 10 == 0:
-        coefficient //= 10
-        scale -= 1
-    digits = len(str(coefficient))
-    adjusted = digits - 1 - scale
-    return digits <= 38 and -130 <= adjusted <= 125
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from moto import mock_aws
 
 from tally.cli.main import cli
+from tests.support.environment import set_environment
 from tests.support.moto_function import counters_on_moto
 
 if TYPE_CHECKING:
@@ -88,12 +89,12 @@ def test_a_failed_read_says_what_failed_where_and_hints_at_the_local_stack(
 ) -> None:
     # GIVEN the exports of a local stack that is no longer running
     endpoint = f"http://127.0.0.1:{_closed_port()}"
-    for name, value in {
+    variables = {
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL_DYNAMODB": endpoint,
         "TALLY_COUNTERS_TABLE": "counters",
-    }.items():
-        monkeypatch.setenv(name, value)
+    }
+    set_environment(monkeypatch, variables)
     # WHEN read
     result = run("get", "k")
     # THEN it says a read failed, at which endpoint, and what to check; not "outcome unknown" (a write's words)

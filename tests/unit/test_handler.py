@@ -17,38 +17,22 @@ from tally.errors import ConfigurationError
 from tally.handlers import sqs as sqs_handler
 from tally.reader.store_view import read_counters
 from tally_local.context import LocalLambdaContext
-from tests.support.events import expected_of_source, load_event, sqs_event
+from tests.support.events import load_event, sqs_event
 from tests.support.moto_function import (
     MotoStack,
-    deliver_sample_twice,
-    documented_after_two_deliveries,
     moto_stack,
-    sample_outcome,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
-EXPECTED = expected_of_source("sqs")
 
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[MotoStack]:
     with moto_stack(monkeypatch, sqs_handler, POWERTOOLS_METRICS_NAMESPACE="Tally") as stack:
         yield stack
-
-
-@pytest.mark.parametrize("event_file", sorted(EXPECTED))
-def test_each_sample_event_counts_as_documented(
-    stack: MotoStack, event_file: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a sample event WHEN the handler runs on it twice (a redelivery of the whole batch)
-    first, second = deliver_sample_twice(sqs_handler, load_event(event_file), EXPECTED[event_file], monkeypatch)
-    # THEN nothing is reported failed, and counters, dead letters, gauges and distinct counts are as documented
-    assert first == {"batchItemFailures": []}
-    assert second == {"batchItemFailures": []}
-    assert sample_outcome(stack, EXPECTED[event_file]) == documented_after_two_deliveries(EXPECTED[event_file])
 
 
 def test_dead_letters_keep_the_original_body_and_say_why(stack: MotoStack) -> None:

@@ -13,20 +13,16 @@ from tally.handlers import kinesis as kinesis_handler
 from tally.reader.store_view import read_counters
 from tally.sources.kinesis import failure_report, records_from_event
 from tally_local.context import LocalLambdaContext
-from tests.support.events import expected_of_source, load_event
+from tests.support.events import load_event
 from tests.support.moto_function import (
     MotoStack,
-    deliver_sample_twice,
-    documented_after_two_deliveries,
     moto_stack,
-    sample_outcome,
 )
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
-EXPECTED = expected_of_source("kinesis")
 STREAM_ARN = "arn:aws:kinesis:us-east-1:123456789012:stream/tally-EventStream"
 
 
@@ -42,18 +38,6 @@ def _sequence_numbers(event: dict[str, Any]) -> list[str]:
 
 def _failed(response: Any) -> list[str]:
     return [failure["itemIdentifier"] for failure in response["batchItemFailures"]]
-
-
-@pytest.mark.parametrize("event_file", sorted(EXPECTED))
-def test_each_sample_event_counts_as_documented(
-    stack: MotoStack, event_file: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a sample event WHEN the handler runs on it twice (the shard redelivered from its start)
-    first, second = deliver_sample_twice(kinesis_handler, load_event(event_file), EXPECTED[event_file], monkeypatch)
-    # THEN nothing is reported failed, and counters, dead letters, gauges and distinct counts are as documented
-    assert first == {"batchItemFailures": []}
-    assert second == {"batchItemFailures": []}
-    assert sample_outcome(stack, EXPECTED[event_file]) == documented_after_two_deliveries(EXPECTED[event_file])
 
 
 def test_dead_letters_carry_the_full_record_payload(stack: MotoStack) -> None:

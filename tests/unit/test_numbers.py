@@ -10,34 +10,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from tally.core.numbers import Number, add, storage_problem, to_wire
-
-MAX_DIGITS = 38
-MAX_ADJUSTED = 125
-MIN_ADJUSTED = -130
+from tests.support.properties import independently_storable
 
 THIRTY_EIGHT_NINES = 10**38 - 1
-
-
-def independently_storable(value: Fraction) -> bool:
-    """Reference check written from the DynamoDB docs, sharing no code with ``storage_problem``.
-
-    At most 38 significant digits (leading and trailing zeros do not count), magnitude from 1E-130 up to
-    9.99...E+125, and zero.
-    """
-    if value == 0:
-        return True
-    numerator, denominator = abs(value.numerator), value.denominator
-    scale = 0
-    while (numerator * 10**scale) % denominator:
-        scale += 1
-        assert scale < 5_000, "not a terminating decimal"
-    coefficient = numerator * 10**scale // denominator
-    while coefficient % 10 == 0:
-        coefficient //= 10
-        scale -= 1
-    digits = len(str(coefficient))
-    adjusted = digits - 1 - scale
-    return digits <= MAX_DIGITS and MIN_ADJUSTED <= adjusted <= MAX_ADJUSTED
 
 
 # --- storage_problem: boundaries -----------------------------------------------------------------------

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -31,6 +29,7 @@ from tally.producer import (
     single_message,
 )
 from tally.store.markers import marker_id
+from tests.support.imports import loaded_by
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -225,14 +224,8 @@ def test_a_pack_of_one_is_sent_in_the_single_shape() -> None:
 
 def test_the_library_needs_nothing_but_boto3() -> None:
     # The producer is embedded in applications: importing it must not pull in the Lambda's dependencies.
-    code = (
-        "import sys, tally.producer\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'msgspec', 'aws_lambda_powertools', 'tenacity', 'click', 'rich'})\n"
-        "print(heavy)"
-    )
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert output.strip() == "[]"
+    heavy = ("msgspec", "aws_lambda_powertools", "tenacity", "click", "rich")
+    assert loaded_by("import tally.producer", heavy) == []
 
 
 def test_a_utc_datetime_and_its_epoch_ms_are_the_same_event_time() -> None:

@@ -6,8 +6,6 @@ summed, exact decimals, input checked before anything is sent.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from tally.reader import CounterReader, Counters, Ranked, Window, check_key, lar
 from tally.reader.dynamodb import key_of_partition
 from tally_local.kit.calls import RECORDER
 from tally_local.template import load_template, table_definitions
+from tests.support.imports import loaded_by
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 DAY0 = 4_102_444_800_000  # 2100-01-01T00:00Z
@@ -210,11 +209,4 @@ def test_from_environment_reads_the_functions_variables(dynamodb: Any) -> None:
 
 def test_the_library_needs_no_lambda_dependencies() -> None:
     # Embedded in applications: importing it must not pull in the Lambda function's or the CLI's libraries.
-    code = (
-        "import sys, tally.reader\n"
-        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in "
-        "{'aws_lambda_powertools', 'tenacity', 'click', 'rich', 'yaml'})\n"
-        "print(heavy)"
-    )
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert output.strip() == "[]"
+    assert loaded_by("import tally.reader", ("aws_lambda_powertools", "tenacity", "click", "rich", "yaml")) == []

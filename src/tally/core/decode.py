@@ -295,11 +295,7 @@ def _operator_event(
         raise _Invalid(RejectCode.INVALID_RESET, f"a reset names 1 to {MAX_OPERATOR_COUNTERS} counters")
     values: dict[str, Number] = {}
     for name, value in raw.items():
-        if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
-            raise _Invalid(
-                RejectCode.INVALID_COUNTER_NAME,
-                f"counter names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `$.reset`",
-            )
+        _check_name(name, limits, RejectCode.INVALID_COUNTER_NAME, "counter", "$.reset")
         values[name] = _number(value, f"$.reset.{name}")
     return CounterEvent(key, {}, ts_ms, reset=values)
 
@@ -315,11 +311,7 @@ def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: WireLimits, index: i
         )
     gauges: dict[str, Gauge] = {}
     for name, reading in raw.items():
-        if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
-            raise _Invalid(
-                RejectCode.INVALID_GAUGE,
-                f"gauge names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `{where}`",
-            )
+        _check_name(name, limits, RejectCode.INVALID_GAUGE, "gauge", where)
         if not isinstance(reading, dict) or len(reading) != 1:
             raise _Invalid(RejectCode.INVALID_GAUGE, f'a gauge is {{"max"|"min"|"latest": value}} at `{where}.{name}`')
         ((kind_name, value),) = reading.items()
@@ -448,6 +440,12 @@ def _has_lone_surrogate_escape(raw: bytes) -> bool:
             return True
         pending_high_end = match.end() if is_high else -1
     return pending_high_end >= 0
+
+
+def _check_name(name: str, limits: WireLimits, code: RejectCode, kind: str, where: str) -> None:
+    """A reset's counter name or a gauge name: 1 to ``max_counter_name_bytes`` bytes of UTF-8."""
+    if not name or _utf8_len_over(name, limits.max_counter_name_bytes):
+        raise _Invalid(code, f"{kind} names are 1 to {limits.max_counter_name_bytes} bytes of UTF-8 at `{where}`")
 
 
 def _utf8_len_over(text: str, limit: int) -> bool:

@@ -61,3 +61,8 @@ KINESIS_PUT_MAX_RECORDS: Final = 500
 KINESIS_PUT_MAX_BYTES: Final = 5 * 1024 * 1024
 KINESIS_RECORD_MAX_BYTES: Final = 1024 * 1024
 KINESIS_PARTITION_KEY_MAX_CHARS: Final = 256
+
+# ------------------------------------------------------------------------------------------------- Lambda
+LAMBDA_PAYLOAD_MAX_BYTES: Final = 6 * 1024 * 1024
+"""A synchronous invocation's payload: an event source mapping never delivers a bigger event (a batch is cut
+to fit it)."""

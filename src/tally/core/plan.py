@@ -251,7 +251,8 @@ def plan_batch(
     - sharing a block marker item or a key with another message may save an action, never changes that.
     """
     replaced = replaces if replaces is not None else {}
-    rejected: dict[str, Rejection] = {}
+    parts = _PlanParts()
+    rejected, small, direct = parts.rejected, parts.small, parts.direct
     pinned: list[MessageTotals] = []
     free: list[MessageTotals] = []
     for message in messages:
@@ -262,9 +263,6 @@ def plan_batch(
             pinned.append(message)
         else:
             free.append(message)
-    small: list[tuple[MessageTotals, ...]] = []
-    direct: list[Chunk] = []
-    journals: list[tuple[MessageTotals, ...]] = []
     # A pinned message replacing an aborted batch's marker goes alone: its transaction checks that batch.
     for message in pinned:
         batch = replaced.get(message.message_id)
@@ -284,24 +282,54 @@ def plan_batch(
             direct.extend(split.chunks)
             rejected.update({mid: _pinned(rejection) for mid, rejection in split.rejected.items()})
     for unit in _storable_units(_components(free, by_marker=True)):
-        markers = _marker_count(unit)
-        keys = _action_count(unit) - markers
         forced = any(message.message_id in replaced for message in unit)
-        if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
-            small.append(unit)
-            continue
-        split = plan_transactions(unit, max_actions, counter_limit)
-        if not allow_journal:
-            direct.extend(split.chunks)
-            rejected.update(split.rejected)
-            continue
-        direct_cost = sum(chunk.action_count for chunk in split.chunks)
-        if forced or split.rejected or direct_cost > markers + keys + journal_overhead(markers, keys):
-            journals.append(unit)
-        else:
-            direct.extend(split.chunks)
-    direct.extend(_pack_small_units(small, max_actions))
-    return BatchPlan(tuple(direct), tuple(journals), rejected)
+        _place_unit(unit, max_actions, counter_limit, forced=forced, direct_only=not allow_journal, into=parts)
+    return parts.plan(max_actions)
+
+
+@dataclass(slots=True)
+class _PlanParts:
+    """A plan as it is put together: units to pack together, direct transactions, journal units, refusals."""
+
+    small: list[tuple[MessageTotals, ...]] = field(default_factory=list)
+    direct: list[Chunk] = field(default_factory=list)
+    journals: list[tuple[MessageTotals, ...]] = field(default_factory=list)
+    rejected: dict[str, Rejection] = field(default_factory=dict)
+
+    def plan(self, max_actions: int) -> BatchPlan:
+        """The plan: the direct transactions, then the small units packed into as few as hold them."""
+        return BatchPlan(
+            (*self.direct, *_pack_small_units(self.small, max_actions)), tuple(self.journals), self.rejected
+        )
+
+
+def _place_unit(
+    unit: tuple[MessageTotals, ...],
+    max_actions: int,
+    counter_limit: CounterLimit,
+    *,
+    forced: bool,
+    direct_only: bool,
+    into: _PlanParts,
+) -> None:
+    """Put a unit on its path: packed with other small units when it fits one transaction, else split into
+    direct transactions or claimed by the journal, whichever costs fewer actions (``forced``: the journal;
+    ``direct_only``: never the journal, its messages too large for a transaction refused)."""
+    markers = _marker_count(unit)
+    keys = _action_count(unit) - markers
+    if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
+        into.small.append(unit)
+        return
+    split = plan_transactions(unit, max_actions, counter_limit)
+    if direct_only:
+        into.direct.extend(split.chunks)
+        into.rejected.update(split.rejected)
+        return
+    direct_cost = sum(chunk.action_count for chunk in split.chunks)
+    if forced or split.rejected or direct_cost > markers + keys + journal_overhead(markers, keys):
+        into.journals.append(unit)
+    else:
+        into.direct.extend(split.chunks)
 
 
 def _pinned(rejection: Rejection) -> Rejection:

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Final
 
 from tally.core.aggregate import MessageTotals
 from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, window_counter
-from tally.core.limits import TRANSACT_MAX_ACTIONS
+from tally.core.limits import BATCH_GET_MAX_KEYS, BATCH_WRITE_MAX_ITEMS, LAMBDA_PAYLOAD_MAX_BYTES, TRANSACT_MAX_ACTIONS
 from tally.core.numbered_ids import distinct_marker_items, numbered_id
 from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch
 from tally.core.windows import MOVE_AT_BYTES, hours_on_day_items, parse_window_spec
@@ -70,10 +70,6 @@ WORST_NUMBER_BYTES: Final = number_size("9" * 38)
 """A counter value at DynamoDB's 38 digits: item sizes are billed on the largest they can be."""
 CLAIMS_PER_TRANSACTION: Final = TRANSACT_MAX_ACTIONS - 1
 """A claim transaction holds the header (or its check) and up to 99 markers."""
-BATCH_GET_KEYS: Final = 100
-BATCH_WRITE_ITEMS: Final = 25
-MAX_INVOCATION_BYTES: Final = 6 * 1024 * 1024
-"""Lambda's synchronous payload limit: an SQS or Kinesis batch is cut to fit it."""
 SQS_RECORD_ENVELOPE_BYTES: Final = 1000
 """What an SQS record adds to its body in the Lambda event: message id, receipt handle (a few hundred
 characters on AWS), attributes, MD5, queue ARN and region, as JSON."""
@@ -376,7 +372,7 @@ def bill_batch(
     if traffic.resend_rate > 0:
         # The gate stays open while re-sends keep meeting markers: every record's marker is read.
         reads += read_units(MARKER_BYTES, consistent=False) * records
-        batch_gets += -(-records // BATCH_GET_KEYS)
+        batch_gets += -(-records // BATCH_GET_MAX_KEYS)
     for chunk in plan.direct:
         writes += marker_units * chunk.marker_items + _adds(chunk.increments, traffic)
         transactions += 1
@@ -396,9 +392,9 @@ def bill_batch(
             continue
         later = sum(len(chunk) for chunk in chunks[1:])
         reads += read_units(_counter_item_bytes(traffic), consistent=True) * later
-        batch_gets += -(-later // BATCH_GET_KEYS)
+        batch_gets += -(-later // BATCH_GET_MAX_KEYS)
         writes += sum(write_units(PAGE_OVERHEAD_BYTES + page_bytes(chunk)) for chunk in chunks)
-        batch_writes += -(-len(chunks) // BATCH_WRITE_ITEMS)
+        batch_writes += -(-len(chunks) // BATCH_WRITE_MAX_ITEMS)
         # commit: header + applied-record + chunk 0; each later chunk: applied-record + ADDs; finish: header
         writes += 2 * header_units + _adds(chunks[0], traffic)
         writes += sum(header_units + _adds(chunk, traffic) for chunk in chunks[1:])
@@ -651,7 +647,7 @@ def price(
     given: what a deployment with those two parameters pays (the template's defaults, for example).
     """
     window_cap = SQS_MAX_WINDOW_S if traffic.source == "SQS" else KINESIS_MAX_WINDOW_S
-    size = min(batch_size, MAX_BATCH_RECORDS, max(1, MAX_INVOCATION_BYTES // traffic.record_bytes))
+    size = min(batch_size, MAX_BATCH_RECORDS, max(1, LAMBDA_PAYLOAD_MAX_BYTES // traffic.record_bytes))
     # A Kinesis batch holds one shard's records: it fills at the shard's rate, not the stream's.
     shards = _kinesis_shards(traffic)
     feed = traffic.records_per_second / max(1, shards)

@@ -11,15 +11,10 @@ an unexpected error fails the invocation, which the event source mapping retries
 
 from __future__ import annotations
 
-import os
-import time
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
-
-from tally.config import Settings
-from tally.runtime import METRICS_NAMESPACE, build_pipeline, report
+# logger, metrics, tracer and pipeline are re-exported: tests clear the pipeline and read the logs through them.
+from tally.handlers.counting import count, entry_point, logger, metrics, pipeline, tracer
 from tally.sources.kinesis import failure_report, records_from_event
 
 if TYPE_CHECKING:
@@ -28,25 +23,10 @@ if TYPE_CHECKING:
     from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
     from aws_lambda_powertools.utilities.typing import LambdaContext
 
-    from tally.pipeline import BatchPipeline
-
-logger = Logger(service="tally")
-metrics = Metrics(namespace=METRICS_NAMESPACE, service="tally")
-tracer = Tracer(service="tally")
+__all__ = ["handler", "logger", "metrics", "pipeline", "tracer"]
 
 
-@cache
-def pipeline() -> BatchPipeline:
-    """Built on the first invocation of a container, then reused (``cache_clear`` in tests)."""
-    return build_pipeline(Settings.from_env(os.environ))
-
-
-@logger.inject_lambda_context(clear_state=True)
-@tracer.capture_lambda_handler(capture_response=False)
-@metrics.log_metrics
+@entry_point
 def handler(event: Mapping[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
     """Count a Kinesis batch; report the records from which the shard must be redelivered."""
-    now_ms = time.time_ns() // 1_000_000
-    result = pipeline().process(records_from_event(event), now_ms, context.get_remaining_time_in_millis)
-    report(result, metrics, logger)
-    return failure_report(result.failed_record_ids)
+    return failure_report(count(records_from_event(event), context).failed_record_ids)

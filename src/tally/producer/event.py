@@ -61,7 +61,7 @@ class Event:
     and in the windows of ``ts``."""
 
     def __post_init__(self) -> None:
-        _check_text(self.key, "key", WIRE_LIMITS.max_key_bytes)
+        check_text(self.key, "key", WIRE_LIMITS.max_key_bytes)
         if SHARD_SEPARATOR in self.key:
             raise ValueError("key may not contain U+001F: the consumer uses it to separate shard numbers")
         if not isinstance(self.deltas, Mapping):
@@ -73,7 +73,7 @@ class Event:
             )
         deltas: dict[str, int | Decimal] = {}
         for name, value in self.deltas.items():
-            _check_text(name, "counter name", WIRE_LIMITS.max_counter_name_bytes)
+            check_text(name, "counter name", WIRE_LIMITS.max_counter_name_bytes)
             if SHARD_SEPARATOR in name:
                 raise ValueError(f"counter {name!r} may not contain U+001F: the consumer marks window counters with it")
             deltas[name] = _check_number(name, value)
@@ -81,7 +81,7 @@ class Event:
         if self.ts is not None:
             object.__setattr__(self, "ts", _epoch_ms(self.ts))
         if self.id is not None:
-            _check_text(self.id, "id", WIRE_LIMITS.max_id_bytes)
+            check_text(self.id, "id", WIRE_LIMITS.max_id_bytes)
         if self.gauges is not None:
             object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
         if self.distinct is not None:
@@ -109,7 +109,7 @@ class Event:
                 raise TypeError(f"reset of {self.key!r} must be a mapping")
             values: dict[str, int | Decimal] = {}
             for name, value in self.reset.items():
-                _check_text(name, "counter name", WIRE_LIMITS.max_counter_name_bytes)
+                check_text(name, "counter name", WIRE_LIMITS.max_counter_name_bytes)
                 values[name] = _check_number(name, value)
             object.__setattr__(self, "reset", values)
             amounts = values
@@ -135,8 +135,8 @@ class Event:
         if not isinstance(distinct, Mapping) or not distinct or len(distinct) > WIRE_LIMITS.max_counters_per_event:
             raise ValueError(f"distinct of {self.key!r}: 1 to {WIRE_LIMITS.max_counters_per_event} sets")
         for name, member in distinct.items():
-            _check_text(name, "set name", WIRE_LIMITS.max_counter_name_bytes)
-            _check_text(member, f"member of {name!r}", MAX_MEMBER_BYTES)
+            check_text(name, "set name", WIRE_LIMITS.max_counter_name_bytes)
+            check_text(member, f"member of {name!r}", MAX_MEMBER_BYTES)
             if SHARD_SEPARATOR in name or SHARD_SEPARATOR in member:
                 raise ValueError(f"distinct {name!r}: set names and members may not contain U+001F")
         return dict(distinct)
@@ -148,14 +148,14 @@ class Event:
             raise ValueError(f"gauges of {self.key!r}: 1 to {WIRE_LIMITS.max_counters_per_event} of them")
         checked: dict[str, tuple[str, int | Decimal | str]] = {}
         for name, reading in gauges.items():
-            _check_text(name, "gauge name", WIRE_LIMITS.max_counter_name_bytes)
+            check_text(name, "gauge name", WIRE_LIMITS.max_counter_name_bytes)
             kind, value = reading
             if kind not in ("max", "min", "latest"):
                 raise ValueError(f"gauge {name!r}: the kinds are max, min and latest, not {kind!r}")
             if kind == "latest" and self.ts is None:
                 raise ValueError(f"gauge {name!r}: a latest reading needs the event's ts")
             if kind == "latest" and isinstance(value, str):
-                _check_text(value, f"gauge {name!r}", MAX_GAUGE_TEXT_BYTES)
+                check_text(value, f"gauge {name!r}", MAX_GAUGE_TEXT_BYTES)
                 checked[name] = (kind, value)
             else:
                 checked[name] = (kind, _check_number(name, value))
@@ -180,7 +180,8 @@ class Event:
         return _epoch_ms(self.ts) if self.ts is not None else None
 
 
-def _check_text(value: object, what: str, max_bytes: int) -> None:
+def check_text(value: object, what: str, max_bytes: int) -> None:
+    """A non-empty string of at most ``max_bytes`` of UTF-8 (no lone surrogate), or ``ValueError`` naming ``what``."""
     if not isinstance(value, str) or not value:
         raise ValueError(f"{what} must be a non-empty string, got {value!r}")
     try:

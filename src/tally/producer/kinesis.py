@@ -12,7 +12,6 @@ message id for a packed message, which spreads packs evenly over the shards. Key
 
 from __future__ import annotations
 
-import hashlib
 import time
 from typing import TYPE_CHECKING, Final
 
@@ -27,7 +26,7 @@ from tally.core.limits import (
 )
 from tally.producer.delivery import EntryFailure, RetryPolicy, call_failure
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
-from tally.producer.publisher import Publisher
+from tally.producer.publisher import Publisher, accepted_or_digest, routing_key
 
 if TYPE_CHECKING:
     import random
@@ -44,15 +43,7 @@ DEFAULT_MAX_MESSAGE_BYTES: Final = KINESIS_RECORD_MAX_BYTES - 4 * KINESIS_PARTIT
 
 def bounded_partition_key(value: str) -> str:
     """``value`` if Kinesis accepts it as a partition key (1-256 characters), else its SHA-256."""
-    if 0 < len(value) <= KINESIS_PARTITION_KEY_MAX_CHARS:
-        return value
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
-
-
-def default_partition_key(message: OutgoingMessage) -> str:
-    """The counter key of a single-event message, the message id of a packed one."""
-    key = message.single_key if not message.packed else None
-    return key if key is not None else message.message_id
+    return accepted_or_digest(value, lambda key: 0 < len(key) <= KINESIS_PARTITION_KEY_MAX_CHARS)
 
 
 class KinesisPublisher(Publisher):
@@ -69,7 +60,7 @@ class KinesisPublisher(Publisher):
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         minute_windows: bool = False,
         policy: RetryPolicy | None = None,
-        partition_key: Callable[[OutgoingMessage], str] = default_partition_key,
+        partition_key: Callable[[OutgoingMessage], str] = routing_key,
         new_id: Callable[[], str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,

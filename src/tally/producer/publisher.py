@@ -8,6 +8,7 @@ rest is here, once.
 
 from __future__ import annotations
 
+import hashlib
 import random
 import time
 from abc import ABC, abstractmethod
@@ -23,6 +24,20 @@ if TYPE_CHECKING:
     from tally.producer.event import Event
     from tally.producer.result import PublishResult
     from tally.producer.wire import OutgoingMessage
+
+
+def routing_key(message: OutgoingMessage) -> str:
+    """The counter key of a single-event message, the message id of a packed one."""
+    key = message.single_key if not message.packed else None
+    return key if key is not None else message.message_id
+
+
+def accepted_or_digest(value: str, accepted: Callable[[str], object]) -> str:
+    """``value`` if the service accepts it as it is, else its SHA-256 (64 hex digits), so that the same value
+    always becomes the same token."""
+    if accepted(value):
+        return value
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()
 
 
 class Publisher(ABC):

@@ -12,7 +12,6 @@ spread the load, and a hot key stays in one group as it would in one Kinesis sha
 
 from __future__ import annotations
 
-import hashlib
 import re
 import time
 from typing import TYPE_CHECKING, Final
@@ -23,7 +22,7 @@ from tally.core.batching import group
 from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
 from tally.producer.delivery import EntryFailure, RetryPolicy, call_failure
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
-from tally.producer.publisher import Publisher
+from tally.producer.publisher import Publisher, accepted_or_digest, routing_key
 
 if TYPE_CHECKING:
     import random
@@ -41,15 +40,7 @@ _FIFO_TOKEN: Final = re.compile(r"[!-~]{1,128}")  # SQS: 1-128 printable ASCII c
 
 def fifo_token(value: str) -> str:
     """``value`` if SQS accepts it as a group or deduplication id, else its SHA-256 (64 hex digits)."""
-    if _FIFO_TOKEN.fullmatch(value):
-        return value
-    return hashlib.sha256(value.encode("utf-8")).hexdigest()
-
-
-def default_group_id(message: OutgoingMessage) -> str:
-    """The counter key of a single-event message, the message id of a packed one."""
-    key = message.single_key if not message.packed else None
-    return key if key is not None else message.message_id
+    return accepted_or_digest(value, _FIFO_TOKEN.fullmatch)
 
 
 class SqsPublisher(Publisher):
@@ -65,7 +56,7 @@ class SqsPublisher(Publisher):
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         minute_windows: bool = False,
         policy: RetryPolicy | None = None,
-        group_id: Callable[[OutgoingMessage], str] = default_group_id,
+        group_id: Callable[[OutgoingMessage], str] = routing_key,
         new_id: Callable[[], str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,

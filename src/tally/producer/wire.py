@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tally.core.limits import WIRE_LIMITS
-from tally.producer.event import DEFAULT_COUNTER, Event
+from tally.producer.event import DEFAULT_COUNTER, Event, check_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -45,14 +45,14 @@ class OutgoingMessage:
 
 def single_message(event: Event, message_id: str) -> OutgoingMessage:
     """``{"id": ..., "key": ..., "delta"|"deltas": ..., "ts"?: ...}``."""
-    _check_id(message_id)
+    check_text(message_id, "message id", WIRE_LIMITS.max_id_bytes)
     body = '{"id":' + _string(message_id) + "," + event_fields(event) + "}"
     return OutgoingMessage(message_id, (event,), body.encode("ascii"), packed=False)
 
 
 def packed_message(events: Sequence[Event], message_id: str) -> OutgoingMessage:
     """``{"id": ..., "events": [...]}``: the whole message counts once, however many events it holds."""
-    _check_id(message_id)
+    check_text(message_id, "message id", WIRE_LIMITS.max_id_bytes)
     if not events:
         raise ValueError("a packed message needs at least one event")
     if len(events) > WIRE_LIMITS.max_events_per_message:
@@ -120,14 +120,3 @@ def _number(value: int | Decimal) -> str:
     # str() of an int or a finite Decimal is a valid JSON number literal ("1E+2", "-0.10", "7"),
     # and it is the exact value: the consumer parses the literal's text straight into a Decimal.
     return str(value)
-
-
-def _check_id(message_id: str) -> None:
-    if not isinstance(message_id, str) or not message_id:
-        raise ValueError(f"a message id must be a non-empty string, got {message_id!r}")
-    try:
-        size = len(message_id.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"message id holds a lone surrogate at {exc.start}") from exc
-    if size > WIRE_LIMITS.max_id_bytes:
-        raise ValueError(f"message id is {size} bytes of UTF-8 (at most {WIRE_LIMITS.max_id_bytes})")
