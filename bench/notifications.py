@@ -7,7 +7,11 @@ The shape of ``bench.bounded`` (the handlers' own wiring, windows off, single-ev
 - ``thresholds, never crossed``: ``CounterThresholds`` ``u:*#n>=1000000000``: every write carries its crossing
   condition, none fails;
 - ``thresholds, crossed``: levels at a quarter, half, three quarters and all of each key's events: each key
-  crosses four levels, each crossing costs the refused transaction and the exact one with its notification.
+  crosses four levels, each crossing costs the refused transaction and the exact one with its notification;
+- ``day windows`` and ``day thresholds, late``: the same events with ``ts`` in yesterday's UTC day (ended, so
+  moved off the key items after the first batch), counted per day; the second declares the same levels per day
+  (``u:*#n@day>=...``): each of its late events is judged against the day's whole value, the moved part read
+  with the key item (two item reads per key for each attempt of a write), the cost beside the first.
 
 The third load runs the notifications pipe model (``tally_local.pipe``) on DynamoDB Local's stream beside the
 function, putting to an in-memory bus: the latency of each crossing is the time from the answer of the
@@ -47,7 +51,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-LOADS: Final = ("sums", "thresholds, never crossed", "thresholds, crossed")
+LOADS: Final = ("sums", "thresholds, never crossed", "thresholds, crossed", "day windows", "day thresholds, late")
 
 
 class _TimedBus:
@@ -95,12 +99,13 @@ def measure(load: str, events: int, keys: int, ddb: DynamoDBLocal) -> dict[str, 
     per_key = events // keys
     logical_ids = ("CountersTable", "MarkersTable", "NotificationsTable")
     counters, markers, notifications = tally_tables(admin, "ntf", suffix, *logical_ids)
-    levels = {
-        "sums": "",
-        "thresholds, never crossed": "u:*#n>=1000000000",
-        "thresholds, crossed": "u:*#n>=" + ",".join(str(per_key * q // 4) for q in (1, 2, 3, 4)),
-    }[load]
-    declared = {WINDOWS: "", COUNTER_THRESHOLDS: levels, NOTIFICATIONS_TABLE: notifications}
+    quarters = ",".join(str(per_key * q // 4) for q in (1, 2, 3, 4))
+    levels = {"thresholds, never crossed": "u:*#n>=1000000000", "thresholds, crossed": "u:*#n>=" + quarters}.get(
+        load, "u:*#n@day>=" + quarters if load == "day thresholds, late" else ""
+    )
+    windowed = load.startswith("day")
+    declared = {WINDOWS: "day" if windowed else "", COUNTER_THRESHOLDS: levels, NOTIFICATIONS_TABLE: notifications}
+    yesterday_ms = (time.time_ns() // 86_400_000_000_000 - 1) * 86_400_000 + 43_200_000  # noon, UTC
     pipeline = wire_pipeline(client, RecordingDeadLetterQueue(), default_settings(counters, markers, declared))
     meter = DynamoDBMeter()
     meter.track(counters, ["pk", "sk"], "counters")
@@ -111,7 +116,10 @@ def measure(load: str, events: int, keys: int, ddb: DynamoDBLocal) -> dict[str, 
     template = load_template(TEMPLATE)
     resources = LocalResources("bench", template, endpoint, endpoint, {"NotificationsTable": notifications}, {}, {})
     pipe = LocalNotificationsPipe(resources, events=bus, poll_s=0.05)
-    bodies = [json.dumps({"id": f"{suffix}-{n}", "key": f"u:{n % keys}", "deltas": {"n": 1}}) for n in range(events)]
+    ts = {"ts": yesterday_ms} if windowed else {}
+    bodies = [
+        json.dumps({"id": f"{suffix}-{n}", "key": f"u:{n % keys}", "deltas": {"n": 1}, **ts}) for n in range(events)
+    ]
     failed = 0
     with meter.attached(client), pipe:
         started = time.perf_counter()
@@ -130,7 +138,7 @@ def measure(load: str, events: int, keys: int, ddb: DynamoDBLocal) -> dict[str, 
     counted = reader.get_many([f"u:{k}" for k in range(keys)])
     recorded = NotificationReader(notifications, client=admin).list()
     exact = failed == 0 and all(value.values.get("n") == Decimal(per_key) for value in counted.values())
-    if load == "thresholds, crossed":
+    if quarters in levels:  # the loads that cross each key's four levels
         by_key: dict[str, list[Decimal]] = {}
         for crossing in recorded:
             by_key.setdefault(crossing.key, []).append(Decimal(crossing.level))

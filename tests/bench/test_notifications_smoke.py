@@ -28,3 +28,11 @@ def test_thresholds_cost_nothing_until_crossed_and_each_crossing_is_announced(dy
     assert crossed["crossings"] == 4 * KEYS
     assert crossed["commit_to_put_ms"]["n"] == 4 * KEYS
     assert crossed["commit_to_put_ms"]["max"] < 2_000
+    # AND per-day levels over late events (their day moved off the key items after the first batch) cross the
+    # same levels; each attempt of a later batch's write reads every key's item and its day's moved part (an
+    # attempt refused at a level reads them again): at most two items per key and attempt
+    windows, late = rows["day windows"], rows["day thresholds, late"]
+    assert late["crossings"] == 4 * KEYS
+    attempts = EVENTS // 100 - 1 + late["cancelled_transactions"]
+    extra_items = (late["read_units_per_event"] - windows["read_units_per_event"]) * EVENTS
+    assert 0 < extra_items <= 2 * KEYS * attempts, (windows, late)
