@@ -64,12 +64,12 @@ class SuiteConfig:
 
 FULL: Final = SuiteConfig()
 SMOKE: Final = SuiteConfig(
-    spec=WorkloadSpec(events=600, keys=40, resend_window=150),
-    per_event_prefix=150,
-    warmup_events=100,
-    cpu_events=600,
-    cpu_repeats=2,
-    memory_records=200,
+    spec=WorkloadSpec(events=300, keys=20, resend_window=75),
+    per_event_prefix=75,
+    warmup_events=50,
+    cpu_events=300,
+    cpu_repeats=1,
+    memory_records=100,
 )
 
 
