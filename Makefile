@@ -39,7 +39,7 @@ demo-smoke: install
 # the docs build), each target's output printed whole when it ends.
 test: python313
 	$(MAKE) --no-print-directory -j3 --output-sync=target install sam checkov lint typecheck docs
-	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 4 --dist loadgroup --durations=40
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 3 --dist loadgroup --durations=40
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
 # that starts one of them unmarked fails (tests/support/tiers.py); nor the few tests marked slow (seconds of CPU
