@@ -200,8 +200,8 @@ class ChaosConfig:
     """Runs of 200 messages, each with an id of its own, all on one key (``claims:<n>``), published first on
     one Kinesis partition key: the first batch of that shard (250 records in the smoke run), or its first
     bisected half, is one journal unit of more than 99 marker items, so it sends a ``claim`` transaction
-    after its ``open``, which ``lost_claim_near_deadline`` draws on. Without them a run made 0-8 claims by
-    chance, and a CI run under load once drew none."""
+    after its ``open``, which ``lost_claim_near_deadline`` draws on. Without them a run's claims came only by
+    chance (a few a run, sometimes none)."""
 
 
 # The template's QueueVisibility mapping: visibility timeout (s) per function timeout (s).
