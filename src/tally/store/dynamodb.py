@@ -248,12 +248,15 @@ class DynamoDBCounterStore:
         """The counters of ``items`` as a write planned from them meets them (``_as_met``; an item not there yet
         holds its start values), read strongly consistent: what a reset of a thresholded counter is planned from
         (the write is then conditioned on exactly these values)."""
+
+        def primary(key: Mapping[str, Any]) -> tuple[str, str]:  # a key's window items share its partition key
+            return key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]
+
         found = {
-            raw[PARTITION_KEY]["S"]: raw
-            for raw in batch_get(self.client, self.counters_table, [item_key(item) for item in items])
+            primary(raw): raw for raw in batch_get(self.client, self.counters_table, [item_key(item) for item in items])
         }
         return {
-            item_label(item): self._as_met(item, item_counters(found.get(item_key(item)[PARTITION_KEY]["S"], {})), {})
+            item_label(item): self._as_met(item, item_counters(found.get(primary(item_key(item)), {})), {})
             for item in items
         }
 
