@@ -5,9 +5,11 @@ Each page runs in a bash shell of its own (its terminal: exports and variables p
 directory holding the project's ``.venv``, with no AWS variable, config or credentials of the test's own.
 The stack a page starts (``python -m tally_local.stack ...``) runs in the background as in a second
 terminal, its ``export`` lines pasted into the page's shell, as the page says. Each page has a stack of its
-own, stopped when the page ends: the stack's name (``tally-local``) and its state directory
-(``.tally-local/``) are fixed, so a reader runs one at a time, and a page never sees another page's counts
-or dead letters. The convention: ``tests/support/docs_pages.py``.
+own as far as the reader can tell: pages that start the same command run one after another on one stack,
+emptied between them (``StackProcess.empty``: queues drained, tables emptied), since a start costs seconds of
+CPU; a page with another command stops it and starts its own. The stack's name (``tally-local``) and its
+state directory (``.tally-local/``) are fixed, so a reader runs one at a time, and a page never sees another
+page's counts or dead letters. The convention: ``tests/support/docs_pages.py``.
 """
 
 from __future__ import annotations
@@ -58,31 +60,56 @@ def _text(page: str) -> str:
     return (REPO_ROOT / page).read_text(encoding="utf-8")
 
 
-@pytest.fixture
+def _stack_command(page: str) -> str:
+    return next((command.text for command in page_commands(page, _text(page)) if command.starts_stack), "")
+
+
+PAGES_BY_STACK: Final = sorted(PAGES, key=_stack_command)
+"""The pages in the order they run: those starting the same stack one after another, so they share it."""
+
+
+@pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where a reader's terminal would be: a directory with the project's virtual environment in it. One per
-    page, so that pages (each with its own ``.tally-local/``) can run on both workers at once: a module-wide
-    one would make ``--dist loadgroup`` keep every page on one worker."""
+    """Where a reader's terminal would be: a directory with the project's virtual environment in it. One for the
+    module, as a reader has one checkout (a module-scoped fixture also keeps the pages on one xdist worker, in
+    ``PAGES_BY_STACK`` order: tests/support/tiers.py)."""
     directory = tmp_path_factory.mktemp("docs-commands")
     (directory / ".venv").symlink_to(REPO_ROOT / ".venv", target_is_directory=True)
     return directory
 
 
+@pytest.fixture(scope="module")
+def running(scratch: Path) -> Iterator[dict[str, StackProcess]]:
+    """The stack left running by the last page that started one (at most one), stopped when the module ends."""
+    left: dict[str, StackProcess] = {}
+    try:
+        yield left
+    finally:
+        for stack in left.values():
+            stack.stop()
+
+
 @pytest.fixture
-def start_stack(scratch: Path) -> Iterator[Callable[[str], StackProcess]]:
-    """The page's own stacks (one per command line it runs), all stopped when the page ends."""
-    stacks: dict[str, StackProcess] = {}
+def start_stack(scratch: Path, running: dict[str, StackProcess]) -> Callable[[str], StackProcess]:
+    """The page's stacks: one an earlier page started with the same command, emptied, else a new one (stopping
+    the one left running); again the same within the page."""
+    this_page: dict[str, StackProcess] = {}
 
     def start(command: str) -> StackProcess:
-        if command not in stacks:
-            stacks[command] = StackProcess(command, scratch, clean_environment())
-        return stacks[command]
+        if command in this_page:
+            return this_page[command]
+        earlier = running.pop(command, None)
+        if earlier is not None and earlier.alive:
+            earlier.empty()
+        else:
+            for other in running.values():
+                other.stop()
+            running.clear()
+            earlier = StackProcess(command, scratch, clean_environment())
+        running[command] = this_page[command] = earlier
+        return earlier
 
-    try:
-        yield start
-    finally:
-        for stack in stacks.values():
-            stack.stop()
+    return start
 
 
 @pytest.fixture
@@ -110,7 +137,7 @@ def test_no_shell_command_hides_from_the_test(page: str) -> None:
 
 @pytest.mark.dynamodb_local  # each page starts the local stack, in a subprocess
 @pytest.mark.moto
-@pytest.mark.parametrize("page", PAGES)
+@pytest.mark.parametrize("page", PAGES_BY_STACK)
 def test_every_command_of_the_page_runs_as_shown(
     page: str, shell: Shell, start_stack: Callable[[str], StackProcess]
 ) -> None:

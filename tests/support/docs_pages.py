@@ -12,7 +12,8 @@ The convention the pages follow (CONTRIBUTING.md, "Docs that run"):
   ``make test``, which CI runs itself.)
 - ``python -m tally_local.stack ...`` runs until Ctrl-C in a terminal of its own; the page then tells the
   reader to paste the ``export`` lines it printed into the terminal of the commands that follow. The test
-  does exactly that (``StackProcess``).
+  does exactly that (``StackProcess``). Pages that start the same command may share one stack, emptied
+  between them (``StackProcess.empty``): a stack takes seconds of CPU to start, emptying it a fraction of one.
 """
 
 from __future__ import annotations
@@ -22,16 +23,19 @@ import doctest
 import os
 import queue
 import re
+import shlex
 import signal
 import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Callable, Iterator, Mapping
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = REPO_ROOT / ".venv" / "bin"
@@ -275,6 +279,10 @@ class StackProcess:
         for line in self._process.stdout:
             self._later.append(line.rstrip("\n"))
 
+    @property
+    def alive(self) -> bool:
+        return self._process.poll() is None
+
     def state(self) -> str:
         """Whether it still runs (or how it exited), and the last lines it printed after coming up."""
         status = self._process.poll()
@@ -286,6 +294,33 @@ class StackProcess:
         """The ``export`` lines it printed, which the page tells the reader to paste."""
         return [line for line in self.printed.splitlines() if line.startswith("export ")]
 
+    def empty(self, timeout_s: float = 60.0) -> None:
+        """Bring the running stack back to what a fresh start holds, for the next page: once its source queue
+        has nothing left to deliver, every queue drained and every table's items deleted.
+        What only a restart would renew (warm execution environments, the pollers' tallies) holds no count, so
+        no page can see another's. A stack with a stream is refused: records cannot be taken back."""
+        variables = dict(_exported(line) for line in self.exports)
+        session = boto3.session.Session(
+            aws_access_key_id=variables["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=variables["AWS_SECRET_ACCESS_KEY"],
+            region_name=variables["AWS_REGION"],
+        )
+        moto = variables["AWS_ENDPOINT_URL"]
+        if session.client("kinesis", endpoint_url=moto).list_streams()["StreamNames"]:
+            raise ValueError(f"{self.command!r} has a stream: start it afresh instead")
+        sqs = session.client("sqs", endpoint_url=moto)
+        _wait_until_delivered(sqs, variables["TALLY_QUEUE_URL"], timeout_s)
+        queues = sqs.list_queues().get("QueueUrls", [])
+        for url in queues:
+            _drain(sqs, url)
+        tables = list(session.resource("dynamodb", endpoint_url=variables["AWS_ENDPOINT_URL_DYNAMODB"]).tables.all())
+        for table in tables:
+            _delete_every_item(table)
+        left = [url for url in queues if _holds_messages(sqs, url)]
+        left += [table.name for table in tables if next(_every_item(table), None) is not None]
+        if left:
+            raise RuntimeError(f"emptying {self.command!r} left something in {left}")
+
     def stop(self) -> None:
         """Ctrl-C's equivalent (it handles SIGTERM the same way): it stops everything it started."""
         if self._process.poll() is None:
@@ -295,6 +330,54 @@ class StackProcess:
             except subprocess.TimeoutExpired:
                 os.killpg(self._process.pid, signal.SIGKILL)
                 self._process.wait()
+
+
+def _exported(line: str) -> tuple[str, str]:
+    name, _, value = line.removeprefix("export ").partition("=")
+    words = shlex.split(value)
+    return name, words[0] if words else ""
+
+
+def _wait_until_delivered(sqs: Any, queue_url: str, timeout_s: float) -> None:
+    """Wait until the queue holds no message, visible or in flight (a poller deletes one once its invocation
+    ends), so nothing is written after the tables are emptied."""
+    deadline = time.monotonic() + timeout_s
+    while _holds_messages(sqs, queue_url):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{queue_url} still holds messages after {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def _holds_messages(sqs: Any, queue_url: str) -> bool:
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
+    return any(attributes[name] != "0" for name in names)
+
+
+def _drain(sqs: Any, queue_url: str) -> None:
+    """Receive and delete until the queue is empty (``PurgeQueue`` may run once a minute per queue, as on AWS)."""
+    while messages := sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10).get("Messages"):
+        sqs.delete_message_batch(
+            QueueUrl=queue_url,
+            Entries=[{"Id": str(index), "ReceiptHandle": m["ReceiptHandle"]} for index, m in enumerate(messages)],
+        )
+
+
+def _delete_every_item(table: Any) -> None:
+    key_names = [part["AttributeName"] for part in table.key_schema]
+    with table.batch_writer() as batch:  # batches of 25, unprocessed items sent again
+        for item in _every_item(table):
+            batch.delete_item(Key={name: item[name] for name in key_names})
+
+
+def _every_item(table: Any) -> Iterator[dict[str, Any]]:
+    scan: dict[str, Any] = {"ConsistentRead": True}
+    while True:
+        page = table.scan(**scan)
+        yield from page["Items"]
+        if "LastEvaluatedKey" not in page:
+            return
+        scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 class PageFailed(AssertionError):
