@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING
 
 from elftools.elf.elffile import ELFFile
 from elftools.elf.gnuversions import GNUVerNeedSection
+from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
     from pathlib import Path
 
 ELF_MAGIC = b"\x7fELF"
@@ -99,6 +100,20 @@ def distributions(root: Path) -> dict[str, Distribution]:
             wheel_tags=tuple(wheel.get_all("Tag") or []),
         )
     return found
+
+
+def lambda_marker_environment(extra: str = "") -> dict[str, str]:
+    """The environment markers evaluate to on Lambda's python3.13, with ``extra`` asked for."""
+    return {**default_environment(), "python_version": "3.13", "python_full_version": "3.13.0", "extra": extra}
+
+
+def unmet(requirement: Requirement, shipped: Mapping[str, Distribution]) -> str | None:
+    """None if ``shipped`` holds a version of the distribution ``requirement`` names that it allows, else the
+    version it holds (``nothing`` when it holds none)."""
+    found = shipped.get(canonicalize_name(requirement.name))
+    if found is not None and requirement.specifier.contains(found.version, prereleases=True):
+        return None
+    return str(found.version) if found is not None else "nothing"
 
 
 def manylinux_glibc(tag: str) -> tuple[int, int] | None:

@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
@@ -63,9 +62,11 @@ from tests.artifact.lock import read_lock
 from tests.artifact.package import (
     distributions,
     import_closure,
+    lambda_marker_environment,
     manylinux_glibc,
     native_libraries,
     python_modules,
+    unmet,
 )
 from tests.conftest import SUMMARY_PROPERTY
 from tests.support.events import EVENTS_DIR, load_event
@@ -195,16 +196,14 @@ def test_package_ships_boto3_with_the_botocore_it_needs(deployed_build: Build, f
     shipped = distributions(deployed_build.package(function))
     assert ("boto3" in shipped) == ("botocore" in shipped), sorted(shipped)
     assert "boto3" in shipped, "aws-xray-sdk needs botocore: the package must ship boto3 with it"
-    environment = {**default_environment(), "python_version": "3.13", "python_full_version": "3.13.0"}
-    unmet: list[str] = []
+    missing: list[str] = []
     for distribution in shipped.values():
         for requirement in distribution.requires:
-            if requirement.marker is not None and not requirement.marker.evaluate({**environment, "extra": ""}):
+            if requirement.marker is not None and not requirement.marker.evaluate(lambda_marker_environment()):
                 continue
-            dependency = shipped.get(canonicalize_name(requirement.name))
-            if dependency is None or not requirement.specifier.contains(dependency.version, prereleases=True):
-                unmet.append(f"{distribution.name} needs {requirement}, has {dependency and dependency.version}")
-    assert not unmet
+            if (has := unmet(requirement, shipped)) is not None:
+                missing.append(f"{distribution.name} needs {requirement}, has {has}")
+    assert not missing
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)
@@ -212,21 +211,18 @@ def test_package_meets_pyprojects_dependencies_with_their_extras(deployed_build:
     """``aws-lambda-powertools[tracer]`` means aws-xray-sdk too: each extra's requirements are shipped."""
     shipped = distributions(deployed_build.package(function))
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    environment = {**default_environment(), "python_version": "3.13", "python_full_version": "3.13.0"}
-    unmet: list[str] = []
+    missing: list[str] = []
     for requirement in (Requirement(text) for text in project["dependencies"]):
-        distribution = shipped.get(canonicalize_name(requirement.name))
-        if distribution is None or not requirement.specifier.contains(distribution.version, prereleases=True):
-            unmet.append(f"{requirement}: {distribution and distribution.version}")
+        if (has := unmet(requirement, shipped)) is not None:
+            missing.append(f"{requirement}: {has}")
             continue
         for extra in requirement.extras:
-            for needed in distribution.requires:
-                if needed.marker is None or not needed.marker.evaluate({**environment, "extra": extra}):
+            for needed in shipped[canonicalize_name(requirement.name)].requires:
+                if needed.marker is None or not needed.marker.evaluate(lambda_marker_environment(extra)):
                     continue
-                dependency = shipped.get(canonicalize_name(needed.name))
-                if dependency is None or not needed.specifier.contains(dependency.version, prereleases=True):
-                    unmet.append(f"{requirement.name}[{extra}] needs {needed}")
-    assert not unmet
+                if unmet(needed, shipped) is not None:
+                    missing.append(f"{requirement.name}[{extra}] needs {needed}")
+    assert not missing
 
 
 @pytest.mark.parametrize("function", FUNCTIONS)

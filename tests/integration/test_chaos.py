@@ -44,20 +44,19 @@ from tally.store.journal import DynamoDBJournal
 from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.config import SMOKE, DynamoDBFaultRates, focused
-from tally_local.chaos.harness import PipelineFactory, Tables, wire_pipeline
-from tests.support.chaos import WINDOW_MOVES, rewired, run_on, situations_missing, swap_step
+from tests.support.chaos import WINDOW_MOVES, assert_passes_unbroken, rewired, run_on, situations_missing, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.aggregate import Totals
     from tally.core.ledger import Claim
     from tally.core.plan import Chunk
-    from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.pipeline import BatchPipeline
     from tally_local.chaos.config import ChaosConfig
+    from tally_local.chaos.harness import PipelineFactory, Tables
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
@@ -120,39 +119,16 @@ def _leave_moved_attributes(
 _mover_leaving_attributes = rewired(_leave_moved_attributes)
 
 
-def _broken(
-    store_class: type[DynamoDBCounterStore] | None = None,
-    journal_class: type[DynamoDBJournal] | None = None,
-    *,
-    without_counter_limit: bool = False,
-) -> PipelineFactory:
-    """The production wiring (``wire_pipeline``) with the parts named here BROKEN on purpose."""
-
-    def factory(
-        client: DynamoDBClient,
-        tables: Tables,
-        dead_letters: DeadLetterQueue,
-        config: ChaosConfig,
-        *,
-        marker_read_gate: MarkerReadGate | None = None,
-    ) -> BatchPipeline:
-        ttl_s = 35 * 86_400
-        store = store_class(client, tables.counters, tables.markers, ttl_s) if store_class else None
-        journal = journal_class(client, tables.counters, tables.markers, ttl_s) if journal_class else None
-        pipeline = wire_pipeline(
-            client, tables, dead_letters, config, store=store, journal=journal, marker_read_gate=marker_read_gate
-        )
-        if without_counter_limit:
-            pipeline._applier.counter_limit = no_counter_limit  # the planner's 4 KB bound taken away
-        return pipeline
-
-    return factory
+def _drop_the_expression_bound(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
+    pipeline._applier.counter_limit = no_counter_limit  # the planner's 4 KB bound taken away
 
 
-_store_without_markers = _broken(StoreWithoutMarkers)
-_journal_without_applied_records = _broken(journal_class=JournalWithoutAppliedRecords)
-_planner_without_the_expression_bound = _broken(without_counter_limit=True)
-_markers_without_digests = _broken(StoreWithoutDigests, JournalWithoutDigests)
+_store_without_markers = rewired(store_class=StoreWithoutMarkers)
+_journal_without_applied_records = rewired(journal_class=JournalWithoutAppliedRecords)
+_planner_without_the_expression_bound = rewired(_drop_the_expression_bound)
+_markers_without_digests = rewired(store_class=StoreWithoutDigests, journal_class=JournalWithoutDigests)
 
 
 def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
@@ -297,60 +273,47 @@ FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
 
 @pytest.mark.parametrize("name", sorted(FOCUSED))
 def test_each_focused_run_passes_unbroken(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, name: str) -> None:
-    # GIVEN the focused configuration a broken variant below runs on
-    config, situation = FOCUSED[name]
-    # WHEN it runs through the production pipeline
-    result = run_on(dynamodb_local, ddb_tables, config)
+    # GIVEN the focused configuration a broken variant below runs on, WHEN it runs through the production pipeline,
     # THEN it drew the situation its variant needs, and nothing is lost or doubled: the run passes
-    assert not situations_missing(result, situation), result.counts
-    assert result.passed, result.verdict.examples
+    assert_passes_unbroken(dynamodb_local, ddb_tables, *FOCUSED[name])
 
 
-def test_the_harness_catches_adds_over_the_expression_limit(
-    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
-) -> None:
-    # GIVEN a planner that lets an ADD carry any number of counters, under the smoke run's faults
-    # WHEN it runs over keys with more counter names than one ADD carries
-    result = run_on(dynamodb_local, ddb_tables, WIDE, pipeline_factory=_planner_without_the_expression_bound)
-    # THEN the wide messages are never counted, and the run fails (by the counts: the variant raises nothing)
-    assert result.unexpected_errors == ()
-    assert result.wide_items > 0
-    assert result.verdict.lost_events > 0
-    assert result.verdict.counters_wrong > 0
-    assert not result.passed
-
-
-BROKEN_VARIANTS = {
-    "direct transactions without markers": (_store_without_markers, PLAIN),
-    "journal chunks without applied-records": (_journal_without_applied_records, JOURNAL_CHUNKS),
+BROKEN_VARIANTS: dict[str, tuple[PipelineFactory, ChaosConfig, tuple[str, ...]]] = {
+    # an exactly-once guard removed: re-sent and redelivered events counted again
+    "direct transactions without markers": (_store_without_markers, PLAIN, ("doubled_events", "counters_wrong")),
+    "journal chunks without applied-records": (
+        _journal_without_applied_records,
+        JOURNAL_CHUNKS,
+        ("doubled_events", "counters_wrong"),
+    ),
+    # a planner that lets an ADD carry any number of counters, over keys with more counter names than one ADD
+    # carries: the wide messages are never counted
+    "adds over the expression limit": (
+        _planner_without_the_expression_bound,
+        WIDE,
+        ("wide_items", "lost_events", "counters_wrong"),
+    ),
+    # a mover that adds ended windows to their window items but leaves them on the key items: the all-time
+    # counters are exact but the windows read twice what they hold
+    "window moves leaving their attributes": (_mover_leaving_attributes, WINDOW_MOVES, ("windows_wrong",)),
 }
+"""Each broken variant the run's counts catch (the variant itself raises nothing): its wiring, its focused
+configuration, and the figures of the run that show its defect (``situations_missing``: each above 0)."""
 
 
 @pytest.mark.parametrize("variant", sorted(BROKEN_VARIANTS))
 def test_the_harness_catches_a_broken_variant(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, variant: str
 ) -> None:
-    # GIVEN a pipeline with one exactly-once guard removed
-    factory, config = BROKEN_VARIANTS[variant]
+    # GIVEN a pipeline with one part broken on purpose
+    factory, config, defect = BROKEN_VARIANTS[variant]
 
     # WHEN it runs under the same harness and faults
     result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=factory)
 
-    # THEN the harness reports doubled events and fails the run (by the counts: the variant raises nothing)
+    # THEN the run's figures show the defect and the harness fails the run (by the counts: nothing raised)
     assert result.unexpected_errors == ()
-    assert result.verdict.doubled_events > 0
-    assert result.verdict.counters_wrong > 0
-    assert not result.passed
-
-
-def test_the_harness_catches_window_moves_that_leave_their_attributes(
-    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
-) -> None:
-    # GIVEN a mover that adds ended windows to their window items but leaves them on the key items
-    result = run_on(dynamodb_local, ddb_tables, WINDOW_MOVES, pipeline_factory=_mover_leaving_attributes)
-    # THEN the all-time counters are exact but the windows read twice what they hold, and the run fails
-    assert result.unexpected_errors == ()
-    assert result.verdict.windows_wrong > 0
+    assert not situations_missing(result, defect), result.verdict.examples
     assert not result.passed
 
 

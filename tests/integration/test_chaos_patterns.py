@@ -31,8 +31,7 @@ from tally.post_commit import GaugeStep, MemberStep
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.gauges import DynamoDBGaugeStore
 from tally_local.chaos.config import SMOKE, focused
-from tally_local.chaos.harness import Tables, wire_pipeline
-from tests.support.chaos import rewired, run_on, situations_missing, swap_step
+from tests.support.chaos import assert_passes_unbroken, rewired, run_on, swap_step
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -40,11 +39,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.fates import ApplyOutcome
-    from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import Message, Rejection
-    from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.pipeline import BatchPipeline
     from tally.post_commit import PostCommitStep, SettledBatch, StepResult
     from tally_local.chaos.config import ChaosConfig
+    from tally_local.chaos.harness import Tables
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
@@ -117,13 +116,9 @@ test of its own), and what it must draw for the variant to be able to fail (``si
 
 @pytest.mark.parametrize("name", sorted(FOCUSED))
 def test_each_focused_run_passes_unbroken(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, name: str) -> None:
-    # GIVEN the focused configuration a broken variant below runs on
-    config, situation = FOCUSED[name]
-    # WHEN it runs through the production pipeline
-    result = run_on(dynamodb_local, ddb_tables, config)
+    # GIVEN the focused configuration a broken variant below runs on, WHEN it runs through the production pipeline,
     # THEN it drew the situation its variant needs, and every check holds: the run passes
-    assert not situations_missing(result, situation), result.counts
-    assert result.passed, result.verdict.examples
+    assert_passes_unbroken(dynamodb_local, ddb_tables, *FOCUSED[name])
 
 
 def test_the_harness_catches_gauges_left_unwritten_after_a_kill(
@@ -189,18 +184,8 @@ def _write_members_without_conditions(
 _members_without_conditions = rewired(_write_members_without_conditions)
 
 
-def _unbounded(
-    client: DynamoDBClient,
-    tables: Tables,
-    dead_letters: DeadLetterQueue,
-    config: ChaosConfig,
-    *,
-    marker_read_gate: MarkerReadGate | None = None,
-) -> BatchPipeline:
-    """BROKEN on purpose: the pipeline is not told the bounds (the check still knows them)."""
-    return wire_pipeline(
-        client, tables, dead_letters, replace(config, counter_bounds=""), marker_read_gate=marker_read_gate
-    )
+_unbounded = rewired(wired_from=lambda config: replace(config, counter_bounds=""))
+"""BROKEN on purpose: the pipeline is not told the bounds (the check still knows them)."""
 
 
 def test_the_harness_catches_distinct_counts_that_drift(

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from tally.commit.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally.post_commit import PostCommitStep
+    from tally.store.dynamodb import DynamoDBCounterStore
     from tally.store.journal import DynamoDBJournal
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult
@@ -59,13 +60,28 @@ def run_on(
     return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory, reader_factory=reader_factory)
 
 
+def assert_passes_unbroken(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, config: ChaosConfig, needs: Iterable[str]
+) -> None:
+    """The focused configuration a broken variant runs on, run through the production pipeline, draws ``needs``
+    (what the variant needs to be able to fail: ``situations_missing``) and passes: a variant failing it is then
+    the defect's doing, not the configuration's."""
+    result = run_on(dynamodb_local, ddb_tables, config)
+    assert not situations_missing(result, needs), result.counts
+    assert result.passed, result.verdict.examples
+
+
 def rewired(
     patch: Callable[[BatchPipeline, DynamoDBClient, Tables, ChaosConfig], None] | None = None,
     *,
+    store_class: type[DynamoDBCounterStore] | None = None,
     journal_class: type[DynamoDBJournal] | None = None,
+    wired_from: Callable[[ChaosConfig], ChaosConfig] | None = None,
 ) -> PipelineFactory:
-    """The production wiring (``wire_pipeline``) with one part BROKEN: the journal built from ``journal_class``,
-    or ``patch`` applied to each consumer's pipeline (it swaps a part for a broken one)."""
+    """The production wiring (``wire_pipeline``) with one part BROKEN: the store built from ``store_class``, the
+    journal from ``journal_class``, the pipeline wired from ``wired_from(config)`` (what the pipeline is told,
+    while the run's check knows the real configuration), or ``patch`` applied to each consumer's pipeline (it
+    swaps a part for a broken one)."""
 
     def factory(
         client: DynamoDBClient,
@@ -75,9 +91,11 @@ def rewired(
         *,
         marker_read_gate: MarkerReadGate | None = None,
     ) -> BatchPipeline:
+        store = store_class(client, tables.counters, tables.markers, TTL_SECONDS) if store_class else None
         journal = journal_class(client, tables.counters, tables.markers, TTL_SECONDS) if journal_class else None
+        told = wired_from(config) if wired_from else config
         pipeline = wire_pipeline(
-            client, tables, dead_letters, config, journal=journal, marker_read_gate=marker_read_gate
+            client, tables, dead_letters, told, store=store, journal=journal, marker_read_gate=marker_read_gate
         )
         if patch is not None:
             patch(pipeline, client, tables, config)

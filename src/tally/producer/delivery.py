@@ -120,8 +120,8 @@ class Delivery:
         return PublishResult(sent_messages, sent_events, sent_bytes, retried, calls, tuple(failed))
 
 
-def call_failure(exc: ClientError | BotoCoreError) -> tuple[str, str, bool]:
-    """(code, reason, retryable) for an exception raised by a whole batch call.
+def call_failures(exc: ClientError | BotoCoreError, entries: int) -> list[EntryFailure]:
+    """Every entry of a batch call of ``entries`` entries that raised ``exc``: failed with the call's code.
 
     Throttling, server errors and lost connections or responses are transient; anything else (access
     denied, a missing queue or stream, invalid parameters, no credentials) would fail again the same way.
@@ -130,7 +130,8 @@ def call_failure(exc: ClientError | BotoCoreError) -> tuple[str, str, bool]:
         error = exc.response.get("Error", {})
         code = str(error.get("Code", "ClientError"))
         status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        return code, str(error.get("Message", exc)), code in _RETRYABLE_CODES or status >= 500
-    if isinstance(exc, BotoConnectionError | HTTPClientError):
-        return type(exc).__name__, str(exc), True
-    return type(exc).__name__, str(exc), False
+        reason, retryable = str(error.get("Message", exc)), code in _RETRYABLE_CODES or status >= 500
+    else:
+        code, reason = type(exc).__name__, str(exc)
+        retryable = isinstance(exc, BotoConnectionError | HTTPClientError)
+    return [EntryFailure(index, code, reason, retryable) for index in range(entries)]

@@ -24,7 +24,7 @@ from tally.core.limits import (
     KINESIS_PUT_MAX_RECORDS,
     KINESIS_RECORD_MAX_BYTES,
 )
-from tally.producer.delivery import EntryFailure, RetryPolicy, call_failure
+from tally.producer.delivery import EntryFailure, RetryPolicy, call_failures
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
 from tally.producer.publisher import Publisher, accepted_or_digest, routing_key
 
@@ -101,8 +101,7 @@ class KinesisPublisher(Publisher):
             else:
                 response = self._client.put_records(Records=records, StreamName=self.stream_name or "")
         except (ClientError, BotoCoreError) as exc:
-            code, reason, retryable = call_failure(exc)
-            return [EntryFailure(index, code, reason, retryable) for index in range(len(batch))]
+            return call_failures(exc, len(batch))
         if not response.get("FailedRecordCount"):
             return []
         # Results come back in request order; a failed one has an ErrorCode. Both documented codes

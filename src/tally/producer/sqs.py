@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.batching import group
 from tally.core.limits import SQS_BATCH_MAX_BYTES, SQS_BATCH_MAX_ENTRIES
-from tally.producer.delivery import EntryFailure, RetryPolicy, call_failure
+from tally.producer.delivery import EntryFailure, RetryPolicy, call_failures
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
 from tally.producer.publisher import Publisher, accepted_or_digest, routing_key
 
@@ -86,8 +86,7 @@ class SqsPublisher(Publisher):
         try:
             response = self._client.send_message_batch(QueueUrl=self.queue_url, Entries=entries)
         except (ClientError, BotoCoreError) as exc:
-            code, reason, retryable = call_failure(exc)
-            return [EntryFailure(index, code, reason, retryable) for index in range(len(batch))]
+            return call_failures(exc, len(batch))
         return [
             EntryFailure(
                 index=int(failure["Id"]),
