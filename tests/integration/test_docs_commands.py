@@ -98,16 +98,16 @@ def start_stack(scratch: Path, running: dict[str, StackProcess]) -> Callable[[st
     def start(command: str) -> StackProcess:
         if command in this_page:
             return this_page[command]
-        earlier = running.pop(command, None)
-        if earlier is not None and earlier.alive:
-            earlier.empty()
+        stack = running.get(command)
+        if stack is not None and stack.alive:
+            stack.empty()  # should it fail, the stack stays in ``running``, to be stopped with the module
         else:
             for other in running.values():
                 other.stop()
             running.clear()
-            earlier = StackProcess(command, scratch, clean_environment())
-        running[command] = this_page[command] = earlier
-        return earlier
+            stack = running[command] = StackProcess(command, scratch, clean_environment())
+        this_page[command] = stack
+        return stack
 
     return start
 
