@@ -74,6 +74,19 @@ def test_window_moves_cost_a_key_item_and_a_day_item_per_active_key_day() -> Non
     assert window_moves(Traffic(1000, keys=1000))[0] < window_moves(Traffic(10, keys=1000))[0] / 10
 
 
+def test_a_months_window_moves_once_a_month_not_once_a_day() -> None:
+    # GIVEN one key busy every hour, counted in month windows alone, and in day windows alone
+    monthly = window_moves(Traffic(1, keys=1, windows=("month",)))
+    daily = window_moves(Traffic(1, keys=1, windows=("day",)))
+    # THEN the month moves off the key's item once, after it ends: a thirtieth of the days' moves
+    assert monthly[0] == pytest.approx(daily[0] / 30)
+    # AND the mover's check reads are the same (one per key and hour, whatever the unit)
+    assert monthly[1] == daily[1]
+    # AND with day windows too, the month rides the move of its last day: only its own item's write is added
+    both = window_moves(Traffic(1, keys=1, windows=("day", "month")))
+    assert daily[0] < both[0] < daily[0] * (1 + 1 / 30)
+
+
 def test_single_events_over_many_keys_cost_a_marker_and_an_add_per_distinct_key() -> None:
     # GIVEN single events on uniform keys far more numerous than a batch: (almost) every event its own key
     traffic = Traffic(100, keys=10_000_000, zipf_s=0, windows=())

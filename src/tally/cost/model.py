@@ -468,8 +468,10 @@ def window_moves(traffic: Traffic) -> tuple[float, float]:
     Per key and day it is active in: one move at the day's end, or one per ``MOVE_AT_BYTES`` of ended hours
     if more (a key item update plus its day's item, or plus each hour's item when hours are not kept on day
     items), and one check read per active key-hour (one container; each more container reading a key in an
-    hour adds one). A key is active in an hour or a day with the probability that the traffic's Zipf draw
-    gives it at least one of that period's events. Zero without hour or day windows.
+    hour adds one). A month's window moves once, after the month ends: with its last day's move (its own item's
+    write added), or alone where no hour or day is counted. A key is active in an hour, a day or a month with
+    the probability that the traffic's Zipf draw gives it at least one of that period's events. Zero without
+    hour, day or month windows.
     """
     spec = parse_window_spec(",".join(traffic.windows))
     if not any(unit.on_key_item for unit in spec.units):
@@ -485,22 +487,32 @@ def window_moves(traffic: Traffic) -> tuple[float, float]:
     check_units = read_units(MOVE_AT_BYTES + hour_bytes, consistent=True)
     on_days = hours_on_day_items(spec)
     counts_hours = any(unit.name == "hour" for unit in spec.units)
+    counts_days = counts_hours or any(unit.name == "day" for unit in spec.units)
+    counts_months = any(unit.name == "month" for unit in spec.units)
+    month_days = SECONDS_PER_MONTH / 86_400
+    month_item_units = transactional_write_units(base)
     writes = reads = 0.0
     for weight in weights:
         p = weight / total
         active_hours = 24 * -math.expm1(per_hour * math.log1p(-p)) if p < 1 else 24.0
         active_day = -math.expm1(24 * per_hour * math.log1p(-p)) if p < 1 else 1.0
+        active_month = -math.expm1(month_days * 24 * per_hour * math.log1p(-p)) if p < 1 else 1.0
+        reads += active_hours * check_units
+        if not counts_days:  # months alone: the key item's update and the month's item, once a month
+            writes += active_month / month_days * (key_units + month_item_units)
+            continue
+        if counts_months:
+            writes += active_month / month_days * month_item_units
         moves = max(active_day, active_hours / hours_per_move) if counts_hours else active_day
         if on_days or not counts_hours:
             # The day item grows by each move's hours: on average it holds half the day's when written.
-            held = active_hours * hour_bytes * (moves + active_day) / (2 * moves) if moves else 0.0
+            held = active_hours * hour_bytes * (moves + active_day) / (2 * moves) if moves and counts_hours else 0.0
             targets = moves * transactional_write_units(base + math.ceil(held))
         else:
             targets = active_hours * transactional_write_units(_counter_item_bytes(traffic)) + active_day * (
                 transactional_write_units(_counter_item_bytes(traffic)) if "day" in traffic.windows else 0
             )
         writes += moves * key_units + targets
-        reads += active_hours * check_units
     per_day = 24 * per_hour
     return writes / per_day, reads / per_day
 
