@@ -147,9 +147,7 @@ def test_a_move_committing_between_the_read_and_the_write_makes_the_write_plan_a
     pipeline = pipeline_of(notify, move_windows=False)
     process(pipeline, [event("a1", "usage:a", 8, DAY0 + HOUR_MS)], DAY0 + 2 * HOUR_MS)
     now = DAY1 + 3 * HOUR_MS
-    mover = DynamoDBWindowMover(
-        dynamodb_local.client(), notify.tables.counters_table, WINDOWS, sleep=lambda _: None, move_at_bytes=0
-    )
+    mover = DynamoDBWindowMover(dynamodb_local.client(), notify.tables.counters_table, WINDOWS, move_at_bytes=0)
     writes: list[int] = []
 
     def move_first(**_: Any) -> None:
