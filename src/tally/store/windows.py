@@ -25,6 +25,12 @@ left for a later batch. Two containers moving the same window: one commits, the 
 window another container still adds to: that ADD re-creates the attribute, which a later move takes. So
 correctness depends on no clock; only how soon a window leaves the key's item does.
 
+Pointers: for each window unit with declared levels on a key (``@hour``, ``@day``, ``@month``), the key item's
+``REMOVE`` also rewrites the unit's pointer to the newest window moved and its moved totals (``tally.core.moved``,
+``MOVED_PREFIX``), on the condition that ``moves`` is still what was read: a late write of a thresholded window
+then learns the window's moved part from the key item alone (``tally.store.dynamodb``), instead of reading its
+window item too.
+
 When: reads are exact wherever a window is, so moving is worth its writes only to keep the key's item small
 (each batch's write of it is billed per KB) and to let TTL delete what has expired. Ended windows wait on
 the item until one of them began before today (UTC) or the item reaches ``MOVE_AT_BYTES``, then move
@@ -42,7 +48,7 @@ batch writes again.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
@@ -52,7 +58,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.batching import group
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
 from tally.core.limits import TRANSACT_MAX_ACTIONS
+from tally.core.moved import anchor_window, next_pointer
 from tally.core.numbers import EXACT, to_wire
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds
 from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items, parse_window_id
 from tally.errors import RetryableStoreError, StoreError
 from tally.store.actions import add_update
@@ -62,6 +70,9 @@ from tally.store.schema import (
     WINDOW_MOVES,
     counter_attribute,
     item_key,
+    moved_pointer_attributes,
+    moved_pointer_from_item,
+    moved_pointer_values,
     open_windows_from_item,
     window_attribute,
 )
@@ -72,7 +83,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
-    from tally.core.windows import WindowSpec
+    from tally.core.windows import EndedWindow, WindowSpec
     from tally.store.requests import Attempt
 
 logger = logging.getLogger(__name__)
@@ -137,10 +148,25 @@ class _Move:
     adds: tuple[tuple[CounterItem, Mapping[str, Decimal]], ...]
     """Window item -> what it gets: ``c#`` totals of its own window, ``w#`` attributes of the hours it keeps."""
     windows: int
+    pointers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The pointer attributes it sets on the key item (``tally.core.moved``): name -> wire value."""
+    dropped: tuple[str, ...] = ()
+    """The pointer attributes it removes (totals no longer kept, units without levels now)."""
+    moves: Decimal | None = None
+    """The key item's count of moves as read: the move's condition when it keeps a pointer (planned from it)."""
+
+    @property
+    def keeps_pointers(self) -> bool:
+        return bool(self.pointers or self.dropped)
 
 
 def plan_move(
-    raw: Mapping[str, Any], windows: WindowSpec, now_ms: int, *, move_at_bytes: int = MOVE_AT_BYTES
+    raw: Mapping[str, Any],
+    windows: WindowSpec,
+    now_ms: int,
+    *,
+    move_at_bytes: int = MOVE_AT_BYTES,
+    thresholds: CounterThresholds = NO_THRESHOLDS,
 ) -> _Move | None:
     """What moving ``raw``'s ended windows writes; None when none has ended, or while none need move yet.
 
@@ -152,6 +178,9 @@ def plan_move(
     (``hours_on_day_items``): one window item written for a day's hours, not one per hour. At most
     ``MAX_MOVED_ATTRIBUTES`` attributes and ``TRANSACT_MAX_ACTIONS - 1`` window items, oldest windows first: the rest
     waits for the next move.
+
+    For each window unit with levels on the key (``thresholds``), the move also rewrites the unit's pointer
+    (``tally.core.moved.next_pointer``) from the one read, and is then conditioned on the count of moves read.
     """
     ended = closed_windows(open_windows_from_item(raw), windows, now_ms)
     if not ended:
@@ -164,12 +193,12 @@ def plan_move(
     day = windows.unit("day") if on_days else None
     removed: dict[str, Decimal] = {}
     adds: dict[CounterItem, dict[str, Decimal]] = {}
-    count = 0
+    taken: list[EndedWindow] = []
     for found in ended:
         if len(removed) + len(found.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= TRANSACT_MAX_ACTIONS - 1:
             break
         removed.update({window_attribute(found.window, name): value for name, value in found.counters.items()})
-        count += 1
+        taken.append(found)
         if not found.kept:
             continue  # past its retention: removed, never written (it would resurrect an expired counter)
         if day is not None and found.unit == "hour":
@@ -184,7 +213,43 @@ def plan_move(
             into[name] = EXACT.add(into.get(name, Decimal(0)), value)
     if not removed:
         return None
-    return _Move(item, removed, tuple(adds.items()), count)
+    move = _Move(item, removed, tuple(adds.items()), len(taken))
+    return _with_pointers(move, raw, taken, windows, thresholds, now_ms=now_ms) if thresholds.rules else move
+
+
+def _with_pointers(
+    move: _Move,
+    raw: Mapping[str, Any],
+    taken: Sequence[EndedWindow],
+    windows: WindowSpec,
+    thresholds: CounterThresholds,
+    *,
+    now_ms: int,
+) -> _Move:
+    """``move`` keeping the pointer of each window unit with levels on its key (``tally.core.moved``), and
+    removing any other pointer attribute (a unit or counter whose levels are gone)."""
+    pointers: dict[str, Mapping[str, str]] = {}
+    if move.item.shard == 0:  # a hot key's shards carry no levels (refused at configuration)
+        moves = moves_of(raw)
+        for unit in windows.units:
+            counters = thresholds.thresholds(move.item.key, unit.name) if unit.on_key_item else {}
+            if not counters:
+                continue
+            moved = {found.window: found.counters for found in taken if found.unit == unit.name}
+            read = moved_pointer_from_item(raw, unit.name)
+            pointers.update(
+                moved_pointer_values(unit.name, next_pointer(read, moves, moved, counters, anchor_window(unit, now_ms)))
+            )
+    dropped = tuple(name for name in moved_pointer_attributes(raw) if name not in pointers)
+    if not pointers and not dropped:
+        return move
+    return replace(move, pointers=pointers, dropped=dropped, moves=moves_of(raw))
+
+
+def moves_of(raw: Mapping[str, Any]) -> Decimal | None:
+    """A raw key item's count of window moves (``WINDOW_MOVES``; None: never moved)."""
+    value = raw.get(WINDOW_MOVES)
+    return Decimal(value["N"]) if value is not None else None
 
 
 def moved_home(key: str, window: str, counter: str, windows: WindowSpec) -> tuple[CounterItem, str]:
@@ -220,12 +285,16 @@ class DynamoDBWindowMover:
         *,
         max_actions: int = TRANSACT_MAX_ACTIONS,
         move_at_bytes: int = MOVE_AT_BYTES,
+        thresholds: CounterThresholds = NO_THRESHOLDS,
     ) -> None:
         self._move_at_bytes = move_at_bytes
         """0: every ended window is moved as soon as a batch finds it (tests; ``close_all`` always does)."""
         self._client = client
         self._table = counters_table
         self._windows = windows
+        self._thresholds = thresholds
+        """Declared levels: a move keeps the pointer of each window unit with levels on its key
+        (``tally.core.moved``)."""
         self._max_actions = max_actions
         self._checked: dict[ItemKey, int] = {}
         """Key item -> the start of the hour this container last checked it in."""
@@ -275,7 +344,10 @@ class DynamoDBWindowMover:
         self._unmoved = []
         limit = 0 if every else self._move_at_bytes
         moves = [
-            move for raw in raws if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit)) is not None
+            move
+            for raw in raws
+            if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit, thresholds=self._thresholds))
+            is not None
         ]
         total = WindowsMoved()
         for moving in group(moves, self._max_actions, self._max_actions, lambda move: 1 + len(move.adds)):
@@ -336,7 +408,9 @@ class DynamoDBWindowMover:
         for owner, reason in zip(owners, reasons, strict=False):
             code = reason.get("Code") or "None"
             if code == "ConditionalCheckFailed" and "Item" in reason:
-                replanned[owner] = plan_move(reason["Item"], self._windows, now_ms, move_at_bytes=0)
+                replanned[owner] = plan_move(
+                    reason["Item"], self._windows, now_ms, move_at_bytes=0, thresholds=self._thresholds
+                )
             elif code == "ConditionalCheckFailed":
                 replanned[owner] = None  # the key item is gone: nothing left to move
             elif code not in RETRYABLE_REASONS and code != "None":
@@ -360,15 +434,30 @@ class DynamoDBWindowMover:
             names[f"#w{index}"] = attribute
             values[f":w{index}"] = {"N": to_wire(value)}
             conditions.append(f"#w{index} = :w{index}")
-        removed = ", ".join(names)
+        removed = list(names)
+        for index, attribute in enumerate(move.dropped):
+            names[f"#d{index}"] = attribute
+            removed.append(f"#d{index}")
+        sets: list[str] = []
+        for index, (attribute, wire) in enumerate(move.pointers.items()):
+            names[f"#p{index}"] = attribute
+            values[f":p{index}"] = wire
+            sets.append(f"#p{index} = :p{index}")
         # The key item's count of moves goes up in the same action: a series read spanning it starts over.
         names["#moves"] = WINDOW_MOVES
         values[":one"] = {"N": "1"}
+        if move.keeps_pointers:  # the pointers were planned from the count read: it must not have moved since
+            if move.moves is None:
+                conditions.append("attribute_not_exists(#moves)")
+            else:
+                values[":moves"] = {"N": to_wire(move.moves)}
+                conditions.append("#moves = :moves")
+        expression = f"REMOVE {', '.join(removed)} ADD #moves :one" + (f" SET {', '.join(sets)}" if sets else "")
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": item_key(move.item),
-                "UpdateExpression": f"REMOVE {removed} ADD #moves :one",
+                "UpdateExpression": expression,
                 "ConditionExpression": " AND ".join(conditions),
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": values,
