@@ -10,8 +10,8 @@ The shape of ``bench.bounded`` (the handlers' own wiring, windows off, single-ev
   crosses four levels, each crossing costs the refused transaction and the exact one with its notification;
 - ``day windows`` and ``day thresholds, late``: the same events with ``ts`` in yesterday's UTC day (ended, so
   moved off the key items after the first batch), counted per day; the second declares the same levels per day
-  (``u:*#n@day>=...``): each of its late events is judged against the day's whole value, the moved part read
-  with the key item (two item reads per key for each attempt of a write), the cost beside the first.
+  (``u:*#n@day>=...``): each of its late events is judged against the day's whole value, the moved part said
+  by the key item's pointer (one item read per key and batch: ``tally.core.moved``), the cost beside the first.
 
 The third load runs the notifications pipe model (``tally_local.pipe``) on DynamoDB Local's stream beside the
 function, putting to an in-memory bus: the latency of each crossing is the time from the answer of the

@@ -90,7 +90,9 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
             settings.windows,
             gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
             distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
-            mover=DynamoDBWindowMover(dynamodb, settings.counters_table, settings.windows)
+            mover=DynamoDBWindowMover(
+                dynamodb, settings.counters_table, settings.windows, thresholds=settings.counter_thresholds
+            )
             if any(unit.on_key_item for unit in settings.windows.units)
             else None,
         ),

@@ -6,7 +6,8 @@ re-sends, and a pipe whose puts fail, lose their answers and which is killed and
 horizon: every crossing announced, none twice, none spurious; per-day levels too, while the pipelines' own
 post-commit steps move ended days off the key items between late events for them. A store that announces
 before its commit, a pipe that announces without the deterministic id, and a store that judges a day's level on
-the key item's part alone, fail the run.
+the key item's part alone, or that trusts the key item's pointer of moved parts for a day older than its own,
+fail the run.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from tally_local.chaos.thresholds import (
     ThresholdChaosConfig,
     broken_announce_before_commit,
+    broken_older_window_trusts_the_pointer,
     broken_window_on_key_item_alone,
     run_threshold_chaos,
 )
@@ -48,6 +50,8 @@ def test_every_crossing_is_announced_once_under_every_fault(dynamodb_local: Dyna
         "pipe.put_failure",
         "pipe.killed_and_restarted",
         "situation.window_move_transactions",
+        "situation.moved_part_of_pointers_window",  # a late day's moved part said by the key item's pointer
+        "situation.moved_part_of_window_item",  # an older day's: its day item read
     ):
         assert faults.get(kind, 0) > 0, kind
     assert result.figures["announced"] == result.figures["recorded"] > 20
@@ -78,6 +82,17 @@ def test_judging_a_days_level_on_the_key_items_part_alone_fails_the_run(dynamodb
     # misses the crossings of the sum (caught on each of 16 seeds, with 4 to 8 wrong days each).
     result = run_threshold_chaos(
         dynamodb_local.endpoint_url, WINDOWS_ONLY, pipeline_factory=broken_window_on_key_item_alone
+    )
+    assert not result.ok
+    assert any("@d#" in problem for problem in result.problems), result.problems
+
+
+def test_trusting_the_pointer_for_a_day_older_than_its_own_fails_the_run(dynamodb_local: DynamoDBLocal) -> None:
+    # A key item's pointer says the moved part of its own day and of newer ones; an older day's must be read from
+    # its day item. The run's late events fall in three ended days, moved in turn: taken as never moved, an older
+    # day's moved part is missed, and the crossings of its sum with it.
+    result = run_threshold_chaos(
+        dynamodb_local.endpoint_url, WINDOWS_ONLY, pipeline_factory=broken_older_window_trusts_the_pointer
     )
     assert not result.ok
     assert any("@d#" in problem for problem in result.problems), result.problems

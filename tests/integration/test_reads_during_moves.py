@@ -56,7 +56,7 @@ def move_all(tables: DynamoDBTables, now_ms: int = NEXT_DAY) -> Callable[[], Non
     """The move of every ended window off every key item (``tally windows close`` at ``now_ms``)."""
 
     def close() -> None:
-        mover = DynamoDBWindowMover(tables.client, tables.counters_table, WINDOWS, sleep=lambda _: None)
+        mover = DynamoDBWindowMover(tables.client, tables.counters_table, WINDOWS)
         moved.append(mover.close_all(now_ms).windows)
 
     def move() -> None:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally.commit.retrying import retried
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
@@ -22,15 +23,16 @@ from tally.store.requests import batch_get
 from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.kit.faults import DynamoDBFaults
-from tests.support.pipeline import make_pipeline, make_store
+from tests.support.pipeline import FAST_RETRIES, make_pipeline, make_store
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.items import ItemKey
     from tally.core.windows import WindowSpec
+    from tally.store.requests import Attempt
     from tally.store.windows import WindowsMoved
     from tests.conftest import DynamoDBTables
 
@@ -39,6 +41,11 @@ pytestmark = pytest.mark.integration
 DAY0 = 4_102_444_800_000  # 2100-01-01T00:00Z
 H = HOUR_MS
 WINDOWS = parse_window_spec("hour,day", "hour=90,day=0")
+
+
+def under_fast_retries(send: Callable[[], None]) -> None:
+    """A move's sends as the window step makes them: again while cancelled, under a retry policy."""
+    retried(send, FAST_RETRIES, plenty, lambda _: None)
 
 
 def plenty() -> int:
@@ -52,7 +59,7 @@ class Killed(BaseException):
 class KilledMover:
     """A window mover whose container dies as the move starts (after the batch's commit)."""
 
-    def after_batch(self, items: Iterable[ItemKey], now_ms: int) -> WindowsMoved:
+    def after_batch(self, items: Iterable[ItemKey], now_ms: int, attempt: Attempt) -> WindowsMoved:
         raise Killed("killed before the window move")
 
 
@@ -120,7 +127,7 @@ def assert_exact(
 
 def eager(tables: DynamoDBTables, spec: WindowSpec = WINDOWS) -> DynamoDBWindowMover:
     """A mover that moves every ended window as soon as a batch finds it (``move_at_bytes=0``)."""
-    return DynamoDBWindowMover(tables.client, tables.counters_table, spec, sleep=lambda _: None, move_at_bytes=0)
+    return DynamoDBWindowMover(tables.client, tables.counters_table, spec, move_at_bytes=0)
 
 
 def hour(n: int) -> str:
@@ -254,8 +261,9 @@ def test_a_late_event_racing_the_move_fails_its_condition_and_the_move_takes_the
     pipeline.process([record("a", "k", 2, DAY0, DAY0)], DAY0, plenty)
     (stale,) = batch_get(ddb_tables.client, ddb_tables.counters_table, [item_key("k")])
     pipeline.process([record("late", "k", 5, DAY0 + 1, DAY0 + H + 1)], DAY0 + H + 1, plenty)
-    moved = eager(ddb_tables).move([stale], DAY0 + H + 2)
-    # THEN the first transaction was cancelled (the value changed), the second moved 7, exactly once
+    moved = eager(ddb_tables).move([stale], DAY0 + H + 2, attempt=under_fast_retries)
+    # THEN the first transaction was cancelled (the value changed), the second, sent again under the retry
+    # policy, moved 7, exactly once
     assert (moved.transactions, moved.windows, moved.left) == (2, 1, 0)
     items, open_ = stored_windows(ddb_tables)
     assert items == {("k", hour(0)): 7}
@@ -433,7 +441,7 @@ def test_close_all_moves_the_windows_of_keys_never_written_again(ddb_tables: Dyn
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, windows=WINDOWS, window_mover=eager(ddb_tables))
     pipeline.process([record(f"m{k}", f"k{k}", k + 1, DAY0, DAY0) for k in range(30)], DAY0, plenty)
-    mover = DynamoDBWindowMover(ddb_tables.client, ddb_tables.counters_table, WINDOWS, sleep=lambda _: None)
+    mover = DynamoDBWindowMover(ddb_tables.client, ddb_tables.counters_table, WINDOWS)
     closed = mover.close_all(DAY0 + DAY_MS)
     assert (closed.checked, closed.moved_items, closed.windows, closed.window_items) == (
         30,

@@ -132,7 +132,7 @@ def make_pipeline(
     distinct = DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys) if with_distinct else None
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
-        mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, sleep=lambda _: None)
+        mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, thresholds=store.thresholds)
     steps = post_commit_steps(
         settings.windows, gauges=gauges, distinct=distinct, mover=mover, policy=policy, sleep=lambda _: None
     )

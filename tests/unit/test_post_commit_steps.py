@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from tally.commit.fates import ApplyOutcome
-from tally.commit.retrying import DEFAULT_RETRY_POLICY
+from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.core.limits import WireLimits
 from tally.core.model import RejectCode, SourceRecord
-from tally.core.windows import WindowSpec
+from tally.core.windows import DAY_MS, WindowSpec, parse_window_spec
 from tally.errors import RetryableStoreError, StoreError, WriteRejectedError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
 from tally.store.distinct import DynamoDBDistinctStore
+from tally.store.schema import window_attribute
+from tally.store.windows import DynamoDBWindowMover
 from tests.support.pipeline import RecordingDeadLetterQueue
 
 if TYPE_CHECKING:
@@ -197,6 +199,62 @@ def test_a_member_transaction_is_not_sent_inside_the_time_kept_for_reporting() -
     # THEN no member transaction is sent, and the message is reported failed (its redelivery writes them)
     assert client.sends == 0
     assert result.failed_record_ids == ("r1",)
+
+
+DAYS = parse_window_spec("day")
+YESTERDAY = DAYS.unit("day").window_id(NOW_MS - NOW_MS % DAY_MS - DAY_MS)
+
+
+class ThrottledMoves(ThrottledMemberTransactions):
+    """A DynamoDB client for the window mover: every key item it reads holds yesterday's ``views`` (an ended
+    window to move), and each move transaction is throttled ``failures`` times before it commits."""
+
+    def batch_get_item(self, **request: Any) -> dict[str, Any]:
+        ended = {window_attribute(YESTERDAY, "views"): {"N": "3"}}
+        asked = request["RequestItems"].items()
+        return {
+            "Responses": {table: [{**key, **ended} for key in ask["Keys"]] for table, ask in asked},
+            "UnprocessedKeys": {},
+        }
+
+
+def windowed_record(n: int) -> SourceRecord:
+    body = {"id": f"v{n}", "key": f"page:{n}", "delta": 1, "ts": NOW_MS}
+    return SourceRecord(f"r{n}", json.dumps(body), NOW_MS)
+
+
+def moving_pipeline(client: ThrottledMoves, policy: RetryPolicy = DEFAULT_RETRY_POLICY) -> BatchPipeline:
+    mover = DynamoDBWindowMover(client, "counters", DAYS, move_at_bytes=0)  # type: ignore[arg-type]
+    steps = post_commit_steps(DAYS, mover=mover, policy=policy, sleep=no_sleep)
+    settings = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=DAYS)
+    return BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), settings, steps=steps)  # type: ignore[arg-type]
+
+
+def test_a_window_move_that_fails_for_now_is_retried_under_the_commits_policy() -> None:
+    # GIVEN a key item holding an ended day, and a busy table: its move transaction is throttled as many
+    # times as the commit's retry policy allows retries (one attempt short of giving up)
+    client = ThrottledMoves(failures=DEFAULT_RETRY_POLICY.max_attempts - 1)
+    # WHEN a batch writing the key is processed (the counters commit)
+    result = moving_pipeline(client).process([windowed_record(1)], NOW_MS, lambda: 60_000)
+    # THEN the ended day is moved within the invocation, under the same policy as every other post-commit write
+    assert client.sends == DEFAULT_RETRY_POLICY.max_attempts
+    assert result.figures["WindowsMoved"] == 1
+    assert result.figures["WindowMovesLeft"] == 0
+    assert result.figures["WindowMoveTransactions"] == DEFAULT_RETRY_POLICY.max_attempts
+    assert result.failed_record_ids == ()
+
+
+def test_a_window_move_is_not_sent_inside_the_time_the_policy_keeps_for_reporting() -> None:
+    # GIVEN a policy that keeps 10 s for reporting, and an invocation with 5 s left after the commit
+    policy = RetryPolicy(reserve_ms=10_000)
+    client = ThrottledMoves(failures=0)
+    # WHEN a batch writing a key item with an ended day is processed
+    result = moving_pipeline(client, policy).process([windowed_record(1)], NOW_MS, lambda: 5_000)
+    # THEN no move is sent (the day stays on the key item, read exactly, moved by a later batch); the
+    # message's counters are committed, so it is not failed for that
+    assert client.sends == 0
+    assert result.figures["WindowsMoved"] == 0
+    assert result.failed_record_ids == ()
 
 
 def test_figures_are_one_mapping_of_metric_names() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from tally.core.items import CounterItem, window_counter
+from tally.core.thresholds import parse_counter_thresholds
 from tally.core.windows import DAY_MS, HOUR_MS, closed_windows, parse_window_id, parse_window_spec
 from tally.store.windows import MAX_MOVED_ATTRIBUTES, plan_move
 
@@ -72,3 +73,33 @@ def test_an_ended_month_moves_to_its_month_item_once_the_month_is_over() -> None
         CounterItem("k", "mo#2100-02", 0, (feb + 28 * DAY_MS + 400 * DAY_MS) // 1000): {"n": Decimal(5)},
     }
     assert parse_window_id("mo#2100-02") == ("month", feb)
+
+
+DAILY_CALLS = parse_counter_thresholds("usage:*#calls@day>=10", windows=SPEC)
+
+
+def test_a_move_keeps_the_pointer_of_each_unit_with_levels_and_is_conditioned_on_the_moves_it_read() -> None:
+    # GIVEN usage:a's key item with days 0 and 1 ended (calls 8 and 3, and a counter without levels), moved once
+    raw = {
+        "pk": {"S": "usage:a"},
+        "sk": {"S": "all"},
+        "moves": {"N": "1"},
+        "mpk#day": {"N": "1"},
+        "mp#hour": {"S": "h#2099-12-31T00:00Z"},  # a unit whose levels are gone
+        "w#d#2100-01-01\x1fcalls": {"N": "8"},
+        "w#d#2100-01-02\x1fcalls": {"N": "3"},
+        "w#d#2100-01-02\x1fbytes": {"N": "5"},
+    }
+    # WHEN its move is planned with a daily level on calls
+    move = plan_move(raw, SPEC, DAY0 + 2 * DAY_MS, thresholds=DAILY_CALLS)
+    # THEN the day pointer goes to day 1, the newest moved, with its total of calls only; the hour pointer is
+    # removed; the move is conditioned on the count of moves read (the pointer was planned from it)
+    assert move is not None
+    assert move.pointers == {"mp#day": {"S": "d#2100-01-02"}, "mp#day\x1fcalls": {"N": "3"}, "mpk#day": {"N": "2"}}
+    assert move.dropped == ("mp#hour",)
+    assert move.moves == 1
+    # AND without levels, or on a hot key's shard, a move keeps no pointer
+    assert plan_move(raw, SPEC, DAY0 + 2 * DAY_MS).pointers == {}  # type: ignore[union-attr]
+    shard = plan_move(raw | {"pk": {"S": "usage:a\x1f2"}}, SPEC, DAY0 + 2 * DAY_MS, thresholds=DAILY_CALLS)
+    assert shard is not None
+    assert shard.pointers == {}

@@ -12,11 +12,17 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING, Final
 
 import click
 
 from tally.cli.output import console, json_option, print_json
 from tally.cli.resolve import Resolver, stack_option
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_NO_DEADLINE_MS: Final = 2**62
 
 
 @click.group()
@@ -33,6 +39,7 @@ def close(as_json: bool, stack_name: str | None, table_name: str | None) -> None
     from botocore.exceptions import BotoCoreError, ClientError
 
     from tally.cli.aws import client, failure
+    from tally.commit.retrying import DEFAULT_RETRY_POLICY, retried
     from tally.core.windows import parse_window_spec
     from tally.errors import TallyError
     from tally.store.windows import DynamoDBWindowMover
@@ -43,8 +50,14 @@ def close(as_json: bool, stack_name: str | None, table_name: str | None) -> None
         spec = parse_window_spec(resolver.value("TALLY_WINDOWS") or "", resolver.value("TALLY_WINDOW_RETENTION") or "")
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
+
+    def attempt(send: Callable[[], None]) -> None:
+        # An operator's command has no invocation deadline: a move cancelled by a late event or a conflict
+        # is sent again under the batches' retry policy, by attempts alone.
+        retried(send, DEFAULT_RETRY_POLICY, lambda: _NO_DEADLINE_MS, time.sleep)
+
     try:
-        moved = DynamoDBWindowMover(client("dynamodb"), table, spec).close_all(time.time_ns() // 1_000_000)
+        moved = DynamoDBWindowMover(client("dynamodb"), table, spec).close_all(time.time_ns() // 1_000_000, attempt)
     except (TallyError, BotoCoreError, ClientError) as exc:
         raise failure(f"move the ended windows of table {table!r}", "dynamodb", exc) from exc
     figures = {

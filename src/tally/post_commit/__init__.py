@@ -47,10 +47,10 @@ def post_commit_steps(
     """The steps in the order they run; a step without its store refuses (at admission) what needs it.
 
     ``policy`` and ``sleep`` are the commit's (``tally.commit.retrying``): how a gauge write or member
-    transaction that fails for now is retried within the invocation.
+    transaction or window move that fails for now is retried within the invocation.
     """
     return (
         GaugeStep(gauges, policy=policy, sleep=sleep),
         MemberStep(distinct, windows, policy=policy, sleep=sleep),
-        WindowStep(mover),
+        WindowStep(mover, policy=policy, sleep=sleep),
     )

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import time
-from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy, retried
+from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.core.distinct import batch_members, carries_members
 from tally.core.model import RejectCode, Rejection
 from tally.errors import RetryableStoreError, StoreError
-from tally.post_commit.step import StepResult
+from tally.post_commit.step import StepResult, attempt_within
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -19,7 +18,8 @@ if TYPE_CHECKING:
     from tally.core.model import Message
     from tally.core.windows import WindowSpec
     from tally.post_commit.step import SettledBatch
-    from tally.store.distinct import Attempt, DistinctWrite
+    from tally.store.distinct import DistinctWrite
+    from tally.store.requests import Attempt
 
 MEMBER_READS = "MemberReads"
 """Member items looked up: one read unit each."""
@@ -78,7 +78,8 @@ class MemberStep:
         members = batch_members(carrying, self._windows, batch.now_ms)
         every = frozenset().union(*members.sources.values())
         try:
-            written = self._store.write_members(members.members, partial(self._attempt, batch.remaining_ms))
+            attempt = attempt_within(self._policy, batch.remaining_ms, self._sleep, "member transaction")
+            written = self._store.write_members(members.members, attempt)
         except RetryableStoreError:
             return StepResult(none, retry=every)
         except StoreError as exc:  # the member read itself refused: no key's members can be written
@@ -90,8 +91,3 @@ class MemberStep:
             refused.update(dict.fromkeys(members.sources[key], why))
         figures = {MEMBER_READS: written.read, MEMBER_TRANSACTIONS: written.transactions, MEMBERS_ADDED: written.added}
         return StepResult(figures, frozenset().union(*(members.sources[key] for key in written.unwritten)), refused)
-
-    def _attempt(self, remaining_ms: Callable[[], int], send: Callable[[], None]) -> None:
-        if remaining_ms() < self._policy.reserve_ms:
-            raise RetryableStoreError("no time left for the member transaction")
-        retried(send, self._policy, remaining_ms, self._sleep)

@@ -22,11 +22,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from tally.commit.retrying import retried
+from tally.errors import RetryableStoreError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
+    from tally.commit.retrying import RetryPolicy
     from tally.core.aggregate import MessageTotals
     from tally.core.model import Message, Rejection
+    from tally.store.requests import Attempt
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,3 +66,19 @@ class PostCommitStep(Protocol):
     def settle(self, batch: SettledBatch) -> StepResult:
         """Do the step's writes for ``batch``; never raise for a write's failure (see the module)."""
         ...
+
+
+def attempt_within(
+    policy: RetryPolicy, remaining_ms: Callable[[], int], sleep: Callable[[float], None], what: str
+) -> Attempt:
+    """How a step sends one of its store's transactions (the store's ``Attempt``): under the commit's retry
+    policy (``retried``), and not at all inside the time the policy keeps for reporting, where it raises
+    ``RetryableStoreError`` at once (the step then leaves its messages to a redelivery, or its work to a later
+    batch)."""
+
+    def attempt(send: Callable[[], None]) -> None:
+        if remaining_ms() < policy.reserve_ms:
+            raise RetryableStoreError(f"no time left for the {what}")
+        retried(send, policy, remaining_ms, sleep)
+
+    return attempt

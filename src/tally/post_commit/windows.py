@@ -3,25 +3,24 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Protocol
 
+from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.core.aggregate import key_items_with_windows
 from tally.errors import StoreError
-from tally.post_commit.step import StepResult
+from tally.post_commit.step import StepResult, attempt_within
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Callable, Iterable
 
     from tally.core.items import ItemKey
     from tally.core.model import Message, Rejection
     from tally.post_commit.step import SettledBatch
+    from tally.store.requests import Attempt
     from tally.store.windows import WindowsMoved
 
 logger = logging.getLogger(__name__)
-
-WINDOW_MOVE_RESERVE_MS = 3_000
-"""Below this much time left, a batch moves no ended windows (they wait for a later batch): reporting the
-batch matters more, and a window left on the key's item is still counted by every read."""
 
 WINDOW_ITEMS_CHECKED = "WindowItemsChecked"
 """Key items read to find ended windows: once per key item, container and hour."""
@@ -40,34 +39,46 @@ _NAMES = (WINDOW_ITEMS_CHECKED, WINDOWS_MOVED, WINDOW_MOVE_TRANSACTIONS, WINDOW_
 class WindowMover(Protocol):
     """The port that moves ended windows off the key items a batch wrote (``tally.store.windows``).
 
-    Raises ``StoreError`` when the key items could not be read.
+    Sends each move transaction through ``attempt``; what ``attempt`` gives up on is left on the key items
+    (``WindowsMoved.left``). Raises ``StoreError`` when the key items could not be read.
     """
 
-    def after_batch(self, items: Iterable[ItemKey], now_ms: int) -> WindowsMoved: ...
+    def after_batch(self, items: Iterable[ItemKey], now_ms: int, attempt: Attempt) -> WindowsMoved: ...
 
 
 class WindowStep:
     """Moves ended windows off the key items this batch's counted messages write.
 
     Optional work: a window left on a key's item is still read exactly, so this step settles every message
-    whatever happens (what is not moved now is moved by a later batch, or by ``tally windows close``).
+    whatever happens (what is not moved now is moved by a later batch, or by ``tally windows close``). A move
+    that fails for now is sent again under the commit's retry policy, as a member transaction is, and none
+    starts inside the time the policy keeps for reporting (a batch with less left moves nothing).
     """
 
-    def __init__(self, mover: WindowMover | None) -> None:
+    def __init__(
+        self,
+        mover: WindowMover | None,
+        *,
+        policy: RetryPolicy = DEFAULT_RETRY_POLICY,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._mover = mover
         """None: ended windows stay on key items (read exactly all the same) until something moves them."""
+        self._policy = policy
+        self._sleep = sleep
 
     def admit(self, message: Message) -> Rejection | None:
         return None
 
     def settle(self, batch: SettledBatch) -> StepResult:
-        if self._mover is None or batch.remaining_ms() < WINDOW_MOVE_RESERVE_MS:
+        if self._mover is None or batch.remaining_ms() < self._policy.reserve_ms:
             return StepResult(dict.fromkeys(_NAMES, 0))
         items = key_items_with_windows(net.totals for net in batch.totals)
         if not items:
             return StepResult(dict.fromkeys(_NAMES, 0))
         try:
-            moved = self._mover.after_batch(items, batch.now_ms)
+            attempt = attempt_within(self._policy, batch.remaining_ms, self._sleep, "window move")
+            moved = self._mover.after_batch(items, batch.now_ms, attempt)
         except StoreError as exc:
             logger.warning("ended windows not moved this batch (read failed): %s", exc)
             return StepResult(dict.fromkeys(_NAMES, 0))

@@ -28,7 +28,6 @@ counters' increments, and the reader sums the shards; the member items are per k
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any, Final
@@ -40,7 +39,7 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.sharding import HotKeys
 from tally.errors import RetryableStoreError, StoreError
 from tally.store.expressions import add_expression, name_placeholder, value_placeholder
-from tally.store.requests import batch_get, translate
+from tally.store.requests import RETRYABLE_REASONS, batch_get, send_once, translate
 from tally.store.schema import (
     EXPIRES_AT,
     MEMBER_PARTITION_SUFFIX,
@@ -57,11 +56,9 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
     from tally.core.distinct import MemberSet
+    from tally.store.requests import Attempt
 
 _CONDITION_FAILED: Final = "ConditionalCheckFailed"
-_RETRYABLE_REASONS: Final = frozenset(
-    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
-)
 
 
 class _Refused(StoreError):
@@ -70,14 +67,6 @@ class _Refused(StoreError):
 
 _Counted = tuple["MemberSet", str]
 """(set, member): one member of one set in one window."""
-
-Attempt = Callable[[Callable[[], None]], None]
-"""Runs one send of a member transaction, and again while it fails for now (``RetryableStoreError``), as long
-as its policy allows; raises the last error when it gives up."""
-
-
-def _once(send: Callable[[], None]) -> None:
-    send()
 
 
 @dataclass(slots=True)
@@ -125,7 +114,7 @@ class DynamoDBDistinctStore:
         self._max_actions = max_actions
 
     def write_members(
-        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], attempt: Attempt = _once
+        self, members: Mapping[str, Mapping[MemberSet, frozenset[str]]], attempt: Attempt = send_once
     ) -> DistinctWrite:
         """Count the members of each key's sets that are not counted yet; returns what it cost, the keys
         whose members may be uncounted (``attempt`` gave up on their transaction: writing again is safe), and
@@ -209,7 +198,7 @@ class DynamoDBDistinctStore:
                 if exists:  # counted by someone else since our read: send the rest
                     sending.pending = [counted for i, counted in enumerate(sending.pending) if i not in exists]
                     continue
-                if not any(code in _RETRYABLE_REASONS for code in reasons):
+                if not any(code in RETRYABLE_REASONS for code in reasons):
                     raise _Refused(str(translate(exc))) from exc
                 raise RetryableStoreError("member transaction cancelled") from exc
             except BotoCoreError as exc:  # the answer was lost: it may have committed; the conditions tell

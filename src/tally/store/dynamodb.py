@@ -7,6 +7,8 @@ commit journal (``tally.store.journal``); both share the item schema in ``tally.
 
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_label, item_parts, split_window_counter
 from tally.core.ledger import BatchState, Claim, MarkerRecord
+from tally.core.moved import moved_part
 from tally.core.numbers import EXACT
 from tally.core.sharding import HotKeys
 from tally.core.thresholds import (
@@ -26,6 +29,7 @@ from tally.core.thresholds import (
     exact_checks,
     reset_counters,
     window_reads,
+    window_unit,
 )
 from tally.core.windows import WindowSpec
 from tally.errors import BoundRefusedError, WriteRejectedError
@@ -43,11 +47,13 @@ from tally.store.schema import (
     counters_from_item,
     item_counters,
     item_key,
+    moved_pointer_attributes,
+    moved_pointer_from_item,
 )
-from tally.store.windows import moved_home
+from tally.store.windows import moved_home, moves_of
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -56,6 +62,7 @@ if TYPE_CHECKING:
     from tally.core.numbers import Number
     from tally.core.plan import Chunk
     from tally.core.resets import OperatorStamp
+    from tally.store.actions import Role
 
 __all__ = [
     "ALL_TIME",
@@ -68,6 +75,14 @@ __all__ = [
 ]
 
 from tally.store.schema import COUNTER_PREFIX
+
+POINTERS_WINDOW = "pointers window"
+NEWER_WINDOW = "newer window"
+WINDOW_ITEM = "window item"
+
+MAX_REMEMBERED_SNAPSHOTS = 10_000
+"""Key items whose moves and pointers one store remembers for a write's next attempt; beyond, it forgets all
+(a forgotten one is read again)."""
 
 
 class DynamoDBCounterStore:
@@ -109,6 +124,15 @@ class DynamoDBCounterStore:
         self.counters_table = counters_table
         self.markers_table = markers_table
         self.marker_ttl_seconds = marker_ttl_seconds
+        self._snapshots: dict[str, tuple[int, Mapping[str, Any]]] = {}
+        """Key item label -> (the batch's clock, its count of moves and pointers as last read or returned by a
+        refusal) (``_moved_parts``): the batch's next write of the key reads no key item."""
+        self.window_item_reads = 0
+        """Window items read for a moved part the key item's pointers could not say (``_moved_parts``)."""
+        self.moved_part_sources: Counter[str] = Counter()
+        """How each moved part a write needed was known: ``POINTERS_WINDOW``, ``NEWER_WINDOW`` (said by the key
+        item's pointer) or ``WINDOW_ITEM`` (read)."""
+        self._counting = threading.Lock()
 
     def write_direct(self, chunk: Chunk, now_ms: int) -> None:
         """Commit one chunk atomically: all its markers and all its increments, or nothing.
@@ -143,7 +167,7 @@ class DynamoDBCounterStore:
         if unread:
             before = {**self._values_of(unread), **before}
         reads = window_reads(steps, self.thresholds, now_ms) if self.thresholds.rules else {}
-        parts, moves = self._moved_parts(reads) if reads else ({}, {})
+        parts, moves = self._moved_parts(reads, now_ms) if reads else ({}, {})
         free = crossing_free(steps, self.thresholds, self.defaults, parts=parts)
         exact = (
             exact_checks(steps, self.thresholds, before, self.defaults, parts=parts, resets=resets) if before else {}
@@ -190,10 +214,13 @@ class DynamoDBCounterStore:
         except (ClientError, BotoCoreError) as exc:
             error = translate(exc, [role for _, role in actions])
             if isinstance(error, BoundRefusedError):
+                met = self._refused_snapshots(exc, [role for _, role in actions], reads, now_ms)
                 items = {item_label(item): item for item in [*chunk.increments, *checks, *free, *exact]}
                 error = BoundRefusedError(
                     {
-                        label: self._as_met(items.get(label, label), stored, parts.get(label, {}))
+                        label: self._as_met(
+                            items.get(label, label), stored, {**parts.get(label, {}), **met.get(label, {})}
+                        )
                         for label, stored in error.stored.items()
                     }
                 )
@@ -212,37 +239,113 @@ class DynamoDBCounterStore:
         return met
 
     def _moved_parts(
-        self, reads: Mapping[ItemKey, Sequence[str]]
+        self, reads: Mapping[ItemKey, Sequence[str]], now_ms: int
     ) -> tuple[dict[str, dict[str, Number]], dict[ItemKey, MovesSeen]]:
         """The parts of ended thresholded windows already moved onto window items (item label -> window counter
-        -> value), and each key item's count of moves as read just before them.
+        -> value), and each key item's count of moves as read with them.
 
-        The key items first, then the window items, each read strongly consistent: a move that commits after
-        the first read has added to the count the write is conditioned on, so the write fails and is planned
-        again; one that committed before it is in both reads. The sum of the two parts is all a move cannot
-        change (it takes from one and adds to the other in one transaction)."""
-        raws = batch_get(self.client, self.counters_table, [item_key(item) for item in reads])
-        counts: dict[str, Decimal | None] = {raw[PARTITION_KEY]["S"]: _moves(raw) for raw in raws}
-        moves = {item: MovesSeen(counts.get(item_parts(item).key)) for item in reads}
+        The key items first, strongly consistent: each one's count of moves and its pointers
+        (``tally.core.moved``) say the moved part of a window newer than, or equal to, its unit's pointer. Only
+        a window they cannot say (an older one, a pointer some move did not keep) has its window item read,
+        after, strongly consistent too: a move that commits after the first read has added to the count the
+        write is conditioned on, so the write fails and is planned again; one that committed before it is in
+        both reads. A key item this batch (``now_ms``, the batch's clock) has already read, or had returned by
+        a refusal (``ALL_OLD``), is not read again: what it said of a window stays true while its count of moves
+        does, which the write is conditioned on (an attempt after a refusal, a chunk split to make room for its
+        notifications, reads no key item)."""
+        snapshots: dict[str, Mapping[str, Any]] = {}
+        unread: list[ItemKey] = []
+        for item in reads:
+            taken_ms, known = self._snapshots.get(item_label(item), (None, None))
+            if known is None or taken_ms != now_ms:
+                unread.append(item)
+            else:
+                snapshots[item_label(item)] = known
+        if unread:
+            found = {
+                raw[PARTITION_KEY]["S"]: raw
+                for raw in batch_get(self.client, self.counters_table, map(item_key, unread))
+            }
+            for item in unread:
+                snapshots[item_label(item)] = self._remember(
+                    item_label(item), found.get(item_parts(item).key, {}), now_ms
+                )
+        moves = {item: MovesSeen(moves_of(snapshots[item_label(item)])) for item in reads}
+        parts: dict[str, dict[str, Number]] = {}
         homes: dict[tuple[str, str], tuple[tuple[str, str], str]] = {}
         wanted: dict[tuple[str, str], Mapping[str, Any]] = {}
         for item, names in reads.items():
-            for name in names:
+            label = item_label(item)
+            known_parts, unknown = self._known_parts(snapshots[label], names)
+            parts[label] = dict(known_parts)
+            for name in unknown:
                 window, counter = split_window_counter(name) or ("", name)
                 home, attribute = moved_home(item_parts(item).key, window, counter, self.windows)
                 primary = item_key(home)
                 where = (primary[PARTITION_KEY]["S"], primary[SORT_KEY]["S"])
                 wanted[where] = primary
-                homes[(item_label(item), name)] = (where, attribute)
-        found = {
-            (raw[PARTITION_KEY]["S"], raw[SORT_KEY]["S"]): raw
-            for raw in batch_get(self.client, self.counters_table, list(wanted.values()))
-        }
-        parts: dict[str, dict[str, Number]] = {}
+                homes[(label, name)] = (where, attribute)
+        with self._counting:
+            self.window_item_reads += len(wanted)
+        stored = (
+            {
+                (raw[PARTITION_KEY]["S"], raw[SORT_KEY]["S"]): raw
+                for raw in batch_get(self.client, self.counters_table, list(wanted.values()))
+            }
+            if wanted
+            else {}
+        )
         for (label, name), (where, attribute) in homes.items():
-            value = found.get(where, {}).get(attribute)
-            parts.setdefault(label, {})[name] = Decimal(value["N"]) if value is not None else 0
+            value = stored.get(where, {}).get(attribute)
+            parts[label][name] = Decimal(value["N"]) if value is not None else 0
         return parts, moves
+
+    def _known_parts(self, snapshot: Mapping[str, Any], names: Iterable[str]) -> tuple[dict[str, Number], list[str]]:
+        """What a key item's snapshot says of its windows' moved parts (``moved_part``): (window counter -> part,
+        the window counters it cannot say). Counted in ``moved_part_sources``."""
+        moves = moves_of(snapshot)
+        known: dict[str, Number] = {}
+        unknown: list[str] = []
+        sources: Counter[str] = Counter()
+        for name in names:
+            window, counter = split_window_counter(name) or ("", name)
+            unit = window_unit(window)
+            pointer = moved_pointer_from_item(snapshot, unit) if unit else None
+            part = moved_part(pointer, moves, window, counter) if pointer is not None else None
+            if part is None:
+                unknown.append(name)
+                sources[WINDOW_ITEM] += 1
+            else:
+                known[name] = part
+                sources[POINTERS_WINDOW if pointer is not None and pointer.window == window else NEWER_WINDOW] += 1
+        with self._counting:
+            self.moved_part_sources.update(sources)
+        return known, unknown
+
+    def _remember(self, label: str, raw: Mapping[str, Any], now_ms: int) -> Mapping[str, Any]:
+        """Keep what a key item's read or refusal said of its moves (its count and pointers) for the batch's
+        next write of it."""
+        snapshot = {name: raw[name] for name in [WINDOW_MOVES, *moved_pointer_attributes(raw)] if name in raw}
+        if len(self._snapshots) >= MAX_REMEMBERED_SNAPSHOTS:
+            self._snapshots.clear()
+        self._snapshots[label] = (now_ms, snapshot)
+        return snapshot
+
+    def _refused_snapshots(
+        self, exc: Exception, roles: Sequence[Role], reads: Mapping[ItemKey, Sequence[str]], now_ms: int
+    ) -> dict[str, dict[str, Number]]:
+        """The moved parts a refusal's ``ALL_OLD`` says (item label -> window counter -> part), each such item
+        remembered for the next attempt: its value is then ``ALL_OLD``'s attribute plus a part of the same snapshot."""
+        if not isinstance(exc, ClientError):
+            return {}
+        asked = {item_label(item): names for item, names in reads.items()}
+        said: dict[str, dict[str, Number]] = {}
+        for (role, label), reason in zip(roles, exc.response.get("CancellationReasons", []), strict=False):
+            if role != "add" or label not in asked or "Item" not in reason:
+                continue
+            snapshot = self._remember(label, reason["Item"], now_ms)
+            said[label] = self._known_parts(snapshot, asked[label])[0]
+        return said
 
     def _values_of(self, items: Sequence[ItemKey]) -> dict[str, dict[str, Decimal]]:
         """The counters of ``items`` as a write planned from them meets them (``_as_met``; an item not there yet
@@ -309,8 +412,3 @@ def _operator_writes(chunk: Chunk) -> tuple[dict[ItemKey, Mapping[str, Number]],
 def _fits(action: TransactWriteItemTypeDef) -> bool:
     body: Mapping[str, Any] = action.get("Update") or action.get("ConditionCheck") or {}
     return condition_fits(str(body.get("ConditionExpression", "")))
-
-
-def _moves(raw: Mapping[str, Any]) -> Decimal | None:
-    value = raw.get(WINDOW_MOVES)
-    return Decimal(value["N"]) if value is not None else None

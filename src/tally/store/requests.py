@@ -11,7 +11,7 @@ import random
 import re
 import time
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -51,7 +51,7 @@ SIZE_LIMIT: Final = re.compile(r"size has exceeded the maximum allowed size", re
 
 
 # Cancellation reason codes that a retry can get past (DynamoDB documents these for TransactWriteItems).
-_RETRYABLE_REASONS: Final = frozenset(
+RETRYABLE_REASONS: Final = frozenset(
     {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
 )
 
@@ -68,6 +68,17 @@ _RETRYABLE_ERRORS: Final = frozenset(
         "ServiceUnavailable",
     }
 )
+
+
+Attempt: TypeAlias = "Callable[[Callable[[], None]], None]"
+"""Runs one send of a post-commit transaction (distinct members, a window move), and again while it fails for
+now (``RetryableStoreError``), as long as its caller's policy allows; raises the last error when it gives up.
+The store sends; the caller (``tally.post_commit``: the commit's retry policy) decides how often and how long."""
+
+
+def send_once(send: Callable[[], None]) -> None:
+    """The ``Attempt`` of a caller with no retry policy: one send, its error raised."""
+    send()
 
 
 BATCH_GET_MAX_ROUNDS: Final = 8
@@ -209,7 +220,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
             applied_failed = True
         elif reason_code == "ConditionalCheckFailed" and role == "add":
             bounded[name] = item_counters(reason.get("Item", {}))  # only conditioned writes (bounds, levels)
-        elif reason_code in _RETRYABLE_REASONS:
+        elif reason_code in RETRYABLE_REASONS:
             retryable = True
         elif reason_code == "ValidationError" and role == "add":
             rejected_keys.add(name)

@@ -42,6 +42,8 @@ from tally.core.items import (
     item_parts,
     window_counter,
 )
+from tally.core.moved import MovedPointer
+from tally.core.numbers import to_wire
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -64,6 +66,12 @@ WINDOW_MOVES: Final = "moves"
 """How many window moves have taken attributes off a key item (Number, absent: none): each move's ``REMOVE``
 adds 1 in the same action, so a reader that reads the key item before and after its window items knows
 whether a move committed in between (``tally.reader``'s series)."""
+MOVED_PREFIX: Final = "mp#"
+"""A window unit's pointer on a key's item (``tally.core.moved``), kept by ``tally.store.windows`` for the units
+with per-window levels on that key only: ``mp#<unit>`` (String: the newest window of the unit moved),
+``mp#<unit>\x1f<counter>`` (Number: the total moved so far for it, per counter with levels), and
+``mpk#<unit>`` (Number: the count of moves right after the last move that kept it)."""
+MOVED_KEPT_PREFIX: Final = "mpk#"
 
 
 LEDGER_ID: Final = "id"
@@ -237,3 +245,40 @@ def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
         for name, value in item.items()
         if name.startswith(COUNTER_PREFIX)
     }
+
+
+def moved_pointer_from_item(item: Mapping[str, Any], unit: str) -> MovedPointer:
+    """``unit``'s pointer on a raw key item (``MOVED_PREFIX``; none: a pointer that moved nothing, kept never)."""
+    window = item.get(MOVED_PREFIX + unit)
+    kept = item.get(MOVED_KEPT_PREFIX + unit)
+    totals_prefix = f"{MOVED_PREFIX}{unit}{SHARD_SEPARATOR}"
+    return MovedPointer(
+        window["S"] if window is not None else None,
+        {
+            name[len(totals_prefix) :]: Decimal(value["N"])
+            for name, value in item.items()
+            if name.startswith(totals_prefix)
+        },
+        Decimal(kept["N"]) if kept is not None else None,
+    )
+
+
+def moved_pointer_attributes(item: Mapping[str, Any], unit: str | None = None) -> list[str]:
+    """The pointer attributes on a raw key item: ``unit``'s, or every unit's (None)."""
+    if unit is None:
+        return [name for name in item if name.startswith((MOVED_PREFIX, MOVED_KEPT_PREFIX))]
+    own = {MOVED_PREFIX + unit, MOVED_KEPT_PREFIX + unit}
+    return [name for name in item if name in own or name.startswith(f"{MOVED_PREFIX}{unit}{SHARD_SEPARATOR}")]
+
+
+def moved_pointer_values(unit: str, pointer: MovedPointer) -> dict[str, dict[str, str]]:
+    """The attributes (name -> wire value) that hold ``unit``'s ``pointer``; any other of its attributes on the
+    item is removed beside them."""
+    values: dict[str, dict[str, str]] = {}
+    if pointer.window is not None:
+        values[MOVED_PREFIX + unit] = {"S": pointer.window}
+    for name, total in pointer.totals.items():
+        values[f"{MOVED_PREFIX}{unit}{SHARD_SEPARATOR}{name}"] = {"N": to_wire(total)}
+    if pointer.kept_at is not None:
+        values[MOVED_KEPT_PREFIX + unit] = {"N": to_wire(pointer.kept_at)}
+    return values

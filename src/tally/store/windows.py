@@ -17,12 +17,19 @@ Both or neither, so a window's counts are on the key's item or on a window item,
 neither: readers add the two (``tally.reader``), before and after a move alike. The key item's ``REMOVE``
 also adds 1 to its ``moves`` attribute, so that a reader whose requests a move fell between knows it and
 reads again. A late event that changed an attribute between the read and the transaction fails the
-condition: the item the cancellation returns is the new read, and the move is tried again
-(``MAX_ATTEMPTS``), else left for a later batch. Two containers
-moving the same window: one commits, the other's condition fails (the attribute is gone) and it finds
-nothing left to move. A container whose clock runs fast may move a window another container still adds to:
-that ADD re-creates the attribute, which a later move takes. So correctness depends on no clock; only how
-soon a window leaves the key's item does.
+condition: the item the cancellation returns is the new read, and the move is sent again from it. Each
+send goes through the caller's ``Attempt`` (``tally.store.requests``): the window step's sends again under
+the commit's retry policy while the invocation has time (``tally.post_commit``), and what it gives up on is
+left for a later batch. Two containers moving the same window: one commits, the other's condition fails
+(the attribute is gone) and it finds nothing left to move. A container whose clock runs fast may move a
+window another container still adds to: that ADD re-creates the attribute, which a later move takes. So
+correctness depends on no clock; only how soon a window leaves the key's item does.
+
+Pointers: for each window unit with declared levels on a key (``@hour``, ``@day``, ``@month``), the key item's
+``REMOVE`` also rewrites the unit's pointer to the newest window moved and its moved totals (``tally.core.moved``,
+``MOVED_PREFIX``), on the condition that ``moves`` is still what was read: a late write of a thresholded window
+then learns the window's moved part from the key item alone (``tally.store.dynamodb``), instead of reading its
+window item too.
 
 When: reads are exact wherever a window is, so moving is worth its writes only to keep the key's item small
 (each batch's write of it is billed per KB) and to let TTL delete what has expired. Ended windows wait on
@@ -41,51 +48,51 @@ batch writes again.
 from __future__ import annotations
 
 import logging
-import random
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.batching import group
 from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
 from tally.core.limits import TRANSACT_MAX_ACTIONS
+from tally.core.moved import anchor_window, next_pointer
 from tally.core.numbers import EXACT, to_wire
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds
 from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items, parse_window_id
+from tally.errors import RetryableStoreError, StoreError
 from tally.store.actions import add_update
-from tally.store.requests import batch_get, scan_all_time_items, translate
+from tally.store.requests import RETRYABLE_REASONS, batch_get, scan_all_time_items, send_once, translate
 from tally.store.schema import (
     PARTITION_KEY,
     WINDOW_MOVES,
     counter_attribute,
     item_key,
+    moved_pointer_attributes,
+    moved_pointer_from_item,
+    moved_pointer_values,
     open_windows_from_item,
     window_attribute,
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
-    from tally.core.windows import WindowSpec
+    from tally.core.windows import EndedWindow, WindowSpec
+    from tally.store.requests import Attempt
 
 logger = logging.getLogger(__name__)
 
 MAX_MOVED_ATTRIBUTES: Final = 100
 """Attributes one key item's ``REMOVE`` takes: its condition holds two operators each (``=``, ``AND``),
 within DynamoDB's 300 per expression, and about 17 bytes each, within its 4 KB. More wait for the next move."""
-MAX_ATTEMPTS: Final = 3
-"""Transactions per group of key items: a late event (condition failed) or a conflict is tried again with
-what the cancellation returned, this many times in all; what is still unmoved is left for a later batch."""
 MAX_REMEMBERED: Final = 200_000
 """Key items one container remembers having checked this hour (about 100 bytes each); beyond, it forgets all."""
-_RETRYABLE_REASONS: Final = frozenset(
-    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
-)
-_PAUSE_S: Final = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +129,15 @@ def counter_item_of(raw: Mapping[str, Any]) -> CounterItem:
     return CounterItem(key, ALL_TIME, int(shard) if shard else 0)
 
 
+@dataclass(slots=True)
+class _Sending:
+    """One group's move across its sends: the moves still to commit (re-planned after a refused condition),
+    and the transactions sent."""
+
+    group: list[_Move]
+    calls: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class _Move:
     """One key item's move: the attributes removed (with the values read) and the window items added to."""
@@ -132,10 +148,25 @@ class _Move:
     adds: tuple[tuple[CounterItem, Mapping[str, Decimal]], ...]
     """Window item -> what it gets: ``c#`` totals of its own window, ``w#`` attributes of the hours it keeps."""
     windows: int
+    pointers: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The pointer attributes it sets on the key item (``tally.core.moved``): name -> wire value."""
+    dropped: tuple[str, ...] = ()
+    """The pointer attributes it removes (totals no longer kept, units without levels now)."""
+    moves: Decimal | None = None
+    """The key item's count of moves as read: the move's condition when it keeps a pointer (planned from it)."""
+
+    @property
+    def keeps_pointers(self) -> bool:
+        return bool(self.pointers or self.dropped)
 
 
 def plan_move(
-    raw: Mapping[str, Any], windows: WindowSpec, now_ms: int, *, move_at_bytes: int = MOVE_AT_BYTES
+    raw: Mapping[str, Any],
+    windows: WindowSpec,
+    now_ms: int,
+    *,
+    move_at_bytes: int = MOVE_AT_BYTES,
+    thresholds: CounterThresholds = NO_THRESHOLDS,
 ) -> _Move | None:
     """What moving ``raw``'s ended windows writes; None when none has ended, or while none need move yet.
 
@@ -147,6 +178,9 @@ def plan_move(
     (``hours_on_day_items``): one window item written for a day's hours, not one per hour. At most
     ``MAX_MOVED_ATTRIBUTES`` attributes and ``TRANSACT_MAX_ACTIONS - 1`` window items, oldest windows first: the rest
     waits for the next move.
+
+    For each window unit with levels on the key (``thresholds``), the move also rewrites the unit's pointer
+    (``tally.core.moved.next_pointer``) from the one read, and is then conditioned on the count of moves read.
     """
     ended = closed_windows(open_windows_from_item(raw), windows, now_ms)
     if not ended:
@@ -159,12 +193,12 @@ def plan_move(
     day = windows.unit("day") if on_days else None
     removed: dict[str, Decimal] = {}
     adds: dict[CounterItem, dict[str, Decimal]] = {}
-    count = 0
+    taken: list[EndedWindow] = []
     for found in ended:
         if len(removed) + len(found.counters) > MAX_MOVED_ATTRIBUTES or len(adds) >= TRANSACT_MAX_ACTIONS - 1:
             break
         removed.update({window_attribute(found.window, name): value for name, value in found.counters.items()})
-        count += 1
+        taken.append(found)
         if not found.kept:
             continue  # past its retention: removed, never written (it would resurrect an expired counter)
         if day is not None and found.unit == "hour":
@@ -179,7 +213,43 @@ def plan_move(
             into[name] = EXACT.add(into.get(name, Decimal(0)), value)
     if not removed:
         return None
-    return _Move(item, removed, tuple(adds.items()), count)
+    move = _Move(item, removed, tuple(adds.items()), len(taken))
+    return _with_pointers(move, raw, taken, windows, thresholds, now_ms=now_ms) if thresholds.rules else move
+
+
+def _with_pointers(
+    move: _Move,
+    raw: Mapping[str, Any],
+    taken: Sequence[EndedWindow],
+    windows: WindowSpec,
+    thresholds: CounterThresholds,
+    *,
+    now_ms: int,
+) -> _Move:
+    """``move`` keeping the pointer of each window unit with levels on its key (``tally.core.moved``), and
+    removing any other pointer attribute (a unit or counter whose levels are gone)."""
+    pointers: dict[str, Mapping[str, str]] = {}
+    if move.item.shard == 0:  # a hot key's shards carry no levels (refused at configuration)
+        moves = moves_of(raw)
+        for unit in windows.units:
+            counters = thresholds.thresholds(move.item.key, unit.name) if unit.on_key_item else {}
+            if not counters:
+                continue
+            moved = {found.window: found.counters for found in taken if found.unit == unit.name}
+            read = moved_pointer_from_item(raw, unit.name)
+            pointers.update(
+                moved_pointer_values(unit.name, next_pointer(read, moves, moved, counters, anchor_window(unit, now_ms)))
+            )
+    dropped = tuple(name for name in moved_pointer_attributes(raw) if name not in pointers)
+    if not pointers and not dropped:
+        return move
+    return replace(move, pointers=pointers, dropped=dropped, moves=moves_of(raw))
+
+
+def moves_of(raw: Mapping[str, Any]) -> Decimal | None:
+    """A raw key item's count of window moves (``WINDOW_MOVES``; None: never moved)."""
+    value = raw.get(WINDOW_MOVES)
+    return Decimal(value["N"]) if value is not None else None
 
 
 def moved_home(key: str, window: str, counter: str, windows: WindowSpec) -> tuple[CounterItem, str]:
@@ -213,18 +283,18 @@ class DynamoDBWindowMover:
         counters_table: str,
         windows: WindowSpec,
         *,
-        rng: random.Random | None = None,
-        sleep: Callable[[float], object] = time.sleep,
         max_actions: int = TRANSACT_MAX_ACTIONS,
         move_at_bytes: int = MOVE_AT_BYTES,
+        thresholds: CounterThresholds = NO_THRESHOLDS,
     ) -> None:
         self._move_at_bytes = move_at_bytes
         """0: every ended window is moved as soon as a batch finds it (tests; ``close_all`` always does)."""
         self._client = client
         self._table = counters_table
         self._windows = windows
-        self._rng = rng or random.Random()
-        self._sleep = sleep
+        self._thresholds = thresholds
+        """Declared levels: a move keeps the pointer of each window unit with levels on its key
+        (``tally.core.moved``)."""
         self._max_actions = max_actions
         self._checked: dict[ItemKey, int] = {}
         """Key item -> the start of the hour this container last checked it in."""
@@ -236,15 +306,16 @@ class DynamoDBWindowMover:
         """Whether any window of the deployment is counted on key items (else there is never anything to move)."""
         return any(unit.on_key_item for unit in self._windows.units)
 
-    def after_batch(self, items: Iterable[ItemKey], now_ms: int) -> WindowsMoved:
+    def after_batch(self, items: Iterable[ItemKey], now_ms: int, attempt: Attempt = send_once) -> WindowsMoved:
         """Check the key items a batch wrote that this container has not checked since the hour began, and
-        move their ended windows. Raises ``StoreError`` only for the read (the caller logs it and goes on)."""
+        move their ended windows, each transaction sent through ``attempt``. Raises ``StoreError`` only for the
+        read (the caller logs it and goes on)."""
         hour = now_ms - now_ms % HOUR_MS
         due = [item for item in dict.fromkeys(items) if self._checked.get(item) != hour]
         if not due:
             return WindowsMoved()
         raws = batch_get(self._client, self._table, [item_key(item) for item in due])
-        moved = self.move(raws, now_ms)
+        moved = self.move(raws, now_ms, attempt=attempt)
         if len(self._checked) + len(due) > MAX_REMEMBERED:
             self._checked.clear()
         unmoved = set(self._unmoved)
@@ -253,7 +324,7 @@ class DynamoDBWindowMover:
                 self._checked[item] = hour
         return WindowsMoved(checked=len(due)) + moved
 
-    def close_all(self, now_ms: int) -> WindowsMoved:
+    def close_all(self, now_ms: int, attempt: Attempt = send_once) -> WindowsMoved:
         """Move every key item's ended windows (a ``Scan`` of the key items): for keys no batch writes again."""
         total = WindowsMoved()
         page: list[Mapping[str, Any]] = []
@@ -261,75 +332,71 @@ class DynamoDBWindowMover:
             total += WindowsMoved(checked=1)
             page.append(raw)
             if len(page) >= 1000:
-                total += self.move(page, now_ms, every=True)
+                total += self.move(page, now_ms, every=True, attempt=attempt)
                 page = []
-        return total + self.move(page, now_ms, every=True)
+        return total + self.move(page, now_ms, every=True, attempt=attempt)
 
-    def move(self, raws: Iterable[Mapping[str, Any]], now_ms: int, *, every: bool = False) -> WindowsMoved:
+    def move(
+        self, raws: Iterable[Mapping[str, Any]], now_ms: int, *, every: bool = False, attempt: Attempt = send_once
+    ) -> WindowsMoved:
         """Move the ended windows of these raw key items that need moving (``plan_move``; ``every``: all of
-        them), in transactions of at most ``max_actions`` actions."""
+        them), in transactions of at most ``max_actions`` actions, each sent through ``attempt``."""
         self._unmoved = []
         limit = 0 if every else self._move_at_bytes
         moves = [
-            move for raw in raws if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit)) is not None
+            move
+            for raw in raws
+            if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit, thresholds=self._thresholds))
+            is not None
         ]
         total = WindowsMoved()
-        for group in self._groups(moves):
-            total += self._commit(group, now_ms)
+        for moving in group(moves, self._max_actions, self._max_actions, lambda move: 1 + len(move.adds)):
+            total += self._move_group(moving, now_ms, attempt)
         return total
 
     # ------------------------------------------------------------------------------------------- helpers
-    def _groups(self, moves: Sequence[_Move]) -> Iterator[list[_Move]]:
-        group: list[_Move] = []
-        actions = 0
-        for move in moves:
-            size = 1 + len(move.adds)
-            if group and actions + size > self._max_actions:
-                yield group
-                group, actions = [], 0
-            group.append(move)
-            actions += size
-        if group:
-            yield group
+    def _move_group(self, moving: list[_Move], now_ms: int, attempt: Attempt) -> WindowsMoved:
+        sending = _Sending(moving)
+        try:
+            attempt(partial(self._commit, sending, now_ms))
+        except StoreError as exc:  # given up for now (retries or time ran out), or refused for good
+            logger.warning("window move not done; left for a later batch: %s", exc)
+            self._unmoved.extend(move.item for move in sending.group)
+            return WindowsMoved(transactions=sending.calls, left=len(sending.group))
+        return WindowsMoved(
+            moved_items=len(sending.group),
+            windows=sum(move.windows for move in sending.group),
+            window_items=sum(len(move.adds) for move in sending.group),
+            transactions=sending.calls,
+        )
 
-    def _commit(self, group: list[_Move], now_ms: int) -> WindowsMoved:
-        transactions = 0
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            actions: list[TransactWriteItemTypeDef] = []
-            owners: list[int] = []  # the position in ``group`` of each action's move
-            for position, move in enumerate(group):
-                actions.append(self._remove(move))
+    def _commit(self, sending: _Sending, now_ms: int) -> None:
+        """Send ``sending.group``'s transaction once. Cancelled, its moves are re-planned from what the
+        cancellation returned (``_after_cancellation``) and ``RetryableStoreError`` raises for the caller's
+        ``attempt`` to send them again, unless nothing is left to move; any other failure raises as translated
+        (a lost answer is retryable: a move that did commit fails its condition the second time, and its
+        re-plan finds nothing left)."""
+        sending.calls += 1
+        actions: list[TransactWriteItemTypeDef] = []
+        owners: list[int] = []  # the position in the group of each action's move
+        for position, move in enumerate(sending.group):
+            actions.append(self._remove(move))
+            owners.append(position)
+            for target, counters in move.adds:
+                update, _ = add_update(self._table, target, counters)
+                actions.append(update)
                 owners.append(position)
-                for target, counters in move.adds:
-                    update, _ = add_update(self._table, target, counters)
-                    actions.append(update)
-                    owners.append(position)
-            transactions += 1
-            try:
-                self._client.transact_write_items(TransactItems=actions)
-            except ClientError as exc:
-                reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
-                if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException" or not reasons:
-                    error = translate(exc)
-                    logger.warning("window move failed; left for a later batch: %s", error)
-                    break
-                group = self._after_cancellation(group, owners, reasons, now_ms)
-                if not group:
-                    return WindowsMoved(transactions=transactions)
-                if attempt < MAX_ATTEMPTS:
-                    self._sleep(self._rng.uniform(0, _PAUSE_S * 2**attempt))
-                continue
-            except BotoCoreError as exc:
-                logger.warning("window move outcome unknown; a later batch moves what is left: %s", exc)
-                break
-            return WindowsMoved(
-                moved_items=len(group),
-                windows=sum(move.windows for move in group),
-                window_items=sum(len(move.adds) for move in group),
-                transactions=transactions,
-            )
-        self._unmoved.extend(move.item for move in group)
-        return WindowsMoved(transactions=transactions, left=len(group))
+        try:
+            self._client.transact_write_items(TransactItems=actions)
+        except ClientError as exc:
+            reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
+            if exc.response.get("Error", {}).get("Code") != "TransactionCanceledException" or not reasons:
+                raise translate(exc) from exc
+            sending.group = self._after_cancellation(sending.group, owners, reasons, now_ms)
+            if sending.group:
+                raise RetryableStoreError("window move cancelled (a late event, another move, a conflict)") from exc
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
 
     def _after_cancellation(
         self, group: list[_Move], owners: Sequence[int], reasons: Sequence[Mapping[str, Any]], now_ms: int
@@ -341,10 +408,12 @@ class DynamoDBWindowMover:
         for owner, reason in zip(owners, reasons, strict=False):
             code = reason.get("Code") or "None"
             if code == "ConditionalCheckFailed" and "Item" in reason:
-                replanned[owner] = plan_move(reason["Item"], self._windows, now_ms, move_at_bytes=0)
+                replanned[owner] = plan_move(
+                    reason["Item"], self._windows, now_ms, move_at_bytes=0, thresholds=self._thresholds
+                )
             elif code == "ConditionalCheckFailed":
                 replanned[owner] = None  # the key item is gone: nothing left to move
-            elif code not in _RETRYABLE_REASONS and code != "None":
+            elif code not in RETRYABLE_REASONS and code != "None":
                 logger.warning("window move refused (%s): %s", code, reason.get("Message", ""))
                 replanned[owner] = None
                 self._unmoved.append(group[owner].item)
@@ -365,15 +434,30 @@ class DynamoDBWindowMover:
             names[f"#w{index}"] = attribute
             values[f":w{index}"] = {"N": to_wire(value)}
             conditions.append(f"#w{index} = :w{index}")
-        removed = ", ".join(names)
+        removed = list(names)
+        for index, attribute in enumerate(move.dropped):
+            names[f"#d{index}"] = attribute
+            removed.append(f"#d{index}")
+        sets: list[str] = []
+        for index, (attribute, wire) in enumerate(move.pointers.items()):
+            names[f"#p{index}"] = attribute
+            values[f":p{index}"] = wire
+            sets.append(f"#p{index} = :p{index}")
         # The key item's count of moves goes up in the same action: a series read spanning it starts over.
         names["#moves"] = WINDOW_MOVES
         values[":one"] = {"N": "1"}
+        if move.keeps_pointers:  # the pointers were planned from the count read: it must not have moved since
+            if move.moves is None:
+                conditions.append("attribute_not_exists(#moves)")
+            else:
+                values[":moves"] = {"N": to_wire(move.moves)}
+                conditions.append("#moves = :moves")
+        expression = f"REMOVE {', '.join(removed)} ADD #moves :one" + (f" SET {', '.join(sets)}" if sets else "")
         return {
             "Update": {
                 "TableName": self._table,
                 "Key": item_key(move.item),
-                "UpdateExpression": f"REMOVE {removed} ADD #moves :one",
+                "UpdateExpression": expression,
                 "ConditionExpression": " AND ".join(conditions),
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": values,

@@ -35,7 +35,10 @@ deduplicated by ``notification_id`` as a consumer must:
 - every announcement is a recorded crossing and every recorded crossing was announced.
 
 The broken variants announce before the commit, or without the deterministic id, or judge a day's level on the
-key item's part alone (never reading what a move took off it): the run fails.
+key item's part alone (never reading what a move took off it), or trust the key item's pointer of moved parts
+(``tally.core.moved``) for a day older than its own: the run fails. The run's faults count how the moved part of
+each late write's day was known (``situation.moved_part_of_*``): the pointer's own day, a newer one (never
+moved), an older one (its day item read).
 """
 
 from __future__ import annotations
@@ -292,8 +295,7 @@ class _AnnounceBeforeCommit(DynamoDBCounterStore):
 
 def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
     pipeline = production_pipeline(client, tables, bus)
-    store = pipeline._applier.store
-    assert isinstance(store, DynamoDBCounterStore)
+    store = _store_of(pipeline)
     store.__class__ = _AnnounceBeforeCommit
     store.bus = bus  # type: ignore[attr-defined]
     store.notifications_table = tables.notifications
@@ -303,17 +305,36 @@ def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus) -> Bat
 class _KeyItemPartAlone(DynamoDBCounterStore):
     """BROKEN: judges an ended day's levels on the key item's part alone, as if no move had taken any of it."""
 
-    def _moved_parts(self, reads: Any) -> Any:
-        del reads
+    def _moved_parts(self, reads: Any, now_ms: int) -> Any:
+        del reads, now_ms
         return {}, {}
 
 
 def broken_window_on_key_item_alone(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
     pipeline = production_pipeline(client, tables, bus)
+    _store_of(pipeline).__class__ = _KeyItemPartAlone
+    return pipeline
+
+
+class _PointerTrustedForOlderWindows(DynamoDBCounterStore):
+    """BROKEN: trusts the key item's pointer for what it cannot say, taking a window older than the pointer's
+    as never moved (its moved part 0) instead of reading its window item."""
+
+    def _known_parts(self, snapshot: Any, names: Any) -> Any:
+        known, unknown = super()._known_parts(snapshot, names)
+        return {**known, **dict.fromkeys(unknown, 0)}, []
+
+
+def broken_older_window_trusts_the_pointer(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
+    pipeline = production_pipeline(client, tables, bus)
+    _store_of(pipeline).__class__ = _PointerTrustedForOlderWindows
+    return pipeline
+
+
+def _store_of(pipeline: BatchPipeline) -> DynamoDBCounterStore:
     store = pipeline._applier.store
     assert isinstance(store, DynamoDBCounterStore)
-    store.__class__ = _KeyItemPartAlone
-    return pipeline
+    return store
 
 
 @dataclass
@@ -387,6 +408,8 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     failures: list[str] = field(default_factory=list)
     invocations: int = 0
+    stores: list[DynamoDBCounterStore] = field(default_factory=list)
+    """Each consumer's counter store: how the moved parts of late events' windows were known (``_check``)."""
 
     def now_ms(self) -> int:
         """The run's clock, for one more invocation: ``CLOCK_STEP_MS`` later than the one before."""
@@ -409,6 +432,8 @@ class _Run:
         chaos = DynamoDBChaos(client, config.dynamodb, rng, self.log, self.in_flight)
         _kill_after_crossing(client, self.tables.notifications, rng, config.kill_after_crossing, self.log)
         pipeline = self.pipeline_factory(client, self.tables, self.bus)
+        with self.lock:
+            self.stores.append(_store_of(pipeline))
         idle = 0
         while idle <= 50:
             batch = self._take(rng)
@@ -481,6 +506,9 @@ def run_threshold_chaos(
         thread.join()
     stop.set()
     pipe_thread.join()
+    for store in run.stores:  # late writes of an ended day: of the pointer's day, a newer one, an older one (read)
+        for source, count in store.moved_part_sources.items():
+            run.log.add(f"situation.moved_part_of_{source.replace(' ', '_')}", count)
     result = _check(messages, admin, tables, run.bus, run.log)
     result.first_failure = run.failures[0] if run.failures else None
     return result
