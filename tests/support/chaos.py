@@ -37,10 +37,12 @@ WINDOW_MOVES = focused(
     SMOKE,
     300,
     window_messages=300,
+    windows="hour,day,month",
     delivery=replace(SMOKE.delivery, crash_after_commit=SMOKE.delivery.crash_after_commit * 4),
 )
-"""``win:`` keys whose ended hours and days are moved off the key items during the run, and read as series
-meanwhile: the focused run of the broken mover (test_chaos.py). A container moves a key's windows once an hour
+"""``win:`` keys whose ended hours, days and months are moved off the key items during the run (half their
+events lie in the last day of the previous month), and read as series meanwhile: the focused run of the broken
+mover (test_chaos.py). A container moves a key's windows once an hour
 of the virtual clock, which moves on when a batch waits for its redelivery: more crashes after commit, more
 hours, more moves."""
 

@@ -61,7 +61,7 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
     table.add_row(f"gauges wrong (of {verdict.gauges_checked:,}: max, min, latest)", _flag(verdict.gauges_wrong))
     table.add_row(f"distinct counts wrong (of {verdict.distinct_checked:,})", _flag(verdict.distinct_wrong))
     table.add_row(
-        f"hour and day windows wrong after moves and the final close (of {verdict.windows_checked:,})",
+        f"hour, day and month windows wrong after moves and the final close (of {verdict.windows_checked:,})",
         _flag(verdict.windows_wrong),
     )
     table.add_row(

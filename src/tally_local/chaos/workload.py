@@ -463,17 +463,20 @@ def _window_messages(
     config: ChaosConfig, base_ms: int
 ) -> tuple[dict[str, ValidMessage], dict[tuple[str, str], dict[str, Decimal]]]:
     """Messages on ``win:`` keys with ``ts`` in the previous UTC day (its hours and the day have ended, so
-    the batches that write these keys move them off the key items), and what each window holds.
-    Their own random stream: the rest of the load is drawn as before."""
+    the batches that write these keys move them off the key items), and what each window holds. With month
+    windows, every other one lies in the last day of the previous month instead, so that ended months are
+    moved too. Their own random stream: the rest of the load is drawn as before."""
     rng = random.Random(f"{config.seed}:windows")
     spec = parse_window_spec(config.windows, config.window_retention)
     yesterday = base_ms - base_ms % DAY_MS - DAY_MS
+    months = [unit for unit in spec.units if unit.name == "month"]
+    last_month_day = months[0].start_ms(base_ms) - DAY_MS if months else yesterday
     messages: dict[str, ValidMessage] = {}
     expected: dict[tuple[str, str], dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
     for index in range(config.window_messages if config.window_keys else 0):
         key = f"win:{index % config.window_keys}"
         message_id = f"c{config.seed}-win-{index}"
-        ts = yesterday + rng.randrange(DAY_MS)
+        ts = (yesterday if index % 2 == 0 else last_month_day) + rng.randrange(DAY_MS)
         deltas = {TRACER: Decimal(1), "units": Decimal(rng.randint(1, 9))}
         body = f'{{"id":"{message_id}",' + _event_json(key, deltas, ts) + "}"
         messages[message_id] = ValidMessage(message_id, body, key, 1, {key: dict(deltas)}, parts=((key, deltas, ts),))
