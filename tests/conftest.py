@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from hypothesis import settings
 
-from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.template import load_template, table_definitions
 from tests.support import tiers
 from tests.support.environment import MOTO_CREDENTIALS, set_environment
@@ -75,8 +75,9 @@ def _create_table(client: DynamoDBClient, definition: TableDefinition, name: str
 
 @pytest.fixture(scope="session")
 def dynamodb_local() -> Iterator[DynamoDBLocal]:
-    """One DynamoDB Local (in memory, ``-sharedDb``) for the whole session; stopped at the end."""
-    with DynamoDBLocal() as ddb:
+    """One DynamoDB Local (in memory, ``-sharedDb``) for the whole session; stopped at the end. Its JVM has the
+    client compiler alone: the suite keeps every core busy, where the server compiler's CPU does not pay back."""
+    with DynamoDBLocal(jvm_options=SHORT_LIVED_JVM_OPTIONS) as ddb:
         yield ddb
 
 

@@ -59,6 +59,8 @@ from tally.errors import TallyError
 from tally_local.service import BackgroundService
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from mypy_boto3_dynamodb import DynamoDBClient
 
 logger = logging.getLogger(__name__)
@@ -224,13 +226,26 @@ def find_java() -> str:
 JVM_OPTIONS: Final = ("-XX:+UseSerialGC",)
 """One garbage-collecting thread: DynamoDB Local here serves tests, the demo and benchmarks on a machine of two
 cores, where the parallel collector's threads compete with the clients for the same cores (a focused chaos run:
-3.1 s of the JVM's CPU instead of 5.2 s). The client compiler alone (``-XX:TieredStopAtLevel=1``) cut the JVM's
-CPU too, but made the smoke chaos run 23 s slower under the test suite's load: the server compiler stays."""
+3.1 s of the JVM's CPU instead of 5.2 s). The server compiler stays for long runs (the demo, benchmarks): the
+code it compiles pays back its CPU."""
+
+SHORT_LIVED_JVM_OPTIONS: Final = (*JVM_OPTIONS, "-XX:TieredStopAtLevel=1")
+"""For JVMs that serve a few minutes on cores other work keeps busy (the test suite's): the client compiler
+alone. The smoke chaos run alone on a quiet machine: 25.4 s of the JVM's CPU against 32.1 s (three runs each),
+and a start 1.4 s against 2.4 s; its wall time, with a second core free for the server compiler, about 5 s
+longer."""
 
 
-def build_command(java: str, install_dir: Path, port: int, launcher: Path | None = None) -> list[str]:
+def build_command(
+    java: str,
+    install_dir: Path,
+    port: int,
+    launcher: Path | None = None,
+    jvm_options: Sequence[str] = JVM_OPTIONS,
+) -> list[str]:
     """The argv that starts DynamoDB Local in memory on ``port``, on loopback only through ``launcher``
-    (the directory of the compiled ``LoopbackDynamoDBLocal``), else on every interface.
+    (the directory of the compiled ``LoopbackDynamoDBLocal``), else on every interface, the JVM given
+    ``jvm_options``.
 
     ``-sharedDb``: without it DynamoDB Local keeps one database per access key *and region*, so a
     client configured with another region or dummy key would silently see no tables. Sharing one
@@ -250,7 +265,7 @@ def build_command(java: str, install_dir: Path, port: int, launcher: Path | None
     return [
         *([setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []),
         java,
-        *JVM_OPTIONS,
+        *jvm_options,
         f"-Djava.library.path={install_dir / LIB_DIR_NAME}",
         *entry,
         "-inMemory",
@@ -282,8 +297,9 @@ class DynamoDBLocal(BackgroundService):
     """One DynamoDB Local JVM, in memory, on a free port of loopback (and only there: see the module's
     docstring). A context manager; ``stop()`` is idempotent."""
 
-    def __init__(self, *, cache_dir: Path | None = None) -> None:
+    def __init__(self, *, cache_dir: Path | None = None, jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
         self._cache_dir = cache_dir
+        self._jvm_options = tuple(jvm_options)
         self._executor: _DynamoDBLocalExecutor | None = None
         self._log: IO[bytes] | None = None
 
@@ -298,7 +314,7 @@ class DynamoDBLocal(BackgroundService):
             port = _free_port()
             self._log = tempfile.TemporaryFile(prefix="dynamodb-local-", suffix=".log")  # noqa: SIM115 - in stop()
             executor = _DynamoDBLocalExecutor(
-                build_command(java, install_dir, port, launcher),
+                build_command(java, install_dir, port, launcher, self._jvm_options),
                 host=_LOOPBACK,
                 port=port,
                 timeout=_STARTUP_TIMEOUT_S,
