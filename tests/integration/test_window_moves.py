@@ -24,9 +24,10 @@ from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.kit.faults import DynamoDBFaults
 from tests.support.pipeline import FAST_RETRIES, make_pipeline, make_store
+from tests.support.tables import scan_all
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -83,21 +84,11 @@ def record(message_id: str, key: str, delta: int, ts: int, received_ms: int) -> 
     return SourceRecord(message_id, f'{{"id":"{message_id}","key":"{key}","delta":{delta},"ts":{ts}}}', received_ms)
 
 
-def scan(client: DynamoDBClient, table: str) -> Iterator[dict[str, Any]]:
-    kwargs: dict[str, Any] = {"TableName": table}
-    while True:
-        page = client.scan(**kwargs)
-        yield from page["Items"]
-        if "LastEvaluatedKey" not in page:
-            return
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-
-
 def stored_windows(tables: DynamoDBTables) -> tuple[dict[tuple[str, str], Decimal], dict[tuple[str, str], Decimal]]:
     """(key, window) -> count on window items, and (key, window) -> count still open on key items."""
     items: dict[tuple[str, str], Decimal] = {}
     open_: dict[tuple[str, str], Decimal] = {}
-    for item in scan(tables.client, tables.counters_table):
+    for item in scan_all(tables.client, tables.counters_table):
         key = item["pk"]["S"].split("\x1f")[0]
         if item["sk"]["S"] != "all":
             held = {item["sk"]["S"]: item["c#count"]["N"]} if "c#count" in item else {}
@@ -382,7 +373,7 @@ def test_a_hot_keys_shards_move_their_own_windows(ddb_tables: DynamoDBTables) ->
     items, _ = stored_windows(ddb_tables)
     assert {window for _, window in items} == {hour(0), hour(1), hour(2)}  # ended hours, on shard items
     shard_partitions = {
-        item["pk"]["S"] for item in scan(ddb_tables.client, ddb_tables.counters_table) if item["sk"]["S"] == DAY
+        item["pk"]["S"] for item in scan_all(ddb_tables.client, ddb_tables.counters_table) if item["sk"]["S"] == DAY
     }
     assert shard_partitions <= {"hot", *(f"hot\x1f{n}" for n in range(1, 4))}  # shard 0 is the key itself
     assert_exact(ddb_tables, expected, DAY0 + 4 * H, hot="hot=4")

@@ -34,8 +34,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import boto3
 
+from tests.support.tables import scan_all
+
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping
+    from collections.abc import Callable, Mapping
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = REPO_ROOT / ".venv" / "bin"
@@ -317,7 +319,7 @@ class StackProcess:
         for table in tables:
             _delete_every_item(table)
         left = [url for url in queues if _holds_messages(sqs, url)]
-        left += [table.name for table in tables if next(_every_item(table), None) is not None]
+        left += [table.name for table in tables if scan_all(table.meta.client, table.name)]
         if left:
             raise RuntimeError(f"emptying {self.command!r} left something in {left}")
 
@@ -366,18 +368,9 @@ def _drain(sqs: Any, queue_url: str) -> None:
 def _delete_every_item(table: Any) -> None:
     key_names = [part["AttributeName"] for part in table.key_schema]
     with table.batch_writer() as batch:  # batches of 25, unprocessed items sent again
-        for item in _every_item(table):
+        # the resource's client hands items back as Python values, as ``batch_writer`` takes them
+        for item in scan_all(table.meta.client, table.name):
             batch.delete_item(Key={name: item[name] for name in key_names})
-
-
-def _every_item(table: Any) -> Iterator[dict[str, Any]]:
-    scan: dict[str, Any] = {"ConsistentRead": True}
-    while True:
-        page = table.scan(**scan)
-        yield from page["Items"]
-        if "LastEvaluatedKey" not in page:
-            return
-        scan["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
 class PageFailed(AssertionError):
