@@ -184,7 +184,7 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.series_reads > 0
     assert result.series_read_violations == ()
     assert result.situations.get("situation.series_reads_spanning_a_move", 0) > 0
-    assert result.situations.get("situation.ttl_headers_swept", 0) > 0
+    assert result.situations.get("situation.ttl_headers_swept", 0) > 0, result.situations
     assert result.past_horizon_problems == ()
 
     # AND it produced every situation at the journal's edges: warm consumers whose marker read gate has closed, kills

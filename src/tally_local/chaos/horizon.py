@@ -119,6 +119,8 @@ def run_past_horizon(
         keeper = _body(session.message(2), f"{session.prefix}:keeper", 1)
         deliver([SourceRecord(f"{session.prefix}-2", keeper, now_ms)], now_ms, MarkerReadGate(), session.prefix)
     headers_before = _headers(client, tables.markers)
+    # Beside the count swept, so that a run sweeping none says whether step 1 left no header or TTL kept it.
+    log.add("situation.ttl_headers_before_sweep", len(headers_before))
     log.add("situation.ttl_swept_items", sweep_expired(client, tables.markers, now_ms // 1000))
     log.add("situation.ttl_headers_swept", len(headers_before - _headers(client, tables.markers)))
     for index, session in enumerate(sessions):
