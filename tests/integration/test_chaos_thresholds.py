@@ -18,14 +18,21 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tally_local.chaos.thresholds import (
+    MAX_DELIVERIES,
     ThresholdChaosConfig,
     broken_announce_before_commit,
     broken_older_window_trusts_the_pointer,
     broken_window_on_key_item_alone,
+    production_pipeline,
     run_threshold_chaos,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any
+
+    from tally.core.model import SourceRecord
+    from tally.pipeline import BatchPipeline, BatchResult
     from tally_local.dynamodb_local import DynamoDBLocal
 
 pytestmark = pytest.mark.integration
@@ -96,3 +103,33 @@ def test_trusting_the_pointer_for_a_day_older_than_its_own_fails_the_run(dynamod
     )
     assert not result.ok
     assert any("@d#" in problem for problem in result.problems), result.problems
+
+
+def _failing_every_batch_with(key: str) -> Callable[..., BatchPipeline]:
+    """BROKEN: every batch holding a message of ``key`` fails whole, on every delivery."""
+
+    def factory(client: Any, tables: Any, bus: Any) -> BatchPipeline:
+        pipeline = production_pipeline(client, tables, bus)
+        process = pipeline.process
+
+        def failing(records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]) -> BatchResult:
+            if any(f'"key": "{key}"' in record.body for record in records):
+                raise RuntimeError(f"BROKEN: a batch with {key} fails")
+            return process(records, now_ms, remaining_ms)
+
+        pipeline.process = failing  # type: ignore[method-assign]
+        return pipeline
+
+    return factory
+
+
+def test_a_message_failing_on_every_delivery_is_set_aside_and_fails_the_run(dynamodb_local: DynamoDBLocal) -> None:
+    # The run ends, as a queue's redrive policy would end those deliveries, instead of delivering it forever
+    result = run_threshold_chaos(
+        dynamodb_local.endpoint_url, BROKEN_SIZE, pipeline_factory=_failing_every_batch_with("t:up:0")
+    )
+    assert not result.ok
+    given_up = [problem for problem in result.problems if f"failed on each of its {MAX_DELIVERIES}" in problem]
+    assert given_up, result.problems
+    # (a message that kept sharing its batches with one of them may be set aside too: whole batches fail here)
+    assert any(problem.startswith("t:up:0-") for problem in given_up), given_up

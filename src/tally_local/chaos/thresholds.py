@@ -96,6 +96,11 @@ CLOCK_STEP_MS: Final = HOUR_MS
 """How far the run's clock moves per invocation: an hour, so every batch's key items are checked for ended
 windows again (a container checks a key item once per hour) and ended days are moved off them between nearly
 any two batches, whatever the machine's speed: a late event then almost always meets a day split in two."""
+MAX_DELIVERIES: Final = 40
+"""Deliveries of one message before the run sets it aside as failing on every delivery (a problem), as a queue's
+redrive policy would move it: a message that can never be written must end the run, not hold it forever. A
+valid message reaches it only by a defect (crashes and kills redeliver one at rates of 0.05 to 0.4 each)."""
+
 WINDOW_DAYS: Final = 4
 """The days ``win`` events fall in: the three before the clock's start and its own."""
 LEVELS: Final = {
@@ -410,6 +415,9 @@ class _Run:
     invocations: int = 0
     stores: list[DynamoDBCounterStore] = field(default_factory=list)
     """Each consumer's counter store: how the moved parts of late events' windows were known (``_check``)."""
+    deliveries: Counter[str] = field(default_factory=Counter)
+    given_up: list[str] = field(default_factory=list)
+    """Messages set aside after ``MAX_DELIVERIES`` deliveries."""
 
     def now_ms(self) -> int:
         """The run's clock, for one more invocation: ``CLOCK_STEP_MS`` later than the one before."""
@@ -447,7 +455,12 @@ class _Run:
             chaos.begin_invocation()
             back = self._invoke(pipeline, batch, invocation, rng)
             with self.lock:
-                self.pending.extend(back)
+                for message in back:
+                    self.deliveries[message.message_id] += 1
+                    if self.deliveries[message.message_id] < MAX_DELIVERIES:
+                        self.pending.append(message)
+                    else:
+                        self.given_up.append(message.message_id)
 
     def _invoke(
         self, pipeline: BatchPipeline, batch: list[Message], invocation: Invocation, rng: random.Random
@@ -509,7 +522,7 @@ def run_threshold_chaos(
     for store in run.stores:  # late writes of an ended day: of the pointer's day, a newer one, an older one (read)
         for source, count in store.moved_part_sources.items():
             run.log.add(f"situation.moved_part_of_{source.replace(' ', '_')}", count)
-    result = _check(messages, admin, tables, run.bus, run.log)
+    result = _check(messages, admin, tables, run.bus, run.log, given_up=run.given_up)
     result.first_failure = run.failures[0] if run.failures else None
     return result
 
@@ -547,8 +560,10 @@ def _create_tables(client: Any, template: dict[str, Any]) -> Tables:
     return tables
 
 
-def _check(messages: list[Message], client: Any, tables: Tables, bus: _Bus, log: FaultLog) -> ThresholdChaosResult:
-    problems: list[str] = []
+def _check(
+    messages: list[Message], client: Any, tables: Tables, bus: _Bus, log: FaultLog, *, given_up: list[str]
+) -> ThresholdChaosResult:
+    problems = [f"{message}: failed on each of its {MAX_DELIVERIES} deliveries" for message in sorted(set(given_up))]
     by_id = {m.message_id: m for m in messages}
     ends: dict[str, int] = {}
     for m in messages:
