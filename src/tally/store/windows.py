@@ -229,8 +229,8 @@ def _with_pointers(
     """``move`` keeping the pointer of each window unit with levels on its key (``tally.core.moved``), and
     removing any other pointer attribute (a unit or counter whose levels are gone)."""
     pointers: dict[str, Mapping[str, str]] = {}
+    moves = moves_of(raw)
     if move.item.shard == 0:  # a hot key's shards carry no levels (refused at configuration)
-        moves = moves_of(raw)
         for unit in windows.units:
             counters = thresholds.thresholds(move.item.key, unit.name) if unit.on_key_item else {}
             if not counters:
@@ -243,7 +243,7 @@ def _with_pointers(
     dropped = tuple(name for name in moved_pointer_attributes(raw) if name not in pointers)
     if not pointers and not dropped:
         return move
-    return replace(move, pointers=pointers, dropped=dropped, moves=moves_of(raw))
+    return replace(move, pointers=pointers, dropped=dropped, moves=moves)
 
 
 def moves_of(raw: Mapping[str, Any]) -> Decimal | None:

@@ -416,7 +416,7 @@ class _Run:
     stores: list[DynamoDBCounterStore] = field(default_factory=list)
     """Each consumer's counter store: how the moved parts of late events' windows were known (``_check``)."""
     deliveries: Counter[str] = field(default_factory=Counter)
-    given_up: list[str] = field(default_factory=list)
+    given_up: set[str] = field(default_factory=set)
     """Messages set aside after ``MAX_DELIVERIES`` deliveries."""
 
     def now_ms(self) -> int:
@@ -460,7 +460,7 @@ class _Run:
                     if self.deliveries[message.message_id] < MAX_DELIVERIES:
                         self.pending.append(message)
                     else:
-                        self.given_up.append(message.message_id)
+                        self.given_up.add(message.message_id)
 
     def _invoke(
         self, pipeline: BatchPipeline, batch: list[Message], invocation: Invocation, rng: random.Random
@@ -561,9 +561,9 @@ def _create_tables(client: Any, template: dict[str, Any]) -> Tables:
 
 
 def _check(
-    messages: list[Message], client: Any, tables: Tables, bus: _Bus, log: FaultLog, *, given_up: list[str]
+    messages: list[Message], client: Any, tables: Tables, bus: _Bus, log: FaultLog, *, given_up: set[str]
 ) -> ThresholdChaosResult:
-    problems = [f"{message}: failed on each of its {MAX_DELIVERIES} deliveries" for message in sorted(set(given_up))]
+    problems = [f"{message}: failed on each of its {MAX_DELIVERIES} deliveries" for message in sorted(given_up)]
     by_id = {m.message_id: m for m in messages}
     ends: dict[str, int] = {}
     for m in messages:
