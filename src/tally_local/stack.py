@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
-from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.mappings import EventSourceMappings
 from tally_local.moto_server import SerialMotoServer
 from tally_local.pipe import LocalNotificationsPipe
@@ -136,7 +136,7 @@ class LocalStack:
         return server.endpoint_url
 
     def _start_dynamodb(self) -> str:
-        endpoint = self._stack.enter_context(DynamoDBLocal()).endpoint_url
+        endpoint = self._stack.enter_context(DynamoDBLocal(jvm_options=SHORT_LIVED_JVM_OPTIONS)).endpoint_url
         if not self._port:
             return endpoint
         # DynamoDB Local takes a free port of its own; the fixed one is a relay in front of it.
