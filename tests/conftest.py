@@ -30,6 +30,7 @@ from hypothesis import settings
 from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.template import load_template, table_definitions
 from tests.support import tiers
+from tests.support.botocore_data import parse_each_data_file_once
 from tests.support.environment import MOTO_CREDENTIALS, set_environment
 
 if TYPE_CHECKING:
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally_local.template import TableDefinition
+
+parse_each_data_file_once()
 
 # --- Hypothesis profiles ------------------------------------------------------------------------------------
 # How many examples a property draws is the run's choice, not each test's: a quick look while editing (dev), the
