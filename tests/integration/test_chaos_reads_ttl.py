@@ -24,7 +24,7 @@ from tally.errors import StoreError
 from tally.reader.dynamodb import CounterReader, add_into
 from tally.store.journal import DynamoDBJournal
 from tally.store.requests import batch_get
-from tally.store.schema import open_windows_from_item
+from tally.store.schema import header_id, open_windows_from_item
 from tally_local.chaos.config import SMOKE, focused
 from tests.support.chaos import rewired, run_on, situations_missing
 
@@ -89,6 +89,18 @@ class JournalFailingOnMissingHeaders(DynamoDBJournal):
 _journal_failing_on_missing_headers = rewired(journal_class=JournalFailingOnMissingHeaders)
 
 
+class JournalWhoseHeadersVanish(DynamoDBJournal):
+    """Stands for an emulator running TTL on its own (DynamoDB Local does, on a table with TTL on): each header
+    is deleted as soon as its batch is done, before the run's own sweep."""
+
+    def finish(self, batch_id: str) -> None:
+        super().finish(batch_id)
+        self._client.delete_item(TableName=self._markers, Key={"id": {"S": header_id(batch_id)}})
+
+
+_journal_whose_headers_vanish = rewired(journal_class=JournalWhoseHeadersVanish)
+
+
 WINDOW_READS = focused(SMOKE, 100, window_messages=300)
 """Window messages whose hours and day the consumers move while the monitor reads them."""
 
@@ -144,6 +156,22 @@ def test_the_harness_catches_block_markers_whose_batch_ttl_deleted_failing_their
     result = run_on(dynamodb_local, ddb_tables, HORIZON, pipeline_factory=_journal_failing_on_missing_headers)
 
     # THEN their batches fail on every delivery, and the run fails
-    assert result.situations.get("situation.ttl_headers_swept", 0) > 0
+    assert result.situations.get("situation.ttl_headers_swept", 0) > 0, (
+        result.situations,
+        result.past_horizon_problems,
+    )
     assert any("still failing" in problem for problem in result.past_horizon_problems), result.past_horizon_problems
+    assert not result.passed
+
+
+def test_the_harness_says_when_something_else_deleted_the_headers_it_was_to_sweep(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN headers deleted behind the run's back, before its own TTL sweep
+    result = run_on(dynamodb_local, ddb_tables, HORIZON, pipeline_factory=_journal_whose_headers_vanish)
+    # THEN the run says its case was not built, and fails
+    assert result.situations.get("situation.ttl_headers_swept", 0) == 0, result.situations
+    assert any("left no journal header" in problem for problem in result.past_horizon_problems), (
+        result.past_horizon_problems
+    )
     assert not result.passed
