@@ -628,21 +628,7 @@ def _check(
                     f"{key}: {ups} rising and {downs} falling crossings announced, but the side changed by {side}"
                 )
     faults = log.snapshot()
-    return ThresholdChaosResult(not problems, figures, faults, examples_of_each_kind(problems))
-
-
-def examples_of_each_kind(problems: list[str], per_kind: int = 5) -> list[str]:
-    """The first ``per_kind`` problems of each kind (the words before the first colon), in order: a kind found
-    many times must not hide another from the result (a cut at the first 20 once left a broken variant's own
-    kind out, behind 20 of another)."""
-    kept: list[str] = []
-    seen: Counter[str] = Counter()
-    for problem in problems:
-        kind = problem.split(":", 1)[0]
-        seen[kind] += 1
-        if seen[kind] <= per_kind:
-            kept.append(problem)
-    return kept
+    return ThresholdChaosResult(not problems, figures, faults, problems)
 
 
 def _check_days(messages: list[Message], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:
