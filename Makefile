@@ -37,8 +37,8 @@ demo-smoke: install
 
 # What the tests need is installed first. The checks (ruff, the import contracts, mypy, the strict docs build) then
 # run beside the tests, on the core time the tests leave idle while they wait on emulators, rather than ahead of them
-# (about 17 s of wall time on two cores): each check's output is printed whole when it ends, and the target fails if
-# the checks or the tests do.
+# (alone they took 18 s of wall time: mypy 15.6 s, the docs 2.0 s, ruff and the contracts 0.7 s): each check's output
+# is printed whole when it ends, and the target fails if the checks or the tests do.
 test: python313
 	$(MAKE) --no-print-directory -j3 --output-sync=target install sam checkov
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs & checks=$$!; \
