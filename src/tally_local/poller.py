@@ -166,7 +166,8 @@ class _Poller(threading.Thread, ABC):
             self.failure = exc
 
     def _set_busy(self) -> None:
-        """Records are in hand: not caught up until they are done (``run`` clears it after the poll)."""
+        """A receive is in flight or records are in hand: not caught up until they are done (``run`` clears it
+        after the poll)."""
         self._busy.set()
 
     @abstractmethod
@@ -219,6 +220,9 @@ class SqsPoller(_Poller):
     def _receive_batch(self) -> list[dict[str, Any]]:
         messages, self._carried = self._carried, []
         deadline: float | None = None
+        # Busy before the request is sent, not once messages are back: a receive in flight takes a message out of
+        # sight, and a drain check reading the queue meanwhile would find it neither visible nor seen in hand.
+        self._set_busy()
         while not self.stop_event.is_set():
             # The first message opens the batching window; the batch fills until it closes.
             received = self._sqs.receive_message(
@@ -230,8 +234,8 @@ class SqsPoller(_Poller):
             ).get("Messages", [])
             messages.extend(received)  # type: ignore[arg-type]
             if not messages:
+                self._busy.clear()
                 return []
-            self._set_busy()
             if deadline is None:
                 deadline = time.monotonic() + self._source.maximum_batching_window_seconds
             fits = records_within_payload([self._record_bytes(message) for message in messages])

@@ -1,0 +1,96 @@
+"""When the local stack's event sources count as drained: never while a queue holds a message, whatever instant its
+visibility ends at and whatever receive is in flight (``tally_local.mappings.EventSourceMappings.drained``,
+``tally_local.poller``). Both holes let a test read a dead-letter queue before SQS had moved the message there."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from tally_local.mappings import EventSourceMappings
+from tally_local.poller import SourceStats, SqsPoller
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+MOTOS_ORDER = (
+    "ApproximateNumberOfMessages",
+    "ApproximateNumberOfMessagesDelayed",
+    "ApproximateNumberOfMessagesNotVisible",
+)
+"""The order moto computes a queue's counts in, each at its own instant (``Queue.BASE_ATTRIBUTES``)."""
+
+
+class QueueWhoseMessageTurnsVisible:
+    """One message in flight, whose visibility ends while the queue's counts are computed: each count is computed
+    an instant after the one before, in moto's order."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.visible_at = 1
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        del QueueUrl
+        counts: dict[str, str] = {}
+        for name in MOTOS_ORDER:
+            if name not in AttributeNames:
+                continue
+            visible = self.now >= self.visible_at
+            holds = {"ApproximateNumberOfMessages": visible, "ApproximateNumberOfMessagesNotVisible": not visible}
+            counts[name] = str(int(holds.get(name, False)))
+            self.now += 1
+        return {"Attributes": counts}
+
+
+class Resources:
+    def __init__(self, sqs: QueueWhoseMessageTurnsVisible) -> None:
+        self._sqs = sqs
+
+    def client(self, service: str) -> QueueWhoseMessageTurnsVisible:
+        assert service == "sqs"
+        return self._sqs
+
+
+def test_a_message_turning_visible_while_the_counts_are_read_keeps_the_queue_undrained(tmp_path: Path) -> None:
+    # GIVEN a queue whose one message becomes visible again between two of its counts (the visible one first)
+    mappings = EventSourceMappings(Resources(QueueWhoseMessageTurnsVisible()), log_dir=tmp_path)  # type: ignore[arg-type]
+    mappings._queues.append("queue")  # set when a mapping's pollers start
+    # THEN the sources are not drained: the message is still there, on its way to the dead-letter queue
+    assert not mappings.drained(since=0.0)
+
+
+class QueueSeenDuringReceive:
+    """Answers a receive with nothing, noting whether the poller already counted itself busy while it was sent."""
+
+    def __init__(self) -> None:
+        self.poller: SqsPoller | None = None
+        self.busy_while_receiving: list[bool] = []
+
+    def receive_message(self, **_: Any) -> dict[str, Any]:
+        assert self.poller is not None
+        self.busy_while_receiving.append(not self.poller.caught_up_since(0.0))
+        return {}
+
+
+def test_a_poller_counts_as_busy_from_the_moment_its_receive_is_sent(tmp_path: Path) -> None:
+    # GIVEN a poller whose receive is in flight: the message it takes is out of sight, neither visible nor in hand
+    queue = QueueSeenDuringReceive()
+    source = SimpleNamespace(batch_size=10, maximum_batching_window_seconds=0)
+    poller = SqsPoller(
+        "poller",
+        sqs=queue,  # type: ignore[arg-type]
+        queue_url="queue",
+        queue_arn="arn",
+        source=source,  # type: ignore[arg-type]
+        function=None,  # type: ignore[arg-type]
+        stats=SourceStats(),
+        stop=threading.Event(),
+        region="us-east-1",
+    )
+    queue.poller = poller
+    # WHEN it receives nothing
+    assert poller._receive_batch() == []
+    # THEN it was busy while the request was out, so no drain check could pass meanwhile; and is idle after
+    assert queue.busy_while_receiving == [True]
+    assert not poller._busy.is_set()
