@@ -416,8 +416,12 @@ class _Run:
     stores: list[DynamoDBCounterStore] = field(default_factory=list)
     """Each consumer's counter store: how the moved parts of late events' windows were known (``_check``)."""
     deliveries: Counter[str] = field(default_factory=Counter)
-    given_up: set[str] = field(default_factory=set)
-    """Messages set aside after ``MAX_DELIVERIES`` deliveries."""
+    """Message id -> its deliveries that came back failed; at ``MAX_DELIVERIES`` it is set aside."""
+
+    @property
+    def given_up(self) -> set[str]:
+        """Messages set aside after ``MAX_DELIVERIES`` deliveries."""
+        return {message_id for message_id, count in self.deliveries.items() if count >= MAX_DELIVERIES}
 
     def now_ms(self) -> int:
         """The run's clock, for one more invocation: ``CLOCK_STEP_MS`` later than the one before."""
@@ -459,8 +463,6 @@ class _Run:
                     self.deliveries[message.message_id] += 1
                     if self.deliveries[message.message_id] < MAX_DELIVERIES:
                         self.pending.append(message)
-                    else:
-                        self.given_up.add(message.message_id)
 
     def _invoke(
         self, pipeline: BatchPipeline, batch: list[Message], invocation: Invocation, rng: random.Random
