@@ -300,12 +300,7 @@ class LocalResources:
             "EventsDeadLetterQueue": self.sqs.create_queue(QueueName=f"tally-artifact-dlq-{suffix}")["QueueUrl"],
         }
         for logical_id in ("CountersTable", "MarkersTable", "NotificationsTable"):
-            name = self.physical_ids[logical_id]
-            self.dynamodb.create_table(**definitions[logical_id].create_table_kwargs(name))
-            self.dynamodb.get_waiter("table_exists").wait(TableName=name)
-            ttl = definitions[logical_id].update_time_to_live_kwargs(name)
-            if ttl is not None:
-                self.dynamodb.update_time_to_live(**ttl)
+            definitions[logical_id].create(self.dynamodb, self.physical_ids[logical_id])
         self.store = DynamoDBCounterStore(
             self.dynamodb, self.physical_ids["CountersTable"], self.physical_ids["MarkersTable"], 86_400
         )
