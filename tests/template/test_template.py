@@ -655,10 +655,7 @@ def test_local_definitions_create_real_resources(template: dict[str, Any]) -> No
         with moto.mock_aws():
             dynamodb = boto3.client("dynamodb", region_name=REGION)
             for logical_id, table in table_definitions(template).items():
-                dynamodb.create_table(**table.create_table_kwargs(logical_id))
-                ttl = table.update_time_to_live_kwargs(logical_id)
-                if ttl is not None:
-                    dynamodb.update_time_to_live(**ttl)
+                table.create(dynamodb, logical_id)
             described = dynamodb.describe_table(TableName=COUNTERS)["Table"]
             assert described["KeySchema"] == template["Resources"][COUNTERS]["Properties"]["KeySchema"]
 
