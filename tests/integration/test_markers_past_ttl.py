@@ -6,24 +6,35 @@ block moves forward, while the journal header its marker names expires a day aft
 message meeting such a marker after the header is gone (a message without ``ts`` redriven past the
 horizon, or its id reused with a fresh ``ts``) must be treated as one whose marker TTL has deleted: claimed
 again, never a batch that fails on every delivery.
+
+TTL may also delete an expired marker between two requests of one invocation (``tally_local.kit.faults.SweepBefore``):
+between the read that found it naming a dead journal batch and the claim that replaces it on the condition that it
+still names that batch. The claim is then cancelled with no marker in the way: a marker gone is a marker absent,
+never a direct marker (which would settle the message as applied without its deltas).
 """
 
 from __future__ import annotations
 
 import json
 from decimal import Decimal
+from functools import partial
 from typing import TYPE_CHECKING
 
 import pytest
 
 from tally.commit.marker_reads import MarkerReadGate
+from tally.core.bounds import NO_BOUNDS, parse_counter_bounds
+from tally.core.ledger import Claim
 from tally.core.model import SourceRecord
+from tally.store.journal import DynamoDBJournal
 from tally.store.schema import EXPIRES_AT, LEDGER_ID, header_id
 from tally_local.chaos.ttl import sweep_expired
+from tally_local.kit.faults import SweepBefore
 from tests.support.counts import read_all
 from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -104,3 +115,84 @@ def test_a_block_marker_naming_a_batch_whose_header_ttl_deleted_counts_as_absent
     third = pipeline.process(again, LATER + 60_000, plenty)
     assert third.failed_record_ids == ()
     assert read_all(store, ["big-000", "fresh"]) == {"big-000": {"count": Decimal(2)}, "fresh": {"count": Decimal(7)}}
+
+
+# --- TTL deletes a marker between the read that found it and the claim that replaces it ---------------------
+
+KILLED = "killed-batch"
+STOCK_BOUNDS = parse_counter_bounds("stock:*#stock>=0")
+
+
+def _expired_claim(ddb_tables: DynamoDBTables, message_id: str, *, header: str) -> None:
+    """A journal batch that claimed ``message_id`` long ago and died before committing: at ``LATER`` its marker
+    is past its expiry (TTL may delete it at any moment) and its header is there with its lease long over
+    (``header="expired lease"``), or TTL has deleted the header already (``header="gone"``: the batch claimed
+    a day earlier, journal items outliving their markers by a day)."""
+    journal = DynamoDBJournal(
+        ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_DAYS * DAY_MS // 1000
+    )
+    claimed_ms = LATER - TTL_DAYS * DAY_MS - (DAY_MS // 2 if header == "expired lease" else 2 * DAY_MS)
+    journal.open(KILLED, claimed_ms + 60_000, [Claim(message_id)], claimed_ms)
+    if header == "gone":
+        ddb_tables.client.delete_item(TableName=ddb_tables.markers_table, Key={LEDGER_ID: {"S": header_id(KILLED)}})
+
+
+@pytest.mark.parametrize("header", ["expired lease", "gone"])
+@pytest.mark.parametrize("path", ["journal claim", "bounded direct"])
+@pytest.mark.parametrize("marker", ["own item", "block item"])
+def test_a_marker_ttl_deletes_between_its_read_and_the_claim_replacing_it_counts_as_absent(
+    ddb_tables: DynamoDBTables, dynamodb_local: DynamoDBLocal, marker: str, path: str, header: str
+) -> None:
+    # GIVEN a message whose marker names a journal batch that died before committing, long ago: the marker is
+    # past its expiry but still there (AWS's TTL deletes days late), on an item of its own or on its block's
+    message_id = "reused-id" if marker == "own item" else f"{SESSION}.3"
+    _expired_claim(ddb_tables, message_id, header=header)
+    bounds = STOCK_BOUNDS if path == "bounded direct" else NO_BOUNDS
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_bounds=bounds)
+    pipeline, dead_letters = make_pipeline(store)
+    key, counter = ("stock:1", "stock") if path == "bounded direct" else ("plain", "count")
+    body = json.dumps({"id": message_id, "key": key, "deltas": {counter: 3}, "ts": LATER})
+    # AND TTL's sweep, which deletes the expired marker just before the transaction that replaces it (the
+    # invocation read the marker, found its batch dead, and claims the message again on the condition that
+    # the marker still names that batch)
+    sweeper = SweepBefore(
+        ddb_tables.client,
+        partial(sweep_expired, dynamodb_local.client(), ddb_tables.markers_table, LATER // 1000),
+    )
+    sweeper.arm(operations=["TransactWriteItems"])
+
+    # WHEN the message arrives again (its id reused with a fresh ts)
+    result = pipeline.process([SourceRecord("r-again", body, LATER)], LATER, plenty)
+
+    # THEN the sweep fell between the read and the claim, and a marker gone is a marker absent: the message is
+    # claimed again and counted, never settled as applied without its deltas
+    assert [sweep.deleted > 0 for sweep in sweeper.swept] == [True]
+    assert (result.failed_record_ids, dead_letters.letters) == ((), [])
+    assert read_all(store, [key]) == {key: {counter: Decimal(3)}}
+    # AND its next delivery is a duplicate of it
+    again = pipeline.process([SourceRecord("r-again-2", body, LATER + 1_000)], LATER + 1_000, plenty)
+    assert (again.figures["DuplicatesAlreadyApplied"], again.failed_record_ids) == (1, ())
+    assert read_all(store, [key]) == {key: {counter: Decimal(3)}}
+
+
+@pytest.mark.parametrize("marker", ["own item", "block item"])
+def test_a_bounded_message_replaces_a_marker_whose_batch_header_ttl_deleted(
+    ddb_tables: DynamoDBTables, marker: str
+) -> None:
+    # GIVEN a message on a bounded counter whose marker names a batch that died long ago, whose header TTL has
+    # deleted (the marker, past its expiry too, is still there)
+    message_id = "reused-id" if marker == "own item" else f"{SESSION}.3"
+    _expired_claim(ddb_tables, message_id, header="gone")
+    store = make_store(
+        ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_bounds=STOCK_BOUNDS
+    )
+    pipeline, dead_letters = make_pipeline(store)
+    body = json.dumps({"id": message_id, "key": "stock:1", "deltas": {"stock": 3}, "ts": LATER})
+
+    # WHEN it arrives again (its id reused with a fresh ts)
+    result = pipeline.process([SourceRecord("r-again", body, LATER)], LATER, plenty)
+
+    # THEN its direct transaction replaces the marker as a journal claim would (the batch can never commit: its
+    # header is gone), and it counts; it does not fail on every delivery
+    assert (result.failed_record_ids, dead_letters.letters) == ((), [])
+    assert read_all(store, ["stock:1"]) == {"stock:1": {"stock": Decimal(3)}}

@@ -13,10 +13,14 @@ batch calls of an SQS or Kinesis producer client:
   service did store them, so a retry writes a duplicate with the same id: the harshest realistic case.
 - ``lose_responses``: the call reached the service, then the response is lost (a read timeout).
 - ``refuse_calls``: the call never reaches the service and fails whole with an error code.
+
+``SweepBefore`` runs TTL's sweep just before a chosen request of one DynamoDB client: an expired item read by one
+request of an invocation is gone by the next (AWS deletes expired items at any moment, days after their expiry).
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import deque
 from dataclasses import dataclass
@@ -25,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from tally_local.kit.answers import Answer, cancelled_answer, error_answer, lost_response, transaction_actions
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Collection
+
     from mypy_boto3_dynamodb import DynamoDBClient
 
 TRANSACT = "TransactWriteItems"
@@ -98,6 +104,77 @@ class DynamoDBFaults:
         if getattr(self._pending_loss, "value", False):
             self._pending_loss.value = False
             raise lost_response()
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """One sweep ``SweepBefore`` ran: the request it preceded (its operation and body) and the items it deleted."""
+
+    operation: str
+    request: dict[str, Any]
+    deleted: int
+
+
+class SweepBefore:
+    """TTL's sweep between two requests of ONE DynamoDB client: armed with ``arm``, it runs ``sweep`` just before
+    the ``nth`` next request (of ``operations``, or of any kind), once; then the request goes on as sent.
+
+    An expired item stays readable on AWS until TTL's background sweep deletes it, which may happen between
+    the read that found an item and the write that relies on it; DynamoDB Local runs no such sweep, and a sweep
+    between two invocations never falls there. ``sweep`` (``tally_local.chaos.ttl.sweep_expired`` on a client
+    of its own, bound to the table and the moment) returns how many items it deleted. It runs on a thread of
+    its own: the deletion is TTL's, not the function's (the IAM contract attributes a call to the product's
+    frames on the calling thread's stack).
+    """
+
+    def __init__(self, client: DynamoDBClient, sweep: Callable[[], int]) -> None:
+        self._sweep = sweep
+        self._lock = threading.Lock()
+        self._countdown = 0
+        self._operations: frozenset[str] = frozenset()
+        self.swept: list[Sweep] = []
+        """Every sweep run, in order."""
+        client.meta.events.register("before-call.dynamodb", self._before_call)
+
+    def arm(self, nth: int = 1, operations: Collection[str] = ()) -> None:
+        """Sweep just before the ``nth`` next request of ``operations`` (empty: any operation)."""
+        if nth < 1:
+            raise ValueError(f"nth must be at least 1, not {nth}")
+        with self._lock:
+            self._countdown = nth
+            self._operations = frozenset(operations)
+
+    def disarm(self) -> None:
+        with self._lock:
+            self._countdown = 0
+
+    @property
+    def armed(self) -> bool:
+        with self._lock:
+            return self._countdown > 0
+
+    def _before_call(self, model: Any, params: dict[str, Any], **_: Any) -> None:
+        with self._lock:
+            if self._countdown == 0 or (self._operations and model.name not in self._operations):
+                return
+            self._countdown -= 1
+            if self._countdown:
+                return
+        outcome: list[int | Exception] = []
+
+        def run() -> None:
+            try:
+                outcome.append(self._sweep())
+            except Exception as exc:  # raised below, on the caller's thread: a broken sweep fails the test
+                outcome.append(exc)
+
+        sweeper = threading.Thread(target=run, name="ttl-sweep")
+        sweeper.start()
+        sweeper.join()
+        (deleted,) = outcome
+        if isinstance(deleted, Exception):
+            raise deleted
+        self.swept.append(Sweep(model.name, json.loads(params.get("body") or b"{}"), deleted))
 
 
 _SERVICE_NAMES = {"sqs": "SendMessageBatch", "kinesis": "PutRecords"}
