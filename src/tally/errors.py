@@ -45,6 +45,9 @@ class MarkersExistError(StoreError):
     ``batches`` names, for markers written by the commit journal, the batch each one belongs to; a
     message absent from it has a direct marker, written together with its deltas: it is applied.
     ``digests`` holds the content digest each marker stores (absent: a marker written without one).
+    ``vanished`` names the messages whose claim found NO marker where it expected one: a claim replacing a
+    dead batch's marker, on the condition that the marker still names that batch, after TTL deleted it; such a
+    message has no marker at all (neither applied nor claimed), and is in none of the other two.
     """
 
     def __init__(
@@ -52,11 +55,13 @@ class MarkersExistError(StoreError):
         message_ids: frozenset[str],
         batches: Mapping[str, str] | None = None,
         digests: Mapping[str, bytes] | None = None,
+        vanished: frozenset[str] = frozenset(),
     ) -> None:
         super().__init__(f"{len(message_ids)} message(s) already have markers")
         self.message_ids = message_ids
         self.batches: Mapping[str, str] = batches or {}
         self.digests: Mapping[str, bytes] = digests or {}
+        self.vanished = vanished
 
 
 class BatchStateError(StoreError):

@@ -610,3 +610,15 @@ def test_a_refused_message_whose_marker_cannot_be_read_is_handed_back_not_the_ba
     assert outcome.rejected == {}
     assert outcome.applied == {"a", "c"}
     assert store.lookups == ["b"] * DEFAULT_POLICY.max_attempts
+
+
+def test_a_plain_claim_reported_without_its_marker_goes_back_to_the_source_never_applied() -> None:
+    # GIVEN a store whose answer to a claim conditioned on no marker says the condition failed for want of a
+    # marker (DynamoDB never answers so: it returns the marker that stood in the way; only a claim replacing a
+    # marker can fail because TTL deleted it)
+    store = FakeCounterStore(script=deque([MarkersExistError(frozenset({"a"}), vanished=frozenset({"a"}))]))
+    # WHEN the message is applied
+    outcome = run(store, plan_transactions(batch("a"), max_actions=4))
+    # THEN it is handed back to the source, neither settled as applied nor claimed in a loop
+    assert (outcome.unapplied, outcome.already_applied, outcome.applied) == (frozenset({"a"}), frozenset(), frozenset())
+    assert store.counters == {}

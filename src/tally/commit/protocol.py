@@ -18,7 +18,8 @@ sections below follow the life of a message:
    applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED batch is
    finished here, then applied; a PREPARING batch with a live lease holds the message (handed back); an
    expired one is aborted, and a marker of an ABORTED batch counts as absent: the message is claimed
-   again, replacing it. So does a marker whose batch's header TTL has deleted (past its own horizon).
+   again, replacing it. So does a marker whose batch's header TTL has deleted (past its own horizon), and
+   a marker TTL deleted between the read that found it and the claim replacing it (``vanished``).
 
 This module owns the order of the steps and what each outcome means for each message, which it records
 in ``Fates`` (the one place a fate is given). It must not retry, sleep, read the clock or count requests:
@@ -646,6 +647,9 @@ class CommitProtocol:
         self._figures.markers_met += len(exists.message_ids)
         claimable: set[str] = set()
         for message_id in exists.message_ids:
+            if message_id in exists.vanished:
+                self._vanished(message_id, claimable)
+                continue
             batch_id = exists.batches.get(message_id)
             if batch_id is None:
                 self._settle_applied(message_id, exists.digests.get(message_id))
@@ -661,6 +665,16 @@ class CommitProtocol:
                 self._replaces[message_id] = batch_id
                 claimable.add(message_id)
         return claimable
+
+    def _vanished(self, message_id: str, claimable: set[str]) -> None:
+        """A claim found no marker where it replaced one: TTL deleted it since it was read. A marker gone is a
+        marker absent (as a header gone is, ``_expired``): the message is claimed again, as a new one."""
+        if self._replaces.pop(message_id, None) is not None:
+            claimable.add(message_id)
+            return
+        # Only a claim replacing a marker can fail for want of one (DynamoDB returns the marker that stands in
+        # the way of any other): never guess that such a message was applied; it goes back to the source.
+        self._fates.failed([message_id])
 
     def _settle_applied(self, message_id: str, counted: bytes | None) -> None:
         """A marker says the id was applied with content ``counted``: a duplicate, or an id conflict."""

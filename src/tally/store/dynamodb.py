@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_label, item_parts, split_window_counter
-from tally.core.ledger import BatchState, Claim, MarkerRecord
+from tally.core.ledger import Claim, MarkerRecord
 from tally.core.moved import moved_part
 from tally.core.numbers import EXACT
 from tally.core.sharding import HotKeys
@@ -33,7 +33,7 @@ from tally.core.thresholds import (
 )
 from tally.core.windows import WindowSpec
 from tally.errors import BoundRefusedError, WriteRejectedError
-from tally.store.actions import MovesSeen, add_update, batch_state_check, bound_check
+from tally.store.actions import MovesSeen, add_update, bound_check, replaced_batch_check
 from tally.store.expressions import condition_fits
 from tally.store.markers import marker_actions, marker_id, marker_records
 from tally.store.notifications import notification_put
@@ -149,12 +149,9 @@ class DynamoDBCounterStore:
             for message in chunk.messages
         ]
         actions = marker_actions(self.markers_table, claims, now_ms, expires_at)
-        # A marker naming an aborted journal batch is replaced only while that batch is certainly aborted: the
-        # same check as a journal claim's, once per batch (one action per item in a transaction).
-        actions += [
-            batch_state_check(self.markers_table, batch, BatchState.ABORTED)
-            for batch in dict.fromkeys(chunk.replaces.values())
-        ]
+        # A marker naming a journal batch is replaced only while that batch is certainly aborted, or its header
+        # gone past its horizon: the same check as a journal claim's, once per batch (one action per item).
+        actions += [replaced_batch_check(self.markers_table, batch) for batch in dict.fromkeys(chunk.replaces.values())]
         operator = any(message.stamp is not None for message in chunk.messages)
         steps = [message.totals for message in chunk.messages]
         # An operator's reset or correction is applied as given: a bound does not refuse it

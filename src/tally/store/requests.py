@@ -134,27 +134,40 @@ def batch_get(
 
 def _read_marker_reason(
     message_id: str, old_item: Mapping[str, Any], batches: dict[str, str], digests: dict[str, bytes]
-) -> None:
-    """The batch and digest of an existing marker, from a cancellation reason's ``ALL_OLD`` item."""
+) -> bool:
+    """The batch and digest of an existing marker, from a cancellation reason's ``ALL_OLD`` item; False when
+    the reason returned no item (no marker at all: a replacing claim's condition failed because TTL deleted
+    the marker it replaces)."""
+    if not old_item:
+        return False
     existing = old_item.get(MARKER_BATCH)
     if existing is not None:
         batches[message_id] = existing["S"]
     digest = old_item.get(MARKER_DIGEST)
     if digest is not None:
         digests[message_id] = bytes(digest["B"])
+    return True
 
 
 def _markers_in_the_way(
-    role: str, name: str, old_item: Mapping[str, Any], batches: dict[str, str], digests: dict[str, bytes]
+    role: str,
+    name: str,
+    old_item: Mapping[str, Any],
+    batches: dict[str, str],
+    digests: dict[str, bytes],
+    *,
+    vanished: set[str],
 ) -> set[str]:
     """The messages of a cancelled marker or block action whose own condition failed (from ``ALL_OLD``).
 
     A message whose attribute exists failed ``attribute_not_exists``, unless it claimed to replace an aborted
-    batch's marker and the marker still names that batch. A replacing claim whose marker is gone failed too
-    (reported with no batch, as ``marker_put``'s cancellation reports a vanished marker).
+    batch's marker and the marker still names that batch. A replacing claim whose marker is gone failed too:
+    it is named in ``vanished`` (TTL deleted the marker since it was read), never reported as a marker without
+    a batch, which would read as a direct marker, that is, applied.
     """
     if role == "marker":
-        _read_marker_reason(name, old_item, batches, digests)
+        if not _read_marker_reason(name, old_item, batches, digests):
+            vanished.add(name)
         return {name}
     stood: set[str] = set()
     records = marker_records(old_item, [mid for mid, _ in block_claims(name)]) if old_item else {}
@@ -163,6 +176,7 @@ def _markers_in_the_way(
         if record is None:
             if replaces is not None:
                 stood.add(message_id)
+                vanished.add(message_id)
             continue
         if replaces is not None and record.batch_id == replaces:
             continue
@@ -198,6 +212,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     markers: set[str] = set()
     batches: dict[str, str] = {}
     digests: dict[str, bytes] = {}
+    vanished: set[str] = set()
     failed_batch: str | None = None
     applied_failed = False
     rejected_keys: set[str] = set()
@@ -210,7 +225,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         if reason_code == "None":
             continue
         if reason_code == "ConditionalCheckFailed" and role in {"marker", "block"}:
-            stood = _markers_in_the_way(role, name, reason.get("Item", {}), batches, digests)
+            stood = _markers_in_the_way(role, name, reason.get("Item", {}), batches, digests, vanished=vanished)
             markers.update(stood)
             if not stood:
                 details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
@@ -229,7 +244,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         else:
             details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
     if markers:
-        return MarkersExistError(frozenset(markers), batches, digests)
+        return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished))
     if failed_batch is not None:
         return BatchStateError(failed_batch)
     if applied_failed:
