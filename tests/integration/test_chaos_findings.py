@@ -1,8 +1,16 @@
-"""What the chaos run found, reduced to deterministic reproductions (docs/reliability.md, "Findings").
+"""What the chaos run found, reduced to deterministic reproductions (docs/reliability.md, "Findings"), and the
+situations the run was taught to produce after a review found a defect it missed, each with its broken variant.
 
 Each test states the behaviour tally should have. A test marked ``xfail(strict=True)`` reproduces a defect
 that is not fixed yet: it fails today, and the day the fix lands it passes, which strict mode turns into a
 failure so that the marker is removed.
+
+Situations, each on a focused configuration (``tally_local.chaos.config.focused``) whose production run passes
+with the situation drawn, and a variant with the fix undone (BROKEN on purpose) that fails it:
+
+- ``EXPIRED_CLAIMS``: TTL deletes an expired marker between two requests of one invocation, among them between
+  the read that found it naming a dead batch and the claim replacing it (``tally_local.chaos.expired_claims``);
+  the variant reads such a claim's cancellation as a direct marker, as ``translate`` did.
 """
 
 from __future__ import annotations
@@ -14,12 +22,20 @@ import pytest
 
 from tally.core.ledger import Claim
 from tally.core.model import SourceRecord
+from tally.errors import MarkersExistError
+from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
+from tally_local.chaos.config import SMOKE, focused
+from tests.support.chaos import assert_passes_unbroken, rewired, run_on
 from tests.support.counts import read_all
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from tally.core.plan import Chunk
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -46,3 +62,75 @@ def test_two_messages_of_one_expired_journal_batch_are_claimed_again_together(dd
     assert result.failed_record_ids == ()
     assert dead_letters.letters == []
     assert read_all(store, ["shared"]) == {"shared": {"count": Decimal(3)}}
+
+
+# --- TTL deletes a marker between its read and the claim that replaces it -----------------------------------
+
+EXPIRED_CLAIMS = focused(SMOKE, 20, expired_claims=3)
+"""Dead batches' claims met again while TTL sweeps just before a drawn request of the invocation, beside 20 plain
+events: at this seed, 2 of the 3 sweeps fall between the read of a marker (an own one, a block's) and the claim
+replacing it; one case alone already fails without the fix, three cost a few tenths of a second more."""
+
+
+def _read_as_before_the_fix(exists: MarkersExistError) -> MarkersExistError:
+    """The cancellation as ``translate`` read it before the fix: a marker gone reported like a direct marker."""
+    return MarkersExistError(exists.message_ids, exists.batches, exists.digests)
+
+
+class StoreReadingVanishedMarkersAsDirect(DynamoDBCounterStore):
+    """BROKEN on purpose: a direct replacing marker's cancellation without a marker reads as a direct marker."""
+
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
+        try:
+            super().write_direct(chunk, now_ms)
+        except MarkersExistError as exists:
+            raise _read_as_before_the_fix(exists) from exists
+
+
+class JournalReadingVanishedMarkersAsDirect(DynamoDBJournal):
+    """BROKEN on purpose: a replacing journal claim's cancellation without a marker reads as a direct marker."""
+
+    def open(self, batch_id: str, lease_until_ms: int, claims: Sequence[Claim], now_ms: int) -> None:
+        try:
+            super().open(batch_id, lease_until_ms, claims, now_ms)
+        except MarkersExistError as exists:
+            raise _read_as_before_the_fix(exists) from exists
+
+    def claim(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> None:
+        try:
+            super().claim(batch_id, claims, now_ms)
+        except MarkersExistError as exists:
+            raise _read_as_before_the_fix(exists) from exists
+
+
+_vanished_markers_read_as_direct = rewired(
+    store_class=StoreReadingVanishedMarkersAsDirect, journal_class=JournalReadingVanishedMarkersAsDirect
+)
+
+
+def test_the_focused_expired_claims_run_passes_unbroken(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # WHEN the run the broken adapters below go through runs through the production wiring
+    # THEN TTL swept between two requests, once just before a claim replacing the marker it deleted, and it passes
+    assert_passes_unbroken(
+        dynamodb_local,
+        ddb_tables,
+        EXPIRED_CLAIMS,
+        ("situation.ttl_swept_between_requests", "situation.ttl_swept_between_a_marker_read_and_its_replacement"),
+    )
+
+
+def test_the_harness_catches_a_marker_ttl_deleted_before_its_replacement_settled_as_applied(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN adapters that read a replacing claim cancelled for want of a marker as one that met a direct marker
+    # WHEN TTL sweeps just before such a claim
+    result = run_on(dynamodb_local, ddb_tables, EXPIRED_CLAIMS, pipeline_factory=_vanished_markers_read_as_direct)
+    # THEN the message is settled as applied without its deltas (acknowledged, never counted, no letter), and the
+    # run fails
+    assert result.situations.get("situation.ttl_swept_between_a_marker_read_and_its_replacement", 0) > 0, (
+        result.situations
+    )
+    assert any("reads 0, not 1" in problem for problem in result.expired_claim_problems), result.expired_claim_problems
+    assert not result.passed

@@ -188,6 +188,10 @@ class ChaosConfig:
     horizon_sessions: int = 2
     """Numbered sessions whose old journal claims a TTL sweep leaves behind on kept block items, then met by a
     redrive without ``ts`` and by a reused id (``tally_local.chaos.horizon``)."""
+    expired_claims: int = 24
+    """Messages whose marker names a journal batch that died ``MarkerTtlDays`` ago or more, met again while TTL
+    sweeps expired items just before a drawn request of that invocation (``tally_local.chaos.expired_claims``):
+    own or block marker, journal claim or bounded direct marker, header there or gone, gate open or closed."""
     bounded_sessions: int = 40
     """Producer sessions (numbered ids) that publish a big packed message (more than 99 counter items: 120
     keys, or with minute windows 60 keys over two minutes) then ``session_sales`` bounded sales, all under
@@ -248,6 +252,7 @@ SMOKE = ChaosConfig(
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
     bounded_sessions=4,
+    expired_claims=12,
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}
 
@@ -268,6 +273,7 @@ SECTIONS: dict[str, int | float] = {
     "refused_keys": 0,
     "window_messages": 0,
     "horizon_sessions": 0,
+    "expired_claims": 0,
     "bounded_sessions": 0,
     "claim_units": 0,
 }

@@ -43,6 +43,7 @@ from tally_local.chaos.check import PatternReads, Verdict, judge
 from tally_local.chaos.clock import VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
 from tally_local.chaos.dlq import ConsumerPort, DeadLetterStore
+from tally_local.chaos.expired_claims import run_expired_claims
 from tally_local.chaos.faults import DynamoDBChaos, FaultLog
 from tally_local.chaos.horizon import run_past_horizon
 from tally_local.chaos.invoke import Consumer, KilledClaims
@@ -160,6 +161,9 @@ class ChaosResult:
     series_read_violations: tuple[WindowReadViolation, ...] = ()
     past_horizon_problems: tuple[str, ...] = ()
     """What went wrong with the ids met past their horizon after a TTL sweep (``tally_local.chaos.horizon``)."""
+    expired_claim_problems: tuple[str, ...] = ()
+    """What went wrong with the claims of dead batches met while TTL swept between two requests
+    (``tally_local.chaos.expired_claims``)."""
 
     @property
     def faults(self) -> dict[str, int]:
@@ -191,6 +195,7 @@ class ChaosResult:
             and self.jepsen_reads > 0
             and not self.series_read_violations
             and not self.past_horizon_problems
+            and not self.expired_claim_problems
             and (self.series_reads > 0 or not self.config.window_messages)
         )
 
@@ -353,6 +358,16 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         now_ms=run.clock.now_ms(),
         ttl_seconds=TTL_SECONDS,
     )
+    expired_claims = run_expired_claims(
+        config,
+        client_factory,
+        tables,
+        pipeline_factory,
+        dead_letters=ConsumerPort(DeadLetterStore(), 0.0, random.Random(), run.log),
+        log=run.log,
+        now_ms=run.clock.now_ms(),
+        ttl_seconds=TTL_SECONDS,
+    )
     reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
     for publication in workload.publications:
@@ -479,6 +494,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         series_reads=series_monitor.reads,
         series_read_violations=tuple(series_monitor.violations),
         past_horizon_problems=tuple(past_horizon),
+        expired_claim_problems=tuple(expired_claims),
     )
 
 

@@ -101,10 +101,19 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
         _flag(len(result.series_read_violations)),
     )
     table.add_row("ids met past their horizon after a TTL sweep, wrong", _flag(len(result.past_horizon_problems)))
+    table.add_row(
+        "dead batches' claims met while TTL swept between two requests, wrong",
+        _flag(len(result.expired_claim_problems)),
+    )
     table.add_row("unexpected errors", _flag(len(result.unexpected_errors)))
     for example in verdict.examples:
         table.add_row(f"  [red]{escape(example)}[/red]", "")
-    for problem in [*map(str, result.series_read_violations[:3]), *result.past_horizon_problems[:3]]:
+    problems = [
+        *map(str, result.series_read_violations[:3]),
+        *result.past_horizon_problems[:3],
+        *result.expired_claim_problems[:3],
+    ]
+    for problem in problems:
         table.add_row(f"  [red]{escape(problem)}[/red]", "")
 
 
@@ -137,6 +146,7 @@ def as_json(result: ChaosResult) -> dict[str, Any]:
         "series_reads": result.series_reads,
         "series_read_violations": [str(violation) for violation in result.series_read_violations],
         "past_horizon_problems": list(result.past_horizon_problems),
+        "expired_claim_problems": list(result.expired_claim_problems),
         "unexpected_errors": list(result.unexpected_errors),
         "seconds": round(result.seconds, 1),
         "virtual_seconds": round(result.virtual_seconds),
