@@ -11,23 +11,33 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+import boto3
+import pytest
+from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
 from tally.commit.fates import ApplyOutcome
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
+from tally.config import Settings
 from tally.core.limits import WireLimits
 from tally.core.model import RejectCode, SourceRecord
 from tally.core.windows import DAY_MS, WindowSpec, parse_window_spec
 from tally.errors import RetryableStoreError, StoreError, WriteRejectedError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
+from tally.runtime import wire_pipeline
 from tally.store.distinct import DynamoDBDistinctStore
+from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.schema import window_attribute
 from tally.store.windows import DynamoDBWindowMover
+from tally_local.template import load_template, table_definitions
 from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.template.test_template import TEMPLATE_PATH
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from tally.post_commit import PostCommitStep
 
 NOW_MS = 4_102_444_800_000
 SETTINGS = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000)
@@ -290,3 +300,144 @@ def test_every_batch_reports_the_same_metric_names_whatever_it_carries() -> None
     # sent again for a threshold's crossing
     assert set(empty.figures) == set(full.figures) == METRICS | {"WindowItemsWritten", "ThresholdRewrites"}
     assert full.figures["PoisonRecords"] == 1  # no gauge store: refused, never dropped
+
+
+# --- one rule for every post-commit step: nothing starts inside the time kept for reporting ---------------------
+
+
+class Deadline:
+    """The invocation's remaining time, which each AWS request spends (``per_request_ms``); sleeping spends it too."""
+
+    def __init__(self, remaining_ms: int, per_request_ms: int = 0) -> None:
+        self.remaining = remaining_ms
+        self.per_request_ms = per_request_ms
+        self.starts: list[tuple[str, int]] = []
+        """(operation, remaining time when it started) of every AWS request, whatever its client."""
+
+    def remaining_ms(self) -> int:
+        return self.remaining
+
+    def sleep(self, seconds: float) -> None:
+        self.remaining -= round(seconds * 1000)
+
+    def spend_on_requests(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Every AWS request of any client (botocore's one funnel) is recorded and costs ``per_request_ms``."""
+        send = BaseClient._make_api_call
+
+        def timed(client: BaseClient, operation: str, params: dict[str, Any]) -> Any:
+            self.starts.append((operation, self.remaining))
+            self.remaining -= self.per_request_ms
+            return send(client, operation, params)
+
+        monkeypatch.setattr(BaseClient, "_make_api_call", timed)
+
+
+class GaugeWrites:
+    """A DynamoDB client for the gauge store: every conditional write succeeds."""
+
+    def __init__(self) -> None:
+        self.writes = 0
+
+    def update_item(self, **_: Any) -> dict[str, Any]:
+        self.writes += 1
+        return {}
+
+
+def test_gauge_writes_stop_before_the_time_kept_for_reporting_and_their_messages_go_back() -> None:
+    # GIVEN a batch of 200 gauge keys, whose writes each take 50 ms, and 8.45 s left after the commit: writing
+    # them all would end at -1.5 s, past the deadline (Lambda kills the invocation: the whole batch comes back)
+    client = GaugeWrites()
+    deadline = Deadline(8_450)
+
+    class TimedGauges(DynamoDBGaugeStore):
+        def _update(self, key: str, group: Sequence[Any]) -> bool:
+            deadline.starts.append(("UpdateItem", deadline.remaining))
+            deadline.remaining -= 50
+            return super()._update(key, group)
+
+    steps = post_commit_steps(WindowSpec(), gauges=TimedGauges(client, "counters"), sleep=no_sleep)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    records = [gauge_record(n, f"g:{n}") for n in range(200)]
+    # WHEN it is processed
+    result = pipeline.process(records, NOW_MS, deadline.remaining_ms)
+    # THEN no write starts inside the time the commit's policy keeps for reporting: the messages whose gauges were
+    # not written are reported failed (their redelivery writes them), the rest are done; the batch is answered
+    reserve = DEFAULT_RETRY_POLICY.reserve_ms
+    assert min(remaining for _, remaining in deadline.starts) >= reserve
+    assert len(result.failed_record_ids) == 200 - client.writes > 0
+    assert deadline.remaining > 0
+
+
+DAY_BEFORE_MS = NOW_MS - DAY_MS
+STEP_SETTINGS = Settings("counters", "markers", dlq_url=None, windows=parse_window_spec("hour,day"))
+STEP_PIPELINE = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=STEP_SETTINGS.windows)
+
+
+def production_steps(client: Any) -> tuple[PostCommitStep, ...]:
+    """The post-commit steps of the handlers' pipeline, in order, every store wired (``tally.runtime``)."""
+    return tuple(wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS)._steps)
+
+
+STEP_NAMES = [
+    type(step).__name__
+    for step in production_steps(
+        boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    )
+]
+"""Every step of the pipeline's list, whatever is added to it later: each is held to the one rule below."""
+
+
+def everything_a_step_serves() -> list[SourceRecord]:
+    """A batch that gives every step work: gauges on six keys, distinct members, events of the day before (so
+    their hour and day windows have ended by ``NOW_MS``, on key items the setup wrote)."""
+    bodies: list[dict[str, Any]] = [
+        {"id": f"g{n}", "key": f"g:{n}", "delta": 1, "gauges": {"peak": {"max": n}}} for n in range(6)
+    ]
+    bodies += [{"id": f"d{n}", "key": f"page:{n}", "delta": 1, "distinct": {"viewers": f"u{n}"}} for n in range(3)]
+    bodies += [{"id": f"w{n}", "key": f"win:{n}", "delta": 1, "ts": DAY_BEFORE_MS} for n in range(3)]
+    return [SourceRecord(f"r-{body['id']}", json.dumps(body), DAY_BEFORE_MS) for body in bodies]
+
+
+@pytest.fixture
+def served(mocked_aws: None) -> Any:
+    """moto's tables of the template, where the handlers' pipeline counted ``everything_a_step_serves`` the day
+    before (its windows still open then)."""
+    client = boto3.client("dynamodb", region_name="us-east-1")
+    definitions = table_definitions(load_template(TEMPLATE_PATH))
+    definitions["CountersTable"].create(client, "counters")
+    definitions["MarkersTable"].create(client, "markers")
+    result = wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS).process(
+        everything_a_step_serves(), DAY_BEFORE_MS, lambda: 60_000
+    )
+    assert result.failed_record_ids == ()
+    return client
+
+
+@pytest.mark.parametrize("index", range(len(STEP_NAMES)), ids=STEP_NAMES)
+def test_no_post_commit_step_starts_a_request_inside_the_time_kept_for_reporting(
+    served: Any, monkeypatch: pytest.MonkeyPatch, index: int
+) -> None:
+    reserve = DEFAULT_RETRY_POLICY.reserve_ms
+
+    def run_step(deadline: Deadline) -> Any:
+        step = production_steps(served)[index]
+        pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), STEP_PIPELINE, steps=[step])  # type: ignore[arg-type]
+        with monkeypatch.context() as patched:
+            deadline.spend_on_requests(patched)
+            return pipeline.process(everything_a_step_serves(), NOW_MS, deadline.remaining_ms)
+
+    # GIVEN the step with the batch that gives it work, and plenty of time: it makes requests (the test reaches it)
+    plenty = Deadline(60_000)
+    run_step(plenty)
+    assert plenty.starts, f"{STEP_NAMES[index]} made no request: give it work in everything_a_step_serves"
+    # WHEN the invocation has less than the reserve left after the commit
+    short = Deadline(reserve - 1)
+    result = run_step(short)
+    # THEN the step starts no request at all, and the batch is answered (whatever it could not do goes back)
+    assert short.starts == []
+    assert set(result.failed_record_ids) <= {record.record_id for record in everything_a_step_serves()}
+    # WHEN the time runs into the reserve while it works (each request takes a second)
+    sinking = Deadline(reserve + 1_500, per_request_ms=1_000)
+    run_step(sinking)
+    # THEN no request starts inside the reserve
+    assert all(remaining >= reserve for _, remaining in sinking.starts), sinking.starts
