@@ -26,7 +26,7 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
 from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
-from tally.post_commit import SettledBatch, post_commit_steps
+from tally.post_commit import SettledBatch, attempt_within, post_commit_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -108,6 +108,11 @@ class BatchPipeline:
         """The work after the commit, in order (``tally.post_commit``). By default steps without stores,
         which refuse messages carrying gauges or distinct members rather than drop what they carry."""
 
+    @property
+    def steps(self) -> tuple[PostCommitStep, ...]:
+        """The post-commit steps, in the order they run."""
+        return self._steps
+
     def process(self, records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]) -> BatchResult:
         """Count a batch exactly once; ``now_ms`` is the invocation's clock, read once by the caller."""
         admitted = self._admit(records, now_ms)
@@ -125,6 +130,8 @@ class BatchPipeline:
             [net for net in batch.messages if net.message_id in counted],
             now_ms,
             remaining_ms,
+            # Every step sends through it: the commit's retries, and nothing started in the time kept for reporting.
+            attempt_within(self._applier.policy, remaining_ms, self._applier.sleep),
         )
         steps = [step.settle(settled) for step in self._steps]
         retry = outcome.unapplied.union(*(step.retry for step in steps))

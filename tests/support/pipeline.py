@@ -133,7 +133,5 @@ def make_pipeline(
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
         mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, thresholds=store.thresholds)
-    steps = post_commit_steps(
-        settings.windows, gauges=gauges, distinct=distinct, mover=mover, policy=policy, sleep=lambda _: None
-    )
+    steps = post_commit_steps(settings.windows, gauges=gauges, distinct=distinct, mover=mover)
     return BatchPipeline(applier, dlq, settings, steps=steps, rng=rng), dlq

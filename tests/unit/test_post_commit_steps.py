@@ -9,6 +9,7 @@ them; a step's write that may succeed later reports its messages failed (redeliv
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import boto3
@@ -38,13 +39,19 @@ if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
     from tally.post_commit import PostCommitStep
+    from tally.store.requests import Attempt
 
 NOW_MS = 4_102_444_800_000
 SETTINGS = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000)
 
 
 class AppliesAll:
-    """Stands in for the applier: every message commits."""
+    """Stands in for the applier: every message commits. Its retry policy and sleep are the ones the pipeline builds
+    the post-commit steps' ``attempt`` from; its sleep does not wait (the tests check fates, not time)."""
+
+    def __init__(self, policy: RetryPolicy = DEFAULT_RETRY_POLICY, sleep: Any = None) -> None:
+        self.policy = policy
+        self.sleep = sleep or no_sleep
 
     def apply(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> ApplyOutcome:
         return ApplyOutcome(applied=frozenset(m.message_id for m in messages))
@@ -58,13 +65,15 @@ class RefusingGauges:
         self.throttled = throttled
         self.written: list[str] = []
 
-    def write_gauges(self, key: str, slots: Mapping[Any, Any]) -> int:
+    def write_gauges(self, key: str, slots: Mapping[Any, Any], attempt: Attempt) -> None:
+        attempt(partial(self._write, key))
+
+    def _write(self, key: str) -> None:
         if key in self.refused:
             raise WriteRejectedError("Item size has exceeded the maximum allowed size", frozenset(), number_range=False)
         if key in self.throttled:
             raise RetryableStoreError("throttled")
         self.written.append(key)
-        return 1
 
 
 class FlakyGauges:
@@ -75,12 +84,14 @@ class FlakyGauges:
         self.attempts: dict[str, int] = {}
         self.written: list[str] = []
 
-    def write_gauges(self, key: str, slots: Mapping[Any, Any]) -> int:
+    def write_gauges(self, key: str, slots: Mapping[Any, Any], attempt: Attempt) -> None:
+        attempt(partial(self._write, key))
+
+    def _write(self, key: str) -> None:
         self.attempts[key] = self.attempts.get(key, 0) + 1
         if self.attempts[key] <= self.failures:
             raise RetryableStoreError("throttled")
         self.written.append(key)
-        return 1
 
 
 class RefusingMembers:
@@ -105,7 +116,7 @@ def test_a_gauge_write_that_fails_for_now_is_retried_within_the_invocation() -> 
     # succeed first time would be redelivered until the queue's redrive policy moved its messages away
     gauges = FlakyGauges(failures=2)
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges, sleep=no_sleep)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
     pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
     records = [gauge_record(n, f"g:{n % 4}") for n in range(8)]
     # WHEN it is processed (the counters commit)
@@ -120,7 +131,7 @@ def test_a_gauge_write_that_fails_for_now_is_retried_within_the_invocation() -> 
 def test_a_gauge_write_that_keeps_failing_for_now_reports_its_messages_failed_once_attempts_run_out() -> None:
     gauges = FlakyGauges(failures=100)
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges, sleep=no_sleep)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
     result = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps).process(  # type: ignore[arg-type]
         [gauge_record(1, "g:1")], NOW_MS, lambda: 60_000
     )
@@ -132,7 +143,7 @@ def test_a_gauge_write_refused_for_good_dead_letters_its_messages_and_settles_th
     # GIVEN a batch whose gauges on key "big" DynamoDB refuses for good, on "busy" for now, on "ok" not at all
     gauges = RefusingGauges(refused={"big"}, throttled={"busy"})
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges, sleep=no_sleep)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
     pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
     records = [gauge_record(1, "big"), gauge_record(2, "ok"), gauge_record(3, "busy"), gauge_record(4, "big")]
     # WHEN it is processed (the counters commit)
@@ -188,7 +199,7 @@ def test_a_member_transaction_that_fails_for_now_is_retried_under_the_commits_po
     # GIVEN a distinct store on a busy table: the batch's member transaction is throttled as many times as
     # the commit's retry policy allows retries (one attempt short of giving up)
     client = ThrottledMemberTransactions(failures=DEFAULT_RETRY_POLICY.max_attempts - 1)
-    steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"), sleep=no_sleep)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"))  # type: ignore[arg-type]
     pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
     # WHEN the batch is processed (the counters commit)
     result = pipeline.process([member_record(1), member_record(2)], NOW_MS, lambda: 60_000)
@@ -202,7 +213,7 @@ def test_a_member_transaction_that_fails_for_now_is_retried_under_the_commits_po
 def test_a_member_transaction_is_not_sent_inside_the_time_kept_for_reporting() -> None:
     # GIVEN a batch whose invocation has less time left than the commit's retry policy keeps for reporting
     client = ThrottledMemberTransactions(failures=0)
-    steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"), sleep=no_sleep)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"))  # type: ignore[arg-type]
     pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
     # WHEN it is processed
     result = pipeline.process([member_record(1)], NOW_MS, lambda: DEFAULT_RETRY_POLICY.reserve_ms - 1)
@@ -235,9 +246,9 @@ def windowed_record(n: int) -> SourceRecord:
 
 def moving_pipeline(client: ThrottledMoves, policy: RetryPolicy = DEFAULT_RETRY_POLICY) -> BatchPipeline:
     mover = DynamoDBWindowMover(client, "counters", DAYS, move_at_bytes=0)  # type: ignore[arg-type]
-    steps = post_commit_steps(DAYS, mover=mover, policy=policy, sleep=no_sleep)
+    steps = post_commit_steps(DAYS, mover=mover)
     settings = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=DAYS)
-    return BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), settings, steps=steps)  # type: ignore[arg-type]
+    return BatchPipeline(AppliesAll(policy), RecordingDeadLetterQueue(), settings, steps=steps)  # type: ignore[arg-type]
 
 
 def test_a_window_move_that_fails_for_now_is_retried_under_the_commits_policy() -> None:
@@ -355,7 +366,7 @@ def test_gauge_writes_stop_before_the_time_kept_for_reporting_and_their_messages
             deadline.remaining -= 50
             return super()._update(key, group)
 
-    steps = post_commit_steps(WindowSpec(), gauges=TimedGauges(client, "counters"), sleep=no_sleep)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=TimedGauges(client, "counters"))  # type: ignore[arg-type]
     pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
     records = [gauge_record(n, f"g:{n}") for n in range(200)]
     # WHEN it is processed
@@ -375,7 +386,7 @@ STEP_PIPELINE = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_4
 
 def production_steps(client: Any) -> tuple[PostCommitStep, ...]:
     """The post-commit steps of the handlers' pipeline, in order, every store wired (``tally.runtime``)."""
-    return tuple(wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS)._steps)
+    return wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS).steps
 
 
 STEP_NAMES = [

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import click
 
 from tally.cli.output import console, json_option, print_json
 from tally.cli.resolve import Resolver, stack_option
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 _NO_DEADLINE_MS: Final = 2**62
 
@@ -39,9 +36,10 @@ def close(as_json: bool, stack_name: str | None, table_name: str | None) -> None
     from botocore.exceptions import BotoCoreError, ClientError
 
     from tally.cli.aws import client, failure
-    from tally.commit.retrying import DEFAULT_RETRY_POLICY, retried
+    from tally.commit.retrying import DEFAULT_RETRY_POLICY
     from tally.core.windows import parse_window_spec
     from tally.errors import TallyError
+    from tally.post_commit import attempt_within
     from tally.store.windows import DynamoDBWindowMover
 
     resolver = Resolver(stack_name, os.environ)
@@ -51,11 +49,9 @@ def close(as_json: bool, stack_name: str | None, table_name: str | None) -> None
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
 
-    def attempt(send: Callable[[], None]) -> None:
-        # An operator's command has no invocation deadline: a move cancelled by a late event or a conflict
-        # is sent again under the batches' retry policy, by attempts alone.
-        retried(send, DEFAULT_RETRY_POLICY, lambda: _NO_DEADLINE_MS, time.sleep)
-
+    # An operator's command has no invocation deadline: a move cancelled by a late event or a conflict is sent
+    # again under the batches' retry policy, by attempts alone.
+    attempt = attempt_within(DEFAULT_RETRY_POLICY, lambda: _NO_DEADLINE_MS, time.sleep)
     try:
         moved = DynamoDBWindowMover(client("dynamodb"), table, spec).close_all(time.time_ns() // 1_000_000, attempt)
     except (TallyError, BotoCoreError, ClientError) as exc:

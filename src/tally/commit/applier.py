@@ -80,7 +80,9 @@ class Applier:
         self.store = store
         self.journal = journal
         self.policy = policy
-        self._sleep = sleep
+        """How a store call that fails for now is retried within the invocation, and the time kept for reporting;
+        the post-commit steps' requests go by it too (``tally.post_commit.step.attempt_within``)."""
+        self.sleep = sleep
         self.max_actions = max_actions
         self.new_batch_id = new_batch_id
         self.use_journal = use_journal
@@ -113,7 +115,7 @@ class Applier:
         protocol = CommitProtocol(
             self.store,
             self.journal,
-            RetryingSteps(self.policy, now_ms, remaining_ms, figures, self._sleep),
+            RetryingSteps(self.policy, now_ms, remaining_ms, figures, self.sleep),
             fates,
             figures,
             now_ms=now_ms,

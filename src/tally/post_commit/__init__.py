@@ -2,23 +2,21 @@
 
 ``tally.pipeline`` runs them in order over the messages whose counters count and gives each message the
 fate they leave it (``step.py``). A new kind of post-commit work is one step here beside its store, added
-to ``post_commit_steps``: the pipeline and the metrics report take its figures as they come.
+to ``post_commit_steps``: the pipeline and the metrics report take its figures as they come, and it sends
+through ``SettledBatch.attempt`` like every other step (``step.py``: one rule for time, tested for every step
+of the list).
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
-from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.post_commit.gauges import GaugeStep, GaugeStore
 from tally.post_commit.members import DistinctStore, MemberStep
-from tally.post_commit.step import PostCommitStep, SettledBatch, StepResult
+from tally.post_commit.step import PostCommitStep, SettledBatch, StepResult, attempt_within
 from tally.post_commit.windows import WindowMover, WindowStep
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tally.core.windows import WindowSpec
 
 __all__ = [
@@ -31,6 +29,7 @@ __all__ = [
     "StepResult",
     "WindowMover",
     "WindowStep",
+    "attempt_within",
     "post_commit_steps",
 ]
 
@@ -41,16 +40,10 @@ def post_commit_steps(
     gauges: GaugeStore | None = None,
     distinct: DistinctStore | None = None,
     mover: WindowMover | None = None,
-    policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> tuple[PostCommitStep, ...]:
     """The steps in the order they run; a step without its store refuses (at admission) what needs it.
 
-    ``policy`` and ``sleep`` are the commit's (``tally.commit.retrying``): how a gauge write or member
-    transaction or window move that fails for now is retried within the invocation.
+    How long and how often a step's requests are tried is not a step's: each sends through the batch's
+    ``SettledBatch.attempt`` (``step.py``), which the pipeline builds from the commit's retry policy.
     """
-    return (
-        GaugeStep(gauges, policy=policy, sleep=sleep),
-        MemberStep(distinct, windows, policy=policy, sleep=sleep),
-        WindowStep(mover, policy=policy, sleep=sleep),
-    )
+    return (GaugeStep(gauges), MemberStep(distinct, windows), WindowStep(mover))

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import time
-from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy, retried
 from tally.core.gauges import batch_gauges, carries_gauges
 from tally.core.model import RejectCode, Rejection
 from tally.errors import RetryableStoreError, StoreError
@@ -18,6 +15,9 @@ if TYPE_CHECKING:
     from tally.core.gauges import GaugeSlot, GaugeValue
     from tally.core.model import Message
     from tally.post_commit.step import SettledBatch
+    from tally.store.requests import Attempt
+
+_T = TypeVar("_T")
 
 GAUGE_WRITES = "GaugeWrites"
 """Conditional gauge write requests, beside the counters' transactions."""
@@ -26,33 +26,26 @@ GAUGE_WRITES = "GaugeWrites"
 class GaugeStore(Protocol):
     """The port gauge readings go to (``tally.store.gauges.DynamoDBGaugeStore``); idempotent writes.
 
-    Returns the write requests made; raises ``RetryableStoreError`` when a key's write may not have
+    Sends each write request through ``attempt``; raises ``RetryableStoreError`` when a key's write may not have
     happened, ``StoreError`` when DynamoDB refuses it for good.
     """
 
-    def write_gauges(self, key: str, slots: Mapping[GaugeSlot, GaugeValue]) -> int: ...
+    def write_gauges(self, key: str, slots: Mapping[GaugeSlot, GaugeValue], attempt: Attempt) -> None: ...
 
 
 class GaugeStep:
     """Writes the gauges of every message whose counters count, key by key.
 
-    A key's write that fails for now (throttled, its answer lost) is retried within the invocation under the
-    commit's retry policy: a batch of gauge messages writes many keys, and leaving each such failure to a
+    A key's write that fails for now (throttled, its answer lost) is sent again within the invocation
+    (``SettledBatch.attempt``): a batch of gauge messages writes many keys, and leaving each such failure to a
     redelivery of the whole batch would fail the batch on most deliveries of a busy table, until the queue's
-    redrive policy moved its messages to the dead-letter queue without a reason.
+    redrive policy moved its messages to the dead-letter queue without a reason. Once the invocation is down to
+    the time kept for reporting, the keys left are not written: their messages go back to the source.
     """
 
-    def __init__(
-        self,
-        store: GaugeStore | None,
-        *,
-        policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, store: GaugeStore | None) -> None:
         self._store = store
         """None: this pipeline writes no gauges, and dead-letters messages that carry some (never drops them)."""
-        self._policy = policy
-        self._sleep = sleep
 
     def admit(self, message: Message) -> Rejection | None:
         if self._store is None and carries_gauges(message):
@@ -64,16 +57,23 @@ class GaugeStep:
         if self._store is None or not carrying:
             return StepResult({GAUGE_WRITES: 0})
         gauges = batch_gauges(carrying)
-        requests = 0
+        sent = [0]
+
+        def counted(send: Callable[[], _T]) -> _T:
+            def once() -> _T:
+                sent[0] += 1
+                return send()
+
+            return batch.attempt(once)
+
         retry: set[str] = set()
         refused: dict[str, Rejection] = {}
         for key, slots in gauges.updates.items():
             try:
-                write = partial(self._store.write_gauges, key, slots)
-                requests += retried(write, self._policy, batch.remaining_ms, self._sleep)
+                self._store.write_gauges(key, slots, counted)
             except RetryableStoreError:
                 retry |= gauges.sources[key]
             except StoreError as exc:
                 why = Rejection(RejectCode.GAUGE_REFUSED, f"counters counted; gauges of {key[:200]!r} refused: {exc}")
                 refused.update(dict.fromkeys(gauges.sources[key], why))
-        return StepResult({GAUGE_WRITES: requests}, frozenset(retry), refused)
+        return StepResult({GAUGE_WRITES: sent[0]}, frozenset(retry), refused)

@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Protocol
 
-from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.core.distinct import batch_members, carries_members
 from tally.core.model import RejectCode, Rejection
 from tally.errors import RetryableStoreError, StoreError
-from tally.post_commit.step import StepResult, attempt_within
+from tally.post_commit.step import StepResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from tally.core.distinct import MemberSet
     from tally.core.model import Message
@@ -32,7 +30,8 @@ MEMBERS_ADDED = "MembersAdded"
 class DistinctStore(Protocol):
     """The port distinct-count members go to (``tally.store.distinct.DynamoDBDistinctStore``): idempotent.
 
-    Takes every key's members of the batch at once, and sends each of its transactions through ``attempt``.
+    Takes every key's members of the batch at once, and sends each of its requests (the member read, each
+    transaction) through ``attempt``.
     Names the keys whose members may be uncounted in ``DistinctWrite.unwritten`` and those refused for good in
     ``DistinctWrite.refused``; raises ``RetryableStoreError`` when that may be any key, ``StoreError`` when every
     key is refused.
@@ -46,24 +45,14 @@ class DistinctStore(Protocol):
 class MemberStep:
     """Counts the distinct members of every message whose counters count (a counted member never twice).
 
-    A member transaction that fails for now is sent again within the invocation under the commit's retry
-    policy, as a gauge write is (``tally.post_commit.gauges``), and none starts inside the time the policy
-    keeps for reporting.
+    A member transaction that fails for now is sent again within the invocation, as a gauge write is
+    (``SettledBatch.attempt``), and none starts inside the time kept for reporting.
     """
 
-    def __init__(
-        self,
-        store: DistinctStore | None,
-        windows: WindowSpec,
-        *,
-        policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, store: DistinctStore | None, windows: WindowSpec) -> None:
         self._store = store
         """None: this pipeline counts no distinct members, and dead-letters messages that name some."""
         self._windows = windows
-        self._policy = policy
-        self._sleep = sleep
 
     def admit(self, message: Message) -> Rejection | None:
         if self._store is None and carries_members(message):
@@ -78,8 +67,7 @@ class MemberStep:
         members = batch_members(carrying, self._windows, batch.now_ms)
         every = frozenset().union(*members.sources.values())
         try:
-            attempt = attempt_within(self._policy, batch.remaining_ms, self._sleep, "member transaction")
-            written = self._store.write_members(members.members, attempt)
+            written = self._store.write_members(members.members, batch.attempt)
         except RetryableStoreError:
             return StepResult(none, retry=every)
         except StoreError as exc:  # the member read itself refused: no key's members can be written

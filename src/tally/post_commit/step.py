@@ -15,12 +15,22 @@ A step leaves each message it could not settle exactly one fate besides "done":
 
 A step must not raise for a write it made: a batch that fails after its commit is redelivered and fails
 again, forever, on an error that will not go away.
+
+**One rule for time, the same for every step**: a step sends each of its requests through the batch's
+``SettledBatch.attempt`` (its store's port takes it), and that is the only way it has to send: a step holds no
+retry policy and no clock of its own. The pipeline builds the attempt once per batch (``attempt_within``,
+under the commit's retry policy): a request that fails for now is sent again while the invocation has time,
+and none starts inside the time the policy keeps for reporting (``RetryPolicy.reserve_ms``), where the
+attempt raises ``RetryableStoreError`` at once and the step leaves its messages to a redelivery (or its
+optional work to a later batch). A step writing past that point runs the invocation past its deadline: Lambda
+kills it, and the whole batch comes back instead of a partial report. ``tests/unit/test_post_commit_steps.py``
+holds every step of the handlers' list to the rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tally.commit.retrying import retried
 from tally.errors import RetryableStoreError
@@ -33,6 +43,8 @@ if TYPE_CHECKING:
     from tally.core.model import Message, Rejection
     from tally.store.requests import Attempt
 
+_T = TypeVar("_T")
+
 
 @dataclass(frozen=True, slots=True)
 class SettledBatch:
@@ -43,6 +55,8 @@ class SettledBatch:
     """The same messages, netted per counter item (what was committed for them)."""
     now_ms: int
     remaining_ms: Callable[[], int]
+    attempt: Attempt
+    """How a step sends each of its requests (see the module): the batch's deadline and the commit's retries."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +82,13 @@ class PostCommitStep(Protocol):
         ...
 
 
-def attempt_within(
-    policy: RetryPolicy, remaining_ms: Callable[[], int], sleep: Callable[[float], None], what: str
-) -> Attempt:
-    """How a step sends one of its store's transactions (the store's ``Attempt``): under the commit's retry
-    policy (``retried``), and not at all inside the time the policy keeps for reporting, where it raises
-    ``RetryableStoreError`` at once (the step then leaves its messages to a redelivery, or its work to a later
-    batch)."""
+def attempt_within(policy: RetryPolicy, remaining_ms: Callable[[], int], sleep: Callable[[float], None]) -> Attempt:
+    """The batch's ``SettledBatch.attempt``: each request under the commit's retry policy (``retried``), and none
+    started inside the time the policy keeps for reporting, where it raises ``RetryableStoreError`` at once."""
 
-    def attempt(send: Callable[[], None]) -> None:
+    def attempt(send: Callable[[], _T]) -> _T:
         if remaining_ms() < policy.reserve_ms:
-            raise RetryableStoreError(f"no time left for the {what}")
-        retried(send, policy, remaining_ms, sleep)
+            raise RetryableStoreError("no time left for a post-commit request: kept for reporting")
+        return retried(send, policy, remaining_ms, sleep)
 
     return attempt

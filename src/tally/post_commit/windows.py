@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import logging
-import time
 from typing import TYPE_CHECKING, Protocol
 
-from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.core.aggregate import key_items_with_windows
 from tally.errors import StoreError
-from tally.post_commit.step import StepResult, attempt_within
+from tally.post_commit.step import StepResult
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Iterable
 
     from tally.core.items import ItemKey
     from tally.core.model import Message, Rejection
@@ -39,8 +37,9 @@ _NAMES = (WINDOW_ITEMS_CHECKED, WINDOWS_MOVED, WINDOW_MOVE_TRANSACTIONS, WINDOW_
 class WindowMover(Protocol):
     """The port that moves ended windows off the key items a batch wrote (``tally.store.windows``).
 
-    Sends each move transaction through ``attempt``; what ``attempt`` gives up on is left on the key items
-    (``WindowsMoved.left``). Raises ``StoreError`` when the key items could not be read.
+    Sends each request (the key items' read, each move transaction) through ``attempt``; a move ``attempt``
+    gives up on is left on the key items (``WindowsMoved.left``). Raises ``StoreError`` when the key items could
+    not be read.
     """
 
     def after_batch(self, items: Iterable[ItemKey], now_ms: int, attempt: Attempt) -> WindowsMoved: ...
@@ -51,36 +50,27 @@ class WindowStep:
 
     Optional work: a window left on a key's item is still read exactly, so this step settles every message
     whatever happens (what is not moved now is moved by a later batch, or by ``tally windows close``). A move
-    that fails for now is sent again under the commit's retry policy, as a member transaction is, and none
-    starts inside the time the policy keeps for reporting (a batch with less left moves nothing).
+    that fails for now is sent again, as a member transaction is (``SettledBatch.attempt``), and nothing starts
+    inside the time kept for reporting (a batch with less left moves nothing).
     """
 
-    def __init__(
-        self,
-        mover: WindowMover | None,
-        *,
-        policy: RetryPolicy = DEFAULT_RETRY_POLICY,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
+    def __init__(self, mover: WindowMover | None) -> None:
         self._mover = mover
         """None: ended windows stay on key items (read exactly all the same) until something moves them."""
-        self._policy = policy
-        self._sleep = sleep
 
     def admit(self, message: Message) -> Rejection | None:
         return None
 
     def settle(self, batch: SettledBatch) -> StepResult:
-        if self._mover is None or batch.remaining_ms() < self._policy.reserve_ms:
+        if self._mover is None:
             return StepResult(dict.fromkeys(_NAMES, 0))
         items = key_items_with_windows(net.totals for net in batch.totals)
         if not items:
             return StepResult(dict.fromkeys(_NAMES, 0))
         try:
-            attempt = attempt_within(self._policy, batch.remaining_ms, self._sleep, "window move")
-            moved = self._mover.after_batch(items, batch.now_ms, attempt)
+            moved = self._mover.after_batch(items, batch.now_ms, batch.attempt)
         except StoreError as exc:
-            logger.warning("ended windows not moved this batch (read failed): %s", exc)
+            logger.warning("ended windows not moved this batch (key items not read): %s", exc)
             return StepResult(dict.fromkeys(_NAMES, 0))
         counts = (moved.checked, moved.windows, moved.transactions, moved.window_items, moved.left)
         return StepResult(dict(zip(_NAMES, counts, strict=True)))

@@ -130,10 +130,10 @@ class DynamoDBDistinctStore:
             for member_set, names in sets.items()
             for member in sorted(names)
         ]
-        keys = (member_key(s.key, s.window, s.name, member) for s, member in wanted)
+        keys = [member_key(s.key, s.window, s.name, member) for s, member in wanted]
         stored = {
             (item[PARTITION_KEY]["S"].removesuffix(MEMBER_PARTITION_SUFFIX), *member_of_item(item))
-            for item in batch_get(self._client, self._table, keys)
+            for item in attempt(partial(batch_get, self._client, self._table, keys))
         }
         new = [(s, member) for s, member in wanted if (s.key, s.window, s.name, member) not in stored]
         shards = {key: self._rng.randrange(self._hot_keys.shards_for(key)) for key in members}

@@ -20,6 +20,7 @@ invocation writing the same message's gauges is harmless.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -27,7 +28,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from tally.core.model import GaugeKind
 from tally.core.numbers import to_wire
 from tally.store.expressions import gauge_expressions, gauge_placeholders, gauges_per_update
-from tally.store.requests import translate
+from tally.store.requests import send_once, translate
 from tally.store.schema import gauge_attribute, item_key, latest_order_attribute
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
 
     from tally.core.gauges import GaugeSlot, GaugeValue
+    from tally.store.requests import Attempt
 
 _CONDITION_FAILED: Final = "ConditionalCheckFailedException"
 
@@ -51,25 +53,21 @@ class DynamoDBGaugeStore:
         self._client = client
         self._table = counters_table
 
-    def write_gauges(self, key: str, slots: Mapping[GaugeSlot, GaugeValue]) -> int:
-        """Write ``key``'s readings where they improve on the stored ones; returns the requests made.
+    def write_gauges(self, key: str, slots: Mapping[GaugeSlot, GaugeValue], attempt: Attempt = send_once) -> None:
+        """Write ``key``'s readings where they improve on the stored ones, each request sent through ``attempt``.
 
         Raises ``RetryableStoreError`` (throttling, unknown outcome: writing again is safe) or
         ``StoreError``.
         """
-        requests = 0
         ordered = list(slots.items())
         step = gauges_per_update()
         for start in range(0, len(ordered), step):
             group = ordered[start : start + step]
-            requests += 1
-            if self._update(key, group):
+            if attempt(partial(self._update, key, group)):
                 continue
             if len(group) > 1:
                 for one in group:
-                    requests += 1
-                    self._update(key, [one])
-        return requests
+                    attempt(partial(self._update, key, [one]))
 
     def _update(self, key: str, group: Sequence[tuple[GaugeSlot, GaugeValue]]) -> bool:
         """One conditional write; False when its condition failed (some stored reading is as good)."""

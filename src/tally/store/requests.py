@@ -11,7 +11,7 @@ import random
 import re
 import time
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final, TypeAlias
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -70,15 +70,22 @@ _RETRYABLE_ERRORS: Final = frozenset(
 )
 
 
-Attempt: TypeAlias = "Callable[[Callable[[], None]], None]"
-"""Runs one send of a post-commit transaction (distinct members, a window move), and again while it fails for
-now (``RetryableStoreError``), as long as its caller's policy allows; raises the last error when it gives up.
-The store sends; the caller (``tally.post_commit``: the commit's retry policy) decides how often and how long."""
+_T = TypeVar("_T")
 
 
-def send_once(send: Callable[[], None]) -> None:
-    """The ``Attempt`` of a caller with no retry policy: one send, its error raised."""
-    send()
+class Attempt(Protocol):
+    """Runs one request of a post-commit write (a gauge update, a member read or transaction, a window move's read
+    or transaction), and again while it fails for now (``RetryableStoreError``), as long as its caller's policy
+    allows; returns what the request returns, raises the last error when it gives up. The store sends every
+    request through it; the caller (``tally.post_commit``: ``SettledBatch.attempt``) decides whether a request
+    may start at all, how often and how long."""
+
+    def __call__(self, send: Callable[[], _T], /) -> _T: ...
+
+
+def send_once(send: Callable[[], _T]) -> _T:
+    """The ``Attempt`` of a caller with no retry policy and no deadline (an operator's command): one send."""
+    return send()
 
 
 BATCH_GET_MAX_ROUNDS: Final = 8

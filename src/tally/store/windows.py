@@ -314,7 +314,7 @@ class DynamoDBWindowMover:
         due = [item for item in dict.fromkeys(items) if self._checked.get(item) != hour]
         if not due:
             return WindowsMoved()
-        raws = batch_get(self._client, self._table, [item_key(item) for item in due])
+        raws = attempt(partial(batch_get, self._client, self._table, [item_key(item) for item in due]))
         moved = self.move(raws, now_ms, attempt=attempt)
         if len(self._checked) + len(due) > MAX_REMEMBERED:
             self._checked.clear()

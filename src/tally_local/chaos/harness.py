@@ -119,7 +119,6 @@ def wire_pipeline(
             gauges=DynamoDBGaugeStore(client, tables.counters),
             distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
             mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
-            policy=CHAOS_RETRIES,
         ),
     )
 
