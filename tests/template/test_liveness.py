@@ -10,17 +10,20 @@ invocation. So the stalled record is settled on its next delivery if the source'
 - Kinesis: Lambda retries the record from the checkpoint until ``MaximumRetryAttempts`` or
   ``MaximumRecordAgeInSeconds``; the record age must outlast the lease for every allowed timeout and
   batching window, and the retries of a stalled record are spent until the lease ends. AWS does not
-  document the retry backoff; with the model of ``src/tally_local/chaos/kinesis.py`` (1 s doubling, at most 60 s),
-  the default retry count must outlast the default lease.
+  document the retry backoff, so no retry count can be sized against a lease (at a retry a poll, a 120 s
+  lease spends 120 of them): with the defaults, only the record's age bounds a give-up, and crashes in a row
+  must not spend it.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from tally.commit.applier import RetryPolicy
+from tally_local.esm import BatchOutcome, KinesisRetryPolicy, ShardBatch, function_error
 from tally_local.template import load_template
 from tests.template.test_template import TEMPLATE_PATH
 
@@ -49,10 +52,48 @@ def test_a_kinesis_record_outlives_the_lease_for_every_allowed_timeout_and_windo
     assert parameters["StreamMaximumRecordAgeSeconds"]["MinValue"] > longest_window_s + longest_lease_s
 
 
-def test_the_default_kinesis_retries_outlast_the_default_lease_under_the_modelled_backoff(
+CRASHES_IN_A_ROW = 20
+"""Invocations killed after their journal claim, one after another on one record, that the template's defaults
+must outlast without giving the record up, at every allowed function timeout and the longest batching window
+(docs/explanation/sources.md, "A crash never gives a record up")."""
+POLL_S = 1
+"""Lambda polls a shard at a base rate of once a second (AWS, "Using Lambda with Kinesis"); it documents no
+backoff between the retries of a failing batch, so the fastest cadence it allows is a retry at every poll."""
+
+
+def given_up_after_crashes(policy: KinesisRetryPolicy, *, timeout_s: int, window_s: int, crashes: int) -> bool:
+    """Whether Lambda gives a record up when ``crashes`` invocations in a row are killed just after their journal
+    claim, each retry in between (one a poll: the fastest cadence) meeting the killed invocation's live lease
+    (``timeout_s`` + the lease margin from its start), the record first delivered ``window_s`` after it arrived."""
+    arrived = datetime(2030, 1, 1, tzinfo=UTC)
+    delivery = ShardBatch([{"SequenceNumber": "1", "ApproximateArrivalTimestamp": arrived}], policy)
+    now_s = window_s
+    for _ in range(crashes):
+        lease_ends_s = now_s + timeout_s + MARGIN_S
+        outcome = function_error(["1"], "killed after its journal claim")
+        while True:
+            now_s += POLL_S
+            if delivery.settle(outcome, arrived + timedelta(seconds=now_s)).give_up is not None:
+                return True
+            if now_s >= lease_ends_s:
+                break  # the next delivery claims the record again: the next crash
+            outcome = BatchOutcome(frozenset({"1"}), whole_batch=False)  # held by the lease: reported failed
+    return False
+
+
+def test_with_the_defaults_crashes_in_a_row_never_give_a_kinesis_record_up_whatever_the_retry_backoff(
     parameters: dict[str, Any],
 ) -> None:
-    lease_s = int(parameters["FunctionTimeoutSeconds"]["Default"]) + MARGIN_S
-    retries = int(parameters["StreamMaximumRetryAttempts"]["Default"])
-    span_s = sum(min(60, 2**attempt) for attempt in range(retries))
-    assert span_s > lease_s
+    # GIVEN the template's defaults for the stream's event source
+    policy = KinesisRetryPolicy(
+        maximum_retry_attempts=int(parameters["StreamMaximumRetryAttempts"]["Default"]),
+        maximum_record_age_s=int(parameters["StreamMaximumRecordAgeSeconds"]["Default"]),
+        bisect_on_function_error=True,
+    )
+    longest_window_s = int(parameters["StreamBatchingWindowSeconds"]["MaxValue"])
+    for timeout in parameters["FunctionTimeoutSeconds"]["AllowedValues"]:
+        # WHEN that many invocations in a row are killed after their claim, Lambda retrying at every poll meanwhile
+        # THEN the record is never given up: each crash spends wall time of the record's age, no retry count
+        assert not given_up_after_crashes(
+            policy, timeout_s=int(timeout), window_s=longest_window_s, crashes=CRASHES_IN_A_ROW
+        ), timeout
