@@ -20,11 +20,13 @@ What it decides (FACTS.md; AWS's "partial batch response", "bisect" and "on-fail
   two when ``BisectBatchOnFunctionError`` is set, and "splitting a batch does not consume the retry
   quota" (AWS, "Retain discarded batch records for a Kinesis Data Streams event source"); after
   ``MaximumRetryAttempts`` retries, or once the oldest record is older than ``MaximumRecordAgeInSeconds``,
-  the remaining records are given up (their range, never their data, to the on-failure destination).
+  the remaining records are given up (their range, never their data, to the on-failure destination);
+- Kinesis's retry timing (``kinesis_retry_delay_ms``, ``KinesisStep.retry_after_ms``): how long the mapping
+  waits before it delivers a failing part again, one model for every driver.
 
-It must not do I/O, read a clock (time is passed in), sleep, log or choose backoff delays: the drivers
-receive, invoke, delete, wait and count; ``tally_local.kit.lambda_events`` shapes the events and the
-on-failure record.
+It must not do I/O, read a clock (time is passed in), sleep or log: the drivers receive, invoke, delete, wait
+(each on its own clock: virtual in the chaos run, scaled down in real time locally) and count;
+``tally_local.kit.lambda_events`` shapes the events and the on-failure record.
 """
 
 from __future__ import annotations
@@ -161,6 +163,28 @@ class SqsRedrive:
 
 
 # --------------------------------------------------------------------------------------------- Kinesis
+KINESIS_POLL_INTERVAL_MS: Final = 1_000
+"""Lambda polls each shard at a base rate of once per second (AWS, "Using Lambda with Kinesis")."""
+KINESIS_MAX_RETRY_DELAY_MS: Final = 60_000
+
+
+def kinesis_retry_delay_ms(failures: int) -> int:
+    """How long the mapping waits before it delivers a failing part again, after ``failures`` failed invocations
+    of the batch in a row (1 or more).
+
+    AWS documents no backoff between the retries of a failing stream batch: the Kinesis, event source mapping
+    and on-failure destination pages and the ``CreateEventSourceMapping`` reference say only that Lambda retries
+    until the retries or the record's age run out (checked 2026-12); they do document that Lambda polls each
+    shard at a base rate of once per second. The model: the first retry at the next poll, the wait doubling
+    with each failure in a row, at most a minute (an assumption beyond the first poll). Nothing tally promises
+    leans on it: with the template's defaults only the record's age, wall time that no backoff changes, bounds
+    a give-up, and ``tests/template/test_liveness.py`` checks crashes in a row at the fastest cadence AWS's
+    documentation allows, a retry at every poll.
+    """
+    doubled: int = KINESIS_POLL_INTERVAL_MS << max(0, min(failures - 1, 6))
+    return min(KINESIS_MAX_RETRY_DELAY_MS, doubled)
+
+
 @dataclass(frozen=True, slots=True)
 class KinesisRetryPolicy:
     """The mapping's error handling (``-1``: unlimited, the AWS default)."""
@@ -212,8 +236,16 @@ class KinesisStep:
     redelivered: int
     """Records that will be delivered again (0 for DONE and GIVE_UP)."""
     failures: int
-    """Failed invocations in a row in this batch, this one included (0 after a success): the driver's backoff."""
+    """Failed invocations in a row in this batch, this one included (0 after a success)."""
     give_up: GiveUp | None = None
+
+    @property
+    def retry_after_ms(self) -> int:
+        """How long the mapping waits before the next delivery of this batch (``kinesis_retry_delay_ms``): 0 after
+        a success or a give-up, when it moves on at once."""
+        if self.decision in (Decision.RETRY, Decision.BISECT):
+            return kinesis_retry_delay_ms(self.failures)
+        return 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,7 +70,10 @@ where a waiting receive would hold up every other client, so the pollers short-p
 mapping's five pollers a message waits 0.1 s for one of them on average, and an idle stack costs little CPU."""
 _IDLE_SHARD_POLL_S: Final = 1.0
 _ERROR_PAUSE_S: Final = 1.0
-_RETRY_PAUSE_S: Final = 0.2
+_RETRY_TIME_SCALE: Final = 0.2
+"""A failing shard waits ``esm``'s retry timing at a fifth of real time, and at most ``_RETRY_PAUSE_MAX_S``: the
+local stack is for seeing what happens in seconds (0.2 s doubling to 2 s), not for a shard's pace."""
+_RETRY_PAUSE_MAX_S: Final = 2.0
 
 
 @dataclass
@@ -369,7 +372,7 @@ class KinesisShardPoller(_Poller):
             if step.give_up is not None:
                 self._give_up(step.give_up, invocation)
             elif step.decision is not Decision.DONE and self.stop_event.wait(
-                min(_RETRY_PAUSE_S * 2 ** (step.failures - 1), 2.0)
+                min(step.retry_after_ms / 1000 * _RETRY_TIME_SCALE, _RETRY_PAUSE_MAX_S)
             ):
                 # Stopping mid-retry: what is not checkpointed would be read again from the checkpoint.
                 return

@@ -125,9 +125,10 @@ def test_kinesis_event_source_reports_failures_bisects_and_gives_up_in_bounded_t
     assert properties["MaximumBatchingWindowInSeconds"] == {"Ref": "StreamBatchingWindowSeconds"}
     assert properties["ParallelizationFactor"] == {"Ref": "ParallelizationFactor"}
     assert (parameters["ParallelizationFactor"]["MinValue"], parameters["ParallelizationFactor"]["MaxValue"]) == (1, 10)
-    # Finite: -1 (infinite, the AWS default) is below every allowed value.
+    # Bounded in time: the retries may be unlimited (-1, the default: a crash's lease must not spend a count,
+    # tests/template/test_liveness.py), the record's age never is (-1, infinite, is below every allowed value).
     assert properties["MaximumRetryAttempts"] == {"Ref": "StreamMaximumRetryAttempts"}
-    assert parameters["StreamMaximumRetryAttempts"]["MinValue"] >= 0
+    assert parameters["StreamMaximumRetryAttempts"]["MinValue"] >= -1
     assert parameters["StreamMaximumRetryAttempts"]["MaxValue"] <= 10_000
     assert properties["MaximumRecordAgeInSeconds"] == {"Ref": "StreamMaximumRecordAgeSeconds"}
     assert parameters["StreamMaximumRecordAgeSeconds"]["MinValue"] >= 60

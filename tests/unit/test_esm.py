@@ -223,3 +223,16 @@ def test_the_cut_counts_the_event_as_json_dumps_writes_it() -> None:
     event = len(json.dumps({"Records": records}))
     assert records_within_payload(sizes, event) == 2
     assert records_within_payload(sizes, event - 1) == 1
+
+
+def test_kinesis_retries_come_at_the_next_poll_then_back_off_to_a_minute() -> None:
+    # GIVEN a part failing again and again, with unlimited retries
+    delivery = ShardBatch(records(1), KinesisRetryPolicy())
+    # WHEN each failure is settled THEN the mapping waits a poll (1 s), doubling with each failure in a row, at most
+    # a minute (the model: AWS documents the poll rate and no backoff)
+    waits = [delivery.settle(function_error(["10"], "e"), NOW).retry_after_ms for _ in range(9)]
+    assert waits == [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000, 60_000, 60_000]
+    # AND after a success or a give-up it moves on at once
+    assert delivery.settle(BatchOutcome(frozenset(), whole_batch=False), NOW).retry_after_ms == 0
+    given_up = ShardBatch(records(1), KinesisRetryPolicy(maximum_retry_attempts=0))
+    assert given_up.settle(function_error(["10"], "e"), NOW).retry_after_ms == 0

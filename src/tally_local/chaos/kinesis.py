@@ -5,8 +5,7 @@ give-ups exactly as the local pollers' and the tests' drivers do. This module ke
 them to a shard by the MD5 of their partition key, delivers them in sequence order in batches of at most
 ``batch_size``, and adds what only the chaos run does:
 
-- retries wait an exponential backoff (1 s doubling per failure in a row, at most 60 s) on the virtual
-  clock: AWS does not document it, this is an assumption;
+- retries wait ``esm``'s retry timing (``KinesisStep.retry_after_ms``) on the virtual clock;
 - a given-up range is kept as the on-failure destination's record of it; the operator replays it from
   the stream (the run does, after the main pass: the Kinesis counterpart of a DLQ redrive);
 - a ``kinesis_rewind`` fault restarts a shard from an older checkpoint (a lease that moved to another
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 REGION: Final = "us-east-1"
 STREAM_ARN: Final = "arn:aws:kinesis:us-east-1:123456789012:stream/tally-chaos-events"
 _FIRST_SEQUENCE: Final = 49_590_338_271_490_256_608_559_692_538_361_571_095_921_575_989_136_588_898
-_MAX_BACKOFF_MS: Final = 60_000
 
 
 @dataclass
@@ -127,7 +125,7 @@ class ShardConsumer:
             )
             if step.decision is Decision.DONE:
                 continue
-            self.clock.wait(min(_MAX_BACKOFF_MS, 1000 * 2 ** (step.failures - 1)))
+            self.clock.wait(step.retry_after_ms)
             if step.give_up is not None:
                 self.consumer.log.add("delivery.kinesis_given_up_records", len(step.give_up.records))
                 self.shard.given_up.append(list(step.give_up.records))
