@@ -6,7 +6,7 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from tally.core.aggregate import key_items_with_windows
-from tally.errors import StoreError
+from tally.errors import RetryableStoreError, StoreError
 from tally.post_commit.step import StepResult
 
 if TYPE_CHECKING:
@@ -69,6 +69,9 @@ class WindowStep:
             return StepResult(dict.fromkeys(_NAMES, 0))
         try:
             moved = self._mover.after_batch(items, batch.now_ms, batch.attempt)
+        except RetryableStoreError as exc:  # no time left, or DynamoDB busy: a later batch moves them
+            logger.info("ended windows left on their key items this batch: %s", exc)
+            return StepResult(dict.fromkeys(_NAMES, 0))
         except StoreError as exc:
             logger.warning("ended windows not moved this batch (key items not read): %s", exc)
             return StepResult(dict.fromkeys(_NAMES, 0))
