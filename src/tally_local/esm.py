@@ -21,8 +21,8 @@ What it decides (FACTS.md; AWS's "partial batch response", "bisect" and "on-fail
   quota" (AWS, "Retain discarded batch records for a Kinesis Data Streams event source"); after
   ``MaximumRetryAttempts`` retries, or once the oldest record is older than ``MaximumRecordAgeInSeconds``,
   the remaining records are given up (their range, never their data, to the on-failure destination);
-- Kinesis's retry timing (``kinesis_retry_delay_ms``, ``KinesisStep.retry_after_ms``): how long the mapping
-  waits before it delivers a failing part again, one model for every driver.
+- Kinesis's retry timing (``RetryCadence``, ``KinesisStep.retry_after_ms``): how long the mapping waits before
+  it delivers a failing part again, one model for every driver.
 
 It must not do I/O, read a clock (time is passed in), sleep or log: the drivers receive, invoke, delete, wait
 (each on its own clock: virtual in the chaos run, scaled down in real time locally) and count;
@@ -168,30 +168,41 @@ KINESIS_POLL_INTERVAL_MS: Final = 1_000
 KINESIS_MAX_RETRY_DELAY_MS: Final = 60_000
 
 
-def kinesis_retry_delay_ms(failures: int) -> int:
-    """How long the mapping waits before it delivers a failing part again, after ``failures`` failed invocations
-    of the batch in a row (1 or more).
+class RetryCadence(enum.Enum):
+    """How soon the mapping delivers a failing part of a batch again.
 
     AWS documents no backoff between the retries of a failing stream batch: the Kinesis, event source mapping
     and on-failure destination pages and the ``CreateEventSourceMapping`` reference say only that Lambda retries
     until the retries or the record's age run out (checked 2026-12); they do document that Lambda polls each
-    shard at a base rate of once per second. The model: the first retry at the next poll, the wait doubling
-    with each failure in a row, at most a minute (an assumption beyond the first poll). Nothing tally promises
-    leans on it: with the template's defaults only the record's age, wall time that no backoff changes, bounds
-    a give-up, and ``tests/template/test_liveness.py`` checks crashes in a row at the fastest cadence AWS's
-    documentation allows, a retry at every poll.
+    shard at a base rate of once per second. So two models: ``EVERY_POLL``, the fastest cadence that allows (the
+    harshest for a retry count: a lease of 120 s spends 120 retries), and ``BACKOFF``, an assumption (the first
+    retry at the next poll, the wait doubling with each failure in a row, at most a minute: 6 or 7 retries in
+    such a lease). Nothing tally promises may lean on the second: with the template's defaults only the
+    record's age, wall time that no cadence changes, bounds a give-up (``tests/template/test_liveness.py``
+    checks crashes in a row at every poll).
     """
+
+    EVERY_POLL = "every poll"
+    BACKOFF = "backoff"
+
+
+def kinesis_retry_delay_ms(failures: int, cadence: RetryCadence = RetryCadence.BACKOFF) -> int:
+    """How long the mapping waits before it delivers a failing part again, after ``failures`` failed invocations
+    of the batch in a row (1 or more), under ``cadence``."""
+    if cadence is RetryCadence.EVERY_POLL:
+        return KINESIS_POLL_INTERVAL_MS
     doubled: int = KINESIS_POLL_INTERVAL_MS << max(0, min(failures - 1, 6))
     return min(KINESIS_MAX_RETRY_DELAY_MS, doubled)
 
 
 @dataclass(frozen=True, slots=True)
 class KinesisRetryPolicy:
-    """The mapping's error handling (``-1``: unlimited, the AWS default)."""
+    """The mapping's error handling (``-1``: unlimited, the AWS default), and the retry cadence modelled."""
 
     maximum_retry_attempts: int = -1
     maximum_record_age_s: int = -1
     bisect_on_function_error: bool = False
+    cadence: RetryCadence = RetryCadence.BACKOFF
 
 
 class Decision(enum.Enum):
@@ -238,14 +249,9 @@ class KinesisStep:
     failures: int
     """Failed invocations in a row in this batch, this one included (0 after a success)."""
     give_up: GiveUp | None = None
-
-    @property
-    def retry_after_ms(self) -> int:
-        """How long the mapping waits before the next delivery of this batch (``kinesis_retry_delay_ms``): 0 after
-        a success or a give-up, when it moves on at once."""
-        if self.decision in (Decision.RETRY, Decision.BISECT):
-            return kinesis_retry_delay_ms(self.failures)
-        return 0
+    retry_after_ms: int = 0
+    """How long the mapping waits before the next delivery of this batch (``kinesis_retry_delay_ms``): 0 after a
+    success or a give-up, when it moves on at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,12 +299,13 @@ class ShardBatch:
             failures, self._failures = self._failures, 0
             give_up = GiveUp(remaining, condition, part.retries + 1)
             return KinesisStep(Decision.GIVE_UP, len(part.records), 0, failures, give_up)
+        wait_ms = kinesis_retry_delay_ms(self._failures, policy.cadence)
         if split:
             middle = len(remaining) // 2
             self._work.extendleft([_Part(remaining[middle:], part.retries), _Part(remaining[:middle], part.retries)])
-            return KinesisStep(Decision.BISECT, checkpoint, len(remaining), self._failures)
+            return KinesisStep(Decision.BISECT, checkpoint, len(remaining), self._failures, retry_after_ms=wait_ms)
         self._work.appendleft(_Part(remaining, part.retries + 1))
-        return KinesisStep(Decision.RETRY, checkpoint, len(remaining), self._failures)
+        return KinesisStep(Decision.RETRY, checkpoint, len(remaining), self._failures, retry_after_ms=wait_ms)
 
 
 def _checkpoint(outcome: BatchOutcome, records: Sequence[Record]) -> int:

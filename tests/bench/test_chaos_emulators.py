@@ -21,7 +21,7 @@ from tally_local.chaos.clock import Invocation, VirtualClock
 from tally_local.chaos.config import SMOKE, DynamoDBFaultRates
 from tally_local.chaos.dlq import DeadLetterStore, Letter
 from tally_local.chaos.faults import LOST_CLAIM, DynamoDBChaos, FaultLog
-from tally_local.chaos.harness import Tables, _redrive, _Run, wire_pipeline
+from tally_local.chaos.harness import Tables, _needs_another_redrive, _redrive, _Run, wire_pipeline
 from tally_local.chaos.kinesis import ShardConsumer, Stream
 from tally_local.chaos.ledger import Ledger
 from tally_local.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
@@ -283,6 +283,23 @@ def test_an_extra_redrive_sends_back_only_the_letters_the_redrive_policy_moved()
     # AND an ordinary redrive sends back everything
     _redrive(run, queue)
     assert [letter.body for letter in run.dead_letters.letters()] == []
+
+
+def test_an_extra_redrive_replays_kinesis_ranges_given_up_again_in_the_last_replay() -> None:
+    # GIVEN a run after its last redrive: the DLQ holds nothing the redrive policy moved, but a shard holds a range
+    # Kinesis gave up again while it was replayed (the lease that held it had not ended)
+    run = _Run(SMOKE, client_factory=lambda: None, tables=Tables("c", "m"), pipeline_factory=wire_pipeline)  # type: ignore[arg-type, return-value]
+    workload = generate(SMOKE, 1_800_000_000_000)
+    stream = Stream(1, run.clock)
+    stream.shards[0].given_up.append([{"SequenceNumber": "1"}])
+    last = SMOKE.redrives
+    # WHEN the run asks whether another redrive is due THEN it is, as an operator replays a given-up range
+    assert _needs_another_redrive(run, workload, SMOKE, stream, redrives=last)
+    assert run.log.count("producer.dlq_extra_redrives") == 1
+    # AND not once the extra redrives are spent, nor with nothing given up
+    assert not _needs_another_redrive(run, workload, SMOKE, stream, redrives=last + SMOKE.extra_redrives)
+    stream.shards[0].given_up.clear()
+    assert not _needs_another_redrive(run, workload, SMOKE, stream, redrives=last)
 
 
 def test_the_workload_is_reproducible_from_its_seed() -> None:

@@ -11,10 +11,14 @@ with the situation drawn, and a variant with the fix undone (BROKEN on purpose) 
 - ``EXPIRED_CLAIMS``: TTL deletes an expired marker between two requests of one invocation, among them between
   the read that found it naming a dead batch and the claim replacing it (``tally_local.chaos.expired_claims``);
   the variant reads such a claim's cancellation as a direct marker, as ``translate`` did.
+- ``KINESIS_CRASHES``: invocations killed after half their journal claims, on Kinesis, Lambda retrying at every
+  poll while the killed invocation's lease holds the records; with the template's defaults nothing may be given
+  up; the variant is the template's former default, 10 retries.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
@@ -26,6 +30,7 @@ from tally.errors import MarkersExistError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally_local.chaos.config import SMOKE, focused
+from tally_local.esm import RetryCadence
 from tests.support.chaos import assert_passes_unbroken, rewired, run_on
 from tests.support.counts import read_all
 from tests.support.pipeline import make_pipeline, make_store
@@ -133,4 +138,52 @@ def test_the_harness_catches_a_marker_ttl_deleted_before_its_replacement_settled
         result.situations
     )
     assert any("reads 0, not 1" in problem for problem in result.expired_claim_problems), result.expired_claim_problems
+    assert not result.passed
+
+
+# --- crashes after a claim on Kinesis: no record given up ---------------------------------------------------
+
+KINESIS_CRASHES = focused(
+    SMOKE,
+    10,
+    kinesis_big_messages=2,
+    sqs_share=0.0,
+    kinesis_shards=1,
+    kinesis_batch_size=1,
+    function_timeout_s=15,
+    kinesis_retry_cadence=RetryCadence.EVERY_POLL.value,
+    dynamodb=replace(SMOKE.dynamodb, kill_after_claim=0.5),
+    redrives=0,
+    extra_redrives=0,
+)
+"""Two big messages on Kinesis (journal units), half the claims killed before their commit, and Lambda retrying at
+every poll, the fastest cadence its documentation allows (a 15 s function: its 75 s lease spends 75 retries). One
+shard and one record a batch, so each crash's retries are that record's; no redrive: nothing is to be given up
+(the variant's give-ups would otherwise be replayed within the lease, and given up again, for seconds)."""
+
+
+def test_the_focused_kinesis_crashes_run_gives_nothing_up(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # WHEN invocations are killed after their claims on Kinesis, with the template's defaults (no retry count, 6 h
+    # of record age)
+    # THEN retries met the killed invocation's live lease, no record was ever given up, and the run passes
+    assert_passes_unbroken(
+        dynamodb_local,
+        ddb_tables,
+        KINESIS_CRASHES,
+        ("outcome.killed_between_claim_and_commit", "situation.kinesis_invocations_held_by_a_lease"),
+    )
+
+
+def test_the_harness_catches_kinesis_records_given_up_after_a_crash(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN the template's former default: 10 retries of a failing Kinesis batch
+    # WHEN an invocation is killed after its claim, and the records wait out its lease
+    result = run_on(dynamodb_local, ddb_tables, replace(KINESIS_CRASHES, kinesis_max_retries=10))
+    # THEN the retries are spent within the lease and a valid record is given up to the on-failure destination
+    # (counted after the replay, but an operator's chore after an ordinary crash), and the run fails
+    assert result.counts.get("outcome.killed_between_claim_and_commit", 0) > 0, result.counts
+    assert result.verdict.valid_given_up > 0, result.verdict.examples
     assert not result.passed

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tally.commit.applier import RetryPolicy
+from tally_local.chaos.config import FULL
 from tally_local.esm import BatchOutcome, KinesisRetryPolicy, ShardBatch, function_error
 from tally_local.template import load_template
 from tests.template.test_template import TEMPLATE_PATH
@@ -97,3 +98,10 @@ def test_with_the_defaults_crashes_in_a_row_never_give_a_kinesis_record_up_whate
         assert not given_up_after_crashes(
             policy, timeout_s=int(timeout), window_s=longest_window_s, crashes=CRASHES_IN_A_ROW
         ), timeout
+
+
+def test_the_chaos_run_consumes_the_stream_with_the_templates_defaults(parameters: dict[str, Any]) -> None:
+    # The chaos run's checks of Kinesis (no valid record ever given up) hold for the template as it ships.
+    assert FULL.kinesis_max_retries == int(parameters["StreamMaximumRetryAttempts"]["Default"])
+    assert FULL.kinesis_max_record_age_s == int(parameters["StreamMaximumRecordAgeSeconds"]["Default"])
+    assert FULL.function_timeout_s == int(parameters["FunctionTimeoutSeconds"]["Default"])

@@ -17,6 +17,7 @@ from tally_local.esm import (
     BatchOutcome,
     Decision,
     KinesisRetryPolicy,
+    RetryCadence,
     ShardBatch,
     SqsRedrive,
     function_error,
@@ -236,3 +237,6 @@ def test_kinesis_retries_come_at_the_next_poll_then_back_off_to_a_minute() -> No
     assert delivery.settle(BatchOutcome(frozenset(), whole_batch=False), NOW).retry_after_ms == 0
     given_up = ShardBatch(records(1), KinesisRetryPolicy(maximum_retry_attempts=0))
     assert given_up.settle(function_error(["10"], "e"), NOW).retry_after_ms == 0
+    # AND at the fastest cadence AWS's documentation allows, every failure waits one poll
+    every_poll = ShardBatch(records(1), KinesisRetryPolicy(cadence=RetryCadence.EVERY_POLL))
+    assert {every_poll.settle(function_error(["10"], "e"), NOW).retry_after_ms for _ in range(9)} == {1_000}

@@ -6,7 +6,9 @@
 - Every poison message is in the dead-letter queue, with the reason code docs/reference/event-format.md documents for it
   (more than one letter for one poison message is allowed: the queue is at-least-once).
 - No valid message is in the dead-letter queue, unless it was injected as unrecoverable (doomed), and
-  every doomed message is there with ``counter_out_of_range``. No Kinesis range is left given up.
+  every doomed message is there with ``counter_out_of_range``. No Kinesis range is left given up, and no valid
+  record was ever given up, even one a replay counted later: with the template's defaults a crash must never
+  exhaust a stream's retries (docs/explanation/sources.md, "A crash never gives a record up").
 - Every message on a bounded counter is counted whole (its marker exists and every key it
   names holds its deltas) or is in the dead-letter queue as ``below_floor``/``above_ceiling``, never
   neither; no bounded counter ends outside its bounds.
@@ -96,11 +98,15 @@ class Verdict:
     bounded_journaled: int = 0
     """Bounded messages counted through the journal, whose ADDs carry no bound condition: a bound
     crossed on the way is seen here even when later steps brought the counter back within its bounds."""
+    valid_given_up: int = 0
+    """Valid messages whose Kinesis record was ever given up to the on-failure destination, even if a replay
+    counted them later: an operator's chore that a crash must never cause."""
 
     @property
     def ok(self) -> bool:
         return (
             self.valid_refused == 0
+            and self.valid_given_up == 0
             and self.bounded_journaled == 0
             and self.counters_wrong == 0
             and self.gauges_wrong == 0
@@ -198,6 +204,8 @@ def judge(
         if len(examples) < 10:
             examples.append(f"poison {expected_code} {body[:40]!r}: letters {dict(codes)}")
     valid_refused = _valid_refused(workload, ever_letters, refusals, examples)
+    given_up = sorted(workload.by_body[body].message_id for body in replayed if body in workload.by_body)
+    examples.extend(f"valid message {message_id}: its Kinesis record was given up" for message_id in given_up[:3])
     bounded_journaled = _bounded_journaled(counted_bounded, patterns, examples)
     return Verdict(
         counters_checked=checked,
@@ -228,6 +236,7 @@ def judge(
         step_refused_in_dlq=len(refused_seen),
         valid_refused=valid_refused,
         bounded_journaled=bounded_journaled,
+        valid_given_up=len(given_up),
     )
 
 

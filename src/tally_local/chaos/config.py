@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 
 from tally.config import DEFAULT_WRITE_CONCURRENCY
 from tally_local.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS
+from tally_local.esm import RetryCadence
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +161,13 @@ class ChaosConfig:
     """Large enough for journal units of more than 99 messages (two claim transactions)."""
     max_receive_count: int = 5
     """SQS redrive policy (template default): receives before a message moves to the DLQ."""
-    kinesis_max_retries: int = 10
-    """StreamMaximumRetryAttempts (template default)."""
+    kinesis_max_retries: int = -1
+    """StreamMaximumRetryAttempts (template default: -1, no count; the record's age bounds the retries)."""
+    kinesis_max_record_age_s: int = 21_600
+    """StreamMaximumRecordAgeSeconds (template default)."""
+    kinesis_retry_cadence: str = RetryCadence.BACKOFF.value
+    """How soon a failing Kinesis batch comes again (``tally_local.esm.RetryCadence``: AWS documents no backoff):
+    ``backoff`` (assumed: a poll, doubling to a minute) or ``every poll`` (the fastest cadence AWS allows)."""
     function_timeout_s: int = 60
     """FunctionTimeoutSeconds (template default); the SQS visibility timeout follows the template's mapping."""
     redrives: int = 2
@@ -200,6 +206,10 @@ class ChaosConfig:
     (a sale must never ride the journal, whose ADDs carry no bound; the big message must never be
     refused for its size because a sale shares its block)."""
     session_sales: int = 4
+    kinesis_big_messages: int = 8
+    """Packed messages of 100 keys of their own, published first on one Kinesis partition key: journal units,
+    one after another in one shard's first batch, so that ``kill_after_claim`` draws on claims of Kinesis records
+    (a crash whose lease the shard's retries must wait out: docs/explanation/sources.md)."""
     claim_units: int = 1
     """Runs of 200 messages, each with an id of its own, all on one key (``claims:<n>``), published first on
     one Kinesis partition key: the first batch of that shard (250 records in the smoke run), or its first
@@ -253,6 +263,7 @@ SMOKE = ChaosConfig(
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
     bounded_sessions=4,
     expired_claims=12,
+    kinesis_big_messages=4,
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}
 
@@ -276,6 +287,7 @@ SECTIONS: dict[str, int | float] = {
     "expired_claims": 0,
     "bounded_sessions": 0,
     "claim_units": 0,
+    "kinesis_big_messages": 0,
 }
 """The load's sections beyond plain counter messages (and their re-sends), each off: what ``focused`` starts from."""
 

@@ -29,7 +29,7 @@ plus more claims) draw two more faults first:
 
 - ``kill_after_claim``: the claim commits, then the invocation is killed (``InvocationKilled``) before its
   batch commits: the batch stays PREPARING until its lease ends, and the source redelivers the records
-  after its visibility timeout or retry backoff;
+  after its visibility timeout or retry backoff (a claim DynamoDB cancelled draws it, and nothing happens);
 - ``lost_claim_near_deadline`` (``claim`` only, so the batch has claimed before): the claim commits, its
   answer is lost, and the invocation has just more than the applier's reserve left, so the applier's
   retries stop with the claim's outcome unknown. A run makes few ``claim`` transactions (a unit of more
@@ -258,7 +258,8 @@ class DynamoDBChaos:
             context[_FLYING] = token
         if kind is None:
             return None
-        self._log.add(f"ddb.{kind}")
+        if kind != "kill_after_claim":  # counted once the claim is known to have committed (``_after_call``)
+            self._log.add(f"ddb.{kind}")
         if kind in ("kill_after_claim", "lost_claim_near_deadline"):
             context[_AFTER] = kind
             return None
@@ -338,7 +339,13 @@ class DynamoDBChaos:
             return
         if after == "lose":
             raise lost_response()
+        if after == "kill_after_claim" and parsed is not None and "Error" in parsed:
+            # The claim was cancelled (a marker in the way, a conflict): nothing committed to be killed after. An
+            # invocation killed here would look like a crash after a claim, and, on Kinesis, bisect its batch
+            # where the records met a live lease would have been reported failed (a retry Lambda spends).
+            return
         if after == "kill_after_claim":
+            self._log.add("ddb.kill_after_claim")
             self.killed_after_claim = True
             raise InvocationKilled("killed between a journal claim and the commit")
         if after == "lost_claim_near_deadline":

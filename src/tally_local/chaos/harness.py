@@ -54,6 +54,7 @@ from tally_local.chaos.sqs import Queue, consume
 from tally_local.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
 from tally_local.chaos.wiring import PipelineFactory, Tables
 from tally_local.chaos.workload import TRACER, Source, Workload, generate, wide_items
+from tally_local.esm import RetryCadence
 from tally_local.kit.conflicts import InFlightTransactions
 
 if TYPE_CHECKING:
@@ -307,18 +308,23 @@ def _redrive(run: _Run, queue: Queue, *, moved_only: bool = False) -> None:
     run.log.add("producer.dlq_redriven", sent)
 
 
-def _needs_another_redrive(run: _Run, workload: Workload, config: ChaosConfig, *, redrives: int) -> bool:
-    """Whether the DLQ still holds messages the redrive policy moved there (no reason code: valid ones, or
-    poison whose batch kept failing before its letter could be sent) and an extra redrive is left
-    (``ChaosConfig.extra_redrives``); logged as ``producer.dlq_extra_redrives``. An operator redrives a letter
-    without a reason again; a poison message then earns its reason, a valid one counts."""
+def _needs_another_redrive(
+    run: _Run, workload: Workload, config: ChaosConfig, stream: Stream, *, redrives: int
+) -> bool:
+    """Whether something is still where only an operator's redrive brings it back, and an extra redrive is left
+    (``ChaosConfig.extra_redrives``): messages the redrive policy moved to the DLQ (no reason code: valid ones,
+    or poison whose batch kept failing before its letter could be sent), or Kinesis ranges given up to the
+    on-failure destination (given up again in the last replay). Logged as ``producer.dlq_extra_redrives``. An
+    operator redrives a letter without a reason again and replays a given-up range (``tally dlq redrive``); a
+    poison message then earns its reason, a valid one counts."""
     if redrives >= config.redrives + config.extra_redrives:
         return False
     known = workload.by_body.keys() | workload.poison.keys()
     moved = any(letter.code is None and letter.body in known for letter in run.dead_letters.letters())
-    if moved:
+    given_up = any(shard.given_up for shard in stream.shards)
+    if moved or given_up:
         run.log.add("producer.dlq_extra_redrives")
-    return moved
+    return moved or given_up
 
 
 def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
@@ -414,6 +420,8 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
             config.kinesis_max_retries,
             config.delivery.kinesis_rewind,
             random.Random(f"{config.seed}:rewind:{index}"),
+            max_record_age_s=config.kinesis_max_record_age_s,
+            cadence=RetryCadence(config.kinesis_retry_cadence),
         )
         for index, shard in enumerate(stream.shards)
     ]
@@ -452,7 +460,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
                     on_progress(phase, len(run.ledger.acknowledged_messages), distinct)
 
             _run_threads(phase_targets(replay=number > 0), tick, halt)
-            if number == len(phases) - 1 and _needs_another_redrive(run, workload, config, redrives=number):
+            if number == len(phases) - 1 and _needs_another_redrive(run, workload, config, stream, redrives=number):
                 phases.append(f"redrive {number + 1}")
     for injector in run.injectors:
         injector.enabled = False

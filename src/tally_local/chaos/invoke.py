@@ -119,6 +119,8 @@ class Consumer:
             self._observe(records)
             result = self.pipeline.process(records, self.clock.now_ms(), invocation.remaining_ms)
             self._record(result)
+            if getattr(result, "stalls", ()):  # each retry met while a lease holds records is one Lambda spends
+                self.log.add("situation.kinesis_invocations_held_by_a_lease")
             return kinesis_source.failure_report(result.failed_record_ids)
 
         return self._invoke(handle, record_ids)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
-from tally_local.esm import Decision, KinesisRetryPolicy, Record, ShardBatch
+from tally_local.esm import Decision, KinesisRetryPolicy, Record, RetryCadence, ShardBatch
 from tally_local.kit.lambda_events import kinesis_event
 
 if TYPE_CHECKING:
@@ -83,6 +83,9 @@ class ShardConsumer:
     max_retries: int
     rewind_rate: float
     rng: random.Random
+    max_record_age_s: int = -1
+    """``MaximumRecordAgeInSeconds`` (-1: none)."""
+    cadence: RetryCadence = RetryCadence.BACKOFF
     halted: threading.Event = field(default_factory=threading.Event)
     """Set on Ctrl-C: the consumer stops after its current invocation."""
 
@@ -108,7 +111,12 @@ class ShardConsumer:
 
     def deliver(self, batch: Sequence[Record]) -> None:
         """Deliver ``batch`` until every record is checkpointed or given up (``esm.ShardBatch`` decides)."""
-        policy = KinesisRetryPolicy(maximum_retry_attempts=self.max_retries, bisect_on_function_error=True)
+        policy = KinesisRetryPolicy(
+            maximum_retry_attempts=self.max_retries,
+            maximum_record_age_s=self.max_record_age_s,
+            bisect_on_function_error=True,
+            cadence=self.cadence,
+        )
         delivery = ShardBatch(batch, policy)
         while (records := delivery.next_part()) is not None and not self.halted.is_set():
             ids = [record["SequenceNumber"] for record in records]

@@ -93,6 +93,7 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
         + f" (second content won {verdict.ids_reused_second_won:,})",
     )
     table.add_row("Kinesis records left given up", _flag(verdict.given_up_left))
+    table.add_row("valid Kinesis records ever given up (replayed or not)", _flag(verdict.valid_given_up))
     table.add_row(
         f"Jepsen reads outside \\[acked, attempted] (of {result.jepsen_reads:,})", _flag(len(result.jepsen_violations))
     )

@@ -229,8 +229,8 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     valid |= _wide_messages(config, rng)
     valid |= _split_unit_messages(config, rng)
     valid |= _long_decimal_messages(config)
-    claim_units = _claim_unit_messages(config)
-    valid |= claim_units
+    first_on_kinesis = _claim_unit_messages(config) | _kinesis_big_messages(config)
+    valid |= first_on_kinesis
     patterns = _pattern_messages(config, base_ms)
     valid |= patterns
     windowed, expected_windows = _window_messages(config, base_ms)
@@ -245,13 +245,13 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         return Source.SQS if rng.random() < config.sqs_share else Source.KINESIS
 
     def source_of(message: ValidMessage) -> Source:  # one shard keeps their order
-        return Source.KINESIS if message.level_step is not None or message.message_id in claim_units else source()
+        return Source.KINESIS if message.level_step is not None or message.message_id in first_on_kinesis else source()
 
     publications = [Publication(source_of(m), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
     publications += [Publication(source(), body, f"poison-{index}") for index, body in enumerate(poison)]
     rng.shuffle(publications)
     _keep_split_pairs_together(publications, valid)
-    publications = _claim_units_first(publications, claim_units)
+    publications = _claim_units_first(publications, first_on_kinesis)
     respelled: dict[str, ValidMessage] = {}
     reuse_rng = random.Random(f"{config.seed}:reuse")  # its own stream: the rest of the load stays as it was
     for message in rng.sample(list(valid.values()), int(len(valid) * config.resend_share)):
@@ -263,11 +263,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             body = _respell(body)
             respelled[body] = message
         publications.insert(position, Publication(source_of(message), body, message.partition_key, resend=True))
-    alternates = _reuse_ids(
-        config,
-        {mid: m for mid, m in valid.items() if mid not in patterns and mid not in windowed and mid not in claim_units},
-        reuse_rng,
-    )
+    alternates = _reuse_ids(config, _reusable(valid, patterns, windowed, first_on_kinesis), reuse_rng)
     for alternate in alternates.values():
         # Half right next to the first content (same source and partition key: often the same batch), half
         # anywhere (before or after it: which content arrives first is left to the race).
@@ -311,6 +307,11 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         refused_keys=refused_keys(config.seed, config.pattern_keys, config.refused_keys),
         sessions={message.body: (message.partition_key, not message.bounded) for message in sessions.values()},
     )
+
+
+def _reusable(valid: Mapping[str, ValidMessage], *kept: Mapping[str, ValidMessage]) -> dict[str, ValidMessage]:
+    """The valid messages whose id a producer may reuse: not those judged on a reference of their own."""
+    return {mid: message for mid, message in valid.items() if not any(mid in group for group in kept)}
 
 
 def _levels(publications: Sequence[Publication], messages: dict[str, ValidMessage]) -> dict[str, Decimal]:
@@ -515,11 +516,28 @@ def _claim_unit_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
     return messages
 
 
+KINESIS_BIG_KEYS: Final = 100
+"""Keys of a big message on Kinesis: with its marker, more than a direct transaction's 100 actions."""
+
+
+def _kinesis_big_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
+    """``ChaosConfig.kinesis_big_messages`` packed messages of ``KINESIS_BIG_KEYS`` keys of their own, on one
+    partition key: each is a journal unit (claimed, then committed), one after another in a shard's batch."""
+    messages: dict[str, ValidMessage] = {}
+    for number in range(config.kinesis_big_messages):
+        message_id = f"c{config.seed}-kbig-{number}"
+        parts: list[Part] = [(f"kbig:{number}:{n}", {TRACER: Decimal(1)}, None) for n in range(KINESIS_BIG_KEYS)]
+        body = f'{{"id":"{message_id}","events":[' + ",".join("{" + _event_json(*p) + "}" for p in parts) + "]}"
+        messages[message_id] = ValidMessage(message_id, body, "kbig", KINESIS_BIG_KEYS, _sums(parts))
+    return messages
+
+
 def _claim_units_first(publications: list[Publication], claim_units: Mapping[str, ValidMessage]) -> list[Publication]:
-    """The claim units' messages first on their partition key's shard, in order: its first batch holds a whole
-    run (``ChaosConfig.claim_units``); the rest in the order drawn."""
-    bodies = {message.body for message in claim_units.values()}
-    return sorted(publications, key=lambda publication: publication.body not in bodies)
+    """The claim units' messages first on their partition key's shard, in order, then the big Kinesis messages on
+    theirs: a shard's first batch holds a whole run (``ChaosConfig.claim_units``, ``kinesis_big_messages``); the
+    rest in the order drawn."""
+    order = {message.body: index for index, message in enumerate(claim_units.values())}
+    return sorted(publications, key=lambda publication: order.get(publication.body, len(order)))
 
 
 _PatternPart = tuple[str, dict[str, Decimal], dict[str, tuple[str, GaugeValue]], int | None, dict[str, str]]

@@ -5,7 +5,8 @@ One module per instrument, each used by the tests, the benchmarks, the chaos run
 - ``answers``: what an instrument answers in place of the service (an error, a cancelled transaction, a
   response lost after the write), shaped as AWS sends it; the items a transaction names;
 - ``faults``: scripted faults for one DynamoDB client (``DynamoDBFaults``) or one SQS/Kinesis producer client
-  (``BatchFaults``); the chaos run's seeded, rate-based faults are ``tally_local.chaos.faults``, built on these;
+  (``BatchFaults``), and TTL's sweep just before a chosen request of one client (``SweepBefore``); the chaos run's
+  seeded, rate-based faults are ``tally_local.chaos.faults``, built on these;
 - ``conflicts``: DynamoDB's rule that concurrent transactions on one item conflict (DynamoDB Local serialises
   them and never says ``TransactionConflict``);
 - ``meter``: the bill of one client's DynamoDB calls in capacity units (``DynamoDBMeter``, over ``shadow``'s
