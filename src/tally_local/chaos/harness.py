@@ -353,25 +353,20 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     )
     stream = Stream(config.kinesis_shards, run.clock)
     _apply_setup(workload, run)
-    past_horizon = run_past_horizon(
-        config,
-        client_factory,
-        tables,
-        pipeline_factory,
-        dead_letters=ConsumerPort(DeadLetterStore(), 0.0, random.Random(), run.log),
-        log=run.log,
-        now_ms=run.clock.now_ms(),
-        ttl_seconds=TTL_SECONDS,
-    )
-    expired_claims = run_expired_claims(
-        config,
-        client_factory,
-        tables,
-        pipeline_factory,
-        dead_letters=ConsumerPort(DeadLetterStore(), 0.0, random.Random(), run.log),
-        log=run.log,
-        now_ms=run.clock.now_ms(),
-        ttl_seconds=TTL_SECONDS,
+    # Before the load, on clients of their own: ids met past their horizon, then dead batches' claims met while
+    # TTL sweeps between two requests (each returns what went wrong).
+    past_horizon, expired_claims = (
+        section(
+            config,
+            client_factory,
+            tables,
+            pipeline_factory,
+            dead_letters=ConsumerPort(DeadLetterStore(), 0.0, random.Random(), run.log),
+            log=run.log,
+            now_ms=run.clock.now_ms(),
+            ttl_seconds=TTL_SECONDS,
+        )
+        for section in (run_past_horizon, run_expired_claims)
     )
     reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
