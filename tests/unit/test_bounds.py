@@ -13,6 +13,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tally.commit.fates import ApplyOutcome
+from tally.commit.retrying import DEFAULT_RETRY_POLICY
 from tally.config import Settings
 from tally.core.aggregate import MessageTotals
 from tally.core.bounds import (
@@ -271,10 +272,16 @@ def test_after_a_refusal_the_runs_the_stored_value_lets_through_are_written_toge
 
 # ------------------------------------------------------------------------------------------- the order
 class RecordingApplier:
-    """Stands in for the applier: records the order in which the pipeline hands the messages over."""
+    """Stands in for the applier: records the order in which the pipeline hands the messages over. Its retry
+    policy and sleep are what the pipeline builds the post-commit steps' ``attempt`` from."""
+
+    policy = DEFAULT_RETRY_POLICY
 
     def __init__(self) -> None:
         self.order: list[str] = []
+
+    def sleep(self, seconds: float) -> None:
+        """Nothing here waits (no step has a store)."""
 
     def apply(self, messages: Any, now_ms: int, remaining_ms: Any) -> ApplyOutcome:
         self.order = [m.message_id for m in messages]
