@@ -10,10 +10,13 @@ import pytest
 
 from tally.commit.fates import Fates, Figures, Stall
 from tally.core.aggregate import MessageTotals
+from tally.core.ledger import Commit
 from tally.core.model import RejectCode, Rejection
 from tally.errors import UnsettledMessagesError
 
 OUT_OF_RANGE = Rejection(RejectCode.COUNTER_OUT_OF_RANGE, "DynamoDB refused the increment")
+NOW = Commit.of_marker(2_000, None)
+EARLIER = Commit.of_marker(1_000, "batch-0")
 
 
 def message(message_id: str, events: int = 1) -> MessageTotals:
@@ -23,8 +26,8 @@ def message(message_id: str, events: int = 1) -> MessageTotals:
 def test_the_outcome_is_built_from_the_fates_and_the_figures() -> None:
     # GIVEN a fate for each of five messages, and the figures of the call
     fates = Fates(["a", "b", "c", "d", "e"])
-    fates.applied([message("a", 3), message("b", 2)])
-    fates.already_applied("c")
+    fates.applied([message("a", 3), message("b", 2)], NOW)
+    fates.already_applied("c", EARLIER)
     fates.dead_lettered("d", OUT_OF_RANGE)
     fates.held("e", "batch-1", 1_000)
     figures = Figures(requests=4, retries=1, journal_batches=1, refused_chunks=0, marker_reads=1, markers_met=2)
@@ -38,11 +41,21 @@ def test_the_outcome_is_built_from_the_fates_and_the_figures() -> None:
     assert outcome.unapplied == {"e"}
     assert outcome.stalls == (Stall("e", "batch-1", 1_000),)
     assert (outcome.transactions, outcome.retries, outcome.journal_batches, outcome.marker_reads) == (4, 1, 1, 1)
+    # AND each counted message names the commit that counted it (the archive's key)
+    assert outcome.commits == {"a": NOW, "b": NOW, "c": EARLIER}
+
+
+def test_a_marker_met_without_its_applied_time_names_no_commit() -> None:
+    fates = Fates(["a"])
+    fates.already_applied("a", None)
+    outcome = fates.close(Figures())
+    assert outcome.already_applied == {"a"}
+    assert outcome.commits == {}
 
 
 def test_a_message_without_a_fate_fails_the_batch_at_close() -> None:
     fates = Fates(["a", "b"])
-    fates.applied([message("a")])
+    fates.applied([message("a")], NOW)
     with pytest.raises(UnsettledMessagesError, match=r"without a fate: \['b'\]"):
         fates.close(Figures())
 
@@ -92,9 +105,9 @@ def test_no_fate_is_taken_after_close() -> None:
 def give(fates: Fates, kind: str) -> None:
     """Give message ``a`` the fate ``kind``."""
     if kind == "applied":
-        fates.applied([message("a")])
+        fates.applied([message("a")], NOW)
     elif kind == "already_applied":
-        fates.already_applied("a")
+        fates.already_applied("a", EARLIER)
     elif kind == "dead_lettered":
         fates.dead_lettered("a", OUT_OF_RANGE)
     elif kind == "failed":

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
     from tally.core.aggregate import MessageTotals
+    from tally.core.ledger import Commit
     from tally.core.model import Rejection
 
 
@@ -51,11 +52,14 @@ class Stall:
 @dataclass(frozen=True, slots=True)
 class Applied:
     events: int
+    commit: Commit
 
 
 @dataclass(frozen=True, slots=True)
 class AlreadyApplied:
-    pass
+    commit: Commit | None
+    """The commit its marker names; None when the marker was met without it (then the post-commit steps that
+    need it, the archive's, leave the message to a redelivery, which reads the marker again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,10 @@ class ApplyOutcome:
     """Writes sent again from the values a refused crossing condition met (``Figures.exact_writes``)."""
     stalls: tuple[Stall, ...] = ()
     """Unapplied messages held back by a live lease of another batch (a subset of ``unapplied``)."""
+    commits: Mapping[str, Commit] = field(default_factory=dict, compare=False)
+    """The commit that counted each applied and already applied message (one whose marker was met without
+    its applied time is absent). Left out of equality: it follows from the fates, and outcomes are compared
+    by what happened to each message; the tests that need the commits read them."""
 
 
 class Fates:
@@ -119,14 +127,14 @@ class Fates:
         self._fates: dict[str, Fate] = {}
         self._closed = False
 
-    def applied(self, messages: Iterable[MessageTotals]) -> None:
-        """Their deltas were committed by this call."""
+    def applied(self, messages: Iterable[MessageTotals], commit: Commit) -> None:
+        """Their deltas were committed by this call, under ``commit`` (their markers')."""
         for message in messages:
-            self._settle(message.message_id, Applied(message.event_count))
+            self._settle(message.message_id, Applied(message.event_count, commit))
 
-    def already_applied(self, message_id: str) -> None:
-        """A marker says the same content was counted before."""
-        self._settle(message_id, AlreadyApplied())
+    def already_applied(self, message_id: str, commit: Commit | None) -> None:
+        """A marker (of ``commit``) says the same content was counted before."""
+        self._settle(message_id, AlreadyApplied(commit))
 
     def dead_lettered(self, message_id: str, rejection: Rejection) -> None:
         """It can never be counted, for ``rejection``."""
@@ -183,4 +191,9 @@ class Fates:
             marker_reads=figures.marker_reads,
             threshold_rewrites=figures.exact_writes,
             stalls=tuple(fate.held_by for fate in fates.values() if isinstance(fate, Failed) and fate.held_by),
+            commits={
+                mid: fate.commit
+                for mid, fate in fates.items()
+                if isinstance(fate, Applied | AlreadyApplied) and fate.commit is not None
+            },
         )

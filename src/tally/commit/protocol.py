@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from tally.core.aggregate import merge_totals
 from tally.core.bounds import NO_BOUNDS, CounterBounds, bounds_hold, refusal, runs_within_bounds
 from tally.core.items import item_label
-from tally.core.ledger import BatchRecord, BatchState, Claim, content_conflict
+from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.numbers import add, storage_problem
@@ -176,7 +176,8 @@ class CommitProtocol:
             return list(messages)
         batches = {mid: marker.batch_id for mid, marker in existing.items() if marker.batch_id is not None}
         digests = {mid: marker.digest for mid, marker in existing.items() if marker.digest is not None}
-        claimable = self.settle_existing(MarkersExistError(frozenset(existing), batches, digests))
+        applied = {mid: marker.applied_at_ms for mid, marker in existing.items()}
+        claimable = self.settle_existing(MarkersExistError(frozenset(existing), batches, digests, applied=applied))
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
     # ----------------------------------------------------------------------- 1. direct transaction
@@ -260,7 +261,7 @@ class CommitProtocol:
             self._fates.failed(chunk.message_ids)
             return []
         if outcome is DirectStatus.COMMITTED:
-            self._fates.applied(chunk.messages)
+            self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, None))
             return []
         if isinstance(outcome, MarkersExistError):
             exists = outcome
@@ -368,7 +369,7 @@ class CommitProtocol:
             self._fates.failed([message.message_id])
             return
         if marker is not None and marker.batch_id is None:
-            self._settle_applied(message.message_id, marker.digest)
+            self._settle_applied(message.message_id, marker.digest, marker.commit)
             return
         if marker is not None and marker.batch_id != self._replaces.get(message.message_id):
             # A journal marker on a bounded message other than the aborted one this write replaced (another
@@ -394,7 +395,7 @@ class CommitProtocol:
         if marker is not None:
             resolution = Resolution.APPLIED if marker.batch_id is None else self._resolve_or_pending(marker.batch_id)
             if resolution is Resolution.APPLIED:
-                self._settle_applied(message.message_id, marker.digest)
+                self._settle_applied(message.message_id, marker.digest, marker.commit)
                 return
             if resolution is Resolution.PENDING:
                 self._hold(message.message_id, marker.batch_id or "")
@@ -433,7 +434,7 @@ class CommitProtocol:
         try:
             if len(chunks) <= 1:
                 self._steps.write(partial(self._journal.commit_single, batch_id, chunks[0] if chunks else {}))
-                self._fates.applied(claimed)
+                self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
                 return []
             self._steps.write(partial(self._journal.write_pages, batch_id, chunks, lease_until_ms))
             self._steps.write(partial(self._journal.commit, batch_id, len(chunks), chunks[0], lease_until_ms))
@@ -442,7 +443,7 @@ class CommitProtocol:
             # our lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding.
             state = self._state(batch_id)
             if state is BatchState.DONE:
-                self._fates.applied(claimed)
+                self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
                 return []
             if state is not BatchState.COMMITTED:
                 if state is BatchState.PREPARING:
@@ -455,7 +456,7 @@ class CommitProtocol:
             return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
         record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(chunks))
         if self.finish(record, pages=chunks, first_applied=True):
-            self._fates.applied(claimed)
+            self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
         else:
             self._fates.failed(message.message_id for message in claimed)
         return []
@@ -651,14 +652,16 @@ class CommitProtocol:
                 self._vanished(message_id, claimable)
                 continue
             batch_id = exists.batches.get(message_id)
+            applied_ms = exists.applied.get(message_id)
+            commit = None if applied_ms is None else Commit.of_marker(applied_ms, batch_id)
             if batch_id is None:
-                self._settle_applied(message_id, exists.digests.get(message_id))
+                self._settle_applied(message_id, exists.digests.get(message_id), commit)
                 continue
             if batch_id == own_batch:
                 continue  # our own claim, from an attempt whose response was lost: the caller keeps it
             resolution = self._resolve_or_pending(batch_id)
             if resolution is Resolution.APPLIED:
-                self._settle_applied(message_id, exists.digests.get(message_id))
+                self._settle_applied(message_id, exists.digests.get(message_id), commit)
             elif resolution is Resolution.PENDING:
                 self._hold(message_id, batch_id)
             else:
@@ -676,11 +679,12 @@ class CommitProtocol:
         # the way of any other): never guess that such a message was applied; it goes back to the source.
         self._fates.failed([message_id])
 
-    def _settle_applied(self, message_id: str, counted: bytes | None) -> None:
-        """A marker says the id was applied with content ``counted``: a duplicate, or an id conflict."""
+    def _settle_applied(self, message_id: str, counted: bytes | None, commit: Commit | None) -> None:
+        """A marker (of ``commit``) says the id was applied with content ``counted``: a duplicate, or an id
+        conflict."""
         conflict = content_conflict(counted, self._digests.get(message_id), where="its marker")
         if conflict is None:
-            self._fates.already_applied(message_id)
+            self._fates.already_applied(message_id, commit)
         else:
             self._fates.dead_lettered(message_id, conflict)
 

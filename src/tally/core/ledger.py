@@ -43,6 +43,32 @@ class Claim:
 
 
 @dataclass(frozen=True, slots=True)
+class Commit:
+    """Which commit counted a message: the identity of the marker that says it counts.
+
+    ``commit`` is the journal batch's id for a journal claim, and ``direct-<applied ms>`` for a direct marker
+    (written in the transaction that carried the message's deltas); ``committed_ms`` is the marker's applied
+    time, which is the clock of the invocation that wrote it, read once before any of its writes. A message id
+    holds at most one live marker at a time, and a marker written again for the same id (past the horizon, or
+    replacing an aborted claim) has a later applied time or another batch: so (message id, commit) names one
+    counting of one message, whoever learns it (the invocation that committed, or a redelivery that meets the
+    marker). The archive keys its records by it (``tally.core.archive``).
+    """
+
+    commit: str
+    committed_ms: int
+
+    @classmethod
+    def of_marker(cls, applied_at_ms: int, batch_id: str | None) -> Commit:
+        """The commit a marker names: its journal batch, or its own direct write."""
+        return cls(batch_id if batch_id is not None else f"{DIRECT_COMMIT_PREFIX}{applied_at_ms}", applied_at_ms)
+
+
+DIRECT_COMMIT_PREFIX = "direct-"
+"""``Commit.commit`` of a direct marker: this, then the marker's applied time (journal batch ids are hex)."""
+
+
+@dataclass(frozen=True, slots=True)
 class MarkerRecord:
     """What a marker says about a message: when it was written, when it expires, its batch if any, and
     the digest of the content it counts (None on markers written before digests existed)."""
@@ -52,6 +78,10 @@ class MarkerRecord:
     expires_at_s: int
     batch_id: str | None
     digest: bytes | None = None
+
+    @property
+    def commit(self) -> Commit:
+        return Commit.of_marker(self.applied_at_ms, self.batch_id)
 
 
 def content_conflict(counted: bytes | None, incoming: bytes | None, *, where: str) -> IdConflict | None:

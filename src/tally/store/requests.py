@@ -30,7 +30,7 @@ from tally.errors import (
     WriteRejectedError,
 )
 from tally.store.markers import block_claims, marker_records
-from tally.store.schema import MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
+from tally.store.schema import MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -140,13 +140,21 @@ def batch_get(
 
 
 def _read_marker_reason(
-    message_id: str, old_item: Mapping[str, Any], batches: dict[str, str], digests: dict[str, bytes]
+    message_id: str,
+    old_item: Mapping[str, Any],
+    batches: dict[str, str],
+    digests: dict[str, bytes],
+    *,
+    applied: dict[str, int],
 ) -> bool:
-    """The batch and digest of an existing marker, from a cancellation reason's ``ALL_OLD`` item; False when
-    the reason returned no item (no marker at all: a replacing claim's condition failed because TTL deleted
-    the marker it replaces)."""
+    """The batch, digest and applied time of an existing marker, from a cancellation reason's ``ALL_OLD`` item;
+    False when the reason returned no item (no marker at all: a replacing claim's condition failed because TTL
+    deleted the marker it replaces)."""
     if not old_item:
         return False
+    applied_at = old_item.get(MARKER_APPLIED_AT)
+    if applied_at is not None:
+        applied[message_id] = int(applied_at["N"])
     existing = old_item.get(MARKER_BATCH)
     if existing is not None:
         batches[message_id] = existing["S"]
@@ -164,6 +172,7 @@ def _markers_in_the_way(
     digests: dict[str, bytes],
     *,
     vanished: set[str],
+    applied: dict[str, int],
 ) -> set[str]:
     """The messages of a cancelled marker or block action whose own condition failed (from ``ALL_OLD``).
 
@@ -173,7 +182,7 @@ def _markers_in_the_way(
     a batch, which would read as a direct marker, that is, applied.
     """
     if role == "marker":
-        if not _read_marker_reason(name, old_item, batches, digests):
+        if not _read_marker_reason(name, old_item, batches, digests, applied=applied):
             vanished.add(name)
         return {name}
     stood: set[str] = set()
@@ -188,6 +197,7 @@ def _markers_in_the_way(
         if replaces is not None and record.batch_id == replaces:
             continue
         stood.add(message_id)
+        applied[message_id] = record.applied_at_ms
         if record.batch_id is not None:
             batches[message_id] = record.batch_id
         if record.digest is not None:
@@ -220,6 +230,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     batches: dict[str, str] = {}
     digests: dict[str, bytes] = {}
     vanished: set[str] = set()
+    applied: dict[str, int] = {}
     failed_batch: str | None = None
     applied_failed = False
     rejected_keys: set[str] = set()
@@ -232,7 +243,9 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         if reason_code == "None":
             continue
         if reason_code == "ConditionalCheckFailed" and role in {"marker", "block"}:
-            stood = _markers_in_the_way(role, name, reason.get("Item", {}), batches, digests, vanished=vanished)
+            stood = _markers_in_the_way(
+                role, name, reason.get("Item", {}), batches, digests, vanished=vanished, applied=applied
+            )
             markers.update(stood)
             if not stood:
                 details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
@@ -251,7 +264,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         else:
             details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
     if markers:
-        return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished))
+        return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished), applied)
     if failed_batch is not None:
         return BatchStateError(failed_batch)
     if applied_failed:
