@@ -72,16 +72,15 @@ def test_a_record_gives_back_the_content_that_was_counted(body: str) -> None:
     assert back.origin == {"source": "arn:aws:sqs:us-east-1:1:q"}
 
 
-def test_numbers_are_exact_text_and_absent_fields_are_omitted() -> None:
+def test_numbers_are_exact_json_numbers_and_absent_fields_are_omitted() -> None:
     message = decoded(BODIES[2])
     record = archive_record(
         message, Commit("b" * 32, AT), SOURCE, digest=b"", archived_ms=AT, delivery="x", seq=0, counted_here=False
     )
-    line = json.loads(gzip.decompress(encode_records([record])))
-    assert line["events"] == [
-        {"key": "k", "deltas": {"count": "12345678901234567890123456789012345678"}},
-        {"key": "j", "deltas": {"count": "1E-130"}},
-    ]
+    text = gzip.decompress(encode_records([record])).decode()
+    assert '"deltas":{"count":12345678901234567890123456789012345678}' in text
+    assert '"deltas":{"count":1E-130}' in text
+    line = json.loads(text)
     assert "digest" not in line  # unknown: omitted, read back as ""
     assert line["v"] == ARCHIVE_VERSION
     assert record_message(decode_records(encode_records([record]))[0]).events[1].deltas["count"] == Decimal("1E-130")

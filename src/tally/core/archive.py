@@ -17,8 +17,10 @@ with what a recount needs (``tally.core.recount``) and what a person needs to tr
 **Format** (chosen by measurement: docs/explanation/archive.md): gzip-compressed JSON lines, one object per
 invocation, under Hive-style partitions of the hour it was written, ``<prefix>dt=YYYY-MM-DD/hour=HH/<archived
 ms>-<delivery>.jsonl.gz``, which Athena (partition projection) and DuckDB (``hive_partitioning``) both prune.
-Numbers are JSON strings (exact decimal text: a DynamoDB Number has 38 digits, more than a double's 17);
-absent optional fields are omitted (Athena reads them as NULL).
+Numbers are JSON numbers written as their exact decimal text (``1.50``, ``1E-130``, 38-digit integers), read
+back exactly (an integer literal as an int, any other as a Decimal: a double's 17 digits would not hold a
+DynamoDB Number); a ``latest`` gauge's text reading stays a JSON string. Absent optional fields are omitted
+(Athena reads them as NULL).
 
 Pure: no boto3, no clock; gzip and msgspec only.
 """
@@ -28,7 +30,7 @@ from __future__ import annotations
 import gzip
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
@@ -39,7 +41,6 @@ if TYPE_CHECKING:
 
     from tally.core.ledger import Commit
     from tally.core.model import SourceRecord
-    from tally.core.numbers import Number
 
 ARCHIVE_VERSION: Final = 1
 """``v`` of every record this code writes; a reader refuses a record of a later version it cannot read."""
@@ -50,23 +51,24 @@ GZIP_LEVEL: Final = 6
 """zlib's default: measured against levels 1 and 9 (docs/explanation/archive.md)."""
 
 
-class ArchivedGauge(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
-    """A gauge reading: its kind (``max``, ``min``, ``latest``) and value; ``text`` for a string ``latest``."""
+class ArchivedGauge(msgspec.Struct, frozen=True, gc=False):
+    """A gauge reading: its kind (``max``, ``min``, ``latest``) and its value (a number, or a ``latest`` text)."""
 
     kind: str
-    value: str
-    text: bool = False
+    value: Any
+    """``int | Decimal | str``: typed loosely because msgspec takes no union of two string-like types; the
+    decoder reads a JSON number here exactly (``float_hook=Decimal``), a JSON string as text."""
 
 
 class ArchivedEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     """One event of a counted message, as decoded (default deltas filled in): what it counted."""
 
     key: str
-    deltas: dict[str, str] = msgspec.field(default_factory=dict)
+    deltas: dict[str, int | Decimal] = msgspec.field(default_factory=dict)
     ts: int | None = None
     gauges: dict[str, ArchivedGauge] | None = None
     distinct: dict[str, str] | None = None
-    reset: dict[str, str] | None = None
+    reset: dict[str, int | Decimal] | None = None
     correction: bool = False
 
 
@@ -93,40 +95,24 @@ class ArchiveRecord(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     origin: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-_encoder: Final = msgspec.json.Encoder()
-_decoder: Final = msgspec.json.Decoder(ArchiveRecord)
-
-
-def _text(value: Number) -> str:
-    return str(value)
-
-
-def _number(text: str) -> Number:
-    """A number's exact text back into the core's representation (an int when written as one)."""
-    if text.lstrip("-").isdigit():
-        return int(text)
-    return Decimal(text)
+_encoder: Final = msgspec.json.Encoder(decimal_format="number")
+_decoder: Final = msgspec.json.Decoder(ArchiveRecord, float_hook=Decimal)
 
 
 def archived_event(event: CounterEvent) -> ArchivedEvent:
     """An event as the archive keeps it."""
     gauges = (
-        {
-            name: ArchivedGauge(str(gauge.kind), gauge.value, True)
-            if isinstance(gauge.value, str)
-            else ArchivedGauge(str(gauge.kind), _text(gauge.value))
-            for name, gauge in event.gauges.items()
-        }
+        {name: ArchivedGauge(str(gauge.kind), gauge.value) for name, gauge in event.gauges.items()}
         if event.gauges
         else None
     )
     return ArchivedEvent(
         key=event.key,
-        deltas={name: _text(value) for name, value in event.deltas.items()},
+        deltas=dict(event.deltas),
         ts=event.ts_ms,
         gauges=gauges,
         distinct=dict(event.distinct) if event.distinct else None,
-        reset={name: _text(value) for name, value in event.reset.items()} if event.reset is not None else None,
+        reset=dict(event.reset) if event.reset is not None else None,
         correction=event.correction,
     )
 
@@ -134,21 +120,12 @@ def archived_event(event: CounterEvent) -> ArchivedEvent:
 def counter_event(event: ArchivedEvent) -> CounterEvent:
     """An archived event back into the core's ``CounterEvent`` (the same content digest as the one counted)."""
     gauges = (
-        {
-            name: Gauge(GaugeKind(gauge.kind), gauge.value if gauge.text else _number(gauge.value))
-            for name, gauge in event.gauges.items()
-        }
+        {name: Gauge(GaugeKind(gauge.kind), gauge.value) for name, gauge in event.gauges.items()}
         if event.gauges
         else None
     )
     return CounterEvent(
-        key=event.key,
-        deltas={name: _number(value) for name, value in event.deltas.items()},
-        ts_ms=event.ts,
-        gauges=gauges,
-        distinct=event.distinct or None,
-        reset={name: _number(value) for name, value in event.reset.items()} if event.reset is not None else None,
-        correction=event.correction,
+        event.key, event.deltas, event.ts, gauges, event.distinct or None, event.reset, event.correction
     )
 
 

@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING, Final
 from tally.core.aggregate import message_totals
 from tally.core.archive import record_message
 from tally.core.defaults import NO_DEFAULTS
-from tally.core.digest import content_digest
 from tally.core.distinct import event_sets
 from tally.core.gauges import batch_gauges
 from tally.core.items import ALL_TIME, item_parts, split_window_counter
@@ -89,9 +88,18 @@ def countings(records: Iterable[ArchiveRecord]) -> list[Counting]:
     """One ``Counting`` per (message id, commit), in the order ``Counting.order``."""
     groups: dict[tuple[str, str], list[ArchiveRecord]] = {}
     for record in records:
-        groups.setdefault((record.id, record.commit), []).append(record)
+        key = (record.id, record.commit)
+        copies = groups.get(key)
+        if copies is None:
+            groups[key] = [record]
+        else:
+            copies.append(record)
     found: list[Counting] = []
     for copies in groups.values():
+        if len(copies) == 1:  # the common case: no copy to choose from
+            (only,) = copies
+            found.append(Counting(only, record_message(only), only.archived_ms, 1))
+            continue
         here = [record for record in copies if record.counted_here]
         kept = min(here or copies, key=lambda record: (record.archived_ms, record.delivery, record.seq))
         disagree = not here and len({record.received_ms for record in copies}) > 1
@@ -153,9 +161,9 @@ def recount(
     mismatches: list[str] = []
     for counting in found:
         record, message = counting.record, counting.message
-        if record.digest and content_digest(message).hex() != record.digest:
-            mismatches.append(record.id)
         net = message_totals(message, spec, record.received_ms, record.committed_ms)
+        if record.digest and net.digest.hex() != record.digest:
+            mismatches.append(record.id)
         for item, counters in net.totals.items():
             parts = item_parts(item)
             if parts.window != ALL_TIME:
