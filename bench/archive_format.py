@@ -11,7 +11,7 @@ object per batch of ``--batch`` records, and writes every object in each candida
 For each it reports bytes per million events (what S3 stores and Athena scans), the CPU to encode one batch's
 object (best of ``--repeats``, ``time.process_time``: the Lambda's share), the CPU to read every object back
 into records per million events, and, for the libraries, their installed size and import time (what they would
-add to the package and to a cold start). Then it times the recount (``tally.core.recount``) of
+add to the package and to a cold start). Then it times the recount (``tally.audit.recount``) of
 ``--recount-events`` archived events read back from the chosen format, against the 60 s target of
 ``tally audit`` for one million.
 
@@ -35,13 +35,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from bench.workloads import u_stream
+from tally.audit.recount import recount
 from tally.core.archive import archive_record, decode_records, encode_records
 from tally.core.decode import decode_message
 from tally.core.digest import content_digest
 from tally.core.ledger import Commit
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import Message, SourceRecord
-from tally.core.recount import recount
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence

@@ -27,6 +27,9 @@ COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
 COUNTER_THRESHOLDS = "TALLY_COUNTER_THRESHOLDS"
 NOTIFICATIONS_TABLE = "TALLY_NOTIFICATIONS_TABLE"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
+ARCHIVE_BUCKET = "TALLY_ARCHIVE_BUCKET"
+ARCHIVE_PREFIX = "TALLY_ARCHIVE_PREFIX"
+DEFAULT_ARCHIVE_PREFIX = "events/"
 DEFAULT_WRITE_CONCURRENCY = 4
 """A round's key-disjoint direct transactions in flight at once. Four is the most whose
 gain ``python -m bench.duration --proxy`` could measure: beyond it DynamoDB Local, which serialises
@@ -60,6 +63,10 @@ class Settings:
     """Where crossings are recorded (``TALLY_NOTIFICATIONS_TABLE``): required when thresholds are declared."""
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
     """Direct transactions of a round in flight at once (``TALLY_WRITE_CONCURRENCY``, optional)."""
+    archive_bucket: str | None = None
+    """Where every counted message is archived (``TALLY_ARCHIVE_BUCKET``); None or empty: the archive is off."""
+    archive_prefix: str = DEFAULT_ARCHIVE_PREFIX
+    """The key prefix of the archive's objects (``TALLY_ARCHIVE_PREFIX``), ending in ``/``."""
 
     @property
     def marker_ttl_seconds(self) -> int:
@@ -97,6 +104,11 @@ class Settings:
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
+        archive_prefix = env.get(ARCHIVE_PREFIX) or DEFAULT_ARCHIVE_PREFIX
+        if not archive_prefix.endswith("/") or archive_prefix.startswith("/"):
+            raise ConfigurationError(
+                f"{ARCHIVE_PREFIX} must end with '/' and not start with one, not {archive_prefix!r}"
+            )
         if counter_thresholds.rules and not env.get(NOTIFICATIONS_TABLE):
             raise ConfigurationError(f"{COUNTER_THRESHOLDS} needs {NOTIFICATIONS_TABLE}: where crossings are recorded")
         return cls(
@@ -111,4 +123,6 @@ class Settings:
             counter_thresholds=counter_thresholds,
             notifications_table=env.get(NOTIFICATIONS_TABLE) or None,
             write_concurrency=int(raw_concurrency),
+            archive_bucket=env.get(ARCHIVE_BUCKET) or None,
+            archive_prefix=archive_prefix,
         )

@@ -132,6 +132,13 @@ class BatchPipeline:
             remaining_ms,
             # Every step sends through it: the commit's retries, and nothing started in the time kept for reporting.
             attempt_within(self._applier.policy, remaining_ms, self._applier.sleep),
+            commits=outcome.commits,
+            counted_here=outcome.applied,
+            sources={
+                message.message_id: admitted.records[position]
+                for position, message in zip(copies.unique, unique, strict=True)
+                if message.message_id in counted
+            },
         )
         steps = [step.settle(settled) for step in self._steps]
         retry = outcome.unapplied.union(*(step.retry for step in steps))

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import boto3
 from aws_lambda_powertools.metrics import MetricUnit
 
+from tally.archive_writer import S3ArchiveWriter
 from tally.client_config import CLIENT_CONFIG as CLIENT_CONFIG  # noqa: PLC0414 - re-exported for bench/, tests
 from tally.commit.applier import Applier
 from tally.core.limits import WIRE_LIMITS
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
     from tally.config import Settings
     from tally.pipeline import BatchResult, DeadLetterQueue
+    from tally.post_commit import ArchiveWriter
 
 METRICS_NAMESPACE = "Tally"
 """The CloudWatch namespace of tally's metrics (set in code so every handler and test agrees)."""
@@ -44,11 +46,23 @@ def build_pipeline(settings: Settings) -> BatchPipeline:
         raise ConfigurationError("the Lambda function needs a dead-letter queue URL")
     session = boto3.session.Session()
     dead_letters = SqsDeadLetterQueue(session.client("sqs", config=CLIENT_CONFIG), settings.dlq_url)
-    return wire_pipeline(session.client("dynamodb", config=CLIENT_CONFIG), dead_letters, settings)
+    archive = (
+        S3ArchiveWriter(session.client("s3", config=CLIENT_CONFIG), settings.archive_bucket)
+        if settings.archive_bucket
+        else None
+    )
+    return wire_pipeline(session.client("dynamodb", config=CLIENT_CONFIG), dead_letters, settings, archive=archive)
 
 
-def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, settings: Settings) -> BatchPipeline:
-    """The pipeline on the given DynamoDB client and dead-letter port, as the handlers run it.
+def wire_pipeline(
+    dynamodb: DynamoDBClient,
+    dead_letters: DeadLetterQueue,
+    settings: Settings,
+    *,
+    archive: ArchiveWriter | None = None,
+) -> BatchPipeline:
+    """The pipeline on the given DynamoDB client, dead-letter port and archive writer (None: the archive off), as
+    the handlers run it.
 
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
@@ -95,6 +109,8 @@ def wire_pipeline(dynamodb: DynamoDBClient, dead_letters: DeadLetterQueue, setti
             )
             if any(unit.on_key_item for unit in settings.windows.units)
             else None,
+            archive=archive,
+            archive_prefix=settings.archive_prefix,
         ),
     )
 

@@ -307,9 +307,10 @@ def test_every_batch_reports_the_same_metric_names_whatever_it_carries() -> None
     pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS)  # type: ignore[arg-type]
     empty = pipeline.process([], NOW_MS, lambda: 60_000)
     full = pipeline.process([gauge_record(1, "a")], NOW_MS, lambda: 60_000)
-    # THEN both report every metric the handlers always published, plus the window items written and the writes
-    # sent again for a threshold's crossing
-    assert set(empty.figures) == set(full.figures) == METRICS | {"WindowItemsWritten", "ThresholdRewrites"}
+    # THEN both report every metric the handlers always published, plus the window items written, the writes
+    # sent again for a threshold's crossing and the archive's figures
+    archive = {"ArchiveObjects", "ArchivedMessages", "ArchiveBytes"}
+    assert set(empty.figures) == set(full.figures) == METRICS | {"WindowItemsWritten", "ThresholdRewrites"} | archive
     assert full.figures["PoisonRecords"] == 1  # no gauge store: refused, never dropped
 
 

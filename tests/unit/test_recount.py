@@ -1,10 +1,11 @@
-"""The recount (``tally.core.recount``): archive records -> what every counter, window, gauge and distinct count
+"""The recount (``tally.audit.recount``): archive records -> what every counter, window, gauge and distinct count
 must hold, with the core that counts; what cannot be recounted exactly is said, never guessed silently."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
+from tally.audit.recount import countings, recount
 from tally.core.archive import ArchiveRecord, archive_record
 from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
@@ -13,7 +14,6 @@ from tally.core.items import ALL_TIME
 from tally.core.ledger import Commit
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import GaugeKind, Message, SourceRecord
-from tally.core.recount import countings, recount
 from tally.core.windows import parse_window_spec
 
 HOUR = 3_600_000

@@ -1,7 +1,7 @@
 """The archive of what was counted: one record per counted message, as it lands in S3.
 
 Every message the function counts is written to the archive after its commit (``tally.post_commit.archive``),
-with what a recount needs (``tally.core.recount``) and what a person needs to trace a number to its events:
+with what a recount needs (``tally.audit.recount``) and what a person needs to trace a number to its events:
 
 - the message: its ``id``, its content (``events``, exactly as decoded: every number as its exact decimal
   text) and its content ``digest`` (the one its marker keeps: ``tally.core.digest``);

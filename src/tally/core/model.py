@@ -57,9 +57,11 @@ class RejectCode(StrEnum):
     """Counted, but DynamoDB refuses its gauge write for good (e.g. the key's item is at the 400 KB limit)."""
     MEMBERS_REFUSED = "members_refused"
     """Counted, but DynamoDB refuses its distinct members' write for good (e.g. the key's item at 400 KB)."""
+    ARCHIVE_REFUSED = "archive_refused"
+    """Counted, but S3 refuses its archive write for good (access denied, no such bucket): not archived."""
 
 
-COUNTED_REFUSALS = frozenset({RejectCode.GAUGE_REFUSED, RejectCode.MEMBERS_REFUSED})
+COUNTED_REFUSALS = frozenset({RejectCode.GAUGE_REFUSED, RejectCode.MEMBERS_REFUSED, RejectCode.ARCHIVE_REFUSED})
 """Codes of letters whose counters count by definition (a post-commit step refused the rest): a redrive is what
 writes that rest once its cause is gone, so a redrive never skips them as already counted."""
 

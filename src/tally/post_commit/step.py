@@ -40,7 +40,8 @@ if TYPE_CHECKING:
 
     from tally.commit.retrying import RetryPolicy
     from tally.core.aggregate import MessageTotals
-    from tally.core.model import Message, Rejection
+    from tally.core.ledger import Commit
+    from tally.core.model import Message, Rejection, SourceRecord
     from tally.store.requests import Attempt
 
 _T = TypeVar("_T")
@@ -57,6 +58,12 @@ class SettledBatch:
     remaining_ms: Callable[[], int]
     attempt: Attempt
     """How a step sends each of its requests (see the module): the batch's deadline and the commit's retries."""
+    commits: Mapping[str, Commit] = field(default_factory=dict)
+    """Message id -> the commit that counted it (its marker's; absent when a marker was met without it)."""
+    counted_here: frozenset[str] = frozenset()
+    """The ids this invocation committed (the others' markers were met: counted before)."""
+    sources: Mapping[str, SourceRecord] = field(default_factory=dict)
+    """Message id -> the record that delivered it (the first, when the batch held copies)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +78,7 @@ class StepResult:
 
 
 class PostCommitStep(Protocol):
-    """One job after the commit (``tally.post_commit``): gauges, distinct members, window moves."""
+    """One job after the commit (``tally.post_commit``): gauges, distinct members, the archive, window moves."""
 
     def admit(self, message: Message) -> Rejection | None:
         """Refuse, before anything is committed, a message this step could never serve (no store wired)."""
