@@ -22,6 +22,7 @@ MARKERS: Final = "MarkersTable"
 SOURCE_QUEUE: Final = "EventsQueue"
 DEAD_LETTER_QUEUE: Final = "EventsDeadLetterQueue"
 STREAM: Final = "EventStream"
+ARCHIVE: Final = "ArchiveBucket"
 
 _SESSION = botocore.session.get_session()
 """One session for every local client: its loader parses each service's model once. A new session per client
@@ -39,7 +40,7 @@ class LocalResources:
     """The template with the stack's parameter overrides applied (see ``with_parameters``)."""
     dynamodb_endpoint: str
     aws_endpoint: str
-    """The moto server: SQS, Kinesis and CloudFormation."""
+    """The moto server: SQS, Kinesis, S3 and CloudFormation."""
     physical_ids: dict[str, str]
     """Logical id -> what ``!Ref`` gives in CloudFormation: table name, queue URL, stream name."""
     arns: dict[str, str]
@@ -67,6 +68,11 @@ class LocalResources:
     @property
     def stream_name(self) -> str | None:
         return self.physical_ids.get(STREAM)
+
+    @property
+    def archive_bucket(self) -> str | None:
+        """The archive's bucket in moto's S3 (None: ``ArchiveEnabled=false``)."""
+        return self.physical_ids.get(ARCHIVE)
 
     def client_environment(self) -> dict[str, str]:
         """What points boto3 (and so the handler and ``tally``) at the local endpoints."""

@@ -183,6 +183,16 @@ def _create_resources(
             kinesis.increase_stream_retention_period(StreamName=name, RetentionPeriodHours=stream.retention_hours)
         physical[logical_id] = name
         arns[logical_id] = kinesis.describe_stream_summary(StreamName=name)["StreamDescriptionSummary"]["StreamARN"]
+    s3 = resources.client("s3")
+    for logical_id, resource in template["Resources"].items():
+        # The archive bucket (ArchiveEnabled): the functions archive every counted message to moto's S3, as on AWS.
+        # Its Glue table has no local stand-in (Athena is not emulated); tally audit reads the objects themselves.
+        if resource.get("Type") != "AWS::S3::Bucket" or not resource_created(template, logical_id):
+            continue
+        name = f"{stack_name}-{logical_id}".lower()
+        s3.create_bucket(Bucket=name)
+        physical[logical_id] = name
+        arns[logical_id] = f"arn:aws:s3:::{name}"
     functions = [
         logical_id
         for logical_id, resource in template["Resources"].items()

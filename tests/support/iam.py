@@ -55,6 +55,7 @@ OPERATOR_POLICY = "OperatorPolicy"
 PRODUCER_POLICY, READER_POLICY, READ_FUNCTION_ID = "ProducerPolicy", "ReaderPolicy", "ReadFunction"
 STACK = "AWS::StackId"  # the stack itself, as a "resource" of cloudformation:Describe*
 FAILURE_BUCKET = "StreamFailureBucket"
+ARCHIVE_BUCKET = "ArchiveBucket"
 # The sources a team already owns, by ARN (a fake account's, as the stack's resources are).
 EXISTING_QUEUE_ARN = f"arn:aws:sqs:{REGION}:{ACCOUNT}:owners-events"
 EXISTING_STREAM_ARN = f"arn:aws:kinesis:{REGION}:{ACCOUNT}:stream/owners-events"
@@ -433,7 +434,11 @@ def _bind(call: Call) -> str | None:
     if call.service == "cloudformation":
         return STACK
     if call.service == "s3":
-        return FAILURE_BUCKET  # the operator's only bucket: given-up Kinesis batches (tally.ops.dead_letters)
+        if call.site.startswith(("tally/archive_writer.py", "tally/audit/")):
+            return (
+                ARCHIVE_BUCKET  # the function's archive writes (TALLY_ARCHIVE_BUCKET = !Ref ArchiveBucket), and reads
+            )
+        return FAILURE_BUCKET  # given-up Kinesis batches (tally.ops.dead_letters)
     return None
 
 

@@ -14,6 +14,7 @@ from tally.core.sharding import HotKeys
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
+from tally.post_commit.archive import wall_clock_ms
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
@@ -23,13 +24,13 @@ from tally.store.windows import DynamoDBWindowMover
 
 if TYPE_CHECKING:
     import random
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import DeadLetter
-    from tally.post_commit import WindowMover
+    from tally.post_commit import ArchiveWriter, WindowMover
 
 TTL_DAYS = 35
 FAST_RETRIES = RetryPolicy(base_delay_s=0.001, max_delay_s=0.01, max_attempts=8, reserve_ms=1_000)
@@ -95,6 +96,8 @@ def make_pipeline(
     window_mover: WindowMover | None = None,
     move_windows: bool = True,
     rng: random.Random | None = None,
+    archive: ArchiveWriter | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
@@ -102,7 +105,8 @@ def make_pipeline(
     order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 4).
     With hour or day windows, ended windows are moved off key items after each batch as in production
     (``tally.store.windows``), by ``window_mover`` if given; ``move_windows=False`` leaves them there. ``rng``
-    draws each batch's hot-key shard (production's: a random one).
+    draws each batch's hot-key shard (production's: a random one). ``archive`` writes the archive (None: off),
+    its records' ``archived_ms`` read from ``clock`` (the wall clock by default).
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
     settings = PipelineSettings(
@@ -133,5 +137,12 @@ def make_pipeline(
     mover = window_mover
     if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
         mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, thresholds=store.thresholds)
-    steps = post_commit_steps(settings.windows, gauges=gauges, distinct=distinct, mover=mover)
+    steps = post_commit_steps(
+        settings.windows,
+        gauges=gauges,
+        distinct=distinct,
+        mover=mover,
+        archive=archive,
+        clock=clock or wall_clock_ms,
+    )
     return BatchPipeline(applier, dlq, settings, steps=steps, rng=rng), dlq

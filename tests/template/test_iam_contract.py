@@ -77,6 +77,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
         stream_arn = kinesis.describe_stream_summary(StreamName="tally-stream")["StreamDescriptionSummary"]["StreamARN"]
         s3 = boto3.client("s3")
         s3.create_bucket(Bucket="tally-failures")  # StreamFailureDestination=S3
+        s3.create_bucket(Bucket="tally-archive")  # ArchiveEnabled=true: every counted message, after its commit
         variables = {
             "TALLY_COUNTERS_TABLE": "counters",
             "TALLY_MARKERS_TABLE": "markers",
@@ -84,6 +85,7 @@ def moto_stack(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
             "TALLY_HOT_KEYS": "hot=4",
             "TALLY_WINDOWS": "hour",
             "TALLY_NOTIFICATIONS_TABLE": "notifications",
+            "TALLY_ARCHIVE_BUCKET": "tally-archive",
         }
         set_environment(monkeypatch, variables)
         sqs_handler.pipeline.cache_clear()

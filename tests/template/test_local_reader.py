@@ -33,6 +33,7 @@ LOCAL_NAMES = {
     "EventsDeadLetterQueue": "http://dlq",
     "EventsQueue": "http://q",
     "EventStream": "s",
+    "ArchiveBucket": "a-bucket",
 }
 
 
@@ -129,6 +130,9 @@ def test_function_environment_resolves_references_to_local_names(template: dict[
     assert function.environment["TALLY_COUNTERS_TABLE"] == "c-table"
     assert function.environment["TALLY_MARKERS_TABLE"] == "m-table"
     assert function.environment["TALLY_DLQ_URL"] == "http://dlq"
+    assert function.environment["TALLY_ARCHIVE_BUCKET"] == "a-bucket"
+    off = with_parameters(template, {"ArchiveEnabled": "false"})
+    assert function_definition(off, "CounterFunction", LOCAL_NAMES).environment["TALLY_ARCHIVE_BUCKET"] == ""
     # AND !Ref Parameter became the parameter's value
     hot = with_parameters(template, {"HotKeys": "page:/home=8"})
     assert function_definition(hot, "CounterFunction", LOCAL_NAMES).environment["TALLY_HOT_KEYS"] == "page:/home=8"

@@ -39,6 +39,7 @@ ALWAYS = {
     "OperatorPolicy",
 }
 ALWAYS |= {"ProducerPolicy", "ReaderPolicy"}  # tests/template/test_read_access.py
+ALWAYS |= {"ArchiveBucket", "ArchiveDatabase", "ArchiveTable"}  # ArchiveEnabled=true by default
 SOURCES = {"SQS": SQS_ONLY, "Kinesis": KINESIS_ONLY, "Both": SQS_ONLY | KINESIS_ONLY}
 OUTPUTS = {
     "SQS": {"EventsQueueUrl", "EventsQueueArn", "CounterFunctionName"},
@@ -57,6 +58,8 @@ COMMON_OUTPUTS = {
     "OperatorPolicyArn",
     "ProducerPolicyArn",
     "ReaderPolicyArn",
+    "ArchiveBucketName",
+    "ArchiveDatabaseName",
 }
 STREAM_FUNCTION = "StreamCounterFunction"
 

@@ -25,6 +25,8 @@ from samtranslator.model.exceptions import InvalidDocumentException
 from samtranslator.translator.arn_generator import ArnGenerator
 from samtranslator.translator.transform import transform
 
+from tally.config import DEFAULT_ARCHIVE_PREFIX
+from tally.core.archive import ArchiveRecord, partition
 from tally_local.template import (
     function_event_sources,
     queue_definitions,
@@ -68,6 +70,13 @@ def resources(template: dict[str, Any], transformed: dict[str, Any]) -> dict[str
     """What a stack with the default parameters (Source=SQS) contains; tests/template/test_sources.py
     checks the other sources."""
     resources: dict[str, Any] = prune(transformed, parameter_values(template))["Resources"]
+    return resources
+
+
+@pytest.fixture(scope="module")
+def created(template: dict[str, Any], transformed: dict[str, Any]) -> dict[str, Any]:
+    """``resources`` with every ``Fn::If`` resolved as CloudFormation would (a conditional statement included)."""
+    resources: dict[str, Any] = deployed(transformed, parameter_values(template))["Resources"]
     return resources
 
 
@@ -387,8 +396,8 @@ def _as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else [value]
 
 
-def test_iam_statements_are_least_privilege(resources: dict[str, Any]) -> None:
-    statements = _policy_statements(resources)
+def test_iam_statements_are_least_privilege(created: dict[str, Any]) -> None:
+    statements = _policy_statements(created)
     assert statements
     for statement in statements:
         assert statement["Effect"] == "Allow"
@@ -421,6 +430,7 @@ COUNTING_FUNCTION_GRANTS = {
     },
     json.dumps({"Fn::GetAtt": [DLQ, "Arn"]}): {"sqs:SendMessage"},
     json.dumps({"Fn::GetAtt": ["NotificationsTable", "Arn"]}): {"dynamodb:PutItem"},  # a threshold crossing
+    json.dumps({"Fn::Sub": "${ArchiveBucket.Arn}/events/*"}): {"s3:PutObject"},  # the archive, after each commit
 }
 """What the counting function's role may do, by resource (the SQS and the Kinesis function alike: one code)."""
 
@@ -434,8 +444,8 @@ def granted(resources: dict[str, Any]) -> dict[str, set[str]]:
     return actions
 
 
-def test_iam_grants_exactly_what_the_function_needs(resources: dict[str, Any]) -> None:
-    assert granted(resources) == COUNTING_FUNCTION_GRANTS
+def test_iam_grants_exactly_what_the_function_needs(created: dict[str, Any]) -> None:
+    assert granted(created) == COUNTING_FUNCTION_GRANTS
 
 
 def test_managed_policies_are_only_the_ones_sam_adds(resources: dict[str, Any]) -> None:
@@ -498,8 +508,11 @@ def test_outputs(template: dict[str, Any], transformed: dict[str, Any]) -> None:
         "NotificationsTableName",
         "NotificationsDeadLetterQueueUrl",
         "NotificationBusArn",
+        "ArchiveBucketName",
+        "ArchiveDatabaseName",
     }
     assert outputs["EventsQueueUrl"]["Value"] == {"Ref": QUEUE}
+    assert outputs["ArchiveBucketName"]["Value"] == {"Ref": "ArchiveBucket"}
     assert outputs["DeadLetterQueueArn"]["Value"] == {"Fn::GetAtt": [DLQ, "Arn"]}
     assert outputs["CountersTableName"]["Value"] == {"Ref": COUNTERS}
     assert outputs["MarkersTableName"]["Value"] == {"Ref": MARKERS}
@@ -739,3 +752,45 @@ def test_alarms_for_what_needs_a_person_notify_the_alarm_topic(resources: dict[s
     runbook = (REPO_ROOT / "docs" / "runbook.md").read_text()
     for name in alarms:
         assert name in runbook or name.removeprefix("Stream") in runbook, name
+
+
+def test_the_archive_bucket_is_private_encrypted_retained_and_moves_to_cheaper_storage(
+    template: dict[str, Any], created: dict[str, Any]
+) -> None:
+    bucket = created["ArchiveBucket"]
+    assert (bucket["DeletionPolicy"], bucket["UpdateReplacePolicy"]) == ("Retain", "Retain")
+    properties = bucket["Properties"]
+    (rule,) = properties["BucketEncryption"]["ServerSideEncryptionConfiguration"]
+    assert rule["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in {"AES256", "aws:kms"}
+    assert all(properties["PublicAccessBlockConfiguration"].values())
+    assert len(properties["PublicAccessBlockConfiguration"]) == 4
+    (lifecycle,) = properties["LifecycleConfiguration"]["Rules"]
+    assert lifecycle["Prefix"] == DEFAULT_ARCHIVE_PREFIX
+    assert lifecycle["Transitions"] == [
+        {"StorageClass": "GLACIER_IR", "TransitionInDays": {"Ref": "ArchiveTransitionDays"}}
+    ]
+    assert template["Parameters"]["ArchiveEnabled"]["Default"] == "true"
+
+
+def test_the_archive_table_reads_the_layout_the_writer_writes(created: dict[str, Any]) -> None:
+    # GIVEN the Glue table over the archive WHEN its projection and columns are read
+    table = created["ArchiveTable"]["Properties"]["TableInput"]
+    parameters = table["Parameters"]
+    # THEN its partitions are the writer's (tally.core.archive.partition: dt=YYYY-MM-DD/hour=HH), under its prefix
+    location = parameters["storage.location.template"]["Fn::Sub"]
+    assert location == f"s3://${{ArchiveBucket}}/{DEFAULT_ARCHIVE_PREFIX}dt=${{!dt}}/hour=${{!hour}}/"
+    assert partition(0) == "dt=1970-01-01/hour=00"
+    assert (parameters["projection.dt.format"], parameters["projection.hour.digits"]) == ("yyyy-MM-dd", "2")
+    # AND its columns are the record's fields, in the JSON SerDe AWS recommends
+    columns = [column["Name"] for column in table["StorageDescriptor"]["Columns"]]
+    assert columns == list(ArchiveRecord.__struct_fields__)
+    assert table["StorageDescriptor"]["SerdeInfo"]["SerializationLibrary"] == "org.apache.hive.hcatalog.data.JsonSerDe"
+
+
+def test_the_archive_off_creates_no_bucket_and_tells_the_function(
+    template: dict[str, Any], transformed: dict[str, Any]
+) -> None:
+    off = deployed(transformed, parameter_values(template, ArchiveEnabled="false"))
+    assert not {"ArchiveBucket", "ArchiveDatabase", "ArchiveTable"} & set(off["Resources"])
+    assert off["Resources"][FUNCTION]["Properties"]["Environment"]["Variables"]["TALLY_ARCHIVE_BUCKET"] == ""
+    assert "ArchiveBucketName" not in off["Outputs"]

@@ -59,6 +59,7 @@ FUNCTION_CODE = (
     *ORCHESTRATION,
     "tally.store",
     "tally.dead_letter_sender",
+    "tally.archive_writer",
     "tally.sources",
     "tally.commit.marker_reads",
 )

@@ -5,8 +5,9 @@ circuits the call: the request never reaches the server) and ``after-call`` once
 (a handler that raises there simulates a response lost on the way back, after the write committed, and
 after botocore's own retries, which happen inside the send). Both are registered on one client only.
 
-``DynamoDBFaults`` scripts the next ``TransactWriteItems`` calls of a DynamoDB client; ``BatchFaults`` the next
-batch calls of an SQS or Kinesis producer client:
+``DynamoDBFaults`` scripts the next ``TransactWriteItems`` calls of a DynamoDB client; ``ObjectFaults`` the next
+``PutObject`` calls of an S3 client (the archive's writes: a lost answer, a refusal, the invocation killed before
+the write is sent); ``BatchFaults`` the next batch calls of an SQS or Kinesis producer client:
 
 - ``fail_entries``: after the service answered, the parsed response is rewritten so that chosen entries
   read as failed (as SQS's ``Failed`` list or Kinesis's per-record ``ErrorCode`` report them). The
@@ -24,7 +25,7 @@ import json
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from tally_local.kit.answers import Answer, cancelled_answer, error_answer, lost_response, transaction_actions
 
@@ -177,8 +178,65 @@ class SweepBefore:
         self.swept.append(Sweep(model.name, json.loads(params.get("body") or b"{}"), deleted))
 
 
-_SERVICE_NAMES = {"sqs": "SendMessageBatch", "kinesis": "PutRecords"}
 _PASS: tuple[str, Any] = ("pass", None)
+
+
+class KilledBeforeWrite(Exception):
+    """The invocation died before a write was sent (``ObjectFaults.kill``): its batch fails whole, as a Lambda
+    killed between the commit and the archive write does; the source redelivers it."""
+
+
+class ObjectFaults:
+    """Scripted faults for the next ``PutObject`` calls of one S3 client; records every key put."""
+
+    PUT: Final = "PutObject"
+
+    def __init__(self, client: Any) -> None:
+        self._plan: deque[tuple[str, Any]] = deque()
+        self._lock = threading.Lock()
+        self._current = threading.local()
+        self.sent = 0
+        """Puts that reached the service (a lost answer's included)."""
+        events = client.meta.events
+        events.register(f"before-call.s3.{self.PUT}", self._before_call)
+        events.register(f"after-call.s3.{self.PUT}", self._after_call)
+
+    def lose_responses(self, count: int = 1) -> None:
+        """The next ``count`` puts store their object, then the caller gets a read timeout."""
+        self._push(("lose", None), count)
+
+    def refuse(self, code: str, status: int, count: int = 1) -> None:
+        """The next ``count`` puts fail whole with ``code`` (``SlowDown`` 503, ``AccessDenied`` 403...), unsent."""
+        self._push(("refuse", (code, status)), count)
+
+    def kill(self, count: int = 1) -> None:
+        """The next ``count`` puts are never sent: ``KilledBeforeWrite`` is raised in their place."""
+        self._push(("kill", None), count)
+
+    def _push(self, item: tuple[str, Any], count: int) -> None:
+        with self._lock:
+            self._plan.extend([item] * count)
+
+    def _before_call(self, **_: Any) -> Answer | None:
+        with self._lock:
+            kind, argument = self._plan.popleft() if self._plan else _PASS
+        self._current.kind = kind
+        if kind == "kill":
+            raise KilledBeforeWrite("killed before the archive write was sent")
+        if kind == "refuse":
+            code, status = argument
+            return error_answer(code, status=status)
+        with self._lock:
+            self.sent += 1
+        return None
+
+    def _after_call(self, **_: Any) -> None:
+        if getattr(self._current, "kind", "pass") == "lose":
+            self._current.kind = "pass"
+            raise lost_response()
+
+
+_SERVICE_NAMES = {"sqs": "SendMessageBatch", "kinesis": "PutRecords"}
 
 
 class BatchFaults:

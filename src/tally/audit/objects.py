@@ -1,0 +1,57 @@
+"""The archive read back from S3: every object under a prefix (or the hours of a time range), as records.
+
+What the recount (``tally.audit.recount``) is fed by the audit and by the chaos run's check. Objects are listed
+with ``ListObjectsV2`` (one request per 1,000 keys) and read with one ``GetObject`` each; with ``since_ms`` /
+``until_ms`` only the hour partitions between them are listed (``tally.core.archive.partitions_between``: the
+hour an object was *written*, so a record repaired later than its commit is in a later hour).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from tally.core.archive import OBJECT_SUFFIX, decode_records, partitions_between
+from tally.errors import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from mypy_boto3_s3 import S3Client
+
+    from tally.core.archive import ArchiveRecord
+
+
+def archive_keys(
+    client: S3Client, bucket: str, prefix: str, *, since_ms: int | None = None, until_ms: int | None = None
+) -> Iterator[str]:
+    """The keys of the archive's objects under ``prefix``, in key order (so in the order they were written)."""
+    prefixes = [prefix] if since_ms is None or until_ms is None else partitions_between(prefix, since_ms, until_ms)
+    paginator = client.get_paginator("list_objects_v2")
+    try:
+        for listed in prefixes:
+            for page in paginator.paginate(Bucket=bucket, Prefix=listed):
+                for entry in page.get("Contents", []):
+                    if entry["Key"].endswith(OBJECT_SUFFIX):
+                        yield entry["Key"]
+    except (ClientError, BotoCoreError) as exc:
+        raise StoreError(f"cannot list the archive s3://{bucket}/{prefix}: {exc}") from exc
+
+
+def read_object(client: S3Client, bucket: str, key: str) -> list[ArchiveRecord]:
+    """The records of one archive object."""
+    try:
+        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except (ClientError, BotoCoreError) as exc:
+        raise StoreError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
+    return decode_records(body)
+
+
+def read_archive(
+    client: S3Client, bucket: str, prefix: str, *, since_ms: int | None = None, until_ms: int | None = None
+) -> Iterator[ArchiveRecord]:
+    """Every record of every archive object under ``prefix`` (or in the hours from ``since_ms`` to
+    ``until_ms``), copies included: the recount drops them."""
+    for key in archive_keys(client, bucket, prefix, since_ms=since_ms, until_ms=until_ms):
+        yield from read_object(client, bucket, key)
