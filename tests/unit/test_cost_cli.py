@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from tally.cli.main import cli
 from tally.cli.plan import plan
+from tally.cost.model import Traffic, price
 
 # Each test runs the planner over every allowed setting through the CLI: seconds of CPU each (make test-fast skips it).
 pytestmark = pytest.mark.slow
@@ -33,7 +34,17 @@ SCHEMA = {
 NUMBERS = {
     "per_event": {"write_units", "read_units"},
     "per_batch": {"records", "events", "transactions", "requests", "handler_seconds"},
-    "per_month": {"events", "dynamodb_usd", "lambda_invocations", "lambda_gb_seconds", "lambda_usd", "total_usd"},
+    "per_month": {
+        "events",
+        "dynamodb_usd",
+        "lambda_invocations",
+        "lambda_gb_seconds",
+        "lambda_usd",
+        "archive_puts",
+        "archive_gb",
+        "archive_usd",
+        "total_usd",
+    },
     "floor": {"write_units", "ratio", "batch_size", "batching_window_seconds", "latency_seconds"},
     "producer": {"keys_per_message", "max_keys_per_message"},
     "duration": {"handler_seconds", "proxy_low_seconds", "proxy_high_seconds"},
@@ -155,3 +166,19 @@ def test_a_lever_already_pulled_is_not_offered() -> None:
 def test_every_option_has_help_text() -> None:
     missing = [option.name for option in plan.params if isinstance(option, click.Option) and not option.help]
     assert missing == []
+
+
+def test_the_archive_is_priced_by_its_puts_and_the_bytes_it_stores() -> None:
+    # GIVEN 100 single events a second in batches of 100, with the archive on and off
+    on = price(Traffic(events_per_second=100, keys=1000), 100)
+    off = price(Traffic(events_per_second=100, keys=1000, archive=False), 100)
+    # THEN the archive costs one PutObject per invocation and what the month archives, stored a month
+    assert on.archive_puts_month == pytest.approx(on.invocations_per_month)
+    assert on.archive_gb_month == pytest.approx(on.events_per_month * (58 + 7.5) / 1e9)
+    assert on.archive_usd_month == pytest.approx(on.archive_puts_month * 5e-6 + on.archive_gb_month * 0.023)
+    assert on.usd_month == pytest.approx(off.usd_month + on.archive_usd_month)
+    assert (off.archive_usd_month, off.parameters.as_template()["ArchiveEnabled"]) == (0.0, "false")
+    assert "ArchiveEnabled" not in on.parameters.as_template()
+    # AND per million single events in batches of 100 that is 10,000 PUTs ($0.05) and 66 MB ($0.0015 a month)
+    per_million = on.archive_usd_month / on.events_per_month * 1e6
+    assert per_million == pytest.approx(0.05 + 65.5e-3 * 0.023, rel=0.05)

@@ -106,6 +106,12 @@ PACKED_EVENTS = 100
     show_default=True,
     help="The function's MemorySize in MB (its CPU share).",
 )
+@click.option(
+    "--archive/--no-archive",
+    default=True,
+    show_default=True,
+    help="Whether every counted message is archived to S3 (ArchiveEnabled): one PutObject per batch, and storage.",
+)
 @click.option("--batch-size", type=click.IntRange(1, 10_000), help="Price this batch size instead of choosing one.")
 @click.option(
     "--transaction-ms",
@@ -129,6 +135,7 @@ def plan(
     source: str,
     latency_budget: float,
     memory_mb: int,
+    archive: bool,
     batch_size: int | None,
     transaction_ms: float,
     as_json: bool,
@@ -148,6 +155,7 @@ def plan(
             source=source,
             latency_budget_s=latency_budget,
             memory_mb=memory_mb,
+            archive=archive,
         )
         latencies = dataclasses.replace(published_latencies(), transact_write_ms=transaction_ms)
 
@@ -259,6 +267,12 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
         ("DynamoDB $ / month", f"{bill.dynamodb_usd_month:,.2f}"),
         ("Lambda GB-s / month", f"{bill.lambda_gb_s_month:,.0f}"),
         ("Lambda $ / month", f"{bill.lambda_usd_month:,.2f}"),
+        (
+            "archive $ / month",
+            f"{bill.archive_usd_month:,.2f} ({bill.archive_puts_month:,.0f} PUTs, {bill.archive_gb_month:,.2f} GB)"
+            if bill.traffic.archive
+            else "off",
+        ),
         ("total $ / month", f"{bill.usd_month:,.2f}"),
         ("$ / million events", f"{bill.usd_per_million_events:.4f}"),
     ]

@@ -32,6 +32,9 @@ Prices (us-east-1, on-demand, checked 2026-11):
   https://airbyte.com/data-engineering-resources/dynamodb-pricing);
 - Lambda arm64: $0.0000133334 per GB-second (first 7.5 billion GB-s a month) and $0.20 per million
   requests (https://aws.amazon.com/lambda/pricing/; quoted at https://cloudchipr.com/blog/aws-lambda-pricing).
+- S3 (the archive, ``ArchiveEnabled``): $0.005 per 1,000 PUT requests and $0.023 per GB-month in S3 Standard
+  (https://aws.amazon.com/s3/pricing/). One ``PutObject`` per invocation; the object's size as measured by
+  ``python -m bench archive-format`` (``ARCHIVE_BYTES_PER_MESSAGE``, ``ARCHIVE_BYTES_PER_EVENT``).
   The free tier is left out: the bill is the marginal price.
 """
 
@@ -91,6 +94,11 @@ DEFAULT_TRANSACTION_MS: Final = 15.0
 SIMULATED_EVENTS: Final = 40_000
 """At most this many events are drawn per price (at least one batch)."""
 BATCH_SIZES: Final = (1, 10, 25, 50, 100, 200, 300, 500, 700, 1000, 2000, 5000, 10_000)
+ARCHIVE_BYTES_PER_MESSAGE: Final = 58.0
+ARCHIVE_BYTES_PER_EVENT: Final = 7.5
+"""An archived message's share of its gzip'd object: 58 bytes + 7.5 per event. Fitted on two measured points of
+``python -m bench archive-format`` (workload U, two counters, numbered ids, objects of 100 records, gzip 6): 65.7
+bytes per single-event message, 805 per message of 100 events (8.05 per event)."""
 """The batch sizes ``recommend`` tries."""
 
 
@@ -102,6 +110,8 @@ class Prices:
     read_unit: float = 0.125e-6
     lambda_gb_second: float = 0.0000133334
     lambda_request: float = 0.20e-6
+    s3_put_request: float = 0.005e-3
+    s3_gb_month: float = 0.023
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +217,8 @@ class Traffic:
     latency_budget_s: float = 60.0
     """How long an event may take from publish to counted."""
     memory_mb: int = 512
+    archive: bool = True
+    """Whether every counted message is archived to S3 (``ArchiveEnabled``)."""
 
     def __post_init__(self) -> None:
         if self.events_per_second <= 0 or self.keys < 1 or self.events_per_message < 1 or self.counters < 1:
@@ -549,10 +561,13 @@ class Parameters:
     shards: int = 0
     """Kinesis shards (``StreamMode=PROVISIONED``, ``ShardCount``); 0 for SQS."""
     parallelization_factor: int = 1
+    archive: bool = True
 
     def as_template(self) -> dict[str, str]:
         """The parameter overrides, as ``sam deploy --parameter-overrides`` takes them."""
         common = {"Windows": ",".join(self.windows), "MemorySize": str(self.memory_mb)}
+        if not self.archive:
+            common["ArchiveEnabled"] = "false"
         if self.source == "Kinesis":
             return {
                 "Source": "Kinesis",
@@ -588,6 +603,12 @@ class Bill:
     lambda_gb_s_month: float
     lambda_usd_month: float
     assumptions: tuple[str, ...] = field(default_factory=tuple)
+    archive_puts_month: float = 0.0
+    """Archive objects written a month: one per invocation."""
+    archive_gb_month: float = 0.0
+    """Archive bytes a month adds (GB), kept in S3 Standard until ``ArchiveTransitionDays``."""
+    archive_usd_month: float = 0.0
+    """The month's PUTs, and a month of S3 Standard storage for what the month archived."""
 
     @property
     def events_per_month(self) -> float:
@@ -595,7 +616,7 @@ class Bill:
 
     @property
     def usd_month(self) -> float:
-        return self.dynamodb_usd_month + self.lambda_usd_month
+        return self.dynamodb_usd_month + self.lambda_usd_month + self.archive_usd_month
 
     @property
     def usd_per_million_events(self) -> float:
@@ -615,6 +636,7 @@ class Bill:
                 "numbered_ids": self.traffic.numbered_ids,
                 "source": self.traffic.source,
                 "latency_budget_s": self.traffic.latency_budget_s,
+                "archive": self.traffic.archive,
             },
             "parameters": self.parameters.as_template(),
             "hot_keys": {"top_keys": self.parameters.hot_keys, "shards": self.parameters.hot_key_shards},
@@ -635,6 +657,9 @@ class Bill:
                 "lambda_invocations": self.invocations_per_month,
                 "lambda_gb_seconds": self.lambda_gb_s_month,
                 "lambda_usd": self.lambda_usd_month,
+                "archive_puts": self.archive_puts_month,
+                "archive_gb": self.archive_gb_month,
+                "archive_usd": self.archive_usd_month,
                 "total_usd": self.usd_month,
             },
             "usd_per_million_events": self.usd_per_million_events,
@@ -691,6 +716,14 @@ def price(
         hot_key_shards=hot_shards,
         shards=shards,
         parallelization_factor=factor,
+        archive=traffic.archive,
+    )
+    messages_month = traffic.records_per_second * (1 + traffic.resend_rate) * SECONDS_PER_MONTH
+    archive_puts = invocations if traffic.archive else 0.0
+    archive_gb = (
+        messages_month * (ARCHIVE_BYTES_PER_MESSAGE + ARCHIVE_BYTES_PER_EVENT * traffic.events_per_message) / 1e9
+        if traffic.archive
+        else 0.0
     )
     assumptions = (
         f"request latencies assumed, not measured on AWS: TransactWriteItems {latencies.transact_write_ms} ms, "
@@ -701,6 +734,8 @@ def price(
         "every event of a batch falls in one time window (batches span seconds)",
         "a batch is as full as the batching window lets it be; re-sends are settled by the marker read",
         "prices: us-east-1 on demand, Lambda arm64, no free tier",
+        "archive: one PutObject per invocation, 58 bytes per message + 7.5 per event gzip'd (measured on two "
+        "counters per event), a month of S3 Standard for a month's archive",
     )
     return Bill(
         traffic=traffic,
@@ -714,6 +749,9 @@ def price(
         lambda_gb_s_month=gb_s,
         lambda_usd_month=gb_s * prices.lambda_gb_second + invocations * prices.lambda_request,
         assumptions=assumptions,
+        archive_puts_month=archive_puts,
+        archive_gb_month=archive_gb,
+        archive_usd_month=archive_puts * prices.s3_put_request + archive_gb * prices.s3_gb_month,
     )
 
 
