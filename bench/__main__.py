@@ -40,6 +40,9 @@ EXPERIMENTS: Final[dict[str, Experiment]] = {
     "duration": Experiment("bench.duration", "a batch's handler duration: measured CPU and modelled requests"),
     "cpu": Experiment("bench.cpu", "handler CPU with no I/O, on one core, against Powertools' loop"),
     "memory": Experiment("bench.memory", "peak memory of the handler for one large batch, in a fresh process"),
+    "archive-cost": Experiment(
+        "bench.archive_cost", "the archive's time per batch beside the handler's, and its bytes"
+    ),
     "archive-format": Experiment(
         "bench.archive_format", "the archive's format: size, writer CPU, reader speed, package cost; the recount"
     ),

@@ -24,6 +24,7 @@ The broken variants of the counter patterns are in ``test_chaos_patterns.py``.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -34,33 +35,42 @@ from botocore.exceptions import BotoCoreError, ClientError
 import tally.commit.applier as apply_module
 import tally.commit.protocol as protocol_module
 from tally.commit.fates import Fates
+from tally.core.archive import archive_record, encode_records, object_key
+from tally.core.digest import content_digest
+from tally.core.ledger import Commit
+from tally.core.model import SourceRecord
 from tally.core.plan import no_counter_limit
 from tally.core.windows import parse_window_spec
-from tally.post_commit import WindowStep
+from tally.post_commit import ArchiveStep, WindowStep
+from tally.post_commit.step import StepResult
 from tally.store import markers
 from tally.store.actions import add_update
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
-from tally_local.chaos.config import SMOKE, DynamoDBFaultRates, focused
+from tally_local.chaos.config import SMOKE, ArchiveFaultRates, DynamoDBFaultRates, focused
+from tally_local.chaos.harness import CHAOS_RETRIES
 from tests.support.chaos import WINDOW_MOVES, assert_passes_unbroken, rewired, run_on, situations_missing, swap_step
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.aggregate import Totals
     from tally.core.ledger import Claim
+    from tally.core.model import Message, Rejection
     from tally.core.plan import Chunk
     from tally.pipeline import BatchPipeline
+    from tally.post_commit.step import SettledBatch
     from tally_local.chaos.config import ChaosConfig
-    from tally_local.chaos.harness import PipelineFactory, Tables
+    from tally_local.chaos.harness import ChaosResult, PipelineFactory, Tables
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
-pytestmark = pytest.mark.integration
+# The chaos run archives to a moto server of its own (tally_local.chaos.archive).
+pytestmark = [pytest.mark.integration, pytest.mark.moto]
 
 
 class StoreWithoutMarkers(DynamoDBCounterStore):
@@ -125,6 +135,50 @@ def _drop_the_expression_bound(
     pipeline._applier.counter_limit = no_counter_limit  # the planner's 4 KB bound taken away
 
 
+class ArchiveWrittenOnce(ArchiveStep):
+    """BROKEN on purpose: the archive write is tried once, outside the commit's retry policy, and a failure is
+    dropped (its messages are reported done, never archived)."""
+
+    def settle(self, batch: SettledBatch) -> StepResult:
+        return StepResult(super().settle(batch).figures)
+
+
+class ArchiveWrittenBeforeTheCommit(ArchiveStep):
+    """BROKEN on purpose: each message is archived as it is admitted, before the commit decides its fate, as if
+    this invocation counted it (refused, handed-back and duplicate messages included)."""
+
+    def admit(self, message: Message) -> Rejection | None:
+        now_ms = self._clock()
+        record = archive_record(
+            message,
+            Commit.of_marker(now_ms, None),
+            SourceRecord(message.message_id, "", now_ms),
+            digest=content_digest(message),
+            archived_ms=now_ms,
+            delivery=uuid.uuid4().hex,
+            seq=0,
+            counted_here=True,
+        )
+        if self._writer is not None:
+            self._writer.put(object_key(self._prefix, now_ms, record.delivery), encode_records([record]))
+        return None
+
+    def settle(self, batch: SettledBatch) -> StepResult:
+        return StepResult({})
+
+
+def _archive_step(broken: type[ArchiveStep], **options: Any) -> Callable[..., None]:
+    def patch(pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> None:
+        (step,) = [step for step in pipeline._steps if isinstance(step, ArchiveStep)]
+        swap_step(pipeline, broken(step._writer, prefix=step._prefix, clock=step._clock, **options))
+
+    return patch
+
+
+_archive_outside_the_retry = rewired(
+    _archive_step(ArchiveWrittenOnce, policy=replace(CHAOS_RETRIES, max_attempts=1), sleep=lambda _: None)
+)
+_archive_before_the_commit = rewired(_archive_step(ArchiveWrittenBeforeTheCommit))
 _store_without_markers = rewired(store_class=StoreWithoutMarkers)
 _journal_without_applied_records = rewired(journal_class=JournalWithoutAppliedRecords)
 _planner_without_the_expression_bound = rewired(_drop_the_expression_bound)
@@ -222,6 +276,23 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     assert result.situations.get("situation.window_move_transactions", 0) > 0, result.situations
     assert verdict.windows_checked > 0
     assert verdict.windows_wrong == 0, verdict.examples
+    # AND the archive, recounted, equals every stored counter, window, gauge and distinct count
+    assert_the_archive_recounts_the_tables(result)
+
+
+def assert_the_archive_recounts_the_tables(result: ChaosResult) -> None:
+    """The archive recounted equals every stored counter, window, gauge and distinct count, though its writes
+    were throttled, lost their answers, and invocations were killed between the commit and them."""
+    archive = result.archive
+    assert archive is not None
+    assert archive.ok, archive.examples
+    assert archive.counters_checked > 0
+    assert archive.windows_checked > 0
+    assert archive.patterns_checked > 0
+    assert archive.records > archive.countings  # copies written by retries and redeliveries, dropped at read
+    archive_kinds = {f"archive.{name}" for name in ArchiveFaultRates.__dataclass_fields__}
+    assert not {kind for kind in archive_kinds if not result.counts.get(kind)}, result.counts
+    assert result.counts.get("outcome.killed_before_archive", 0) > 0
 
 
 # The focused configurations of the broken variants (``focused``: the smoke faults over plain events, plus the
@@ -253,6 +324,9 @@ lost fate a batch holding one can never succeed: it is received until the redriv
 and redriven, five times. From SQS only: a Kinesis shard also bisects and retries each such batch ten times
 per pass, and with the smoke run's sources and load the test took 250 s (37,000 invocations); which source
 delivers it again does not matter to the applier's bookkeeping."""
+ARCHIVED = focused(SMOKE, 200, reuse_share=0.05)
+"""Plain messages, re-sent and with ids reused, archived under the archive's faults (throttled, lost answers,
+killed before the write): a counted message missing from the archive, or one archived that did not count."""
 SPLIT_UNITS = focused(SMOKE, 300, split_pairs=SMOKE.split_pairs)
 """Pairs of packed messages sharing a hub key: one unit the planner splits into two direct transactions."""
 
@@ -268,6 +342,10 @@ FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
     "numbered": (NUMBERED, ("situation.numbered_id_published", "producer.resend", "pipeline.already_applied")),
     "redelivered": (REDELIVERED, ("delivery.crash_after_commit", "pipeline.already_applied")),
     "split units": (SPLIT_UNITS, ("pipeline.transactions",)),
+    "archived": (
+        ARCHIVED,
+        ("producer.resend", "producer.id_reused", "archive.throttle", "archive.kill_before_archive", "archive.ok"),
+    ),
 }
 
 
@@ -296,6 +374,19 @@ BROKEN_VARIANTS: dict[str, tuple[PipelineFactory, ChaosConfig, tuple[str, ...]]]
     # a mover that adds ended windows to their window items but leaves them on the key items: the all-time
     # counters are exact but the windows read twice what they hold
     "window moves leaving their attributes": (_mover_leaving_attributes, WINDOW_MOVES, ("windows_wrong",)),
+    # the archive written once, a failed write dropped: counted messages missing from it (the counters exact)
+    "archive written outside the retry": (
+        _archive_outside_the_retry,
+        ARCHIVED,
+        ("archive.throttle", "archive.counters_wrong"),
+    ),
+    # the archive written before the commit: refused and handed-back messages archived, each delivery of a
+    # message under a commit of its own (the counters exact, the archive's recount over them)
+    "archive written before the commit": (
+        _archive_before_the_commit,
+        ARCHIVED,
+        ("producer.resend", "archive.counters_wrong"),
+    ),
 }
 """Each broken variant the run's counts catch (the variant itself raises nothing): its wiring, its focused
 configuration, and the figures of the run that show its defect (``situations_missing``: each above 0)."""

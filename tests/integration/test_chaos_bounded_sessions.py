@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
-pytestmark = pytest.mark.integration
+# The chaos run archives to a moto server of its own (tally_local.chaos.archive).
+pytestmark = [pytest.mark.integration, pytest.mark.moto]
 
 SESSIONS = focused(VARIANTS["sessions"], 100, bounded_sessions=VARIANTS["sessions"].bounded_sessions)
 """``tally_local.chaos.situations``' sessions run (minute windows: the big messages are 60 keys over two minutes; 16

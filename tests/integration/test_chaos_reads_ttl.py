@@ -41,7 +41,8 @@ if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
-pytestmark = pytest.mark.integration
+# The chaos run archives to a moto server of its own (tally_local.chaos.archive).
+pytestmark = [pytest.mark.integration, pytest.mark.moto]
 
 
 class ThreeRequestSeries(CounterReader):

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
-    from tally.post_commit import PostCommitStep
+    from tally.post_commit import ArchiveWriter, PostCommitStep
     from tally.store.dynamodb import DynamoDBCounterStore
     from tally.store.journal import DynamoDBJournal
     from tally_local.chaos.config import ChaosConfig
@@ -92,12 +92,22 @@ def rewired(
         config: ChaosConfig,
         *,
         marker_read_gate: MarkerReadGate | None = None,
+        archive: ArchiveWriter | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> BatchPipeline:
         store = store_class(client, tables.counters, tables.markers, TTL_SECONDS) if store_class else None
         journal = journal_class(client, tables.counters, tables.markers, TTL_SECONDS) if journal_class else None
         told = wired_from(config) if wired_from else config
         pipeline = wire_pipeline(
-            client, tables, dead_letters, told, store=store, journal=journal, marker_read_gate=marker_read_gate
+            client,
+            tables,
+            dead_letters,
+            told,
+            store=store,
+            journal=journal,
+            marker_read_gate=marker_read_gate,
+            archive=archive,
+            clock=clock,
         )
         if patch is not None:
             patch(pipeline, client, tables, config)
@@ -115,11 +125,15 @@ def swap_step(pipeline: BatchPipeline, step: PostCommitStep) -> None:
 
 def situations_missing(result: ChaosResult, names: Iterable[str]) -> list[str]:
     """Those of ``names`` the run never drew: a figure of ``result.counts`` (a fault, a situation, a pipeline
-    figure), else an attribute of the result or of its verdict, that is not above 0."""
+    figure), else an attribute of the result or of its verdict (``archive.<field>``: of its archive's verdict),
+    that is not above 0."""
 
     def figure(name: str) -> int:
         if name in result.counts:
             return result.counts[name]
+        if name.startswith("archive.") and result.archive is not None:  # the archive's recount: archive.<field>
+            value = getattr(result.archive, name.removeprefix("archive."), None)
+            return value if isinstance(value, int) else 0
         for holder in (result, result.verdict):
             value = getattr(holder, name, None)
             if isinstance(value, int):

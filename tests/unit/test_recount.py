@@ -103,6 +103,16 @@ def test_a_window_placed_by_copies_that_disagree_is_not_recounted_exactly() -> N
     assert all(window != ALL_TIME for _, window, _ in result.inexact)
 
 
+def test_copies_that_disagree_within_one_window_leave_no_doubt() -> None:
+    records = [
+        record('{"id": "b", "key": "k", "delta": 3}', received=T0 + 5, here=False, delivery="d2"),
+        record('{"id": "b", "key": "k", "delta": 3}', received=T0 + 50_000, here=False, delivery="d3"),
+    ]
+    result = recount(records, windows=WINDOWS)
+    assert result.inexact == {}
+    assert result.windows["k"]["h#2025-12-02T00:00Z"] == {"count": 3}
+
+
 def test_start_values_count_once_on_the_all_time_value() -> None:
     defaults = parse_counter_defaults("stock:*#stock=start:100")
     records = [

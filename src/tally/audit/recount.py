@@ -70,8 +70,9 @@ class Counting:
     """The earliest ``archived_ms`` of every copy: its deltas had landed by then."""
     copies: int
     """Records of this (message id, commit) read, the kept one included."""
-    received_disagree: bool = False
-    """No copy was written by the committing invocation, and the copies name different receive times."""
+    received_options: tuple[int, ...] = ()
+    """The different receive times the copies name, when none was written by the committing invocation (the one
+    that placed its events without ``ts``) and they disagree; empty otherwise."""
 
     @property
     def lo_ms(self) -> int:
@@ -102,9 +103,10 @@ def countings(records: Iterable[ArchiveRecord]) -> list[Counting]:
             continue
         here = [record for record in copies if record.counted_here]
         kept = min(here or copies, key=lambda record: (record.archived_ms, record.delivery, record.seq))
-        disagree = not here and len({record.received_ms for record in copies}) > 1
+        received = tuple(sorted({record.received_ms for record in copies}))
+        options = received if not here and len(received) > 1 else ()
         hi_ms = min(record.archived_ms for record in copies)
-        found.append(Counting(kept, record_message(kept), hi_ms, len(copies), disagree))
+        found.append(Counting(kept, record_message(kept), hi_ms, len(copies), options))
     found.sort(key=lambda counting: counting.order)
     return found
 
@@ -168,7 +170,7 @@ def recount(
             parts = item_parts(item)
             if parts.window != ALL_TIME:
                 _add_all(window_sums.setdefault(parts.key, {}).setdefault(parts.window, {}), counters)
-                _doubt_window(inexact, counting, parts.key, parts.window, counters)
+                _doubt_window(inexact, counting, spec, parts.key, parts.window, counters)
                 continue
             for name, delta in counters.items():
                 split = split_window_counter(name)
@@ -179,7 +181,7 @@ def recount(
                 window, counter = split
                 into = window_sums.setdefault(parts.key, {}).setdefault(window, {})
                 into[counter] = add(into.get(counter, 0), delta)
-                _doubt_window(inexact, counting, parts.key, window, {counter: delta})
+                _doubt_window(inexact, counting, spec, parts.key, window, {counter: delta})
         for event in message.events:
             if event.reset is not None:
                 operated.setdefault(event.key, []).append(counting)
@@ -213,10 +215,21 @@ def _add_all(into: dict[str, Number], deltas: Mapping[str, Number]) -> None:
 
 
 def _doubt_window(
-    inexact: dict[tuple[str, str, str], str], counting: Counting, key: str, window: str, deltas: Mapping[str, Number]
+    inexact: dict[tuple[str, str, str], str],
+    counting: Counting,
+    spec: WindowSpec,
+    key: str,
+    window: str,
+    deltas: Mapping[str, Number],
 ) -> None:
-    """Mark the windows an event without ``ts`` was placed in, when its copies disagree on when it arrived."""
-    if not counting.received_disagree or all(event.ts_ms is not None for event in counting.message.events):
+    """Mark the windows an event without ``ts`` was placed in, when its copies disagree on when it arrived so
+    much that they would place it in other windows."""
+    options = counting.received_options
+    if not options or all(event.ts_ms is not None for event in counting.message.events):
+        return
+    committed = counting.record.committed_ms
+    placements = {tuple(spec.windows_of(received, committed)[0]) for received in options}
+    if len(placements) == 1:
         return
     for name in deltas:
         inexact[(key, window, name)] = (

@@ -73,6 +73,21 @@ class DynamoDBFaultRates:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchiveFaultRates:
+    """Per-``PutObject`` probabilities of each fault of the archive's writes (S3, ``tally.archive_writer``)."""
+
+    connect_failure: float = 0.02
+    """The write never reaches S3 (a connection error raised before sending)."""
+    lost_response: float = 0.03
+    """S3 stores the object, the answer is lost: the step writes it again under the same key."""
+    throttle: float = 0.03
+    """S3 answers ``SlowDown`` (503): nothing stored."""
+    kill_before_archive: float = 0.05
+    """Per invocation that archives, at its write: the invocation is killed after its commit, before the
+    archive write is sent; the redelivery meets the markers and must archive every message then."""
+
+
+@dataclass(frozen=True, slots=True)
 class DeliveryFaultRates:
     """How the event sources misbehave (all within their documented at-least-once semantics)."""
 
@@ -187,6 +202,10 @@ class ChaosConfig:
     window_retention: str = "minute=7,hour=90,day=0"
     dynamodb: DynamoDBFaultRates = field(default_factory=DynamoDBFaultRates)
     delivery: DeliveryFaultRates = field(default_factory=DeliveryFaultRates)
+    archive: bool = True
+    """Every consumer archives what it counts to an S3 bucket (moto's server), which the run recounts at the end
+    and compares with every counter, window, gauge and distinct count (``tally_local.chaos.archive``)."""
+    archive_faults: ArchiveFaultRates = field(default_factory=ArchiveFaultRates)
     jepsen_interval_s: float = 0.02
     """Pause between two sampled counter reads of the Jepsen-style monitor."""
     series_read_interval_s: float = 0.01
@@ -261,6 +280,7 @@ SMOKE = ChaosConfig(
         kill_before_window_transfer=0.3,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
+    archive_faults=ArchiveFaultRates(connect_failure=0.04, lost_response=0.05, throttle=0.05, kill_before_archive=0.1),
     bounded_sessions=4,
     expired_claims=12,
     kinesis_big_messages=4,

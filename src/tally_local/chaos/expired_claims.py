@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.faults import FaultLog
     from tally_local.chaos.wiring import PipelineFactory, Tables
@@ -124,8 +125,11 @@ def run_expired_claims(
     log: FaultLog,
     now_ms: int,
     ttl_seconds: int,
+    archive: ArchiveWriter | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> list[str]:
-    """Steps 1 to 3 above for each case, one after another; returns what went wrong (empty: every count exact)."""
+    """Steps 1 to 3 above for each case, one after another; returns what went wrong (empty: every count exact).
+    ``archive`` is where its pipelines archive what they count (the run's archive check recounts it)."""
     cases = _cases(config)
     if not cases:
         return []
@@ -141,7 +145,9 @@ def run_expired_claims(
         if case.header_gone:  # TTL deleted the header first; the marker, expired too, is still there
             client.delete_item(TableName=tables.markers, Key={LEDGER_ID: {"S": header_id(case.dead_batch)}})
         gate = MarkerReadGate() if case.gate_open else MarkerReadGate(quiet_batches=0)
-        pipeline = pipeline_factory(client, tables, dead_letters, config, marker_read_gate=gate)
+        pipeline = pipeline_factory(
+            client, tables, dead_letters, config, marker_read_gate=gate, archive=archive, clock=clock
+        )
         body = json.dumps({"id": case.message_id, "key": case.key, "deltas": {case.counter: 1}, "ts": now_ms})
         record = SourceRecord(f"expired-{case.number}", body, now_ms)
         log.add("situation.ttl_expired_claims_met")

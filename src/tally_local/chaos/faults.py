@@ -67,6 +67,11 @@ actions ``REMOVE`` ``w#`` attributes) draw two more:
   event had added to it between the move's read and its transaction; DynamoDB refuses the move and returns
   the item, from which the mover must re-plan (``situation.window_move_transactions`` counts the moves sent).
 
+The archive's writes (S3 ``PutObject``, ``tally.archive_writer``) draw their own faults (``ArchiveChaos``, per
+write, on the consumer's S3 client): ``archive.connect_failure``, ``archive.lost_response`` (stored, answer lost),
+``archive.throttle`` (``SlowDown``), and ``archive.kill_before_archive`` once per invocation (killed after the
+commit, before the write is sent: the redelivery meets the markers and must archive then).
+
 ``FaultLog`` counts what was injected and what the delivery layer did, by kind, for every thread.
 """
 
@@ -97,7 +102,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally_local.chaos.clock import Invocation
-    from tally_local.chaos.config import DynamoDBFaultRates
+    from tally_local.chaos.config import ArchiveFaultRates, DynamoDBFaultRates
     from tally_local.kit.conflicts import InFlightTransactions
 
 # The requests tally's write path makes; the faults apply to these only.
@@ -354,6 +359,64 @@ class DynamoDBChaos:
             raise ReadTimeoutError(endpoint_url="chaos://lost-claim-near-deadline")
         if after == "kill":
             raise InvocationKilled("deadline passed while a DynamoDB request was in flight")
+
+
+class ArchiveChaos:
+    """Faults of one consumer's archive writes (``PutObject`` on its S3 client), drawn from its own sequence.
+
+    ``owner`` is the consumer's ``DynamoDBChaos``: the same switch (``enabled``), the same invocation, and the
+    same record of what killed it (``killed_before = "archive"``), so the consumer reports the kill as any other.
+    """
+
+    PUT: Final = "PutObject"
+
+    def __init__(self, client: Any, rates: ArchiveFaultRates, rng: random.Random, log: FaultLog, owner: DynamoDBChaos):
+        self._rates = rates
+        self._rng = rng
+        self._log = log
+        self._owner = owner
+        self._drawn_for: object = None
+        """The invocation whose kill was drawn already (once per invocation, at its first write)."""
+        client.meta.events.register(f"before-call.s3.{self.PUT}", self._before_call)
+        client.meta.events.register(f"after-call.s3.{self.PUT}", self._after_call)
+
+    def _before_call(self, context: dict[str, Any], **_: Any) -> Answer | None:
+        context.pop(_AFTER, None)
+        owner = self._owner
+        if not owner.enabled:
+            return None
+        self._log.add("situation.archive_writes")
+        if owner.invocation is not None and self._drawn_for is not owner.invocation:
+            self._drawn_for = owner.invocation
+            if self._rng.random() < self._rates.kill_before_archive:
+                self._log.add("archive.kill_before_archive")
+                owner.killed_before = "archive"
+                raise InvocationKilled("killed between the counters' commit and the archive write")
+        rates = self._rates
+        roll = self._rng.random()
+        kind = None
+        for name, rate in (
+            ("connect_failure", rates.connect_failure),
+            ("lost_response", rates.lost_response),
+            ("throttle", rates.throttle),
+        ):
+            if roll < rate:
+                kind = name
+                break
+            roll -= rate
+        if kind is None:
+            return None
+        self._log.add(f"archive.{kind}")
+        if kind == "connect_failure":
+            raise EndpointConnectionError(endpoint_url="chaos://archive-connect-failure")
+        if kind == "throttle":
+            return error_answer("SlowDown", status=503, message="chaos: please reduce your request rate")
+        context[_AFTER] = "lose"
+        return None
+
+    def _after_call(self, context: dict[str, Any], **_: Any) -> None:
+        if context.pop(_AFTER, None) == "lose":
+            raise lost_response()
 
 
 def _after_commit_write(operation: str, params: dict[str, Any]) -> str | None:

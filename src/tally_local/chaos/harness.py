@@ -31,6 +31,7 @@ from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.post_commit import post_commit_steps
+from tally.post_commit.archive import wall_clock_ms
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.distinct import DynamoDBDistinctStore
@@ -39,12 +40,13 @@ from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.windows import DynamoDBWindowMover
+from tally_local.chaos.archive import ArchiveSite, ArchiveVerdict, judge_archive
 from tally_local.chaos.check import PatternReads, Verdict, judge
 from tally_local.chaos.clock import VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
 from tally_local.chaos.dlq import ConsumerPort, DeadLetterStore
 from tally_local.chaos.expired_claims import run_expired_claims
-from tally_local.chaos.faults import DynamoDBChaos, FaultLog
+from tally_local.chaos.faults import ArchiveChaos, DynamoDBChaos, FaultLog
 from tally_local.chaos.horizon import run_past_horizon
 from tally_local.chaos.invoke import Consumer, KilledClaims
 from tally_local.chaos.kinesis import ShardConsumer, Stream
@@ -56,12 +58,14 @@ from tally_local.chaos.wiring import PipelineFactory, Tables
 from tally_local.chaos.workload import TRACER, Source, Workload, generate, wide_items
 from tally_local.esm import RetryCadence
 from tally_local.kit.conflicts import InFlightTransactions
+from tally_local.moto_server import SerialMotoServer
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
 
 TTL_SECONDS = 35 * 86_400
@@ -83,8 +87,10 @@ def wire_pipeline(
     store: DynamoDBCounterStore | None = None,
     journal: DynamoDBJournal | None = None,
     marker_read_gate: MarkerReadGate | None = None,
+    archive: ArchiveWriter | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> BatchPipeline:
-    """``tally.runtime.build_pipeline``'s wiring, on the given client and dead-letter port."""
+    """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer."""
     hot_keys = parse_hot_keys(config.hot_keys)
     defaults = parse_counter_defaults(config.counter_defaults, hot_keys)
     bounds = parse_counter_bounds(config.counter_bounds, hot_keys, defaults)
@@ -120,6 +126,8 @@ def wire_pipeline(
             gauges=DynamoDBGaugeStore(client, tables.counters),
             distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
             mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
+            archive=archive,
+            clock=clock or wall_clock_ms,
         ),
     )
 
@@ -164,6 +172,8 @@ class ChaosResult:
     expired_claim_problems: tuple[str, ...] = ()
     """What went wrong with the claims of dead batches met while TTL swept between two requests
     (``tally_local.chaos.expired_claims``)."""
+    archive: ArchiveVerdict | None = None
+    """The archive recounted against the tables (``tally_local.chaos.archive``); None: the run archived nothing."""
 
     @property
     def faults(self) -> dict[str, int]:
@@ -197,6 +207,8 @@ class ChaosResult:
             and not self.past_horizon_problems
             and not self.expired_claim_problems
             and (self.series_reads > 0 or not self.config.window_messages)
+            and (self.archive is None or self.archive.ok)
+            and (self.archive is not None or not self.config.archive)
         )
 
 
@@ -221,6 +233,12 @@ class _Run:
     """Holds window moves until a series read of their key is between two requests."""
     sessions: dict[str, tuple[str, bool]] = field(default_factory=dict)
     """The bounded sessions' messages (``Workload.sessions``), for the situations the consumers count."""
+    archive: ArchiveSite | None = None
+    """Where every consumer archives what it counts (``ChaosConfig.archive``)."""
+
+    def archive_writer(self) -> ArchiveWriter | None:
+        """A writer without faults (the setup and the past-horizon step), or None when the run archives nothing."""
+        return self.archive.writer() if self.archive is not None else None
 
     def consumer(self, name: str, index: int) -> Consumer:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
@@ -239,9 +257,17 @@ class _Run:
         )
         # A gate that never reads is one that has closed (10 quiet batches) and met no marker since.
         gate = MarkerReadGate(quiet_batches=0) if index < config.closed_gate_consumers else MarkerReadGate()
+        archive = None
+        if self.archive is not None:
+            s3 = self.archive.client()
+            ArchiveChaos(s3, config.archive_faults, random.Random(f"{config.seed}:s3:{name}"), self.log, chaos)
+            archive = self.archive.writer(s3)
+        pipeline = self.pipeline_factory(
+            client, self.tables, port, config, marker_read_gate=gate, archive=archive, clock=self.clock.now_ms
+        )
         return Consumer(
             name=name,
-            pipeline=self.pipeline_factory(client, self.tables, port, config, marker_read_gate=gate),
+            pipeline=pipeline,
             chaos=chaos,
             clock=self.clock,
             log=self.log,
@@ -327,7 +353,7 @@ def _needs_another_redrive(
     return moved or given_up
 
 
-def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
+def run_chaos(
     config: ChaosConfig,
     client_factory: Callable[[], DynamoDBClient],
     tables: Tables,
@@ -336,9 +362,28 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     on_progress: Callable[[str, int, int], None] | None = None,
     reader_factory: SeriesReaderFactory = series_reader,
 ) -> ChaosResult:
-    """Run ``config`` against the (empty) ``tables``; ``on_progress(phase, acknowledged, messages)``."""
+    """Run ``config`` against the (empty) ``tables``; ``on_progress(phase, acknowledged, messages)``. With
+    ``config.archive``, on a moto server of its own for the archive's bucket, stopped at the end."""
+    options = {"pipeline_factory": pipeline_factory, "on_progress": on_progress, "reader_factory": reader_factory}
+    if not config.archive:
+        return _run_chaos(config, client_factory, tables, archive=None, **options)  # type: ignore[arg-type]
+    with SerialMotoServer() as moto:
+        site = ArchiveSite(moto.endpoint_url).create()
+        return _run_chaos(config, client_factory, tables, archive=site, **options)  # type: ignore[arg-type]
+
+
+def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
+    config: ChaosConfig,
+    client_factory: Callable[[], DynamoDBClient],
+    tables: Tables,
+    *,
+    pipeline_factory: PipelineFactory,
+    on_progress: Callable[[str, int, int], None] | None,
+    reader_factory: SeriesReaderFactory,
+    archive: ArchiveSite | None,
+) -> ChaosResult:
     started = time.perf_counter()
-    run = _Run(config, client_factory, tables, pipeline_factory)
+    run = _Run(config, client_factory, tables, pipeline_factory, archive=archive)
     generated_ms = run.clock.now_ms()
     workload = generate(config, generated_ms)
     run.sessions = workload.sessions
@@ -354,7 +399,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
     stream = Stream(config.kinesis_shards, run.clock)
     _apply_setup(workload, run)
     # Before the load, on clients of their own: ids met past their horizon, then dead batches' claims met while
-    # TTL sweeps between two requests (each returns what went wrong).
+    # TTL sweeps between two requests (each returns what went wrong); both archive what they count.
     past_horizon, expired_claims = (
         section(
             config,
@@ -365,6 +410,8 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
             log=run.log,
             now_ms=run.clock.now_ms(),
             ttl_seconds=TTL_SECONDS,
+            archive=run.archive_writer(),
+            clock=run.clock.now_ms,
         )
         for section in (run_past_horizon, run_expired_claims)
     )
@@ -468,16 +515,30 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         "situation.sum_over_38_digits_dead_lettered",
         sum(1 for letter in run.dead_letters.letters() if letter.body in precision_bodies and letter.code),
     )
+    patterns = _pattern_reads(config, tables, client_factory)
     verdict = judge(
         workload,
         partial(read_counters, reader),
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
-        patterns=_pattern_reads(config, tables, client_factory),
+        patterns=patterns,
         replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
         read_window=_final_close(config, tables, client_factory, run.clock.now_ms(), run.log),
         ever_letters=run.dead_letters.ever(),
     )
+    archived = None
+    if archive is not None:
+        hot_keys = parse_hot_keys(config.hot_keys)
+        archived = judge_archive(
+            archive,
+            windows=parse_window_spec(config.windows, config.window_retention),
+            defaults=parse_counter_defaults(config.counter_defaults, hot_keys),
+            client=client_factory(),
+            counters_table=tables.counters,
+            patterns=patterns,
+            refused_keys=refused_keys(config.seed, config.pattern_keys, config.refused_keys),
+            now_ms=run.clock.now_ms(),
+        )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
         config=config,
@@ -497,6 +558,7 @@ def run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anothe
         series_read_violations=tuple(series_monitor.violations),
         past_horizon_problems=tuple(past_horizon),
         expired_claim_problems=tuple(expired_claims),
+        archive=archived,
     )
 
 
@@ -536,7 +598,12 @@ def _apply_setup(workload: Workload, run: _Run) -> None:
         return
     client = run.client_factory()
     pipeline = wire_pipeline(
-        client, run.tables, ConsumerPort(run.dead_letters, 0.0, random.Random(), run.log), run.config
+        client,
+        run.tables,
+        ConsumerPort(run.dead_letters, 0.0, random.Random(), run.log),
+        run.config,
+        archive=run.archive_writer(),
+        clock=run.clock.now_ms,
     )
     now_ms = run.clock.now_ms()
     records = [SourceRecord(f"setup-{m.message_id}", m.body, now_ms) for m in workload.setup]

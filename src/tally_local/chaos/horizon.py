@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.pipeline import DeadLetterQueue
+    from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.faults import FaultLog
     from tally_local.chaos.wiring import PipelineFactory, Tables
@@ -78,8 +79,11 @@ def run_past_horizon(
     log: FaultLog,
     now_ms: int,
     ttl_seconds: int,
+    archive: ArchiveWriter | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> list[str]:
-    """Steps 1 to 4 above for each session; returns what went wrong (empty: every count exact)."""
+    """Steps 1 to 4 above for each session; returns what went wrong (empty: every count exact). ``archive`` is
+    where its pipelines archive what they count (each message of seq 0 counted twice: two commits)."""
     if config.horizon_sessions <= 0:
         return []
     client = client_factory()
@@ -91,7 +95,9 @@ def run_past_horizon(
     problems: list[str] = []
 
     def deliver(records: list[SourceRecord], at_ms: int, gate: MarkerReadGate, what: str) -> None:
-        pipeline = pipeline_factory(client, tables, dead_letters, config, marker_read_gate=gate)
+        pipeline = pipeline_factory(
+            client, tables, dead_letters, config, marker_read_gate=gate, archive=archive, clock=clock
+        )
         pending = records
         failure = ""
         for _ in range(DELIVERIES):

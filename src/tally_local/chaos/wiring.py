@@ -9,10 +9,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.pipeline import BatchPipeline, DeadLetterQueue
+    from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
 
 
@@ -23,7 +26,8 @@ class Tables:
 
 
 class PipelineFactory(Protocol):
-    """Builds one consumer's pipeline on its client (production wiring: ``wire_pipeline``)."""
+    """Builds one consumer's pipeline on its client (production wiring: ``wire_pipeline``); ``archive`` is where
+    it archives what it counts (None: off), its records' times read from ``clock`` (the run's virtual clock)."""
 
     def __call__(
         self,
@@ -33,4 +37,6 @@ class PipelineFactory(Protocol):
         config: ChaosConfig,
         *,
         marker_read_gate: MarkerReadGate | None = None,
+        archive: ArchiveWriter | None = None,
+        clock: Callable[[], int] | None = None,
     ) -> BatchPipeline: ...

@@ -1,0 +1,280 @@
+"""The chaos run's archive: a bucket on moto's S3 that every consumer writes to, and its verdict after the run.
+
+Every consumer archives what it counts (``tally.post_commit.archive``, through the production wiring, on an S3
+client of its own with its own faults: ``tally_local.chaos.faults.ArchiveChaos``). After the run the archive is
+read back and recounted (``tally.audit.recount``, with the run's windows and start values, on the run's one
+virtual clock: no tolerance between clocks), and the recount must equal what the tables hold:
+
+- every all-time counter of every key the table or the recount names (a message counted but not archived shows
+  as a counter short; a refused message archived, or a counting archived twice under two commits, as a counter
+  over);
+- every window still kept that the table or the recount names, its counters and distinct counts (the table read
+  whole after the run's final close: window items, and windows still on key or day items);
+- every gauge and distinct count (all-time, and per window), except on the run's ``refused_keys``, whose gauge
+  and member writes DynamoDB refuses for good: their messages count (so are archived) and leave nothing there;
+- and no record's content may differ from its digest.
+
+A counter the recount cannot order against a reset (``Recount.inexact``) is counted as unjudged, not wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING
+
+import boto3
+
+from tally.archive_writer import S3ArchiveWriter
+from tally.audit.objects import read_archive
+from tally.audit.recount import recount
+from tally.client_config import CLIENT_CONFIG
+from tally.core.items import ALL_TIME
+from tally.core.windows import parse_window_id
+from tally.post_commit.archive import DEFAULT_PREFIX
+from tally.reader import CounterReader
+from tally.reader.dynamodb import add_into, key_of_partition
+from tally.store.schema import (
+    MEMBER_PARTITION_SUFFIX,
+    PARTITION_KEY,
+    SORT_KEY,
+    counters_from_item,
+    distinct_from_item,
+    open_windows_from_item,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from mypy_boto3_dynamodb import DynamoDBClient
+    from mypy_boto3_s3 import S3Client
+
+    from tally.audit.recount import Recount
+    from tally.core.defaults import CounterDefaults
+    from tally.core.windows import WindowSpec
+    from tally_local.chaos.check import PatternReads
+
+BUCKET = "tally-chaos-archive"
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveSite:
+    """Where a run's archive lives: moto's server and the bucket on it."""
+
+    endpoint_url: str
+    bucket: str = BUCKET
+
+    def client(self) -> S3Client:
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            region_name="us-east-1",
+            aws_access_key_id="chaos",
+            aws_secret_access_key="chaos",
+            config=CLIENT_CONFIG,
+        )
+
+    def writer(self, client: S3Client | None = None) -> S3ArchiveWriter:
+        return S3ArchiveWriter(client or self.client(), self.bucket)
+
+    def create(self) -> ArchiveSite:
+        self.client().create_bucket(Bucket=self.bucket)
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveVerdict:
+    """The recount of the run's archive against the tables."""
+
+    records: int
+    """Records read back (copies included)."""
+    countings: int
+    """Distinct (message id, commit)."""
+    counters_checked: int
+    counters_wrong: int
+    windows_checked: int
+    windows_wrong: int
+    patterns_checked: int
+    """Gauges and distinct counts."""
+    patterns_wrong: int
+    unjudged: int
+    """Counters or windows the recount cannot give exactly (a reset it cannot order): not judged."""
+    digest_mismatches: int
+    examples: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return (
+            self.counters_wrong == 0
+            and self.windows_wrong == 0
+            and self.patterns_wrong == 0
+            and self.digest_mismatches == 0
+            and self.countings > 0
+        )
+
+
+def judge_archive(
+    site: ArchiveSite,
+    *,
+    windows: WindowSpec,
+    defaults: CounterDefaults,
+    client: DynamoDBClient,
+    counters_table: str,
+    patterns: PatternReads,
+    refused_keys: frozenset[str],
+    now_ms: int,
+) -> ArchiveVerdict:
+    """Recount ``site``'s archive and compare it with the counters table, read whole (two ``Scan`` s)."""
+    records = list(read_archive(site.client(), site.bucket, DEFAULT_PREFIX))
+    result = recount(records, windows=windows, defaults=defaults, clock_tolerance_ms=0)
+    examples: list[str] = []
+    reader = CounterReader(counters_table, client=client)
+    counters = _compare_counters(result, reader.all_time_totals(), examples)
+    stored_windows, stored_members = stored_window_values(client, counters_table)
+    windowed = _compare_windows(
+        result,
+        windows,
+        (stored_windows, stored_members),
+        now_ms=now_ms,
+        refused=refused_keys,
+        examples=examples,
+    )
+    pattern_figures = _compare_patterns(result, patterns, refused_keys, examples)
+    examples.extend(f"archived content differs from its digest: {mid}" for mid in result.digest_mismatches[:3])
+    return ArchiveVerdict(
+        records=result.records,
+        countings=result.messages,
+        counters_checked=counters[0],
+        counters_wrong=counters[1],
+        windows_checked=windowed[0],
+        windows_wrong=windowed[1],
+        patterns_checked=pattern_figures[0],
+        patterns_wrong=pattern_figures[1],
+        unjudged=len(result.inexact),
+        digest_mismatches=len(result.digest_mismatches),
+        examples=tuple(examples[:10]),
+    )
+
+
+WindowValues = dict[str, dict[str, dict[str, Decimal]]]
+"""Key -> window id -> name -> value."""
+
+
+def stored_window_values(client: DynamoDBClient, counters_table: str) -> tuple[WindowValues, WindowValues]:
+    """Every window's counters and distinct counts as the counters table holds them, shards summed: window items,
+    and windows still on key items or day items (``w#`` attributes), added as ``tally.reader``'s series adds
+    them. One consistent ``Scan`` after the run, when nothing moves any more."""
+    found: WindowValues = {}
+    members: WindowValues = {}
+    pages = client.get_paginator("scan").paginate(TableName=counters_table, ConsistentRead=True)
+    for page in pages:
+        for item in page.get("Items", []):
+            partition = item[PARTITION_KEY]["S"]
+            if partition.endswith(MEMBER_PARTITION_SUFFIX):
+                continue  # a distinct member's own item: counted in its set's count
+            key, window = key_of_partition(partition), item[SORT_KEY]["S"]
+            for held, counters in open_windows_from_item(item).items():
+                add_into(found.setdefault(key, {}).setdefault(held, {}), counters)
+            if window != ALL_TIME:
+                add_into(found.setdefault(key, {}).setdefault(window, {}), counters_from_item(item))
+                add_into(members.setdefault(key, {}).setdefault(window, {}), distinct_from_item(item))
+    return found, members
+
+
+def _nonzero(values: Mapping[str, Decimal | int]) -> dict[str, Decimal]:
+    return {name: Decimal(value) for name, value in values.items() if value}
+
+
+def _compare_counters(
+    result: Recount, stored_totals: Mapping[str, Mapping[str, Decimal]], examples: list[str]
+) -> tuple[int, int]:
+    """Every all-time counter of every key the table or the recount names."""
+    checked = wrong = 0
+    for key in sorted(stored_totals.keys() | result.counters.keys()):
+        stored = _nonzero(stored_totals.get(key, {}))
+        recounted = _nonzero(result.counters.get(key, {}))
+        for name in sorted(stored.keys() | recounted.keys()):
+            if (key, ALL_TIME, name) in result.inexact:
+                continue
+            checked += 1
+            have, want = stored.get(name, Decimal(0)), recounted.get(name, Decimal(0))
+            if have != want:
+                wrong += 1
+                examples.append(f"{key}/{name}: stored {have}, the archive recounts {want}")
+    return checked, wrong
+
+
+def _compare_windows(
+    result: Recount,
+    spec: WindowSpec,
+    stored: tuple[WindowValues, WindowValues],
+    *,
+    now_ms: int,
+    refused: frozenset[str],
+    examples: list[str],
+) -> tuple[int, int]:
+    """Every window still kept that the table or the recount names: its counters, and its distinct counts
+    (a refused key's member writes never land: its windows hold none)."""
+    stored_windows, stored_members = stored
+    recounted_members: WindowValues = {}
+    for key, sets in result.distinct.items():
+        for (window, name), count in sets.items():
+            if window != ALL_TIME and key not in refused:
+                recounted_members.setdefault(key, {}).setdefault(window, {})[name] = Decimal(count)
+    checked = wrong = 0
+    pairs = {(k, w) for k, ws in stored_windows.items() for w in ws} | {
+        (k, w) for k, ws in result.windows.items() for w in ws
+    }
+    for key, window in sorted(pairs):
+        name, start = parse_window_id(window)
+        expiry = spec.unit(name).expires_at_s(start)
+        if expiry is not None and expiry * 1000 <= now_ms:
+            continue  # past its retention: TTL deletes it, whatever it holds
+        doubted = {counter for k, w, counter in result.inexact if (k, w) == (key, window)}
+        have = {n: v for n, v in _nonzero(stored_windows.get(key, {}).get(window, {})).items() if n not in doubted}
+        want = {n: v for n, v in _nonzero(result.windows.get(key, {}).get(window, {})).items() if n not in doubted}
+        have_members = _nonzero(stored_members.get(key, {}).get(window, {}))
+        want_members = _nonzero(recounted_members.get(key, {}).get(window, {}))
+        checked += 1
+        if have != want or (key not in refused and have_members != want_members):
+            wrong += 1
+            examples.append(
+                f"window {key} {window}: stored {have} {have_members}, the archive recounts {want} {want_members}"
+            )
+    return checked, wrong
+
+
+def _compare_patterns(
+    result: Recount, patterns: PatternReads, refused: frozenset[str], examples: list[str]
+) -> tuple[int, int]:
+    """Every gauge and all-time distinct count the recount names (a refused key's writes never land)."""
+    checked = wrong = 0
+    for key, slots in sorted(result.gauges.items()):
+        if key in refused:
+            continue
+        stored = patterns.gauges(key)
+        for (kind, name), value in sorted(slots.items()):
+            checked += 1
+            found = stored.get(str(kind), {}).get(name)
+            same = (
+                found == value
+                if isinstance(value, str) or found is None or isinstance(found, str)
+                else (Decimal(found) == Decimal(value))
+            )
+            if not same:
+                wrong += 1
+                examples.append(f"{key} gauge {kind} {name}: stored {found!r}, the archive recounts {value!r}")
+    for key, sets in sorted(result.distinct.items()):
+        if key in refused:
+            continue
+        stored_counts = patterns.distinct(key)
+        for (window, name), count in sorted(sets.items()):
+            if window != ALL_TIME:
+                continue  # per window: judged with the windows
+            checked += 1
+            if stored_counts.get(name) != count:
+                wrong += 1
+                examples.append(
+                    f"{key} distinct {name}: stored {stored_counts.get(name)}, the archive recounts {count}"
+                )
+    return checked, wrong
