@@ -271,15 +271,21 @@ LOCAL_DEFAULTS: Final = {"Source": "Both", "BatchingWindowSeconds": "1", "Stream
 template's 20 s are chosen for cost at steady traffic; locally they would hold a first count back 20 s)."""
 DEFAULT_NAME: Final = "tally-local"
 DOCKER_BRIDGE: Final = "docker0"
-ENDPOINT_VARIABLES: Final = ("AWS_ENDPOINT_URL_DYNAMODB", "AWS_ENDPOINT_URL_SQS", "AWS_ENDPOINT_URL_KINESIS")
-"""The endpoints template.yaml declares (empty) for every function, so ``sam local invoke --env-vars`` can set them."""
+ENDPOINT_VARIABLES: Final = (
+    "AWS_ENDPOINT_URL_DYNAMODB",
+    "AWS_ENDPOINT_URL_SQS",
+    "AWS_ENDPOINT_URL_KINESIS",
+    "AWS_ENDPOINT_URL_S3",
+)
+"""The endpoints template.yaml declares (empty) for every function, so ``sam local invoke --env-vars`` can set them
+(S3: the archive's bucket on the stack's moto server)."""
 
 
 def sam_env_vars(resources: LocalResources, dynamodb_endpoint: str, aws_endpoint: str) -> dict[str, dict[str, str]]:
     """The ``sam local invoke --env-vars`` document: per function, the environment the template gives it with
     the local names, and the endpoints a function container reaches the stack at."""
     functions = [name for name in resources.physical_ids if name.endswith("Function")]
-    endpoints = dict(zip(ENDPOINT_VARIABLES, (dynamodb_endpoint, aws_endpoint, aws_endpoint), strict=True))
+    endpoints = dict(zip(ENDPOINT_VARIABLES, (dynamodb_endpoint, *[aws_endpoint] * 3), strict=True))
     return {
         name: {**function_definition(resources.template, name, resources.physical_ids).environment, **endpoints}
         for name in functions

@@ -14,7 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally.audit.objects import read_archive
+from tally.audit.recount import recount
 from tally.cli.synthetic import generate
+from tally.config import DEFAULT_ARCHIVE_PREFIX
 from tally.producer import KinesisPublisher, NumberedIds, PackLimits, SqsPublisher, build_messages, new_message_id
 from tests.support.local_stack import pollers, running_stack, tally, tally_json, tally_lines
 
@@ -57,6 +60,13 @@ def assert_counts(expected: dict[str, dict[str, Decimal]]) -> None:
     assert (top["key"], top["value"]) == (largest, expected[largest]["count"])
 
 
+def assert_archive_recounts(resources: LocalResources, expected: dict[str, dict[str, Decimal]]) -> None:
+    """The archive in the local stack's bucket recounts every key exactly."""
+    assert resources.archive_bucket is not None
+    result = recount(read_archive(resources.client("s3"), resources.archive_bucket, DEFAULT_ARCHIVE_PREFIX))
+    assert {key: dict(values) for key, values in result.counters.items()} == expected
+
+
 def redrive_changes_nothing(resources: LocalResources, mappings: Any, expected: dict[str, dict[str, Decimal]]) -> None:
     """Copies of counted messages plus the poison: redriven, nothing counted twice, the poison back."""
     letters = tally_lines("dlq", "list", "--json")
@@ -96,6 +106,8 @@ def test_sqs_end_to_end_with_concurrent_pollers_and_a_redrive(
             assert stats.metric("PoisonRecords") == len(POISON)
             assert stats.function_errors == 0
             assert stats.writes.transactions > 0
+            # AND the functions archived every counted message to the stack's bucket on moto's S3
+            assert_archive_recounts(stack, expected)
             # AND a redrive of the dead-letter queue (with copies of counted messages) changes nothing
             for message in messages[:3]:
                 sqs.send_message(QueueUrl=stack.dead_letter_queue_url, MessageBody=message.body.decode())

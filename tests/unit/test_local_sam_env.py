@@ -20,6 +20,7 @@ PHYSICAL = {
     "EventsQueue": "http://127.0.0.1:2/123456789012/s-EventsQueue",
     "EventsDeadLetterQueue": "http://127.0.0.1:2/123456789012/s-EventsDeadLetterQueue",
     "EventStream": "s-EventStream",
+    "ArchiveBucket": "s-archivebucket",
     "CounterFunction": "tally-local-CounterFunction",
     "StreamCounterFunction": "tally-local-StreamCounterFunction",
 }
@@ -42,7 +43,9 @@ def test_the_env_vars_file_sets_only_declared_variables_and_the_bridge_endpoints
             "http://172.17.0.1:1",
             "http://172.17.0.1:2",
             "http://172.17.0.1:2",
+            "http://172.17.0.1:2",
         ]
+        assert variables["TALLY_ARCHIVE_BUCKET"] == PHYSICAL["ArchiveBucket"]  # archived to the stack's moto S3
 
 
 def test_the_invoke_line_uses_local_credentials_and_the_file() -> None:

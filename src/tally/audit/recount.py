@@ -170,7 +170,7 @@ def recount(
             parts = item_parts(item)
             if parts.window != ALL_TIME:
                 _add_all(window_sums.setdefault(parts.key, {}).setdefault(parts.window, {}), counters)
-                _doubt_window(inexact, counting, spec, parts.key, parts.window, counters)
+                _doubt_window(inexact, counting, spec, key=parts.key, window=parts.window, deltas=counters)
                 continue
             for name, delta in counters.items():
                 split = split_window_counter(name)
@@ -181,7 +181,7 @@ def recount(
                 window, counter = split
                 into = window_sums.setdefault(parts.key, {}).setdefault(window, {})
                 into[counter] = add(into.get(counter, 0), delta)
-                _doubt_window(inexact, counting, spec, parts.key, window, {counter: delta})
+                _doubt_window(inexact, counting, spec, key=parts.key, window=window, deltas={counter: delta})
         for event in message.events:
             if event.reset is not None:
                 operated.setdefault(event.key, []).append(counting)
@@ -218,6 +218,7 @@ def _doubt_window(
     inexact: dict[tuple[str, str, str], str],
     counting: Counting,
     spec: WindowSpec,
+    *,
     key: str,
     window: str,
     deltas: Mapping[str, Number],

@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import partial
@@ -40,7 +41,7 @@ from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.windows import DynamoDBWindowMover
-from tally_local.chaos.archive import ArchiveSite, ArchiveVerdict, judge_archive
+from tally_local.chaos.archive import BUCKET, ArchiveSite, ArchiveVerdict, judge_archive
 from tally_local.chaos.check import PatternReads, Verdict, judge
 from tally_local.chaos.clock import VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
@@ -368,7 +369,8 @@ def run_chaos(
     if not config.archive:
         return _run_chaos(config, client_factory, tables, archive=None, **options)  # type: ignore[arg-type]
     with SerialMotoServer() as moto:
-        site = ArchiveSite(moto.endpoint_url).create()
+        # A bucket of its own: moto keeps its services' state per process, across servers.
+        site = ArchiveSite(moto.endpoint_url, f"{BUCKET}-{uuid.uuid4().hex[:12]}").create()
         return _run_chaos(config, client_factory, tables, archive=site, **options)  # type: ignore[arg-type]
 
 
