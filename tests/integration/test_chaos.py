@@ -434,7 +434,7 @@ def test_the_harness_catches_markers_without_content_digests(
 class FatesForgettingRedeliveries(Fates):
     """BROKEN on purpose: a message a marker shows counted before is given no fate (a lost bookkeeping line)."""
 
-    def already_applied(self, message_id: str) -> None:
+    def already_applied(self, message_id: str, commit: Commit | None) -> None:
         return None
 
 

@@ -70,7 +70,7 @@ def assert_passes_unbroken(
     the defect's doing, not the configuration's."""
     result = run_on(dynamodb_local, ddb_tables, config)
     assert not situations_missing(result, needs), result.counts
-    assert result.passed, result.verdict.examples
+    assert result.passed, (result.verdict.examples, result.archive)
 
 
 def rewired(

@@ -25,9 +25,9 @@ count must hold if each counted message was counted exactly once:
    the one the order of ``(committed_ms, delivery, seq)`` gives.
 
 Also reported: records whose content does not hash to their digest (``Recount.digest_mismatches``: an archive
-edited by hand, or a marker written before digests existed), and events without ``ts`` whose copies disagree
-on the receive time that places them when no copy was written by the committing invocation
-(``Recount.inexact`` for their windows).
+edited by hand, or a marker written before digests existed), and the keys whose windows hold an event without
+``ts`` of a message no copy written by the committing invocation names (``Recount.unplaced``: a later delivery's
+receive time may not be the one that placed it, so which window it went to is unknown).
 
 Pure: no boto3, no clock, no environment. Exact: every sum in ``tally.core.numbers.EXACT``.
 """
@@ -70,9 +70,10 @@ class Counting:
     """The earliest ``archived_ms`` of every copy: its deltas had landed by then."""
     copies: int
     """Records of this (message id, commit) read, the kept one included."""
-    received_options: tuple[int, ...] = ()
-    """The different receive times the copies name, when none was written by the committing invocation (the one
-    that placed its events without ``ts``) and they disagree; empty otherwise."""
+    placed_here: bool = True
+    """A copy was written by the committing invocation, whose receive time placed the events without ``ts``. A
+    copy written by a later delivery (a repair, a duplicate) names that delivery's receive time, the same for a
+    redelivery of the same record and another for a producer's re-send or a redrive: not to be trusted."""
 
     @property
     def lo_ms(self) -> int:
@@ -99,14 +100,12 @@ def countings(records: Iterable[ArchiveRecord]) -> list[Counting]:
     for copies in groups.values():
         if len(copies) == 1:  # the common case: no copy to choose from
             (only,) = copies
-            found.append(Counting(only, record_message(only), only.archived_ms, 1))
+            found.append(Counting(only, record_message(only), only.archived_ms, 1, only.counted_here))
             continue
         here = [record for record in copies if record.counted_here]
         kept = min(here or copies, key=lambda record: (record.archived_ms, record.delivery, record.seq))
-        received = tuple(sorted({record.received_ms for record in copies}))
-        options = received if not here and len(received) > 1 else ()
         hi_ms = min(record.archived_ms for record in copies)
-        found.append(Counting(kept, record_message(kept), hi_ms, len(copies), options))
+        found.append(Counting(kept, record_message(kept), hi_ms, len(copies), bool(here)))
     found.sort(key=lambda counting: counting.order)
     return found
 
@@ -132,7 +131,10 @@ class Recount:
     distinct: Mapping[str, Mapping[tuple[str, str], int]]
     """Key -> (window id or ``ALL_TIME``, set name) -> how many different members were counted."""
     inexact: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
-    """(key, window id or ``ALL_TIME``, counter) -> why that value cannot be recounted exactly."""
+    """(key, ``ALL_TIME``, counter) -> why that all-time value cannot be recounted exactly (a reset)."""
+    unplaced: Mapping[str, str] = field(default_factory=dict)
+    """Key -> why its windows cannot be recounted exactly: an event without ``ts`` whose placing receive time no
+    copy names (``Counting.placed_here``). Which window it went to is unknown; its all-time value is exact."""
     records: int = 0
     """Records read."""
     messages: int = 0
@@ -156,6 +158,7 @@ def recount(
     window_sums: dict[str, dict[str, dict[str, Number]]] = {}
     members: dict[str, dict[tuple[str, str], set[str]]] = {}
     inexact: dict[tuple[str, str, str], str] = {}
+    unplaced: dict[str, str] = {}
     operated: dict[str, list[Counting]] = {}
     """Key -> the countings of its resets, in ``Counting.order`` (a correction is a delta like any other)."""
     touching: dict[str, list[Counting]] = {}
@@ -170,7 +173,6 @@ def recount(
             parts = item_parts(item)
             if parts.window != ALL_TIME:
                 _add_all(window_sums.setdefault(parts.key, {}).setdefault(parts.window, {}), counters)
-                _doubt_window(inexact, counting, spec, key=parts.key, window=parts.window, deltas=counters)
                 continue
             for name, delta in counters.items():
                 split = split_window_counter(name)
@@ -181,8 +183,12 @@ def recount(
                 window, counter = split
                 into = window_sums.setdefault(parts.key, {}).setdefault(window, {})
                 into[counter] = add(into.get(counter, 0), delta)
-                _doubt_window(inexact, counting, spec, key=parts.key, window=window, deltas={counter: delta})
         for event in message.events:
+            if event.ts_ms is None and not counting.placed_here and event.key not in unplaced:
+                unplaced[event.key] = (
+                    f"message {record.id!r} was archived only by a later delivery, whose receive time may not be the "
+                    "one that placed its events without ts in their windows"
+                )
             if event.reset is not None:
                 operated.setdefault(event.key, []).append(counting)
             for name, member in (event.distinct or {}).items():
@@ -203,6 +209,7 @@ def recount(
         gauges={key: {slot: value.value for slot, value in slots.items()} for key, slots in gauges.updates.items()},
         distinct={key: {slot: len(names) for slot, names in sets.items()} for key, sets in members.items()},
         inexact=inexact,
+        unplaced=unplaced,
         records=len(read),
         messages=len(found),
         digest_mismatches=tuple(mismatches),
@@ -212,31 +219,6 @@ def recount(
 def _add_all(into: dict[str, Number], deltas: Mapping[str, Number]) -> None:
     for name, delta in deltas.items():
         into[name] = add(into.get(name, 0), delta)
-
-
-def _doubt_window(
-    inexact: dict[tuple[str, str, str], str],
-    counting: Counting,
-    spec: WindowSpec,
-    *,
-    key: str,
-    window: str,
-    deltas: Mapping[str, Number],
-) -> None:
-    """Mark the windows an event without ``ts`` was placed in, when its copies disagree on when it arrived so
-    much that they would place it in other windows."""
-    options = counting.received_options
-    if not options or all(event.ts_ms is not None for event in counting.message.events):
-        return
-    committed = counting.record.committed_ms
-    placements = {tuple(spec.windows_of(received, committed)[0]) for received in options}
-    if len(placements) == 1:
-        return
-    for name in deltas:
-        inexact[(key, window, name)] = (
-            f"message {counting.record.id!r}: no copy was written by the invocation that counted it, and its "
-            "copies disagree on the receive time that placed its events without ts"
-        )
 
 
 def _with_starts(sums: Mapping[str, Mapping[str, Number]], defaults: CounterDefaults) -> dict[str, dict[str, Number]]:

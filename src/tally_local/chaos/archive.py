@@ -98,7 +98,8 @@ class ArchiveVerdict:
     """Gauges and distinct counts."""
     patterns_wrong: int
     unjudged: int
-    """Counters or windows the recount cannot give exactly (a reset it cannot order): not judged."""
+    """Counters the recount cannot give exactly (a reset it cannot order), and keys whose windows it cannot (an
+    event without ``ts`` archived only by a later delivery): not judged."""
     digest_mismatches: int
     examples: tuple[str, ...] = field(default_factory=tuple)
 
@@ -150,7 +151,7 @@ def judge_archive(
         windows_wrong=windowed[1],
         patterns_checked=pattern_figures[0],
         patterns_wrong=pattern_figures[1],
-        unjudged=len(result.inexact),
+        unjudged=len(result.inexact) + len(result.unplaced),
         digest_mismatches=len(result.digest_mismatches),
         examples=tuple(examples[:10]),
     )
@@ -226,13 +227,14 @@ def _compare_windows(
         (k, w) for k, ws in result.windows.items() for w in ws
     }
     for key, window in sorted(pairs):
+        if key in result.unplaced:
+            continue  # which window an event went to is unknown: unjudged (ArchiveVerdict.unjudged)
         name, start = parse_window_id(window)
         expiry = spec.unit(name).expires_at_s(start)
         if expiry is not None and expiry * 1000 <= now_ms:
             continue  # past its retention: TTL deletes it, whatever it holds
-        doubted = {counter for k, w, counter in result.inexact if (k, w) == (key, window)}
-        have = {n: v for n, v in _nonzero(stored_windows.get(key, {}).get(window, {})).items() if n not in doubted}
-        want = {n: v for n, v in _nonzero(result.windows.get(key, {}).get(window, {})).items() if n not in doubted}
+        have = _nonzero(stored_windows.get(key, {}).get(window, {}))
+        want = _nonzero(result.windows.get(key, {}).get(window, {}))
         have_members = _nonzero(stored_members.get(key, {}).get(window, {}))
         want_members = _nonzero(recounted_members.get(key, {}).get(window, {}))
         checked += 1
