@@ -19,6 +19,7 @@ from __future__ import annotations
 import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
@@ -40,6 +41,13 @@ def _moment(ms: int) -> datetime:
 
 def _epoch_ms(moment: datetime) -> int:
     return (moment - _EPOCH) // _ONE_MS
+
+
+@lru_cache(maxsize=4096)
+def _window_id(prefix: str, id_format: str, start_ms: int) -> str:
+    """A window id, remembered: a batch's events fall in a few windows, and formatting a date costs more than the
+    rest of an event's placement (``strftime``: 6 us of the recount's 30 per single-event message)."""
+    return f"{prefix}#{_moment(start_ms).strftime(id_format)}"
 
 
 def _month_index(ms: int) -> int:
@@ -71,7 +79,7 @@ class WindowUnit:
 
     def window_id(self, start_ms: int) -> str:
         """The sort-key value of the window starting at ``start_ms`` (sorts in time)."""
-        return f"{self.prefix}#{_moment(start_ms).strftime(self.id_format)}"
+        return _window_id(self.prefix, self.id_format, start_ms)
 
     @property
     def id_format(self) -> str:
