@@ -4,7 +4,8 @@
 default settings) on DynamoDB Local, twice side by side on separate tables: once with the archive off, once
 writing it to moto's S3 (``tally_local.moto_server``). The same batches of workload U (1,000 Zipf keys, numbered
 ids) go to both, alternately, so a busy machine slows both alike; per configuration it reports the median
-handler wall time per batch with and without the archive, the process CPU per batch (``time.process_time``),
+handler wall time per batch with and without the archive, the process CPU per batch (``time.process_time``; moto
+runs in a process of its own, DynamoDB Local in its JVM),
 the archive step's own wall time and the bytes it wrote per object, and the overhead, both measured here and
 with S3's latency from Lambda as published figures put it (``--put-ms``, default 100 ms: 60-133 ms measured from
 Lambda to S3 in one region for a small object, kkc.github.io 2020; AWS's performance guide quotes 100-200 ms
@@ -16,12 +17,14 @@ stream's sums, and the archive's recount (``tally.audit.recount``) with the coun
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
 import os
 import statistics
 import time
 import uuid
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import boto3
 
@@ -40,7 +43,7 @@ from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.moto_server import SerialMotoServer
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterator, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
@@ -165,16 +168,37 @@ def _check(
             raise RuntimeError(f"{key}: the archive recounts {recounted.counters.get(key)}, not {counters}")
 
 
+def _serve_moto(endpoints: multiprocessing.Queue[str], stop: Any) -> None:
+    """moto's server in a process of its own, so that its CPU is not counted as the handler's."""
+    with SerialMotoServer() as moto:
+        endpoints.put(moto.endpoint_url)
+        stop.wait()
+
+
+@contextlib.contextmanager
+def moto_process() -> Iterator[str]:
+    """The endpoint of a moto server running in a child process, stopped at the end."""
+    endpoints: multiprocessing.Queue[str] = multiprocessing.Queue()
+    stop = multiprocessing.Event()
+    process = multiprocessing.Process(target=_serve_moto, args=(endpoints, stop), daemon=True)
+    process.start()
+    try:
+        yield endpoints.get(timeout=60)
+    finally:
+        stop.set()
+        process.join(timeout=10)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench archive-cost", description=__doc__.split("\n\n")[0])
     parser.add_argument("--batches", type=int, default=20, help="batches of 100 records per configuration")
     parser.add_argument("--put-ms", type=float, default=100.0, help="S3 PutObject latency from Lambda, assumed")
     args = parser.parse_args(argv)
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; {args.batches} batches of 100 records each")
-    with DynamoDBLocal() as ddb, SerialMotoServer() as moto:
+    with DynamoDBLocal() as ddb, moto_process() as endpoint:
         s3 = boto3.client(
             "s3",
-            endpoint_url=moto.endpoint_url,
+            endpoint_url=endpoint,
             region_name="us-east-1",
             aws_access_key_id="bench",
             aws_secret_access_key="bench",
