@@ -109,7 +109,7 @@ def measure(ddb: DynamoDBLocal, s3: S3Client, bucket: str, *, packed: bool, batc
     tag = uuid.uuid4().hex[:8]
     plain_tables = tally_tables(admin, "arc", f"off{tag}")
     archived_tables = tally_tables(admin, "arc", f"on{tag}")
-    prefix = f"{tag}/"
+    prefix = f"events/{tag}/"  # under the prefix the function role may write (the IAM contract checks it)
     writer = S3ArchiveWriter(s3, bucket)
     plain = _pipeline(client, plain_tables, None)
     archived = _pipeline(client, archived_tables, writer)

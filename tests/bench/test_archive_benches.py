@@ -1,0 +1,49 @@
+"""``bench.archive_format`` and ``bench.archive_cost`` at a tiny size: what their tables are made of holds."""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING
+
+import boto3
+import pytest
+
+from bench import archive_cost, archive_format
+from tally.client_config import CLIENT_CONFIG
+from tally.core.archive import decode_records
+
+if TYPE_CHECKING:
+    from tally_local.dynamodb_local import DynamoDBLocal
+
+
+def test_the_format_bench_measures_what_the_archive_writes_and_recounts_it() -> None:
+    batches = archive_format.archived_batches(300, 100, packed=False)
+    assert [len(batch) for batch in batches] == [100, 100, 100]
+    gzip6 = archive_format._jsonl_gzip(6)
+    # the candidate "gzip 6" is the writer's own encoding, byte for byte
+    assert decode_records(gzip6.encode(batches[0])) == batches[0]
+    measured = archive_format.measure(gzip6, batches, events=300, repeats=1)
+    assert 30e6 < measured.bytes_per_million < 120e6  # tens of bytes per single-event message
+    timed = archive_format.time_recount(1_000, 100)
+    assert timed.messages == 1_000
+
+
+@pytest.mark.integration
+def test_the_cost_bench_runs_the_handlers_wiring_with_and_without_the_archive(
+    dynamodb_local: DynamoDBLocal, moto_endpoint: str
+) -> None:
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bench",
+        aws_secret_access_key="bench",
+        config=CLIENT_CONFIG,
+    )
+    bucket = f"tally-bench-{uuid.uuid4().hex[:12]}"
+    s3.create_bucket(Bucket=bucket)
+    # every counter and the archive's recount are checked inside (a mismatch raises)
+    figures = archive_cost.measure(dynamodb_local, s3, bucket, packed=False, batches=2)
+    assert figures.batches == 2
+    assert figures.object_bytes > 0
+    assert figures.step_ms > 0
