@@ -26,8 +26,6 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import boto3
-
 from bench.deployment import default_settings
 from bench.peers.tables import drop_tables, tally_tables
 from bench.workloads import lambda_event, u_stream
@@ -39,6 +37,7 @@ from tally.reader.store_view import read_counters
 from tally.runtime import CLIENT_CONFIG, wire_pipeline
 from tally.sources.sqs import records_from_event
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally_local.chaos.archive import ArchiveSite
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.moto_server import SerialMotoServer
 
@@ -196,16 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"cpus {os.cpu_count()}, load {os.getloadavg()[0]:.1f}; {args.batches} batches of 100 records each")
     with DynamoDBLocal() as ddb, moto_process() as endpoint:
-        s3 = boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="bench",
-            aws_secret_access_key="bench",
-            config=CLIENT_CONFIG,
-        )
-        bucket = "tally-bench-archive"
-        s3.create_bucket(Bucket=bucket)
+        site = ArchiveSite(endpoint, "tally-bench-archive").create()
+        s3, bucket = site.client(), site.bucket
         print(
             "| messages | handler ms / batch, archive off | on | overhead here | CPU ms off / on | archive step ms "
             "| object bytes | handler ms through the proxy | + PUT at --put-ms |"

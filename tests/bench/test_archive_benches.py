@@ -5,12 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING
 
-import boto3
 import pytest
 
 from bench import archive_cost, archive_format
-from tally.client_config import CLIENT_CONFIG
 from tally.core.archive import decode_records
+from tally_local.chaos.archive import ArchiveSite
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -32,18 +31,9 @@ def test_the_format_bench_measures_what_the_archive_writes_and_recounts_it() -> 
 def test_the_cost_bench_runs_the_handlers_wiring_with_and_without_the_archive(
     dynamodb_local: DynamoDBLocal, moto_endpoint: str
 ) -> None:
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=moto_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="bench",
-        aws_secret_access_key="bench",
-        config=CLIENT_CONFIG,
-    )
-    bucket = f"tally-bench-{uuid.uuid4().hex[:12]}"
-    s3.create_bucket(Bucket=bucket)
+    site = ArchiveSite(moto_endpoint, f"tally-bench-{uuid.uuid4().hex[:12]}").create()
     # every counter and the archive's recount are checked inside (a mismatch raises)
-    figures = archive_cost.measure(dynamodb_local, s3, bucket, packed=False, batches=2)
+    figures = archive_cost.measure(dynamodb_local, site.client(), site.bucket, packed=False, batches=2)
     assert figures.batches == 2
     assert figures.object_bytes > 0
     assert figures.step_ms > 0

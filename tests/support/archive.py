@@ -6,12 +6,10 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import boto3
-
 from tally.archive_writer import S3ArchiveWriter
 from tally.audit.objects import read_archive
 from tally.audit.recount import recount
-from tally.client_config import CLIENT_CONFIG
+from tally_local.chaos.archive import ArchiveSite
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -32,17 +30,8 @@ class ArchiveBucket:
 
     @classmethod
     def on(cls, endpoint_url: str) -> ArchiveBucket:
-        client = boto3.client(
-            "s3",
-            endpoint_url=endpoint_url,
-            region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            config=CLIENT_CONFIG,
-        )
-        bucket = f"tally-archive-{uuid.uuid4().hex[:12]}"
-        client.create_bucket(Bucket=bucket)
-        return cls(client, bucket)
+        site = ArchiveSite(endpoint_url, f"tally-archive-{uuid.uuid4().hex[:12]}").create()
+        return cls(site.client(), site.bucket)
 
     @property
     def writer(self) -> S3ArchiveWriter:
