@@ -52,7 +52,6 @@ from tally.store.journal import DynamoDBJournal
 from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.config import SMOKE, ArchiveFaultRates, DynamoDBFaultRates, focused
-from tally_local.chaos.harness import CHAOS_RETRIES
 from tests.support.chaos import WINDOW_MOVES, assert_passes_unbroken, rewired, run_on, situations_missing, swap_step
 
 if TYPE_CHECKING:
@@ -138,11 +137,16 @@ def _drop_the_expression_bound(
 
 
 class ArchiveWrittenOnce(ArchiveStep):
-    """BROKEN on purpose: the archive write is tried once, outside the commit's retry policy, and a failure is
-    dropped (its messages are reported done, never archived)."""
+    """BROKEN on purpose: the archive write is sent once, around the batch's attempt (no retry, no deadline), and
+    a failure is dropped (its messages are reported done, never archived)."""
 
     def settle(self, batch: SettledBatch) -> StepResult:
-        return StepResult(super().settle(batch).figures)
+        def once(send: Callable[[], Any]) -> Any:
+            with contextlib.suppress(StoreError):
+                return send()
+            return None
+
+        return super().settle(replace(batch, attempt=once))
 
 
 class ArchiveWrittenBeforeTheCommit(ArchiveStep):
@@ -178,9 +182,7 @@ def _archive_step(broken: type[ArchiveStep], **options: Any) -> Callable[..., No
     return patch
 
 
-_archive_outside_the_retry = rewired(
-    _archive_step(ArchiveWrittenOnce, policy=replace(CHAOS_RETRIES, max_attempts=1), sleep=lambda _: None)
-)
+_archive_outside_the_retry = rewired(_archive_step(ArchiveWrittenOnce))
 _archive_before_the_commit = rewired(_archive_step(ArchiveWrittenBeforeTheCommit))
 _store_without_markers = rewired(store_class=StoreWithoutMarkers)
 _journal_without_applied_records = rewired(journal_class=JournalWithoutAppliedRecords)

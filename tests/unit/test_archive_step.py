@@ -103,7 +103,7 @@ def run(
     decides: Decides, writer: Writer | None, records: Sequence[SourceRecord], remaining: int = 60_000
 ) -> tuple[Any, RecordingDeadLetterQueue]:
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), archive=writer, clock=lambda: LATER_MS, policy=POLICY, sleep=lambda _: None)
+    steps = post_commit_steps(WindowSpec(), archive=writer, clock=lambda: LATER_MS)
     pipeline = BatchPipeline(decides, dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
     return pipeline.process(records, NOW_MS, lambda: remaining), dlq
 

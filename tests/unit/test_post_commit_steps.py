@@ -17,9 +17,11 @@ import pytest
 from botocore.client import BaseClient
 from botocore.exceptions import ClientError
 
+from tally.archive_writer import S3ArchiveWriter
 from tally.commit.fates import ApplyOutcome
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.config import Settings
+from tally.core.ledger import Commit
 from tally.core.limits import WireLimits
 from tally.core.model import RejectCode, SourceRecord
 from tally.core.windows import DAY_MS, WindowSpec, parse_window_spec
@@ -54,7 +56,8 @@ class AppliesAll:
         self.sleep = sleep or no_sleep
 
     def apply(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> ApplyOutcome:
-        return ApplyOutcome(applied=frozenset(m.message_id for m in messages))
+        applied = frozenset(m.message_id for m in messages)
+        return ApplyOutcome(applied=applied, commits=dict.fromkeys(applied, Commit.of_marker(now_ms, None)))
 
 
 class RefusingGauges:
@@ -385,9 +388,15 @@ STEP_SETTINGS = Settings("counters", "markers", dlq_url=None, windows=parse_wind
 STEP_PIPELINE = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=STEP_SETTINGS.windows)
 
 
+ARCHIVE_BUCKET = "tally-step-archive"
+
+
 def production_steps(client: Any) -> tuple[PostCommitStep, ...]:
-    """The post-commit steps of the handlers' pipeline, in order, every store wired (``tally.runtime``)."""
-    return wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS).steps
+    """The post-commit steps of the handlers' pipeline, in order, every store wired (``tally.runtime``), the
+    archive's on an S3 client of the same account."""
+    s3 = boto3.client("s3", region_name="us-east-1", aws_access_key_id="x", aws_secret_access_key="x")
+    archive = S3ArchiveWriter(s3, ARCHIVE_BUCKET)
+    return wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS, archive=archive).steps
 
 
 STEP_NAMES = [
@@ -401,7 +410,8 @@ STEP_NAMES = [
 
 def everything_a_step_serves() -> list[SourceRecord]:
     """A batch that gives every step work: gauges on six keys, distinct members, events of the day before (so
-    their hour and day windows have ended by ``NOW_MS``, on key items the setup wrote)."""
+    their hour and day windows have ended by ``NOW_MS``, on key items the setup wrote), and counted messages for
+    the archive (all of them)."""
     bodies: list[dict[str, Any]] = [
         {"id": f"g{n}", "key": f"g:{n}", "delta": 1, "gauges": {"peak": {"max": n}}} for n in range(6)
     ]
@@ -418,6 +428,7 @@ def served(mocked_aws: None) -> Any:
     definitions = table_definitions(load_template(TEMPLATE_PATH))
     definitions["CountersTable"].create(client, "counters")
     definitions["MarkersTable"].create(client, "markers")
+    boto3.client("s3", region_name="us-east-1").create_bucket(Bucket=ARCHIVE_BUCKET)
     result = wire_pipeline(client, RecordingDeadLetterQueue(), STEP_SETTINGS).process(
         everything_a_step_serves(), DAY_BEFORE_MS, lambda: 60_000
     )

@@ -205,7 +205,7 @@ def _markers_in_the_way(
     return stood
 
 
-def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
+def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:  # noqa: PLR0915 (one pass over the reasons)
     """Turn a failed DynamoDB call into tally's errors, reading cancellation reasons by position."""
     if not isinstance(exc, ClientError):
         if isinstance(exc, BotoConnectionError | BotoCoreError):
