@@ -42,6 +42,8 @@ AGREED: dict[tuple[str, str], str] = {
     # The bucket of given-up Kinesis batches (StreamFailureDestination=S3)
     ("CKV_AWS_18", "StreamFailureBucket"): "CloudTrail records both",
     ("CKV_AWS_21", "StreamFailureBucket"): "written once, under a unique key",
+    ("CKV_AWS_18", "ArchiveBucket"): "CloudTrail records both",
+    ("CKV_AWS_21", "ArchiveBucket"): "written once under a unique key",
     **{
         (check, function): reason
         for function in ("CounterFunction", "StreamCounterFunction")
