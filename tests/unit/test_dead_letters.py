@@ -344,3 +344,70 @@ def test_redrive_to_a_fifo_queue_gives_each_message_its_group_and_a_deduplicatio
     (message,) = sqs.receive_message(QueueUrl=source, AttributeNames=["All"])["Messages"]
     assert message["Body"] == body
     assert message["Attributes"]["MessageGroupId"] == "page:/home"
+
+
+# --- a dry run says exactly what the real run does ----------------------------------------------------------
+
+
+def _poison_letters(sqs: Any, dlq: str, source_arn: str, count: int) -> None:
+    for index in range(count):
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody=f'{{"id":"p{index}","key":"k","detla":1}}',
+            MessageAttributes=attributes(error_code="invalid_field", source=source_arn, source_record_id=f"r-{index}"),
+        )
+
+
+@pytest.mark.parametrize("reasons", [None, frozenset({"invalid_field"})], ids=["all", "aimed"])
+def test_a_dry_run_reports_every_letter_the_real_run_redrives(
+    aws: tuple[Any, Any], reasons: frozenset[str] | None
+) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    source, source_arn = queue(sqs, "source")
+    # GIVEN 25 letters: more than one receive (10) can return
+    _poison_letters(sqs, dlq, source_arn, 25)
+    # WHEN the dead-letter queue is redriven dry, then for real
+    dry = redrive(sqs, dlq, kinesis=kinesis, dry_run=True, reasons=reasons)
+    # THEN the dry run names all 25, sends and deletes nothing, and leaves every letter visible
+    assert dry.dry_run
+    assert len(dry.redriven) == 25
+    assert bodies(sqs, source) == []
+    assert len(list_letters(sqs, dlq)) == 25
+    real = redrive(sqs, dlq, kinesis=kinesis, reasons=reasons)
+    # AND the real run redrives exactly the letters the dry run named
+    assert sorted(letter.body for letter in real.redriven) == sorted(letter.body for letter in dry.redriven)
+    assert list_letters(sqs, dlq) == []
+
+
+def test_a_dry_run_counts_every_letter_it_leaves_alone(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    _, source_arn = queue(sqs, "source")
+    # GIVEN 25 letters of one reason and 15 of another
+    _poison_letters(sqs, dlq, source_arn, 25)
+    for index in range(15):
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody="not json",
+            MessageAttributes=attributes(error_code="malformed_json", source=source_arn, source_record_id=f"m-{index}"),
+        )
+    # WHEN a dry run is aimed at one reason
+    dry = redrive(sqs, dlq, kinesis=kinesis, dry_run=True, reasons=frozenset({"malformed_json"}))
+    # THEN it names the 15 and counts the 25 it would leave
+    assert (len(dry.redriven), dry.not_aimed) == (15, 25)
+    assert len(list_letters(sqs, dlq)) == 40
+
+
+def test_a_redrive_tries_every_letter_when_the_first_ones_cannot_be_sent(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    # GIVEN 25 messages SQS moved (no tally.source) and no default queue to send them to
+    for index in range(25):
+        sqs.send_message(QueueUrl=dlq, MessageBody=f'{{"id":"c{index}","key":"k","delta":1}}')
+    # WHEN redriven
+    result = redrive(sqs, dlq, kinesis=kinesis)
+    # THEN each of the 25 is reported left, with its reason, and stays in the queue
+    assert len(result.skipped) == 25
+    assert {skipped.reason for skipped in result.skipped} == {"no destination: give a queue or a stream to redrive to"}
+    assert len(list_letters(sqs, dlq)) == 25

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -452,9 +453,12 @@ def _put_chunk(kinesis: KinesisClient, stream: str, chunk: Sequence[tuple[bytes,
 
 
 def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Letter], None] | None) -> RedriveResult:
+    """One pass over the queue. A letter the pass does not delete (left alone, not sent, or only looked at in a
+    dry run) stays hidden until the pass ends, so that every receive brings letters not seen yet: released at
+    once, it would come back in the next receive and hide the rest (a receive returns at most 10)."""
     sqs, dlq_url = run.sqs, run.dlq_url
     handled: set[str] = set()
-    left: list[Letter] = []  # released at the end: redriven by this run and refused again, or not aimed at
+    kept: dict[str, Letter] = {}  # hidden until the pass ends: message id -> the letter, latest receipt handle
 
     def done() -> int:
         return len(run.redriven) + len(run.skipped) + len(run.counted)
@@ -462,29 +466,32 @@ def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Lette
     try:
         while limit is None or done() < limit:
             received = _receive(sqs, dlq_url, _REDRIVE_VISIBILITY_S)
-            batch = [letter for letter in received if letter.message_id not in handled]
-            # Letters seen before (left in the queue and visible again): this pass is over.
-            _release(sqs, dlq_url, [letter for letter in received if letter.message_id in handled])
-            if not batch:
+            if not received:
                 break
+            # A letter kept since earlier in the pass and visible again (a pass longer than the visibility
+            # timeout): this receive hid it again; its new receipt handle is the one that releases it.
+            kept.update((letter.message_id, letter) for letter in received if letter.message_id in kept)
+            batch = [letter for letter in received if letter.message_id not in handled]
             handled.update(letter.message_id for letter in batch)
             aimed = [letter for letter in batch if run.reasons is None or letter.reason in run.reasons]
             run.not_aimed += len(batch) - len(aimed)
-            left.extend(letter for letter in batch if letter not in aimed)
+            kept.update((letter.message_id, letter) for letter in batch if letter not in aimed)
             counted = run.counted_lookup(aimed) if run.counted_lookup is not None and aimed else frozenset()
             for letter in aimed:
-                if limit is not None and done() >= limit:
-                    _release(sqs, dlq_url, [letter])
+                if (limit is not None and done() >= limit) or (
+                    letter.source_record_id is not None and letter.source_record_id in run.sent_ids
+                ):
+                    kept[letter.message_id] = letter  # beyond the limit, or redriven by this run and refused again
                     continue
-                if letter.source_record_id is not None and letter.source_record_id in run.sent_ids:
-                    left.append(letter)  # redriven by this run and dead-lettered again: it stays
-                    continue
-                _redrive_one(run, letter, counted=skipped_as_counted(letter, counted))
+                if not _redrive_one(run, letter, counted=skipped_as_counted(letter, counted)):
+                    kept[letter.message_id] = letter
                 if progress is not None:
                     progress(letter)
-        _release(sqs, dlq_url, left)
     except (ClientError, BotoCoreError) as exc:
         raise OperatorError(f"redrive from {dlq_url} stopped: {exc}") from exc
+    finally:
+        with contextlib.suppress(ClientError, BotoCoreError):
+            _release(sqs, dlq_url, kept.values())
     return RedriveResult(
         tuple(run.redriven),
         run.replayed,
@@ -496,30 +503,28 @@ def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Lette
     )
 
 
-def _redrive_one(run: _Redrive, letter: Letter, *, counted: bool) -> None:
+def _redrive_one(run: _Redrive, letter: Letter, *, counted: bool) -> bool:
     """Send ``letter`` back and delete it, or delete it unsent when it ``counted`` already (in a dry run,
-    only record which it would be)."""
+    only record which it would be); whether it left the queue."""
     if run.dry_run:
         (run.counted if counted else run.redriven).append(letter)
-        _release(run.sqs, run.dlq_url, [letter])
-        return
+        return False
     if counted:
         run.sqs.delete_message(QueueUrl=run.dlq_url, ReceiptHandle=letter.receipt_handle)
         run.counted.append(letter)
-        return
+        return True
     batch = letter.kinesis_batch
     try:
         sent = _replay(run, batch) if batch is not None else _resend(run, letter)
     except (ClientError, BotoCoreError, OperatorError) as exc:
         run.skipped.append(Skipped(letter, str(exc)))
-        _release(run.sqs, run.dlq_url, [letter])
-        return
+        return False
     if isinstance(sent, Skipped):
         run.skipped.append(sent)
-        _release(run.sqs, run.dlq_url, [letter])
-        return
+        return False
     run.sqs.delete_message(QueueUrl=run.dlq_url, ReceiptHandle=letter.receipt_handle)
     run.redriven.append(letter)
+    return True
 
 
 def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
