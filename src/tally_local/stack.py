@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
+from tally.cli.resolve import export_lines
 from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.mappings import EventSourceMappings
 from tally_local.moto_server import SerialMotoServer
@@ -285,10 +286,15 @@ def sam_invoke_command(env_file: Path, function: str, event: str) -> str:
     )
 
 
+def shell_lines(resources: LocalResources) -> list[str]:
+    """The lines that point a shell at the stack: its exports (``tally stack NAME --env``'s, with the endpoints
+    and local credentials), and an ``unset`` of any other stack's variable."""
+    return export_lines(resources.stack_name, resources.cli_environment())
+
+
 def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> list[str]:
     """What the stack prints once up: the exports, then commands that work as printed in a shell that ran them."""
-    environment = resources.cli_environment()
-    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(environment.items())]
+    lines = shell_lines(resources)
     lines.append(f"(also in {state_dir / 'env'}: `. {state_dir / 'env'}` in another shell)")
     key = "page:/home"
     to = ["--to", "sqs"] if resources.queue_url is not None and resources.stream_name is not None else []
@@ -362,10 +368,7 @@ def main(  # click passes every option by name
             mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
             stack.enter_context(LocalNotificationsPipe(resources))  # threshold crossings -> moto's EventBridge
             state_dir.mkdir(parents=True, exist_ok=True)
-            exports = "".join(
-                f"export {key}={shlex.quote(value)}\n" for key, value in sorted(resources.cli_environment().items())
-            )
-            (state_dir / "env").write_text(exports, encoding="utf-8")
+            (state_dir / "env").write_text("".join(f"{line}\n" for line in shell_lines(resources)), encoding="utf-8")
             sam_line = None
             if relay_host is not None:
                 # On the bridge address, the same port numbers as on loopback when --port fixes them.
