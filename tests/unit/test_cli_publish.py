@@ -243,3 +243,64 @@ def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(moto
 def test_usage_errors(moto_aws: str, args: tuple[str, ...]) -> None:
     result = run(*args)
     assert result.exit_code == 2, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "delta"),
+    [
+        (("stock:x", "-5", "--counter", "stock"), -5),
+        (("--counter", "stock", "stock:x", "-2.5"), Decimal("-2.5")),
+        (("stock:x", "-1e3", "--counter", "stock"), Decimal("-1E+3")),
+        (("--counter", "stock", "--", "stock:x", "-5"), -5),
+    ],
+    ids=["before-an-option", "after-options", "exponent", "after-double-dash"],
+)
+def test_a_negative_delta_is_read_as_the_delta_not_as_an_option(
+    moto_aws: str, args: tuple[str, ...], delta: Decimal
+) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run(*args, "--queue-url", url) if "--" not in args else run("--queue-url", url, *args)
+    assert result.exit_code == 0, result.output
+    (message,) = messages_in(queue_bodies(moto_aws, url))
+    assert [(e.key, dict(e.deltas)) for e in message.events] == [("stock:x", {"stock": delta})]
+
+
+def test_a_mistyped_option_is_still_an_error_naming_it(moto_aws: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("stock:x", "-5", "--countr", "stock", "--queue-url", url)
+    assert result.exit_code == 2
+    assert "No such option '--countr'. Did you mean '--counter'?" in result.output
+    assert queue_bodies(moto_aws, url) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["key=shop:1, revenue=3", "key=shop:1 ,revenue=3", " key = shop:1 , revenue = 3 "],
+    ids=["after-comma", "before-comma", "everywhere"],
+)
+def test_spaces_around_the_names_and_values_of_an_event_spec_are_not_part_of_them(moto_aws: str, spec: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("--event", spec, "--queue-url", url)
+    assert result.exit_code == 0, result.output
+    (message,) = messages_in(queue_bodies(moto_aws, url))
+    assert [(e.key, dict(e.deltas)) for e in message.events] == [("shop:1", {"revenue": 3})]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--event", '{"key": "shop:1", "deltas": {" revenue": 3}}'),
+        ("--event", '{"key": "shop:1 ", "delta": 1}'),
+        (" shop:1", "2"),
+        ("shop:1", "2", "--counter", "revenue "),
+    ],
+    ids=["json-counter", "json-key", "argument-key", "counter-option"],
+)
+def test_a_name_with_surrounding_spaces_is_refused_before_anything_is_sent(
+    moto_aws: str, args: tuple[str, ...]
+) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run(*args, "--queue-url", url)
+    assert result.exit_code == 2, result.output
+    assert "space" in result.output
+    assert queue_bodies(moto_aws, url) == []

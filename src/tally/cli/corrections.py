@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 import click
 
+from tally.cli.arguments import NumbersAsArguments
 from tally.cli.output import json_option, print_json
 from tally.cli.publish import _publisher, check_one_target
-from tally.cli.publish_input import InputError, number
+from tally.cli.publish_input import InputError, number, plain_name
 from tally.cli.resolve import Resolver, kind_option, stack_option
 from tally.producer import Event
 from tally.producer.packing import new_message_id
@@ -44,28 +45,34 @@ def _target_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-_NEGATIVE_NUMBERS = {"ignore_unknown_options": True}
-"""So that ``tally correct k n -3`` reads ``-3`` as the DELTA, not as an option."""
-
-
-@click.command(context_settings=_NEGATIVE_NUMBERS)
+@click.command(cls=NumbersAsArguments)
 @click.argument("key")
 @click.argument("counter")
 @click.argument("value")
 @_target_options
 def reset(*, key: str, counter: str, value: str, **target: Any) -> None:
     """Reset COUNTER of KEY to VALUE (its all-time value; windows keep what happened in them)."""
+    _check_names(key, counter)
     _send(lambda mid, ts: Event.reset_to(key, {counter: number(value, "VALUE")}, id=mid, ts=ts), **target)
 
 
-@click.command(context_settings=_NEGATIVE_NUMBERS)
+@click.command(cls=NumbersAsArguments)
 @click.argument("key")
 @click.argument("counter")
 @click.argument("delta")
 @_target_options
 def correct(*, key: str, counter: str, delta: str, **target: Any) -> None:
     """Correct COUNTER of KEY by DELTA (negative to take away), recorded as a correction."""
+    _check_names(key, counter)
     _send(lambda mid, ts: Event.correct(key, {counter: number(delta, "DELTA")}, id=mid, ts=ts), **target)
+
+
+def _check_names(key: str, counter: str) -> None:
+    try:
+        plain_name(key, "key")
+        plain_name(counter, "counter")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 def _send(

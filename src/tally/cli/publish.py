@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
+from tally.cli.arguments import NumbersAsArguments
 from tally.cli.output import console, json_option, print_json
-from tally.cli.publish_input import InputError, Parsed, event_from_spec, number, parse_lines
+from tally.cli.publish_input import InputError, Parsed, event_from_spec, number, parse_lines, plain_name
 from tally.cli.resolve import Resolver, Target, kind_option, stack_option
 from tally.cli.synthetic import generate
 from tally.producer import Event, KinesisPublisher, PublishResult, SqsPublisher
@@ -44,7 +45,7 @@ _CHUNK_MESSAGES = 500
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
 
-@click.command()
+@click.command(cls=NumbersAsArguments)
 @click.argument("key", required=False)
 @click.argument("delta", required=False)
 @click.option("--counter", default="count", show_default=True, help="The counter KEY DELTA adds to.")
@@ -192,6 +193,8 @@ def _read_events(
     events: list[Event] = []
     if key is not None:
         try:
+            plain_name(key, "key")
+            plain_name(counter, "counter")
             events.append(Event(key, {counter: number(delta, "DELTA") if delta is not None else 1}))
         except (TypeError, ValueError) as exc:
             raise InputError(f"{key!r}: {exc}") from None
