@@ -34,6 +34,8 @@ from tally.cli.aws import client, failure, region
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
+    from tally.reader import CounterReader
+
 STACK_VARIABLE: Final = "TALLY_STACK"
 OUTPUT_VARIABLES: Final = {
     "CountersTableName": "TALLY_COUNTERS_TABLE",
@@ -272,6 +274,23 @@ class Resolver:
     @staticmethod
     def _targets(variables: Mapping[str, str]) -> dict[Kind, str]:
         return {kind: variables[name] for kind, name in TARGET_VARIABLES.items() if variables.get(name)}
+
+
+READ_SETTINGS: Final = ("TALLY_COUNTERS_TABLE", "TALLY_HOT_KEYS", "TALLY_WINDOWS", "TALLY_WINDOW_RETENTION")
+"""What a read needs: the counters table, and how the stack counts (never the markers)."""
+
+
+def counter_reader(resolver: Resolver, table_name: str | None) -> CounterReader:
+    """The counters table (``--table``, the stack's or the environment's), with the stack's hot keys and windows."""
+    from tally.errors import ConfigurationError
+    from tally.reader import CounterReader
+
+    table = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
+    environment = resolver.settings(READ_SETTINGS) | {"TALLY_COUNTERS_TABLE": table}
+    try:
+        return CounterReader.from_environment(environment, client=client("dynamodb"))
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 TARGET_VARIABLES: Final[dict[Kind, str]] = {"sqs": "TALLY_QUEUE_URL", "kinesis": "TALLY_STREAM_NAME"}
