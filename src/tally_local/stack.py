@@ -39,6 +39,8 @@ from typing import TYPE_CHECKING, Any, Final
 import click
 
 from tally.cli.resolve import export_lines
+from tally.config import COUNTERS_TABLE, Settings
+from tally.errors import ConfigurationError
 from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.mappings import EventSourceMappings
 from tally_local.moto_server import SerialMotoServer
@@ -47,6 +49,7 @@ from tally_local.relay import TcpRelay, interface_address
 from tally_local.resources import LocalResources
 from tally_local.template import (
     KINESIS_DEFAULT_RETENTION_HOURS,
+    ParameterError,
     condition_values,
     function_definition,
     load_template,
@@ -96,7 +99,8 @@ class LocalStack:
         self.template = with_parameters(load_template(template_path), parameters or {})
         unsupported = sorted(name for name in _NOT_EMULATED if condition_values(self.template).get(name))
         if unsupported:
-            raise ValueError(f"the local stack does not emulate {', '.join(_NOT_EMULATED[n] for n in unsupported)}")
+            raise ParameterError(f"the local stack does not emulate {', '.join(_NOT_EMULATED[n] for n in unsupported)}")
+        _check_settings(self.template)
         self.stack_name = stack_name or f"tally-local-{secrets.token_hex(3)}"
         self._dynamodb_endpoint = dynamodb_endpoint
         self._aws_endpoint = aws_endpoint
@@ -142,6 +146,26 @@ class LocalStack:
             return endpoint
         # DynamoDB Local takes a free port of its own; the fixed one is a relay in front of it.
         return self._stack.enter_context(TcpRelay(endpoint, port=self._port)).endpoint_url
+
+
+def _check_settings(template: dict[str, Any]) -> None:
+    """The functions' settings as the template gives them, read as a function reads them at start
+    (``tally.config``): a parameter its own pattern lets through (``CounterBounds=stock:*#stock>=1e``) but the
+    function could not run with is refused here, before anything starts, not in every invocation."""
+    functions = [
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource.get("Type") == "AWS::Serverless::Function" and resource_created(template, logical_id)
+    ]
+    placeholders = {logical_id: logical_id for logical_id in template["Resources"]}
+    for logical_id in functions:
+        environment = function_definition(template, logical_id, placeholders).environment
+        if not any(name == COUNTERS_TABLE for name in environment):
+            continue  # the read function: no counting settings
+        try:
+            Settings.from_env(environment, require_dlq=False)
+        except ConfigurationError as exc:
+            raise ParameterError(str(exc)) from exc
 
 
 def _create_resources(
@@ -356,15 +380,19 @@ def main(  # click passes every option by name
     for parameter in parameters:
         key, separator, value = parameter.partition("=")
         if not separator:
-            raise click.BadParameter(f"{parameter!r}: expected NAME=VALUE", param_hint="--param")
+            raise click.ClickException(f"--param {parameter!r}: expected NAME=VALUE")
         overrides[key] = value
+    try:  # the template's checks, before anything starts: one line naming what is allowed
+        local = LocalStack(overrides, stack_name=name, port=port)
+    except ParameterError as exc:
+        raise click.ClickException(f"--param {exc}") from exc
     bridge = interface_address(DOCKER_BRIDGE) if container_host == "auto" else None
     relay_host = bridge if container_host == "auto" else (None if container_host == "none" else container_host)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with handle_termination(), contextlib.ExitStack() as stack:
             log_dir = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tally-local-logs-")))
-            resources = stack.enter_context(LocalStack(overrides, stack_name=name, port=port))
+            resources = stack.enter_context(local)
             mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
             stack.enter_context(LocalNotificationsPipe(resources))  # threshold crossings -> moto's EventBridge
             state_dir.mkdir(parents=True, exist_ok=True)
