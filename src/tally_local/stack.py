@@ -334,6 +334,11 @@ def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> 
     return lines
 
 
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
+
+
 @click.command()
 @click.option(
     "--param",
@@ -370,7 +375,8 @@ def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> 
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".tally-local"),
     show_default=True,
-    help="Where the exports (env) and the sam local invoke environment (sam-env.json) are written.",
+    help="Where the exports (env) and the sam local invoke environment (sam-env.json) are written, while the stack"
+    " runs (removed when it stops).",
 )
 def main(  # click passes every option by name
     *, parameters: tuple[str, ...], logs: Path | None, name: str, port: int, container_host: str, state_dir: Path
@@ -396,7 +402,13 @@ def main(  # click passes every option by name
             mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
             stack.enter_context(LocalNotificationsPipe(resources))  # threshold crossings -> moto's EventBridge
             state_dir.mkdir(parents=True, exist_ok=True)
-            (state_dir / "env").write_text("".join(f"{line}\n" for line in shell_lines(resources)), encoding="utf-8")
+            # What this run writes there lives as long as it does: an earlier stack's files (its ports, its
+            # relays) are removed now, this one's when it stops, so none is ever taken for a running stack's.
+            written = [state_dir / "env", state_dir / "sam-env.json"]
+            for path in written:
+                path.unlink(missing_ok=True)
+            stack.callback(_remove, written)
+            written[0].write_text("".join(f"{line}\n" for line in shell_lines(resources)), encoding="utf-8")
             sam_line = None
             if relay_host is not None:
                 # On the bridge address, the same port numbers as on loopback when --port fixes them.
