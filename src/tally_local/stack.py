@@ -16,7 +16,7 @@ This module must not run event sources itself or know a resource's item schema.
 
 Either endpoint may be given instead of started (tests share one per session). Whatever it starts it
 stops in ``stop`` (``finally`` of the ``with`` block), also on Ctrl-C; ``handle_termination`` turns
-SIGTERM into the same clean exit. ``python -m tally_local.stack`` runs the stack with its event source
+SIGTERM into the same clean exit. ``tally-local`` (``python -m tally_local.stack``) runs the stack with its event source
 pollers until Ctrl-C and prints the variables that point ``tally`` at it.
 """
 
@@ -381,7 +381,7 @@ def _remove(paths: list[Path]) -> None:
 def main(  # click passes every option by name
     *, parameters: tuple[str, ...], logs: Path | None, name: str, port: int, container_host: str, state_dir: Path
 ) -> None:
-    """Run the local stack and its event source pollers until Ctrl-C; print what points ``tally`` at it."""
+    """Run the local stack and its event source pollers until Ctrl-C; print the exports that point tally at it."""
     overrides = dict(LOCAL_DEFAULTS)
     for parameter in parameters:
         key, separator, value = parameter.partition("=")

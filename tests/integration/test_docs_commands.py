@@ -3,8 +3,10 @@ here, read from the pages themselves, against the local stack the pages tell the
 
 Each page runs in a bash shell of its own (its terminal: exports and variables persist), in a scratch
 directory holding the project's ``.venv``, with no AWS variable, config or credentials of the test's own.
-The stack a page starts (``python -m tally_local.stack ...``) runs in the background as in a second
-terminal, its ``export`` lines pasted into the page's shell, as the page says. Each page has a stack of its
+The stack a page starts (``tally-local ...``) runs in the background as in a second terminal opened where
+the page's is (its PATH: a venv the page activated), its ``export`` lines pasted into the page's shell, as
+the page says. A page's shell starts with nothing of the test's own on PATH: what the page needs, the page
+must do (the README's tour is one command from a fresh shell). Each page has a stack of its
 own as far as the reader can tell: pages that start the same command run one after another on one stack,
 emptied between them (``StackProcess.empty``: queues drained, tables emptied), since a start costs seconds of
 CPU; a page with another command stops it and starts its own. The stack's name (``tally-local``) and its
@@ -27,6 +29,7 @@ from tests.support.docs_pages import (
     clean_environment,
     page_commands,
     run_page,
+    stack_identity,
     unrun_shell_blocks,
 )
 
@@ -61,7 +64,7 @@ def _text(page: str) -> str:
 
 
 def _stack_command(page: str) -> str:
-    return next((command.text for command in page_commands(page, _text(page)) if command.starts_stack), "")
+    return next((stack_identity(c.text) for c in page_commands(page, _text(page)) if c.starts_stack), "")
 
 
 PAGES_BY_STACK: Final = sorted(PAGES, key=_stack_command)
@@ -90,23 +93,24 @@ def running(scratch: Path) -> Iterator[dict[str, StackProcess]]:
 
 
 @pytest.fixture
-def start_stack(scratch: Path, running: dict[str, StackProcess]) -> Callable[[str], StackProcess]:
+def start_stack(scratch: Path, running: dict[str, StackProcess]) -> Callable[[str, str], StackProcess]:
     """The page's stacks: one an earlier page started with the same command, emptied, else a new one (stopping
-    the one left running); again the same within the page."""
+    the one left running) with the PATH of the page's shell; again the same within the page."""
     this_page: dict[str, StackProcess] = {}
 
-    def start(command: str) -> StackProcess:
-        if command in this_page:
-            return this_page[command]
-        stack = running.get(command)
+    def start(command: str, path: str) -> StackProcess:
+        identity = stack_identity(command)
+        if identity in this_page:
+            return this_page[identity]
+        stack = running.get(identity)
         if stack is not None and stack.alive:
             stack.empty()  # should it fail, the stack stays in ``running``, to be stopped with the module
         else:
             for other in running.values():
                 other.stop()
             running.clear()
-            stack = running[command] = StackProcess(command, scratch, clean_environment())
-        this_page[command] = stack
+            stack = running[identity] = StackProcess(command, scratch, clean_environment({"PATH": path}))
+        this_page[identity] = stack
         return stack
 
     return start
@@ -139,7 +143,7 @@ def test_no_shell_command_hides_from_the_test(page: str) -> None:
 @pytest.mark.moto
 @pytest.mark.parametrize("page", PAGES_BY_STACK)
 def test_every_command_of_the_page_runs_as_shown(
-    page: str, shell: Shell, start_stack: Callable[[str], StackProcess]
+    page: str, shell: Shell, start_stack: Callable[[str, str], StackProcess]
 ) -> None:
     commands = page_commands(page, _text(page))
     if page in WITHOUT_COMMANDS:
@@ -149,10 +153,11 @@ def test_every_command_of_the_page_runs_as_shown(
     assert run_page(commands, shell, start_stack) == len(commands)
 
 
-def test_a_page_that_drifted_fails(shell: Shell, start_stack: Callable[[str], StackProcess]) -> None:
+def test_a_page_that_drifted_fails(shell: Shell, start_stack: Callable[[str, str], StackProcess]) -> None:
     """The check can fail: output that never matches what the page shows, and a command that no longer exists,
     each fail the page. Neither needs a stack (the count a stack never made fails the same way, through the same
     comparison; a stack took 9 s of CPU to show it)."""
+    assert shell.run(". .venv/bin/activate").status == 0  # as every page does first
     drifted = Command("drifted.md", 1, "tally --version", "tally 0.0.0-drifted")
     with pytest.raises(PageFailed, match="never matched"):
         run_page([drifted], shell, start_stack, settle_s=1)
