@@ -122,14 +122,18 @@ sam-local: python313 install sam
 	@if [ -z "$$DOCKER_HOST" ] && [ -S "$(SAM_DOCKER_SOCK)" ]; then export DOCKER_HOST=unix://$(SAM_DOCKER_SOCK); fi; \
 	  $(BIN)/python -m tests.artifact.sam_local
 
-# The SAM CLI pins its own boto3 and cfn-lint: it lives in a venv of its own, only for `sam validate --lint`, made by
-# the main venv's uv (no pip to bootstrap: 4 s of CPU saved per venv).
-sam: $(SAM_VENV)/.installed
+# The SAM CLI pins its own boto3 and cfn-lint: it lives in a venv of its own, made by the main venv's uv (no pip to
+# bootstrap: 4 s of CPU saved per venv), at the version the docs give (docs/how-to/deploy.md, whose `sam --version`
+# the docs test runs). `sam` is linked into .venv/bin, so activating .venv puts it on PATH for sam build and deploy.
+SAM_CLI_VERSION := 1.170.0
+sam: $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
-$(SAM_VENV)/.installed: | $(VENV)/.installed
+$(SAM_VENV)/.installed-$(SAM_CLI_VERSION): | $(VENV)/.installed
 	$(BIN)/uv venv --quiet --clear --python $(PYTHON) $(SAM_VENV)
-	$(BIN)/uv pip install --quiet --python $(SAM_VENV)/bin/python aws-sam-cli
+	$(BIN)/uv pip install --quiet --python $(SAM_VENV)/bin/python 'aws-sam-cli==$(SAM_CLI_VERSION)'
+	ln -sfn ../../$(SAM_VENV)/bin/sam $(BIN)/sam
 	touch $@
+	@echo "SAM CLI $(SAM_CLI_VERSION): $(SAM_VENV)/bin/sam, linked as $(BIN)/sam (. $(BIN)/activate puts it on PATH)"
 
 # checkov (the template's security lint, tests/template/test_security_lint.py) pins its own dependencies too.
 checkov: $(CHECKOV_VENV)/.installed

@@ -16,6 +16,7 @@ page's counts or dead letters. The convention: ``tests/support/docs_pages.py``.
 
 from __future__ import annotations
 
+import subprocess
 from typing import TYPE_CHECKING, Final
 
 import pytest
@@ -27,6 +28,7 @@ from tests.support.docs_pages import (
     Shell,
     StackProcess,
     clean_environment,
+    code_blocks,
     page_commands,
     run_page,
     stack_identity,
@@ -40,10 +42,26 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 NOT_RUN: Final = {
-    "docs/how-to/deploy.md": "deploys to an AWS account",
     "docs/how-to/sam-local-invoke.md": "needs Docker (make sam-local runs it)",
 }
 """Pages whose commands need what the test does not have; everything else under the tutorial and how-to is run."""
+
+RUN_UNTIL: Final = {
+    "docs/how-to/deploy.md": ("sam deploy", "the first call that needs an AWS account"),
+}
+"""Pages run up to (not including) their first command that starts so: getting the SAM CLI and `sam build` run."""
+
+CHECKOUT: Final = (
+    "Makefile",
+    "pyproject.toml",
+    "template.yaml",
+    "samconfig.toml",
+    "src",
+    "events",
+    ".venv",
+    ".venv-sam",
+)
+"""What of the repository a page's commands use, linked into the scratch directory (the reader's checkout)."""
 
 WITHOUT_COMMANDS: Final = frozenset({"docs/how-to/existing-account.md"})
 """Pages that hold no command at all (parameters to set, not commands to type)."""
@@ -73,11 +91,14 @@ PAGES_BY_STACK: Final = sorted(PAGES, key=_stack_command)
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where a reader's terminal would be: a directory with the project's virtual environment in it. One for the
-    module, as a reader has one checkout (a module-scoped fixture also keeps the pages on one xdist worker, in
+    """Where a reader's terminal would be: a checkout (the files its commands use, linked), with the project's
+    virtual environments. One for the module, as a reader has one checkout (a module-scoped fixture also keeps the pages on one xdist worker, in
     ``PAGES_BY_STACK`` order: tests/support/tiers.py)."""
     directory = tmp_path_factory.mktemp("docs-commands")
-    (directory / ".venv").symlink_to(REPO_ROOT / ".venv", target_is_directory=True)
+    if not (REPO_ROOT / ".venv-sam").exists():  # the deploy page's `make sam` through a link needs it to exist
+        subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "sam"], check=True, timeout=600)
+    for name in CHECKOUT:
+        (directory / name).symlink_to(REPO_ROOT / name, target_is_directory=(REPO_ROOT / name).is_dir())
     return directory
 
 
@@ -139,6 +160,21 @@ def test_no_shell_command_hides_from_the_test(page: str) -> None:
     assert unrun_shell_blocks(page, _text(page)) == []
 
 
+def test_the_readmes_deploy_lines_are_the_deploy_pages() -> None:
+    """The README's `sh` blocks are not run (`make demo` and `make test` are CI's own); its deploy lines must be
+    commands of docs/how-to/deploy.md, which is run up to its first call to AWS."""
+    deploy = {command.text for command in page_commands("docs/how-to/deploy.md", _text("docs/how-to/deploy.md"))}
+    readme = [
+        line.split("  #", 1)[0].strip()
+        for block in code_blocks(_text("README.md"))
+        if block.language == "sh"
+        for line in block.lines
+        if line.strip()
+    ]
+    assert "sam build" in readme
+    assert [line for line in readme if line not in deploy and line not in {"make demo", "make test"}] == []
+
+
 @pytest.mark.dynamodb_local  # each page starts the local stack, in a subprocess
 @pytest.mark.moto
 @pytest.mark.parametrize("page", PAGES_BY_STACK)
@@ -149,6 +185,11 @@ def test_every_command_of_the_page_runs_as_shown(
     if page in WITHOUT_COMMANDS:
         assert commands == []
         return
+    if page in RUN_UNTIL:
+        stop, why = RUN_UNTIL[page]
+        until = next((index for index, c in enumerate(commands) if c.text.startswith(stop)), None)
+        assert until, f"{page} has no command before `{stop}` ({why}) to run: update RUN_UNTIL"
+        commands = commands[:until]
     assert commands, f"{page} shows no command: list it in WITHOUT_COMMANDS, or write its commands in console blocks"
     assert run_page(commands, shell, start_stack) == len(commands)
 
