@@ -466,10 +466,11 @@ def test_a_letter_is_not_taken_for_one_the_redrive_sent_because_its_sequence_num
     for put in (puts[key_a, 2], puts[key_b, 3]):
         _dead_letter_of(aws, dlq, stream_arn=stream_arn, shard=put["ShardId"], sequence_number=put["SequenceNumber"])
     returned: list[str] = []
+    shards = {key: _shard_of(kinesis, "s", key) for key in (key_a, key_b)}  # read before: the redrive calls below
 
     def consumer_refuses_it_again(letter: Letter) -> None:
         # the record the redrive just put (the last of its shard) is dead-lettered again, as the function would
-        shard = _shard_of(kinesis, "s", key_a if key_a in letter.body else key_b)
+        shard = shards[key_a if key_a in letter.body else key_b]
         newest = max(
             int(record["SequenceNumber"])
             for record in kinesis.get_records(
