@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test test-fast docs docs-serve python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
+.PHONY: demo demo-smoke test test-fast docs docs-serve cli-reference python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
 
 demo: install
 	$(BIN)/python -m tally_local.demo
@@ -53,10 +53,15 @@ test: python313
 test-fast: install
 	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n 2 -m "not dynamodb_local and not moto and not build and not slow" --durations=10
 
-# The documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor, a page missing from
-# the nav, or a CLI reference the commands can no longer generate. Writes site/ (not committed).
+# The documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor, or a page missing from
+# the nav. Writes site/ (not committed).
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
+# The CLI reference (docs/reference/cli.md), written from the commands themselves: run it after changing a command,
+# an option or a help text (tests/unit/test_cli_reference.py fails until the page matches them).
+cli-reference: install
+	$(BIN)/python -m tally_local.cli_reference > docs/reference/cli.md.new && mv docs/reference/cli.md.new docs/reference/cli.md
 
 # The same site served with live reload on http://127.0.0.1:8000.
 docs-serve: install
@@ -117,14 +122,18 @@ sam-local: python313 install sam
 	@if [ -z "$$DOCKER_HOST" ] && [ -S "$(SAM_DOCKER_SOCK)" ]; then export DOCKER_HOST=unix://$(SAM_DOCKER_SOCK); fi; \
 	  $(BIN)/python -m tests.artifact.sam_local
 
-# The SAM CLI pins its own boto3 and cfn-lint: it lives in a venv of its own, only for `sam validate --lint`, made by
-# the main venv's uv (no pip to bootstrap: 4 s of CPU saved per venv).
-sam: $(SAM_VENV)/.installed
+# The SAM CLI pins its own boto3 and cfn-lint: it lives in a venv of its own, made by the main venv's uv (no pip to
+# bootstrap: 4 s of CPU saved per venv), at the version the docs give (docs/how-to/deploy.md, whose `sam --version`
+# the docs test runs). `sam` is linked into .venv/bin, so activating .venv puts it on PATH for sam build and deploy.
+SAM_CLI_VERSION := 1.170.0
+sam: $(SAM_VENV)/.installed-$(SAM_CLI_VERSION)
 
-$(SAM_VENV)/.installed: | $(VENV)/.installed
+$(SAM_VENV)/.installed-$(SAM_CLI_VERSION): | $(VENV)/.installed
 	$(BIN)/uv venv --quiet --clear --python $(PYTHON) $(SAM_VENV)
-	$(BIN)/uv pip install --quiet --python $(SAM_VENV)/bin/python aws-sam-cli
+	$(BIN)/uv pip install --quiet --python $(SAM_VENV)/bin/python 'aws-sam-cli==$(SAM_CLI_VERSION)'
+	ln -sfn ../../$(SAM_VENV)/bin/sam $(BIN)/sam
 	touch $@
+	@echo "SAM CLI $(SAM_CLI_VERSION): $(SAM_VENV)/bin/sam, linked as $(BIN)/sam (. $(BIN)/activate puts it on PATH)"
 
 # checkov (the template's security lint, tests/template/test_security_lint.py) pins its own dependencies too.
 checkov: $(CHECKOV_VENV)/.installed

@@ -30,6 +30,8 @@ ERROR_CODE: Final = "tally.error_code"
 ERROR_MESSAGE: Final = "tally.error_message"
 SOURCE: Final = "tally.source"
 SOURCE_RECORD_ID: Final = "tally.source_record_id"
+SOURCE_SHARD: Final = "tally.source_shard"
+"""A Kinesis record's shard: its sequence number (``tally.source_record_id``) is unique within the shard only."""
 BODY_ENCODING: Final = "tally.body_encoding"
 
 _MAX_DETAIL_CHARS: Final = 1000
@@ -69,6 +71,9 @@ class SqsDeadLetterQueue:
         source = letter.record.origin.get("source")
         if source:
             attributes[SOURCE] = {"DataType": "String", "StringValue": source}
+        shard = letter.record.origin.get("shard")
+        if shard:
+            attributes[SOURCE_SHARD] = {"DataType": "String", "StringValue": shard}
         if encoding:
             attributes[BODY_ENCODING] = {"DataType": "String", "StringValue": encoding}
         entry: SendMessageBatchRequestEntryTypeDef = {

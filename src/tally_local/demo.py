@@ -466,7 +466,11 @@ def _redrive(console: Console, resources: LocalResources, mappings: EventSourceM
     duplicates = sum(stats.metric("DuplicatesAlreadyApplied") for stats in mappings.stats.values()) - duplicates_before
     changed = sorted(key for key in set(before) | set(after) if before.get(key) != after.get(key))
     poison_back = sorted(letter.error_code or "-" for letter in after_letters) == sorted(p.code for p in load.poison)
+    # Every letter the queue held before is accounted for, once: none passed over, none taken for another.
+    met = len(result.redriven) + len(result.counted) + len(result.skipped) + result.not_aimed
+    accounted = met == len(before_letters)
     rows = [
+        ("every dead letter met once", f"{met:,} of {len(before_letters):,} " + (OK if accounted else WRONG)),
         ("redriven (sent back to their source, then deleted)", f"{len(result.redriven):,}"),
         ("left in the dead-letter queue (could not be sent)", f"{len(result.skipped):,}"),
         ("copies already counted: dropped as duplicates", f"{duplicates:,} of {len(copies)}"),
@@ -479,7 +483,7 @@ def _redrive(console: Console, resources: LocalResources, mappings: EventSourceM
     console.print(figures_table(rows, "redrive: idempotency markers make it a no-op for what was counted"))
     if changed:
         console.print(f"[bold red]counters changed by the redrive[/]: {changed[:5]}")
-    return result.ok and not changed and duplicates == len(copies) and poison_back
+    return result.ok and accounted and not changed and duplicates == len(copies) and poison_back
 
 
 def _all_time_totals(resources: LocalResources) -> dict[str, dict[str, Decimal]]:

@@ -16,7 +16,7 @@ This module must not run event sources itself or know a resource's item schema.
 
 Either endpoint may be given instead of started (tests share one per session). Whatever it starts it
 stops in ``stop`` (``finally`` of the ``with`` block), also on Ctrl-C; ``handle_termination`` turns
-SIGTERM into the same clean exit. ``python -m tally_local.stack`` runs the stack with its event source
+SIGTERM into the same clean exit. ``tally-local`` (``python -m tally_local.stack``) runs the stack with its event source
 pollers until Ctrl-C and prints the variables that point ``tally`` at it.
 """
 
@@ -38,6 +38,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import click
 
+from tally.cli.resolve import export_lines
+from tally.config import COUNTERS_TABLE, Settings
+from tally.errors import ConfigurationError
 from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.mappings import EventSourceMappings
 from tally_local.moto_server import SerialMotoServer
@@ -46,6 +49,7 @@ from tally_local.relay import TcpRelay, interface_address
 from tally_local.resources import LocalResources
 from tally_local.template import (
     KINESIS_DEFAULT_RETENTION_HOURS,
+    ParameterError,
     condition_values,
     function_definition,
     load_template,
@@ -95,7 +99,8 @@ class LocalStack:
         self.template = with_parameters(load_template(template_path), parameters or {})
         unsupported = sorted(name for name in _NOT_EMULATED if condition_values(self.template).get(name))
         if unsupported:
-            raise ValueError(f"the local stack does not emulate {', '.join(_NOT_EMULATED[n] for n in unsupported)}")
+            raise ParameterError(f"the local stack does not emulate {', '.join(_NOT_EMULATED[n] for n in unsupported)}")
+        _check_settings(self.template)
         self.stack_name = stack_name or f"tally-local-{secrets.token_hex(3)}"
         self._dynamodb_endpoint = dynamodb_endpoint
         self._aws_endpoint = aws_endpoint
@@ -141,6 +146,26 @@ class LocalStack:
             return endpoint
         # DynamoDB Local takes a free port of its own; the fixed one is a relay in front of it.
         return self._stack.enter_context(TcpRelay(endpoint, port=self._port)).endpoint_url
+
+
+def _check_settings(template: dict[str, Any]) -> None:
+    """The functions' settings as the template gives them, read as a function reads them at start
+    (``tally.config``): a parameter its own pattern lets through (``CounterBounds=stock:*#stock>=1e``) but the
+    function could not run with is refused here, before anything starts, not in every invocation."""
+    functions = [
+        logical_id
+        for logical_id, resource in template["Resources"].items()
+        if resource.get("Type") == "AWS::Serverless::Function" and resource_created(template, logical_id)
+    ]
+    placeholders = {logical_id: logical_id for logical_id in template["Resources"]}
+    for logical_id in functions:
+        environment = function_definition(template, logical_id, placeholders).environment
+        if not any(name == COUNTERS_TABLE for name in environment):
+            continue  # the read function: no counting settings
+        try:
+            Settings.from_env(environment, require_dlq=False)
+        except ConfigurationError as exc:
+            raise ParameterError(str(exc)) from exc
 
 
 def _create_resources(
@@ -301,10 +326,15 @@ def sam_invoke_command(env_file: Path, function: str, event: str) -> str:
     )
 
 
+def shell_lines(resources: LocalResources) -> list[str]:
+    """The lines that point a shell at the stack: its exports (``tally stack NAME --env``'s, with the endpoints
+    and local credentials), and an ``unset`` of any other stack's variable."""
+    return export_lines(resources.stack_name, resources.cli_environment())
+
+
 def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> list[str]:
     """What the stack prints once up: the exports, then commands that work as printed in a shell that ran them."""
-    environment = resources.cli_environment()
-    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(environment.items())]
+    lines = shell_lines(resources)
     lines.append(f"(also in {state_dir / 'env'}: `. {state_dir / 'env'}` in another shell)")
     key = "page:/home"
     to = ["--to", "sqs"] if resources.queue_url is not None and resources.stream_name is not None else []
@@ -318,6 +348,11 @@ def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> 
     if sam_line is not None:
         lines += ["sam local invoke (after sam build; docs/how-to/sam-local-invoke.md):", f"  {sam_line}"]
     return lines
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 @click.command()
@@ -356,32 +391,40 @@ def banner(resources: LocalResources, state_dir: Path, sam_line: str | None) -> 
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".tally-local"),
     show_default=True,
-    help="Where the exports (env) and the sam local invoke environment (sam-env.json) are written.",
+    help="Where the exports (env) and the sam local invoke environment (sam-env.json) are written, while the stack"
+    " runs (removed when it stops).",
 )
 def main(  # click passes every option by name
     *, parameters: tuple[str, ...], logs: Path | None, name: str, port: int, container_host: str, state_dir: Path
 ) -> None:
-    """Run the local stack and its event source pollers until Ctrl-C; print what points ``tally`` at it."""
+    """Run the local stack and its event source pollers until Ctrl-C; print the exports that point tally at it."""
     overrides = dict(LOCAL_DEFAULTS)
     for parameter in parameters:
         key, separator, value = parameter.partition("=")
         if not separator:
-            raise click.BadParameter(f"{parameter!r}: expected NAME=VALUE", param_hint="--param")
+            raise click.ClickException(f"--param {parameter!r}: expected NAME=VALUE")
         overrides[key] = value
+    try:  # the template's checks, before anything starts: one line naming what is allowed
+        local = LocalStack(overrides, stack_name=name, port=port)
+    except ParameterError as exc:
+        raise click.ClickException(f"--param {exc}") from exc
     bridge = interface_address(DOCKER_BRIDGE) if container_host == "auto" else None
     relay_host = bridge if container_host == "auto" else (None if container_host == "none" else container_host)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         with handle_termination(), contextlib.ExitStack() as stack:
             log_dir = logs or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tally-local-logs-")))
-            resources = stack.enter_context(LocalStack(overrides, stack_name=name, port=port))
+            resources = stack.enter_context(local)
             mappings = stack.enter_context(EventSourceMappings(resources, log_dir=log_dir))
             stack.enter_context(LocalNotificationsPipe(resources))  # threshold crossings -> moto's EventBridge
             state_dir.mkdir(parents=True, exist_ok=True)
-            exports = "".join(
-                f"export {key}={shlex.quote(value)}\n" for key, value in sorted(resources.cli_environment().items())
-            )
-            (state_dir / "env").write_text(exports, encoding="utf-8")
+            # What this run writes there lives as long as it does: an earlier stack's files (its ports, its
+            # relays) are removed now, this one's when it stops, so none is ever taken for a running stack's.
+            written = [state_dir / "env", state_dir / "sam-env.json"]
+            for path in written:
+                path.unlink(missing_ok=True)
+            stack.callback(_remove, written)
+            written[0].write_text("".join(f"{line}\n" for line in shell_lines(resources)), encoding="utf-8")
             sam_line = None
             if relay_host is not None:
                 # On the bridge address, the same port numbers as on loopback when --port fixes them.

@@ -22,6 +22,7 @@ here). This module reads; it must not create resources or know tally's item sche
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import json
 import re
@@ -292,28 +293,35 @@ def with_parameters(template: dict[str, Any], overrides: Mapping[str, str]) -> d
     parameters = _mapping(copied.get("Parameters", {}), "Parameters")
     for name, value in overrides.items():
         if name not in parameters:
-            raise ValueError(f"{name} is not a template Parameter")
+            close = difflib.get_close_matches(name, list(parameters), n=1)
+            hint = f": did you mean {close[0]}?" if close else " (docs/reference/template.md lists them)"
+            raise ParameterError(f"{name} is not a parameter of template.yaml{hint}")
         parameter = _mapping(parameters[name], f"Parameters.{name}")
         _check_parameter(name, parameter, str(value))
         parameter["Default"] = str(value)
     return copied
 
 
+class ParameterError(ValueError):
+    """A parameter override the template (or CloudFormation) would refuse: the message says what is allowed."""
+
+
 def _check_parameter(name: str, parameter: dict[str, Any], value: str) -> None:
     allowed = parameter.get("AllowedValues")
     if isinstance(allowed, list) and value not in {str(item) for item in allowed}:
-        raise ValueError(f"{name}={value!r} is not one of {allowed}")
+        raise ParameterError(f"{name}={value!r} is not one of {', '.join(str(item) for item in allowed)}")
     pattern = parameter.get("AllowedPattern")
     if isinstance(pattern, str) and not re.fullmatch(pattern, value):
-        raise ValueError(f"{name}={value!r} does not match {pattern}")
+        described = parameter.get("ConstraintDescription")
+        raise ParameterError(f"{name}={value!r} does not match {pattern}" + (f": {described}" if described else ""))
     if parameter.get("Type") == "Number":
         try:
             number = float(value)
         except ValueError:
-            raise ValueError(f"{name}={value!r} is not a number") from None
+            raise ParameterError(f"{name}={value!r} is not a number") from None
         low, high = parameter.get("MinValue"), parameter.get("MaxValue")
         if (low is not None and number < float(low)) or (high is not None and number > float(high)):
-            raise ValueError(f"{name}={value!r} is outside [{low}, {high}]")
+            raise ParameterError(f"{name}={value!r} is outside [{low}, {high}]")
 
 
 def _parameter_values(template: dict[str, Any]) -> dict[str, Any]:

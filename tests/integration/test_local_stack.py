@@ -187,8 +187,12 @@ def test_python_m_tally_local_stack_prints_commands_that_work_and_keeps_its_name
     # GIVEN the local stack run as a program with a fixed name and port, with its default parameters
     port, state_dir = _free_port_pair(), tmp_path / "state"
     args = ("--name", "tally-test-fixed", "--port", str(port), "--state-dir", str(state_dir))
+    state_dir.mkdir()
+    (state_dir / "sam-env.json").write_text('{"CounterFunction": {"left": "by a stack stopped long ago"}}')
     process, output = _start_stack(*args, "--container-host", "none")
     try:
+        # THEN no file of an earlier stack is left to be taken for this one's (no relays: no sam-env.json)
+        assert not (state_dir / "sam-env.json").exists()
         # THEN it printed the variables that point tally at it, on the ports asked for
         assert f"export AWS_ENDPOINT_URL_DYNAMODB=http://127.0.0.1:{port}\n" in output, output
         assert f"export AWS_ENDPOINT_URL=http://127.0.0.1:{port + 1}\n" in output, output
@@ -214,6 +218,8 @@ def test_python_m_tally_local_stack_prints_commands_that_work_and_keeps_its_name
             time.sleep(0.5)
     finally:
         assert _stop(process) == 0
+    # AND once stopped, it leaves no exports that point at nothing
+    assert not (state_dir / "env").exists()
     # WHEN it is started again with the same name and port THEN the exports are the same
     process, output = _start_stack(*args, "--container-host", "none")
     try:

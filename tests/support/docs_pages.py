@@ -10,7 +10,7 @@ The convention the pages follow (CONTRIBUTING.md, "Docs that run"):
 - In the tutorial and the how-to guides every shell block is a ``console`` block, so no command can hide
   from the test in a ``sh`` or ``bash`` block. (The README's ``sh`` block holds ``make demo`` and
   ``make test``, which CI runs itself.)
-- ``python -m tally_local.stack ...`` runs until Ctrl-C in a terminal of its own; the page then tells the
+- ``tally-local ...`` (``.venv/bin/tally-local``, ``python -m tally_local.stack``) runs until Ctrl-C in a terminal of its own; the page then tells the
   reader to paste the ``export`` lines it printed into the terminal of the commands that follow. The test
   does exactly that (``StackProcess``). Pages that start the same command may share one stack, emptied
   between them (``StackProcess.empty``): a stack takes seconds of CPU to start, emptying it a fraction of one.
@@ -41,7 +41,15 @@ if TYPE_CHECKING:
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = REPO_ROOT / ".venv" / "bin"
-STACK_COMMAND: Final = re.compile(r"^python -m tally_local\.stack\b")
+STACK_COMMAND: Final = re.compile(r"^(?:python -m tally_local\.stack|(?:\.venv/bin/)?tally-local)(?:\s|$)")
+_VENV_PREFIX: Final = ".venv/bin/"
+
+
+def stack_identity(command: str) -> str:
+    """What makes two pages' stack commands the same stack: the command, wherever the program is found."""
+    return command.removeprefix(_VENV_PREFIX)
+
+
 STACK_READY: Final = "press Ctrl-C to stop"
 SHELL_FENCES: Final = frozenset({"sh", "bash", "shell", "zsh", "console", "shell-session"})
 _FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\s`{]*)")
@@ -159,14 +167,19 @@ def output_matches(shown: str, actual: str) -> bool:
 
 
 def clean_environment(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment a reader's fresh terminal has, with the project's virtual environment on PATH: no AWS
-    or tally variable of the test's own (nothing may reach an AWS account), no AWS config or credentials."""
+    """The environment a reader's fresh terminal has: no virtual environment on PATH (a page activates the
+    project's, as its reader must), no AWS or tally variable of the test's own (nothing may reach an AWS
+    account), no AWS config or credentials."""
     environment = {
         name: value
         for name, value in os.environ.items()
         if not name.startswith(("AWS_", "TALLY_", "BOTO_")) and name not in {"VIRTUAL_ENV", "PYTHONPATH"}
     }
-    environment["PATH"] = f"{VENV_BIN}{os.pathsep}{environment.get('PATH', '')}"
+    environment["PATH"] = os.pathsep.join(
+        entry
+        for entry in environment.get("PATH", "").split(os.pathsep)
+        if entry and not (Path(entry) / "activate").exists()  # any virtual environment's bin (the test's own)
+    )
     environment["AWS_CONFIG_FILE"] = os.devnull
     environment["AWS_SHARED_CREDENTIALS_FILE"] = os.devnull
     environment["COLUMNS"] = "200"
@@ -244,7 +257,7 @@ class Shell:
 
 
 class StackProcess:
-    """``python -m tally_local.stack ...`` as the reader runs it: in a terminal of its own, until Ctrl-C."""
+    """``tally-local ...`` as the reader runs it: in a terminal of its own, until Ctrl-C."""
 
     def __init__(self, command: str, cwd: Path, environment: Mapping[str, str], timeout_s: float = 180.0) -> None:
         self.command = command
@@ -380,7 +393,7 @@ class PageFailed(AssertionError):
 def run_page(
     commands: list[Command],
     shell: Shell,
-    start_stack: Callable[[str], StackProcess],
+    start_stack: Callable[[str, str], StackProcess],
     *,
     settle_s: float = 60.0,
 ) -> int:
@@ -398,13 +411,15 @@ def run_page(
 def _run_commands(
     commands: list[Command],
     shell: Shell,
-    start_stack: Callable[[str], StackProcess],
+    start_stack: Callable[[str, str], StackProcess],
     stacks: list[StackProcess],
     settle_s: float,
 ) -> None:
     for command in commands:
         if command.starts_stack:
-            stack = start_stack(command.text)
+            # in a terminal of its own, opened where the page's is: the same PATH (a venv the page activated)
+            path = shell.run('printf "%s" "$PATH"').stdout
+            stack = start_stack(command.text, path)
             if stack not in stacks:
                 stacks.append(stack)
             if not output_matches(command.shown, stack.printed):

@@ -155,7 +155,9 @@ def _needs_of_command(args: Any) -> set[str]:
     needs: set[str] = set()
     if "DynamoDBLocal.jar" in text:
         needs.add(DYNAMODB_LOCAL)
-    if any(module in words for module in ("tally_local.demo", "tally_local.stack")):
+    if any(module in words for module in ("tally_local.demo", "tally_local.stack")) or any(
+        word.rsplit("/", 1)[-1] == "tally-local" for word in words
+    ):
         needs |= {DYNAMODB_LOCAL, MOTO}
     if words and words[0].endswith("sam") and "build" in words[1:2]:
         needs.add(BUILD)

@@ -45,7 +45,7 @@ def template() -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"NoSuchParameter": "1"}, "not a template Parameter"),
+        ({"NoSuchParameter": "1"}, "is not a parameter of template.yaml"),
         ({"Source": "Kafka"}, "is not one of"),
         ({"MaxReceiveCount": "2"}, "outside"),
         ({"BatchSize": "ten"}, "not a number"),

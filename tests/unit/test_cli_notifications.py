@@ -21,7 +21,9 @@ from tally_local.template import load_template, table_definitions
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "template.yaml"
 CROSSINGS = [
-    Crossing("b" * 32, "usage:t", "calls", 1000, Direction.RISING, "m-9", Decimal(1050), Decimal(1050), 2_000),
+    Crossing(
+        "b" * 32, "usage:t", "calls", 1000, Direction.RISING, "m-9", Decimal(1050), Decimal(1050), 2_000, "d#1970-01-01"
+    ),
     Crossing("a" * 32, "stock:1", "stock", 10, Direction.FALLING, "s-2", Decimal("9.5"), Decimal("9.5"), 1_000),
 ]
 
@@ -60,9 +62,9 @@ def test_list_prints_a_table_and_exact_json(table: Any, monkeypatch: pytest.Monk
     result = run("notifications", "list")
     assert result.exit_code == 0, result.output
     rows = [[cell.strip() for cell in line.split("│")[1:-1]] for line in result.output.splitlines() if "│" in line]
-    assert rows == [
-        ["1970-01-01T00:00:01.000Z", "stock:1", "stock", "10", "falling", "9.5", "s-2"],
-        ["1970-01-01T00:00:02.000Z", "usage:t", "calls", "1000", "rising", "1050", "m-9"],
+    assert rows == [  # every column --json has, but the id and the step value
+        ["1970-01-01T00:00:01.000Z", "stock:1", "stock", "all", "10", "falling", "9.5", "s-2"],
+        ["1970-01-01T00:00:02.000Z", "usage:t", "calls", "d#1970-01-01", "1000", "rising", "1050", "m-9"],
     ]
     listed = json.loads(run("notifications", "list", "--json", "--key", "stock:1").output, parse_float=Decimal)
     assert listed == [

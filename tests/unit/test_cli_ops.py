@@ -103,12 +103,19 @@ def test_stack_shows_outputs_and_the_variables_they_set(aws: dict[str, Any]) -> 
     table = run("stack", "s1")
     assert table.exit_code == 0, table.output
     assert "TALLY_COUNTERS_TABLE" in table.output
-    assert run("stack", "s1", "--env").output.splitlines() == [
+    *exports, stamp, unset = run("stack", "s1", "--env").output.splitlines()
+    assert exports == [
         "export TALLY_COUNTERS_TABLE=c",
         f"export TALLY_DLQ_URL={aws['dlq']}",
         "export TALLY_HOT_KEYS=b=4",
         "export TALLY_STACK=s1",
     ]
+    # every other stack variable is unset (a shell that held another stack's keeps none of them) ...
+    assert unset.startswith("unset ")
+    assert {"TALLY_QUEUE_URL", "TALLY_STREAM_NAME", "TALLY_FAILURE_BUCKET"} <= set(unset.split())
+    assert not {"TALLY_COUNTERS_TABLE", "TALLY_STACK"} & set(unset.split())
+    # ... and the exports say whose they are
+    assert stamp.startswith("export TALLY_EXPORTED_FROM='s1 TALLY_COUNTERS_TABLE:")
     missing = run("stack", "nope")
     assert missing.exit_code == 1
     assert "stack 'nope' does not exist" in missing.output

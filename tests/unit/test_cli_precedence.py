@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,8 @@ def stacks(monkeypatch: pytest.MonkeyPatch, mocked_aws: None) -> dict[str, dict[
             "DeadLetterQueueUrl": dlq,
             "EventsQueueUrl": queue,
         }
+        if stack == "A":  # an output B does not have
+            outputs[stack]["NotificationsTableName"] = "notifications-A"
         body = {
             "Parameters": {"Windows": {"Type": "String"}},
             "Resources": {
@@ -61,12 +63,37 @@ def stacks(monkeypatch: pytest.MonkeyPatch, mocked_aws: None) -> dict[str, dict[
             Parameters=[{"ParameterKey": "Windows", "ParameterValue": "hour"}],
         )
     # AND a shell holding A's exports, exactly as `tally stack A --env` prints them
-    exports = run("stack", "A", "--env")
-    assert exports.exit_code == 0, exports.output
-    for line in exports.output.splitlines():
-        name, _, value = line.removeprefix("export ").partition("=")
-        monkeypatch.setenv(name, shlex.split(value)[0])
+    for name, value in shell_after(env_of("A")).items():
+        monkeypatch.setenv(name, value)
     return outputs
+
+
+def env_of(stack: str) -> str:
+    exports = run("stack", stack, "--env")
+    assert exports.exit_code == 0, exports.output
+    return str(exports.output)
+
+
+def shell_after(*outputs: str, then: str = "") -> dict[str, str]:
+    """The tally variables of a bash shell that evaluated each output in turn (``eval "$(tally stack X --env)"``),
+    then ran ``then``."""
+    script = f'for output in "$@"; do eval "$output"; done\n{then}\nenv -0'
+    ran = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-c", script, "bash", *outputs],
+        env={"PATH": os.environ["PATH"]},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    variables = dict(entry.partition("=")[::2] for entry in ran.stdout.split("\0") if entry)
+    return {name: value for name, value in variables.items() if name.startswith("TALLY_")}
+
+
+def use_environment(monkeypatch: pytest.MonkeyPatch, variables: dict[str, str]) -> None:
+    for name in [name for name in os.environ if name.startswith("TALLY_")]:
+        monkeypatch.delenv(name)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
 
 
 def run(*args: str) -> Any:
@@ -157,8 +184,7 @@ def test_publishing_commands_send_to_the_stack_given_else_the_environments_queue
     assert run(*command).exit_code == 0
     assert len(bodies(stacks["A"]["EventsQueueUrl"])) == 1
     # WHEN only $TALLY_STACK=B is set THEN it goes to B's queue
-    monkeypatch.delenv("TALLY_QUEUE_URL")
-    monkeypatch.setenv("TALLY_STACK", "B")
+    use_environment(monkeypatch, {"TALLY_STACK": "B"})
     assert run(*command).exit_code == 0
     assert len(bodies(stacks["B"]["EventsQueueUrl"])) == 2
 
@@ -204,3 +230,66 @@ def test_publish_reset_and_correct_print_json_when_asked(stacks: dict[str, dict[
             "target": stacks["A"]["EventsQueueUrl"],
             "failures": [],
         }
+
+
+# --- switching stacks: the environment never holds two stacks' variables ----------------------------------------
+
+
+def test_the_env_of_another_stack_leaves_none_of_the_first_stacks_variables(stacks: dict[str, dict[str, str]]) -> None:
+    # WHEN a shell evaluates A's exports, then B's
+    variables = shell_after(env_of("A"), env_of("B"))
+    # THEN it holds B's variables only: A's notifications table (B has none) is gone
+    assert variables["TALLY_STACK"] == "B"
+    assert "TALLY_NOTIFICATIONS_TABLE" not in variables
+    assert variables["TALLY_COUNTERS_TABLE"] == stacks["B"]["CountersTableName"]
+    assert variables == shell_after(env_of("B"))  # as in a shell that never held A's
+
+
+@pytest.mark.parametrize(
+    "command",
+    [("get", "k"), ("top",), ("dlq", "list"), ("dlq", "redrive"), ("publish", "k"), ("notifications", "list")],
+    ids="-".join,
+)
+def test_a_command_refuses_an_environment_that_names_one_stack_and_holds_anothers(
+    stacks: dict[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch, command: tuple[str, ...]
+) -> None:
+    # GIVEN A's exports, then TALLY_STACK=B set by hand
+    use_environment(monkeypatch, shell_after(env_of("A"), then="export TALLY_STACK=B"))
+    # WHEN a command runs THEN it refuses, naming both stacks, and touched nothing of A's
+    result = run(*command)
+    assert result.exit_code == 1, result.output
+    assert "'A'" in result.output
+    assert "'B'" in result.output
+    assert letters(stacks["A"]["DeadLetterQueueUrl"]) == ["letter-A"]
+    assert bodies(stacks["A"]["EventsQueueUrl"]) == []
+
+
+@pytest.mark.parametrize(
+    ("then", "named"),
+    [
+        ("export TALLY_QUEUE_URL=elsewhere", "TALLY_QUEUE_URL"),
+        ("export TALLY_NOTIFICATIONS_TABLE=notifications-A", "TALLY_NOTIFICATIONS_TABLE"),
+        ("unset TALLY_DLQ_URL", "TALLY_DLQ_URL"),
+    ],
+    ids=["changed", "added", "removed"],
+)
+def test_a_command_refuses_a_variable_changed_since_the_stack_exported_them(
+    stacks: dict[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch, then: str, named: str
+) -> None:
+    # GIVEN B's exports, then one tally variable changed by hand
+    use_environment(monkeypatch, shell_after(env_of("B"), then=then))
+    # WHEN a command reads the environment THEN it refuses, naming the variable and the stack
+    result = run("get", "k")
+    assert result.exit_code == 1, result.output
+    assert named in result.output
+    assert "'B'" in result.output
+    # AND an explicit stack still works: the environment is not read
+    assert count_of_k("--stack", "B") == STACKS["B"]
+
+
+def test_variables_set_by_hand_are_taken_as_given(
+    stacks: dict[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN the variables a function's environment would hold, set by hand: no stack exported them
+    use_environment(monkeypatch, {"TALLY_COUNTERS_TABLE": stacks["B"]["CountersTableName"]})
+    assert count_of_k() == STACKS["B"]

@@ -243,3 +243,117 @@ def test_failures_exit_non_zero_and_are_kept_for_a_resend_with_the_same_ids(moto
 def test_usage_errors(moto_aws: str, args: tuple[str, ...]) -> None:
     result = run(*args)
     assert result.exit_code == 2, result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "delta"),
+    [
+        (("stock:x", "-5", "--counter", "stock"), -5),
+        (("--counter", "stock", "stock:x", "-2.5"), Decimal("-2.5")),
+        (("stock:x", "-1e3", "--counter", "stock"), Decimal("-1E+3")),
+        (("--counter", "stock", "--", "stock:x", "-5"), -5),
+    ],
+    ids=["before-an-option", "after-options", "exponent", "after-double-dash"],
+)
+def test_a_negative_delta_is_read_as_the_delta_not_as_an_option(
+    moto_aws: str, args: tuple[str, ...], delta: Decimal
+) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run(*args, "--queue-url", url) if "--" not in args else run("--queue-url", url, *args)
+    assert result.exit_code == 0, result.output
+    (message,) = messages_in(queue_bodies(moto_aws, url))
+    assert [(e.key, dict(e.deltas)) for e in message.events] == [("stock:x", {"stock": delta})]
+
+
+def test_a_mistyped_option_is_still_an_error_naming_it(moto_aws: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("stock:x", "-5", "--countr", "stock", "--queue-url", url)
+    assert result.exit_code == 2
+    assert "No such option '--countr'. Did you mean '--counter'?" in result.output
+    assert queue_bodies(moto_aws, url) == []
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["key=shop:1, revenue=3", "key=shop:1 ,revenue=3", " key = shop:1 , revenue = 3 "],
+    ids=["after-comma", "before-comma", "everywhere"],
+)
+def test_spaces_around_the_names_and_values_of_an_event_spec_are_not_part_of_them(moto_aws: str, spec: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("--event", spec, "--queue-url", url)
+    assert result.exit_code == 0, result.output
+    (message,) = messages_in(queue_bodies(moto_aws, url))
+    assert [(e.key, dict(e.deltas)) for e in message.events] == [("shop:1", {"revenue": 3})]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--event", '{"key": "shop:1", "deltas": {" revenue": 3}}'),
+        ("--event", '{"key": "shop:1 ", "delta": 1}'),
+        (" shop:1", "2"),
+        ("shop:1", "2", "--counter", "revenue "),
+    ],
+    ids=["json-counter", "json-key", "argument-key", "counter-option"],
+)
+def test_a_name_with_surrounding_spaces_is_refused_before_anything_is_sent(
+    moto_aws: str, args: tuple[str, ...]
+) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run(*args, "--queue-url", url)
+    assert result.exit_code == 2, result.output
+    assert "space" in result.output
+    assert queue_bodies(moto_aws, url) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("--event", "key=a,x=1,id=order-1"), "1 (single)"),
+        (("--event", "key=a,x=1", "--event", "key=b,x=2"), "1 (packed)"),
+        (("--event", "key=a,x=1", "--event", "key=b,x=2", "--event", "key=c,x=1,id=order-2"), "2 (1 packed, 1 single)"),
+        (("--event", "key=a,x=1", "--event", "key=b,x=2", "--no-pack"), "2 (single)"),
+    ],
+    ids=["own-id", "packed", "both", "no-pack"],
+)
+def test_the_summary_says_how_the_messages_were_sent(moto_aws: str, args: tuple[str, ...], said: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run(*args, "--queue-url", url)
+    assert result.exit_code == 0, result.output
+    (row,) = [line for line in result.output.splitlines() if "messages sent" in line]
+    assert said in row
+
+
+def test_the_target_is_printed_whole_on_one_line_in_a_narrow_terminal(
+    moto_aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("a-queue-with-a-rather-long-name"))["QueueUrl"]
+    monkeypatch.setenv("COLUMNS", "60")
+    result = run("k", "--queue-url", url)
+    assert result.exit_code == 0, result.output
+    assert any(url in line for line in result.output.splitlines()), result.output
+
+
+def test_a_publish_nothing_answers_says_why_in_full_and_asks_whether_the_local_stack_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # GIVEN a local endpoint nothing listens on (a stopped local stack)
+    closed = "http://127.0.0.1:9"
+    for name, value in {"AWS_ENDPOINT_URL": closed, "AWS_ACCESS_KEY_ID": "local", "AWS_SECRET_ACCESS_KEY": "local",
+                        "AWS_REGION": "us-east-1", "COLUMNS": "200"}.items():  # fmt: skip
+        monkeypatch.setenv(name, value)
+    queue = f"{closed}/123456789012/tally-local-EventsQueue-with-a-name-long-enough-to-be-cut"
+    # WHEN an event is published to its queue
+    result = run("k", "--queue-url", queue)
+    # THEN it fails, with the whole reason, and the hint tally's other commands give
+    assert result.exit_code == 1
+    text = " ".join(result.output.split())
+    assert 'Could not connect to the endpoint URL: "http://127.0.0.1:9/' in text
+    assert "is the local stack running" in text
+
+
+def test_a_duplicate_rate_that_re_sends_nothing_says_so(moto_aws: str) -> None:
+    url = client("sqs", moto_aws).create_queue(QueueName=unique("q"))["QueueUrl"]
+    result = run("--generate", "100", "--duplicate-rate", "0.05", "--seed", "1", "--queue-url", url)
+    assert result.exit_code == 0, result.output
+    assert "--duplicate-rate 0.05 of 1 message re-sends none" in " ".join(result.output.split())

@@ -7,6 +7,7 @@ import json
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import boto3
 import pytest
 from click.testing import CliRunner
 
@@ -197,3 +198,54 @@ def test_the_read_endpoint_answers_the_last_reset_and_correction(monkeypatch: py
             "reset": {"stock": {"at": "2100-01-01T00:00:00Z", "at_ms": TS, "id": "rst-sqs-2", "value": "100"}},
         },
     }
+
+
+# ------------------------------------------------------------------------------------- bounds and the operator
+@pytest.fixture
+def floored(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """stock:1's stock at 2 under a floor of 0 (and a ceiling of 10), and a queue to send to: its URL."""
+    with counters_on_moto(monkeypatch, [{"pk": {"S": "stock:1"}, "sk": {"S": "all"}, "c#stock": {"N": "2"}}]):
+        monkeypatch.setenv("TALLY_COUNTER_BOUNDS", "stock:*#stock>=0;stock:*#stock<=10")
+        yield boto3.client("sqs").create_queue(QueueName="events")["QueueUrl"]
+
+
+def _sent(url: str) -> list[Message]:
+    messages = boto3.client("sqs").receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    return [m for m in (decode_message(x["Body"].encode(), WIRE_LIMITS) for x in messages) if isinstance(m, Message)]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("correct", "stock:1", "stock", "-5"), "takes it to -3, below its floor 0"),
+        (("correct", "stock:1", "stock", "9"), "takes it to 11, above its ceiling 10"),
+        (("reset", "stock:1", "stock", "-1"), "sets 'stock:1'/'stock' to -1, below its floor 0"),
+        (("correct", "stock:2", "stock", "-1"), "takes it to -1, below its floor 0"),  # never counted: 0
+    ],
+    ids=["correct-below", "correct-above", "reset-below", "missing-counter"],
+)
+def test_an_operator_message_that_crosses_a_bound_is_not_sent_without_force(
+    floored: str, args: tuple[str, ...], said: str
+) -> None:
+    # WHEN an operator's message would take a bounded counter across its bound
+    refused = CliRunner().invoke(cli, [*args, "--queue-url", floored])
+    # THEN it says so, the bound and where it ends, and sends nothing
+    assert refused.exit_code == 1, refused.output
+    assert said in refused.output
+    assert "--force" in refused.output
+    assert _sent(floored) == []
+    # AND with --force it is sent, as given (an operator's message is applied whatever the bounds)
+    forced = CliRunner().invoke(cli, [*args, "--queue-url", floored, "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert len(_sent(floored)) == 1
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("correct", "stock:1", "stock", "-2"), ("correct", "stock:1", "stock", "8"), ("reset", "stock:1", "stock", "0")],
+    ids=["down-to-the-floor", "up-to-the-ceiling", "reset-to-the-floor"],
+)
+def test_an_operator_message_within_the_bounds_is_sent_at_once(floored: str, args: tuple[str, ...]) -> None:
+    result = CliRunner().invoke(cli, [*args, "--queue-url", floored])
+    assert result.exit_code == 0, result.output
+    assert len(_sent(floored)) == 1

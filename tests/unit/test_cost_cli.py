@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import subprocess
+from pathlib import Path
 
 import click
 import pytest
@@ -151,10 +155,10 @@ def test_the_levers_say_what_each_saves_on_the_same_traffic() -> None:
     for name in ("numbered ids", "100 events per message"):
         assert levers[name]["saves_usd_month"] == pytest.approx(total - levers[name]["usd_month"])
         assert levers[name]["saves_share"] > 0.5, name
-    # AND the table names them
+    # AND the table names those that save something (here the batch is already the floor's)
     result = CliRunner().invoke(cli, ["plan", *args])
-    for name in levers:
-        assert name in result.output
+    for name, lever in levers.items():
+        assert (name in result.output) == (lever["saves_usd_month"] > 0), name
     assert "the model errs low" in result.output
 
 
@@ -182,3 +186,53 @@ def test_the_archive_is_priced_by_its_puts_and_the_bytes_it_stores() -> None:
     # AND per million single events in batches of 100 that is 10,000 PUTs ($0.05) and 66 MB ($0.0015 a month)
     per_million = on.archive_usd_month / on.events_per_month * 1e6
     assert per_million == pytest.approx(0.05 + 65.5e-3 * 0.023, rel=0.05)
+
+
+SAM_PYTHON = Path(os.environ.get("TALLY_SAM_BIN", Path(__file__).resolve().parents[2] / ".venv-sam/bin/sam")).parent
+"""The SAM CLI's venv (``make sam``): its own parser reads the line ``tally plan`` prints."""
+
+
+def _overrides_line(output: str) -> str:
+    (line,) = [line for line in output.splitlines() if line.startswith("sam deploy --parameter-overrides ")]
+    return line
+
+
+@pytest.mark.slow  # tally plan searches the batch settings; the SAM CLI's parser in a subprocess
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--events-per-second", "1000", "--keys", "1000", "--events-per-message", "100"),
+        ("--events-per-second", "50", "--keys", "2000", "--windows", "", "--source", "Kinesis"),
+    ],
+    ids=["sqs", "kinesis-no-windows"],
+)
+def test_the_table_prints_a_parameter_overrides_line_the_sam_cli_reads_as_the_plan(args: tuple[str, ...]) -> None:
+    document = plan_json(*args)
+    result = CliRunner().invoke(cli, ["plan", *args])
+    assert result.exit_code == 0, result.output
+    words = shlex.split(_overrides_line(result.output))
+    assert words[:3] == ["sam", "deploy", "--parameter-overrides"]
+    parsed = subprocess.run(
+        [
+            str(SAM_PYTHON / "python"),
+            "-c",
+            "import json, sys; from samcli.cli.types import CfnParameterOverridesType as T;"
+            " print(json.dumps(T().convert(sys.argv[1], None, None)))",
+            words[3],
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(parsed.stdout) == document["parameters"]
+
+
+def test_a_lever_that_saves_nothing_is_not_in_the_table() -> None:
+    # GIVEN a traffic whose recommended batch is already the floor's
+    args = ("--events-per-second", "10000", "--keys", "1000", "--events-per-message", "1000", "--windows", "")
+    (lever,) = plan_json(*args)["levers"]
+    assert lever["saves_usd_month"] == 0  # --json keeps every lever, for scripts
+    # WHEN the table is printed THEN it offers no lever, and says why
+    result = CliRunner().invoke(cli, ["plan", *args])
+    assert "batch size and window" not in result.output
+    assert "no lever saves anything on this traffic" in result.output

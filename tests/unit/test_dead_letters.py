@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
 from typing import TYPE_CHECKING, Any
@@ -10,7 +11,11 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import pytest
 
+from tally.core.model import DeadLetter, RejectCode, Rejection
+from tally.dead_letter_sender import SqsDeadLetterQueue
 from tally.ops.dead_letters import Destination, Letter, list_failed_batches, list_letters, partition_key, redrive
+from tally.sources.kinesis import records_from_event
+from tally_local.kit.lambda_events import kinesis_event
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -344,3 +349,141 @@ def test_redrive_to_a_fifo_queue_gives_each_message_its_group_and_a_deduplicatio
     (message,) = sqs.receive_message(QueueUrl=source, AttributeNames=["All"])["Messages"]
     assert message["Body"] == body
     assert message["Attributes"]["MessageGroupId"] == "page:/home"
+
+
+# --- a dry run says exactly what the real run does ----------------------------------------------------------
+
+
+def _poison_letters(sqs: Any, dlq: str, source_arn: str, count: int) -> None:
+    for index in range(count):
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody=f'{{"id":"p{index}","key":"k","detla":1}}',
+            MessageAttributes=attributes(error_code="invalid_field", source=source_arn, source_record_id=f"r-{index}"),
+        )
+
+
+def test_a_dry_run_reports_every_letter_the_real_run_redrives(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    source, source_arn = queue(sqs, "source")
+    # GIVEN 25 letters: more than one receive (10) can return
+    _poison_letters(sqs, dlq, source_arn, 25)
+    # WHEN the dead-letter queue is redriven dry, then for real
+    dry = redrive(sqs, dlq, kinesis=kinesis, dry_run=True)
+    # THEN the dry run names all 25, sends and deletes nothing, and leaves every letter visible
+    assert dry.dry_run
+    assert len(dry.redriven) == 25
+    assert bodies(sqs, source) == []
+    assert len(list_letters(sqs, dlq)) == 25
+    real = redrive(sqs, dlq, kinesis=kinesis)
+    # AND the real run redrives exactly the letters the dry run named
+    assert sorted(letter.body for letter in real.redriven) == sorted(letter.body for letter in dry.redriven)
+    assert list_letters(sqs, dlq) == []
+
+
+def test_a_dry_run_counts_every_letter_it_leaves_alone(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    _, source_arn = queue(sqs, "source")
+    # GIVEN 25 letters of one reason and 15 of another
+    _poison_letters(sqs, dlq, source_arn, 25)
+    for index in range(15):
+        sqs.send_message(
+            QueueUrl=dlq,
+            MessageBody="not json",
+            MessageAttributes=attributes(error_code="malformed_json", source=source_arn, source_record_id=f"m-{index}"),
+        )
+    # WHEN a dry run is aimed at one reason
+    dry = redrive(sqs, dlq, kinesis=kinesis, dry_run=True, reasons=frozenset({"malformed_json"}))
+    # THEN it names the 15 and counts the 25 it would leave
+    assert (len(dry.redriven), dry.not_aimed) == (15, 25)
+    assert len(list_letters(sqs, dlq)) == 40
+
+
+def test_a_redrive_tries_every_letter_when_the_first_ones_cannot_be_sent(aws: tuple[Any, Any]) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    # GIVEN 25 messages SQS moved (no tally.source) and no default queue to send them to
+    for index in range(25):
+        sqs.send_message(QueueUrl=dlq, MessageBody=f'{{"id":"c{index}","key":"k","delta":1}}')
+    # WHEN redriven
+    result = redrive(sqs, dlq, kinesis=kinesis)
+    # THEN each of the 25 is reported left, with its reason, and stays in the queue
+    assert len(result.skipped) == 25
+    assert {skipped.reason for skipped in result.skipped} == {"no destination: give a queue or a stream to redrive to"}
+    assert len(list_letters(sqs, dlq)) == 25
+
+
+# --- a Kinesis sequence number is unique within its shard only ----------------------------------------------
+
+
+def _shard_of(kinesis: Any, stream: str, partition_key_: str) -> str:
+    """The shard Kinesis puts a record of this partition key into: MD5 of the key within a shard's hash range."""
+    point = int(hashlib.md5(partition_key_.encode()).hexdigest(), 16)
+    for shard in kinesis.list_shards(StreamName=stream)["Shards"]:
+        low, high = shard["HashKeyRange"]["StartingHashKey"], shard["HashKeyRange"]["EndingHashKey"]
+        if int(low) <= point <= int(high):
+            return str(shard["ShardId"])
+    raise AssertionError(f"no shard holds {partition_key_!r}")
+
+
+def _dead_letter_of(aws: tuple[Any, Any], dlq: str, *, stream_arn: str, shard: str, sequence_number: str) -> None:
+    """What the function dead-letters for this record: its Lambda event through the real source and adapter."""
+    sqs, kinesis = aws
+    iterator = kinesis.get_shard_iterator(
+        StreamName=stream_arn.rsplit("/", 1)[-1],
+        ShardId=shard,
+        ShardIteratorType="AT_SEQUENCE_NUMBER",
+        StartingSequenceNumber=sequence_number,
+    )["ShardIterator"]
+    record = kinesis.get_records(ShardIterator=iterator, Limit=1)["Records"][0]
+    (source_record,) = records_from_event(kinesis_event([record], stream_arn, shard, "us-east-1"))
+    letter = DeadLetter(source_record, Rejection(RejectCode.INVALID_FIELD, "unknown field 'detla'"))
+    assert SqsDeadLetterQueue(sqs, dlq).send([letter]) == frozenset()
+
+
+def test_a_letter_is_not_taken_for_one_the_redrive_sent_because_its_sequence_number_recurs_in_another_shard(
+    aws: tuple[Any, Any],
+) -> None:
+    sqs, kinesis = aws
+    dlq, _ = queue(sqs, "dlq")
+    kinesis.create_stream(StreamName="s", ShardCount=2)
+    stream_arn = kinesis.describe_stream_summary(StreamName="s")["StreamDescriptionSummary"]["StreamARN"]
+    keys = [f"k{index}" for index in range(50)]
+    key_a = next(key for key in keys if _shard_of(kinesis, "s", key) == "shardId-000000000000")
+    key_b = next(key for key in keys if _shard_of(kinesis, "s", key) == "shardId-000000000001")
+    # GIVEN shard A's last record (3 of 3) and shard B's 4th (of 5) dead-lettered by the function, in that order
+    puts = {}
+    for key, count in ((key_a, 3), (key_b, 5)):
+        for index in range(count):
+            body = f'{{"id":"{key}-{index}","key":"{key}","detla":1}}'
+            puts[key, index] = kinesis.put_record(StreamName="s", Data=body.encode(), PartitionKey=key)
+    assert puts[key_a, 2]["SequenceNumber"] == "3"  # moto numbers each shard's records from 1
+    for put in (puts[key_a, 2], puts[key_b, 3]):
+        _dead_letter_of(aws, dlq, stream_arn=stream_arn, shard=put["ShardId"], sequence_number=put["SequenceNumber"])
+    returned: list[str] = []
+    shards = {key: _shard_of(kinesis, "s", key) for key in (key_a, key_b)}  # read before: the redrive calls below
+
+    def consumer_refuses_it_again(letter: Letter) -> None:
+        # the record the redrive just put (the last of its shard) is dead-lettered again, as the function would
+        shard = shards[key_a if key_a in letter.body else key_b]
+        newest = max(
+            int(record["SequenceNumber"])
+            for record in kinesis.get_records(
+                ShardIterator=kinesis.get_shard_iterator(
+                    StreamName="s", ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+            )["Records"]
+        )
+        _dead_letter_of(aws, dlq, stream_arn=stream_arn, shard=shard, sequence_number=str(newest))
+        returned.append(letter.body)
+
+    # WHEN redriven: A's record goes back to shard A, as its 4th record, the sequence number B's letter names
+    result = redrive(sqs, dlq, kinesis=kinesis, progress=consumer_refuses_it_again)
+    # THEN both letters were redriven, each once, and their new dead letters are what the queue holds
+    assert sorted(letter.body for letter in result.redriven) == sorted(
+        f'{{"id":"{key}","key":"{key.split("-")[0]}","detla":1}}' for key in (f"{key_a}-2", f"{key_b}-3")
+    )
+    assert len(returned) == 2
+    assert len(list_letters(sqs, dlq)) == 2

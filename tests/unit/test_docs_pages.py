@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.docs_pages import output_matches, page_commands, unrun_shell_blocks
+from tests.support.docs_pages import output_matches, page_commands, stack_identity, unrun_shell_blocks
 
 PAGE = """\
 # A page
@@ -38,11 +38,21 @@ def test_commands_come_in_order_with_their_shown_output() -> None:
     ]
 
 
-def test_the_local_stack_command_is_recognised() -> None:
-    text = "```console\n$ python -m tally_local.stack --param Source=SQS\nlocal stack ... is up\n```\n"
-    (command,) = page_commands("page.md", text)
-    assert command.starts_stack
-    assert command.shown == "local stack ... is up"
+@pytest.mark.parametrize(
+    "command", ["tally-local --param Source=SQS", ".venv/bin/tally-local", "python -m tally_local.stack --port 8600"]
+)
+def test_the_local_stack_command_is_recognised(command: str) -> None:
+    text = f"```console\n$ {command}\nlocal stack ... is up\n```\n"
+    (found,) = page_commands("page.md", text)
+    assert found.starts_stack
+    assert found.shown == "local stack ... is up"
+
+
+def test_one_stack_whether_the_page_activated_the_venv_or_not() -> None:
+    assert stack_identity(".venv/bin/tally-local --param Source=SQS") == stack_identity(
+        "tally-local --param Source=SQS"
+    )
+    assert not page_commands("p.md", "```console\n$ tally-localish\n```\n")[0].starts_stack
 
 
 @pytest.mark.parametrize(

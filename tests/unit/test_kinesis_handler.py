@@ -44,6 +44,7 @@ def test_dead_letters_carry_the_full_record_payload(stack: MotoStack) -> None:
     # GIVEN poison records, one of them not even UTF-8
     event = load_event("kinesis-poison.json")
     payloads = {r["kinesis"]["sequenceNumber"]: base64.b64decode(r["kinesis"]["data"]) for r in event["Records"]}
+    shards = {r["kinesis"]["sequenceNumber"]: r["eventID"].split(":")[0] for r in event["Records"]}
     # WHEN the handler runs
     assert kinesis_handler.handler(event, LocalLambdaContext()) == {"batchItemFailures": []}
     # THEN each dead letter holds the record's data byte for byte, where it came from, and why
@@ -57,6 +58,8 @@ def test_dead_letters_carry_the_full_record_payload(stack: MotoStack) -> None:
         else:
             assert message["Body"].encode("utf-8") == payload
         assert attributes["tally.source"] == STREAM_ARN
+        # a sequence number is unique within its shard only: the letter names both
+        assert attributes["tally.source_shard"] == shards[attributes["tally.source_record_id"]]
         assert attributes["tally.error_message"]
     assert sum(1 for m in letters if "tally.body_encoding" in m["MessageAttributes"]) == 2  # the two binary ones
 
@@ -90,7 +93,8 @@ def test_records_keep_sequence_number_bytes_arrival_and_origin() -> None:
     assert records[0].body == base64.b64decode(first["data"])
     assert records[0].received_ms == 4_102_444_800_000
     assert records[1].received_ms == 4_102_444_800_001  # 4102444800.001 s: not truncated to ...000
-    assert records[0].origin == {"source": STREAM_ARN, "partition_key": first["partitionKey"]}
+    shard = event["Records"][0]["eventID"].split(":")[0]
+    assert records[0].origin == {"source": STREAM_ARN, "partition_key": first["partitionKey"], "shard": shard}
 
 
 @pytest.mark.parametrize(

@@ -57,10 +57,15 @@ def failure(what: str, service: str, exc: BaseException) -> click.ClickException
         cause = cause.__cause__
     message = f"cannot {what} at {endpoint(service)}: {cause}"
     if isinstance(cause, EndpointConnectionError):
-        message += (
-            "\nnothing answered there: is the local stack running (python -m tally_local.stack), and are its"
-            " exports current in this shell?"
-            if any(os.environ.get(v) for v in (f"AWS_ENDPOINT_URL_{service.upper()}", "AWS_ENDPOINT_URL"))
-            else "\ncheck the network and the region"
-        )
+        message += "\n" + nothing_answered(service)
     return click.ClickException(message)
+
+
+def nothing_answered(service: str) -> str:
+    """What to check when nothing answered at ``service``'s endpoint: the local stack, or the network."""
+    if any(os.environ.get(v) for v in (f"AWS_ENDPOINT_URL_{service.upper()}", "AWS_ENDPOINT_URL")):
+        return (
+            "nothing answered there: is the local stack running (tally-local), and are its exports current in this"
+            " shell?"
+        )
+    return "check the network and the region"

@@ -304,6 +304,7 @@ def redrive_document(result: RedriveResult) -> dict[str, Any]:
         "skipped_objects": [{"key": key, "reason": reason} for key, reason in result.skipped_objects],
         "sent_to": sorted(result.destinations),
         "left": [{"message_id": skipped.letter.message_id, "reason": skipped.reason} for skipped in result.skipped],
+        "returned": result.returned,
     }
 
 
@@ -333,9 +334,11 @@ def redrive_table(result: RedriveResult) -> Table:
         for key, reason in result.skipped_objects[:5]:
             table.add_row(f"  {key}", reason[:100])
     table.add_row("sent to", ", ".join(sorted(result.destinations)) or "-")
-    table.add_row("left in the dead-letter queue", f"{len(result.skipped):,}")
+    table.add_row("left in the dead-letter queue (could not be sent)", f"{len(result.skipped):,}")
     for skipped in result.skipped[:5]:
         table.add_row(f"  {skipped.letter.message_id}", skipped.reason[:100])
+    if result.returned:
+        table.add_row("refused again: back in the dead-letter queue", f"{result.returned:,}")
     return table
 
 

@@ -23,14 +23,14 @@ import click
 import msgspec
 
 from tally.cli.output import console, json_option, table
-from tally.cli.resolve import Resolver, stack_option
+from tally.cli.resolve import Resolver, counter_reader, stack_option
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from decimal import Decimal
     from typing import Any
 
-    from tally.reader import CounterReader, OperatorRecord, Series
+    from tally.reader import OperatorRecord, Series
 
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
@@ -118,20 +118,6 @@ def counters_json(counters: Mapping[str, Decimal]) -> bytes:
     return _JSON.encode(dict(sorted(counters.items())))
 
 
-READ_SETTINGS = ("TALLY_COUNTERS_TABLE", "TALLY_HOT_KEYS", "TALLY_WINDOWS", "TALLY_WINDOW_RETENTION")
-"""What a read needs: the counters table, and how the stack counts (never the markers)."""
-
-
-def _reader(resolver: Resolver, table_name: str | None) -> CounterReader:
-    """The counters table (``--table``, the stack's or the environment's), with the stack's hot keys and windows."""
-    from tally.cli.aws import client
-    from tally.reader import CounterReader
-
-    table_ = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
-    environment = resolver.settings(READ_SETTINGS) | {"TALLY_COUNTERS_TABLE": table_}
-    return CounterReader.from_environment(environment, client=client("dynamodb"))
-
-
 def series_json(series: Series) -> bytes:
     """A JSON list of windows in order: start (ISO 8601, UTC) and counters (missing windows: {})."""
     return _JSON.encode([{"start": window.start, "counters": dict(window.values)} for window in series.windows])
@@ -184,7 +170,7 @@ def get(
     from tally.reader import Series, Window, parse_time_ms
 
     try:
-        reader = _reader(Resolver(stack_name, os.environ), table_name)
+        reader = counter_reader(Resolver(stack_name, os.environ), table_name)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
     try:

@@ -67,9 +67,11 @@ def list_(as_json: bool, stack_name: str | None, table_name: str | None, key: st
         return
     rows = table(
         f"{len(found)} threshold crossings",
-        ["time", "key", "counter", "level", "direction", "value", "message id"],
+        ["time", "key", "counter", "window", "level", "direction", "value", "message id"],
         right=["level", "value"],
     )
     for c in found:
-        rows.add_row(iso_utc(c.at_ms), c.key, c.counter, str(c.level), str(c.direction), str(c.value), c.message_id)
+        rows.add_row(
+            iso_utc(c.at_ms), c.key, c.counter, c.window, str(c.level), str(c.direction), str(c.value), c.message_id
+        )
     console().print(rows)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shlex
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -36,7 +37,7 @@ from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
 from tally.store.pages import encode_page
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from tally.core.aggregate import Totals
 
@@ -243,6 +244,16 @@ def _extra(bill: Bill, lowest: Bill) -> dict[str, dict[str, float | int]]:
     }
 
 
+_EMPTY_VALUE = '""'
+"""How ``--parameter-overrides`` writes an empty value (``Windows=""``: no windows)."""
+
+
+def overrides_line(parameters: Mapping[str, str]) -> str:
+    """``sam deploy --parameter-overrides '...'``, as the SAM CLI reads it, to paste."""
+    pairs = " ".join(f"{name}={value or _EMPTY_VALUE}" for name, value in parameters.items())
+    return f"sam deploy --parameter-overrides {shlex.quote(pairs)}"
+
+
 def _print(bill: Bill, extra: dict[str, Any]) -> None:
     console = output_console()  # never cut when piped
     parameters = Table(title="template parameters (sam deploy --parameter-overrides)")
@@ -253,6 +264,14 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
     if bill.parameters.hot_keys:
         parameters.add_row("HotKeys", f"your {bill.parameters.hot_keys} busiest keys ={bill.parameters.hot_key_shards}")
     console.print(parameters)
+    console.print(overrides_line(bill.parameters.as_template()), soft_wrap=True)  # copied whole: never folded
+    if bill.parameters.hot_keys:
+        console.print(
+            f"and HotKeys=KEY={bill.parameters.hot_key_shards},... for your {bill.parameters.hot_keys} busiest keys"
+            " (the line replaces samconfig.toml's parameter_overrides: add what you set there, AlarmEmail say)"
+        )
+    else:
+        console.print("(it replaces samconfig.toml's parameter_overrides: add what you set there, AlarmEmail say)")
     figures = Table(title="predicted")
     figures.add_column("figure")
     figures.add_column("value", justify="right")
@@ -299,15 +318,19 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
     levers = Table(title="levers: the same traffic, one thing changed")
     for column in ("lever", "$ / month", "saves", "latency"):
         levers.add_column(column, justify="left" if column == "lever" else "right")
-    for lever in extra["levers"]:
+    saving = [lever for lever in extra["levers"] if round(lever["saves_usd_month"], 2) > 0]  # a cent a month
+    for lever in saving:
         levers.add_row(
             lever["lever"],
             f"{lever['usd_month']:,.2f}",
             f"{lever['saves_usd_month']:,.2f} ({lever['saves_share']:.0%})",
             f"{lever['latency_seconds']:,.1f} s",
         )
-    console.print(levers)
-    for lever in extra["levers"]:
+    if saving:
+        console.print(levers)
+    else:
+        console.print("levers: no lever saves anything on this traffic (tally plan --json lists what each would cost)")
+    for lever in saving:
         console.print(f"{lever['lever']}: {lever['how']}")
     duration = extra["duration"]
     low, high = PROXY_TO_MODEL_DURATION

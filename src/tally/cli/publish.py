@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, Any
 import click
 import msgspec
 
+from tally.cli.arguments import NumbersAsArguments
+from tally.cli.aws import nothing_answered
 from tally.cli.output import console, json_option, print_json
-from tally.cli.publish_input import InputError, Parsed, event_from_spec, number, parse_lines
+from tally.cli.publish_input import InputError, Parsed, event_from_spec, number, parse_lines, plain_name
 from tally.cli.resolve import Resolver, Target, kind_option, stack_option
 from tally.cli.synthetic import generate
 from tally.producer import Event, KinesisPublisher, PublishResult, SqsPublisher
@@ -44,7 +46,7 @@ _CHUNK_MESSAGES = 500
 _JSON = msgspec.json.Encoder(decimal_format="number")
 
 
-@click.command()
+@click.command(cls=NumbersAsArguments)
 @click.argument("key", required=False)
 @click.argument("delta", required=False)
 @click.option("--counter", default="count", show_default=True, help="The counter KEY DELTA adds to.")
@@ -160,7 +162,7 @@ def publish(  # click passes every option by name
         failed_out.write_bytes(b"".join(message.body + b"\n" for message in total.failed_messages))
     summary = _summary(
         target=target,
-        pack=pack,
+        messages=messages,
         result=result,
         resent=resent,
         events=parsed.event_count,
@@ -179,7 +181,16 @@ def publish(  # click passes every option by name
             )
         )
     else:
-        console().print(summary)
+        out = console()
+        out.print(f"published to {target.kind}: {target.address}", soft_wrap=True)  # a URL to copy: never folded
+        out.print(summary)
+        if duplicate_rate and not resends:
+            out.print(
+                f"--duplicate-rate {duplicate_rate:g} of {_count(len(messages), 'message')} re-sends none:"
+                " --no-pack sends one message per event (or publish more events)"
+            )
+        if any(failure.code in _UNREACHABLE for failure in total.failed):
+            out.print(nothing_answered(target.kind))
     if total.failed:
         sys.exit(1)
 
@@ -192,6 +203,8 @@ def _read_events(
     events: list[Event] = []
     if key is not None:
         try:
+            plain_name(key, "key")
+            plain_name(counter, "counter")
             events.append(Event(key, {counter: number(delta, "DELTA") if delta is not None else 1}))
         except (TypeError, ValueError) as exc:
             raise InputError(f"{key!r}: {exc}") from None
@@ -236,10 +249,28 @@ def _send(publisher: Publisher, messages: Sequence[OutgoingMessage], out: Consol
     return result
 
 
+_UNREACHABLE = frozenset({"EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"})
+"""What the producer reports for a call nothing answered (botocore's exception names)."""
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number:,} {noun}" + ("" if number == 1 else "s")
+
+
+def _shapes(messages: Sequence[OutgoingMessage]) -> str:
+    """How the messages were built: packed (``{"id", "events"}``), single (an event with its own id, or
+    ``--no-pack``), or some of each."""
+    packed = sum(1 for message in messages if message.packed)
+    single = len(messages) - packed
+    if packed and single:
+        return f"{packed:,} packed, {single:,} single"
+    return "packed" if packed else "single"
+
+
 def _summary(
     *,
     target: Target,
-    pack: bool,
+    messages: Sequence[OutgoingMessage],
     result: PublishResult,
     resent: PublishResult,
     events: int,
@@ -248,12 +279,12 @@ def _summary(
 ) -> Table:
     from rich.table import Table
 
-    table = Table(title=f"published to {target.kind}: {target.address}", show_header=False)
+    table = Table(show_header=False)
     table.add_column("what")
-    table.add_column("value", justify="right")
+    table.add_column("value", justify="right", overflow="fold")
     rows: list[tuple[str, Any]] = [
         ("events", f"{events:,}"),
-        ("messages sent", f"{result.sent_messages:,}" + (" (packed)" if pack else "")),
+        ("messages sent", f"{result.sent_messages:,} ({_shapes(messages)})" if messages else "0"),
         ("events per message", f"{result.sent_events / result.sent_messages:,.1f}" if result.sent_messages else "-"),
         ("bytes sent", f"{result.sent_bytes:,}"),
         ("API calls", f"{result.calls + resent.calls:,}"),
@@ -266,7 +297,7 @@ def _summary(
     failed = result + resent
     rows.append(("failed", f"{len(failed.failed):,} messages, {failed.failed_events:,} events"))
     if failed.failed:
-        codes = sorted({f"{f.code}: {f.reason[:60]}" for f in failed.failed})
+        codes = sorted({f"{f.code}: {f.reason}" for f in failed.failed})
         rows.append(("failure reasons", "; ".join(codes[:3])))
         rows.append(("failed messages written to", str(failed_out) if failed_out else "(not kept: use --failed-out)"))
     rows.append(("elapsed", f"{elapsed:.2f} s"))

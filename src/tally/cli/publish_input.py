@@ -65,7 +65,8 @@ def event_from_spec(spec: str) -> Event:
         return _event_from_object(_json_object(spec, "--event"), "--event", allow_id=True)
     fields: dict[str, str] = {}
     for part in spec.split(","):
-        name, separator, value = part.partition("=")
+        # "key=shop:1, revenue=3": the spaces a reader types after a comma are not part of the names and values
+        name, separator, value = (text.strip() for text in part.partition("="))
         if not separator or not name:
             raise InputError(f"--event {spec!r}: expected name=value pairs separated by commas")
         if name in fields:
@@ -163,6 +164,12 @@ def _gauges(raw: Any, where: str) -> dict[str, tuple[str, Any]] | None:
     return {name: next(iter(reading.items())) for name, reading in raw.items()}
 
 
+def plain_name(value: Any, what: str) -> None:
+    """A key or a counter, set or gauge name that a user can type back: no space, tab or newline around it."""
+    if isinstance(value, str) and value != value.strip():
+        raise ValueError(f"{what} {value!r} begins or ends with a space: remove it (tally get could not find it)")
+
+
 def _event(
     key: Any,
     deltas: dict[str, Any],
@@ -175,6 +182,11 @@ def _event(
     distinct: Any = None,
 ) -> Event:
     try:
+        plain_name(key, "key")
+        reset = operator.get("reset") if operator is not None else None
+        for what, names in (("counter", deltas), ("counter", reset), ("gauge", gauges), ("set", distinct)):
+            for name in names if isinstance(names, dict) else ():
+                plain_name(name, what)
         if operator is not None:
             correction = operator.get("correction", False)
             if not isinstance(correction, bool):

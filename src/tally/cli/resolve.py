@@ -10,11 +10,20 @@ One rule for every command, most explicit first:
 4. the stack named by ``$TALLY_STACK``, read only when a variable is missing.
 
 A stack given with ``--stack`` is always read, so one that does not exist is an error, whatever else is set.
-``tally stack NAME --env`` prints the variables of step 3 (and ``TALLY_STACK``) as ``export`` lines.
+``tally stack NAME --env`` prints the variables of step 3 (and ``TALLY_STACK``) as ``export`` lines, after an
+``unset`` of every other stack variable, so a shell that switches stacks keeps nothing of the one before.
+
+A command never combines two stacks' variables. Exports carry the stack they came from: ``TALLY_EXPORTED_FROM``
+holds the stack's name and, for each variable exported, its name and a digest of its value. An environment whose
+``TALLY_STACK`` is another stack, or whose stack variables are no longer those exported (one changed, added or
+removed by hand since), is refused with an error naming the stack and the variable. Variables set by hand, with
+no ``TALLY_EXPORTED_FROM`` (a function's environment, say), are taken as given.
 """
 
 from __future__ import annotations
 
+import hashlib
+import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -24,6 +33,8 @@ from tally.cli.aws import client, failure, region
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
+
+    from tally.reader import CounterReader
 
 STACK_VARIABLE: Final = "TALLY_STACK"
 OUTPUT_VARIABLES: Final = {
@@ -49,6 +60,10 @@ PARAMETER_VARIABLES: Final = {
 empty (no hot keys): set, even empty, it counts as given; a resource variable counts only when not empty."""
 _OUTPUT_OF: Final = {variable: output for output, variable in OUTPUT_VARIABLES.items()}
 _SETTINGS: Final = frozenset(PARAMETER_VARIABLES.values())
+STACK_VARIABLES: Final = frozenset({STACK_VARIABLE, *OUTPUT_VARIABLES.values(), *PARAMETER_VARIABLES.values()})
+"""Every variable a stack's exports may set."""
+EXPORTED_FROM: Final = "TALLY_EXPORTED_FROM"
+"""``<stack> <VARIABLE>:<digest> ...``: which stack the exported variables came from, and what they held."""
 
 Kind = Literal["sqs", "kinesis"]
 KINDS: Final = ("sqs", "kinesis")
@@ -65,6 +80,49 @@ kind_option = click.option(
     type=click.Choice(KINDS, case_sensitive=False),
     help="Which source, when the stack (or the environment) has both a queue and a stream.",
 )
+
+
+def _digest(value: str) -> str:
+    return hashlib.sha256(value.encode("utf-8")).hexdigest()[:8]
+
+
+def export_lines(stack: str, variables: Mapping[str, str]) -> list[str]:
+    """Shell lines that point ``tally`` at ``stack`` alone: ``export`` each of ``variables`` (values quoted; others
+    than stack variables, such as endpoints, too), then ``TALLY_EXPORTED_FROM``, which says whose they are, then
+    ``unset`` every stack variable it does not set (in any order: none of them is exported)."""
+    exported = {STACK_VARIABLE: stack, **variables}
+    lines = [f"export {name}={shlex.quote(value)}" for name, value in sorted(exported.items())]
+    stamp = [f"{name}:{_digest(value)}" for name, value in sorted(exported.items()) if name in STACK_VARIABLES]
+    lines.append(f"export {EXPORTED_FROM}={shlex.quote(' '.join([stack, *stamp]))}")
+    absent = sorted(STACK_VARIABLES - exported.keys())
+    if absent:
+        lines.append("unset " + " ".join(absent))
+    return lines
+
+
+def mixed_stacks(environ: Mapping[str, str]) -> str | None:
+    """Why the environment's stack variables are not what one stack exported, or None: they are, or no stack
+    exported them (no ``TALLY_EXPORTED_FROM``: set by hand, taken as given)."""
+    stamp = environ.get(EXPORTED_FROM)
+    if not stamp:
+        return None
+    stack, *entries = stamp.split()
+    exported = dict(entry.rpartition(":")[::2] for entry in entries)
+    named = environ.get(STACK_VARIABLE)
+    if named and named != stack:
+        return (
+            f"${STACK_VARIABLE} is {named!r}, but the other TALLY_* variables were exported for stack {stack!r}: "
+            f'eval "$(tally stack {shlex.quote(named)} --env)" to use {named!r}, or give --stack'
+        )
+    switch = f'eval "$(tally stack {shlex.quote(stack)} --env)" again, or give --stack'
+    for name in sorted(STACK_VARIABLES):
+        if name in environ and name not in exported:
+            return f"${name} is set, but stack {stack!r}'s exports do not set it (another stack's?): {switch}"
+        if name in exported and name not in environ:
+            return f"${name} was unset after stack {stack!r}'s exports set it: {switch}"
+        if name in exported and _digest(environ[name]) != exported[name]:
+            return f"${name} is not the value stack {stack!r}'s exports gave it: {switch}"
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,15 +179,25 @@ class Resolver:
     environ: Mapping[str, str]
     describe: Callable[[str], StackDescription] = describe
     _stack: StackDescription | None = field(default=None, init=False, repr=False)
+    _checked: bool = field(default=False, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.given_stack:
             self._stack = self.describe(self.given_stack)  # a stack named on the command line must exist
 
+    def _environment(self) -> Mapping[str, str]:
+        """The environment, once it is known to hold one stack's variables at most."""
+        if not self._checked:
+            problem = mixed_stacks(self.environ)
+            if problem is not None:
+                raise click.ClickException(problem)
+            self._checked = True
+        return self.environ
+
     @property
     def stack_name(self) -> str | None:
         """``--stack``, else ``$TALLY_STACK``."""
-        return self.given_stack or self.environ.get(STACK_VARIABLE) or None
+        return self.given_stack or self._environment().get(STACK_VARIABLE) or None
 
     def _stack_variables(self) -> dict[str, str]:
         if self._stack is None:
@@ -140,7 +208,7 @@ class Resolver:
         return self._stack.variables()
 
     def _from_environment(self, variable: str) -> str | None:
-        value = self.environ.get(variable)
+        value = self._environment().get(variable)
         if value is None or (not value and variable not in _SETTINGS):
             return None
         return value
@@ -181,7 +249,7 @@ class Resolver:
         if self.given_stack:
             available, where = self._targets(self._stack_variables()), f"stack {self.given_stack!r}"
         else:
-            available = self._targets(self.environ)
+            available = self._targets(self._environment())
             where = " and ".join(f"${TARGET_VARIABLES[source]}" for source in available)
             if self.stack_name and (not available or (kind is not None and kind.lower() not in available)):
                 available = self._targets(self._stack_variables())
@@ -206,6 +274,23 @@ class Resolver:
     @staticmethod
     def _targets(variables: Mapping[str, str]) -> dict[Kind, str]:
         return {kind: variables[name] for kind, name in TARGET_VARIABLES.items() if variables.get(name)}
+
+
+READ_SETTINGS: Final = ("TALLY_COUNTERS_TABLE", "TALLY_HOT_KEYS", "TALLY_WINDOWS", "TALLY_WINDOW_RETENTION")
+"""What a read needs: the counters table, and how the stack counts (never the markers)."""
+
+
+def counter_reader(resolver: Resolver, table_name: str | None) -> CounterReader:
+    """The counters table (``--table``, the stack's or the environment's), with the stack's hot keys and windows."""
+    from tally.errors import ConfigurationError
+    from tally.reader import CounterReader
+
+    table = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
+    environment = resolver.settings(READ_SETTINGS) | {"TALLY_COUNTERS_TABLE": table}
+    try:
+        return CounterReader.from_environment(environment, client=client("dynamodb"))
+    except ConfigurationError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 TARGET_VARIABLES: Final[dict[Kind, str]] = {"sqs": "TALLY_QUEUE_URL", "kinesis": "TALLY_STREAM_NAME"}

@@ -7,7 +7,7 @@ import shlex
 import click
 
 from tally.cli.output import console, json_option, print_json, table
-from tally.cli.resolve import OUTPUT_VARIABLES, PARAMETER_VARIABLES, STACK_VARIABLE, StackDescription, describe
+from tally.cli.resolve import OUTPUT_VARIABLES, PARAMETER_VARIABLES, describe, export_lines
 
 
 @click.command("stack")
@@ -21,7 +21,7 @@ def stack(name: str, as_env: bool, as_json: bool) -> None:
         print_json(dict(sorted(described.outputs.items())))
         return
     if as_env:
-        click.echo(export_lines(described), nl=False)
+        click.echo("\n".join(export_lines(described.name, described.variables())))
         return
     rows = table(f"stack {name}", ["output / parameter", "value", "variable"])
     for key, value in sorted(described.outputs.items()):
@@ -34,10 +34,3 @@ def stack(name: str, as_env: bool, as_json: bool) -> None:
     out.print(
         f'point tally at it: eval "$(tally stack {shlex.quote(name)} --env)"  (or --stack {name} on each command)'
     )
-
-
-def export_lines(described: StackDescription) -> str:
-    """Shell ``export`` lines, values quoted: ``TALLY_STACK`` and the variables the stack provides."""
-    variables = {STACK_VARIABLE: described.name, **described.variables()}
-    lines = [f"export {variable}={shlex.quote(value)}" for variable, value in sorted(variables.items())]
-    return "\n".join(lines) + "\n"

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -50,7 +51,14 @@ from tally.core.defaults import NO_DEFAULTS
 from tally.core.digest import content_digest
 from tally.core.limits import KINESIS_PUT_MAX_RECORDS, SQS_BATCH_MAX_ENTRIES
 from tally.core.model import COUNTED_REFUSALS, Message
-from tally.dead_letter_sender import BODY_ENCODING, ERROR_CODE, ERROR_MESSAGE, SOURCE, SOURCE_RECORD_ID
+from tally.dead_letter_sender import (
+    BODY_ENCODING,
+    ERROR_CODE,
+    ERROR_MESSAGE,
+    SOURCE,
+    SOURCE_RECORD_ID,
+    SOURCE_SHARD,
+)
 from tally.errors import OperatorError, StoreError
 
 if TYPE_CHECKING:
@@ -102,6 +110,18 @@ class Letter:
     body_encoding: str | None = None
     message_group_id: str | None = None
     """The message group of a FIFO dead-letter queue's message (a redrive to a FIFO queue keeps it)."""
+    source_shard: str | None = None
+    """The Kinesis shard of the record (poison from a stream): its sequence number is unique within it only."""
+
+    @property
+    def source_record(self) -> SentRecord | None:
+        """Which record of its source this letter's message was (poison only): how a redrive knows its own."""
+        if self.source_record_id is None:
+            return None
+        source = self.source or ""
+        if source.startswith("arn:") and ":kinesis:" in source:
+            return SentRecord(stream_name(source), self.source_shard, self.source_record_id)
+        return SentRecord(None, None, self.source_record_id)
 
     @property
     def kind(self) -> str:
@@ -291,6 +311,16 @@ def skipped_as_counted(letter: Letter, counted: frozenset[str]) -> bool:
 
 
 @dataclass(frozen=True, slots=True)
+class SentRecord:
+    """A record a redrive put in a source: an SQS message id (unique), or a Kinesis stream, shard and sequence
+    number (unique within the shard only: moto numbers each shard's records 1, 2, 3, ...)."""
+
+    stream: str | None
+    shard: str | None
+    record_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class Destination:
     """Where a redrive sends bodies: a queue URL or a stream (name or ARN)."""
 
@@ -326,6 +356,8 @@ class RedriveResult:
     """Letters left alone because ``reasons`` did not name their reason."""
     dry_run: bool = False
     """Nothing was sent or deleted: ``redriven``, ``counted`` and ``replayed_objects`` say what would be."""
+    returned: int = 0
+    """Dead letters of what this redrive sent, refused again (poison comes back): left in the queue."""
 
     @property
     def ok(self) -> bool:
@@ -346,11 +378,32 @@ class _Redrive:
     counted: list[Letter] = field(default_factory=list)
     not_aimed: int = 0
     skipped: list[Skipped] = field(default_factory=list)
-    sent_ids: set[str] = field(default_factory=set)
-    """Source record ids of what this redrive sent: a dead letter naming one was redriven and refused again."""
+    sent: set[SentRecord] = field(default_factory=set)
+    """The records this redrive put in a source: a dead letter naming one was redriven and refused again."""
+    _sent_in_streams: set[tuple[str, str]] = field(default_factory=set)
+    returned: int = 0
     replayed: int = 0
     destinations: set[str] = field(default_factory=set)
     _queue_urls: dict[str, str] = field(default_factory=dict)
+
+    def put(self, records: Iterable[SentRecord]) -> None:
+        for record in records:
+            self.sent.add(record)
+            if record.stream is not None:
+                self._sent_in_streams.add((record.stream, record.record_id))
+
+    def came_back(self, letter: Letter) -> bool:
+        """Whether ``letter`` is the dead letter of a record this redrive sent (counted in ``returned``). A letter
+        from a function too old to name its shard is matched on its stream and sequence number alone."""
+        record = letter.source_record
+        if record is None:
+            return False
+        if record.shard is None and record.stream is not None:
+            found = (record.stream, record.record_id) in self._sent_in_streams
+        else:
+            found = record in self.sent
+        self.returned += found
+        return found
 
 
 def redrive(
@@ -431,11 +484,13 @@ def _redrive_bucket(
     return tuple(replayed), tuple(skipped), records, frozenset(streams)
 
 
-def _put_all(kinesis: KinesisClient, stream: str, records: Sequence[tuple[bytes, str]]) -> None:
+def _put_all(kinesis: KinesisClient, stream: str, records: Sequence[tuple[bytes, str]]) -> list[SentRecord]:
     """PutRecords in order, in calls within its limits; any record refused is an :class:`OperatorError`
-    (re-running the redrive puts the whole batch again: the markers drop what was counted)."""
+    (re-running the redrive puts the whole batch again: the markers drop what was counted). The records put."""
+    put: list[SentRecord] = []
     for chunk in group(records, KINESIS_PUT_MAX_RECORDS, _PUT_RECORDS_MAX_BYTES, _record_bytes):
-        _put_chunk(kinesis, stream, chunk)
+        put.extend(_put_chunk(kinesis, stream, chunk))
+    return put
 
 
 def _record_bytes(record: tuple[bytes, str]) -> int:
@@ -443,18 +498,22 @@ def _record_bytes(record: tuple[bytes, str]) -> int:
     return len(data) + len(key.encode("utf-8"))
 
 
-def _put_chunk(kinesis: KinesisClient, stream: str, chunk: Sequence[tuple[bytes, str]]) -> None:
+def _put_chunk(kinesis: KinesisClient, stream: str, chunk: Sequence[tuple[bytes, str]]) -> list[SentRecord]:
     put = kinesis.put_records(
         Records=[{"Data": data, "PartitionKey": key} for data, key in chunk], StreamName=stream_name(stream)
     )
     if put.get("FailedRecordCount"):
         raise OperatorError(f"{put['FailedRecordCount']} record(s) not accepted by {stream}")
+    return [SentRecord(stream_name(stream), entry["ShardId"], entry["SequenceNumber"]) for entry in put["Records"]]
 
 
 def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Letter], None] | None) -> RedriveResult:
+    """One pass over the queue. A letter the pass does not delete (left alone, not sent, or only looked at in a
+    dry run) stays hidden until the pass ends, so that every receive brings letters not seen yet: released at
+    once, it would come back in the next receive and hide the rest (a receive returns at most 10)."""
     sqs, dlq_url = run.sqs, run.dlq_url
     handled: set[str] = set()
-    left: list[Letter] = []  # released at the end: redriven by this run and refused again, or not aimed at
+    kept: dict[str, Letter] = {}  # hidden until the pass ends: message id -> the letter, latest receipt handle
 
     def done() -> int:
         return len(run.redriven) + len(run.skipped) + len(run.counted)
@@ -462,29 +521,30 @@ def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Lette
     try:
         while limit is None or done() < limit:
             received = _receive(sqs, dlq_url, _REDRIVE_VISIBILITY_S)
-            batch = [letter for letter in received if letter.message_id not in handled]
-            # Letters seen before (left in the queue and visible again): this pass is over.
-            _release(sqs, dlq_url, [letter for letter in received if letter.message_id in handled])
-            if not batch:
+            if not received:
                 break
+            # A letter kept since earlier in the pass and visible again (a pass longer than the visibility
+            # timeout): this receive hid it again; its new receipt handle is the one that releases it.
+            kept.update((letter.message_id, letter) for letter in received if letter.message_id in kept)
+            batch = [letter for letter in received if letter.message_id not in handled]
             handled.update(letter.message_id for letter in batch)
             aimed = [letter for letter in batch if run.reasons is None or letter.reason in run.reasons]
             run.not_aimed += len(batch) - len(aimed)
-            left.extend(letter for letter in batch if letter not in aimed)
+            kept.update((letter.message_id, letter) for letter in batch if letter not in aimed)
             counted = run.counted_lookup(aimed) if run.counted_lookup is not None and aimed else frozenset()
             for letter in aimed:
-                if limit is not None and done() >= limit:
-                    _release(sqs, dlq_url, [letter])
+                if (limit is not None and done() >= limit) or run.came_back(letter):
+                    kept[letter.message_id] = letter  # beyond the limit, or redriven by this run and refused again
                     continue
-                if letter.source_record_id is not None and letter.source_record_id in run.sent_ids:
-                    left.append(letter)  # redriven by this run and dead-lettered again: it stays
-                    continue
-                _redrive_one(run, letter, counted=skipped_as_counted(letter, counted))
+                if not _redrive_one(run, letter, counted=skipped_as_counted(letter, counted)):
+                    kept[letter.message_id] = letter
                 if progress is not None:
                     progress(letter)
-        _release(sqs, dlq_url, left)
     except (ClientError, BotoCoreError) as exc:
         raise OperatorError(f"redrive from {dlq_url} stopped: {exc}") from exc
+    finally:
+        with contextlib.suppress(ClientError, BotoCoreError):
+            _release(sqs, dlq_url, kept.values())
     return RedriveResult(
         tuple(run.redriven),
         run.replayed,
@@ -493,33 +553,32 @@ def _redrive_letters(run: _Redrive, limit: int | None, progress: Callable[[Lette
         counted=tuple(run.counted),
         not_aimed=run.not_aimed,
         dry_run=run.dry_run,
+        returned=run.returned,
     )
 
 
-def _redrive_one(run: _Redrive, letter: Letter, *, counted: bool) -> None:
+def _redrive_one(run: _Redrive, letter: Letter, *, counted: bool) -> bool:
     """Send ``letter`` back and delete it, or delete it unsent when it ``counted`` already (in a dry run,
-    only record which it would be)."""
+    only record which it would be); whether it left the queue."""
     if run.dry_run:
         (run.counted if counted else run.redriven).append(letter)
-        _release(run.sqs, run.dlq_url, [letter])
-        return
+        return False
     if counted:
         run.sqs.delete_message(QueueUrl=run.dlq_url, ReceiptHandle=letter.receipt_handle)
         run.counted.append(letter)
-        return
+        return True
     batch = letter.kinesis_batch
     try:
         sent = _replay(run, batch) if batch is not None else _resend(run, letter)
     except (ClientError, BotoCoreError, OperatorError) as exc:
         run.skipped.append(Skipped(letter, str(exc)))
-        _release(run.sqs, run.dlq_url, [letter])
-        return
+        return False
     if isinstance(sent, Skipped):
         run.skipped.append(sent)
-        _release(run.sqs, run.dlq_url, [letter])
-        return
+        return False
     run.sqs.delete_message(QueueUrl=run.dlq_url, ReceiptHandle=letter.receipt_handle)
     run.redriven.append(letter)
+    return True
 
 
 def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
@@ -545,7 +604,7 @@ def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
             )
         else:
             response = run.sqs.send_message(QueueUrl=queue_url, MessageBody=body)
-        run.sent_ids.add(response["MessageId"])
+        run.put([SentRecord(None, None, response["MessageId"])])
         run.destinations.add(queue_url)
         return None
     if stream is None or run.kinesis is None:
@@ -553,7 +612,7 @@ def _resend(run: _Redrive, letter: Letter) -> Skipped | None:
     put = run.kinesis.put_record(
         Data=payload, PartitionKey=partition_key(payload, letter), StreamName=stream_name(stream)
     )
-    run.sent_ids.add(put["SequenceNumber"])
+    run.put([SentRecord(stream_name(stream), put["ShardId"], put["SequenceNumber"])])
     run.destinations.add(stream)
     return None
 
@@ -604,7 +663,7 @@ def _replay(run: _Redrive, batch: KinesisBatch) -> Skipped | None:
             f"records {batch.start_sequence_number}..{batch.end_sequence_number} of {batch.shard_id} are no longer "
             "in the stream (trimmed after its retention)"
         )
-    _put_all(run.kinesis, stream, [(record["Data"], record["PartitionKey"]) for record in records])
+    run.put(_put_all(run.kinesis, stream, [(record["Data"], record["PartitionKey"]) for record in records]))
     run.replayed += len(records)
     run.destinations.add(stream)
     return None
@@ -661,6 +720,7 @@ def _letter(message: Any) -> Letter:
         source_record_id=text(SOURCE_RECORD_ID),
         body_encoding=text(BODY_ENCODING),
         message_group_id=system.get("MessageGroupId"),
+        source_shard=text(SOURCE_SHARD),
     )
 
 

@@ -46,5 +46,12 @@ def _source_record(record: KinesisStreamRecord) -> SourceRecord:
         body=payload.data_as_bytes(),
         # Epoch seconds with a millisecond fraction; rounded, because the float product can land a hair below.
         received_ms=round(payload.approximate_arrival_timestamp * 1000),
-        origin={"source": record.event_source_arn, "partition_key": payload.partition_key},
+        origin={"source": record.event_source_arn, "partition_key": payload.partition_key, **_shard(record.event_id)},
     )
+
+
+def _shard(event_id: str) -> dict[str, str]:
+    """The record's shard, from Lambda's ``eventID`` (``shardId-000000000000:<sequence number>``): a sequence
+    number is unique within its shard only, so a dead letter names both."""
+    shard, separator, _ = event_id.rpartition(":")
+    return {"shard": shard} if separator and shard else {}
