@@ -110,6 +110,8 @@ class AuditReport:
     """Ids counted more than once with different content: a producer reused an id past the marker horizon."""
     reads: int
     """How many times the table was read for the keys that needed it most (1: no second look)."""
+    last_counted: Mapping[str, int]
+    """Drifted key -> the latest ``archived_ms`` of its countings (is it quiet enough for a reset repair?)."""
     started_ms: int
     finished_ms: int
 
@@ -321,6 +323,10 @@ class Auditor:
         drifted = {f.slot.key for f in findings if f.verdict is Verdict.DRIFT}
         if drifted and self.waiting is not None:
             findings = with_pending(findings, self.waiting(drifted))
+        last: dict[str, int] = {}
+        for record in (*self.records, *self.repairs) if drifted else ():
+            for key in {event.key for event in record.events} & drifted:
+                last[key] = max(last.get(key, 0), record.archived_ms)
         twice, reused, countings = _identities(self.records)
         return AuditReport(
             findings=tuple(findings),
@@ -332,6 +338,7 @@ class Auditor:
             recounted_twice=twice,
             reused_ids=reused,
             reads=max(self._reads.values(), default=0),
+            last_counted=last,
             started_ms=self.started_ms,
             finished_ms=self.clock(),
         )
