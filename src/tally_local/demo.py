@@ -496,10 +496,6 @@ def _all_time_totals(resources: LocalResources) -> dict[str, dict[str, Decimal]]
     return CounterReader(resources.counters_table, client=resources.client("dynamodb")).all_time_totals()
 
 
-if __name__ == "__main__":
-    main()
-
-
 def _audit(console: Console, resources: LocalResources) -> bool:
     """What ``tally audit`` does, on the stack: every value compared; good when none drifted or stayed unsettled."""
     settings = Settings.from_env(resources.settings, require_dlq=False)
@@ -532,3 +528,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
         slot = finding.slot
         console.print(f"  {slot.key} {slot.window} {slot.name}: stored {finding.stored}, recounted {finding.recounted}")
     return not report.with_verdict(Found.DRIFT, Found.UNSETTLED)
+
+
+if __name__ == "__main__":
+    main()
