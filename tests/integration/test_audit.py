@@ -136,6 +136,11 @@ def test_every_value_of_a_counted_archive_is_exact(counted: Counted) -> None:
     assert {f.slot.kind for f in report.findings} == {"counter", "gauge", "distinct"}
     assert report.countings == 8
     assert (report.recounted_twice, report.reused_ids, report.digest_mismatches) == ((), (), ())
+    # AND recounted in two processes (shares of keys), the audit finds the same
+    split = counted.audit(processes=2)
+    assert [(f.slot, f.stored, f.recounted, f.verdict) for f in split.findings] == [
+        (f.slot, f.stored, f.recounted, f.verdict) for f in report.findings
+    ]
 
 
 def test_a_hand_edit_is_drift_and_fix_twice_repairs_once(counted: Counted) -> None:

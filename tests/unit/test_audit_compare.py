@@ -9,6 +9,9 @@ from tally.audit.auditor import _identities
 from tally.audit.compare import Kind, Scope, Slot, Verdict, compare_key, summarise, with_pending
 from tally.audit.cut import Place, ReadInterval, place, split
 from tally.audit.recount import recount
+from tally.audit.shares import ShareSettings, merge, recount_share, share_of
+from tally.core.archive import encode_records
+from tally.core.defaults import NO_DEFAULTS
 from tally.core.items import ALL_TIME
 from tally.core.windows import parse_window_spec
 from tally.reader import KeyState
@@ -144,4 +147,29 @@ def test_ids_counted_twice_are_told_apart_by_their_content() -> None:
         record('{"id": "r", "key": "k", "delta": 1}', committed=T0, seq=2),
         record('{"id": "r", "key": "k", "delta": 1}', committed=T0, seq=2, delivery="d3", here=False),
     ]
-    assert _identities(records) == (("p",), ("q",), 5)
+    assert _identities((r.id, r.commit, r.digest) for r in records) == (("p",), ("q",), 5)
+
+
+def test_the_recount_split_in_shares_of_keys_is_the_recount() -> None:
+    # GIVEN records of a reset, a packed message over keys of different shares, copies and windows
+    records = [
+        record('{"id": "a", "key": "k1", "delta": 2}'),
+        record(
+            '{"id": "m", "events": [{"key": "k1", "delta": 1}, {"key": "k2", "delta": 3}, {"key": "k3", "delta": 5}]}',
+            seq=1,
+        ),
+        record('{"id": "r", "key": "k2", "reset": {"count": 10}}', seq=2),
+        record('{"id": "b", "key": "k3", "delta": 7}', seq=3),
+        record('{"id": "b", "key": "k3", "delta": 7}', seq=3, delivery="d2", here=False),
+    ]
+    body = encode_records(records)
+    whole = recount(records, windows=WINDOWS)
+    assert len({share_of(key, 3) for key in ("k1", "k2", "k3")}) > 1  # the keys are in more than one share
+    settings = {shares: ShareSettings(shares, WINDOWS, NO_DEFAULTS, "", 100) for shares in (1, 2, 3)}
+    for shares in (1, 2, 3):
+        parts = [recount_share([body], index, settings[shares]) for index in range(shares)]
+        merged = merge(parts)
+        # THEN every key's values are the whole recount's, wherever its share
+        assert (merged.counters, merged.windows, merged.inexact) == (whole.counters, whole.windows, whole.inexact)
+        assert sum(len(part.identities) for part in parts) >= len(records)
+        assert merged.records == len(records)

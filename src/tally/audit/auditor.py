@@ -2,9 +2,11 @@
 
 1. **Archive.** List the objects (all of them, or those written since ``Scope.since_ms`` less the deployment's
    future tolerance: an event counted in a window from then on cannot have been committed earlier), read them
-   ``workers`` at a time, keep the records of keys under the prefix. Repairs (``tally audit --fix``'s
-   corrections) are set aside: they are not recounted (``tally.audit.corrections``).
-2. **Recount** everything read with the core that counts (``tally.audit.recount``).
+   ``workers`` at a time, as stored (gzip'd JSON lines: what is kept in memory until the recount is done).
+2. **Recount** the records of keys under the prefix with the core that counts (``tally.audit.recount``), split
+   by key into ``processes`` shares, each in a process of its own (``tally.audit.shares``: the recount is pure
+   Python, a core each); a small archive is recounted here. Repairs (``tally audit --fix``'s corrections) are set
+   aside: they are not recounted (``tally.audit.corrections``).
 3. **Table.** Read every key the recount names (and, in a full audit, every key the table holds: a ``Scan``,
    so a counter the archive knows nothing of is found) with ``CounterReader.states``, ``keys_per_read`` keys a
    read, several reads at once, each read's ``ReadInterval`` noted.
@@ -25,16 +27,20 @@ then judges ``keys`` again as in step 6.
 
 from __future__ import annotations
 
+import os
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import get_context
 from typing import TYPE_CHECKING, Final, Protocol
 
 from tally.audit.compare import Finding, Scope, Slot, Verdict, compare_key, recounted_slots, with_pending
 from tally.audit.corrections import is_repair, repair_slots
 from tally.audit.cut import ReadInterval, split
-from tally.audit.objects import archive_keys, read_objects, written_since
+from tally.audit.objects import archive_keys, read_bodies, written_since
 from tally.audit.recount import DEFAULT_CLOCK_TOLERANCE_MS, recount
+from tally.audit.shares import ShareSettings, merge, recount_share
+from tally.core.archive import decode_records
 from tally.core.defaults import NO_DEFAULTS
 from tally.core.windows import MINUTE_MS
 
@@ -49,6 +55,10 @@ if TYPE_CHECKING:
     from tally.core.windows import WindowSpec
     from tally.reader import CounterReader, KeyState
 
+SHARE_BYTES: Final = 8 * 1024 * 1024
+"""Below this much archive (compressed, about 100,000 events), one process recounts it: starting others costs
+more than it saves."""
+MAX_PROCESSES: Final = 4
 WRITE_SLACK_MS: Final = 15 * MINUTE_MS
 """How long after its ``archived_ms`` an archive object may appear (its ``PutObject`` retried within the
 function's timeout, at most 15 minutes): the second listing starts this far before the first."""
@@ -88,6 +98,9 @@ class AuditSettings:
     recount_tolerance_ms: int = DEFAULT_CLOCK_TOLERANCE_MS
     workers: int = 16
     """Archive objects read at once."""
+    processes: int | None = None
+    """Processes the first recount is split over (None: the machine's cores, at most ``MAX_PROCESSES``, for an
+    archive of ``SHARE_BYTES`` or more; one below)."""
     readers: int = 4
     """Reads of the table at once."""
     keys_per_read: int = 25
@@ -151,9 +164,16 @@ class Auditor:
         self.reader = reader
         self.settings = settings
         self.clock, self.sleep, self.progress, self.waiting = clock, sleep, progress, waiting
-        self.records: list[ArchiveRecord] = []
+        self.bodies: list[bytes] = []
+        """The first listing's objects, as stored."""
+        self.later: list[ArchiveRecord] = []
+        """The records of the objects listed later (repairs apart)."""
         self.repairs: list[ArchiveRecord] = []
         self.objects: set[str] = set()
+        self._decoded: list[ArchiveRecord] | None = None
+        self._identities: list[tuple[str, str, str]] = []
+        self._last: dict[str, int] = {}
+        self._read_count = 0
         self.started_ms = 0
         self._listed_ms = 0
         self._findings: dict[str, list[Finding]] = {}
@@ -172,9 +192,8 @@ class Auditor:
         else:
             start = max(0, since - settings.spec.future_tolerance_ms)
             keys = list(written_since(self.client, self.bucket, self.archive_prefix, start))
-        self._read(keys)
-        self.progress.phase("recounting")
-        first = self._recount(self.records)
+        self.bodies = self._fetch(keys)
+        first = self._recount_shares()
         wanted = {key for key in _recount_keys(first) if key.startswith(settings.prefix)}
         if settings.scope.all_time and since is None:
             self.progress.phase("scanning the table")
@@ -182,7 +201,8 @@ class Auditor:
         states, reads = self._read_states(sorted(wanted))
         new = self._read_new()
         earliest = min((read.start_ms for read in reads.values()), default=self.clock())
-        dirty = _keys_of(new) | _keys_of(r for r in self.records if r.archived_ms + settings.tolerance_ms >= earliest)
+        late = {key for key, archived in self._last.items() if archived + settings.tolerance_ms >= earliest}
+        dirty = _keys_of(new) | late
         for key, state in states.items():
             if key not in dirty:
                 self._findings[key] = self._compare(state, first)
@@ -198,8 +218,8 @@ class Auditor:
         missing = set(ids)
         deadline = time.monotonic() + wait_s
         while True:
-            new = self._read_new()
-            missing -= {record.id for record in (*new, *self.repairs)}
+            self._read_new()
+            missing -= {record.id for record in (*self.later, *self.repairs)}
             if not missing or time.monotonic() >= deadline:
                 break
             self.sleep(min(self.settings.settle_s, max(0.0, deadline - time.monotonic())))
@@ -212,28 +232,75 @@ class Auditor:
         return self._report(), missing
 
     # ---------------------------------------------------------------------------------------- the steps
-    def _read(self, keys: Sequence[str]) -> list[ArchiveRecord]:
-        """Read the objects of ``keys`` (not read before): their records under the prefix, repairs apart."""
+    def _fetch(self, keys: Sequence[str]) -> list[bytes]:
+        """The objects of ``keys`` not read before, as stored, ``workers`` at a time."""
         fresh = [key for key in keys if key not in self.objects]
         self.objects.update(fresh)
         self.progress.phase("reading the archive", len(fresh))
-        prefix = self.settings.prefix
-        found: list[ArchiveRecord] = []
-        for records in read_objects(self.client, self.bucket, fresh, workers=self.settings.workers):
-            for record in records:
-                if prefix and not any(event.key.startswith(prefix) for event in record.events):
-                    continue
-                (self.repairs if is_repair(record) else found).append(record)
+        bodies = []
+        for body in read_bodies(self.client, self.bucket, fresh, workers=self.settings.workers):
+            bodies.append(body)
             self.progress.advance()
-        self.records.extend(found)
-        return found
+        return bodies
+
+    def _recount_shares(self) -> Recount:
+        """The first recount: every record of the first listing, in ``processes`` shares of keys."""
+        settings = self.settings
+        size = sum(len(body) for body in self.bodies)
+        processes = settings.processes or (min(os.cpu_count() or 1, MAX_PROCESSES) if size >= SHARE_BYTES else 1)
+        shared = ShareSettings(
+            processes, settings.spec, settings.defaults, settings.prefix, settings.recount_tolerance_ms
+        )
+        self.progress.phase(f"recounting ({processes} processes)" if processes > 1 else "recounting")
+        if processes == 1:
+            shares = [recount_share(self.bodies, 0, shared)]
+        else:
+            with ProcessPoolExecutor(max_workers=processes, mp_context=get_context("spawn")) as pool:
+                shares = list(
+                    pool.map(recount_share, [self.bodies] * processes, range(processes), [shared] * processes)
+                )
+        for share in shares:
+            self.repairs.extend(share.repairs)
+            self._identities.extend(share.identities)
+            for key, archived in share.last_archived.items():
+                self._last[key] = max(self._last.get(key, 0), archived)
+        merged = merge(shares)
+        self._mismatches.update(merged.digest_mismatches)
+        self._read_count = merged.records
+        return merged
 
     def _read_new(self) -> list[ArchiveRecord]:
-        """What the archive gained since the last listing began."""
+        """What the archive gained since the last listing began: its records under the prefix, repairs apart."""
         listed = self.clock()
         since = max(0, self._listed_ms - WRITE_SLACK_MS)
         self._listed_ms = listed
-        return self._read(list(written_since(self.client, self.bucket, self.archive_prefix, since)))
+        keys = list(written_since(self.client, self.bucket, self.archive_prefix, since))
+        prefix = self.settings.prefix
+        found: list[ArchiveRecord] = []
+        for body in self._fetch(keys):
+            for record in decode_records(body):
+                if not any(event.key.startswith(prefix) for event in record.events):
+                    continue
+                self._read_count += 1
+                (self.repairs if is_repair(record) else found).append(record)
+        self.later.extend(found)
+        for record in found:
+            self._identities.append((record.id, record.commit, record.digest))
+            for key in _keys_of([record]):
+                self._last[key] = max(self._last.get(key, 0), record.archived_ms)
+        return found
+
+    def _touching(self, keys: set[str]) -> list[ArchiveRecord]:
+        """Every record read (the first listing's decoded again, once) that touches one of ``keys``."""
+        if self._decoded is None:
+            prefix = self.settings.prefix
+            self._decoded = [
+                record
+                for body in self.bodies
+                for record in decode_records(body)
+                if not is_repair(record) and any(event.key.startswith(prefix) for event in record.events)
+            ]
+        return [record for record in (*self._decoded, *self.later) if any(event.key in keys for event in record.events)]
 
     def _recount(self, records: Iterable[ArchiveRecord]) -> Recount:
         settings = self.settings
@@ -287,7 +354,7 @@ class Auditor:
             by_read.setdefault(reads[key], []).append(key)
         wanted = set(states)
         touching: dict[str, list[ArchiveRecord]] = {}
-        for record in self.records:
+        for record in self._touching(wanted):
             for key in {event.key for event in record.events} & wanted:
                 touching.setdefault(key, []).append(record)
         self.progress.phase("recounting what changed", len(states))
@@ -323,15 +390,15 @@ class Auditor:
         drifted = {f.slot.key for f in findings if f.verdict is Verdict.DRIFT}
         if drifted and self.waiting is not None:
             findings = with_pending(findings, self.waiting(drifted))
-        last: dict[str, int] = {}
-        for record in (*self.records, *self.repairs) if drifted else ():
-            for key in {event.key for event in record.events} & drifted:
+        last = {key: self._last[key] for key in drifted if key in self._last}
+        for record in self.repairs:
+            for key in _keys_of([record]) & drifted:
                 last[key] = max(last.get(key, 0), record.archived_ms)
-        twice, reused, countings = _identities(self.records)
+        twice, reused, countings = _identities(self._identities)
         return AuditReport(
             findings=tuple(findings),
             objects=len(self.objects),
-            records=len(self.records),
+            records=self._read_count,
             countings=countings,
             repairs=tuple(self.repairs),
             digest_mismatches=tuple(sorted(self._mismatches)),
@@ -352,15 +419,16 @@ def _keys_of(records: Iterable[ArchiveRecord]) -> set[str]:
     return {event.key for record in records for event in record.events}
 
 
-def _identities(records: Iterable[ArchiveRecord]) -> tuple[tuple[str, ...], tuple[str, ...], int]:
+def _identities(records: Iterable[tuple[str, str, str]]) -> tuple[tuple[str, ...], tuple[str, ...], int]:
     """(ids counted more than once with the same content, ids counted more than once with other content,
-    countings): one pass, keeping one (commit, digest) per id and the rest only for ids with several."""
+    countings) of records' (id, commit, digest): one pass, keeping one (commit, digest) per id and the rest only
+    for ids with several."""
     first: dict[str, tuple[str, str]] = {}
     several: dict[str, dict[str, str]] = {}
-    for record in records:
-        commit, digest = first.setdefault(record.id, (record.commit, record.digest))
-        if commit != record.commit:
-            several.setdefault(record.id, {commit: digest}).setdefault(record.commit, record.digest)
+    for message_id, commit_of, digest_of in records:
+        commit, digest = first.setdefault(message_id, (commit_of, digest_of))
+        if commit != commit_of:
+            several.setdefault(message_id, {commit: digest}).setdefault(commit_of, digest_of)
     countings = len(first) + sum(len(commits) - 1 for commits in several.values())
     twice = sorted(i for i, commits in several.items() if len(set(commits.values())) == 1)
     reused = sorted(i for i, commits in several.items() if len(set(commits.values())) > 1)

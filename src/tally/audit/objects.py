@@ -47,11 +47,15 @@ def archive_keys(
 
 def read_object(client: S3Client, bucket: str, key: str) -> list[ArchiveRecord]:
     """The records of one archive object."""
+    return decode_records(object_body(client, bucket, key))
+
+
+def object_body(client: S3Client, bucket: str, key: str) -> bytes:
+    """One archive object as stored (gzip'd JSON lines)."""
     try:
-        body = client.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return client.get_object(Bucket=bucket, Key=key)["Body"].read()
     except (ClientError, BotoCoreError) as exc:
         raise StoreError(f"cannot read s3://{bucket}/{key}: {exc}") from exc
-    return decode_records(body)
 
 
 def read_archive(
@@ -85,5 +89,11 @@ def read_objects(
     client: S3Client, bucket: str, keys: Iterable[str], *, workers: int = READ_WORKERS
 ) -> Iterator[list[ArchiveRecord]]:
     """The records of each object of ``keys``, in the order of ``keys``, ``workers`` objects read at once."""
+    for body in read_bodies(client, bucket, keys, workers=workers):
+        yield decode_records(body)
+
+
+def read_bodies(client: S3Client, bucket: str, keys: Iterable[str], *, workers: int = READ_WORKERS) -> Iterator[bytes]:
+    """Each object of ``keys`` as stored, in the order of ``keys``, ``workers`` objects read at once."""
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="archive-read") as pool:
-        yield from pool.map(lambda key: read_object(client, bucket, key), keys)
+        yield from pool.map(lambda key: object_body(client, bucket, key), keys)
