@@ -38,7 +38,7 @@ from tally.audit.compare import Finding, Scope, Slot, Verdict, compare_key, reco
 from tally.audit.corrections import is_repair, repair_slots
 from tally.audit.cut import ReadInterval, split
 from tally.audit.objects import archive_keys, read_bodies, written_since
-from tally.audit.recount import DEFAULT_CLOCK_TOLERANCE_MS, recount
+from tally.audit.recount import DEFAULT_CLOCK_TOLERANCE_MS, gc_paused, recount
 from tally.audit.shares import ShareSettings, merge, recount_share
 from tally.core.archive import decode_records
 from tally.core.defaults import NO_DEFAULTS
@@ -294,12 +294,13 @@ class Auditor:
         """Every record read (the first listing's decoded again, once) that touches one of ``keys``."""
         if self._decoded is None:
             prefix = self.settings.prefix
-            self._decoded = [
-                record
-                for body in self.bodies
-                for record in decode_records(body)
-                if not is_repair(record) and any(event.key.startswith(prefix) for event in record.events)
-            ]
+            with gc_paused():
+                self._decoded = [
+                    record
+                    for body in self.bodies
+                    for record in decode_records(body)
+                    if not is_repair(record) and any(event.key.startswith(prefix) for event in record.events)
+                ]
         return [record for record in (*self._decoded, *self.later) if any(event.key in keys for event in record.events)]
 
     def _recount(self, records: Iterable[ArchiveRecord]) -> Recount:
@@ -394,7 +395,8 @@ class Auditor:
         for record in self.repairs:
             for key in _keys_of([record]) & drifted:
                 last[key] = max(last.get(key, 0), record.archived_ms)
-        twice, reused, countings = _identities(self._identities)
+        with gc_paused():
+            twice, reused, countings = _identities(self._identities)
         return AuditReport(
             findings=tuple(findings),
             objects=len(self.objects),

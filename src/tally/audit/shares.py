@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tally.audit.corrections import is_repair
-from tally.audit.recount import Recount, recount
+from tally.audit.recount import Recount, gc_paused, recount
 from tally.core.archive import decode_records
 
 if TYPE_CHECKING:
@@ -60,7 +60,13 @@ def share_of(key: str, shares: int) -> int:
 
 
 def recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings) -> Share:
-    """Decode every body, keep the records touching a key of share ``index`` (repairs apart), recount them."""
+    """Decode every body, keep the records touching a key of share ``index`` (repairs apart), recount them (the
+    collector paused throughout: ``gc_paused``)."""
+    with gc_paused():
+        return _recount_share(bodies, index, settings)
+
+
+def _recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings) -> Share:
     kept: list[ArchiveRecord] = []
     repairs: list[ArchiveRecord] = []
     identities: list[tuple[str, str, str]] = []

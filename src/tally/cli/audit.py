@@ -63,6 +63,12 @@ _SHOWN = 50
     help="Reads of a key at most, while live traffic races the read or drift may be an archive write in flight.",
 )
 @click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    help="Recount in this many processes, each a share of the keys (default: the machine's cores, at most 4, for"
+    " an archive of 8 MB or more).",
+)
+@click.option(
     "--quiet",
     type=click.FloatRange(min=0),
     default=60.0,
@@ -94,6 +100,7 @@ def audit(  # click passes every option by name
     dry_run: bool,
     settle: float,
     attempts: int,
+    processes: int | None,
     quiet: float,
     wait: float,
     as_json: bool,
@@ -133,7 +140,13 @@ def audit(  # click passes every option by name
     counters = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
     reader = CounterReader(counters, client=client("dynamodb"), hot_keys=archive.hot_keys, windows=archive.windows)
     settings = AuditSettings(
-        archive.windows, archive.defaults, scope, prefix=prefix, settle_s=settle, attempts=attempts
+        archive.windows,
+        archive.defaults,
+        scope,
+        prefix=prefix,
+        settle_s=settle,
+        attempts=attempts,
+        processes=processes,
     )
     letters_url = resolver.value("TALLY_DLQ_URL", dlq_url)
     auditor = Auditor(
