@@ -144,10 +144,10 @@ def progress_bar() -> Iterator[BarProgress]:
 def read_countings(archive: Archive, since_ms: int | None) -> list[Counting]:
     """Every counting of the archive (of the objects written since ``since_ms``), copies dropped, oldest first."""
     from tally.audit.objects import archive_keys, read_objects, written_since
-    from tally.audit.recount import countings
+    from tally.audit.recount import countings, gc_paused
 
     s3 = archive.client()
-    with progress_bar() as bar:
+    with progress_bar() as bar, gc_paused():
         bar.phase("listing the archive")
         if since_ms is None:
             keys = list(archive_keys(s3, archive.bucket, archive.prefix))
