@@ -53,7 +53,8 @@ _SHOWN = 50
     type=click.FloatRange(min=0),
     default=5.0,
     show_default=True,
-    help="Seconds to wait before reading a drifted or unsettled key again.",
+    help="When a drifted or unsettled key is read again, seconds to wait before listing the archive again (what"
+    " committed before the read is archived by then).",
 )
 @click.option(
     "--attempts",
