@@ -362,7 +362,7 @@ OPERATOR_CALLS = {
     ("DeleteObject", "_redrive_bucket"),
     ("ListObjectsV2", "archive_keys"),  # tally audit, events, void: the archive (tally.audit.objects)
     ("ListObjectsV2", "written_since"),  # tally audit's second listing (StartAfter)
-    ("GetObject", "read_object"),
+    ("GetObject", "object_body"),
 }
 
 
