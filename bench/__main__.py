@@ -46,6 +46,9 @@ EXPERIMENTS: Final[dict[str, Experiment]] = {
     "archive-format": Experiment(
         "bench.archive_format", "the archive's format: size, writer CPU, reader speed, package cost; the recount"
     ),
+    "audit": Experiment(
+        "bench.audit", "tally audit on a million archived events (local stack), beside a naive recount in the same run"
+    ),
     "latency-proxy": Experiment("tally_local.latency_proxy", "an HTTP proxy giving DynamoDB Local AWS-like latencies"),
     "chaos": Experiment("tally_local.chaos", "exactly-once under faults (docs/reliability.md)"),
 }

@@ -34,5 +34,6 @@ def test_the_demo_runs_end_to_end_and_every_check_passes() -> None:
         "every counter exact",
         "events counted = events published",
         "redrive changed no counter",
+        "audit: 0 drift (tally audit)",
     ):
         assert check in output

@@ -311,7 +311,8 @@ class StackProcess:
 
     def empty(self, timeout_s: float = 60.0) -> None:
         """Bring the running stack back to what a fresh start holds, for the next page: once its source queue
-        has nothing left to deliver, every queue drained and every table's items deleted.
+        has nothing left to deliver, every queue drained, every table's items and every bucket's objects (the
+        archive) deleted.
         What only a restart would renew (warm execution environments, the pollers' tallies) holds no count, so
         no page can see another's. A stack with a stream is refused: records cannot be taken back."""
         variables = dict(_exported(line) for line in self.exports)
@@ -331,8 +332,15 @@ class StackProcess:
         tables = list(session.resource("dynamodb", endpoint_url=variables["AWS_ENDPOINT_URL_DYNAMODB"]).tables.all())
         for table in tables:
             _delete_every_item(table)
+        s3 = session.client("s3", endpoint_url=moto)
+        buckets = [bucket["Name"] for bucket in s3.list_buckets().get("Buckets", [])]
+        for bucket in buckets:
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+                for entry in page.get("Contents", []):
+                    s3.delete_object(Bucket=bucket, Key=entry["Key"])
         left = [url for url in queues if _holds_messages(sqs, url)]
         left += [table.name for table in tables if scan_all(table.meta.client, table.name)]
+        left += [bucket for bucket in buckets if s3.list_objects_v2(Bucket=bucket).get("KeyCount", 0)]
         if left:
             raise RuntimeError(f"emptying {self.command!r} left something in {left}")
 

@@ -3,7 +3,7 @@
 IAM is checked per call on AWS and never by DynamoDB Local or moto, so a missing grant passes every other
 test and fails on every batch once deployed (``AccessDeniedException`` is not retryable). This module drives
 the Lambda path (the real SQS and Kinesis handlers, on moto) and the operator's commands (``tally get``,
-``top``, ``dlq list``, ``dlq redrive``, ``stack``, ``publish``) itself, records the AWS calls they make
+``top``, ``dlq list``, ``dlq redrive``, ``stack``, ``publish``, ``audit``, ``events``, ``void``) itself, records the AWS calls they make
 (``tally_local.kit.calls``), and evaluates them with ``tests.support.iam`` against the roles SAM
 generates and the operator's policy, for every ``Source``. ``tests/conftest.py`` runs the same evaluation
 on the calls of the whole test run at its end (every call site any test reaches).
@@ -269,6 +269,16 @@ def drive_the_operator_commands(aws: dict[str, Any]) -> None:
     aws["s3"].put_object(Bucket="tally-failures", Key=key, Body=json.dumps(body).encode())
     run("dlq", "list", "--failure-bucket", "tally-failures")  # ReceiveMessage, ChangeMessageVisibilityBatch, S3
     run("dlq", "redrive", "--stack", "tally-ops")  # GetQueueUrl, SendMessage, PutRecord, GetShardIterator, ...
+    # The archive the Lambda drive wrote: audited (ListObjectsV2, GetObject in parallel, the table's Scan,
+    # BatchGetItem and Query; the hand-put key "old" drifts: exit status 1, and the dead-letter queue is read),
+    # a key's history, and a void aimed but not sent (--dry-run: its publish is tally publish's SendMessageBatch).
+    audited = runner.invoke(cli, ["audit", "--settle", "0", "--attempts", "1", "--json"], catch_exceptions=False)
+    assert audited.exit_code == 1, audited.output
+    assert json.loads(audited.stdout)["findings"][0]["key"] == "old"
+    history = runner.invoke(cli, ["events", "page:/home", "--json"], catch_exceptions=False)
+    assert history.exit_code == 0, history.output
+    voided = runner.invoke(cli, ["void", json.loads(history.stdout.splitlines()[0])["id"], "--dry-run", "--json"])
+    assert voided.exit_code == 0, voided.output
 
 
 def drive_an_application(aws: dict[str, Any]) -> None:
@@ -330,7 +340,7 @@ LAMBDA_CALLS = {
 }
 OPERATOR_CALLS = {
     ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
-    ("Query", "_query"),  # tally get --window (tally.reader)
+    ("Query", "_paginate"),  # tally get --window, tally audit (tally.reader)
     ("Scan", "scan_all_time_items"),  # tally top (tally.reader), tally windows close (store.windows)
     ("Scan", "scan_notifications"),  # tally notifications list (tally.reader.notifications)
     ("TransactWriteItems", "_commit"),
@@ -350,17 +360,20 @@ OPERATOR_CALLS = {
     ("ListObjectsV2", "_failure_keys"),  # the S3 failure bucket (StreamFailureDestination=S3)
     ("GetObject", "_read_object"),
     ("DeleteObject", "_redrive_bucket"),
+    ("ListObjectsV2", "archive_keys"),  # tally audit, events, void: the archive (tally.audit.objects)
+    ("ListObjectsV2", "written_since"),  # tally audit's second listing (StartAfter)
+    ("GetObject", "object_body"),
 }
 
 
 PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
 READER_CALLS = {
     ("BatchGetItem", "batch_get"),
-    ("Query", "_query"),
+    ("Query", "_paginate"),
     ("Scan", "scan_all_time_items"),
     ("Scan", "scan_notifications"),
 }
-READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_query")}
+READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_paginate")}
 # Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
 # `kinesis put-record`, an SDK's single put) publish with the same policy.
 UNUSED_BY_DESIGN = {("ProducerPolicy", "PutToTheStream: kinesis:PutRecord on")}

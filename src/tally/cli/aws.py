@@ -21,16 +21,19 @@ def region() -> str | None:
     return next((os.environ[name] for name in REGION_VARIABLES if os.environ.get(name)), None)
 
 
-def client(service: str) -> Any:
-    """A boto3 client of ``service`` with tally's timeouts; a usage error (not a traceback) without a region."""
+def client(service: str, *, connections: int | None = None) -> Any:
+    """A boto3 client of ``service`` with tally's timeouts (and ``connections`` in its pool, for a command that
+    sends that many requests at once); a usage error (not a traceback) without a region."""
     import boto3
+    from botocore.config import Config
     from botocore.exceptions import NoRegionError
 
     from tally.client_config import CLIENT_CONFIG
 
     session = boto3.session.Session(region_name=region())
+    config = CLIENT_CONFIG if connections is None else CLIENT_CONFIG.merge(Config(max_pool_connections=connections))
     try:
-        return session.client(service, config=CLIENT_CONFIG)  # type: ignore[call-overload]
+        return session.client(service, config=config)  # type: ignore[call-overload]
     except NoRegionError as exc:
         raise click.UsageError(
             "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION), or a region in your AWS profile"

@@ -44,11 +44,19 @@ class LazyCommand:
 
 
 COMMANDS: Mapping[str, LazyCommand] = {
+    "audit": LazyCommand(
+        "tally.cli.audit:audit",
+        "Recount the archive and compare every counter, window, gauge and distinct count with the table.",
+    ),
     "correct": LazyCommand(
         "tally.cli.corrections:correct",
         "Correct COUNTER of KEY by DELTA (negative to take away), recorded as a correction.",
     ),
     "dlq": LazyCommand("tally.cli.dlq:dlq", "Inspect and redrive the dead-letter queue."),
+    "events": LazyCommand(
+        "tally.cli.events:events",
+        "Print the archived messages that counted into KEY, newest first: when, id, kind, time, what it added.",
+    ),
     "notifications": LazyCommand(
         "tally.cli.notifications:notifications", "Threshold crossings: what was announced on EventBridge."
     ),
@@ -69,6 +77,10 @@ COMMANDS: Mapping[str, LazyCommand] = {
     "top": LazyCommand(
         "tally.cli.top:top",
         "Print the N largest all-time counters (a Scan of the counters table: for operators, not for hot paths).",
+    ),
+    "void": LazyCommand(
+        "tally.cli.void:void",
+        "Undo the counted message MESSAGE_ID: a correction of its negated deltas in the windows of its time.",
     ),
     "windows": LazyCommand("tally.cli.windows:windows", "Time windows: move ended windows off key items."),
 }

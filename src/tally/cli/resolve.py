@@ -45,6 +45,7 @@ OUTPUT_VARIABLES: Final = {
     "EventStreamName": "TALLY_STREAM_NAME",
     "StreamFailureBucketName": "TALLY_FAILURE_BUCKET",
     "NotificationsTableName": "TALLY_NOTIFICATIONS_TABLE",
+    "ArchiveBucketName": "TALLY_ARCHIVE_BUCKET",
 }
 """Stack Output -> the environment variable tally's commands (and the function) read it from."""
 PARAMETER_VARIABLES: Final = {

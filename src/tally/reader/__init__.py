@@ -22,13 +22,14 @@ from tally.errors import InvalidReadError
 from tally.reader.dynamodb import CounterReader, largest
 from tally.reader.notifications import Notification, NotificationReader
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, parse_time_ms, window_unit
-from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window, iso_utc
+from tally.reader.results import Counters, KeyState, OperatorRecord, Ranked, Series, Window, iso_utc
 
 __all__ = [
     "MAX_SERIES_WINDOWS",
     "CounterReader",
     "Counters",
     "InvalidReadError",
+    "KeyState",
     "Notification",
     "NotificationReader",
     "OperatorRecord",

@@ -17,6 +17,9 @@ Which DynamoDB calls, and so which IAM actions (``ReaderPolicy`` in template.yam
   move committing between the requests makes the read start over: ``_series_beside_moves``), and for hours
   one more ``Query`` per partition over the days they fall in, whose items keep ended hours as ``w#``
   attributes;
+- ``states``: everything of some keys at once (what ``tally audit`` compares): a ``BatchGetItem`` of their key
+  items, one ``Query`` per partition over all its items (paginated), and the key items again, the read
+  starting over for a key a window move committed on in between (as ``series``);
 - ``top``: a ``Scan`` of the whole counters table (paginated): its cost grows with the table, so it is
   for operators and batch jobs, never for a page view.
 
@@ -39,12 +42,13 @@ from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
-from tally.core.windows import WindowSpec, WindowUnit, parse_window_spec, unit_named
+from tally.core.windows import WindowSpec, WindowUnit, parse_window_id, parse_window_spec, unit_named
 from tally.errors import ConfigurationError, InvalidReadError, RetryableStoreError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
-from tally.reader.results import Counters, OperatorRecord, Ranked, Series, Window
+from tally.reader.results import Counters, KeyState, OperatorRecord, Ranked, Series, Window
 from tally.store.requests import batch_get, scan_all_time_items, translate
 from tally.store.schema import (
+    ALL_TIME,
     PARTITION_KEY,
     SORT_KEY,
     WINDOW_MOVES,
@@ -274,6 +278,93 @@ class CounterReader:
                 return found, members
         raise RetryableStoreError(f"window moves kept committing during {MAX_SERIES_ATTEMPTS} reads of a series")
 
+    def states(self, keys: Iterable[str], *, now_ms: int | None = None) -> dict[str, KeyState]:
+        """Everything the table holds for each key (all-time counters, every window, gauges, distinct counts),
+        exact whatever window moves commit during the read, in the order given.
+
+        The key items are read (``BatchGetItem``), then every item of each key's partitions (one ``Query``
+        each, paginated: window items, day items with their ended hours), then the key items again; a key
+        whose ``moves`` changed in between is read again (see ``_series_beside_moves``), at most
+        ``MAX_SERIES_ATTEMPTS`` times. A window past its retention (``windows`` known) reads as absent.
+        """
+        wanted = list(dict.fromkeys(check_key(key) for key in keys))
+        clock = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        found: dict[str, KeyState] = {}
+        left = wanted
+        for _ in range(MAX_SERIES_ATTEMPTS):
+            read, left = self._states_once(left, clock)
+            found.update(read)
+            if not left:
+                return {key: found[key] for key in wanted}
+        raise RetryableStoreError(f"window moves kept committing during {MAX_SERIES_ATTEMPTS} reads of {left[:3]}...")
+
+    def _states_once(self, keys: Sequence[str], now_ms: int) -> tuple[dict[str, KeyState], list[str]]:
+        """The states of ``keys`` no move committed on during the read, and the keys to read again."""
+        partitions = {key: self._partitions(key) for key in keys}
+        key_items = [{PARTITION_KEY: {"S": p}, SORT_KEY: {"S": ALL_TIME}} for ps in partitions.values() for p in ps]
+        before = _moves_of(batch_get(self.client, self.counters_table, key_items))
+        windows: dict[str, dict[str, dict[str, Decimal]]] = {key: {} for key in keys}
+        distinct: dict[str, dict[str, dict[str, Decimal]]] = {key: {} for key in keys}
+        for key, names in partitions.items():
+            for partition in names:
+                for item in self._partition_items(partition):
+                    window = item[SORT_KEY]["S"]
+                    add_into(windows[key].setdefault(window, {}), counters_from_item(item))
+                    add_into(distinct[key].setdefault(window, {}), distinct_from_item(item))
+                    for ended, counters in open_windows_from_item(item).items():  # a day item's ended hours
+                        add_into(windows[key].setdefault(ended, {}), counters)
+        holders = batch_get(self.client, self.counters_table, key_items)
+        moved = {partition for partition, moves in _moves_of(holders).items() if before.get(partition) != moves}
+        totals: dict[str, dict[str, Decimal]] = {key: {} for key in keys}
+        gauges: dict[str, dict[str, dict[str, Decimal | str]]] = {}
+        for item in holders:
+            partition = item[PARTITION_KEY]["S"]
+            key = key_of_partition(partition)
+            add_into(totals[key], counters_from_item(item))
+            add_into(distinct[key].setdefault(ALL_TIME, {}), distinct_from_item(item))
+            for window, counters in open_windows_from_item(item).items():
+                add_into(windows[key].setdefault(window, {}), counters)
+            if partition == key:
+                gauges[key] = gauges_from_item(item)
+        again = [key for key in keys if any(partition in moved for partition in partitions[key])]
+        states = {
+            key: KeyState(
+                key,
+                totals[key],
+                {
+                    window: values
+                    for window, values in windows[key].items()
+                    if values and self._within_retention(window, now_ms)
+                },
+                gauges.get(key, {}),
+                {
+                    window: sets
+                    for window, sets in distinct[key].items()
+                    if sets and self._within_retention(window, now_ms)
+                },
+            )
+            for key in keys
+            if key not in again
+        }
+        return states, again
+
+    def _partitions(self, key: str) -> list[str]:
+        """The partition keys of ``key``'s counter items: the key, and a hot key's shards."""
+        shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
+        return [key if shard == 0 else f"{key}{SHARD_SEPARATOR}{shard}" for shard in shards]
+
+    def _within_retention(self, window: str, now_ms: int) -> bool:
+        """Whether a window id (or ``all``) is still within the retention of its unit, when the windows are
+        known; a unit the deployment does not count (any more) is kept: what it holds is stored."""
+        if window == ALL_TIME or self.windows is None:
+            return True
+        try:
+            name, start = parse_window_id(window)
+        except ValueError:
+            return True
+        counted = [unit for unit in self.windows.units if unit.name == name]
+        return not counted or _kept(counted[0], start, now_ms)
+
     def top(self, n: int = 10, counter: str | None = None) -> list[Ranked]:
         """The ``n`` largest all-time counters (of one name, if given): a ``Scan`` of the whole table."""
         if n < 1:
@@ -289,13 +380,30 @@ class CounterReader:
 
     # ----------------------------------------------------------------------------------------- DynamoDB
     def _query(self, partition: Mapping[str, Any], first: str, last: str) -> Iterator[Mapping[str, Any]]:
-        kwargs: dict[str, Any] = {
-            "TableName": self.counters_table,
-            "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
-            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
-            "ExpressionAttributeValues": {":pk": partition, ":first": {"S": first}, ":last": {"S": last}},
-            "ConsistentRead": True,
-        }
+        return self._paginate(
+            {
+                "TableName": self.counters_table,
+                "KeyConditionExpression": "#pk = :pk AND #sk BETWEEN :first AND :last",
+                "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
+                "ExpressionAttributeValues": {":pk": partition, ":first": {"S": first}, ":last": {"S": last}},
+                "ConsistentRead": True,
+            }
+        )
+
+    def _partition_items(self, partition: str) -> Iterator[Mapping[str, Any]]:
+        """Every item of a partition but its key item (``sk = all``, read apart: ``states``)."""
+        items = self._paginate(
+            {
+                "TableName": self.counters_table,
+                "KeyConditionExpression": "#pk = :pk",
+                "ExpressionAttributeNames": {"#pk": PARTITION_KEY},
+                "ExpressionAttributeValues": {":pk": {"S": partition}},
+                "ConsistentRead": True,
+            }
+        )
+        return (item for item in items if item[SORT_KEY]["S"] != ALL_TIME)
+
+    def _paginate(self, kwargs: dict[str, Any]) -> Iterator[Mapping[str, Any]]:
         while True:
             try:
                 response = self.client.query(**kwargs)

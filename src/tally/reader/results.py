@@ -80,6 +80,23 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
+class KeyState:
+    """Everything the counters table holds for one key (hot-key shards summed): what ``tally audit`` compares
+    with the archive's recount. Windows of every unit, wherever they are (open on the key's item, moved to
+    window items, ended hours on their day's item); a window past its retention reads as absent."""
+
+    key: str
+    values: Mapping[str, Decimal] = field(default_factory=dict)
+    """All-time counters."""
+    windows: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    """Window id (``h#2026-11-22T03:00Z``, ``d#2026-11-22``, ...) -> counter -> value."""
+    gauges: Mapping[str, Mapping[str, Decimal | str]] = field(default_factory=dict)
+    """Gauge kind -> gauge name -> value, as ``Counters.gauges``."""
+    distinct: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    """``all`` or a window id -> set -> distinct members counted."""
+
+
+@dataclass(frozen=True, slots=True)
 class Ranked:
     """One named counter of one key, as ``top`` ranks them."""
 

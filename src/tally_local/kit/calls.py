@@ -11,11 +11,12 @@ client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
 - the nearest frame under ``tally`` (the call site) and who made the call, decided by the call stack:
   ``function`` when the site is the Lambda's code (``tally.store``, ``dlq``, ``handlers``, ...) reached
   through the Lambda's orchestration (``handlers``, ``runtime``, ``pipeline``, ``post_commit``, ``commit``);
-  ``operator`` when the stack passes through ``tally.cli`` or ``tally.ops``; ``read-function`` through the
-  read endpoint's handler (``tally.handlers.read``); ``reader`` and ``producer`` through the libraries an
-  application embeds (``tally.reader``, ``tally.producer``) from anywhere else; otherwise nobody the template
-  grants anything to (the tests' set-up, ``tally_local`` and ``bench`` code, a test driving an adapter
-  directly).
+  ``operator`` when the stack passes through ``tally.cli``, ``tally.ops`` or ``tally.audit`` (the audit reads
+  the archive and the table on threads of its own, whose stacks hold no ``tally.cli`` frame);
+  ``read-function`` through the read endpoint's handler (``tally.handlers.read``); ``reader`` and ``producer``
+  through the libraries an application embeds (``tally.reader``, ``tally.producer``) from anywhere else;
+  otherwise nobody the template grants anything to (the tests' set-up, ``tally_local`` and ``bench`` code, a
+  test driving an adapter directly).
 
 ``CreateTable`` requests are kept too (whoever makes them): they tell which template table a test's table
 stands for (its key schema). Calls are aggregated with a count, so the recording stays small.
@@ -63,7 +64,7 @@ FUNCTION_CODE = (
     "tally.sources",
     "tally.commit.marker_reads",
 )
-OPERATOR_CODE = ("tally.cli", "tally.ops")
+OPERATOR_CODE = ("tally.cli", "tally.ops", "tally.audit")
 READ_ENDPOINT = ("tally.handlers.read",)
 READER_CODE = ("tally.reader",)
 PRODUCER_CODE = ("tally.producer",)
