@@ -105,7 +105,7 @@ def _jsonl_zstd() -> Format | None:
     compressor, decompressor = zstandard.ZstdCompressor(level=3), zstandard.ZstdDecompressor()
 
     def encode(records: Sequence[ArchiveRecord]) -> bytes:
-        return compressor.compress(gzip.decompress(encode_records(records)))
+        return bytes(compressor.compress(gzip.decompress(encode_records(records))))
 
     def decode(body: bytes) -> list[ArchiveRecord]:
         return decode_records(decompressor.decompress(body))
