@@ -27,6 +27,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import CounterDefaults, parse_counter_defaults
 from tally.core.model import SourceRecord
 from tally.core.thresholds import CounterThresholds, Direction, expected_crossings, parse_counter_thresholds
+from tally.core.windows import parse_window_spec
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.notifications import scan_notifications
@@ -354,6 +355,37 @@ def test_a_thresholded_unit_too_large_for_one_transaction_never_takes_the_journa
     # THEN every crossing is recorded, by its message
     assert [(c.level, c.message_id) for c in notify.notifications()] == [(800, "m7"), (1000, "m9")]
     assert notify.value("usage:t", "calls") == 1200
+
+
+# ------------------------------------------------------------------------------------ at DynamoDB's edges
+def packed(message_id: str, events: list[dict[str, Any]]) -> SourceRecord:
+    return SourceRecord(f"r-{message_id}", json.dumps({"id": message_id, "events": events}), NOW_MS)
+
+
+def test_a_key_that_spells_another_items_label_is_another_item(notify: NotifyTables) -> None:
+    # GIVEN a per-minute level 5 on key "a" and an all-time level 5 on the key literally named
+    # "a@m#2100-01-01T00:00Z", which a log would print as a's minute item; a's minute at 4
+    minute = "m#2100-01-01T00:00Z"
+    spelled = f"a@{minute}"
+    windows = parse_window_spec("minute")
+    thresholds = parse_counter_thresholds(f"a#n@minute>=5;{spelled}#n>=5", windows=windows)
+    pipeline, dlq = make_pipeline(
+        make_store(notify, thresholds, windows=windows), counter_defaults=STARTS, windows=windows
+    )
+    minute_event = {"id": "", "key": "a", "deltas": {"n": 0}, "ts": NOW_MS}
+
+    def of_a(message_id: str, n: int) -> SourceRecord:
+        return SourceRecord(
+            f"r-{message_id}", json.dumps({**minute_event, "id": message_id, "deltas": {"n": n}}), NOW_MS
+        )
+
+    process(pipeline, [of_a("first", 4)])
+    # WHEN one batch takes a's minute from 4 to 7 (across 5) and the spelled key from 0 to 1 (across nothing)
+    process(pipeline, [of_a("a-step", 3), record("spelled-step", spelled, n=1)], NOW_MS + 1)
+    # THEN both count, and only a's minute crossing is announced
+    assert dlq.letters == []
+    assert notify.value(spelled, "n") == 1
+    assert [(c.key, c.window, c.message_id) for c in notify.notifications()] == [("a", minute, "a-step")]
 
 
 # ------------------------------------------------------------------------------ an operator's reset or correction

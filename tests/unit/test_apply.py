@@ -108,7 +108,7 @@ class FakeCounterStore:
 
     def _check_range(self, chunk: Chunk) -> None:
         if self.poison.intersection(chunk.message_ids):
-            raise WriteRejectedError("Number overflow", frozenset(chunk.increments))
+            raise WriteRejectedError("Number overflow")
 
 
 class UnusedJournal:

@@ -70,7 +70,7 @@ class RefusingGauges:
 
     def _write(self, key: str) -> None:
         if key in self.refused:
-            raise WriteRejectedError("Item size has exceeded the maximum allowed size", frozenset(), number_range=False)
+            raise WriteRejectedError("Item size has exceeded the maximum allowed size", number_range=False)
         if key in self.throttled:
             raise RetryableStoreError("throttled")
         self.written.append(key)

@@ -50,6 +50,7 @@ from tally.core.numbered_ids import marker_item
 from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
     Chunk,
+    ConditionRefusedError,
     item_disjoint_lanes,
     nonzero_increments,
     plan_apply_chunks,
@@ -59,7 +60,6 @@ from tally.core.plan import (
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossings
 from tally.errors import (
     BatchStateError,
-    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
@@ -95,7 +95,7 @@ class DirectStatus(Enum):
 
 
 DirectOutcome: TypeAlias = (
-    "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | BoundRefusedError"
+    "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | ConditionRefusedError"
 )
 """What came of one direct transaction: its status, or the store's answer the protocol settles it by."""
 
@@ -250,7 +250,7 @@ class CommitProtocol:
             return DirectStatus.NOT_STARTED
         try:
             self._steps.write(partial(self._store.write_direct, chunk, self._now_ms))
-        except (MarkersExistError, RetryableStoreError, WriteRejectedError, BoundRefusedError) as outcome:
+        except (MarkersExistError, RetryableStoreError, WriteRejectedError, ConditionRefusedError) as outcome:
             return outcome
         return DirectStatus.COMMITTED
 
@@ -290,7 +290,7 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
-        # What is left is a refused condition (BoundRefusedError): a threshold's, or a bound's. An operator's
+        # What is left is a refused condition (ConditionRefusedError): a threshold's, or a bound's. An operator's
         # message carries no bound's condition (it is applied as given): its refusal is always a threshold's.
         bound_refused = outcome
         if self._thresholds.rules and (
@@ -304,7 +304,7 @@ class CommitProtocol:
         # each write with its own condition, so only a message that would cross is refused; the others
         # are written together again.
         if len(chunk.messages) > 1:
-            in_order, others = split_refused(chunk.messages, bound_refused.keys)
+            in_order, others = split_refused(chunk.messages, bound_refused.stored.keys())
             again = self._in_order(others)
             runs = (
                 [[m] for m in in_order]
@@ -317,7 +317,7 @@ class CommitProtocol:
         self._refused_by_bound(chunk.messages[0], bound_refused)
         return []
 
-    def _exact(self, chunk: Chunk, stored: Mapping[str, Mapping[str, Decimal]]) -> list[MessageTotals]:
+    def _exact(self, chunk: Chunk, stored: Mapping[ItemKey, Mapping[str, Decimal]]) -> list[MessageTotals]:
         """A crossing condition failed (a step would cross a declared level, or the value moved since it was
         met): write the chunk again conditioned on exactly the values met, recording the crossings its steps make
         from there, in the same transaction (``tally.core.thresholds``)."""
@@ -358,7 +358,7 @@ class CommitProtocol:
         bounds = self._bounds
         return bool(bounds.rules) and any(bounds.is_bounded(item) for m in chunk.messages for item in m.totals)
 
-    def _refused_by_bound(self, message: MessageTotals, refused: BoundRefusedError) -> None:
+    def _refused_by_bound(self, message: MessageTotals, refused: ConditionRefusedError) -> None:
         # Its marker may exist (a redelivered copy of a message applied before, whose response was lost):
         # DynamoDB reports every failed condition, and a marker's wins (MarkersExistError), but look before
         # refusing all the same; a copy already counted is settled as such, never dead-lettered.

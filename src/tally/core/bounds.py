@@ -183,15 +183,15 @@ def bound_checks(
     return {item: tuple(found) for item, found in checks.items()}
 
 
-def refusal(totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds) -> Rejection | None:
-    """Why one message is refused by its bounds, given the stored values its write met (``stored``: item label
+def refusal(totals: Totals, stored: Mapping[ItemKey, Mapping[str, Decimal]], bounds: CounterBounds) -> Rejection | None:
+    """Why one message is refused by its bounds, given the stored values its write met (``stored``: item
     -> counter -> value, a missing counter already read as its start value or 0); None if no step crosses.
 
     The detail names the counter, its value and the amount, so an operator can restock and redrive.
     """
     for item, counters in totals.items():
         item_bounds = bounds.item_bounds(item)
-        values = stored.get(item_label(item), {})
+        values = stored.get(item, {})
         for name, amount in counters.items():
             bound = item_bounds.get(name)
             if bound is None:
@@ -207,48 +207,47 @@ def refusal(totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds:
 
 
 def bounds_hold(
-    messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
+    messages: Sequence[MessageTotals], stored: Mapping[ItemKey, Mapping[str, Decimal]], bounds: CounterBounds
 ) -> bool:
-    """Whether the messages, applied one by one in order from the values ``stored`` (item label -> counter ->
+    """Whether the messages, applied one by one in order from the values ``stored`` (item -> counter ->
     value, as a refused condition met them), keep every bound: then a refused write was refused for another
     condition it carried (a threshold's crossing, ``tally.core.thresholds``), not for a bound."""
     if not bounds.rules:
         return True
-    values: dict[str, dict[str, Decimal]] = {label: dict(counters) for label, counters in stored.items()}
+    values: dict[ItemKey, dict[str, Decimal]] = {item: dict(counters) for item, counters in stored.items()}
     for message in messages:
         if refusal(message.totals, values, bounds) is not None:
             return False
         for item, counters in message.totals.items():
-            label = item_label(item)
-            if label in values:
+            if item in values:
                 for name, amount in counters.items():
-                    values[label][name] = Decimal(add(values[label].get(name, Decimal(0)), amount))
+                    values[item][name] = Decimal(add(values[item].get(name, Decimal(0)), amount))
     return True
 
 
 def runs_within_bounds(
-    messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
+    messages: Sequence[MessageTotals], stored: Mapping[ItemKey, Mapping[str, Decimal]], bounds: CounterBounds
 ) -> list[list[MessageTotals]]:
     """After a bound refused a transaction: its messages (in order) cut into runs to write one after another.
 
-    ``stored`` holds the values the refused conditions met (item label -> counter -> value). Applying the
+    ``stored`` holds the values the refused conditions met (item -> counter -> value). Applying the
     messages one by one from there, the consecutive ones predicted to hold form one run (one write, whose
     condition still guards it), and each one predicted to cross is a run of its own (its write is refused,
     or applies if the value moved). A counter whose value is not known is predicted to hold. So a refused
     batch costs a few transactions, not one per message.
     """
-    values: dict[tuple[str, str], Number] = {
-        (label, name): value for label, counters in stored.items() for name, value in counters.items()
+    values: dict[tuple[ItemKey, str], Number] = {
+        (item, name): value for item, counters in stored.items() for name, value in counters.items()
     }
     runs: list[list[MessageTotals]] = []
     current: list[MessageTotals] = []
     for message in messages:
-        moved: dict[tuple[str, str], Number] = {}
+        moved: dict[tuple[ItemKey, str], Number] = {}
         crosses = False
         for item, counters in message.totals.items():
             item_bounds = bounds.item_bounds(item)
             for name, amount in counters.items():
-                slot = (item_label(item), name)
+                slot = (item, name)
                 bound = item_bounds.get(name)
                 if bound is None or slot not in values:
                     continue

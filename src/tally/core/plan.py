@@ -31,9 +31,11 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.numbers import Number, add, storage_problem
+from tally.errors import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+    from decimal import Decimal
 
 
 CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
@@ -56,8 +58,8 @@ class Chunk:
     """Message id -> the aborted journal batch its marker names: the transaction replaces that marker, on the
     condition that it still names the batch and that the batch's header says ABORTED (one more action per
     batch). Only a bounded message is written so (``plan_batch``); any other goes to a journal claim."""
-    before: Mapping[str, Mapping[str, Number]] = field(default_factory=dict)
-    """Item label -> counter -> the value a refused crossing condition met (``ALL_OLD``): the transaction is
+    before: Mapping[ItemKey, Mapping[str, Number]] = field(default_factory=dict)
+    """Item -> counter -> the value a refused crossing condition met (``ALL_OLD``): the transaction is
     then conditioned on exactly those values and records the crossings its steps make from them
     (``tally.core.thresholds``). Empty: every thresholded write carries the crossing-free condition."""
     attempt: int = 0
@@ -89,6 +91,21 @@ class Chunk:
     @property
     def event_count(self) -> int:
         return sum(message.event_count for message in self.messages)
+
+
+class ConditionRefusedError(StoreError):
+    """A write's condition failed: a bounded counter would cross its floor or ceiling, or a thresholded one would
+    cross a level (or no longer holds the value an exact write was planned from).
+
+    ``stored`` holds, per refused item, its counters as the condition met them (DynamoDB's ``ALL_OLD``; a missing
+    counter as its start value or 0). Nothing of the transaction was applied: the protocol writes it again from
+    those values (``Chunk.before``), or applies its messages one by one, in order, refusing only those that cross
+    a bound. Keyed by ``ItemKey``, the item's identity (beside the value it carries: ``tally.errors``).
+    """
+
+    def __init__(self, stored: Mapping[ItemKey, Mapping[str, Decimal]]) -> None:
+        super().__init__(f"a condition of {', '.join(sorted(map(item_label, stored)))[:200]} failed")
+        self.stored = stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +179,7 @@ def _unwritable(message: MessageTotals, max_actions: int, counter_limit: Counter
             if problem is not None:
                 return Rejection(
                     RejectCode.NUMBER_OUT_OF_RANGE,
-                    f"net delta of {key!r}/{name!r} in this message: {problem}",
+                    f"net delta of {item_label(key)!r}/{name!r} in this message: {problem}",
                 )
     return None
 
@@ -514,18 +531,18 @@ def _touches(unit: Sequence[MessageTotals], bounded: Callable[[ItemKey], bool]) 
 
 
 def split_refused(
-    messages: Sequence[MessageTotals], refused_items: frozenset[str]
+    messages: Sequence[MessageTotals], refused_items: Collection[ItemKey]
 ) -> tuple[list[MessageTotals], list[MessageTotals]]:
     """After a bound refused a transaction: (the messages to apply one by one, in order; the others).
 
-    The first are the connected components (shared keys) of the messages that touch a refused item (by
-    ``item_label``), so the order of every item they touch is kept; the others share no key with them and
-    can be written together again (if a bound refuses them too, they are split in turn).
+    The first are the connected components (shared keys) of the messages that touch a refused item, so the
+    order of every item they touch is kept; the others share no key with them and can be written together
+    again (if a bound refuses them too, they are split in turn).
     """
     suspects: list[MessageTotals] = []
     others: list[MessageTotals] = []
     for component in _components(messages):
-        if any(item_label(item) in refused_items for message in component for item in message.totals):
+        if any(item in refused_items for message in component for item in message.totals):
             suspects.extend(component)
         else:
             others.extend(component)

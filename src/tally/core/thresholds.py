@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
-from tally.core.items import ALL_TIME, item_label, item_parts, split_window_counter
+from tally.core.items import ALL_TIME, item_parts, split_window_counter
 from tally.core.numbers import Number, add, canonical
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
@@ -288,8 +288,8 @@ MOVE_CLOCK_MARGIN_MS = MINUTE_MS
 window is moved off the key's item once it has ended by the mover's clock, and another container's clock may
 run ahead of this one's (Lambda's clocks are synchronised far closer than this)."""
 
-Parts: TypeAlias = "Mapping[str, Mapping[str, Number]]"
-"""Item label -> totals counter name -> the part of an ended window's value that a move took off the key's
+Parts: TypeAlias = "Mapping[ItemKey, Mapping[str, Number]]"
+"""Key item -> totals counter name -> the part of an ended window's value that a move took off the key's
 item onto a window item (``window_reads``); a counter it does not name has no such part."""
 
 
@@ -321,7 +321,7 @@ def _ranges(steps: Iterable[Totals], thresholds: CounterThresholds) -> dict[tupl
 def _moved(parts: Parts | None, item: ItemKey, name: str) -> Number:
     if not parts:
         return 0
-    return parts.get(item_label(item), {}).get(name, 0)
+    return parts.get(item, {}).get(name, 0)
 
 
 def crossing_free(
@@ -387,13 +387,13 @@ def reset_counters(messages: Iterable[MessageTotals], thresholds: CounterThresho
 def exact_checks(
     steps: Iterable[Totals],
     thresholds: CounterThresholds,
-    before: Mapping[str, Mapping[str, Number]],
+    before: Mapping[ItemKey, Mapping[str, Number]],
     defaults: CounterDefaults = NO_DEFAULTS,
     *,
     parts: Parts | None = None,
     resets: Mapping[ItemKey, Iterable[str]] | None = None,
 ) -> dict[ItemKey, tuple[ExactCheck, ...]]:
-    """The conditions of a write planned from the values ``before`` (item label -> counter -> value, a missing
+    """The conditions of a write planned from the values ``before`` (item -> counter -> value, a missing
     counter as its start value or 0): each thresholded counter it moves, or a reset of it sets (``resets``:
     ``reset_counters``), holds exactly what was read. Items ``before`` does not know are left out (they keep
     their ``crossing_free`` conditions).
@@ -406,7 +406,7 @@ def exact_checks(
         held.extend(name for name in names if name not in held)
     checks: dict[ItemKey, list[ExactCheck]] = {}
     for item, names in counters.items():
-        known = before.get(item_label(item))
+        known = before.get(item)
         if known is None:
             continue
         for name in names:
@@ -440,25 +440,24 @@ def window_reads(steps: Iterable[Totals], thresholds: CounterThresholds, now_ms:
 def crossings(
     messages: Iterable[MessageTotals],
     thresholds: CounterThresholds,
-    before: Mapping[str, Mapping[str, Number]],
+    before: Mapping[ItemKey, Mapping[str, Number]],
     defaults: CounterDefaults = NO_DEFAULTS,
     *,
     at_ms: int,
 ) -> list[Crossing]:
-    """Every crossing the messages' steps make, in their order, from the values ``before`` (item label ->
+    """Every crossing the messages' steps make, in their order, from the values ``before`` (item ->
     counter -> value; an item it does not hold is not looked at: its write is crossing-free). A window's value
     in ``before`` is the whole window's (its moved part included). A reset's step goes from the value before it
     to the reset's value (``MessageTotals.sets``): a crossing like any other, named by the reset's id."""
     ordered = list(messages)
-    values: dict[tuple[str, str], Number] = {}
-    found: list[tuple[tuple[str, str], str, str, str, Number, Direction, str, Number]] = []
+    values: dict[tuple[ItemKey, str], Number] = {}
+    found: list[tuple[tuple[ItemKey, str], str, str, str, Number, Direction, str, Number]] = []
     for message in ordered:
         for item, counters, setting in [
             *((item, counters, True) for item, counters in message.sets.items()),
             *((item, counters, False) for item, counters in message.totals.items()),
         ]:
-            label = item_label(item)
-            known = before.get(label)
+            known = before.get(item)
             if known is None:
                 continue
             for name, amount in counters.items():
@@ -469,7 +468,7 @@ def crossings(
                 if levels is None or target is None:
                     continue
                 key, counter, window = target
-                slot = (label, name)
+                slot = (item, name)
                 value = values.get(slot, known.get(name, _start(item, name, defaults)))
                 after = values[slot] = amount if setting else add(value, amount)
                 found.extend(

@@ -17,7 +17,7 @@ from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.core.limits import BATCH_WRITE_MAX_ITEMS
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
-from tally.store.actions import add_update, batch_state_check, replaced_batch_check
+from tally.store.actions import Role, add_update, batch_state_check, replaced_batch_check
 from tally.store.markers import marker_actions
 from tally.store.pages import decode_page, encode_page
 from tally.store.requests import batch_get, translate
@@ -46,7 +46,6 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.items import ItemKey
-    from tally.store.actions import Role
 
 JOURNAL_GRACE_SECONDS: Final = 86_400
 """Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
@@ -91,7 +90,7 @@ class DynamoDBJournal:
                 "ExpressionAttributeNames": {"#id": LEDGER_ID},
             }
         }
-        self._transact([(header, ("batch", batch_id)), *self._claim_actions(batch_id, claims, now_ms)])
+        self._transact([(header, Role("batch", batch_id)), *self._claim_actions(batch_id, claims, now_ms)])
 
     def claim(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> None:
         """Claim more messages, on the condition that the batch is still PREPARING (not aborted)."""
@@ -272,7 +271,7 @@ class DynamoDBJournal:
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": values,
             }
-        }, ("batch", batch_id)
+        }, Role("batch", batch_id)
 
     def _applied_put(
         self, batch_id: str, index: int, lease_until_ms: int, refused: str | None = None
@@ -290,7 +289,7 @@ class DynamoDBJournal:
                 "ConditionExpression": "attribute_not_exists(#id)",
                 "ExpressionAttributeNames": {"#id": LEDGER_ID},
             }
-        }, ("applied", batch_id)
+        }, Role("applied", batch_id)
 
     def _adds(self, increments: Totals) -> list[tuple[TransactWriteItemTypeDef, Role]]:
         return [

@@ -20,16 +20,16 @@ from tally.core.items import (
     ALL_TIME,
 )
 from tally.core.limits import BATCH_GET_MAX_KEYS
+from tally.core.plan import ConditionRefusedError
 from tally.errors import (
     BatchStateError,
-    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
     StoreError,
     WriteRejectedError,
 )
-from tally.store.markers import block_claims, marker_records
+from tally.store.markers import marker_records
 from tally.store.schema import MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.core.items import ItemKey
     from tally.store.actions import Role
 
 
@@ -157,8 +158,7 @@ def _read_marker_reason(
 
 
 def _markers_in_the_way(
-    role: str,
-    name: str,
+    role: Role,
     old_item: Mapping[str, Any],
     batches: dict[str, str],
     digests: dict[str, bytes],
@@ -172,13 +172,14 @@ def _markers_in_the_way(
     it is named in ``vanished`` (TTL deleted the marker since it was read), never reported as a marker without
     a batch, which would read as a direct marker, that is, applied.
     """
-    if role == "marker":
-        if not _read_marker_reason(name, old_item, batches, digests):
-            vanished.add(name)
-        return {name}
+    if role.kind == "marker":
+        if not _read_marker_reason(role.name, old_item, batches, digests):
+            vanished.add(role.name)
+        return {role.name}
     stood: set[str] = set()
-    records = marker_records(old_item, [mid for mid, _ in block_claims(name)]) if old_item else {}
-    for message_id, replaces in block_claims(name):
+    records = marker_records(old_item, [claim.message_id for claim in role.claims]) if old_item else {}
+    for claim in role.claims:
+        message_id, replaces = claim.message_id, claim.replaces
         record = records.get(message_id)
         if record is None:
             if replaces is not None:
@@ -210,8 +211,7 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
             # DynamoDB reports a counter leaving the Number range, or an action over a size limit, for the
             # whole request, without naming the action; the caller isolates the culprit (failing
             # the batch would fail its innocent messages on every attempt).
-            adds = frozenset(name for role, name in roles if role == "add")
-            return WriteRejectedError(message, adds, number_range=NUMBER_RANGE.search(message) is not None)
+            return WriteRejectedError(message, number_range=NUMBER_RANGE.search(message) is not None)
         if code in _RETRYABLE_ERRORS:
             return RetryableStoreError(f"{code}: {message}")
         return StoreError(f"{code}: {message}")
@@ -222,44 +222,45 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     vanished: set[str] = set()
     failed_batch: str | None = None
     applied_failed = False
-    rejected_keys: set[str] = set()
+    rejected = False
     details: list[str] = []
-    bounded: dict[str, dict[str, Decimal]] = {}
+    bounded: dict[ItemKey, dict[str, Decimal]] = {}
     out_of_range = True
     retryable = False
-    for (role, name), reason in zip(roles, reasons, strict=False):
+    for role, reason in zip(roles, reasons, strict=False):
         reason_code = reason.get("Code") or "None"
         if reason_code == "None":
             continue
-        if reason_code == "ConditionalCheckFailed" and role in {"marker", "block"}:
-            stood = _markers_in_the_way(role, name, reason.get("Item", {}), batches, digests, vanished=vanished)
+        if reason_code == "ConditionalCheckFailed" and role.kind in {"marker", "block"}:
+            stood = _markers_in_the_way(role, reason.get("Item", {}), batches, digests, vanished=vanished)
             markers.update(stood)
             if not stood:
                 details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
-        elif reason_code == "ConditionalCheckFailed" and role == "batch":
-            failed_batch = name
-        elif reason_code == "ConditionalCheckFailed" and role == "applied":
+        elif reason_code == "ConditionalCheckFailed" and role.kind == "batch":
+            failed_batch = role.name
+        elif reason_code == "ConditionalCheckFailed" and role.kind == "add" and role.item is not None:
+            # only conditioned writes (bounds, levels)
+            bounded[role.item] = item_counters(reason.get("Item", {}))
+        elif reason_code == "ConditionalCheckFailed" and role.kind == "applied":
             applied_failed = True
-        elif reason_code == "ConditionalCheckFailed" and role == "add":
-            bounded[name] = item_counters(reason.get("Item", {}))  # only conditioned writes (bounds, levels)
         elif reason_code in RETRYABLE_REASONS:
             retryable = True
-        elif reason_code == "ValidationError" and role == "add":
-            rejected_keys.add(name)
+        elif reason_code == "ValidationError" and role.kind == "add":
+            rejected = True
             details.append(str(reason.get("Message", "")))
             out_of_range = out_of_range and NUMBER_RANGE.search(details[-1]) is not None
         else:
-            details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
+            details.append(f"{reason_code} on {role.kind} {role.name or role.item!r}: {reason.get('Message', '')}")
     if markers:
         return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished))
     if failed_batch is not None:
         return BatchStateError(failed_batch)
     if applied_failed:
         return ChunkAppliedError("apply chunk already applied")
-    if bounded and not rejected_keys:
-        return BoundRefusedError(bounded)
-    if rejected_keys:
-        return WriteRejectedError("; ".join(details), frozenset(rejected_keys), number_range=out_of_range)
+    if bounded and not rejected:
+        return ConditionRefusedError(bounded)
+    if rejected:
+        return WriteRejectedError("; ".join(details), number_range=out_of_range)
     if retryable:
         return RetryableStoreError("transaction cancelled by a conflict or throttling")
     return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))
