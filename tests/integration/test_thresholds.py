@@ -362,6 +362,26 @@ def packed(message_id: str, events: list[dict[str, Any]]) -> SourceRecord:
     return SourceRecord(f"r-{message_id}", json.dumps({"id": message_id, "events": events}), NOW_MS)
 
 
+THIRTY_SIX_DIGITS = 123456789012345678901234567890123456
+
+
+def test_a_36_digit_step_across_a_fractional_level_is_counted_and_announced(notify: NotifyTables) -> None:
+    # GIVEN a rising level 0.125 and a falling level -0.125: a write's crossing condition compares the stored value
+    # with the level minus the step (``0.125 - 123...456``: 39 significant digits, more than a Number holds)
+    thresholds = parse_counter_thresholds("big:*#n>=0.125;big:*#n<=-0.125")
+    pipeline, dlq = pipeline_of(notify, thresholds)
+    # WHEN storable 36-digit steps come: up across 0.125, then down across -0.125
+    process(pipeline, [record("up", "big:1", n=THIRTY_SIX_DIGITS)])
+    process(pipeline, [record("down", "big:1", n=-2 * THIRTY_SIX_DIGITS)], NOW_MS + 1)
+    # THEN both count exactly and each crossing is announced by its step
+    assert dlq.letters == []
+    assert notify.value("big:1", "n") == -THIRTY_SIX_DIGITS
+    assert [(c.level, c.message_id) for c in notify.notifications()] == [
+        (Decimal("0.125"), "up"),
+        (Decimal("-0.125"), "down"),
+    ]
+
+
 def test_a_key_that_spells_another_items_label_is_another_item(notify: NotifyTables) -> None:
     # GIVEN a per-minute level 5 on key "a" and an all-time level 5 on the key literally named
     # "a@m#2100-01-01T00:00Z", which a log would print as a's minute item; a's minute at 4

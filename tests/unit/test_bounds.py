@@ -72,14 +72,16 @@ def steps(key: str, counter: str, *amounts: Number) -> list[dict[Any, dict[str, 
         # both bounds on one counter
         (BOTH, "seat:a", "taken", [2, -5, 1], "seat:*#taken=start:3", BoundCheck("taken", 3, 4, True)),
         (BOTH, "seat:a", "taken", [2, -5, 1], "seat:*#taken=start:2", BoundCheck("taken", 3, 4, False)),
-        # exact decimals, beyond the 28 digits of Python's default context
+        # exact decimals, beyond the 28 digits of Python's default context; the floor minus the lowest sum
+        # (10000000000.0000000000000000000000000000001, 42 digits) rounded up to the storable number no stored
+        # value can tell from it
         (
             STOCK,
             "stock:1",
             "stock",
             [Decimal("-0.0000000000000000000000000000001"), Decimal("-1E+10")],
             "",
-            BoundCheck("stock", Decimal("10000000000.0000000000000000000000000000001"), None, False),
+            BoundCheck("stock", Decimal("10000000000.000000000000000000000000001"), None, False),
         ),
     ],
 )

@@ -20,7 +20,8 @@ What a bound means, decided here once (docs/explanation/counter-patterns.md, "Bo
 - One write carries many messages' net delta; it must hold for every step of its messages, in their
   order (the source's). ``bound_checks`` turns the steps into one condition on the stored value per
   counter: ``stored >= floor - m``, where ``m`` is the lowest running sum reached by a lowering step, and
-  ``stored <= ceiling - M`` likewise with the highest running sum reached by a raising step. So when the
+  ``stored <= ceiling - M`` likewise with the highest running sum reached by a raising step (each rounded
+  outward to a storable number, which every stored value compares with as with the exact one). So when the
   net of a whole batch applies in one write, no prefix of the applied order crosses the bound.
 - A counter that does not exist yet holds its start value (``CounterDefaults``) or 0: the condition
   accepts a missing counter exactly when the steps hold from there (``BoundCheck.if_missing``).
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_label, item_parts
 from tally.core.model import RejectCode, Rejection
-from tally.core.numbers import Number, add
+from tally.core.numbers import LARGEST_STORABLE, Number, add, storable_at_least, storable_at_most
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -83,6 +84,11 @@ class BoundCheck:
 
     ``stored >= at_least`` (a floor to keep) and ``stored <= at_most`` (a ceiling); ``if_missing``: whether
     a counter that does not exist yet passes (its start value, or 0, satisfies every step).
+
+    Both are storable Numbers, whatever the digits of the bound minus a running sum (``-0.125 + 123...456`` has
+    39): that difference rounded outward to the nearest storable number (``tally.core.numbers.storable_at_least``,
+    ``storable_at_most``), which no stored value can tell from it. Steps that would leave the bound from every
+    storable value carry ``LARGEST_STORABLE`` and its negation, a condition no stored value meets.
     """
 
     counter: str
@@ -173,12 +179,17 @@ def bound_checks(
         start = defaults.starts(item_parts(item).key).get(name, 0)
         at_least = at_most = None
         if_missing = True
+        never = False
         if slot in lowest and bound.floor is not None:
-            at_least = add(bound.floor, _negate(lowest[slot]))
+            at_least = storable_at_least(add(bound.floor, _negate(lowest[slot])))
+            never = at_least is None
             if_missing = add(start, lowest[slot]) >= bound.floor
         if slot in highest and bound.ceiling is not None:
-            at_most = add(bound.ceiling, _negate(highest[slot]))
+            at_most = storable_at_most(add(bound.ceiling, _negate(highest[slot])))
+            never = never or at_most is None
             if_missing = if_missing and add(start, highest[slot]) <= bound.ceiling
+        if never:  # the steps leave the bound from every storable value: a condition no stored value meets
+            at_least, at_most = LARGEST_STORABLE, LARGEST_STORABLE.copy_negate()
         checks.setdefault(item, []).append(BoundCheck(name, at_least, at_most, if_missing))
     return {item: tuple(found) for item, found in checks.items()}
 

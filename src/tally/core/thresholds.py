@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_parts, split_window_counter
-from tally.core.numbers import Number, add, canonical
+from tally.core.numbers import Number, add, canonical, storable_at_least, storable_at_most
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
@@ -114,12 +114,16 @@ class CrossingFree:
     The stored value ``v`` must lie outside ``[low, high)`` (rising) or ``(low, high]`` (falling): every running
     sum then stays on one side of the level. ``if_missing``: whether a counter that does not exist yet (its
     start value, or 0) passes.
+
+    ``low`` and ``high`` are the level minus a running sum as storable Numbers, rounded outward (no stored value
+    compares with them otherwise than with the exact ends); None: that end lies beyond every Number, so its side
+    never holds (``v >= high`` rising, ``v <= low`` falling) and is left out.
     """
 
     counter: str
     direction: Direction
-    low: Number
-    high: Number
+    low: Number | None
+    high: Number | None
     if_missing: bool
 
 
@@ -356,7 +360,14 @@ def crossing_free(
             # (v = k + moved: the bounds on k are shifted by the moved part)
             rising = direction is Direction.RISING
             passes = (missing < low or missing >= high) if rising else (missing <= low or missing > high)
-            checks.setdefault(item, []).append(CrossingFree(name, direction, low, high, passes))
+            # The ends as storable numbers (for any stored v: v < c iff v < storable_at_least(c), v <= c iff
+            # v <= storable_at_most(c)); an end beyond every Number makes its side always true (then no condition
+            # is needed) or never true (None: the side is left out).
+            below = storable_at_least(low) if rising else storable_at_most(low)
+            above = storable_at_least(high) if rising else storable_at_most(high)
+            if (below if rising else above) is None:
+                continue
+            checks.setdefault(item, []).append(CrossingFree(name, direction, below, above, passes))
     return {item: tuple(found) for item, found in checks.items()}
 
 

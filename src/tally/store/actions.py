@@ -223,8 +223,10 @@ def _add_condition(
     for index, level in enumerate(free):
         name, low, high = threshold_placeholders(index)
         names[name] = counter_attribute(level.counter)  # an open window's counter is a ``w#`` attribute
-        values[low] = {"N": to_wire(level.low)}
-        values[high] = {"N": to_wire(level.high)}
+        if level.low is not None:
+            values[low] = {"N": to_wire(level.low)}
+        if level.high is not None:
+            values[high] = {"N": to_wire(level.high)}
     for index, held in enumerate(exact, start=len(free)):
         name, value, _ = threshold_placeholders(index)
         names[name] = counter_attribute(held.counter)
