@@ -4,6 +4,7 @@
    (a warm container whose marker read gate has closed sends it there): neither applied, nor failed.
 2. A claim whose outcome is unknown when retries run out let the batch commit without those messages.
 3. A later journal chunk DynamoDB refuses (a sum that needs more than 38 digits) dropped every key in it.
+4. A claim DynamoDB refuses as sent (any ``ValidationException``) failed the whole batch on every delivery.
 
 Plus the stall: a record held back by a live journal lease says which batch holds it, and until when.
 """

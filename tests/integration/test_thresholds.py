@@ -26,7 +26,12 @@ from tally.commit.marker_reads import MarkerReadGate
 from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import CounterDefaults, parse_counter_defaults
 from tally.core.model import SourceRecord
-from tally.core.thresholds import CounterThresholds, Direction, expected_crossings, parse_counter_thresholds
+from tally.core.thresholds import (
+    CounterThresholds,
+    Direction,
+    expected_crossings,
+    parse_counter_thresholds,
+)
 from tally.core.windows import parse_window_spec
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -360,6 +365,59 @@ def test_a_thresholded_unit_too_large_for_one_transaction_never_takes_the_journa
 # ------------------------------------------------------------------------------------ at DynamoDB's edges
 def packed(message_id: str, events: list[dict[str, Any]]) -> SourceRecord:
     return SourceRecord(f"r-{message_id}", json.dumps({"id": message_id, "events": events}), NOW_MS)
+
+
+@pytest.mark.parametrize(
+    ("keys", "calls", "levels"),
+    [(50, 900, [800]), (99, 1000, [800, 1000])],
+    ids=["50-keys-one-level-each", "99-keys-two-levels-each"],
+)
+def test_one_message_crossing_more_levels_than_fit_one_transaction_counts_and_records_each_once(
+    notify: NotifyTables, keys: int, calls: int, levels: list[int]
+) -> None:
+    # GIVEN one packed message whose keys each cross levels: its marker, one ADD per key and one notification per
+    # crossing are more than the 100 actions of one transaction (50 keys: 1 + 50 + 50; 99 keys: 1 + 99 + 198)
+    pipeline, dlq = pipeline_of(notify)
+    message = packed("wide", [{"key": f"usage:{i}", "deltas": {"calls": calls}} for i in range(keys)])
+    # WHEN it is processed, and delivered again
+    process(pipeline, [message])
+    again = process(pipeline, [message])
+    # THEN it counts, once, and each crossing is recorded once, by the message
+    assert dlq.letters == []
+    assert again.figures["DuplicatesAlreadyApplied"] == 1
+    assert all(notify.value(f"usage:{i}", "calls") == calls for i in range(keys))
+    found = notify.notifications()
+    assert sorted((c.key, c.level) for c in found) == sorted(
+        (f"usage:{i}", level) for i in range(keys) for level in levels
+    )
+    assert {c.message_id for c in found} == {"wide"}
+    assert len(stream_inserts(notify)) == keys * len(levels)
+
+
+def test_a_kill_after_the_commit_of_a_message_whose_crossings_spill_records_each_once(
+    notify: NotifyTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an invocation that dies right after the transaction committing a message of 60 crossings (the
+    # crossings that did not fit it not written yet)
+    pipeline, _ = pipeline_of(notify)
+    message = packed("wide", [{"key": f"usage:{i}", "deltas": {"calls": 900}} for i in range(60)])
+    real_apply = DynamoDBCounterStore.write_direct
+
+    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
+        real_apply(self, chunk, now_ms)
+        if chunk.before:
+            raise RuntimeError("the invocation died")
+
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
+    with pytest.raises(RuntimeError):
+        pipeline.process([message], NOW_MS, lambda: 60_000)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
+    # WHEN the message is redelivered
+    process(pipeline, [message], NOW_MS + 1)
+    # THEN it counted once, and every crossing is recorded once
+    assert all(notify.value(f"usage:{i}", "calls") == 900 for i in range(60))
+    assert sorted(c.key for c in notify.notifications()) == sorted(f"usage:{i}" for i in range(60))
+    assert len(stream_inserts(notify)) == 60
 
 
 THIRTY_SIX_DIGITS = 123456789012345678901234567890123456

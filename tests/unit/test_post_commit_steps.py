@@ -309,7 +309,11 @@ def test_every_batch_reports_the_same_metric_names_whatever_it_carries() -> None
     full = pipeline.process([gauge_record(1, "a")], NOW_MS, lambda: 60_000)
     # THEN both report every metric the handlers always published, plus the window items written and the writes
     # sent again for a threshold's crossing
-    assert set(empty.figures) == set(full.figures) == METRICS | {"WindowItemsWritten", "ThresholdRewrites"}
+    assert (
+        set(empty.figures)
+        == set(full.figures)
+        == METRICS | {"WindowItemsWritten", "ThresholdRewrites", "SpilledCrossings"}
+    )
     assert full.figures["PoisonRecords"] == 1  # no gauge store: refused, never dropped
 
 

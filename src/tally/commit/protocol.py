@@ -51,11 +51,14 @@ from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
     Chunk,
     ConditionRefusedError,
+    Spill,
+    crossing_pages,
     item_disjoint_lanes,
     nonzero_increments,
     plan_apply_chunks,
     plan_transactions,
     split_refused,
+    transaction_actions,
 )
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossings
 from tally.errors import (
@@ -68,7 +71,7 @@ from tally.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
     from concurrent.futures import Executor
     from decimal import Decimal
 
@@ -76,7 +79,8 @@ if TYPE_CHECKING:
     from tally.commit.ports import CounterStore, JournalStore, Steps
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
-    from tally.core.plan import CounterLimit
+    from tally.core.plan import CounterLimit, JournalPage
+    from tally.core.thresholds import Crossing
 
 
 class Resolution(Enum):
@@ -260,7 +264,16 @@ class CommitProtocol:
             self._fates.failed(chunk.message_ids)
             return []
         if outcome is DirectStatus.COMMITTED:
-            self._fates.applied(chunk.messages)
+            spill = chunk.spill
+            if spill is None:
+                self._fates.applied(chunk.messages)
+                return []
+            # Counted; the crossings its pages hold are recorded now, each once, or by whoever meets a marker next.
+            record = BatchRecord(spill.batch_id, BatchState.COMMITTED, spill.lease_until_ms, len(spill.pages))
+            if self.finish(record, pages=spill.pages, done=set()):
+                self._fates.applied(chunk.messages)
+            else:
+                self._fates.failed(chunk.message_ids)
             return []
         if isinstance(outcome, MarkersExistError):
             exists = outcome
@@ -326,14 +339,24 @@ class CommitProtocol:
             return []
         self._figures.exact_writes += 1
         before = {**chunk.before, **stored}
-        again = replace(chunk, before=before, attempt=chunk.attempt + 1)
-        recorded = len(crossings(chunk.messages, self._thresholds, before, at_ms=self._now_ms))
-        if again.action_count + recorded <= self._max_actions or len(chunk.messages) == 1:
-            return self.direct(again)
-        # Too many notifications for one transaction beside the chunk's actions: the messages again, in order, in
-        # transactions leaving room for them (one message each if even that does not fit). The first starts
-        # from the values met; each later one meets its own value, as any write does.
-        plan = plan_transactions(chunk.messages, max(2, self._max_actions - recorded), self._counter_limit)
+        return self._write_exact(replace(chunk, before=before, attempt=chunk.attempt + 1, spill=None))
+
+    def _write_exact(self, chunk: Chunk) -> list[MessageTotals]:
+        """Write a chunk planned from the values met (``chunk.before``) with the crossings its steps make from them.
+
+        They go in its transaction when they fit beside its markers and writes. When they do not, the messages go
+        again, in order, in transactions leaving room for them: the first from the values met, each later one
+        meeting its own value, as any write does. A single message whose crossings still do not fit records
+        those beyond the room in the pages of a journal batch its marker names (``_spill``): it is never refused
+        for how many levels it crosses.
+        """
+        found = crossings(chunk.messages, self._thresholds, chunk.before, at_ms=self._now_ms)
+        room = self._max_actions - transaction_actions(chunk)
+        if len(found) <= room:
+            return self.direct(chunk)
+        if len(chunk.messages) == 1:
+            return self._spill(chunk, found[max(room, 0) :])
+        plan = plan_transactions(chunk.messages, max(2, self._max_actions - len(found)), self._counter_limit)
         parts = (
             [Chunk((m,), nonzero_increments(m.totals)) for m in chunk.messages] if plan.rejected else list(plan.chunks)
         )
@@ -341,11 +364,35 @@ class CommitProtocol:
         for index, part in enumerate(parts):
             replaces = {mid: batch for mid, batch in chunk.replaces.items() if mid in part.message_ids}
             if index == 0:
-                part = replace(part, replaces=replaces, before=before, attempt=chunk.attempt + 1)  # noqa: PLW2901
+                rest.extend(
+                    self._write_exact(replace(part, replaces=replaces, before=chunk.before, attempt=chunk.attempt))
+                )
             else:
-                part = replace(part, replaces=replaces)  # noqa: PLW2901
-            rest.extend(self.direct(part))
+                rest.extend(self.direct(replace(part, replaces=replaces)))
         return rest
+
+    def _spill(self, chunk: Chunk, paged: Sequence[Crossing]) -> list[MessageTotals]:
+        """Write one message with the crossings ``paged`` recorded by a journal batch's pages, not its transaction.
+
+        The pages and the batch's header (``COMMITTED``) first, then the transaction, whose marker names the batch:
+        it commits the crossings with the counts that made them, all or nothing (``Spill``). Its outcome is
+        settled as any direct transaction's (``_settle_direct``), the pages then applied once each (``finish``).
+        """
+        if not self._steps.may_start():
+            self._fates.failed(chunk.message_ids)
+            return []
+        spill = Spill(
+            self._new_batch_id(),
+            self._steps.lease_until_ms(),
+            crossing_pages(paged, max_crossings=self._max_actions - 1),
+        )
+        try:
+            self._steps.write(partial(self._journal.write_spill, spill.batch_id, spill.pages, spill.lease_until_ms))
+        except RetryableStoreError:
+            self._fates.failed(chunk.message_ids)
+            return []
+        self._figures.spilled_crossings += sum(len(page.crossings) for page in spill.pages)
+        return self.direct(replace(chunk, spill=spill))
 
     def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
         """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""
@@ -454,7 +501,7 @@ class CommitProtocol:
             # Abort, then settle each message alone so that only the culprit is dead-lettered.
             return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
         record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(chunks))
-        if self.finish(record, pages=chunks, first_applied=True):
+        if self.finish(record, pages=chunks, done={0}):
             self._fates.applied(claimed)
         else:
             self._fates.failed(message.message_id for message in claimed)
@@ -546,13 +593,16 @@ class CommitProtocol:
                         problems[item] = f"{item_label(item)!r}/{name!r}: the stored value plus {increment}: {problem}"
         return problems
 
-    def finish(self, record: BatchRecord, pages: Sequence[Totals] | None, *, first_applied: bool = False) -> bool:
+    def finish(
+        self, record: BatchRecord, pages: Sequence[JournalPage] | None, *, done: Collection[int] | None = None
+    ) -> bool:
         """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE.
 
+        ``pages`` and ``done`` (the chunks applied already), when the caller knows them; else they are read.
         False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
         markers next finishes it.
         """
-        if pages is None or not first_applied:
+        if pages is None or done is None:
             try:
                 stored_pages, done = self._steps.read(
                     partial(self._journal.read_progress, record.batch_id, record.chunks)
@@ -560,8 +610,6 @@ class CommitProtocol:
             except RetryableStoreError:
                 return False  # committed batches are finished by whoever meets their markers next
             pages = pages if pages is not None else stored_pages
-        else:
-            done = {0}
         for index, page in enumerate(pages):
             if index in done:
                 continue

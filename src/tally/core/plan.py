@@ -31,11 +31,18 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.numbers import Number, add, storage_problem
+from tally.core.thresholds import CrossingPage
 from tally.errors import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
     from decimal import Decimal
+
+    from tally.core.thresholds import Crossing
+
+JournalPage: TypeAlias = "Totals | CrossingPage"
+"""What one journal page holds and one apply chunk writes: increments (a unit too large for one transaction), or
+crossings to record (a message whose crossings do not fit the transaction that commits it: ``Spill``)."""
 
 
 CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
@@ -45,6 +52,28 @@ CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
 def no_counter_limit(_: ItemKey) -> int:
     """For tests and tools that plan without a store: no bound on counters per ADD."""
     return sys.maxsize
+
+
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """Where the crossings that do not fit a chunk's transaction are recorded: the pages of journal batch
+    ``batch_id``, written with its header (``COMMITTED``, its chunks those pages) before the transaction.
+
+    The transaction writes the messages' markers naming that batch, so the crossings commit with it, all or
+    nothing: until it commits, no marker names the batch and nothing reads it; once it has, whoever meets a
+    marker finishes the batch (``CommitProtocol.resolve``), writing each page's notifications once, as any
+    committed batch's chunks are applied once.
+    """
+
+    batch_id: str
+    lease_until_ms: int
+    """The batch's lease as its header says (its items expire a TTL and a grace after it)."""
+    pages: tuple[CrossingPage, ...]
+
+    @property
+    def paged(self) -> frozenset[str]:
+        """The notification ids the pages record: the transaction records every other crossing."""
+        return frozenset(crossing.notification_id for page in self.pages for crossing in page.crossings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +93,9 @@ class Chunk:
     (``tally.core.thresholds``). Empty: every thresholded write carries the crossing-free condition."""
     attempt: int = 0
     """How many times this chunk was planned again from values met (bounded: a busy key is handed back)."""
+    spill: Spill | None = None
+    """Crossings of its messages that do not fit the transaction beside its markers and writes: recorded by the
+    pages of a journal batch its markers name (``Spill``); None: every crossing in the transaction."""
 
     @property
     def message_ids(self) -> tuple[str, ...]:
@@ -387,6 +419,44 @@ def journal_overhead(markers: int, keys: int) -> int:
     claim_transactions = -(-(markers + 1) // (TRANSACT_MAX_ACTIONS - 1))
     add_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
     return 3 + claim_transactions + 2 * add_chunks
+
+
+def transaction_actions(chunk: Chunk) -> int:
+    """The most actions ``chunk``'s transaction takes before its notifications: one per marker item, per aborted
+    batch its claims replace, and per item its messages add to, set or stamp (an item whose steps net to zero
+    and carry no condition is not written: an upper bound)."""
+    items: set[ItemKey] = set()
+    for message in chunk.messages:
+        items.update(message.totals)
+        items.update(message.sets)
+        if message.stamp is not None:
+            items.add(message.stamp.key)
+    return chunk.marker_items + len(set(chunk.replaces.values())) + len(items)
+
+
+MAX_CROSSING_PAGE_BYTES = 200_000
+"""Estimated notification bytes per crossing page: its apply transaction writes each as an item (about 2.4 KB at
+most: a 2,000-byte key), well inside DynamoDB's 4 MB per transaction and the page's 400 KB item."""
+
+
+def crossing_pages(
+    crossings: Sequence[Crossing], max_crossings: int, max_bytes: int = MAX_CROSSING_PAGE_BYTES
+) -> tuple[CrossingPage, ...]:
+    """Cut ``crossings`` (in order) into journal pages of at most ``max_crossings`` each (an apply transaction
+    writes its applied-record beside them) and about ``max_bytes`` of notifications."""
+    pages: list[CrossingPage] = []
+    current: list[Crossing] = []
+    size = 0
+    for crossing in crossings:
+        entry = sum(len(text.encode("utf-8")) for text in (crossing.key, crossing.counter, crossing.message_id)) + 200
+        if current and (len(current) >= max_crossings or size + entry > max_bytes):
+            pages.append(CrossingPage(tuple(current)))
+            current, size = [], 0
+        current.append(crossing)
+        size += entry
+    if current:
+        pages.append(CrossingPage(tuple(current)))
+    return tuple(pages)
 
 
 def plan_apply_chunks(

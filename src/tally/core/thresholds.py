@@ -158,6 +158,14 @@ class Crossing:
     """The window whose value crossed (``all``: the all-time value)."""
 
 
+@dataclass(frozen=True, slots=True)
+class CrossingPage:
+    """A journal page of crossings to record: those that did not fit the transaction that committed their message
+    (``tally.core.plan.Spill``). Applying it writes each one's notification, once."""
+
+    crossings: tuple[Crossing, ...]
+
+
 _UNIT_OF_PREFIX = {prefix: name for name, (prefix, _duration) in UNITS.items()}
 
 

@@ -18,6 +18,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import item_parts, split_window_counter
 from tally.core.ledger import Claim, MarkerRecord
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.moved import moved_part
 from tally.core.numbers import EXACT
 from tally.core.plan import ConditionRefusedError
@@ -149,7 +150,11 @@ class DynamoDBCounterStore:
             Claim(message.message_id, chunk.replaces.get(message.message_id), message.digest)
             for message in chunk.messages
         ]
-        actions = marker_actions(self.markers_table, claims, now_ms, expires_at)
+        # Markers naming the spill's batch, when crossings did not fit: they commit its pages (``Spill``).
+        spill = chunk.spill
+        actions = marker_actions(
+            self.markers_table, claims, now_ms, expires_at, batch_id=spill.batch_id if spill is not None else None
+        )
         # A marker naming a journal batch is replaced only while that batch is certainly aborted, or its header
         # gone past its horizon: the same check as a journal claim's, once per batch (one action per item).
         actions += [replaced_batch_check(self.markers_table, batch) for batch in dict.fromkeys(chunk.replaces.values())]
@@ -198,7 +203,18 @@ class DynamoDBCounterStore:
         ]
         if before:
             found = crossings(chunk.messages, self.thresholds, before, self.defaults, at_ms=now_ms)
-            actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
+            paged = spill.paged if spill is not None else frozenset()
+            actions += [
+                notification_put(self.notifications_table, crossing, expires_at)
+                for crossing in found
+                if crossing.notification_id not in paged
+            ]
+        if len(actions) > TRANSACT_MAX_ACTIONS:
+            # The protocol leaves room for every action (``transaction_actions``, ``Spill``): refuse as DynamoDB
+            # would rather than send what it refuses, so the message is settled (dead-lettered) like any refusal.
+            raise WriteRejectedError(
+                f"{len(actions)} actions in one transaction (DynamoDB takes {TRANSACT_MAX_ACTIONS})", number_range=False
+            )
         if any(role.kind == "add" and not _fits(action) for action, role in actions):
             raise WriteRejectedError(
                 "a crossing condition over DynamoDB's 300 operators or 4 KB per expression (a thresholded counter "
