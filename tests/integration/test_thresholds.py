@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,18 +26,23 @@ from hypothesis import strategies as st
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import CounterDefaults, parse_counter_defaults
-from tally.core.model import SourceRecord
+from tally.core.items import ALL_TIME
+from tally.core.model import RejectCode, SourceRecord
+from tally.core.numbers import add
 from tally.core.thresholds import (
     CounterThresholds,
     Direction,
+    Levels,
     expected_crossings,
     parse_counter_thresholds,
+    window_unit,
 )
 from tally.core.windows import parse_window_spec
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.notifications import scan_notifications
 from tally_local.kit.faults import DynamoDBFaults
+from tally_local.kit.limits import RequestLimits
 from tests.conftest import _create_table, _template_tables
 from tests.support.pipeline import TTL_DAYS, make_pipeline
 from tests.support.properties import on_emulator, sent_in_batches
@@ -44,6 +50,7 @@ from tests.support.properties import on_emulator, sent_in_batches
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tally.core.numbers import Number
     from tally.core.thresholds import Crossing
     from tally.core.windows import WindowSpec
     from tally.pipeline import BatchPipeline
@@ -609,3 +616,76 @@ def assert_crossings_of_the_applied_order(
     )
     assert len({c.notification_id for c in found}) == len(found)
     assert all(isinstance(c.direction, Direction) for c in found)
+
+
+# ----------------------------------------------------------------- no request DynamoDB refuses, at the edges
+EDGE_THRESHOLDS = "edge:*#n>=0.125,800;edge:*#n<=-0.125;edge:*#n@minute>=800"
+EDGE_MINUTE = "m#2100-01-01T00:00Z"
+EDGE_KEYS = [str(n) for n in range(60)] + [f"0@{EDGE_MINUTE}", "0#shard1"]
+"""Sixty keys (a packed message of them crosses more levels than one transaction holds), and keys that spell the
+label of another item (key ``0``'s minute item; shard 1 of ``0``), each behind a prefix of its example's."""
+EDGE_AMOUNTS = st.one_of(
+    st.integers(-1000, 1000),
+    st.sampled_from([THIRTY_SIX_DIGITS, -THIRTY_SIX_DIGITS, 10**37, -(10**37), 900]),
+    st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False, allow_infinity=False),
+)
+EDGE_MESSAGES = st.one_of(
+    st.tuples(st.lists(st.sampled_from(EDGE_KEYS), min_size=1, max_size=1), EDGE_AMOUNTS),
+    # a packed message whose 25 to 30 keys each cross three levels (0.125 and 800, all-time and per minute): more
+    # notifications than fit its transaction beside its marker and ADDs
+    st.tuples(st.lists(st.sampled_from(EDGE_KEYS[:60]), min_size=25, max_size=30, unique=True), st.just(900)),
+)
+_EXACT_JSON = msgspec.json.Encoder(decimal_format="number")
+
+
+@on_emulator()
+@given(batches=st.lists(st.lists(EDGE_MESSAGES, min_size=1, max_size=3), min_size=1, max_size=2))
+def test_no_request_at_the_edges_is_one_dynamodb_refuses_and_every_message_is_settled(
+    notify: NotifyTables, batches: list[list[tuple[list[str], Number]]]
+) -> None:
+    # GIVEN the production wiring with fractional and per-minute levels, its every request watched against
+    # DynamoDB's published limits
+    run = next(EXAMPLES)
+    windows = parse_window_spec("minute")
+    thresholds = parse_counter_thresholds(EDGE_THRESHOLDS, windows=windows)
+    store = make_store(notify, thresholds, windows=windows)
+    limits = RequestLimits(store.client)
+    pipeline, dlq = make_pipeline(store, counter_defaults=STARTS, windows=windows)
+    sent: list[tuple[str, dict[str, Number]]] = []
+    # WHEN batches of messages at the edges are processed: 36-digit steps across fractional levels, packed messages
+    # crossing more levels than a transaction holds, keys spelling other items' labels
+    for index, batch in enumerate(batches):
+        records = []
+        for position, (keys, amount) in enumerate(batch):
+            message_id = f"edge-{run}-{index}-{position}"
+            deltas = {f"edge:{run}:{key}": amount for key in keys}
+            sent.append((message_id, deltas))
+            events = [{"key": key, "deltas": {"n": amount}, "ts": NOW_MS} for key in deltas]
+            body = _EXACT_JSON.encode({"id": message_id, "events": events}).decode()
+            records.append(SourceRecord(f"r-{message_id}", body, NOW_MS))
+        result = pipeline.process(records, NOW_MS + index, lambda: 60_000)
+        # THEN every record is settled: counted or dead-lettered with a reason, none handed back
+        assert result.failed_record_ids == ()
+    # and no request broke one of DynamoDB's limits
+    assert limits.violations == []
+    refused = {letter.record.record_id.removeprefix("r-"): letter.rejection for letter in dlq.letters}
+    assert {r.code for r in refused.values()} <= {RejectCode.NUMBER_OUT_OF_RANGE, RejectCode.COUNTER_OUT_OF_RANGE}
+    # and each key counts exactly what its applied messages add, every crossing of theirs recorded once
+    applied = [(mid, deltas) for mid, deltas in sent if mid not in refused]
+    notifications = notify.notifications()
+    for key in {key for _, deltas in sent for key in deltas}:
+        steps = [(mid, deltas[key]) for mid, deltas in applied if key in deltas]
+        total: Number = 0
+        for _, amount in steps:
+            total = add(total, amount)
+        assert (notify.value(key, "n") or 0) == total
+        expected = sorted(
+            (window, Decimal(level), str(direction), mid)
+            for window in (ALL_TIME, EDGE_MINUTE)
+            for level, direction, mid in expected_crossings(
+                0, steps, thresholds.thresholds(key, window_unit(window) or ALL_TIME).get("n", Levels())
+            )
+        )
+        found = [c for c in notifications if c.key == key]
+        assert sorted((c.window, Decimal(c.level), str(c.direction), c.message_id) for c in found) == expected
+        assert len({c.notification_id for c in found}) == len(found)

@@ -114,6 +114,18 @@ def refusal_code(refused: WriteRejectedError) -> RejectCode:
     return RejectCode.COUNTER_OUT_OF_RANGE if refused.number_range else RejectCode.WRITE_REFUSED
 
 
+class _ClaimRefused(Exception):
+    """A journal claim DynamoDB refused as sent: the messages claimed before it, those left, and why."""
+
+    def __init__(
+        self, claimed: Sequence[MessageTotals], unclaimed: Sequence[MessageTotals], error: WriteRejectedError
+    ) -> None:
+        super().__init__(error.detail)
+        self.claimed = list(claimed)
+        self.unclaimed = list(unclaimed)
+        self.error = error
+
+
 class CommitProtocol:
     """The protocol for one apply call (one invocation): its steps, and what it learned on the way."""
 
@@ -391,6 +403,9 @@ class CommitProtocol:
         except RetryableStoreError:
             self._fates.failed(chunk.message_ids)
             return []
+        except WriteRejectedError as refused:  # a page DynamoDB refuses as sent: settled as its transaction would be
+            self._refused_alone(chunk.messages[0], refused)
+            return []
         self._figures.spilled_crossings += sum(len(page.crossings) for page in spill.pages)
         return self.direct(replace(chunk, spill=spill))
 
@@ -446,8 +461,8 @@ class CommitProtocol:
             if resolution is Resolution.PENDING:
                 self._hold(message.message_id, marker.batch_id or "")
                 return
-        detail = f"DynamoDB refused the increment: {refused.detail}"
-        self._fates.dead_lettered(message.message_id, Rejection(refusal_code(refused), detail))
+        detail = f"DynamoDB refused the message's write: {refused.detail}"
+        self._fates.dead_lettered(message.message_id, Rejection(refusal_code(refused), detail[:1000]))
 
     # -------------------------------------------------------------------------------- 2. journal
     def journal(self, unit: Sequence[MessageTotals], *, isolate: bool = False) -> list[MessageTotals]:
@@ -458,7 +473,10 @@ class CommitProtocol:
         batch_id = self._new_batch_id()
         lease_until_ms = self._steps.lease_until_ms()
         self._figures.journal_batches += 1
-        claimed = self._claim(batch_id, lease_until_ms, unit)
+        try:
+            claimed = self._claim(batch_id, lease_until_ms, unit)
+        except _ClaimRefused as refusal:
+            return self._refused_claims(batch_id, refusal, isolate=isolate)
         if claimed is None:
             return []
         if not claimed:
@@ -535,6 +553,10 @@ class CommitProtocol:
                 claimable = self.settle_existing(exists, own_batch=batch_id)
                 to_claim = [mid for mid in to_claim if mid not in exists.message_ids or mid in claimable]
                 continue
+            except WriteRejectedError as refused:
+                # DynamoDB refuses this claim as sent (a limit one of its messages breaks): none of it was written.
+                unclaimed = [by_id[mid] for mid in to_claim]
+                raise _ClaimRefused(claimed, unclaimed, refused) from refused
             except BatchStateError:
                 if not opened and self._state(batch_id) is BatchState.PREPARING:
                     opened = True  # our header exists: an earlier attempt went through, its answer was lost
@@ -556,6 +578,19 @@ class CommitProtocol:
             claimed.extend(by_id[mid] for mid in to_claim if mid in done)
             to_claim = [mid for mid in to_claim if mid not in done]
         return claimed if opened else []
+
+    def _refused_claims(self, batch_id: str, refusal: _ClaimRefused, *, isolate: bool) -> list[MessageTotals]:
+        """A claim DynamoDB refuses for good: abort our batch, then claim each message alone, so that only the one
+        whose own claim is refused is dead-lettered (its marker read first, as any refused message's)."""
+        self._abort_own(batch_id)
+        for message in refusal.claimed:
+            self._replaces[message.message_id] = batch_id  # our aborted claim's marker: claimed again, replacing it
+        pending = [*refusal.claimed, *refusal.unclaimed]
+        if isolate or len(pending) == 1:
+            for message in pending:
+                self._refused_alone(message, refusal.error)
+            return []
+        return [again for message in pending for again in self.journal([message], isolate=True)]
 
     def _next_claims(self, to_claim: Sequence[str]) -> list[Claim]:
         """As many claims as fit one transaction besides the header action: one action per marker item (a

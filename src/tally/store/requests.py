@@ -42,13 +42,14 @@ if TYPE_CHECKING:
     from tally.store.actions import Role
 
 
-# How DynamoDB words an ADD whose result leaves the Number range (magnitude or 38-digit precision).
+# How DynamoDB words a number it cannot store, a counter an ADD would take out of the Number range among them
+# (AWS: "Attempting to store more than 38 significant digits in a Number", "Number overflow. ..."; DynamoDB Local:
+# "DynamoDB only supports precision up to 38 digits"): only to choose the dead letter's code.
 NUMBER_RANGE: Final = re.compile(r"Number overflow|Number underflow|significant digits|precision", re.IGNORECASE)
 
 
-# How DynamoDB words a per-action size limit ("Expression size has exceeded the maximum allowed size",
-# "Item size has exceeded ..."): the request as a whole, without naming the action; the caller isolates it.
-SIZE_LIMIT: Final = re.compile(r"size has exceeded the maximum allowed size", re.IGNORECASE)
+# Cancellation reason codes that refuse the transaction and say why: a condition, or a retry can get past.
+_CONDITION_REASON: Final = "ConditionalCheckFailed"
 
 
 # Cancellation reason codes that a retry can get past (DynamoDB documents these for TransactWriteItems).
@@ -207,11 +208,13 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     code = error.get("Code", "")
     message = error.get("Message", "")
     if code != "TransactionCanceledException":
-        if code == "ValidationException" and (NUMBER_RANGE.search(message) or SIZE_LIMIT.search(message)):
-            # DynamoDB reports a counter leaving the Number range, or an action over a size limit, for the
-            # whole request, without naming the action; the caller isolates the culprit (failing
-            # the batch would fail its innocent messages on every attempt).
-            return WriteRejectedError(message, number_range=NUMBER_RANGE.search(message) is not None)
+        if code == "ValidationException":
+            # DynamoDB refuses the request as sent, whatever the wording (a number it cannot store, a size, an
+            # expression limit, a key too long, two actions on one item, and any rule not listed here), for the
+            # whole request, without naming the action. The same request is refused again on every attempt: the
+            # caller settles the message it carries, or isolates the culprit among several (failing the batch
+            # would fail it, and its innocent neighbours, on every delivery).
+            return WriteRejectedError(message or code, number_range=NUMBER_RANGE.search(message) is not None)
         if code in _RETRYABLE_ERRORS:
             return RetryableStoreError(f"{code}: {message}")
         return StoreError(f"{code}: {message}")
@@ -231,25 +234,29 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
         reason_code = reason.get("Code") or "None"
         if reason_code == "None":
             continue
-        if reason_code == "ConditionalCheckFailed" and role.kind in {"marker", "block"}:
+        if reason_code == _CONDITION_REASON and role.kind in {"marker", "block"}:
             stood = _markers_in_the_way(role, reason.get("Item", {}), batches, digests, vanished=vanished)
             markers.update(stood)
             if not stood:
                 details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
-        elif reason_code == "ConditionalCheckFailed" and role.kind == "batch":
+        elif reason_code == _CONDITION_REASON and role.kind == "batch":
             failed_batch = role.name
-        elif reason_code == "ConditionalCheckFailed" and role.kind == "add" and role.item is not None:
+        elif reason_code == _CONDITION_REASON and role.kind == "add" and role.item is not None:
             # only conditioned writes (bounds, levels)
             bounded[role.item] = item_counters(reason.get("Item", {}))
-        elif reason_code == "ConditionalCheckFailed" and role.kind == "applied":
+        elif reason_code == _CONDITION_REASON and role.kind == "applied":
             applied_failed = True
         elif reason_code in RETRYABLE_REASONS:
             retryable = True
-        elif reason_code == "ValidationError" and role.kind == "add":
+        elif reason_code != _CONDITION_REASON:
+            # ``ValidationError`` (a number, a size, a key: on any action), ``ItemCollectionSizeLimitExceeded``,
+            # or a code not documented yet: this action is refused as sent, on every attempt (settled like a
+            # whole-request ``ValidationException``).
             rejected = True
-            details.append(str(reason.get("Message", "")))
-            out_of_range = out_of_range and NUMBER_RANGE.search(details[-1]) is not None
-        else:
+            text = str(reason.get("Message", "")) or reason_code
+            details.append(text if role.kind == "add" else f"{reason_code} on {role.kind} {role.name!r}: {text}")
+            out_of_range = out_of_range and NUMBER_RANGE.search(text) is not None
+        else:  # a condition tally never sets on such an action: a defect, never settled as a message's fate
             details.append(f"{reason_code} on {role.kind} {role.name or role.item!r}: {reason.get('Message', '')}")
     if markers:
         return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished))
