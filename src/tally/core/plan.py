@@ -292,7 +292,8 @@ def plan_batch(
     drags its unit's other messages off the journal (a message of more than 99 items would then be refused
     for a size the journal holds), and a message that must go to the journal never drags a pinned one
     into it (its ADDs would go unconditioned). A pinned message whose marker names an aborted batch is
-    written alone, in a direct transaction that replaces that marker. So:
+    written alone, in a direct transaction that replaces that marker, in its place among its component's (a bounded
+    counter's steps are judged in their source order, ``_place_in_order``). So:
 
     - a bounded item travels only in a direct transaction (``BatchPlan.direct``), never in a journal unit;
     - a message is refused for its size only when it cannot fit the one path it may take (pinned: one
@@ -301,7 +302,7 @@ def plan_batch(
     """
     replaced = replaces if replaces is not None else {}
     parts = _PlanParts()
-    rejected, small, direct = parts.rejected, parts.small, parts.direct
+    rejected, small = parts.rejected, parts.small
     pinned: list[MessageTotals] = []
     free: list[MessageTotals] = []
     for message in messages:
@@ -312,24 +313,17 @@ def plan_batch(
             pinned.append(message)
         else:
             free.append(message)
-    # A pinned message replacing an aborted batch's marker goes alone: its transaction checks that batch.
-    for message in pinned:
-        batch = replaced.get(message.message_id)
-        if batch is None:
-            continue
-        rejection = _unwritable(message, max_actions - 1, counter_limit)
-        if rejection is not None:
-            rejected[message.message_id] = _pinned(rejection)
+    for component in _components(pinned, by_marker=True):
+        units = _storable_units([component])
+        if (
+            len(units) == 1
+            and not any(message.message_id in replaced for message in component)
+            and _action_count(component) <= max_actions
+            and _one_add_per_item(component, counter_limit)
+        ):
+            small.append(component)
         else:
-            direct.append(Chunk((message,), nonzero_increments(message.totals), {message.message_id: batch}))
-    pinned = [message for message in pinned if message.message_id not in replaced]
-    for unit in _storable_units(_components(pinned, by_marker=True)):
-        if _action_count(unit) <= max_actions and _one_add_per_item(unit, counter_limit):
-            small.append(unit)
-        else:
-            split = plan_transactions(unit, max_actions, counter_limit)
-            direct.extend(split.chunks)
-            rejected.update({mid: _pinned(rejection) for mid, rejection in split.rejected.items()})
+            _place_in_order(component, replaced, max_actions, counter_limit, into=parts)
     for unit in _storable_units(_components(free, by_marker=True)):
         forced = any(message.message_id in replaced for message in unit)
         _place_unit(unit, max_actions, counter_limit, forced=forced, direct_only=not allow_journal, into=parts)
@@ -379,6 +373,40 @@ def _place_unit(
         into.journals.append(unit)
     else:
         into.direct.extend(split.chunks)
+
+
+def _place_in_order(
+    component: Sequence[MessageTotals],
+    replaced: Mapping[str, str],
+    max_actions: int,
+    counter_limit: CounterLimit,
+    *,
+    into: _PlanParts,
+) -> None:
+    """Write a pinned component in direct transactions one after the other, in its order (a bounded counter's steps
+    are judged in their source order): runs of messages packed as they fit (cut where a sum would leave the Number
+    range), and each message replacing an aborted batch's marker alone, its transaction checking that batch."""
+    run: list[MessageTotals] = []
+
+    def write_run() -> None:
+        for unit in _storable_units([tuple(run)]) if run else []:
+            split = plan_transactions(unit, max_actions, counter_limit)
+            into.direct.extend(split.chunks)
+            into.rejected.update({mid: _pinned(rejection) for mid, rejection in split.rejected.items()})
+        run.clear()
+
+    for message in component:
+        batch = replaced.get(message.message_id)
+        if batch is None:
+            run.append(message)
+            continue
+        write_run()
+        rejection = _unwritable(message, max_actions - 1, counter_limit)
+        if rejection is not None:
+            into.rejected[message.message_id] = _pinned(rejection)
+        else:
+            into.direct.append(Chunk((message,), nonzero_increments(message.totals), {message.message_id: batch}))
+    write_run()
 
 
 def _pinned(rejection: Rejection) -> Rejection:
@@ -631,22 +659,25 @@ def _action_count(unit: Sequence[MessageTotals]) -> int:
 
 
 def _pack_small_units(units: Sequence[tuple[MessageTotals, ...]], max_actions: int) -> list[Chunk]:
-    """First-fit decreasing: small units (disjoint keys) share transactions, each key written once.
+    """First-fit decreasing: small units with disjoint keys share transactions, each key written once.
 
     Units share no marker item either (``_components(by_marker=True)``) unless a component was cut for its
-    sums (``_storable_units``): a bin counts its distinct marker items, so such a pair still fits exactly.
+    sums (``_storable_units``): a bin counts its distinct marker items, so such a pair still fits exactly. Parts of
+    a component cut for its sums share keys: they never share a bin (their sums together are what DynamoDB
+    would refuse).
     """
     sized = sorted(
         ((_action_count(unit), index, unit) for index, unit in enumerate(units)), key=lambda item: (-item[0], item[1])
     )
-    bins: list[tuple[int, set[str], list[MessageTotals]]] = []
+    bins: list[tuple[set[ItemKey], set[str], list[MessageTotals]]] = []
     for _, _, unit in sized:
         markers = {marker_item(message.message_id) for message in unit}
-        keys = len({key for message in unit for key in message.totals})
-        for position, (used_keys, used_markers, members) in enumerate(bins):
-            if used_keys + keys + len(used_markers | markers) <= max_actions:
+        keys = {key for message in unit for key in message.totals}
+        for used_keys, used_markers, members in bins:
+            if used_keys.isdisjoint(keys) and len(used_keys) + len(keys) + len(used_markers | markers) <= max_actions:
                 members.extend(unit)
-                bins[position] = (used_keys + keys, used_markers | markers, members)
+                used_keys.update(keys)
+                used_markers.update(markers)
                 break
         else:
             bins.append((keys, markers, list(unit)))
