@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tally.cost.capacity import item_size
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -51,10 +51,14 @@ _LARGEST: Final = Decimal("9.9999999999999999999999999999999999999E+125")
 class RequestLimits:
     """Records every request of ``client`` that breaks one of DynamoDB's published limits (``violations``)."""
 
-    def __init__(self, client: DynamoDBClient) -> None:
+    def __init__(self, client: DynamoDBClient, tables: Iterable[str] = ()) -> None:
+        """Watch ``client``; the key schemas of ``tables`` are read now, before any fault a run attaches to the
+        client after this could hit those reads (another table's is read when a request first names it)."""
         self._client = client
         self._lock = threading.Lock()
         self._schemas: dict[str, tuple[str, str | None]] = {}
+        for table in tables:
+            self._schema(table)
         self.violations: list[str] = []
         """One line per broken rule: the operation and what it broke."""
         self.requests = 0
