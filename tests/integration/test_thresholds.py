@@ -649,7 +649,7 @@ def test_no_request_at_the_edges_is_one_dynamodb_refuses_and_every_message_is_se
     windows = parse_window_spec("minute")
     thresholds = parse_counter_thresholds(EDGE_THRESHOLDS, windows=windows)
     store = make_store(notify, thresholds, windows=windows)
-    limits = RequestLimits(store.client)
+    limits = RequestLimits(store.client, [store.counters_table, store.markers_table, store.notifications_table])
     pipeline, dlq = make_pipeline(store, counter_defaults=STARTS, windows=windows)
     sent: list[tuple[str, dict[str, Number]]] = []
     # WHEN batches of messages at the edges are processed: 36-digit steps across fractional levels, packed messages
