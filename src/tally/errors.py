@@ -6,7 +6,8 @@ so the original stays attached for logs and traces.
 
 This module is the bottom of the package: it imports nothing of tally, so every layer can raise these.
 An error that carries a richer value lives beside that value (``tally.producer.result.PublishError``
-carries a ``PublishResult``) and subclasses ``TallyError`` from there.
+carries a ``PublishResult``; ``tally.core.plan.ConditionRefusedError`` the values a refused condition met, per
+``ItemKey``) and subclasses ``TallyError`` from there.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from decimal import Decimal
 
 
 class TallyError(Exception):
@@ -85,26 +85,11 @@ class WriteRejectedError(StoreError):
     Retrying the same transaction can never succeed; the caller isolates the responsible message.
     """
 
-    def __init__(self, detail: str, keys: frozenset[str], *, number_range: bool = True) -> None:
+    def __init__(self, detail: str, *, number_range: bool = True) -> None:
         super().__init__(detail)
         self.detail = detail
-        self.keys = keys
         self.number_range = number_range
         """True: a counter would leave the Number range; False: another per-action limit (a size)."""
-
-
-class BoundRefusedError(StoreError):
-    """A bounded counter's condition failed: the write would take it across its floor or ceiling.
-
-    ``stored`` holds, per refused item (its label), the counters as the condition met them (DynamoDB's
-    ``ALL_OLD``; a missing counter as its start value or 0). Nothing of the transaction was applied; the
-    caller applies its messages one by one, in order, and refuses only those that cross.
-    """
-
-    def __init__(self, stored: Mapping[str, Mapping[str, Decimal]]) -> None:
-        super().__init__(f"a bound of {', '.join(sorted(stored))[:200]} would be crossed")
-        self.stored = stored
-        self.keys = frozenset(stored)
 
 
 class UnsettledMessagesError(TallyError):

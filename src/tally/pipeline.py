@@ -261,6 +261,9 @@ def _commit_figures(
         # A write that would cross a declared level, sent again from the value met with its notifications
         # (tally.core.thresholds): one per crossing batch, more when another writer moved the value meanwhile.
         "ThresholdRewrites": outcome.threshold_rewrites,
+        # Crossings of one message that did not fit its transaction beside its writes: paged for a journal batch
+        # its marker names, and recorded right after it (tally.commit.protocol, ``_spill``).
+        "SpilledCrossings": outcome.spilled_crossings,
         # An id reused with other content (dead-lettered too, but worth an alarm of its own: a producer bug)
         "IdConflicts": sum(1 for letter in letters if letter.rejection.code is RejectCode.ID_CONFLICT),
         "RecordsHeldByLease": len(stalls),

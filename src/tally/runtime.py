@@ -81,7 +81,14 @@ def wire_pipeline(
         notifications_table=settings.notifications_table,
         windows=settings.windows,
     )
-    journal = DynamoDBJournal(dynamodb, settings.counters_table, settings.markers_table, ttl_s, defaults)
+    journal = DynamoDBJournal(
+        dynamodb,
+        settings.counters_table,
+        settings.markers_table,
+        ttl_s,
+        defaults,
+        notifications_table=settings.notifications_table,
+    )
     limits = WIRE_LIMITS
     return BatchPipeline(
         Applier(

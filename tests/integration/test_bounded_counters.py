@@ -271,6 +271,26 @@ def test_a_redelivery_meeting_a_marker_keeps_the_source_order_of_the_rest(ddb_ta
     assert value_of(ddb_tables, "stock:1", "stock") == 0
 
 
+THIRTY_SIX_DIGITS = 123456789012345678901234567890123456
+
+
+@pytest.mark.parametrize("side", ["floor", "ceiling"])
+def test_a_36_digit_step_within_a_fractional_bound_is_counted(ddb_tables: DynamoDBTables, side: str) -> None:
+    # GIVEN a floor of -0.125 (a ceiling of 0.125) and the counter twice a 36-digit amount above it (below it): a
+    # write's condition compares the stored value with the bound minus the step, ``-0.125 + 123...456``, 39
+    # significant digits, more than a Number holds
+    sign = 1 if side == "floor" else -1
+    bounds = parse_counter_bounds("acct:*#bal>=-0.125" if side == "floor" else "acct:*#bal<=0.125")
+    pipeline, dlq = bounded_pipeline(ddb_tables, bounds, parse_counter_defaults(""))
+    pipeline.process([record("fund", "acct:1", bal=sign * 2 * THIRTY_SIX_DIGITS)], NOW_MS, lambda: 60_000)
+    # WHEN a storable 36-digit step toward the bound comes, which keeps it
+    result = pipeline.process([record("spend", "acct:1", bal=-sign * THIRTY_SIX_DIGITS)], NOW_MS, lambda: 60_000)
+    # THEN it counts exactly
+    assert result.failed_record_ids == ()
+    assert dlq.letters == []
+    assert value_of(ddb_tables, "acct:1", "bal") == sign * THIRTY_SIX_DIGITS
+
+
 def test_a_journal_sized_unit_on_a_bounded_key_goes_through_direct_transactions(ddb_tables: DynamoDBTables) -> None:
     # GIVEN 150 packed messages, each selling 1 of stock:1 (start 140) and counting 4 of 20 shared keys: without
     # the bound, the commit journal's case (one ADD per key for the whole unit)

@@ -190,4 +190,34 @@ def test_the_harness_catches_kinesis_records_given_up_after_a_crash(
     # (counted after the replay, but an operator's chore after an ordinary crash), and the run fails
     assert result.counts.get("outcome.killed_between_claim_and_commit", 0) > 0, result.counts
     assert result.verdict.valid_given_up > 0, result.verdict.examples
+
+
+# --- 36-digit steps under a bound: refused by the bound, never for their condition's digits ---------------------
+
+DIGIT_STEPS = focused(SMOKE, 60, digit_bound_steps=6)
+"""Six messages stepping a ``seats:`` counter (bounded to [0, 40]) by a 36-digit amount, three of them packed with
+an ordinary step on another seat: each must be refused by its bound, whole."""
+
+
+def test_a_36_digit_step_under_a_bound_is_refused_by_the_bound(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
+) -> None:
+    # GIVEN steps whose condition compares the stored value with 40 minus the step (39 significant digits), WHEN
+    # they run through the production pipeline under the smoke run's faults, THEN the bound refuses each
+    assert_passes_unbroken(
+        dynamodb_local, ddb_tables, DIGIT_STEPS, ("situation.bounded_36_digit_step_refused_by_its_bound",)
+    )
+
+
+def test_the_harness_catches_a_bound_condition_sent_with_its_exact_ends(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a store whose bound condition carries the ceiling minus a step as it is, whatever its digits
+    monkeypatch.setattr("tally.core.bounds.storable_at_most", lambda value: value)
+    monkeypatch.setattr("tally.core.bounds.storable_at_least", lambda value: value)
+    # WHEN the 36-digit steps run
+    result = run_on(dynamodb_local, ddb_tables, DIGIT_STEPS)
+    # THEN DynamoDB refuses the condition's value, the messages are dead-lettered for a number, not for their
+    # bound, and the run fails
+    assert result.verdict.valid_refused > 0, result.verdict.examples
     assert not result.passed

@@ -17,10 +17,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tally.core.items import CounterItem, item_label
 from tally_local.chaos.thresholds import (
     MAX_DELIVERIES,
     ThresholdChaosConfig,
     broken_announce_before_commit,
+    broken_crossings_never_spilled,
     broken_older_window_trusts_the_pointer,
     broken_window_on_key_item_alone,
     production_pipeline,
@@ -38,10 +40,19 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.integration
 
 SMALL = ThresholdChaosConfig()
-BROKEN_SIZE = replace(SMALL, messages_per_key=20, window_messages_per_key=0)
+BROKEN_SIZE = replace(
+    SMALL, messages_per_key=20, window_messages_per_key=0, wide_messages=0, big_keys=0, spelled_keys=0
+)
 """A broken variant fails long before the end: half the load shows it (per-day keys not needed)."""
-WINDOWS_ONLY = replace(SMALL, messages_per_key=5)
+WINDOWS_ONLY = replace(SMALL, messages_per_key=5, wide_messages=0, big_keys=0, spelled_keys=0)
 """The per-day variant needs only the ``win`` keys' load (the others' kept tiny)."""
+_EDGES_ONLY = replace(SMALL, keys_per_kind=0, window_messages_per_key=0, wide_messages=0, big_keys=0, spelled_keys=0)
+WIDE_ONLY = replace(_EDGES_ONLY, wide_messages=3)
+"""Three packed messages over the 40 ``wide`` keys (steps of 4 to 8: one of them crosses 10 on every key)."""
+BIG_ONLY = replace(_EDGES_ONLY, big_keys=1, big_messages_per_key=1)
+"""One 36-digit step: its first write's condition already compares with 10 minus it (39 digits)."""
+SPELLED_ONLY = replace(_EDGES_ONLY, spelled_keys=1, spelled_messages_per_key=10)
+"""One ``sp`` key and the key spelling its minute item's label, ten steps of 1 to 3 (at least 10: each crosses)."""
 
 
 def test_every_crossing_is_announced_once_under_every_fault(dynamodb_local: DynamoDBLocal) -> None:
@@ -59,12 +70,16 @@ def test_every_crossing_is_announced_once_under_every_fault(dynamodb_local: Dyna
         "situation.window_move_transactions",
         "situation.moved_part_of_pointers_window",  # a late day's moved part said by the key item's pointer
         "situation.moved_part_of_window_item",  # an older day's: its day item read
+        "situation.crossing_pages_written",  # a wide message's crossings that did not fit its transaction
+        "situation.big_message_delivered",  # a 36-digit step across the levels
+        "situation.sp_message_delivered",  # an item beside the key that spells its label, in one transaction
     ):
         assert faults.get(kind, 0) > 0, kind
     assert result.figures["announced"] == result.figures["recorded"] > 20
     assert result.figures["events_put"] > result.figures["announced"]  # repeats happened, each dropped by its id
     assert result.figures["mix_crossings"] > 0  # back and forth
     assert result.figures["window_crossings"] > 0  # per day
+    assert result.figures["spelled_crossings"] > 0  # on a key and on the key spelling its minute item's label
 
 
 def test_announcing_before_the_commit_fails_the_run(dynamodb_local: DynamoDBLocal) -> None:
@@ -133,3 +148,45 @@ def test_a_message_failing_on_every_delivery_is_set_aside_and_fails_the_run(dyna
     assert given_up, result.problems
     # (a message that kept sharing its batches with one of them may be set aside too: whole batches fail here)
     assert any(problem.startswith("t:up:0-") for problem in given_up), given_up
+
+
+# ------------------------------------------------------------------------------------------- at DynamoDB's edges
+def test_recording_every_crossing_in_the_message_transaction_fails_the_run(dynamodb_local: DynamoDBLocal) -> None:
+    # A packed message crossing a level on 40 keys: 121 actions or more in one transaction, which DynamoDB refuses
+    # (the store refuses it first, as DynamoDB would): the valid message is dead-lettered, never counted
+    result = run_threshold_chaos(
+        dynamodb_local.endpoint_url, WIDE_ONLY, pipeline_factory=broken_crossings_never_spilled
+    )
+    assert not result.ok
+    assert any(problem.startswith("t:wide-") and "write_refused" in problem for problem in result.problems), (
+        result.problems
+    )
+
+
+def test_sending_a_conditions_exact_ends_fails_the_run(
+    dynamodb_local: DynamoDBLocal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # BROKEN: a condition carries 10 minus a 36-digit step as it is (39 significant digits): DynamoDB refuses it
+    monkeypatch.setattr("tally.core.thresholds.storable_at_least", lambda value: value)
+    monkeypatch.setattr("tally.core.thresholds.storable_at_most", lambda value: value)
+    result = run_threshold_chaos(dynamodb_local.endpoint_url, BIG_ONLY)
+    assert not result.ok
+    assert any("significant digits" in problem for problem in result.problems), result.problems
+
+
+def test_telling_items_apart_by_their_labels_fails_the_run(
+    dynamodb_local: DynamoDBLocal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # BROKEN: an item is the same as any item or key of the same label (key t:sp:0's minute item and the key named
+    # t:sp:0@m#2100-01-04T00:00Z), as when the label was the identity
+    def same_label(self: CounterItem, other: object) -> bool:
+        return isinstance(other, str | CounterItem) and item_label(self) == item_label(other)
+
+    def label_hash(self: CounterItem) -> int:
+        return hash(item_label(self))
+
+    monkeypatch.setattr(CounterItem, "__eq__", same_label)
+    monkeypatch.setattr(CounterItem, "__hash__", label_hash)
+    result = run_threshold_chaos(dynamodb_local.endpoint_url, SPELLED_ONLY)
+    assert not result.ok
+    assert any(problem.startswith("t:sp:0") for problem in result.problems), result.problems

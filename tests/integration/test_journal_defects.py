@@ -4,6 +4,7 @@
    (a warm container whose marker read gate has closed sends it there): neither applied, nor failed.
 2. A claim whose outcome is unknown when retries run out let the batch commit without those messages.
 3. A later journal chunk DynamoDB refuses (a sum that needs more than 38 digits) dropped every key in it.
+4. A claim DynamoDB refuses as sent (any ``ValidationException``) failed the whole batch on every delivery.
 
 Plus the stall: a record held back by a live journal lease says which batch holds it, and until when.
 """
@@ -19,8 +20,9 @@ from botocore.exceptions import ReadTimeoutError
 from tally.commit.applier import RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.ledger import BatchState, Claim
-from tally.core.model import SourceRecord
+from tally.core.model import RejectCode, SourceRecord
 from tally.store.journal import DynamoDBJournal
+from tally_local.kit.faults import DynamoDBFaults
 from tests.support.counts import read_all
 from tests.support.pipeline import FAST_RETRIES, RecordingDeadLetterQueue, make_pipeline, make_store, plenty
 from tests.support.workload import SENT_MS
@@ -236,3 +238,26 @@ def test_a_record_held_by_a_live_lease_says_which_batch_holds_it_and_until_when(
     # THEN it is handed back, and the result names the batch and its lease end
     assert result.failed_record_ids == ("r-1",)
     assert [(s.record_id, s.batch_id, s.lease_until_ms) for s in result.stalls] == [("r-1", "running", NOW_MS + 90_000)]
+
+
+# --- 4. a claim DynamoDB refuses as sent --------------------------------------------------------------------
+
+
+def test_a_claim_dynamodb_refuses_settles_only_the_message_it_refuses(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN twelve messages sharing three keys (a journal unit once transactions hold 4 actions), and DynamoDB
+    # refusing, as sent, the unit's first claim and then the first message's claim alone
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = warm_pipeline(store, max_actions=4)
+    faults = DynamoDBFaults(ddb_tables.client)
+    faults.fail("ValidationException", 2)
+    body = '{{"id":"m-{n}","events":[{{"key":"a","delta":1}},{{"key":"b","delta":1}},{{"key":"c","delta":1}}]}}'
+    records = [SourceRecord(f"r-{n}", body.format(n=n), SENT_MS) for n in range(12)]
+    # WHEN the batch is processed
+    result = pipeline.process(records, NOW_MS, plenty)
+    # THEN the batch does not fail: the refused message is dead-lettered with DynamoDB's words, the rest counted
+    assert result.failed_record_ids == ()
+    assert faults.injected == ["error", "error"]
+    assert [(letter.record.record_id, letter.rejection.code) for letter in dlq.letters] == [
+        ("r-0", RejectCode.WRITE_REFUSED)
+    ]
+    assert read_all(store, ["a", "b", "c"]) == {key: {"count": Decimal(11)} for key in "abc"}

@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,12 +26,23 @@ from hypothesis import strategies as st
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import CounterDefaults, parse_counter_defaults
-from tally.core.model import SourceRecord
-from tally.core.thresholds import CounterThresholds, Direction, expected_crossings, parse_counter_thresholds
+from tally.core.items import ALL_TIME
+from tally.core.model import RejectCode, SourceRecord
+from tally.core.numbers import add
+from tally.core.thresholds import (
+    CounterThresholds,
+    Direction,
+    Levels,
+    expected_crossings,
+    parse_counter_thresholds,
+    window_unit,
+)
+from tally.core.windows import parse_window_spec
 from tally.reader import CounterReader
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.notifications import scan_notifications
 from tally_local.kit.faults import DynamoDBFaults
+from tally_local.kit.limits import RequestLimits
 from tests.conftest import _create_table, _template_tables
 from tests.support.pipeline import TTL_DAYS, make_pipeline
 from tests.support.properties import on_emulator, sent_in_batches
@@ -38,6 +50,7 @@ from tests.support.properties import on_emulator, sent_in_batches
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from tally.core.numbers import Number
     from tally.core.thresholds import Crossing
     from tally.core.windows import WindowSpec
     from tally.pipeline import BatchPipeline
@@ -356,6 +369,110 @@ def test_a_thresholded_unit_too_large_for_one_transaction_never_takes_the_journa
     assert notify.value("usage:t", "calls") == 1200
 
 
+# ------------------------------------------------------------------------------------ at DynamoDB's edges
+def packed(message_id: str, events: list[dict[str, Any]]) -> SourceRecord:
+    return SourceRecord(f"r-{message_id}", json.dumps({"id": message_id, "events": events}), NOW_MS)
+
+
+@pytest.mark.parametrize(
+    ("keys", "calls", "levels"),
+    [(50, 900, [800]), (99, 1000, [800, 1000])],
+    ids=["50-keys-one-level-each", "99-keys-two-levels-each"],
+)
+def test_one_message_crossing_more_levels_than_fit_one_transaction_counts_and_records_each_once(
+    notify: NotifyTables, keys: int, calls: int, levels: list[int]
+) -> None:
+    # GIVEN one packed message whose keys each cross levels: its marker, one ADD per key and one notification per
+    # crossing are more than the 100 actions of one transaction (50 keys: 1 + 50 + 50; 99 keys: 1 + 99 + 198)
+    pipeline, dlq = pipeline_of(notify)
+    message = packed("wide", [{"key": f"usage:{i}", "deltas": {"calls": calls}} for i in range(keys)])
+    # WHEN it is processed, and delivered again
+    process(pipeline, [message])
+    again = process(pipeline, [message])
+    # THEN it counts, once, and each crossing is recorded once, by the message
+    assert dlq.letters == []
+    assert again.figures["DuplicatesAlreadyApplied"] == 1
+    assert all(notify.value(f"usage:{i}", "calls") == calls for i in range(keys))
+    found = notify.notifications()
+    assert sorted((c.key, c.level) for c in found) == sorted(
+        (f"usage:{i}", level) for i in range(keys) for level in levels
+    )
+    assert {c.message_id for c in found} == {"wide"}
+    assert len(stream_inserts(notify)) == keys * len(levels)
+
+
+def test_a_kill_after_the_commit_of_a_message_whose_crossings_spill_records_each_once(
+    notify: NotifyTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN an invocation that dies right after the transaction committing a message of 60 crossings (the
+    # crossings that did not fit it not written yet)
+    pipeline, _ = pipeline_of(notify)
+    message = packed("wide", [{"key": f"usage:{i}", "deltas": {"calls": 900}} for i in range(60)])
+    real_apply = DynamoDBCounterStore.write_direct
+
+    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
+        real_apply(self, chunk, now_ms)
+        if chunk.before:
+            raise RuntimeError("the invocation died")
+
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
+    with pytest.raises(RuntimeError):
+        pipeline.process([message], NOW_MS, lambda: 60_000)
+    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
+    # WHEN the message is redelivered
+    process(pipeline, [message], NOW_MS + 1)
+    # THEN it counted once, and every crossing is recorded once
+    assert all(notify.value(f"usage:{i}", "calls") == 900 for i in range(60))
+    assert sorted(c.key for c in notify.notifications()) == sorted(f"usage:{i}" for i in range(60))
+    assert len(stream_inserts(notify)) == 60
+
+
+THIRTY_SIX_DIGITS = 123456789012345678901234567890123456
+
+
+def test_a_36_digit_step_across_a_fractional_level_is_counted_and_announced(notify: NotifyTables) -> None:
+    # GIVEN a rising level 0.125 and a falling level -0.125: a write's crossing condition compares the stored value
+    # with the level minus the step (``0.125 - 123...456``: 39 significant digits, more than a Number holds)
+    thresholds = parse_counter_thresholds("big:*#n>=0.125;big:*#n<=-0.125")
+    pipeline, dlq = pipeline_of(notify, thresholds)
+    # WHEN storable 36-digit steps come: up across 0.125, then down across -0.125
+    process(pipeline, [record("up", "big:1", n=THIRTY_SIX_DIGITS)])
+    process(pipeline, [record("down", "big:1", n=-2 * THIRTY_SIX_DIGITS)], NOW_MS + 1)
+    # THEN both count exactly and each crossing is announced by its step
+    assert dlq.letters == []
+    assert notify.value("big:1", "n") == -THIRTY_SIX_DIGITS
+    assert [(c.level, c.message_id) for c in notify.notifications()] == [
+        (Decimal("0.125"), "up"),
+        (Decimal("-0.125"), "down"),
+    ]
+
+
+def test_a_key_that_spells_another_items_label_is_another_item(notify: NotifyTables) -> None:
+    # GIVEN a per-minute level 5 on key "a" and an all-time level 5 on the key literally named
+    # "a@m#2100-01-01T00:00Z", which a log would print as a's minute item; a's minute at 4
+    minute = "m#2100-01-01T00:00Z"
+    spelled = f"a@{minute}"
+    windows = parse_window_spec("minute")
+    thresholds = parse_counter_thresholds(f"a#n@minute>=5;{spelled}#n>=5", windows=windows)
+    pipeline, dlq = make_pipeline(
+        make_store(notify, thresholds, windows=windows), counter_defaults=STARTS, windows=windows
+    )
+    minute_event = {"id": "", "key": "a", "deltas": {"n": 0}, "ts": NOW_MS}
+
+    def of_a(message_id: str, n: int) -> SourceRecord:
+        return SourceRecord(
+            f"r-{message_id}", json.dumps({**minute_event, "id": message_id, "deltas": {"n": n}}), NOW_MS
+        )
+
+    process(pipeline, [of_a("first", 4)])
+    # WHEN one batch takes a's minute from 4 to 7 (across 5) and the spelled key from 0 to 1 (across nothing)
+    process(pipeline, [of_a("a-step", 3), record("spelled-step", spelled, n=1)], NOW_MS + 1)
+    # THEN both count, and only a's minute crossing is announced
+    assert dlq.letters == []
+    assert notify.value(spelled, "n") == 1
+    assert [(c.key, c.window, c.message_id) for c in notify.notifications()] == [("a", minute, "a-step")]
+
+
 # ------------------------------------------------------------------------------ an operator's reset or correction
 def reset(message_id: str, key: str, **values: int) -> SourceRecord:
     return SourceRecord(f"r-{message_id}", json.dumps({"id": message_id, "key": key, "reset": values}), NOW_MS)
@@ -499,3 +616,76 @@ def assert_crossings_of_the_applied_order(
     )
     assert len({c.notification_id for c in found}) == len(found)
     assert all(isinstance(c.direction, Direction) for c in found)
+
+
+# ----------------------------------------------------------------- no request DynamoDB refuses, at the edges
+EDGE_THRESHOLDS = "edge:*#n>=0.125,800;edge:*#n<=-0.125;edge:*#n@minute>=800"
+EDGE_MINUTE = "m#2100-01-01T00:00Z"
+EDGE_KEYS = [str(n) for n in range(60)] + [f"0@{EDGE_MINUTE}", "0#shard1"]
+"""Sixty keys (a packed message of them crosses more levels than one transaction holds), and keys that spell the
+label of another item (key ``0``'s minute item; shard 1 of ``0``), each behind a prefix of its example's."""
+EDGE_AMOUNTS = st.one_of(
+    st.integers(-1000, 1000),
+    st.sampled_from([THIRTY_SIX_DIGITS, -THIRTY_SIX_DIGITS, 10**37, -(10**37), 900]),
+    st.decimals(min_value=-1000, max_value=1000, places=3, allow_nan=False, allow_infinity=False),
+)
+EDGE_MESSAGES = st.one_of(
+    st.tuples(st.lists(st.sampled_from(EDGE_KEYS), min_size=1, max_size=1), EDGE_AMOUNTS),
+    # a packed message whose 25 to 30 keys each cross three levels (0.125 and 800, all-time and per minute): more
+    # notifications than fit its transaction beside its marker and ADDs
+    st.tuples(st.lists(st.sampled_from(EDGE_KEYS[:60]), min_size=25, max_size=30, unique=True), st.just(900)),
+)
+_EXACT_JSON = msgspec.json.Encoder(decimal_format="number")
+
+
+@on_emulator()
+@given(batches=st.lists(st.lists(EDGE_MESSAGES, min_size=1, max_size=3), min_size=1, max_size=2))
+def test_no_request_at_the_edges_is_one_dynamodb_refuses_and_every_message_is_settled(
+    notify: NotifyTables, batches: list[list[tuple[list[str], Number]]]
+) -> None:
+    # GIVEN the production wiring with fractional and per-minute levels, its every request watched against
+    # DynamoDB's published limits
+    run = next(EXAMPLES)
+    windows = parse_window_spec("minute")
+    thresholds = parse_counter_thresholds(EDGE_THRESHOLDS, windows=windows)
+    store = make_store(notify, thresholds, windows=windows)
+    limits = RequestLimits(store.client, [store.counters_table, store.markers_table, store.notifications_table])
+    pipeline, dlq = make_pipeline(store, counter_defaults=STARTS, windows=windows)
+    sent: list[tuple[str, dict[str, Number]]] = []
+    # WHEN batches of messages at the edges are processed: 36-digit steps across fractional levels, packed messages
+    # crossing more levels than a transaction holds, keys spelling other items' labels
+    for index, batch in enumerate(batches):
+        records = []
+        for position, (keys, amount) in enumerate(batch):
+            message_id = f"edge-{run}-{index}-{position}"
+            deltas = {f"edge:{run}:{key}": amount for key in keys}
+            sent.append((message_id, deltas))
+            events = [{"key": key, "deltas": {"n": amount}, "ts": NOW_MS} for key in deltas]
+            body = _EXACT_JSON.encode({"id": message_id, "events": events}).decode()
+            records.append(SourceRecord(f"r-{message_id}", body, NOW_MS))
+        result = pipeline.process(records, NOW_MS + index, lambda: 60_000)
+        # THEN every record is settled: counted or dead-lettered with a reason, none handed back
+        assert result.failed_record_ids == ()
+    # and no request broke one of DynamoDB's limits
+    assert limits.violations == []
+    refused = {letter.record.record_id.removeprefix("r-"): letter.rejection for letter in dlq.letters}
+    assert {r.code for r in refused.values()} <= {RejectCode.NUMBER_OUT_OF_RANGE, RejectCode.COUNTER_OUT_OF_RANGE}
+    # and each key counts exactly what its applied messages add, every crossing of theirs recorded once
+    applied = [(mid, deltas) for mid, deltas in sent if mid not in refused]
+    notifications = notify.notifications()
+    for key in {key for _, deltas in sent for key in deltas}:
+        steps = [(mid, deltas[key]) for mid, deltas in applied if key in deltas]
+        total: Number = 0
+        for _, amount in steps:
+            total = add(total, amount)
+        assert (notify.value(key, "n") or 0) == total
+        expected = sorted(
+            (window, Decimal(level), str(direction), mid)
+            for window in (ALL_TIME, EDGE_MINUTE)
+            for level, direction, mid in expected_crossings(
+                0, steps, thresholds.thresholds(key, window_unit(window) or ALL_TIME).get("n", Levels())
+            )
+        )
+        found = [c for c in notifications if c.key == key]
+        assert sorted((c.window, Decimal(c.level), str(c.direction), c.message_id) for c in found) == expected
+        assert len({c.notification_id for c in found}) == len(found)

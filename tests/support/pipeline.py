@@ -117,7 +117,12 @@ def make_pipeline(
         counter_defaults=counter_defaults,
     )
     journal = DynamoDBJournal(
-        store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds, store.defaults
+        store.client,
+        store.counters_table,
+        store.markers_table,
+        store.marker_ttl_seconds,
+        store.defaults,
+        notifications_table=store.notifications_table or None,
     )
     applier = Applier(
         store,

@@ -8,6 +8,8 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tally.commit.applier import Applier, ApplyOutcome, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
@@ -24,6 +26,7 @@ from tally.errors import (
     UnsettledMessagesError,
     WriteRejectedError,
 )
+from tally.store.requests import NUMBER_RANGE
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -72,6 +75,8 @@ class FakeCounterStore:
     clock: Clock = field(default_factory=lambda: Clock(PLENTY_MS))
     script: deque[Step] = field(default_factory=deque)
     poison: frozenset[str] = frozenset()
+    refusal: str = "Number overflow"
+    """How DynamoDB words its refusal of a poison message's write."""
     range_checked_first: bool = False
     call_cost_ms: int = 0
     markers: set[str] = field(default_factory=set)
@@ -108,7 +113,7 @@ class FakeCounterStore:
 
     def _check_range(self, chunk: Chunk) -> None:
         if self.poison.intersection(chunk.message_ids):
-            raise WriteRejectedError("Number overflow", frozenset(chunk.increments))
+            raise WriteRejectedError(self.refusal, number_range=NUMBER_RANGE.search(self.refusal) is not None)
 
 
 class UnusedJournal:
@@ -138,7 +143,12 @@ def expected_counters(messages: Iterable[MessageTotals]) -> dict[str, dict[str, 
 
 
 def run(
-    store: FakeCounterStore, plan: WritePlan, policy: RetryPolicy = DEFAULT_POLICY, max_actions: int = 100
+    store: FakeCounterStore,
+    plan: WritePlan,
+    policy: RetryPolicy = DEFAULT_POLICY,
+    max_actions: int = 100,
+    *,
+    use_journal: bool = True,
 ) -> ApplyOutcome:
     # The cancellation path is what these tests exercise: no marker pre-read.
     applier = Applier(
@@ -148,6 +158,7 @@ def run(
         sleep=store.clock.sleep,
         max_actions=max_actions,
         marker_read_gate=MarkerReadGate(quiet_batches=0),
+        use_journal=use_journal,
     )
     messages = [message for chunk in plan.chunks for message in chunk.messages]
     outcome = applier.apply(messages, NOW_MS, store.clock.remaining_ms)
@@ -368,6 +379,32 @@ WRITE_REJECTED: list[object] = [
     pytest.param(["a", "b", "c", "d"], {"d"}, 4, id="culprit-in-a-later-chunk"),
     pytest.param(["a", "b", "c"], {"a", "b", "c"}, 100, id="all-culprits"),
 ]
+
+
+@given(
+    size=st.integers(1, 12),
+    culprits=st.sets(st.integers(0, 11), max_size=4),
+    max_actions=st.integers(2, 100),
+    refusal=st.sampled_from(["Number overflow", "Item size has exceeded the maximum allowed size", "anything else"]),
+    shared_key=st.booleans(),
+)
+def test_any_refusal_settles_exactly_the_culprits_and_counts_the_rest(
+    size: int, culprits: set[int], max_actions: int, refusal: str, shared_key: bool
+) -> None:
+    # GIVEN a store refusing, in any words, every transaction that holds a culprit's write
+    ids = [f"m{n}" for n in range(size)]
+    poison = {ids[n] for n in culprits if n < size}
+    messages = batch(*ids, shared_key=shared_key)
+    store = FakeCounterStore(poison=frozenset(poison), refusal=refusal)
+    # WHEN the batch is applied
+    outcome = run(store, plan_transactions(messages, max_actions), max_actions=max_actions, use_journal=False)
+    # THEN each culprit is dead-lettered with DynamoDB's words, every other message counted, none handed back
+    assert set(outcome.rejected) == poison
+    code = RejectCode.COUNTER_OUT_OF_RANGE if refusal == "Number overflow" else RejectCode.WRITE_REFUSED
+    assert all(r.code == code and refusal in r.detail for r in outcome.rejected.values())
+    assert outcome.applied == set(ids) - poison
+    assert outcome.unapplied == set()
+    assert store.counters == expected_counters(m for m in messages if m.message_id not in poison)
 
 
 @pytest.mark.parametrize(("ids", "culprits", "max_actions"), WRITE_REJECTED)

@@ -27,15 +27,15 @@ from tally.core.bounds import (
     runs_within_bounds,
 )
 from tally.core.defaults import parse_counter_defaults
-from tally.core.items import CounterItem
+from tally.core.items import ALL_TIME, CounterItem
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
-from tally.core.plan import plan_batch, split_refused
+from tally.core.plan import ConditionRefusedError, plan_batch, split_refused
 from tally.core.sharding import parse_hot_keys
-from tally.errors import BoundRefusedError, ConfigurationError, MarkersExistError
+from tally.errors import ConfigurationError, MarkersExistError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.sources import kinesis as kinesis_source
-from tally.store.actions import add_update, bound_check
+from tally.store.actions import Role, add_update, bound_check
 from tally.store.expressions import bound_condition
 from tally.store.requests import translate
 from tests.support.events import load_event
@@ -72,14 +72,16 @@ def steps(key: str, counter: str, *amounts: Number) -> list[dict[Any, dict[str, 
         # both bounds on one counter
         (BOTH, "seat:a", "taken", [2, -5, 1], "seat:*#taken=start:3", BoundCheck("taken", 3, 4, True)),
         (BOTH, "seat:a", "taken", [2, -5, 1], "seat:*#taken=start:2", BoundCheck("taken", 3, 4, False)),
-        # exact decimals, beyond the 28 digits of Python's default context
+        # exact decimals, beyond the 28 digits of Python's default context; the floor minus the lowest sum
+        # (10000000000.0000000000000000000000000000001, 42 digits) rounded up to the storable number no stored
+        # value can tell from it
         (
             STOCK,
             "stock:1",
             "stock",
             [Decimal("-0.0000000000000000000000000000001"), Decimal("-1E+10")],
             "",
-            BoundCheck("stock", Decimal("10000000000.0000000000000000000000000000001"), None, False),
+            BoundCheck("stock", Decimal("10000000000.000000000000000000000000001"), None, False),
         ),
     ],
 )
@@ -197,7 +199,7 @@ def test_a_bounded_add_carries_its_condition_and_asks_for_the_old_item() -> None
     assert update["ExpressionAttributeNames"]["#b0"] == "c#stock"
     assert update["ExpressionAttributeValues"][":lo0"] == {"N": "7"}
     assert update["ReturnValuesOnConditionCheckFailure"] == "ALL_OLD"
-    assert role == ("add", "stock:1")
+    assert role == Role("add", item="stock:1")
     check: Any = bound_check("T", "stock:1", (BoundCheck("stock", 5, None, True),))[0]["ConditionCheck"]
     assert check["ConditionExpression"] == "(attribute_not_exists(#b0) OR (#b0 >= :lo0))"
     plain: Any = add_update("T", "views", {"n": 1})[0]["Update"]
@@ -211,19 +213,19 @@ def cancelled(*reasons: dict[str, Any]) -> ClientError:
     )
 
 
-def test_a_failed_bound_becomes_bound_refused_with_the_stored_values() -> None:
+def test_a_failed_bound_becomes_a_refused_condition_with_the_stored_values() -> None:
     error = translate(
         cancelled(
             {"Code": "None"}, {"Code": "ConditionalCheckFailed", "Item": {"c#stock": {"N": "2"}, "pk": {"S": "x"}}}
         ),
-        [("marker", "m1"), ("add", "stock:1")],
+        [Role("marker", "m1"), Role("add", item="stock:1")],
     )
-    assert isinstance(error, BoundRefusedError)
+    assert isinstance(error, ConditionRefusedError)
     assert error.stored == {"stock:1": {"stock": Decimal(2)}}
     # a marker's failed condition wins: the message is settled through its marker first
     both = translate(
         cancelled({"Code": "ConditionalCheckFailed", "Item": {}}, {"Code": "ConditionalCheckFailed", "Item": {}}),
-        [("marker", "m1"), ("add", "stock:1")],
+        [Role("marker", "m1"), Role("add", item="stock:1")],
     )
     assert isinstance(both, MarkersExistError)
 
@@ -257,6 +259,17 @@ def test_after_a_refusal_the_components_of_the_refused_items_go_one_by_one_in_or
     one_by_one, others = split_refused(chunk, frozenset({"stock:1"}))
     assert [m.message_id for m in one_by_one] == ["a", "c", "d"]
     assert sorted(m.message_id for m in others) == ["b", "e"]
+
+
+def test_a_refused_item_is_told_apart_from_an_item_whose_label_it_spells() -> None:
+    # GIVEN a bound refused on the key literally named "a#shard1", and a message on shard 1 of hot key "a" (a log
+    # prints both as "a#shard1")
+    spelled = message("spelled", **{"a#shard1": {"stock": -1}})
+    shard = MessageTotals("shard", {CounterItem("a", ALL_TIME, 1): {"n": 1}}, 1)
+    # THEN only the refused item's message is applied one by one
+    one_by_one, others = split_refused([spelled, shard], frozenset({"a#shard1"}))
+    assert [m.message_id for m in one_by_one] == ["spelled"]
+    assert [m.message_id for m in others] == ["shard"]
 
 
 def test_after_a_refusal_the_runs_the_stored_value_lets_through_are_written_together() -> None:

@@ -25,6 +25,7 @@ from tally.core.items import CounterItem, ItemKey, item_parts
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode
 from tally.core.numbered_ids import numbered_id
+from tally.core.numbers import add, storage_problem
 from tally.core.plan import BatchPlan, plan_batch
 from tally.core.thresholds import conditioned, parse_counter_thresholds
 
@@ -125,6 +126,8 @@ def test_a_bounded_message_whose_marker_names_an_aborted_batch_replaces_it_in_it
 
 # ------------------------------------------------------------------------------------- for any batch
 SESSIONS = (SESSION, OTHER_SESSION)
+BIG = 10**38 - 1
+"""38 nines: storable, and two of them on one counter are not (the planner cuts such a unit for its sums)."""
 
 
 @st.composite
@@ -145,7 +148,9 @@ def batches(draw: st.DrawFn) -> tuple[list[MessageTotals], dict[str, str], int, 
                 key = CounterItem(f"k{start + n}", "m#2026-11-26T07:00Z", 0, 1)
             totals[key] = {"count": 1}
         for stock in draw(st.lists(st.sampled_from(["stock:a", "stock:b"]), max_size=2, unique=True)):
-            totals[stock] = {"stock": draw(st.integers(-5, 5))}
+            totals[stock] = {"stock": draw(st.one_of(st.integers(-5, 5), st.sampled_from([BIG, -BIG])))}
+        if draw(st.integers(0, 4)) == 0:  # a count of 38 nines: two such steps on one item need 39 digits
+            totals[next(iter(totals))] = {"count": BIG}
         if draw(st.integers(0, 9)) == 0:  # more counters on one item than one ADD holds (with limit 3)
             totals[next(iter(totals))] = {f"c{n}": 1 for n in range(4)}
         messages.append(MessageTotals(message_id, totals, 1))
@@ -190,6 +195,19 @@ def test_every_message_takes_the_path_its_own_content_decides(
             assert message.message_id not in replaces or pinned(message)
         for item, counters in chunk.increments.items():
             assert len(counters) <= limit, item_parts(item)
+        # No running sum of the chunk's steps, in its messages' order, is one DynamoDB cannot store (the net ADD
+        # and every condition value derive from them)
+        running: dict[tuple[ItemKey, str], Number] = {}
+        for message in chunk.messages:
+            for item, counters in message.totals.items():
+                for name, amount in counters.items():
+                    running[item, name] = add(running.get((item, name), 0), amount)
+                    assert storage_problem(running[item, name]) is None, (item, name)
+    # A bounded item's messages are written in their batch order (its steps are judged in that order)
+    for stock in ("stock:a", "stock:b"):
+        order = [message.message_id for message in messages if stock in message.totals]
+        wrote = [m.message_id for chunk in plan.direct for m in chunk.messages if stock in m.totals]
+        assert wrote == [message_id for message_id in order if message_id in wrote], stock
     # Refused for size exactly when the one path the message may take cannot hold it: joining a unit or a
     # block never decides it.
     for message_id, message in by_id.items():

@@ -73,7 +73,7 @@ class RefusingGauges:
 
     def _write(self, key: str) -> None:
         if key in self.refused:
-            raise WriteRejectedError("Item size has exceeded the maximum allowed size", frozenset(), number_range=False)
+            raise WriteRejectedError("Item size has exceeded the maximum allowed size", number_range=False)
         if key in self.throttled:
             raise RetryableStoreError("throttled")
         self.written.append(key)
@@ -311,9 +311,13 @@ def test_every_batch_reports_the_same_metric_names_whatever_it_carries() -> None
     empty = pipeline.process([], NOW_MS, lambda: 60_000)
     full = pipeline.process([gauge_record(1, "a")], NOW_MS, lambda: 60_000)
     # THEN both report every metric the handlers always published, plus the window items written, the writes
-    # sent again for a threshold's crossing and the archive's figures
+    # sent again for a threshold's crossing, the crossings spilled into pages and the archive's figures
     archive = {"ArchiveObjects", "ArchivedMessages", "ArchiveBytes"}
-    assert set(empty.figures) == set(full.figures) == METRICS | {"WindowItemsWritten", "ThresholdRewrites"} | archive
+    assert (
+        set(empty.figures)
+        == set(full.figures)
+        == METRICS | {"WindowItemsWritten", "ThresholdRewrites", "SpilledCrossings"} | archive
+    )
     assert full.figures["PoisonRecords"] == 1  # no gauge store: refused, never dropped
 
 

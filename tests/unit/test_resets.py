@@ -27,7 +27,7 @@ from tally.core.resets import (
 )
 from tally.core.sharding import MAX_SHARDS, parse_hot_keys
 from tally.core.windows import parse_window_spec
-from tally.store.actions import add_update
+from tally.store.actions import Role, add_update
 from tally.store.schema import operators_from_item
 
 TS = 4_102_444_800_000
@@ -264,7 +264,7 @@ def test_a_reset_is_one_set_and_its_record_in_one_action() -> None:
         ":op_at": {"N": str(TS)},
         ":op_id": {"S": "op-1"},
     }
-    assert role == ("add", "k")
+    assert role == Role("add", item="k")
 
 
 def test_a_correction_adds_from_its_start_and_records_itself_in_the_same_action() -> None:

@@ -180,7 +180,7 @@ def test_a_window_crossing_is_named_by_its_window_and_starts_from_zero() -> None
 
 def test_a_minute_window_item_crosses_on_its_own_item() -> None:
     minute = CounterItem("k", "m#2026-11-18T10:30Z", 0, 99)
-    found = crossings([MessageTotals("m1", {minute: {"n": 4}}, 1)], DAILY, {"k@m#2026-11-18T10:30Z": {}}, at_ms=0)
+    found = crossings([MessageTotals("m1", {minute: {"n": 4}}, 1)], DAILY, {minute: {}}, at_ms=0)
     assert [(c.key, c.window, c.counter, c.level) for c in found] == [("k", "m#2026-11-18T10:30Z", "n", 3)]
 
 

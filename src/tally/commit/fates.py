@@ -92,6 +92,8 @@ class Figures:
     """Existing markers met, through the marker read or a cancelled write (feeds the gate)."""
     exact_writes: int = 0
     """Thresholded writes sent again from the values a refused crossing condition met (``CommitProtocol._exact``)."""
+    spilled_crossings: int = 0
+    """Crossings written to a journal batch's pages: they did not fit their message's transaction (``_spill``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,8 @@ class ApplyOutcome:
     """``read_markers`` calls (0 while the ``MarkerReadGate`` is closed)."""
     threshold_rewrites: int = 0
     """Writes sent again from the values a refused crossing condition met (``Figures.exact_writes``)."""
+    spilled_crossings: int = 0
+    """Crossings paged for a journal batch beside their message's transaction (``Figures.spilled_crossings``)."""
     stalls: tuple[Stall, ...] = ()
     """Unapplied messages held back by a live lease of another batch (a subset of ``unapplied``)."""
     commits: Mapping[str, Commit] = field(default_factory=dict, compare=False)
@@ -190,6 +194,7 @@ class Fates:
             refused_chunks=figures.refused_chunks,
             marker_reads=figures.marker_reads,
             threshold_rewrites=figures.exact_writes,
+            spilled_crossings=figures.spilled_crossings,
             stalls=tuple(fate.held_by for fate in fates.values() if isinstance(fate, Failed) and fate.held_by),
             commits={
                 mid: fate.commit

@@ -50,16 +50,19 @@ from tally.core.numbered_ids import marker_item
 from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
     Chunk,
+    ConditionRefusedError,
+    Spill,
+    crossing_pages,
     item_disjoint_lanes,
     nonzero_increments,
     plan_apply_chunks,
     plan_transactions,
     split_refused,
+    transaction_actions,
 )
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossings
 from tally.errors import (
     BatchStateError,
-    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
@@ -68,7 +71,7 @@ from tally.errors import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
     from concurrent.futures import Executor
     from decimal import Decimal
 
@@ -76,7 +79,8 @@ if TYPE_CHECKING:
     from tally.commit.ports import CounterStore, JournalStore, Steps
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
-    from tally.core.plan import CounterLimit
+    from tally.core.plan import CounterLimit, JournalPage
+    from tally.core.thresholds import Crossing
 
 
 class Resolution(Enum):
@@ -95,7 +99,7 @@ class DirectStatus(Enum):
 
 
 DirectOutcome: TypeAlias = (
-    "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | BoundRefusedError"
+    "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | ConditionRefusedError"
 )
 """What came of one direct transaction: its status, or the store's answer the protocol settles it by."""
 
@@ -108,6 +112,18 @@ source (a key that busy is retried later, never announced wrong)."""
 def refusal_code(refused: WriteRejectedError) -> RejectCode:
     """The dead-letter code of a message whose write DynamoDB itself refused."""
     return RejectCode.COUNTER_OUT_OF_RANGE if refused.number_range else RejectCode.WRITE_REFUSED
+
+
+class _ClaimRefused(Exception):
+    """A journal claim DynamoDB refused as sent: the messages claimed before it, those left, and why."""
+
+    def __init__(
+        self, claimed: Sequence[MessageTotals], unclaimed: Sequence[MessageTotals], error: WriteRejectedError
+    ) -> None:
+        super().__init__(error.detail)
+        self.claimed = list(claimed)
+        self.unclaimed = list(unclaimed)
+        self.error = error
 
 
 class CommitProtocol:
@@ -251,7 +267,7 @@ class CommitProtocol:
             return DirectStatus.NOT_STARTED
         try:
             self._steps.write(partial(self._store.write_direct, chunk, self._now_ms))
-        except (MarkersExistError, RetryableStoreError, WriteRejectedError, BoundRefusedError) as outcome:
+        except (MarkersExistError, RetryableStoreError, WriteRejectedError, ConditionRefusedError) as outcome:
             return outcome
         return DirectStatus.COMMITTED
 
@@ -261,7 +277,17 @@ class CommitProtocol:
             self._fates.failed(chunk.message_ids)
             return []
         if outcome is DirectStatus.COMMITTED:
-            self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, None))
+            spill = chunk.spill
+            if spill is None:
+                self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, None))
+                return []
+            # Counted; the crossings its pages hold are recorded now, each once, or by whoever meets a marker next.
+            # Its marker names the spill's batch: that batch is the commit a redelivery meeting it names too.
+            record = BatchRecord(spill.batch_id, BatchState.COMMITTED, spill.lease_until_ms, len(spill.pages))
+            if self.finish(record, pages=spill.pages, done=set()):
+                self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, spill.batch_id))
+            else:
+                self._fates.failed(chunk.message_ids)
             return []
         if isinstance(outcome, MarkersExistError):
             exists = outcome
@@ -291,7 +317,7 @@ class CommitProtocol:
                 return again
             self._refused_alone(chunk.messages[0], refused)
             return []
-        # What is left is a refused condition (BoundRefusedError): a threshold's, or a bound's. An operator's
+        # What is left is a refused condition (ConditionRefusedError): a threshold's, or a bound's. An operator's
         # message carries no bound's condition (it is applied as given): its refusal is always a threshold's.
         bound_refused = outcome
         if self._thresholds.rules and (
@@ -305,7 +331,7 @@ class CommitProtocol:
         # each write with its own condition, so only a message that would cross is refused; the others
         # are written together again.
         if len(chunk.messages) > 1:
-            in_order, others = split_refused(chunk.messages, bound_refused.keys)
+            in_order, others = split_refused(chunk.messages, bound_refused.stored.keys())
             again = self._in_order(others)
             runs = (
                 [[m] for m in in_order]
@@ -318,7 +344,7 @@ class CommitProtocol:
         self._refused_by_bound(chunk.messages[0], bound_refused)
         return []
 
-    def _exact(self, chunk: Chunk, stored: Mapping[str, Mapping[str, Decimal]]) -> list[MessageTotals]:
+    def _exact(self, chunk: Chunk, stored: Mapping[ItemKey, Mapping[str, Decimal]]) -> list[MessageTotals]:
         """A crossing condition failed (a step would cross a declared level, or the value moved since it was
         met): write the chunk again conditioned on exactly the values met, recording the crossings its steps make
         from there, in the same transaction (``tally.core.thresholds``)."""
@@ -327,14 +353,24 @@ class CommitProtocol:
             return []
         self._figures.exact_writes += 1
         before = {**chunk.before, **stored}
-        again = replace(chunk, before=before, attempt=chunk.attempt + 1)
-        recorded = len(crossings(chunk.messages, self._thresholds, before, at_ms=self._now_ms))
-        if again.action_count + recorded <= self._max_actions or len(chunk.messages) == 1:
-            return self.direct(again)
-        # Too many notifications for one transaction beside the chunk's actions: the messages again, in order, in
-        # transactions leaving room for them (one message each if even that does not fit). The first starts
-        # from the values met; each later one meets its own value, as any write does.
-        plan = plan_transactions(chunk.messages, max(2, self._max_actions - recorded), self._counter_limit)
+        return self._write_exact(replace(chunk, before=before, attempt=chunk.attempt + 1, spill=None))
+
+    def _write_exact(self, chunk: Chunk) -> list[MessageTotals]:
+        """Write a chunk planned from the values met (``chunk.before``) with the crossings its steps make from them.
+
+        They go in its transaction when they fit beside its markers and writes. When they do not, the messages go
+        again, in order, in transactions leaving room for them: the first from the values met, each later one
+        meeting its own value, as any write does. A single message whose crossings still do not fit records
+        those beyond the room in the pages of a journal batch its marker names (``_spill``): it is never refused
+        for how many levels it crosses.
+        """
+        found = crossings(chunk.messages, self._thresholds, chunk.before, at_ms=self._now_ms)
+        room = self._max_actions - transaction_actions(chunk)
+        if len(found) <= room:
+            return self.direct(chunk)
+        if len(chunk.messages) == 1:
+            return self._spill(chunk, found[max(room, 0) :])
+        plan = plan_transactions(chunk.messages, max(2, self._max_actions - len(found)), self._counter_limit)
         parts = (
             [Chunk((m,), nonzero_increments(m.totals)) for m in chunk.messages] if plan.rejected else list(plan.chunks)
         )
@@ -342,11 +378,38 @@ class CommitProtocol:
         for index, part in enumerate(parts):
             replaces = {mid: batch for mid, batch in chunk.replaces.items() if mid in part.message_ids}
             if index == 0:
-                part = replace(part, replaces=replaces, before=before, attempt=chunk.attempt + 1)  # noqa: PLW2901
+                rest.extend(
+                    self._write_exact(replace(part, replaces=replaces, before=chunk.before, attempt=chunk.attempt))
+                )
             else:
-                part = replace(part, replaces=replaces)  # noqa: PLW2901
-            rest.extend(self.direct(part))
+                rest.extend(self.direct(replace(part, replaces=replaces)))
         return rest
+
+    def _spill(self, chunk: Chunk, paged: Sequence[Crossing]) -> list[MessageTotals]:
+        """Write one message with the crossings ``paged`` recorded by a journal batch's pages, not its transaction.
+
+        The pages and the batch's header (``COMMITTED``) first, then the transaction, whose marker names the batch:
+        it commits the crossings with the counts that made them, all or nothing (``Spill``). Its outcome is
+        settled as any direct transaction's (``_settle_direct``), the pages then applied once each (``finish``).
+        """
+        if not self._steps.may_start():
+            self._fates.failed(chunk.message_ids)
+            return []
+        spill = Spill(
+            self._new_batch_id(),
+            self._steps.lease_until_ms(),
+            crossing_pages(paged, max_crossings=self._max_actions - 1),
+        )
+        try:
+            self._steps.write(partial(self._journal.write_spill, spill.batch_id, spill.pages, spill.lease_until_ms))
+        except RetryableStoreError:
+            self._fates.failed(chunk.message_ids)
+            return []
+        except WriteRejectedError as refused:  # a page DynamoDB refuses as sent: settled as its transaction would be
+            self._refused_alone(chunk.messages[0], refused)
+            return []
+        self._figures.spilled_crossings += sum(len(page.crossings) for page in spill.pages)
+        return self.direct(replace(chunk, spill=spill))
 
     def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
         """Write ``messages`` now, in direct transactions in their order; returns the messages to plan again."""
@@ -359,7 +422,7 @@ class CommitProtocol:
         bounds = self._bounds
         return bool(bounds.rules) and any(bounds.is_bounded(item) for m in chunk.messages for item in m.totals)
 
-    def _refused_by_bound(self, message: MessageTotals, refused: BoundRefusedError) -> None:
+    def _refused_by_bound(self, message: MessageTotals, refused: ConditionRefusedError) -> None:
         # Its marker may exist (a redelivered copy of a message applied before, whose response was lost):
         # DynamoDB reports every failed condition, and a marker's wins (MarkersExistError), but look before
         # refusing all the same; a copy already counted is settled as such, never dead-lettered.
@@ -400,8 +463,8 @@ class CommitProtocol:
             if resolution is Resolution.PENDING:
                 self._hold(message.message_id, marker.batch_id or "")
                 return
-        detail = f"DynamoDB refused the increment: {refused.detail}"
-        self._fates.dead_lettered(message.message_id, Rejection(refusal_code(refused), detail))
+        detail = f"DynamoDB refused the message's write: {refused.detail}"
+        self._fates.dead_lettered(message.message_id, Rejection(refusal_code(refused), detail[:1000]))
 
     # -------------------------------------------------------------------------------- 2. journal
     def journal(self, unit: Sequence[MessageTotals], *, isolate: bool = False) -> list[MessageTotals]:
@@ -412,7 +475,10 @@ class CommitProtocol:
         batch_id = self._new_batch_id()
         lease_until_ms = self._steps.lease_until_ms()
         self._figures.journal_batches += 1
-        claimed = self._claim(batch_id, lease_until_ms, unit)
+        try:
+            claimed = self._claim(batch_id, lease_until_ms, unit)
+        except _ClaimRefused as refusal:
+            return self._refused_claims(batch_id, refusal, isolate=isolate)
         if claimed is None:
             return []
         if not claimed:
@@ -455,7 +521,7 @@ class CommitProtocol:
             # Abort, then settle each message alone so that only the culprit is dead-lettered.
             return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
         record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(chunks))
-        if self.finish(record, pages=chunks, first_applied=True):
+        if self.finish(record, pages=chunks, done={0}):
             self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
         else:
             self._fates.failed(message.message_id for message in claimed)
@@ -489,6 +555,10 @@ class CommitProtocol:
                 claimable = self.settle_existing(exists, own_batch=batch_id)
                 to_claim = [mid for mid in to_claim if mid not in exists.message_ids or mid in claimable]
                 continue
+            except WriteRejectedError as refused:
+                # DynamoDB refuses this claim as sent (a limit one of its messages breaks): none of it was written.
+                unclaimed = [by_id[mid] for mid in to_claim]
+                raise _ClaimRefused(claimed, unclaimed, refused) from refused
             except BatchStateError:
                 if not opened and self._state(batch_id) is BatchState.PREPARING:
                     opened = True  # our header exists: an earlier attempt went through, its answer was lost
@@ -510,6 +580,19 @@ class CommitProtocol:
             claimed.extend(by_id[mid] for mid in to_claim if mid in done)
             to_claim = [mid for mid in to_claim if mid not in done]
         return claimed if opened else []
+
+    def _refused_claims(self, batch_id: str, refusal: _ClaimRefused, *, isolate: bool) -> list[MessageTotals]:
+        """A claim DynamoDB refuses for good: abort our batch, then claim each message alone, so that only the one
+        whose own claim is refused is dead-lettered (its marker read first, as any refused message's)."""
+        self._abort_own(batch_id)
+        for message in refusal.claimed:
+            self._replaces[message.message_id] = batch_id  # our aborted claim's marker: claimed again, replacing it
+        pending = [*refusal.claimed, *refusal.unclaimed]
+        if isolate or len(pending) == 1:
+            for message in pending:
+                self._refused_alone(message, refusal.error)
+            return []
+        return [again for message in pending for again in self.journal([message], isolate=True)]
 
     def _next_claims(self, to_claim: Sequence[str]) -> list[Claim]:
         """As many claims as fit one transaction besides the header action: one action per marker item (a
@@ -547,13 +630,16 @@ class CommitProtocol:
                         problems[item] = f"{item_label(item)!r}/{name!r}: the stored value plus {increment}: {problem}"
         return problems
 
-    def finish(self, record: BatchRecord, pages: Sequence[Totals] | None, *, first_applied: bool = False) -> bool:
+    def finish(
+        self, record: BatchRecord, pages: Sequence[JournalPage] | None, *, done: Collection[int] | None = None
+    ) -> bool:
         """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE.
 
+        ``pages`` and ``done`` (the chunks applied already), when the caller knows them; else they are read.
         False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
         markers next finishes it.
         """
-        if pages is None or not first_applied:
+        if pages is None or done is None:
             try:
                 stored_pages, done = self._steps.read(
                     partial(self._journal.read_progress, record.batch_id, record.chunks)
@@ -561,8 +647,6 @@ class CommitProtocol:
             except RetryableStoreError:
                 return False  # committed batches are finished by whoever meets their markers next
             pages = pages if pages is not None else stored_pages
-        else:
-            done = {0}
         for index, page in enumerate(pages):
             if index in done:
                 continue

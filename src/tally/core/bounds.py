@@ -20,7 +20,8 @@ What a bound means, decided here once (docs/explanation/counter-patterns.md, "Bo
 - One write carries many messages' net delta; it must hold for every step of its messages, in their
   order (the source's). ``bound_checks`` turns the steps into one condition on the stored value per
   counter: ``stored >= floor - m``, where ``m`` is the lowest running sum reached by a lowering step, and
-  ``stored <= ceiling - M`` likewise with the highest running sum reached by a raising step. So when the
+  ``stored <= ceiling - M`` likewise with the highest running sum reached by a raising step (each rounded
+  outward to a storable number, which every stored value compares with as with the exact one). So when the
   net of a whole batch applies in one write, no prefix of the applied order crosses the bound.
 - A counter that does not exist yet holds its start value (``CounterDefaults``) or 0: the condition
   accepts a missing counter exactly when the steps hold from there (``BoundCheck.if_missing``).
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_label, item_parts
 from tally.core.model import RejectCode, Rejection
-from tally.core.numbers import Number, add
+from tally.core.numbers import LARGEST_STORABLE, Number, add, storable_at_least, storable_at_most
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -83,6 +84,11 @@ class BoundCheck:
 
     ``stored >= at_least`` (a floor to keep) and ``stored <= at_most`` (a ceiling); ``if_missing``: whether
     a counter that does not exist yet passes (its start value, or 0, satisfies every step).
+
+    Both are storable Numbers, whatever the digits of the bound minus a running sum (``-0.125 + 123...456`` has
+    39): that difference rounded outward to the nearest storable number (``tally.core.numbers.storable_at_least``,
+    ``storable_at_most``), which no stored value can tell from it. Steps that would leave the bound from every
+    storable value carry ``LARGEST_STORABLE`` and its negation, a condition no stored value meets.
     """
 
     counter: str
@@ -173,25 +179,30 @@ def bound_checks(
         start = defaults.starts(item_parts(item).key).get(name, 0)
         at_least = at_most = None
         if_missing = True
+        never = False
         if slot in lowest and bound.floor is not None:
-            at_least = add(bound.floor, _negate(lowest[slot]))
+            at_least = storable_at_least(add(bound.floor, _negate(lowest[slot])))
+            never = at_least is None
             if_missing = add(start, lowest[slot]) >= bound.floor
         if slot in highest and bound.ceiling is not None:
-            at_most = add(bound.ceiling, _negate(highest[slot]))
+            at_most = storable_at_most(add(bound.ceiling, _negate(highest[slot])))
+            never = never or at_most is None
             if_missing = if_missing and add(start, highest[slot]) <= bound.ceiling
+        if never:  # the steps leave the bound from every storable value: a condition no stored value meets
+            at_least, at_most = LARGEST_STORABLE, LARGEST_STORABLE.copy_negate()
         checks.setdefault(item, []).append(BoundCheck(name, at_least, at_most, if_missing))
     return {item: tuple(found) for item, found in checks.items()}
 
 
-def refusal(totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds) -> Rejection | None:
-    """Why one message is refused by its bounds, given the stored values its write met (``stored``: item label
+def refusal(totals: Totals, stored: Mapping[ItemKey, Mapping[str, Decimal]], bounds: CounterBounds) -> Rejection | None:
+    """Why one message is refused by its bounds, given the stored values its write met (``stored``: item
     -> counter -> value, a missing counter already read as its start value or 0); None if no step crosses.
 
     The detail names the counter, its value and the amount, so an operator can restock and redrive.
     """
     for item, counters in totals.items():
         item_bounds = bounds.item_bounds(item)
-        values = stored.get(item_label(item), {})
+        values = stored.get(item, {})
         for name, amount in counters.items():
             bound = item_bounds.get(name)
             if bound is None:
@@ -207,48 +218,47 @@ def refusal(totals: Totals, stored: Mapping[str, Mapping[str, Decimal]], bounds:
 
 
 def bounds_hold(
-    messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
+    messages: Sequence[MessageTotals], stored: Mapping[ItemKey, Mapping[str, Decimal]], bounds: CounterBounds
 ) -> bool:
-    """Whether the messages, applied one by one in order from the values ``stored`` (item label -> counter ->
+    """Whether the messages, applied one by one in order from the values ``stored`` (item -> counter ->
     value, as a refused condition met them), keep every bound: then a refused write was refused for another
     condition it carried (a threshold's crossing, ``tally.core.thresholds``), not for a bound."""
     if not bounds.rules:
         return True
-    values: dict[str, dict[str, Decimal]] = {label: dict(counters) for label, counters in stored.items()}
+    values: dict[ItemKey, dict[str, Decimal]] = {item: dict(counters) for item, counters in stored.items()}
     for message in messages:
         if refusal(message.totals, values, bounds) is not None:
             return False
         for item, counters in message.totals.items():
-            label = item_label(item)
-            if label in values:
+            if item in values:
                 for name, amount in counters.items():
-                    values[label][name] = Decimal(add(values[label].get(name, Decimal(0)), amount))
+                    values[item][name] = Decimal(add(values[item].get(name, Decimal(0)), amount))
     return True
 
 
 def runs_within_bounds(
-    messages: Sequence[MessageTotals], stored: Mapping[str, Mapping[str, Decimal]], bounds: CounterBounds
+    messages: Sequence[MessageTotals], stored: Mapping[ItemKey, Mapping[str, Decimal]], bounds: CounterBounds
 ) -> list[list[MessageTotals]]:
     """After a bound refused a transaction: its messages (in order) cut into runs to write one after another.
 
-    ``stored`` holds the values the refused conditions met (item label -> counter -> value). Applying the
+    ``stored`` holds the values the refused conditions met (item -> counter -> value). Applying the
     messages one by one from there, the consecutive ones predicted to hold form one run (one write, whose
     condition still guards it), and each one predicted to cross is a run of its own (its write is refused,
     or applies if the value moved). A counter whose value is not known is predicted to hold. So a refused
     batch costs a few transactions, not one per message.
     """
-    values: dict[tuple[str, str], Number] = {
-        (label, name): value for label, counters in stored.items() for name, value in counters.items()
+    values: dict[tuple[ItemKey, str], Number] = {
+        (item, name): value for item, counters in stored.items() for name, value in counters.items()
     }
     runs: list[list[MessageTotals]] = []
     current: list[MessageTotals] = []
     for message in messages:
-        moved: dict[tuple[str, str], Number] = {}
+        moved: dict[tuple[ItemKey, str], Number] = {}
         crosses = False
         for item, counters in message.totals.items():
             item_bounds = bounds.item_bounds(item)
             for name, amount in counters.items():
-                slot = (item_label(item), name)
+                slot = (item, name)
                 bound = item_bounds.get(name)
                 if bound is None or slot not in values:
                     continue

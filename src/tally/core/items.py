@@ -63,7 +63,9 @@ def make_item(key: str, window: str = ALL_TIME, shard: int = 0, expires_at_s: in
 
 
 def item_label(item: ItemKey) -> str:
-    """A readable name for logs and rejection details."""
+    """A readable name for logs and rejection details, never an identity: keys may hold ``@`` and ``#``, so key
+    ``a``'s minute item and the key named ``a@m#2027-01-15T08:00Z`` print alike (as do ``a#shard1`` and shard 1
+    of hot key ``a``). Whatever must tell items apart keys by the ``ItemKey`` itself."""
     parts = item_parts(item)
     label = parts.key if parts.window == ALL_TIME else f"{parts.key}@{parts.window}"
     return label if parts.shard == 0 else f"{label}#shard{parts.shard}"

@@ -12,6 +12,8 @@ from decimal import (
     MAX_EMAX,
     MAX_PREC,
     MIN_EMIN,
+    ROUND_CEILING,
+    ROUND_FLOOR,
     Clamped,
     Context,
     Decimal,
@@ -21,7 +23,7 @@ from decimal import (
     Overflow,
     Rounded,
 )
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 Number: TypeAlias = int | Decimal
 
@@ -75,6 +77,53 @@ def storage_problem(value: Number) -> str | None:
     if adjusted < MIN_ADJUSTED_EXPONENT:
         return "non-zero magnitude below 1E-130"
     return None
+
+
+LARGEST_STORABLE: Final = Decimal("9.9999999999999999999999999999999999999E+125")
+"""The largest DynamoDB Number: 38 nines at the largest magnitude."""
+_LOWEST_STORABLE: Final = LARGEST_STORABLE.copy_negate()  # exact: unary minus would round to 28 digits
+SMALLEST_MAGNITUDE: Final = Decimal("1E-130")
+"""The smallest non-zero magnitude a DynamoDB Number holds."""
+_NEGATIVE_SMALLEST: Final = SMALLEST_MAGNITUDE.copy_negate()
+_TOWARD_CEILING = Context(prec=MAX_SIGNIFICANT_DIGITS, rounding=ROUND_CEILING, Emax=MAX_EMAX, Emin=MIN_EMIN)
+_TOWARD_FLOOR = Context(prec=MAX_SIGNIFICANT_DIGITS, rounding=ROUND_FLOOR, Emax=MAX_EMAX, Emin=MIN_EMIN)
+
+
+def storable_at_least(value: Number) -> Number | None:
+    """The smallest storable number at or above ``value``; None when none is (``value`` above the largest).
+
+    A condition compares a stored value ``v`` with a value derived from others (a level or a bound minus a
+    running sum), which may need more digits than a Number holds. Every ``v`` is storable, so
+    ``v < c`` and ``v >= c`` hold exactly when ``v < storable_at_least(c)`` and ``v >= storable_at_least(c)``:
+    no storable number lies between ``c`` and the result.
+    """
+    if storage_problem(value) is None:
+        return value
+    exact = Decimal(value)
+    if exact > LARGEST_STORABLE:
+        return None
+    if exact < _LOWEST_STORABLE:
+        return _LOWEST_STORABLE
+    if _NEGATIVE_SMALLEST < exact < SMALLEST_MAGNITUDE:  # non-zero, finer than any Number
+        return SMALLEST_MAGNITUDE if exact > 0 else Decimal(0)
+    return canonical(_TOWARD_CEILING.plus(exact))
+
+
+def storable_at_most(value: Number) -> Number | None:
+    """The largest storable number at or below ``value``; None when none is (``value`` below the smallest).
+
+    So ``v <= c`` and ``v > c`` hold, for every storable ``v``, exactly when ``v <= storable_at_most(c)`` and
+    ``v > storable_at_most(c)`` (``storable_at_least``'s mirror)."""
+    if storage_problem(value) is None:
+        return value
+    exact = Decimal(value)
+    if exact < _LOWEST_STORABLE:
+        return None
+    if exact > LARGEST_STORABLE:
+        return LARGEST_STORABLE
+    if _NEGATIVE_SMALLEST < exact < SMALLEST_MAGNITUDE:
+        return Decimal(0) if exact > 0 else _NEGATIVE_SMALLEST
+    return canonical(_TOWARD_FLOOR.plus(exact))
 
 
 def checked_canonical(value: Decimal) -> tuple[str | None, Decimal]:

@@ -31,9 +31,18 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.numbers import Number, add, storage_problem
+from tally.core.thresholds import CrossingPage
+from tally.errors import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+    from decimal import Decimal
+
+    from tally.core.thresholds import Crossing
+
+JournalPage: TypeAlias = "Totals | CrossingPage"
+"""What one journal page holds and one apply chunk writes: increments (a unit too large for one transaction), or
+crossings to record (a message whose crossings do not fit the transaction that commits it: ``Spill``)."""
 
 
 CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
@@ -43,6 +52,28 @@ CounterLimit: TypeAlias = "Callable[[ItemKey], int]"
 def no_counter_limit(_: ItemKey) -> int:
     """For tests and tools that plan without a store: no bound on counters per ADD."""
     return sys.maxsize
+
+
+@dataclass(frozen=True, slots=True)
+class Spill:
+    """Where the crossings that do not fit a chunk's transaction are recorded: the pages of journal batch
+    ``batch_id``, written with its header (``COMMITTED``, its chunks those pages) before the transaction.
+
+    The transaction writes the messages' markers naming that batch, so the crossings commit with it, all or
+    nothing: until it commits, no marker names the batch and nothing reads it; once it has, whoever meets a
+    marker finishes the batch (``CommitProtocol.resolve``), writing each page's notifications once, as any
+    committed batch's chunks are applied once.
+    """
+
+    batch_id: str
+    lease_until_ms: int
+    """The batch's lease as its header says (its items expire a TTL and a grace after it)."""
+    pages: tuple[CrossingPage, ...]
+
+    @property
+    def paged(self) -> frozenset[str]:
+        """The notification ids the pages record: the transaction records every other crossing."""
+        return frozenset(crossing.notification_id for page in self.pages for crossing in page.crossings)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +87,15 @@ class Chunk:
     """Message id -> the aborted journal batch its marker names: the transaction replaces that marker, on the
     condition that it still names the batch and that the batch's header says ABORTED (one more action per
     batch). Only a bounded message is written so (``plan_batch``); any other goes to a journal claim."""
-    before: Mapping[str, Mapping[str, Number]] = field(default_factory=dict)
-    """Item label -> counter -> the value a refused crossing condition met (``ALL_OLD``): the transaction is
+    before: Mapping[ItemKey, Mapping[str, Number]] = field(default_factory=dict)
+    """Item -> counter -> the value a refused crossing condition met (``ALL_OLD``): the transaction is
     then conditioned on exactly those values and records the crossings its steps make from them
     (``tally.core.thresholds``). Empty: every thresholded write carries the crossing-free condition."""
     attempt: int = 0
     """How many times this chunk was planned again from values met (bounded: a busy key is handed back)."""
+    spill: Spill | None = None
+    """Crossings of its messages that do not fit the transaction beside its markers and writes: recorded by the
+    pages of a journal batch its markers name (``Spill``); None: every crossing in the transaction."""
 
     @property
     def message_ids(self) -> tuple[str, ...]:
@@ -89,6 +123,21 @@ class Chunk:
     @property
     def event_count(self) -> int:
         return sum(message.event_count for message in self.messages)
+
+
+class ConditionRefusedError(StoreError):
+    """A write's condition failed: a bounded counter would cross its floor or ceiling, or a thresholded one would
+    cross a level (or no longer holds the value an exact write was planned from).
+
+    ``stored`` holds, per refused item, its counters as the condition met them (DynamoDB's ``ALL_OLD``; a missing
+    counter as its start value or 0). Nothing of the transaction was applied: the protocol writes it again from
+    those values (``Chunk.before``), or applies its messages one by one, in order, refusing only those that cross
+    a bound. Keyed by ``ItemKey``, the item's identity (beside the value it carries: ``tally.errors``).
+    """
+
+    def __init__(self, stored: Mapping[ItemKey, Mapping[str, Decimal]]) -> None:
+        super().__init__(f"a condition of {', '.join(sorted(map(item_label, stored)))[:200]} failed")
+        self.stored = stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +211,7 @@ def _unwritable(message: MessageTotals, max_actions: int, counter_limit: Counter
             if problem is not None:
                 return Rejection(
                     RejectCode.NUMBER_OUT_OF_RANGE,
-                    f"net delta of {key!r}/{name!r} in this message: {problem}",
+                    f"net delta of {item_label(key)!r}/{name!r} in this message: {problem}",
                 )
     return None
 
@@ -243,7 +292,8 @@ def plan_batch(
     drags its unit's other messages off the journal (a message of more than 99 items would then be refused
     for a size the journal holds), and a message that must go to the journal never drags a pinned one
     into it (its ADDs would go unconditioned). A pinned message whose marker names an aborted batch is
-    written alone, in a direct transaction that replaces that marker. So:
+    written alone, in a direct transaction that replaces that marker, in its place among its component's (a bounded
+    counter's steps are judged in their source order, ``_place_in_order``). So:
 
     - a bounded item travels only in a direct transaction (``BatchPlan.direct``), never in a journal unit;
     - a message is refused for its size only when it cannot fit the one path it may take (pinned: one
@@ -252,7 +302,7 @@ def plan_batch(
     """
     replaced = replaces if replaces is not None else {}
     parts = _PlanParts()
-    rejected, small, direct = parts.rejected, parts.small, parts.direct
+    rejected, small = parts.rejected, parts.small
     pinned: list[MessageTotals] = []
     free: list[MessageTotals] = []
     for message in messages:
@@ -263,24 +313,17 @@ def plan_batch(
             pinned.append(message)
         else:
             free.append(message)
-    # A pinned message replacing an aborted batch's marker goes alone: its transaction checks that batch.
-    for message in pinned:
-        batch = replaced.get(message.message_id)
-        if batch is None:
-            continue
-        rejection = _unwritable(message, max_actions - 1, counter_limit)
-        if rejection is not None:
-            rejected[message.message_id] = _pinned(rejection)
+    for component in _components(pinned, by_marker=True):
+        units = _storable_units([component])
+        if (
+            len(units) == 1
+            and not any(message.message_id in replaced for message in component)
+            and _action_count(component) <= max_actions
+            and _one_add_per_item(component, counter_limit)
+        ):
+            small.append(component)
         else:
-            direct.append(Chunk((message,), nonzero_increments(message.totals), {message.message_id: batch}))
-    pinned = [message for message in pinned if message.message_id not in replaced]
-    for unit in _storable_units(_components(pinned, by_marker=True)):
-        if _action_count(unit) <= max_actions and _one_add_per_item(unit, counter_limit):
-            small.append(unit)
-        else:
-            split = plan_transactions(unit, max_actions, counter_limit)
-            direct.extend(split.chunks)
-            rejected.update({mid: _pinned(rejection) for mid, rejection in split.rejected.items()})
+            _place_in_order(component, replaced, max_actions, counter_limit, into=parts)
     for unit in _storable_units(_components(free, by_marker=True)):
         forced = any(message.message_id in replaced for message in unit)
         _place_unit(unit, max_actions, counter_limit, forced=forced, direct_only=not allow_journal, into=parts)
@@ -332,6 +375,40 @@ def _place_unit(
         into.direct.extend(split.chunks)
 
 
+def _place_in_order(
+    component: Sequence[MessageTotals],
+    replaced: Mapping[str, str],
+    max_actions: int,
+    counter_limit: CounterLimit,
+    *,
+    into: _PlanParts,
+) -> None:
+    """Write a pinned component in direct transactions one after the other, in its order (a bounded counter's steps
+    are judged in their source order): runs of messages packed as they fit (cut where a sum would leave the Number
+    range), and each message replacing an aborted batch's marker alone, its transaction checking that batch."""
+    run: list[MessageTotals] = []
+
+    def write_run() -> None:
+        for unit in _storable_units([tuple(run)]) if run else []:
+            split = plan_transactions(unit, max_actions, counter_limit)
+            into.direct.extend(split.chunks)
+            into.rejected.update({mid: _pinned(rejection) for mid, rejection in split.rejected.items()})
+        run.clear()
+
+    for message in component:
+        batch = replaced.get(message.message_id)
+        if batch is None:
+            run.append(message)
+            continue
+        write_run()
+        rejection = _unwritable(message, max_actions - 1, counter_limit)
+        if rejection is not None:
+            into.rejected[message.message_id] = _pinned(rejection)
+        else:
+            into.direct.append(Chunk((message,), nonzero_increments(message.totals), {message.message_id: batch}))
+    write_run()
+
+
 def _pinned(rejection: Rejection) -> Rejection:
     """Say why a message on a bounded counter is refused for a size the journal would hold."""
     if rejection.code not in (RejectCode.TOO_MANY_KEYS, RejectCode.TOO_MANY_COUNTERS):
@@ -370,6 +447,44 @@ def journal_overhead(markers: int, keys: int) -> int:
     claim_transactions = -(-(markers + 1) // (TRANSACT_MAX_ACTIONS - 1))
     add_chunks = -(-keys // MAX_JOURNAL_CHUNK_KEYS)
     return 3 + claim_transactions + 2 * add_chunks
+
+
+def transaction_actions(chunk: Chunk) -> int:
+    """The most actions ``chunk``'s transaction takes before its notifications: one per marker item, per aborted
+    batch its claims replace, and per item its messages add to, set or stamp (an item whose steps net to zero
+    and carry no condition is not written: an upper bound)."""
+    items: set[ItemKey] = set()
+    for message in chunk.messages:
+        items.update(message.totals)
+        items.update(message.sets)
+        if message.stamp is not None:
+            items.add(message.stamp.key)
+    return chunk.marker_items + len(set(chunk.replaces.values())) + len(items)
+
+
+MAX_CROSSING_PAGE_BYTES = 200_000
+"""Estimated notification bytes per crossing page: its apply transaction writes each as an item (about 2.4 KB at
+most: a 2,000-byte key), well inside DynamoDB's 4 MB per transaction and the page's 400 KB item."""
+
+
+def crossing_pages(
+    crossings: Sequence[Crossing], max_crossings: int, max_bytes: int = MAX_CROSSING_PAGE_BYTES
+) -> tuple[CrossingPage, ...]:
+    """Cut ``crossings`` (in order) into journal pages of at most ``max_crossings`` each (an apply transaction
+    writes its applied-record beside them) and about ``max_bytes`` of notifications."""
+    pages: list[CrossingPage] = []
+    current: list[Crossing] = []
+    size = 0
+    for crossing in crossings:
+        entry = sum(len(text.encode("utf-8")) for text in (crossing.key, crossing.counter, crossing.message_id)) + 200
+        if current and (len(current) >= max_crossings or size + entry > max_bytes):
+            pages.append(CrossingPage(tuple(current)))
+            current, size = [], 0
+        current.append(crossing)
+        size += entry
+    if current:
+        pages.append(CrossingPage(tuple(current)))
+    return tuple(pages)
 
 
 def plan_apply_chunks(
@@ -514,18 +629,18 @@ def _touches(unit: Sequence[MessageTotals], bounded: Callable[[ItemKey], bool]) 
 
 
 def split_refused(
-    messages: Sequence[MessageTotals], refused_items: frozenset[str]
+    messages: Sequence[MessageTotals], refused_items: Collection[ItemKey]
 ) -> tuple[list[MessageTotals], list[MessageTotals]]:
     """After a bound refused a transaction: (the messages to apply one by one, in order; the others).
 
-    The first are the connected components (shared keys) of the messages that touch a refused item (by
-    ``item_label``), so the order of every item they touch is kept; the others share no key with them and
-    can be written together again (if a bound refuses them too, they are split in turn).
+    The first are the connected components (shared keys) of the messages that touch a refused item, so the
+    order of every item they touch is kept; the others share no key with them and can be written together
+    again (if a bound refuses them too, they are split in turn).
     """
     suspects: list[MessageTotals] = []
     others: list[MessageTotals] = []
     for component in _components(messages):
-        if any(item_label(item) in refused_items for message in component for item in message.totals):
+        if any(item in refused_items for message in component for item in message.totals):
             suspects.extend(component)
         else:
             others.extend(component)
@@ -544,22 +659,25 @@ def _action_count(unit: Sequence[MessageTotals]) -> int:
 
 
 def _pack_small_units(units: Sequence[tuple[MessageTotals, ...]], max_actions: int) -> list[Chunk]:
-    """First-fit decreasing: small units (disjoint keys) share transactions, each key written once.
+    """First-fit decreasing: small units with disjoint keys share transactions, each key written once.
 
     Units share no marker item either (``_components(by_marker=True)``) unless a component was cut for its
-    sums (``_storable_units``): a bin counts its distinct marker items, so such a pair still fits exactly.
+    sums (``_storable_units``): a bin counts its distinct marker items, so such a pair still fits exactly. Parts of
+    a component cut for its sums share keys: they never share a bin (their sums together are what DynamoDB
+    would refuse).
     """
     sized = sorted(
         ((_action_count(unit), index, unit) for index, unit in enumerate(units)), key=lambda item: (-item[0], item[1])
     )
-    bins: list[tuple[int, set[str], list[MessageTotals]]] = []
+    bins: list[tuple[set[ItemKey], set[str], list[MessageTotals]]] = []
     for _, _, unit in sized:
         markers = {marker_item(message.message_id) for message in unit}
-        keys = len({key for message in unit for key in message.totals})
-        for position, (used_keys, used_markers, members) in enumerate(bins):
-            if used_keys + keys + len(used_markers | markers) <= max_actions:
+        keys = {key for message in unit for key in message.totals}
+        for used_keys, used_markers, members in bins:
+            if used_keys.isdisjoint(keys) and len(used_keys) + len(keys) + len(used_markers | markers) <= max_actions:
                 members.extend(unit)
-                bins[position] = (used_keys + keys, used_markers | markers, members)
+                used_keys.update(keys)
+                used_markers.update(markers)
                 break
         else:
             bins.append((keys, markers, list(unit)))

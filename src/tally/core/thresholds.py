@@ -52,8 +52,8 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
-from tally.core.items import ALL_TIME, item_label, item_parts, split_window_counter
-from tally.core.numbers import Number, add, canonical
+from tally.core.items import ALL_TIME, item_parts, split_window_counter
+from tally.core.numbers import Number, add, canonical, storable_at_least, storable_at_most
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
@@ -114,12 +114,16 @@ class CrossingFree:
     The stored value ``v`` must lie outside ``[low, high)`` (rising) or ``(low, high]`` (falling): every running
     sum then stays on one side of the level. ``if_missing``: whether a counter that does not exist yet (its
     start value, or 0) passes.
+
+    ``low`` and ``high`` are the level minus a running sum as storable Numbers, rounded outward (no stored value
+    compares with them otherwise than with the exact ends); None: that end lies beyond every Number, so its side
+    never holds (``v >= high`` rising, ``v <= low`` falling) and is left out.
     """
 
     counter: str
     direction: Direction
-    low: Number
-    high: Number
+    low: Number | None
+    high: Number | None
     if_missing: bool
 
 
@@ -152,6 +156,14 @@ class Crossing:
     """When the write that recorded it was made (the batch's clock, epoch ms)."""
     window: str = ALL_TIME
     """The window whose value crossed (``all``: the all-time value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CrossingPage:
+    """A journal page of crossings to record: those that did not fit the transaction that committed their message
+    (``tally.core.plan.Spill``). Applying it writes each one's notification, once."""
+
+    crossings: tuple[Crossing, ...]
 
 
 _UNIT_OF_PREFIX = {prefix: name for name, (prefix, _duration) in UNITS.items()}
@@ -288,8 +300,8 @@ MOVE_CLOCK_MARGIN_MS = MINUTE_MS
 window is moved off the key's item once it has ended by the mover's clock, and another container's clock may
 run ahead of this one's (Lambda's clocks are synchronised far closer than this)."""
 
-Parts: TypeAlias = "Mapping[str, Mapping[str, Number]]"
-"""Item label -> totals counter name -> the part of an ended window's value that a move took off the key's
+Parts: TypeAlias = "Mapping[ItemKey, Mapping[str, Number]]"
+"""Key item -> totals counter name -> the part of an ended window's value that a move took off the key's
 item onto a window item (``window_reads``); a counter it does not name has no such part."""
 
 
@@ -321,7 +333,7 @@ def _ranges(steps: Iterable[Totals], thresholds: CounterThresholds) -> dict[tupl
 def _moved(parts: Parts | None, item: ItemKey, name: str) -> Number:
     if not parts:
         return 0
-    return parts.get(item_label(item), {}).get(name, 0)
+    return parts.get(item, {}).get(name, 0)
 
 
 def crossing_free(
@@ -356,7 +368,14 @@ def crossing_free(
             # (v = k + moved: the bounds on k are shifted by the moved part)
             rising = direction is Direction.RISING
             passes = (missing < low or missing >= high) if rising else (missing <= low or missing > high)
-            checks.setdefault(item, []).append(CrossingFree(name, direction, low, high, passes))
+            # The ends as storable numbers (for any stored v: v < c iff v < storable_at_least(c), v <= c iff
+            # v <= storable_at_most(c)); an end beyond every Number makes its side always true (then no condition
+            # is needed) or never true (None: the side is left out).
+            below = storable_at_least(low) if rising else storable_at_most(low)
+            above = storable_at_least(high) if rising else storable_at_most(high)
+            if (below if rising else above) is None:
+                continue
+            checks.setdefault(item, []).append(CrossingFree(name, direction, below, above, passes))
     return {item: tuple(found) for item, found in checks.items()}
 
 
@@ -387,13 +406,13 @@ def reset_counters(messages: Iterable[MessageTotals], thresholds: CounterThresho
 def exact_checks(
     steps: Iterable[Totals],
     thresholds: CounterThresholds,
-    before: Mapping[str, Mapping[str, Number]],
+    before: Mapping[ItemKey, Mapping[str, Number]],
     defaults: CounterDefaults = NO_DEFAULTS,
     *,
     parts: Parts | None = None,
     resets: Mapping[ItemKey, Iterable[str]] | None = None,
 ) -> dict[ItemKey, tuple[ExactCheck, ...]]:
-    """The conditions of a write planned from the values ``before`` (item label -> counter -> value, a missing
+    """The conditions of a write planned from the values ``before`` (item -> counter -> value, a missing
     counter as its start value or 0): each thresholded counter it moves, or a reset of it sets (``resets``:
     ``reset_counters``), holds exactly what was read. Items ``before`` does not know are left out (they keep
     their ``crossing_free`` conditions).
@@ -406,7 +425,7 @@ def exact_checks(
         held.extend(name for name in names if name not in held)
     checks: dict[ItemKey, list[ExactCheck]] = {}
     for item, names in counters.items():
-        known = before.get(item_label(item))
+        known = before.get(item)
         if known is None:
             continue
         for name in names:
@@ -440,25 +459,24 @@ def window_reads(steps: Iterable[Totals], thresholds: CounterThresholds, now_ms:
 def crossings(
     messages: Iterable[MessageTotals],
     thresholds: CounterThresholds,
-    before: Mapping[str, Mapping[str, Number]],
+    before: Mapping[ItemKey, Mapping[str, Number]],
     defaults: CounterDefaults = NO_DEFAULTS,
     *,
     at_ms: int,
 ) -> list[Crossing]:
-    """Every crossing the messages' steps make, in their order, from the values ``before`` (item label ->
+    """Every crossing the messages' steps make, in their order, from the values ``before`` (item ->
     counter -> value; an item it does not hold is not looked at: its write is crossing-free). A window's value
     in ``before`` is the whole window's (its moved part included). A reset's step goes from the value before it
     to the reset's value (``MessageTotals.sets``): a crossing like any other, named by the reset's id."""
     ordered = list(messages)
-    values: dict[tuple[str, str], Number] = {}
-    found: list[tuple[tuple[str, str], str, str, str, Number, Direction, str, Number]] = []
+    values: dict[tuple[ItemKey, str], Number] = {}
+    found: list[tuple[tuple[ItemKey, str], str, str, str, Number, Direction, str, Number]] = []
     for message in ordered:
         for item, counters, setting in [
             *((item, counters, True) for item, counters in message.sets.items()),
             *((item, counters, False) for item, counters in message.totals.items()),
         ]:
-            label = item_label(item)
-            known = before.get(label)
+            known = before.get(item)
             if known is None:
                 continue
             for name, amount in counters.items():
@@ -469,7 +487,7 @@ def crossings(
                 if levels is None or target is None:
                     continue
                 key, counter, window = target
-                slot = (label, name)
+                slot = (item, name)
                 value = values.get(slot, known.get(name, _start(item, name, defaults)))
                 after = values[slot] = amount if setting else add(value, amount)
                 found.extend(

@@ -7,15 +7,14 @@ position (``tally.store.requests.translate``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeAlias
 
 from tally.core.items import (
     ALL_TIME,
     ItemKey,
-    item_label,
     item_parts,
 )
-from tally.core.ledger import BatchState
+from tally.core.ledger import BatchState, Claim
 from tally.core.numbers import to_wire
 from tally.store.expressions import (
     OPERATOR_AT,
@@ -67,10 +66,26 @@ class MovesSeen:
     """None: the item had no move yet (the attribute is missing)."""
 
 
-# Each transaction action is paired with its role, so a cancellation can be read back by position.
-Role = tuple[str, str]
-"""("marker", message id) | ("block", its claims: ``_block_role``) | ("add", counter key) | ("batch", batch id)
-| ("applied", batch id)."""
+RoleKind: TypeAlias = Literal["marker", "block", "add", "batch", "applied", "notification"]
+
+
+class Role(NamedTuple):
+    """What one transaction action does, paired with it so that a cancellation's reasons (one per action, in
+    request order) can be read back by position (``tally.store.requests.translate``)."""
+
+    kind: RoleKind
+    name: str = ""
+    """The message id of a ``marker``, the batch id of a ``batch`` check or an ``applied`` record, the
+    notification id of a ``notification``."""
+    item: ItemKey | None = None
+    """The counter item an ``add`` writes or checks: its identity (``item_label`` only names it in logs)."""
+    claims: tuple[Claim, ...] = ()
+    """The claims a ``block`` action writes (numbered messages of one block item)."""
+
+
+def add_role(item: ItemKey) -> Role:
+    """The role of an action that writes or checks the counter item ``item``."""
+    return Role("add", item=item)
 
 
 def batch_state_check(table: str, batch_id: str, state: str) -> tuple[TransactWriteItemTypeDef, Role]:
@@ -83,7 +98,7 @@ def batch_state_check(table: str, batch_id: str, state: str) -> tuple[TransactWr
             "ExpressionAttributeNames": {"#state": HEADER_STATE},
             "ExpressionAttributeValues": {":state": {"S": state}},
         }
-    }, ("batch", batch_id)
+    }, Role("batch", batch_id)
 
 
 def replaced_batch_check(table: str, batch_id: str) -> tuple[TransactWriteItemTypeDef, Role]:
@@ -104,7 +119,7 @@ def replaced_batch_check(table: str, batch_id: str) -> tuple[TransactWriteItemTy
             "ExpressionAttributeNames": {"#state": HEADER_STATE, "#id": LEDGER_ID},
             "ExpressionAttributeValues": {":state": {"S": BatchState.ABORTED}},
         }
-    }, ("batch", batch_id)
+    }, Role("batch", batch_id)
 
 
 def add_update(
@@ -169,7 +184,7 @@ def add_update(
     }
     if bounds or free or exact or moves is not None:
         _add_condition(update, bounds, free, exact, moves)
-    return {"Update": update}, ("add", item_label(item))  # type: ignore[typeddict-item]
+    return {"Update": update}, add_role(item)  # type: ignore[typeddict-item]
 
 
 def bound_check(
@@ -186,7 +201,7 @@ def bound_check(
     of 0 on the way, nor cross a declared level and back unannounced)."""
     check: dict[str, Any] = {"TableName": table, "Key": item_key(item)}
     _add_condition(check, bounds, free, exact, moves)
-    return {"ConditionCheck": check}, ("add", item_label(item))  # type: ignore[typeddict-item]
+    return {"ConditionCheck": check}, add_role(item)  # type: ignore[typeddict-item]
 
 
 def _add_condition(
@@ -208,8 +223,10 @@ def _add_condition(
     for index, level in enumerate(free):
         name, low, high = threshold_placeholders(index)
         names[name] = counter_attribute(level.counter)  # an open window's counter is a ``w#`` attribute
-        values[low] = {"N": to_wire(level.low)}
-        values[high] = {"N": to_wire(level.high)}
+        if level.low is not None:
+            values[low] = {"N": to_wire(level.low)}
+        if level.high is not None:
+            values[high] = {"N": to_wire(level.high)}
     for index, held in enumerate(exact, start=len(free)):
         name, value, _ = threshold_placeholders(index)
         names[name] = counter_attribute(held.counter)

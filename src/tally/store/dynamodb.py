@@ -16,10 +16,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.bounds import NO_BOUNDS, CounterBounds, bound_checks
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
-from tally.core.items import item_label, item_parts, split_window_counter
+from tally.core.items import item_parts, split_window_counter
 from tally.core.ledger import Claim, MarkerRecord
+from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.moved import moved_part
 from tally.core.numbers import EXACT
+from tally.core.plan import ConditionRefusedError
 from tally.core.sharding import HotKeys
 from tally.core.thresholds import (
     NO_THRESHOLDS,
@@ -32,7 +34,7 @@ from tally.core.thresholds import (
     window_unit,
 )
 from tally.core.windows import WindowSpec
-from tally.errors import BoundRefusedError, WriteRejectedError
+from tally.errors import WriteRejectedError
 from tally.store.actions import MovesSeen, add_update, bound_check, replaced_batch_check
 from tally.store.expressions import condition_fits
 from tally.store.markers import marker_actions, marker_id, marker_records
@@ -124,8 +126,8 @@ class DynamoDBCounterStore:
         self.counters_table = counters_table
         self.markers_table = markers_table
         self.marker_ttl_seconds = marker_ttl_seconds
-        self._snapshots: dict[str, tuple[int, Mapping[str, Any]]] = {}
-        """Key item label -> (the batch's clock, its count of moves and pointers as last read or returned by a
+        self._snapshots: dict[ItemKey, tuple[int, Mapping[str, Any]]] = {}
+        """Key item -> (the batch's clock, its count of moves and pointers as last read or returned by a
         refusal) (``_moved_parts``): the batch's next write of the key reads no key item."""
         self.window_item_reads = 0
         """Window items read for a moved part the key item's pointers could not say (``_moved_parts``)."""
@@ -139,8 +141,8 @@ class DynamoDBCounterStore:
 
         Raises ``MarkersExistError`` naming the messages that already have markers (with the batch and
         content digest of each), ``RetryableStoreError`` for throttling, conflicts and unknown outcomes,
-        ``WriteRejectedError`` when DynamoDB refuses an increment itself, ``BoundRefusedError`` when a
-        bounded counter's condition fails (``tally.core.bounds``: some step of the chunk's messages, in
+        ``WriteRejectedError`` when DynamoDB refuses an increment itself, ``ConditionRefusedError`` when a
+        bounded or thresholded counter's condition fails (``tally.core.bounds``: some step of the chunk's messages, in
         their order, would cross a floor or a ceiling).
         """
         expires_at = now_ms // 1000 + self.marker_ttl_seconds
@@ -148,7 +150,11 @@ class DynamoDBCounterStore:
             Claim(message.message_id, chunk.replaces.get(message.message_id), message.digest)
             for message in chunk.messages
         ]
-        actions = marker_actions(self.markers_table, claims, now_ms, expires_at)
+        # Markers naming the spill's batch, when crossings did not fit: they commit its pages (``Spill``).
+        spill = chunk.spill
+        actions = marker_actions(
+            self.markers_table, claims, now_ms, expires_at, batch_id=spill.batch_id if spill is not None else None
+        )
         # A marker naming a journal batch is replaced only while that batch is certainly aborted, or its header
         # gone past its horizon: the same check as a journal claim's, once per batch (one action per item).
         actions += [replaced_batch_check(self.markers_table, batch) for batch in dict.fromkeys(chunk.replaces.values())]
@@ -160,7 +166,7 @@ class DynamoDBCounterStore:
         checks = {} if operator else bound_checks(steps, self.bounds, self.defaults)
         resets = reset_counters(chunk.messages, self.thresholds) if self.thresholds.rules else {}
         before = chunk.before
-        unread = [item for item in resets if item_label(item) not in before]
+        unread = [item for item in resets if item not in before]
         if unread:
             before = {**self._values_of(unread), **before}
         reads = window_reads(steps, self.thresholds, now_ms) if self.thresholds.rules else {}
@@ -197,28 +203,34 @@ class DynamoDBCounterStore:
         ]
         if before:
             found = crossings(chunk.messages, self.thresholds, before, self.defaults, at_ms=now_ms)
-            actions += [notification_put(self.notifications_table, crossing, expires_at) for crossing in found]
-        unfit = frozenset(name for action, (role, name) in actions if role == "add" and not _fits(action))
-        if unfit:
+            paged = spill.paged if spill is not None else frozenset()
+            actions += [
+                notification_put(self.notifications_table, crossing, expires_at)
+                for crossing in found
+                if crossing.notification_id not in paged
+            ]
+        if len(actions) > TRANSACT_MAX_ACTIONS:
+            # The protocol leaves room for every action (``transaction_actions``, ``Spill``): refuse as DynamoDB
+            # would rather than send what it refuses, so the message is settled (dead-lettered) like any refusal.
+            raise WriteRejectedError(
+                f"{len(actions)} actions in one transaction (DynamoDB takes {TRANSACT_MAX_ACTIONS})", number_range=False
+            )
+        if any(role.kind == "add" and not _fits(action) for action, role in actions):
             raise WriteRejectedError(
                 "a crossing condition over DynamoDB's 300 operators or 4 KB per expression (a thresholded counter "
                 "moved in too many windows by one write)",
-                unfit,
                 number_range=False,
             )
         try:
             self.client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
             error = translate(exc, [role for _, role in actions])
-            if isinstance(error, BoundRefusedError):
+            if isinstance(error, ConditionRefusedError):
                 met = self._refused_snapshots(exc, [role for _, role in actions], reads, now_ms)
-                items = {item_label(item): item for item in [*chunk.increments, *checks, *free, *exact]}
-                error = BoundRefusedError(
+                error = ConditionRefusedError(
                     {
-                        label: self._as_met(
-                            items.get(label, label), stored, {**parts.get(label, {}), **met.get(label, {})}
-                        )
-                        for label, stored in error.stored.items()
+                        item: self._as_met(item, stored, {**parts.get(item, {}), **met.get(item, {})})
+                        for item, stored in error.stored.items()
                     }
                 )
             raise error from exc
@@ -237,8 +249,8 @@ class DynamoDBCounterStore:
 
     def _moved_parts(
         self, reads: Mapping[ItemKey, Sequence[str]], now_ms: int
-    ) -> tuple[dict[str, dict[str, Number]], dict[ItemKey, MovesSeen]]:
-        """The parts of ended thresholded windows already moved onto window items (item label -> window counter
+    ) -> tuple[dict[ItemKey, dict[str, Number]], dict[ItemKey, MovesSeen]]:
+        """The parts of ended thresholded windows already moved onto window items (key item -> window counter
         -> value), and each key item's count of moves as read with them.
 
         The key items first, strongly consistent: each one's count of moves and its pointers
@@ -250,38 +262,35 @@ class DynamoDBCounterStore:
         a refusal (``ALL_OLD``), is not read again: what it said of a window stays true while its count of moves
         does, which the write is conditioned on (an attempt after a refusal, a chunk split to make room for its
         notifications, reads no key item)."""
-        snapshots: dict[str, Mapping[str, Any]] = {}
+        snapshots: dict[ItemKey, Mapping[str, Any]] = {}
         unread: list[ItemKey] = []
         for item in reads:
-            taken_ms, known = self._snapshots.get(item_label(item), (None, None))
+            taken_ms, known = self._snapshots.get(item, (None, None))
             if known is None or taken_ms != now_ms:
                 unread.append(item)
             else:
-                snapshots[item_label(item)] = known
+                snapshots[item] = known
         if unread:
             found = {
                 raw[PARTITION_KEY]["S"]: raw
                 for raw in batch_get(self.client, self.counters_table, map(item_key, unread))
             }
             for item in unread:
-                snapshots[item_label(item)] = self._remember(
-                    item_label(item), found.get(item_parts(item).key, {}), now_ms
-                )
-        moves = {item: MovesSeen(moves_of(snapshots[item_label(item)])) for item in reads}
-        parts: dict[str, dict[str, Number]] = {}
-        homes: dict[tuple[str, str], tuple[tuple[str, str], str]] = {}
+                snapshots[item] = self._remember(item, found.get(item_key(item)[PARTITION_KEY]["S"], {}), now_ms)
+        moves = {item: MovesSeen(moves_of(snapshots[item])) for item in reads}
+        parts: dict[ItemKey, dict[str, Number]] = {}
+        homes: dict[tuple[ItemKey, str], tuple[tuple[str, str], str]] = {}
         wanted: dict[tuple[str, str], Mapping[str, Any]] = {}
         for item, names in reads.items():
-            label = item_label(item)
-            known_parts, unknown = self._known_parts(snapshots[label], names)
-            parts[label] = dict(known_parts)
+            known_parts, unknown = self._known_parts(snapshots[item], names)
+            parts[item] = dict(known_parts)
             for name in unknown:
                 window, counter = split_window_counter(name) or ("", name)
                 home, attribute = moved_home(item_parts(item).key, window, counter, self.windows)
                 primary = item_key(home)
                 where = (primary[PARTITION_KEY]["S"], primary[SORT_KEY]["S"])
                 wanted[where] = primary
-                homes[(label, name)] = (where, attribute)
+                homes[(item, name)] = (where, attribute)
         with self._counting:
             self.window_item_reads += len(wanted)
         stored = (
@@ -292,9 +301,9 @@ class DynamoDBCounterStore:
             if wanted
             else {}
         )
-        for (label, name), (where, attribute) in homes.items():
+        for (item, name), (where, attribute) in homes.items():
             value = stored.get(where, {}).get(attribute)
-            parts[label][name] = Decimal(value["N"]) if value is not None else 0
+            parts[item][name] = Decimal(value["N"]) if value is not None else 0
         return parts, moves
 
     def _known_parts(self, snapshot: Mapping[str, Any], names: Iterable[str]) -> tuple[dict[str, Number], list[str]]:
@@ -319,32 +328,32 @@ class DynamoDBCounterStore:
             self.moved_part_sources.update(sources)
         return known, unknown
 
-    def _remember(self, label: str, raw: Mapping[str, Any], now_ms: int) -> Mapping[str, Any]:
+    def _remember(self, item: ItemKey, raw: Mapping[str, Any], now_ms: int) -> Mapping[str, Any]:
         """Keep what a key item's read or refusal said of its moves (its count and pointers) for the batch's
         next write of it."""
         snapshot = {name: raw[name] for name in [WINDOW_MOVES, *moved_pointer_attributes(raw)] if name in raw}
         if len(self._snapshots) >= MAX_REMEMBERED_SNAPSHOTS:
             self._snapshots.clear()
-        self._snapshots[label] = (now_ms, snapshot)
+        self._snapshots[item] = (now_ms, snapshot)
         return snapshot
 
     def _refused_snapshots(
         self, exc: Exception, roles: Sequence[Role], reads: Mapping[ItemKey, Sequence[str]], now_ms: int
-    ) -> dict[str, dict[str, Number]]:
-        """The moved parts a refusal's ``ALL_OLD`` says (item label -> window counter -> part), each such item
+    ) -> dict[ItemKey, dict[str, Number]]:
+        """The moved parts a refusal's ``ALL_OLD`` says (key item -> window counter -> part), each such item
         remembered for the next attempt: its value is then ``ALL_OLD``'s attribute plus a part of the same snapshot."""
         if not isinstance(exc, ClientError):
             return {}
-        asked = {item_label(item): names for item, names in reads.items()}
-        said: dict[str, dict[str, Number]] = {}
-        for (role, label), reason in zip(roles, exc.response.get("CancellationReasons", []), strict=False):
-            if role != "add" or label not in asked or "Item" not in reason:
+        said: dict[ItemKey, dict[str, Number]] = {}
+        for role, reason in zip(roles, exc.response.get("CancellationReasons", []), strict=False):
+            item = role.item
+            if role.kind != "add" or item is None or item not in reads or "Item" not in reason:
                 continue
-            snapshot = self._remember(label, reason["Item"], now_ms)
-            said[label] = self._known_parts(snapshot, asked[label])[0]
+            snapshot = self._remember(item, reason["Item"], now_ms)
+            said[item] = self._known_parts(snapshot, reads[item])[0]
         return said
 
-    def _values_of(self, items: Sequence[ItemKey]) -> dict[str, dict[str, Decimal]]:
+    def _values_of(self, items: Sequence[ItemKey]) -> dict[ItemKey, dict[str, Decimal]]:
         """The counters of ``items`` as a write planned from them meets them (``_as_met``; an item not there yet
         holds its start values), read strongly consistent: what a reset of a thresholded counter is planned from
         (the write is then conditioned on exactly these values)."""
@@ -355,10 +364,7 @@ class DynamoDBCounterStore:
         found = {
             primary(raw): raw for raw in batch_get(self.client, self.counters_table, [item_key(item) for item in items])
         }
-        return {
-            item_label(item): self._as_met(item, item_counters(found.get(primary(item_key(item)), {})), {})
-            for item in items
-        }
+        return {item: self._as_met(item, item_counters(found.get(primary(item_key(item)), {})), {}) for item in items}
 
     def read_markers(self, message_ids: Sequence[str]) -> dict[str, MarkerRecord]:
         """The markers that exist among ``message_ids`` (eventually consistent ``BatchGetItem``s of 100).

@@ -206,17 +206,16 @@ def threshold_condition(free: Sequence[CrossingFree], exact: Sequence[ExactCheck
 
     A crossing-free level: ``(#t0 < :tl0 OR #t0 >= :th0)`` rising, ``(#t0 <= :tl0 OR #t0 > :th0)`` falling (a
     missing counter fails a comparison, so ``attribute_not_exists(#t0) OR`` goes before it when its start value
-    passes). An exact write: ``#t0 = :tl0``, or ``(attribute_not_exists(#t0) OR #t0 = :tl0)`` when the value is
-    the start value. Placeholders are numbered from ``first``, one per part.
+    passes); an end beyond every Number (None) leaves its side out. An exact write: ``#t0 = :tl0``, or
+    ``(attribute_not_exists(#t0) OR #t0 = :tl0)`` when the value is the start value. Placeholders are numbered
+    from ``first``, one per part.
     """
     conditions: list[str] = []
     for index, check in enumerate(free, start=first):
         name, low, high = threshold_placeholders(index)
-        outside = (
-            f"{name} < {low} OR {name} >= {high}"
-            if check.direction == "rising"
-            else (f"{name} <= {low} OR {name} > {high}")
-        )
+        below, above = ("<", ">=") if check.direction == "rising" else ("<=", ">")
+        sides = [(check.low, f"{name} {below} {low}"), (check.high, f"{name} {above} {high}")]
+        outside = " OR ".join(side for end, side in sides if end is not None)
         conditions.append(f"(attribute_not_exists({name}) OR {outside})" if check.if_missing else f"({outside})")
     for index, exact_check in enumerate(exact, start=first + len(free)):
         name, value, _ = threshold_placeholders(index)

@@ -16,10 +16,12 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.core.limits import BATCH_WRITE_MAX_ITEMS
+from tally.core.thresholds import CrossingPage
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
-from tally.store.actions import add_update, batch_state_check, replaced_batch_check
+from tally.store.actions import Role, add_update, batch_state_check, replaced_batch_check
 from tally.store.markers import marker_actions
-from tally.store.pages import decode_page, encode_page
+from tally.store.notifications import notification_put
+from tally.store.pages import decode_crossings, decode_page, encode_crossings, encode_page
 from tally.store.requests import batch_get, translate
 from tally.store.schema import (
     APPLIED_REFUSED,
@@ -28,6 +30,7 @@ from tally.store.schema import (
     HEADER_LEASE_UNTIL,
     HEADER_STATE,
     LEDGER_ID,
+    PAGE_CROSSINGS,
     PAGE_DATA,
     PARTITION_KEY,
     SORT_KEY,
@@ -46,7 +49,8 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.items import ItemKey
-    from tally.store.actions import Role
+    from tally.core.plan import JournalPage
+    from tally.core.thresholds import Crossing
 
 JOURNAL_GRACE_SECONDS: Final = 86_400
 """Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
@@ -62,9 +66,13 @@ class DynamoDBJournal:
         markers_table: str,
         marker_ttl_seconds: int,
         defaults: CounterDefaults = NO_DEFAULTS,
+        *,
+        notifications_table: str | None = None,
     ) -> None:
         self._defaults = defaults
         """Declared start values: the journal's ADDs start from them as the direct ones do."""
+        self._notifications = notifications_table
+        """Where a crossing page's notifications go (declared thresholds; None: no page of crossings is written)."""
         self._client = client
         self._counters = counters_table
         self._markers = markers_table
@@ -91,7 +99,7 @@ class DynamoDBJournal:
                 "ExpressionAttributeNames": {"#id": LEDGER_ID},
             }
         }
-        self._transact([(header, ("batch", batch_id)), *self._claim_actions(batch_id, claims, now_ms)])
+        self._transact([(header, Role("batch", batch_id)), *self._claim_actions(batch_id, claims, now_ms)])
 
     def claim(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> None:
         """Claim more messages, on the condition that the batch is still PREPARING (not aborted)."""
@@ -119,21 +127,42 @@ class DynamoDBJournal:
         """PREPARING -> DONE together with every ADD of a batch that fits one transaction (no pages)."""
         self._transact([self._transition(batch_id, BatchState.PREPARING, BatchState.DONE), *self._adds(increments)])
 
-    def write_pages(self, batch_id: str, pages: Sequence[Totals], lease_until_ms: int) -> None:
-        """Store every apply chunk's increments before the commit, so anyone can finish the batch."""
+    def write_pages(self, batch_id: str, pages: Sequence[JournalPage], lease_until_ms: int) -> None:
+        """Store every apply chunk's page before the commit, so anyone can finish the batch."""
+        self._put_all(self._page_items(batch_id, pages, lease_until_ms))
+
+    def write_spill(self, batch_id: str, pages: Sequence[CrossingPage], lease_until_ms: int) -> None:
+        """The pages of a spill and its header, ``COMMITTED`` with those pages as its chunks (``Spill``).
+
+        Written before the transaction that commits the spill's messages and writes their markers naming the
+        batch: until then nothing names it (an orphan of a transaction that never committed counts nothing and
+        expires), and from then on whoever meets one of those markers finishes it."""
+        header = {
+            LEDGER_ID: {"S": header_id(batch_id)},
+            HEADER_STATE: {"S": BatchState.COMMITTED},
+            HEADER_LEASE_UNTIL: {"N": str(lease_until_ms)},
+            HEADER_CHUNKS: {"N": str(len(pages))},
+            EXPIRES_AT: {"N": str(self._journal_expiry(lease_until_ms))},
+        }
+        self._put_all([*self._page_items(batch_id, pages, lease_until_ms), header])
+
+    def _page_items(self, batch_id: str, pages: Sequence[JournalPage], lease_until_ms: int) -> list[dict[str, Any]]:
         expires_at = str(self._journal_expiry(lease_until_ms))
-        requests: list[Any] = [
+        return [
             {
-                "PutRequest": {
-                    "Item": {
-                        LEDGER_ID: {"S": page_id(batch_id, index)},
-                        PAGE_DATA: {"B": encode_page(page)},
-                        EXPIRES_AT: {"N": expires_at},
-                    }
-                }
+                LEDGER_ID: {"S": page_id(batch_id, index)},
+                **(
+                    {PAGE_CROSSINGS: {"B": encode_crossings(page.crossings)}}
+                    if isinstance(page, CrossingPage)
+                    else {PAGE_DATA: {"B": encode_page(page)}}
+                ),
+                EXPIRES_AT: {"N": expires_at},
             }
             for index, page in enumerate(pages)
         ]
+
+    def _put_all(self, items: Sequence[dict[str, Any]]) -> None:
+        requests: list[Any] = [{"PutRequest": {"Item": item}} for item in items]
         for start in range(0, len(requests), BATCH_WRITE_MAX_ITEMS):
             # Rewriting a page is harmless (same content), so a throttled write is simply retried whole.
             try:
@@ -150,9 +179,19 @@ class DynamoDBJournal:
         transition = self._transition(batch_id, BatchState.PREPARING, BatchState.COMMITTED, chunks=chunk_count)
         self._transact([transition, self._applied_put(batch_id, 0, lease_until_ms), *self._adds(first_chunk)])
 
-    def add_chunk(self, batch_id: str, index: int, increments: Totals, lease_until_ms: int) -> None:
-        """Apply chunk ``index`` of a COMMITTED batch once: raises ChunkAppliedError if it already was."""
-        self._transact([self._applied_put(batch_id, index, lease_until_ms), *self._adds(increments)])
+    def add_chunk(self, batch_id: str, index: int, page: JournalPage, lease_until_ms: int) -> None:
+        """Apply chunk ``index`` of a COMMITTED batch once (its increments, or the crossings it records): raises
+        ChunkAppliedError if it already was."""
+        writes = self._records(page.crossings) if isinstance(page, CrossingPage) else self._adds(page)
+        self._transact([self._applied_put(batch_id, index, lease_until_ms), *writes])
+
+    def _records(self, crossings: Sequence[Crossing]) -> list[tuple[TransactWriteItemTypeDef, Role]]:
+        """The notification items of a crossing page, as the transaction that committed them would have written
+        them (their expiry from the crossing's time, as the marker's)."""
+        if self._notifications is None:
+            raise StoreError("a journal page of crossings, and no notifications table to record them in")
+        table = self._notifications
+        return [notification_put(table, crossing, crossing.at_ms // 1000 + self._ttl) for crossing in crossings]
 
     def refuse_chunk(self, batch_id: str, index: int, reason: str, lease_until_ms: int) -> None:
         """Record that DynamoDB refuses chunk ``index`` (a counter would leave the Number range)."""
@@ -212,19 +251,21 @@ class DynamoDBJournal:
             chunks=int(chunks["N"]) if chunks is not None else 0,
         )
 
-    def read_progress(
-        self, batch_id: str, chunk_count: int
-    ) -> tuple[list[dict[ItemKey, dict[str, Decimal]]], set[int]]:
+    def read_progress(self, batch_id: str, chunk_count: int) -> tuple[list[JournalPage], set[int]]:
         """The pages of a committed batch and the indexes of its chunks already applied (or refused)."""
         ids = [page_id(batch_id, i) for i in range(chunk_count)] + [applied_id(batch_id, i) for i in range(chunk_count)]
         keys = [{LEDGER_ID: {"S": item_id}} for item_id in ids]
         found = {item[LEDGER_ID]["S"]: item for item in batch_get(self._client, self._markers, keys)}
-        pages = []
+        pages: list[JournalPage] = []
         for index in range(chunk_count):
             page = found.get(page_id(batch_id, index))
             if page is None:
                 raise StoreError(f"journal page {index} of committed batch {batch_id} is missing")
-            pages.append(decode_page(page[PAGE_DATA]["B"]))
+            crossings = page.get(PAGE_CROSSINGS)
+            if crossings is not None:
+                pages.append(CrossingPage(decode_crossings(crossings["B"])))
+            else:
+                pages.append(decode_page(page[PAGE_DATA]["B"]))
         applied = {index for index in range(chunk_count) if applied_id(batch_id, index) in found}
         return pages, applied
 
@@ -272,7 +313,7 @@ class DynamoDBJournal:
                 "ExpressionAttributeNames": names,
                 "ExpressionAttributeValues": values,
             }
-        }, ("batch", batch_id)
+        }, Role("batch", batch_id)
 
     def _applied_put(
         self, batch_id: str, index: int, lease_until_ms: int, refused: str | None = None
@@ -290,7 +331,7 @@ class DynamoDBJournal:
                 "ConditionExpression": "attribute_not_exists(#id)",
                 "ExpressionAttributeNames": {"#id": LEDGER_ID},
             }
-        }, ("applied", batch_id)
+        }, Role("applied", batch_id)
 
     def _adds(self, increments: Totals) -> list[tuple[TransactWriteItemTypeDef, Role]]:
         return [

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from tally.core.ledger import MarkerRecord
 from tally.core.numbered_ids import marker_item, parse_numbered
+from tally.store.actions import Role
 from tally.store.schema import EXPIRES_AT, LEDGER_ID, MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST
 
 if TYPE_CHECKING:
@@ -21,7 +22,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
     from tally.core.ledger import Claim
-    from tally.store.actions import Role
 
 
 def marker_id(message_id: str) -> str:
@@ -37,12 +37,6 @@ before its writes, so the block never expires before any of its markers' own exp
 
 _BLOCK_TIME_BYTES: Final = 6
 """Applied time on a block attribute: epoch ms in 6 bytes (until the year 10889)."""
-
-
-_ROLE_SEPARATOR: Final = "\x1e"
-
-
-_REPLACES_SEPARATOR: Final = "\x1f"
 
 
 def marker_actions(
@@ -123,20 +117,7 @@ def block_update(
         "ExpressionAttributeValues": values,
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
-    return {"Update": update}, ("block", _block_role(claims))  # type: ignore[typeddict-item]
-
-
-def _block_role(claims: Sequence[Claim]) -> str:
-    return _ROLE_SEPARATOR.join(claim.message_id + _REPLACES_SEPARATOR + (claim.replaces or "") for claim in claims)
-
-
-def block_claims(role: str) -> list[tuple[str, str | None]]:
-    """(message id, the batch it replaces or None) of a block action's role."""
-    pairs = []
-    for entry in role.split(_ROLE_SEPARATOR):
-        message_id, _, replaces = entry.partition(_REPLACES_SEPARATOR)
-        pairs.append((message_id, replaces or None))
-    return pairs
+    return {"Update": update}, Role("block", claims=tuple(claims))  # type: ignore[typeddict-item]
 
 
 def marker_records(item: Mapping[str, Any], message_ids: Iterable[str]) -> dict[str, MarkerRecord]:
@@ -216,4 +197,4 @@ def marker_put(
             ExpressionAttributeNames={"#batch": MARKER_BATCH},
             ExpressionAttributeValues={":replaced": {"S": replaces}},
         )
-    return {"Put": put}, ("marker", message_id)  # type: ignore[typeddict-item]
+    return {"Put": put}, Role("marker", message_id)  # type: ignore[typeddict-item]

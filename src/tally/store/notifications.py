@@ -23,6 +23,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.numbers import to_wire
 from tally.core.thresholds import Crossing, Direction
+from tally.store.actions import Role
 from tally.store.requests import translate
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
 
-    from tally.store.actions import Role
 
 NOTIFICATION_ID: Final = "notification_id"
 KEY: Final = "key"
@@ -73,9 +73,8 @@ def iso_utc(at_ms: int) -> str:
 
 def notification_put(table: str, crossing: Crossing, expires_at_s: int) -> tuple[TransactWriteItemTypeDef, Role]:
     """The transaction action recording one crossing (unconditional: see the module's docstring)."""
-    return {"Put": {"TableName": table, "Item": notification_item(crossing, expires_at_s)}}, (
-        "notification",
-        crossing.notification_id,
+    return {"Put": {"TableName": table, "Item": notification_item(crossing, expires_at_s)}}, Role(
+        "notification", crossing.notification_id
     )
 
 

@@ -20,16 +20,16 @@ from tally.core.items import (
     ALL_TIME,
 )
 from tally.core.limits import BATCH_GET_MAX_KEYS
+from tally.core.plan import ConditionRefusedError
 from tally.errors import (
     BatchStateError,
-    BoundRefusedError,
     ChunkAppliedError,
     MarkersExistError,
     RetryableStoreError,
     StoreError,
     WriteRejectedError,
 )
-from tally.store.markers import block_claims, marker_records
+from tally.store.markers import marker_records
 from tally.store.schema import MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
 
 if TYPE_CHECKING:
@@ -38,16 +38,18 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.core.items import ItemKey
     from tally.store.actions import Role
 
 
-# How DynamoDB words an ADD whose result leaves the Number range (magnitude or 38-digit precision).
+# How DynamoDB words a number it cannot store, a counter an ADD would take out of the Number range among them
+# (AWS: "Attempting to store more than 38 significant digits in a Number", "Number overflow. ..."; DynamoDB Local:
+# "DynamoDB only supports precision up to 38 digits"): only to choose the dead letter's code.
 NUMBER_RANGE: Final = re.compile(r"Number overflow|Number underflow|significant digits|precision", re.IGNORECASE)
 
 
-# How DynamoDB words a per-action size limit ("Expression size has exceeded the maximum allowed size",
-# "Item size has exceeded ..."): the request as a whole, without naming the action; the caller isolates it.
-SIZE_LIMIT: Final = re.compile(r"size has exceeded the maximum allowed size", re.IGNORECASE)
+# Cancellation reason codes that refuse the transaction and say why: a condition, or a retry can get past.
+_CONDITION_REASON: Final = "ConditionalCheckFailed"
 
 
 # Cancellation reason codes that a retry can get past (DynamoDB documents these for TransactWriteItems).
@@ -165,8 +167,7 @@ def _read_marker_reason(
 
 
 def _markers_in_the_way(
-    role: str,
-    name: str,
+    role: Role,
     old_item: Mapping[str, Any],
     batches: dict[str, str],
     digests: dict[str, bytes],
@@ -181,13 +182,14 @@ def _markers_in_the_way(
     it is named in ``vanished`` (TTL deleted the marker since it was read), never reported as a marker without
     a batch, which would read as a direct marker, that is, applied.
     """
-    if role == "marker":
-        if not _read_marker_reason(name, old_item, batches, digests, applied=applied):
-            vanished.add(name)
-        return {name}
+    if role.kind == "marker":
+        if not _read_marker_reason(role.name, old_item, batches, digests, applied=applied):
+            vanished.add(role.name)
+        return {role.name}
     stood: set[str] = set()
-    records = marker_records(old_item, [mid for mid, _ in block_claims(name)]) if old_item else {}
-    for message_id, replaces in block_claims(name):
+    records = marker_records(old_item, [claim.message_id for claim in role.claims]) if old_item else {}
+    for claim in role.claims:
+        message_id, replaces = claim.message_id, claim.replaces
         record = records.get(message_id)
         if record is None:
             if replaces is not None:
@@ -216,12 +218,13 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:  # noqa
     code = error.get("Code", "")
     message = error.get("Message", "")
     if code != "TransactionCanceledException":
-        if code == "ValidationException" and (NUMBER_RANGE.search(message) or SIZE_LIMIT.search(message)):
-            # DynamoDB reports a counter leaving the Number range, or an action over a size limit, for the
-            # whole request, without naming the action; the caller isolates the culprit (failing
-            # the batch would fail its innocent messages on every attempt).
-            adds = frozenset(name for role, name in roles if role == "add")
-            return WriteRejectedError(message, adds, number_range=NUMBER_RANGE.search(message) is not None)
+        if code == "ValidationException":
+            # DynamoDB refuses the request as sent, whatever the wording (a number it cannot store, a size, an
+            # expression limit, a key too long, two actions on one item, and any rule not listed here), for the
+            # whole request, without naming the action. The same request is refused again on every attempt: the
+            # caller settles the message it carries, or isolates the culprit among several (failing the batch
+            # would fail it, and its innocent neighbours, on every delivery).
+            return WriteRejectedError(message or code, number_range=NUMBER_RANGE.search(message) is not None)
         if code in _RETRYABLE_ERRORS:
             return RetryableStoreError(f"{code}: {message}")
         return StoreError(f"{code}: {message}")
@@ -233,46 +236,51 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:  # noqa
     applied: dict[str, int] = {}
     failed_batch: str | None = None
     applied_failed = False
-    rejected_keys: set[str] = set()
+    rejected = False
     details: list[str] = []
-    bounded: dict[str, dict[str, Decimal]] = {}
+    bounded: dict[ItemKey, dict[str, Decimal]] = {}
     out_of_range = True
     retryable = False
-    for (role, name), reason in zip(roles, reasons, strict=False):
+    for role, reason in zip(roles, reasons, strict=False):
         reason_code = reason.get("Code") or "None"
         if reason_code == "None":
             continue
-        if reason_code == "ConditionalCheckFailed" and role in {"marker", "block"}:
+        if reason_code == _CONDITION_REASON and role.kind in {"marker", "block"}:
             stood = _markers_in_the_way(
-                role, name, reason.get("Item", {}), batches, digests, vanished=vanished, applied=applied
+                role, reason.get("Item", {}), batches, digests, vanished=vanished, applied=applied
             )
             markers.update(stood)
             if not stood:
                 details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
-        elif reason_code == "ConditionalCheckFailed" and role == "batch":
-            failed_batch = name
-        elif reason_code == "ConditionalCheckFailed" and role == "applied":
+        elif reason_code == _CONDITION_REASON and role.kind == "batch":
+            failed_batch = role.name
+        elif reason_code == _CONDITION_REASON and role.kind == "add" and role.item is not None:
+            # only conditioned writes (bounds, levels)
+            bounded[role.item] = item_counters(reason.get("Item", {}))
+        elif reason_code == _CONDITION_REASON and role.kind == "applied":
             applied_failed = True
-        elif reason_code == "ConditionalCheckFailed" and role == "add":
-            bounded[name] = item_counters(reason.get("Item", {}))  # only conditioned writes (bounds, levels)
         elif reason_code in RETRYABLE_REASONS:
             retryable = True
-        elif reason_code == "ValidationError" and role == "add":
-            rejected_keys.add(name)
-            details.append(str(reason.get("Message", "")))
-            out_of_range = out_of_range and NUMBER_RANGE.search(details[-1]) is not None
-        else:
-            details.append(f"{reason_code} on {role} {name!r}: {reason.get('Message', '')}")
+        elif reason_code != _CONDITION_REASON:
+            # ``ValidationError`` (a number, a size, a key: on any action), ``ItemCollectionSizeLimitExceeded``,
+            # or a code not documented yet: this action is refused as sent, on every attempt (settled like a
+            # whole-request ``ValidationException``).
+            rejected = True
+            text = str(reason.get("Message", "")) or reason_code
+            details.append(text if role.kind == "add" else f"{reason_code} on {role.kind} {role.name!r}: {text}")
+            out_of_range = out_of_range and NUMBER_RANGE.search(text) is not None
+        else:  # a condition tally never sets on such an action: a defect, never settled as a message's fate
+            details.append(f"{reason_code} on {role.kind} {role.name or role.item!r}: {reason.get('Message', '')}")
     if markers:
         return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished), applied)
     if failed_batch is not None:
         return BatchStateError(failed_batch)
     if applied_failed:
         return ChunkAppliedError("apply chunk already applied")
-    if bounded and not rejected_keys:
-        return BoundRefusedError(bounded)
-    if rejected_keys:
-        return WriteRejectedError("; ".join(details), frozenset(rejected_keys), number_range=out_of_range)
+    if bounded and not rejected:
+        return ConditionRefusedError(bounded)
+    if rejected:
+        return WriteRejectedError("; ".join(details), number_range=out_of_range)
     if retryable:
         return RetryableStoreError("transaction cancelled by a conflict or throttling")
     return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))

@@ -23,7 +23,9 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
   ``b<seq % 16>`` (the batch). Each says what an ``m#`` marker says about its message
   (``marker_records`` reads both kinds into the same ``MarkerRecord``).
 - ``b#<batch id>``: a journal header (``state``, ``lease_until``, ``chunks``).
-- ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i``.
+- ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i`` (``data``),
+  or the crossings it records (``crossings``: a message whose crossings did not fit the transaction that
+  committed it).
 - ``b#<batch id>#a<i>``: the record that apply chunk ``i`` was applied.
 
 Every item carries ``expires_at`` (epoch seconds, the table's TTL attribute).
@@ -99,6 +101,10 @@ HEADER_CHUNKS: Final = "chunks"
 
 
 PAGE_DATA: Final = "data"
+
+
+PAGE_CROSSINGS: Final = "crossings"
+"""A crossing page's attribute, in place of ``data``: the crossings its apply chunk records (``encode_crossings``)."""
 
 
 APPLIED_REFUSED: Final = "refused"

@@ -155,6 +155,10 @@ class ChaosConfig:
     """The run's ``CounterBounds``: ``seats:`` keys' ``taken`` between 0 and 40."""
     bounded_messages: int = 600
     """Messages stepping a bounded counter (some packed with a second seat or an unbounded key)."""
+    digit_bound_steps: int = 12
+    """Bounded messages stepping a ``seats:`` counter by a 36-digit amount (half packed with an ordinary step on
+    another seat): their condition's value, the ceiling minus the step, needs 39 digits unless it is rounded to a
+    storable number; each must be refused ``above_ceiling``, never ``counter_out_of_range``."""
     distinct_messages: int = 600
     """Messages naming distinct-count members on ``page:`` keys (viewers of 80, countries of 12)."""
     refused_keys: int = 1
@@ -262,6 +266,7 @@ SMOKE = ChaosConfig(
     stock_messages=60,
     gauge_messages=60,
     bounded_messages=80,
+    digit_bound_steps=4,
     distinct_messages=60,
     reset_messages=60,
     window_messages=150,
@@ -299,6 +304,7 @@ SECTIONS: dict[str, int | float] = {
     "stock_messages": 0,
     "gauge_messages": 0,
     "bounded_messages": 0,
+    "digit_bound_steps": 0,
     "distinct_messages": 0,
     "reset_messages": 0,
     "refused_keys": 0,

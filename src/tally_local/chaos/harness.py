@@ -52,13 +52,14 @@ from tally_local.chaos.horizon import run_past_horizon
 from tally_local.chaos.invoke import Consumer, KilledClaims
 from tally_local.chaos.kinesis import ShardConsumer, Stream
 from tally_local.chaos.ledger import JepsenMonitor, Ledger, Violation
-from tally_local.chaos.patterns import refused_keys
+from tally_local.chaos.patterns import BOUND_CODES, refused_keys
 from tally_local.chaos.sqs import Queue, consume
 from tally_local.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
 from tally_local.chaos.wiring import PipelineFactory, Tables
 from tally_local.chaos.workload import TRACER, Source, Workload, generate, wide_items
 from tally_local.esm import RetryCadence
 from tally_local.kit.conflicts import InFlightTransactions
+from tally_local.kit.limits import RequestLimits
 from tally_local.moto_server import SerialMotoServer
 
 if TYPE_CHECKING:
@@ -175,6 +176,8 @@ class ChaosResult:
     (``tally_local.chaos.expired_claims``)."""
     archive: ArchiveVerdict | None = None
     """The archive recounted against the tables (``tally_local.chaos.archive``); None: the run archived nothing."""
+    requests_over_limits: tuple[str, ...] = ()
+    """Requests of the consumers that broke one of DynamoDB's published limits (``tally_local.kit.limits``)."""
 
     @property
     def faults(self) -> dict[str, int]:
@@ -207,6 +210,7 @@ class ChaosResult:
             and not self.series_read_violations
             and not self.past_horizon_problems
             and not self.expired_claim_problems
+            and not self.requests_over_limits
             and (self.series_reads > 0 or not self.config.window_messages)
             and (self.archive is None or self.archive.ok)
             and (self.archive is not None or not self.config.archive)
@@ -236,6 +240,8 @@ class _Run:
     """The bounded sessions' messages (``Workload.sessions``), for the situations the consumers count."""
     archive: ArchiveSite | None = None
     """Where every consumer archives what it counts (``ChaosConfig.archive``)."""
+    limits: list[RequestLimits] = field(default_factory=list)
+    """Each consumer's watch of DynamoDB's request limits: a request one of them breaks fails the run."""
 
     def archive_writer(self) -> ArchiveWriter | None:
         """A writer without faults (the setup and the past-horizon step), or None when the run archives nothing."""
@@ -245,6 +251,7 @@ class _Run:
         """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
         config = self.config
         client = self.client_factory()
+        self.limits.append(RequestLimits(client, [self.tables.counters, self.tables.markers]))
         chaos = DynamoDBChaos(
             client, config.dynamodb, random.Random(f"{config.seed}:ddb:{name}"), self.log, self.in_flight
         )
@@ -419,6 +426,7 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
     )
     reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
+    digit_bodies = {message.body for message in workload.digit_steps}
     for publication in workload.publications:
         if publication.resend:
             run.log.add("producer.resend")
@@ -430,6 +438,8 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
             run.log.add("poison.published")
         if publication.body in precision_bodies:
             run.log.add("situation.sum_over_38_digits_published")
+        if publication.body in digit_bodies:
+            run.log.add("situation.bounded_36_digit_step_published")
         if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
             run.log.add("situation.numbered_id_published")  # its marker shares a block item
         if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
@@ -514,6 +524,10 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
         raise series_monitor.error
 
     run.log.add(
+        "situation.bounded_36_digit_step_refused_by_its_bound",
+        sum(1 for letter in run.dead_letters.letters() if letter.body in digit_bodies and letter.code in BOUND_CODES),
+    )
+    run.log.add(
         "situation.sum_over_38_digits_dead_lettered",
         sum(1 for letter in run.dead_letters.letters() if letter.body in precision_bodies and letter.code),
     )
@@ -561,6 +575,7 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
         past_horizon_problems=tuple(past_horizon),
         expired_claim_problems=tuple(expired_claims),
         archive=archived,
+        requests_over_limits=tuple(violation for limits in run.limits for violation in limits.violations),
     )
 
 

@@ -13,7 +13,9 @@ The load's pattern messages (``tally_local.chaos.workload``) exercise, under eve
 
 - **bounded counters**: the run declares ``CounterBounds`` ``COUNTER_BOUNDS`` (``seats:`` keys' ``taken``
   between 0 and 40); messages step it up and down by 1 to 4, some packed with a second seat or a
-  ``seatlog:`` event, so a refused message must leave every key it names untouched. Which messages a bound
+  ``seatlog:`` event, so a refused message must leave every key it names untouched; a few step a seat by a
+  36-digit amount (``BIG_SEAT_STEP``), whose condition needs more digits than a Number holds unless rounded, and
+  must be refused by the bound, like any step above the ceiling. Which messages a bound
   refuses depends on the order the consumers happen to commit in, so the reference for them is what the
   store's markers say: a bounded message with a marker must be counted whole, one without must be in the
   dead-letter queue as ``below_floor``/``above_ceiling``, and no ``taken`` may end outside its bounds.
@@ -55,6 +57,10 @@ DEFAULT_DELTAS: Final = {"stock:": {"stock": Decimal(-1)}, "views:": {"views": D
 
 COUNTER_BOUNDS: Final = "seats:*#taken>=0;seats:*#taken<=40"
 """What the chaos run declares as ``CounterBounds`` (``tally.core.bounds`` syntax)."""
+BIG_SEAT_STEP: Final = Decimal("1.23456789012345678901234567890123456E+39")
+"""A step of 36 significant digits at 10^39 (storable) on a ``seats:`` counter: the write's condition compares the
+stored value with the ceiling minus it (``40 - 1.23...E+39``: 39 digits unless rounded to a storable number).
+Far above the ceiling, such a message is always refused, ``above_ceiling``, never ``counter_out_of_range``."""
 SEAT_FLOOR: Final = Decimal(0)
 SEAT_CEILING: Final = Decimal(40)
 BOUND_CODES: Final = frozenset({"below_floor", "above_ceiling"})

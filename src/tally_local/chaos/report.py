@@ -106,6 +106,7 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
         "dead batches' claims met while TTL swept between two requests, wrong",
         _flag(len(result.expired_claim_problems)),
     )
+    table.add_row("requests over one of DynamoDB's limits", _flag(len(result.requests_over_limits)))
     table.add_row("unexpected errors", _flag(len(result.unexpected_errors)))
     for example in verdict.examples:
         table.add_row(f"  [red]{escape(example)}[/red]", "")
@@ -113,6 +114,7 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
         *map(str, result.series_read_violations[:3]),
         *result.past_horizon_problems[:3],
         *result.expired_claim_problems[:3],
+        *result.requests_over_limits[:3],
     ]
     for problem in problems:
         table.add_row(f"  [red]{escape(problem)}[/red]", "")
@@ -148,6 +150,7 @@ def as_json(result: ChaosResult) -> dict[str, Any]:
         "series_read_violations": [str(violation) for violation in result.series_read_violations],
         "past_horizon_problems": list(result.past_horizon_problems),
         "expired_claim_problems": list(result.expired_claim_problems),
+        "requests_over_limits": list(result.requests_over_limits),
         "unexpected_errors": list(result.unexpected_errors),
         "seconds": round(result.seconds, 1),
         "virtual_seconds": round(result.virtual_seconds),

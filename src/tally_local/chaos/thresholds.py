@@ -4,7 +4,7 @@ A small run of its own (seconds, ``python -m tally_local.chaos.thresholds``;
 ``tests/integration/test_chaos_thresholds.py`` runs it and its broken variants), drawing only thresholded
 counters on DynamoDB Local:
 
-- ``t:up:<n>`` keys: rising levels 10, 20, 30 on ``n`` (steps +1..+3): each level passed exactly once;
+- ``t:up:<n>`` keys: rising levels 10, 20 on ``n`` (steps +1..+3): each level passed exactly once;
 - ``t:down:<n>`` keys: falling levels 60, 40, 20 on ``n``, start 80 (steps -1..-3): each level once;
 - ``t:mix:<n>`` keys: a rising level 10 and a falling level 9 on ``v``, start 8, steps -2..+2: the value
   crosses back and forth, so each key is announced many times, every crossing by another message;
@@ -13,7 +13,17 @@ counters on DynamoDB Local:
   own day. The run counts hour and day windows (``TALLY_WINDOWS``), and its clock moves an hour per
   invocation, so the pipelines' own post-commit steps keep moving ended windows off the key items while late
   events for them keep landing there: each day's value is split between the key's item and its day item, and each
-  day's levels must be announced once, from the sum.
+  day's levels must be announced once, from the sum;
+- ``t:wide:<n>`` keys (the levels of ``up``), moved together by packed messages of all of them: one such message
+  crosses a level on each key at once, more crossings than fit its transaction beside its marker and its ADDs
+  (40 keys: 80 items with their minute windows, and 40 or 80 crossings), so it records the rest in the pages of a
+  journal batch its marker names (``tally.core.plan.Spill``);
+- ``t:big:<n>`` keys (the levels of ``up``), stepped by a 36-digit amount at 10^39: the write's condition compares
+  the value with a level minus that step, 39 significant digits unless rounded to a storable number;
+- ``t:sp:<n>`` keys and keys literally named ``t:sp:<n>@m#<minute>``, a level 10 on each one's all-time value and
+  on each of its minutes, moved together by packed messages whose events fall in that minute: the key's minute item
+  and the other key's all-time item print the same label (``item_label``), in every transaction that holds them,
+  and the value each condition met must be read for the item it belongs to.
 
 Consumers (threads, each its own pipeline and client, as concurrent invocations) take random batches from a
 standard-queue model (no order), and the chaos faults of ``tally_local.chaos.faults`` hit every DynamoDB request:
@@ -32,11 +42,18 @@ deduplicated by ``notification_id`` as a consumer must:
   end; every announcement is real (the message counted, and its own step, from ``step_value`` back by its
   delta, crosses the level the announced way) and no (message, level, direction) is announced twice;
 - on ``win`` keys, per day window, exactly the levels its day's total reaches, each once, under that window;
-- every announcement is a recorded crossing and every recorded crossing was announced.
+- on ``wide`` and ``big`` keys, like ``up``; on ``sp`` keys, their level once on the all-time value and once on
+  the minute's, each key and the key spelling its minute item's label alike;
+- every announcement is a recorded crossing and every recorded crossing was announced;
+- no message dead-lettered (every one is valid), no request over one of DynamoDB's limits.
+
+Every request each consumer sends is watched against DynamoDB's published limits
+(``tally_local.kit.limits.RequestLimits``): one that breaks a limit is a problem, whatever DynamoDB Local answered.
 
 The broken variants announce before the commit, or without the deterministic id, or judge a day's level on the
 key item's part alone (never reading what a move took off it), or trust the key item's pointer of moved parts
-(``tally.core.moved``) for a day older than its own: the run fails. The run's faults count how the moved part of
+(``tally.core.moved``) for a day older than its own, or never spill a message's crossings, or send a condition's
+exact ends, or tell items apart by their labels: the run fails. The run's faults count how the moved part of
 each late write's day was known (``situation.moved_part_of_*``): the pointer's own day, a newer one (never
 moved), an older one (its day item read).
 """
@@ -52,7 +69,7 @@ import traceback
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -69,11 +86,13 @@ from tally.reader import NotificationReader
 from tally.runtime import CLIENT_CONFIG, wire_pipeline
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.notifications import NOTIFICATION_ID
+from tally.store.schema import PAGE_CROSSINGS
 from tally_local.chaos.clock import Invocation
 from tally_local.chaos.config import DynamoDBFaultRates
 from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InvocationKilled
 from tally_local.dynamodb_local import DynamoDBLocal
 from tally_local.kit.conflicts import InFlightTransactions
+from tally_local.kit.limits import RequestLimits
 from tally_local.pipe import LocalNotificationsPipe
 from tally_local.resources import LocalResources
 from tally_local.template import load_template, table_definitions
@@ -85,10 +104,23 @@ if TYPE_CHECKING:
     from tally.pipeline import BatchPipeline, DeadLetterQueue
 
 ROOT: Final = Path(__file__).resolve().parents[3]
-THRESHOLDS: Final = "t:up:*#n>=10,20,30;t:down:*#n<=60,40,20;t:mix:*#v>=10;t:mix:*#v<=9;t:win:*#w@day>=10,20"
+THRESHOLDS: Final = (
+    "t:up:*#n>=10,20;t:wide:*#n>=10,20;t:big:*#n>=10,20;t:down:*#n<=60,40,20;t:mix:*#v>=10;t:mix:*#v<=9;"
+    "t:win:*#w@day>=10,20;t:sp:*#n>=10;t:sp:*#n@minute>=10"
+)
+"""Ten levels, the most a deployment may declare (``MAX_THRESHOLD_LEVELS``): ``up``, ``wide`` and ``big`` share
+theirs, ``sp`` reuses the all-time 10 and adds the only per-minute level."""
 DEFAULTS: Final = "t:down:*#n=start:80;t:mix:*#v=start:8"
-STARTS: Final = {"up": 0, "down": 80, "mix": 8, "win": 0}
-COUNTER: Final = {"up": "n", "down": "n", "mix": "v", "win": "w"}
+STARTS: Final = {"up": 0, "down": 80, "mix": 8, "win": 0, "wide": 0, "big": 0, "sp": 0}
+COUNTER: Final = {"up": "n", "down": "n", "mix": "v", "win": "w", "wide": "n", "big": "n", "sp": "n"}
+BIG_STEP: Final = 1_234_567_890_123_456_789_012_345_678_901_234_560_000
+"""A ``big`` key's step: 36 significant digits at 10^39 (storable, and so is any sum of up to 99 of them); a level
+minus it needs 39 digits."""
+SPELLED_MINUTE_MS: Final = 4_102_704_000_000
+"""The minute the ``sp`` events fall in (2100-01-04T00:00Z, the clock's start): ``t:sp:<n>``'s minute item there
+prints as ``t:sp:<n>@m#2100-01-04T00:00Z``, the label of the key of that name."""
+SPELLED_MINUTE: Final = "m#2100-01-04T00:00Z"
+SPELLED_LEVEL: Final = 10
 DAY_LEVELS: Final = (10, 20)
 CLOCK_START_MS: Final = 4_102_704_000_000
 """2100-01-04, 00:00 UTC: the run's clock starts here (the days before it have ended: their events are late)."""
@@ -104,7 +136,9 @@ valid message reaches it only by a defect (crashes and kills redeliver one at ra
 WINDOW_DAYS: Final = 4
 """The days ``win`` events fall in: the three before the clock's start and its own."""
 LEVELS: Final = {
-    "up": {(10, "rising"), (20, "rising"), (30, "rising")},
+    "up": {(10, "rising"), (20, "rising")},
+    "wide": {(10, "rising"), (20, "rising")},
+    "big": {(10, "rising"), (20, "rising")},
     "down": {(60, "falling"), (40, "falling"), (20, "falling")},
 }
 
@@ -115,6 +149,14 @@ class ThresholdChaosConfig:
     messages_per_key: int = 40
     window_messages_per_key: int = 24
     """For ``win`` keys: about six per day, two a level (steps +1..+3, levels 10 and 20 per day)."""
+    wide_messages: int = 4
+    """Packed messages over every ``wide`` key at once (steps +4..+8 each: their sum crosses both levels)."""
+    wide_keys: int = 40
+    big_keys: int = 2
+    big_messages_per_key: int = 4
+    spelled_keys: int = 2
+    """``sp`` keys, each beside the key that spells its minute item's label."""
+    spelled_messages_per_key: int = 8
     consumers: int = 3
     batch_size: int = 8
     seed: int = 26
@@ -195,8 +237,12 @@ class _Bus:
 
 
 class _NoDeadLetters:
-    def send(self, letters: Any) -> Any:
-        raise AssertionError(f"no message of this run is poison: {letters}")
+    """No valid message of this run may be dead-lettered: the queue takes a letter (so a broken variant ends fast)
+    and the run reports each (``_Run.letters``)."""
+
+    def send(self, letters: Any) -> frozenset[str]:
+        del letters
+        return frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,13 +252,24 @@ class Message:
     key: str
     delta: int
     ts_ms: int | None = None
-    """When its event happened (``win`` messages only: which day window it counts in)."""
+    """When its event happened (``win`` and ``sp`` messages: which window it counts in)."""
+    others: tuple[str, ...] = ()
+    """More keys the message moves by ``delta`` (packed: ``wide`` and ``sp`` messages)."""
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key, *self.others)
 
     def body(self) -> str:
-        body: dict[str, Any] = {"id": self.message_id, "key": self.key, "deltas": {COUNTER[self.kind]: self.delta}}
-        if self.ts_ms is not None:
-            body["ts"] = self.ts_ms
-        return json.dumps(body)
+        events: list[dict[str, Any]] = []
+        for key in self.keys:
+            event: dict[str, Any] = {"key": key, "deltas": {COUNTER[self.kind]: self.delta}}
+            if self.ts_ms is not None:
+                event["ts"] = self.ts_ms
+            events.append(event)
+        if len(events) == 1:
+            return json.dumps({"id": self.message_id, **events[0]})
+        return json.dumps({"id": self.message_id, "events": events})
 
     @property
     def day(self) -> str:
@@ -244,6 +301,22 @@ def workload(config: ThresholdChaosConfig, rng: random.Random) -> list[Message]:
                     delta = rng.choice([-2, -1, 1, 2]) if 7 <= value <= 11 else (2 if value < 7 else -2)
                 value += delta
                 messages.append(Message(f"{key}-{m}", kind, key, delta))
+    wide = tuple(f"t:wide:{n}" for n in range(config.wide_keys))
+    messages += [
+        Message(f"t:wide-{m}", "wide", wide[0], rng.randint(4, 8), None, wide[1:])
+        for m in range(config.wide_messages if wide else 0)
+    ]
+    for n in range(config.big_keys):
+        messages += [
+            Message(f"t:big:{n}-{m}", "big", f"t:big:{n}", BIG_STEP) for m in range(config.big_messages_per_key)
+        ]
+    for n in range(config.spelled_keys):
+        key = f"t:sp:{n}"
+        spelled = f"{key}@{SPELLED_MINUTE}"
+        messages += [
+            Message(f"{key}-{m}", "sp", key, rng.randint(1, 3), SPELLED_MINUTE_MS + rng.randrange(60_000), (spelled,))
+            for m in range(config.spelled_messages_per_key)
+        ]
     return messages
 
 
@@ -255,7 +328,7 @@ def _settings(tables: Tables) -> Settings:
             "TALLY_NOTIFICATIONS_TABLE": tables.notifications,
             "TALLY_COUNTER_THRESHOLDS": THRESHOLDS,
             "TALLY_COUNTER_DEFAULTS": DEFAULTS,
-            "TALLY_WINDOWS": "hour,day",
+            "TALLY_WINDOWS": "minute,hour,day",
             "TALLY_WRITE_CONCURRENCY": "1",
         },
         require_dlq=False,
@@ -333,6 +406,19 @@ class _PointerTrustedForOlderWindows(DynamoDBCounterStore):
 def broken_older_window_trusts_the_pointer(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
     pipeline = production_pipeline(client, tables, bus)
     _store_of(pipeline).__class__ = _PointerTrustedForOlderWindows
+    return pipeline
+
+
+class _AllCrossingsInOneTransaction(DynamoDBCounterStore):
+    """BROKEN: records every crossing of a message in its transaction, however many (no ``Spill``)."""
+
+    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
+        super().write_direct(replace(chunk, spill=None), now_ms)
+
+
+def broken_crossings_never_spilled(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
+    pipeline = production_pipeline(client, tables, bus)
+    _store_of(pipeline).__class__ = _AllCrossingsInOneTransaction
     return pipeline
 
 
@@ -417,6 +503,10 @@ class _Run:
     """Each consumer's counter store: how the moved parts of late events' windows were known (``_check``)."""
     deliveries: Counter[str] = field(default_factory=Counter)
     """Message id -> its deliveries that came back failed; at ``MAX_DELIVERIES`` it is set aside."""
+    limits: list[RequestLimits] = field(default_factory=list)
+    """Each consumer's watch of DynamoDB's request limits."""
+    letters: list[str] = field(default_factory=list)
+    """Dead letters (every message of the run is valid: each is a problem)."""
 
     @property
     def given_up(self) -> set[str]:
@@ -441,6 +531,10 @@ class _Run:
         config = self.config
         rng = random.Random(config.seed * 100 + index)
         client = _session().client("dynamodb", endpoint_url=self.endpoint, config=CLIENT_CONFIG)
+        limits = RequestLimits(client, [self.tables.counters, self.tables.markers, self.tables.notifications])
+        with self.lock:
+            self.limits.append(limits)
+        client.meta.events.register("provide-client-params.dynamodb.BatchWriteItem", self._count_crossing_pages)
         chaos = DynamoDBChaos(client, config.dynamodb, rng, self.log, self.in_flight)
         _kill_after_crossing(client, self.tables.notifications, rng, config.kill_after_crossing, self.log)
         pipeline = self.pipeline_factory(client, self.tables, self.bus)
@@ -464,11 +558,25 @@ class _Run:
                     if self.deliveries[message.message_id] < MAX_DELIVERIES:
                         self.pending.append(message)
 
+    def _count_crossing_pages(self, params: dict[str, Any], **_: Any) -> None:
+        """Journal pages of crossings written: a message's crossings that did not fit its transaction (a spill)."""
+        pages = [
+            request
+            for requests in params.get("RequestItems", {}).values()
+            for request in requests
+            if PAGE_CROSSINGS in request.get("PutRequest", {}).get("Item", {})
+        ]
+        if pages:
+            self.log.add("situation.crossing_pages_written", len(pages))
+
     def _invoke(
         self, pipeline: BatchPipeline, batch: list[Message], invocation: Invocation, rng: random.Random
     ) -> list[Message]:
         """One invocation; returns the messages the source delivers again."""
         now_ms = self.now_ms()
+        for message in batch:  # the edges a batch carries: spilled crossings, 36-digit steps, spelled labels
+            if message.kind in {"wide", "big", "sp"}:
+                self.log.add(f"situation.{message.kind}_message_delivered")
         records = [SourceRecord(f"{m.message_id}#{rng.random()}", m.body(), now_ms) for m in batch]
         by_record = {r.record_id: m for r, m in zip(records, batch, strict=True)}
         try:
@@ -481,6 +589,12 @@ class _Run:
             if not self.failures:
                 self.failures.append(traceback.format_exc())
             return batch
+        with self.lock:
+            self.letters += [
+                f"{letter.record.record_id.partition('#')[0]} dead-lettered as {letter.rejection.code}: "
+                f"{letter.rejection.detail[:160]}"
+                for letter in result.dead_letters
+            ]
         if rng.random() < self.config.crash_after_commit:
             self.log.add("delivery.crash_after_commit")
             return batch
@@ -525,6 +639,9 @@ def run_threshold_chaos(
         for source, count in store.moved_part_sources.items():
             run.log.add(f"situation.moved_part_of_{source.replace(' ', '_')}", count)
     result = _check(messages, admin, tables, run.bus, run.log, given_up=run.given_up)
+    result.problems += [f"a request DynamoDB refuses as sent: {v}" for limits in run.limits for v in limits.violations]
+    result.problems += run.letters
+    result.ok = not result.problems
     result.first_failure = run.failures[0] if run.failures else None
     return result
 
@@ -569,7 +686,8 @@ def _check(
     by_id = {m.message_id: m for m in messages}
     ends: dict[str, int] = {}
     for m in messages:
-        ends[m.key] = ends.get(m.key, STARTS[m.kind]) + m.delta
+        for key in m.keys:
+            ends[key] = ends.get(key, STARTS[m.kind]) + m.delta
     reader_values = _values(client, tables.counters, sorted(ends))
     for key, end in ends.items():
         if reader_values.get(key) != end:
@@ -584,13 +702,15 @@ def _check(
         "announced": len(announced),
         "recorded": len(recorded),
     }
-    names = Counter((e["message_id"], e["level"], e["direction"]) for e in announced.values())
+    names = Counter(
+        (e["message_id"], e["key"], e.get("window", "all"), e["level"], e["direction"]) for e in announced.values()
+    )
     for name, times in names.items():
         if times > 1:
             problems.append(f"announced {times} times under different ids: {name}")
     for nid, event in announced.items():
         message = by_id.get(event["message_id"])
-        if message is None or message.key != event["key"]:
+        if message is None or event["key"] not in message.keys:
             problems.append(f"announced for an unknown message: {event}")
             continue
         after = Decimal(event["step_value"])
@@ -605,11 +725,12 @@ def _check(
         if nid not in announced:
             problems.append(f"recorded but never announced: {crossing}")
     problems += _check_days(messages, announced, figures)
+    problems += _check_spelled(ends, announced, figures)
     for key, end in ends.items():
         kind = key.split(":")[1]
         mine = [e for e in announced.values() if e["key"] == key]
-        if kind == "win":
-            continue  # per day window: _check_days
+        if kind in {"win", "sp"}:
+            continue  # per window: _check_days, _check_spelled
         if kind in LEVELS:
             start = STARTS[kind]
             expected = {
@@ -653,6 +774,27 @@ def _check_days(messages: list[Message], announced: dict[str, dict[str, Any]], f
         e for e in announced.values() if e["key"].startswith("t:win:") and (e["key"], e.get("window")) not in days
     ]
     problems += [f"announced outside the windows its key's events fall in: {e}" for e in strays[:3]]
+    return problems
+
+
+def _check_spelled(ends: dict[str, int], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:
+    """Per ``sp`` key (those spelling another's minute item too), its level announced once on its all-time value and
+    once on its minute's (every event falls in that one minute) when the total reaches it, and nowhere else."""
+    problems: list[str] = []
+    for key, total in sorted(ends.items()):
+        if not key.startswith("t:sp:"):
+            continue
+        windows = {"all": total, f"{SPELLED_MINUTE}": total}
+        for window, value in windows.items():
+            got = [e for e in announced.values() if e["key"] == key and e.get("window", "all") == window]
+            figures["spelled_crossings"] = figures.get("spelled_crossings", 0) + len(got)
+            expected = 1 if value >= SPELLED_LEVEL else 0
+            if len(got) != expected or any(int(Decimal(e["level"])) != SPELLED_LEVEL for e in got):
+                problems.append(
+                    f"{key}@{window}: announced {[(e['level'], e['message_id']) for e in got]}, its total {value}"
+                )
+        strays = [e for e in announced.values() if e["key"] == key and e.get("window", "all") not in windows]
+        problems += [f"{key}: announced outside its windows: {e}" for e in strays]
     return problems
 
 

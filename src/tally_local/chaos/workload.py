@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Final
 from tally.core.windows import parse_window_spec
 from tally.producer.packing import NumberedIds
 from tally_local.chaos.patterns import (
+    BIG_SEAT_STEP,
     LEVEL,
     GaugeReading,
     GaugeTable,
@@ -175,6 +176,11 @@ class Workload:
     def bounded(self) -> tuple[ValidMessage, ...]:
         """The messages on bounded counters: counted or refused as the order of commits decides."""
         return tuple(message for message in self.valid.values() if message.bounded)
+
+    @property
+    def digit_steps(self) -> tuple[ValidMessage, ...]:
+        """The bounded messages stepping a seat by a 36-digit amount (``ChaosConfig.digit_bound_steps``)."""
+        return tuple(m for m in self.valid.values() if "-bounded-digits-" in m.message_id)
 
     @property
     def precision_doomed(self) -> tuple[ValidMessage, ...]:
@@ -627,6 +633,14 @@ class _PatternBuilder:
             elif roll < 0.3:  # an unbounded key beside it: counted only with the seat's step
                 parts.append((f"seatlog:{seat}", {"n": Decimal(1)}, {}, None, {}))
             self._add(f"c{self.config.seed}-bounded-{index}", parts, bounded=True)
+        digits = random.Random(f"{self.config.seed}:digit-steps")  # a stream of its own: the rest stays as it was
+        for index in range(self.config.digit_bound_steps):
+            seat = digits.randrange(keys)
+            parts = [(f"seats:{seat}", {"taken": BIG_SEAT_STEP}, {}, None, {})]
+            if index % 2 and keys > 1:  # packed with an ordinary step: the refusal must leave it untouched too
+                other = (seat + 1 + digits.randrange(keys - 1)) % keys
+                parts.append((f"seats:{other}", {"taken": Decimal(_nonzero(digits, -4, 4))}, {}, None, {}))
+            self._add(f"c{self.config.seed}-bounded-digits-{index}", parts, bounded=True)
 
     def distinct(self) -> None:
         """Viewers (of 80) and sometimes countries (of 12) on ``page:`` keys, some events with a ``ts``."""
