@@ -32,6 +32,9 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from tally.audit.objects import read_archive
+from tally.audit.recount import recount
+from tally.core.defaults import parse_counter_defaults
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -69,6 +72,7 @@ from tests.artifact.package import (
     unmet,
 )
 from tests.conftest import SUMMARY_PROPERTY
+from tests.support.archive import PREFIX as ARCHIVE_PREFIX
 from tests.support.events import EVENTS_DIR, load_event
 from tests.support.moto_server import client, drain_queue
 
@@ -284,26 +288,40 @@ def test_every_module_imports_with_only_the_package_and_the_runtime(
 
 
 class LocalResources:
-    """The template's tables on DynamoDB Local and its dead-letter queue on moto's server, uniquely named."""
+    """The template's tables on DynamoDB Local, its dead-letter queue and archive bucket on moto's server, uniquely
+    named."""
 
     def __init__(self, dynamodb_local: DynamoDBLocal, moto_endpoint: str) -> None:
         suffix = uuid.uuid4().hex[:10]
         self.dynamodb = dynamodb_local.client()
         self.dynamodb_endpoint = dynamodb_local.endpoint_url
         self.sqs = client("sqs", moto_endpoint)
-        self.sqs_endpoint = moto_endpoint
+        self.moto_endpoint = moto_endpoint
+        self.s3 = client("s3", moto_endpoint)
         definitions = table_definitions(load_template(TEMPLATE))
         self.physical_ids = {
             "CountersTable": f"tally-artifact-counters-{suffix}",
             "MarkersTable": f"tally-artifact-markers-{suffix}",
             "NotificationsTable": f"tally-artifact-notifications-{suffix}",
             "EventsDeadLetterQueue": self.sqs.create_queue(QueueName=f"tally-artifact-dlq-{suffix}")["QueueUrl"],
+            "ArchiveBucket": f"tally-artifact-archive-{suffix}",
         }
+        self.s3.create_bucket(Bucket=self.physical_ids["ArchiveBucket"])
         for logical_id in ("CountersTable", "MarkersTable", "NotificationsTable"):
             definitions[logical_id].create(self.dynamodb, self.physical_ids[logical_id])
         self.store = DynamoDBCounterStore(
             self.dynamodb, self.physical_ids["CountersTable"], self.physical_ids["MarkersTable"], 86_400
         )
+
+    def archived_counters(self, keys: list[str]) -> dict[str, dict[str, str]]:
+        """Each key's all-time counters as the archive's recount gives them (what the built package archived)."""
+        records = [
+            record
+            for record in read_archive(self.s3, self.physical_ids["ArchiveBucket"], ARCHIVE_PREFIX)
+            if any(event.key in keys for event in record.events)
+        ]
+        counted = recount(records, defaults=parse_counter_defaults(SAMPLE_COUNTER_DEFAULTS)).counters
+        return {key: {name: str(value) for name, value in counted.get(key, {}).items()} for key in keys}
 
     def counters(self, keys: list[str]) -> dict[str, dict[str, str]]:
         return {key: {name: str(value) for name, value in read_counters(self.store, key).items()} for key in keys}
@@ -359,7 +377,11 @@ def functions(
                     "TALLY_COUNTER_DEFAULTS": SAMPLE_COUNTER_DEFAULTS,
                     "TALLY_COUNTER_BOUNDS": SAMPLE_COUNTER_BOUNDS,
                 },
-                endpoints={"DYNAMODB": resources.dynamodb_endpoint, "SQS": resources.sqs_endpoint},
+                endpoints={
+                    "DYNAMODB": resources.dynamodb_endpoint,
+                    "SQS": resources.moto_endpoint,
+                    "S3": resources.moto_endpoint,
+                },
             )
             started[function] = EmulatedFunction(config, runtime, logs / f"{function}.log").start()
         yield started
@@ -380,6 +402,8 @@ def test_each_sample_event_counts_under_the_emulator(
     # THEN nothing is reported failed, and counters and dead letters are exactly as documented
     assert answers == [{"batchItemFailures": []}] * 2, function.log_tail()
     assert resources.counters(list(expected["counters"])) == expected["counters"]
+    # AND the archive the package wrote recounts to the same counters (each counted message once, by its commit)
+    assert resources.archived_counters(list(expected["counters"])) == expected["counters"]
     assert resources.distinct(list(expected.get("distinct", {}))) == expected.get("distinct", {})
     # Poison is dead-lettered on every delivery (it never gets a marker): twice.
     assert resources.dead_letter_codes() == sorted(expected["dead_letters"] * 2)

@@ -16,6 +16,7 @@ page's counts or dead letters. The convention: ``tests/support/docs_pages.py``.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from typing import TYPE_CHECKING, Final
 
@@ -54,14 +55,17 @@ RUN_UNTIL: Final = {
 CHECKOUT: Final = (
     "Makefile",
     "pyproject.toml",
-    "template.yaml",
-    "samconfig.toml",
     "src",
     "events",
     ".venv",
     ".venv-sam",
 )
 """What of the repository a page's commands use, linked into the scratch directory (the reader's checkout)."""
+
+COPIED: Final = ("template.yaml", "samconfig.toml")
+"""Copied, not linked: `sam build` follows a linked template to its real directory and then resolves `CodeUri` by a
+relative path that misses the checkout when the repository and the scratch directory share a parent (a clone under
+/tmp: "Makefile not found at /main-ci/src/Makefile"; elsewhere the extra `..` stop at / and hide it)."""
 
 WITHOUT_COMMANDS: Final = frozenset({"docs/how-to/existing-account.md"})
 """Pages that hold no command at all (parameters to set, not commands to type)."""
@@ -99,6 +103,8 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
         subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "sam"], check=True, timeout=600)
     for name in CHECKOUT:
         (directory / name).symlink_to(REPO_ROOT / name, target_is_directory=(REPO_ROOT / name).is_dir())
+    for name in COPIED:
+        shutil.copyfile(REPO_ROOT / name, directory / name)
     return directory
 
 
