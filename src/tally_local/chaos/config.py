@@ -211,9 +211,11 @@ class ChaosConfig:
     and compares with every counter, window, gauge and distinct count (``tally_local.chaos.archive``)."""
     archive_faults: ArchiveFaultRates = field(default_factory=ArchiveFaultRates)
     jepsen_interval_s: float = 0.02
-    """Pause between two sampled counter reads of the Jepsen-style monitor."""
+    """Least pause between two sampled counter reads of the Jepsen-style monitor, which reads once each time the
+    sources' ledger has moved (``tally_local.chaos.ledger``)."""
     series_read_interval_s: float = 0.01
-    """Pause between two series reads of ``win:`` keys during the run (``tally_local.chaos.window_reads``)."""
+    """How long the series-read monitor waits for a held window move before it reads a key a batch has just
+    started to write (once per move of the ledger; ``tally_local.chaos.window_reads``)."""
     horizon_sessions: int = 2
     """Numbered sessions whose old journal claims a TTL sweep leaves behind on kept block items, then met by a
     redrive without ``ts`` and by a reused id (``tally_local.chaos.horizon``)."""
