@@ -320,8 +320,14 @@ SECTIONS: dict[str, int | float] = {
 """The load's sections beyond plain counter messages (and their re-sends), each off: what ``focused`` starts from."""
 
 
-def focused(config: ChaosConfig, events: int, **sections: object) -> ChaosConfig:
+FOCUSED_EVENTS = 100
+"""Plain events a focused run draws unless told: enough for batches around the section it names (the tests' focused
+runs use 20 to 400; 2,000 where the situation itself is made of plain events, multi-chunk journal batches)."""
+
+
+def focused(config: ChaosConfig, events: int = FOCUSED_EVENTS, **sections: object) -> ChaosConfig:
     """``config``'s faults and consumers over ``events`` plain events, with only the ``sections`` named here
-    drawn (``focused(SMOKE, 300, distinct_messages=60)``): a run for the one situation a test proves, which
-    ``config`` itself draws among every other."""
+    drawn (``focused(SMOKE, distinct_messages=60)``): a run for the one situation a test proves, which
+    ``config`` itself draws among every other. docs/testing.md says how to find the smallest size that still
+    draws the situation and fails the broken variant."""
     return replace(config, events=events, **(SECTIONS | sections))  # type: ignore[arg-type]
