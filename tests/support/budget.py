@@ -7,8 +7,10 @@ takes more than ``FAST_TEST_BUDGET_S``, a test marked ``slow`` that takes more t
 run when the fast tier together takes more than ``FAST_TIER_BUDGET_S``.
 
 What is measured: the CPU a test's processes spend in its setup, call and teardown: the test process's own (every
-thread) and its children's (those still running read from ``/proc``, those that ended from ``os.times``). Not wall
-time, which on a shared machine measures the neighbours: a process waiting for a core accrues none.
+thread) and that of the children started or ended meanwhile (those still running read from ``/proc``, those that
+ended from ``os.times``). Not wall time, which on a shared machine measures the neighbours: a process waiting for a
+core accrues none. Children that ran throughout (a session's DynamoDB Local, a module's local stack) are reported as
+the tier's background, not charged to the test.
 
 Normalised, so that no verdict depends on the machine's speed: the CPU time of the same code moves by half from one
 minute to the next on the shared VM (its neighbours share the cores' caches and siblings), so a fixed piece of pure
@@ -125,12 +127,16 @@ class _Snapshot:
         times = os.times()
         return cls(time.process_time(), times.children_user + times.children_system, _children_cpu())
 
-    def cpu_since(self, before: _Snapshot) -> float:
-        """CPU seconds of the process and its children between ``before`` and this snapshot. A child that ended
-        in between moved its whole CPU into ``reaped``: what it had spent before is taken off again."""
-        running = sum(cpu - before.running.get(pid, 0.0) for pid, cpu in self.running.items())
+    def cpu_since(self, before: _Snapshot) -> tuple[float, float]:
+        """CPU seconds between ``before`` and this snapshot: (the process's own and its children's that started or
+        ended in between, its children's that ran throughout). The second is a wider fixture's background process
+        (the session's DynamoDB Local, a module's local stack): not the test's to answer for, though its load may
+        be. A child that ended in between moved its whole CPU into ``reaped``: what it had spent before is taken
+        off again."""
+        started = sum(cpu for pid, cpu in self.running.items() if pid not in before.running)
+        throughout = sum(cpu - before.running[pid] for pid, cpu in self.running.items() if pid in before.running)
         ended = sum(cpu for pid, cpu in before.running.items() if pid not in self.running)
-        return (self.own - before.own) + (self.reaped - before.reaped) + running - ended
+        return (self.own - before.own) + (self.reaped - before.reaped) + started - ended, throughout
 
 
 def tier_of(item: pytest.Item) -> str:
@@ -153,12 +159,14 @@ class _Totals:
     tests: int = 0
     wall_s: float = 0.0
     cpu_s: float = 0.0
+    background_s: float = 0.0
     slowest: tuple[float, str] = (0.0, "")
 
-    def add(self, nodeid: str, wall_s: float, cpu_s: float) -> None:
+    def add(self, nodeid: str, wall_s: float, cpu_s: float, background_s: float) -> None:
         self.tests += 1
         self.wall_s += wall_s
         self.cpu_s += cpu_s
+        self.background_s += background_s
         self.slowest = max(self.slowest, (cpu_s, nodeid))
 
 
@@ -205,7 +213,8 @@ class CpuBudget:
         if report.when != "teardown" or item.nodeid not in self._started:
             return
         before, tier, ratio = self._started[item.nodeid]
-        cpu_s = _Snapshot.now().cpu_since(before) / ratio
+        own_s, background_s = _Snapshot.now().cpu_since(before)
+        cpu_s = own_s / ratio
         budget = {FAST: FAST_TEST_BUDGET_S, SLOW: SLOW_TEST_BUDGET_S}.get(tier)
         calibration_s = self.calibration_s()
         figure = cpu_s * REFERENCE_CALIBRATION_S / calibration_s
@@ -224,7 +233,13 @@ class CpuBudget:
                     f" ms on the reference machine). Make it cheaper, or mark it slow with why "
                     f"(tests/support/budget.py, docs/testing.md)"
                 )
-        report.__dict__[_FIGURE] = [tier, round(figure, 4), round(self._durations[item.nodeid], 4)]
+        scale = REFERENCE_CALIBRATION_S / calibration_s
+        report.__dict__[_FIGURE] = [
+            tier,
+            round(figure, 4),
+            round(self._durations[item.nodeid], 4),
+            background_s * scale,
+        ]
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         """Every process sees the reports (xdist's controller gets the workers'): the totals come from them."""
@@ -233,8 +248,8 @@ class CpuBudget:
         self._teardowns += 1
         measured = report.__dict__.get(_FIGURE)
         if measured is not None:
-            tier, figure, wall_s = measured
-            self.tiers[tier].add(report.nodeid, wall_s, figure)
+            tier, figure, wall_s, background_s = measured
+            self.tiers[tier].add(report.nodeid, wall_s, figure, background_s)
 
     def failure(self) -> str | None:
         """Why the run fails on its budgets (``enforce`` only): the fast tier over its own, or no figure at all
@@ -252,20 +267,22 @@ class CpuBudget:
         return None
 
     def lines(self) -> list[str]:
-        lines = [f"{'tier':16}{'tests':>7}{'wall s':>10}{'CPU s':>10}   slowest by CPU"]
+        lines = [f"{'tier':16}{'tests':>7}{'wall s':>10}{'CPU s':>10}{'+ background':>14}   slowest by CPU"]
         for tier in TIERS:
             totals = self.tiers[tier]
             if totals.tests:
                 cpu, nodeid = totals.slowest
                 lines.append(
-                    f"{tier:16}{totals.tests:7,}{totals.wall_s:10,.1f}{totals.cpu_s:10,.1f}   {cpu:.2f} {nodeid}"
+                    f"{tier:16}{totals.tests:7,}{totals.wall_s:10,.1f}{totals.cpu_s:10,.1f}"
+                    f"{totals.background_s:14,.1f}   {cpu:.2f} {nodeid}"
                 )
         low, middle, high = min(self.calibrations), _median(self.calibrations), max(self.calibrations)
         lines.append(
             f"CPU in reference seconds: each test's processes, scaled by the calibrations of its process "
             f"({len(self.calibrations)} taken: {low * 1000:.1f} to {high * 1000:.1f} ms, median {middle * 1000:.1f}) "
             f"against {REFERENCE_CALIBRATION_S * 1000:.1f} ms on the reference machine (tests/support/budget.py); "
-            f"wall: the sum of the tests' durations"
+            f"wall: the sum of the tests' durations; background: the CPU meanwhile of processes a wider fixture "
+            f"started (DynamoDB Local's JVM, a module's local stack), not in the budgets"
         )
         fast = self.tiers[FAST]
         state = "over" if fast.cpu_s > FAST_TIER_BUDGET_S else "within"

@@ -3,9 +3,9 @@ fails with its name, its figure and the budget."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +22,55 @@ def test_the_cpu_of_a_child_that_ended_during_the_test_counts() -> None:
     before = _Snapshot.now()
     subprocess.run([sys.executable, "-c", BURN], check=True)
     # THEN its CPU is in the figure, beside the little the test process spent itself
-    assert _Snapshot.now().cpu_since(before) >= 0.2
+    own, background = _Snapshot.now().cpu_since(before)
+    assert own >= 0.2
+    assert background == 0
+
+
+def _burning_child() -> subprocess.Popen[str]:
+    """A child that spends 0.2 s of CPU, then waits to be told to end (its stdin closed)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", BURN + "import sys\nsys.stdin.read()\n"], stdin=subprocess.PIPE, text=True
+    )
+
+
+def _end(child: subprocess.Popen[str]) -> None:
+    assert child.stdin is not None
+    child.stdin.close()
+    child.wait()
 
 
 def test_the_cpu_of_a_child_still_running_counts_and_is_not_counted_twice_once_it_ends() -> None:
-    # GIVEN a child that spends 0.2 s of CPU, then waits to be told to end
-    child = subprocess.Popen(
-        [sys.executable, "-c", BURN + "import sys\nsys.stdin.read()\n"], stdin=subprocess.PIPE, text=True
-    )
+    # GIVEN a snapshot, and then a child that spends 0.2 s of CPU and waits
+    before = _Snapshot.now()
+    child = _burning_child()
     try:
-        before = _Snapshot.now()
         # WHEN it has spent it while running (it counts from /proc), and then ends (it counts from os.times)
-        while _Snapshot.now().cpu_since(before) < 0.2:
-            os.sched_yield()
-        running = _Snapshot.now().cpu_since(before)
+        while _Snapshot.now().cpu_since(before)[0] < 0.2:
+            time.sleep(0.01)
+        running, _ = _Snapshot.now().cpu_since(before)
     finally:
-        assert child.stdin is not None
-        child.stdin.close()
-        child.wait()
-    ended = _Snapshot.now().cpu_since(before)
+        _end(child)
+    ended, background = _Snapshot.now().cpu_since(before)
     # THEN the figure holds what it spent, and ending it added only what it spent since (its exit)
     assert 0.2 <= running <= ended < running + 0.2
+    assert background == 0
+
+
+def test_a_child_running_before_and_after_is_background_not_the_tests() -> None:
+    # GIVEN a child started before the snapshot (a wider fixture's process, as DynamoDB Local's JVM)
+    child = _burning_child()
+    try:
+        before = _Snapshot.now()
+        # WHEN it spends its CPU while the test runs
+        while _Snapshot.now().cpu_since(before)[1] < 0.1:
+            time.sleep(0.01)  # not spinning: the test process's own CPU must stay small
+        own, background = _Snapshot.now().cpu_since(before)
+    finally:
+        _end(child)
+    # THEN it is background, and the test's own figure holds only what the test process spent
+    assert background >= 0.1
+    assert own < 0.1
 
 
 def test_the_calibration_is_cpu_time_of_the_same_work() -> None:
