@@ -334,6 +334,7 @@ delivers it again does not matter to the applier's bookkeeping."""
 ARCHIVED = focused(
     SMOKE,
     300,
+    archive=True,
     sqs_share=1.0,
     reuse_share=0.05,
     archive_faults=replace(SMOKE.archive_faults, throttle=0.15, kill_before_archive=0.2),
