@@ -42,7 +42,7 @@ demo-smoke: install
 test: python313
 	$(MAKE) --no-print-directory -j3 --output-sync=target install sam checkov
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs & checks=$$!; \
-	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 3 --dist loadgroup --durations=40; tests=$$?; \
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 3 --dist loadgroup --durations=40 --cpu-budget; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	if [ $$checked -ne 0 ]; then echo "make test: a check failed (ruff, import contracts, mypy or the docs build: see above)"; fi; \
 	exit $$(( tests != 0 || checked != 0 ))
@@ -51,7 +51,7 @@ test: python313
 # that starts one of them unmarked fails (tests/support/tiers.py); nor the few tests marked slow (seconds of CPU
 # each: the planner's searches, cfn-lint, the IAM drive). Hypothesis at its `dev` profile, on both cores.
 test-fast: install
-	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n 2 -m "not dynamodb_local and not moto and not build and not slow" --durations=10
+	TALLY_HYPOTHESIS_PROFILE=dev $(BIN)/pytest -q -n 2 -m "not dynamodb_local and not moto and not build and not slow" --durations=10 --cpu-budget
 
 # The documentation site (mkdocs.yml, docs/): a strict build fails on a broken link or anchor, or a page missing from
 # the nav. Writes site/ (not committed).

@@ -14,12 +14,6 @@ from dataclasses import asdict, dataclass, fields
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-import matplotlib as mpl
-
-mpl.use("Agg")  # headless: the chart is a file, never a window
-import matplotlib.pyplot as plt
-from matplotlib.ticker import FuncFormatter
-
 from bench.results import Grid, field
 from tally.cost.model import Prices
 
@@ -486,6 +480,14 @@ METHOD: Final = [
 # ----------------------------------------------------------------------------------------------- chart
 def chart(results: SuiteResults, path: Path) -> None:
     """A PNG of the headline figures: throughput, write units, requests and cost per event, CPU."""
+    # imported here, as in bench/cost_chart.py: matplotlib takes most of a second of CPU to import, and the test
+    # suite imports this module in every worker to collect tests/bench
+    import matplotlib as mpl  # noqa: PLC0415
+
+    mpl.use("Agg")  # headless: the chart is a file, never a window
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    from matplotlib.ticker import FuncFormatter  # noqa: PLC0415
+
     figure, axes = plt.subplots(2, 3, figsize=(18, 9))
     panels: list[tuple[str, Callable[[PeerRun], float], bool]] = [
         ("events/s through the handler (log)", lambda r: r.events_per_second, True),

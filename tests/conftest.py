@@ -29,7 +29,7 @@ from hypothesis import settings
 
 from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
 from tally_local.template import load_template, table_definitions
-from tests.support import tiers
+from tests.support import budget, tiers
 from tests.support.botocore_data import parse_each_data_file_once
 from tests.support.environment import MOTO_CREDENTIALS, set_environment
 
@@ -184,12 +184,23 @@ def serial_moto_endpoint() -> Iterator[str]:
 _AWS_CALLS_KEY = "tally_aws_calls"
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        budget.OPTION,
+        action="store_true",
+        help="fail a fast-tier or slow test over its CPU budget, and the run when the fast tier is over its own "
+        "(tests/support/budget.py; make test and make test-fast set it)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     from tally_local.kit.calls import RECORDER, Recording  # noqa: PLC0415
 
     for marker, meaning in tiers.MARKERS.items():
         config.addinivalue_line("markers", f"{marker}: {meaning}")
     tiers.GUARD.install()
+    config.stash[_budget_key] = budget.CpuBudget(enforce=config.getoption(budget.OPTION))
+    config.pluginmanager.register(config.stash[_budget_key], "tally-cpu-budget")
     RECORDER.install()
     config.stash[_recording_key] = Recording.empty()
     config.stash[_report_key] = []
@@ -197,14 +208,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 _recording_key = pytest.StashKey["Any"]()
 _report_key = pytest.StashKey["list[str]"]()
+_budget_key = pytest.StashKey[budget.CpuBudget]()
 
 
 @pytest.hookimpl(optionalhook=True)  # an xdist hook: unknown when xdist is not loaded
 def pytest_testnodedown(node: Any, error: object) -> None:
     """xdist (controller): a worker finished; keep its recording."""
-    data = getattr(node, "workeroutput", {}).get(_AWS_CALLS_KEY)
+    output = getattr(node, "workeroutput", {})
+    data = output.get(_AWS_CALLS_KEY)
     if data:
         node.config.stash[_recording_key].merge(json.loads(data))
+    if budget.WORKER_KEY in output:
+        budget.merge_worker(node.config.stash[_budget_key], output[budget.WORKER_KEY])
 
 
 @pytest.hookimpl(trylast=True)
@@ -214,7 +229,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     config = session.config
     if hasattr(config, "workerinput"):  # an xdist worker: hand the recording to the controller
         config.workeroutput[_AWS_CALLS_KEY] = json.dumps(RECORDER.to_json())  # type: ignore[attr-defined]
+        config.workeroutput[budget.WORKER_KEY] = budget.to_json(config.stash[_budget_key])  # type: ignore[attr-defined]
         return
+    if config.stash[_budget_key].failure() is not None:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     recording = config.stash[_recording_key]
     recording.merge(RECORDER.to_json())
     checked = [call for call in recording.calls if call.role in ROLES]
@@ -251,6 +269,10 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if _summaries:
         terminalreporter.section("measured")
         for line in sorted(_summaries):
+            terminalreporter.write_line(line)
+    if not hasattr(config, "workerinput"):
+        terminalreporter.section("CPU and wall time per tier")
+        for line in config.stash[_budget_key].lines():
             terminalreporter.write_line(line)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -23,10 +24,10 @@ from tally_local.chaos.dlq import DeadLetterStore, Letter
 from tally_local.chaos.faults import LOST_CLAIM, DynamoDBChaos, FaultLog
 from tally_local.chaos.harness import Tables, _needs_another_redrive, _redrive, _Run, wire_pipeline
 from tally_local.chaos.kinesis import ShardConsumer, Stream
-from tally_local.chaos.ledger import Ledger
+from tally_local.chaos.ledger import JepsenMonitor, Ledger
 from tally_local.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
 from tally_local.chaos.sqs import Queue
-from tally_local.chaos.workload import Source, generate
+from tally_local.chaos.workload import TRACER, Source, ValidMessage, generate
 from tally_local.esm import BatchOutcome, function_error
 from tally_local.kit.answers import transaction_items
 from tally_local.kit.conflicts import InFlightTransactions
@@ -78,6 +79,55 @@ def test_sqs_done_message_is_deleted_and_visibility_expiry_hands_it_out_twice() 
     queue.settle(second, done=set())
     assert queue.receive(10) is None
     assert dead_letters.letters() == []
+
+
+def test_an_sqs_receive_waits_for_the_other_consumers_answer_and_then_gets_the_message() -> None:
+    # GIVEN a queue whose only message one consumer holds
+    clock, dead_letters = VirtualClock(), DeadLetterStore()
+    queue = _queue(clock, dead_letters)
+    queue.send("body-1")
+    held = queue.receive(10)
+    assert held is not None
+    received: list[list[dict[str, Any]] | None] = []
+    waiting = threading.Thread(target=lambda: received.append(queue.receive(10)))
+
+    # WHEN a second consumer receives meanwhile, and the first one fails the message
+    waiting.start()
+    queue.settle(held, done=set())
+    waiting.join(timeout=10)
+
+    # THEN the waiting receive got it, after the visibility timeout the virtual clock skipped
+    assert not waiting.is_alive()
+    assert [[entry["Body"] for entry in batch] for batch in received if batch] == [["body-1"]]
+
+
+def _message(message_id: str, key: str) -> ValidMessage:
+    return ValidMessage(message_id, "{}", key, 1, {key: {TRACER: Decimal(1)}})
+
+
+def test_the_jepsen_monitor_reads_as_the_run_progresses_not_as_time_passes() -> None:
+    # GIVEN a monitor whose least pause between reads is 1 ms, and a ledger nothing has moved yet
+    ledger = Ledger()
+    reads: list[str] = []
+    read = threading.Event()
+
+    def read_count(key: str) -> Decimal:
+        reads.append(key)
+        read.set()
+        return ledger.acknowledged(key)
+
+    with JepsenMonitor(ledger, ["k"], read_count, interval_s=0.001, seed=1) as monitor:
+        # WHEN time passes with no invocation started or answered (a 1 ms timer would read about 50 times)
+        time.sleep(0.05)
+        # THEN nothing is read
+        assert reads == []
+        # AND WHEN a batch starts, then is answered, THEN each move of the ledger is followed by a read
+        for move in (ledger.attempt, ledger.acknowledge):
+            read.clear()
+            move([_message("m-1", "k")])
+            assert read.wait(10)
+    assert len(reads) == monitor.reads == 2
+    assert monitor.violations == []
 
 
 @dataclass

@@ -72,7 +72,7 @@ def test_two_messages_of_one_expired_journal_batch_are_claimed_again_together(dd
 
 # --- TTL deletes a marker between its read and the claim that replaces it -----------------------------------
 
-EXPIRED_CLAIMS = focused(SMOKE, 20, expired_claims=3)
+EXPIRED_CLAIMS = focused(SMOKE, 20, expired_claims=3, archive=True)
 """Dead batches' claims met again while TTL sweeps just before a drawn request of the invocation, beside 20 plain
 events: at this seed, 2 of the 3 sweeps fall between the read of a marker (an own one, a block's) and the claim
 replacing it; one case alone already fails without the fix, three cost a few tenths of a second more."""
@@ -150,6 +150,7 @@ def test_the_harness_catches_a_marker_ttl_deleted_before_its_replacement_settled
 KINESIS_CRASHES = focused(
     SMOKE,
     10,
+    archive=True,
     kinesis_big_messages=2,
     sqs_share=0.0,
     kinesis_shards=1,
@@ -194,7 +195,7 @@ def test_the_harness_catches_kinesis_records_given_up_after_a_crash(
 
 # --- 36-digit steps under a bound: refused by the bound, never for their condition's digits ---------------------
 
-DIGIT_STEPS = focused(SMOKE, 60, digit_bound_steps=6)
+DIGIT_STEPS = focused(SMOKE, 60, digit_bound_steps=6, archive=True)
 """Six messages stepping a ``seats:`` counter (bounded to [0, 40]) by a 36-digit amount, three of them packed with
 an ordinary step on another seat: each must be refused by its bound, whole."""
 

@@ -7,7 +7,6 @@ local runtime's execution environments; each invocation's record ids are logged 
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING
 
 import pytest
@@ -51,8 +50,9 @@ def test_sqs_deletes_what_succeeded_and_sqs_moves_the_failing_message_after_max_
             assert tally_json("get", "poll:good", "--json") == {"count": 8}
             # WHEN a message the function always reports failed arrives, on a queue whose visibility
             # timeout is 1 s (the template's would make this test wait minutes)
+            # (the pollers short-poll: no receive waits on the queue holding the old timeout, and the message below is
+            # sent after the change, so every receive of it takes the new one)
             sqs.set_queue_attributes(QueueUrl=stack.queue_url, Attributes={"VisibilityTimeout": "1"})
-            time.sleep(2)  # receives already waiting (1 s long polls) took the old timeout with them
             bad = '{"id":"bad-1","key":"poll:bad","delta":1,"fail-me":1}'
             bad_id = sqs.send_message(QueueUrl=stack.queue_url, MessageBody=bad)["MessageId"]
             mappings.wait_until_drained(DRAIN_S)

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from cfnlint.api import ManualArgs, lint
 from samtranslator.model.exceptions import InvalidDocumentException
 from samtranslator.translator.arn_generator import ArnGenerator
 from samtranslator.translator.transform import transform
@@ -112,6 +111,9 @@ def sam_transform(template: dict[str, Any]) -> dict[str, Any]:
 
 
 def cfn_lint(transformed: dict[str, Any]) -> list[Match]:
+    # imported here: cfn-lint takes a second of CPU to import, which every xdist worker paid collecting this module
+    from cfnlint.api import ManualArgs, lint  # noqa: PLC0415
+
     return list(lint(json.dumps(transformed), config=ManualArgs(regions=[REGION], include_checks=["I"])))
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.aggregate import MessageTotals
@@ -171,7 +171,6 @@ def fits_alone(message: MessageTotals, max_actions: int, counter_limit: int, *, 
     )
 
 
-@settings(max_examples=300, deadline=None)
 @given(batches())
 def test_every_message_takes_the_path_its_own_content_decides(
     batch: tuple[list[MessageTotals], dict[str, str], int, int],
@@ -218,7 +217,6 @@ def test_every_message_takes_the_path_its_own_content_decides(
         )
 
 
-@settings(max_examples=200, deadline=None)
 @given(batches())
 def test_without_bounds_nothing_is_refused_for_its_size(
     batch: tuple[list[MessageTotals], dict[str, str], int, int],
@@ -240,7 +238,6 @@ def conditioned_message(message: MessageTotals) -> bool:
     return any(CONDITIONED(item) for item in message.totals)
 
 
-@settings(max_examples=300, deadline=None)
 @given(batches())
 def test_a_thresholded_message_takes_only_a_direct_transaction(
     batch: tuple[list[MessageTotals], dict[str, str], int, int],

@@ -3,7 +3,7 @@ write: with minute windows, each minute an event of a key falls in is one more i
 
 from __future__ import annotations
 
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from tally.core.aggregate import message_totals
@@ -37,7 +37,6 @@ def test_minute_windows_close_a_message_at_99_items_not_99_keys() -> None:
     assert [items_written(message.body) for message in minutes] == [98, 22]
 
 
-@settings(max_examples=150, deadline=None)
 @given(
     st.lists(
         st.tuples(st.integers(0, 40), st.one_of(st.none(), st.integers(0, 5))),

@@ -211,9 +211,11 @@ class ChaosConfig:
     and compares with every counter, window, gauge and distinct count (``tally_local.chaos.archive``)."""
     archive_faults: ArchiveFaultRates = field(default_factory=ArchiveFaultRates)
     jepsen_interval_s: float = 0.02
-    """Pause between two sampled counter reads of the Jepsen-style monitor."""
+    """Least pause between two sampled counter reads of the Jepsen-style monitor, which reads once each time the
+    sources' ledger has moved (``tally_local.chaos.ledger``)."""
     series_read_interval_s: float = 0.01
-    """Pause between two series reads of ``win:`` keys during the run (``tally_local.chaos.window_reads``)."""
+    """How long the series-read monitor waits for a held window move before it reads a key a batch has just
+    started to write (once per move of the ledger; ``tally_local.chaos.window_reads``)."""
     horizon_sessions: int = 2
     """Numbered sessions whose old journal claims a TTL sweep leaves behind on kept block items, then met by a
     redrive without ``ts`` and by a reused id (``tally_local.chaos.horizon``)."""
@@ -314,12 +316,23 @@ SECTIONS: dict[str, int | float] = {
     "bounded_sessions": 0,
     "claim_units": 0,
     "kinesis_big_messages": 0,
+    "archive": False,
 }
-"""The load's sections beyond plain counter messages (and their re-sends), each off: what ``focused`` starts from."""
+"""The load's sections beyond plain counter messages (and their re-sends), each off: what ``focused`` starts from.
+The archive is one: each consumer's writes to a moto server under the archive's faults, and the recount against
+the tables at the end, were a third of a focused run's CPU (0.7 s of 2.5) for runs proving something else; a
+focused run names ``archive=True`` when the archive is its situation or part of the wiring it must hold in
+(``ChaosConfig.archive``: the template's default, ``ArchiveEnabled=true``; off, ``false``)."""
 
 
-def focused(config: ChaosConfig, events: int, **sections: object) -> ChaosConfig:
+FOCUSED_EVENTS = 100
+"""Plain events a focused run draws unless told: enough for batches around the section it names (the tests' focused
+runs use 20 to 400; 2,000 where the situation itself is made of plain events, multi-chunk journal batches)."""
+
+
+def focused(config: ChaosConfig, events: int = FOCUSED_EVENTS, **sections: object) -> ChaosConfig:
     """``config``'s faults and consumers over ``events`` plain events, with only the ``sections`` named here
-    drawn (``focused(SMOKE, 300, distinct_messages=60)``): a run for the one situation a test proves, which
-    ``config`` itself draws among every other."""
+    drawn (``focused(SMOKE, distinct_messages=60)``): a run for the one situation a test proves, which
+    ``config`` itself draws among every other. docs/testing.md says how to find the smallest size that still
+    draws the situation and fails the broken variant."""
     return replace(config, events=events, **(SECTIONS | sections))  # type: ignore[arg-type]

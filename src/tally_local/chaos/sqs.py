@@ -18,7 +18,6 @@ import hashlib
 import heapq
 import random
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
 
 REGION: Final = "us-east-1"
 QUEUE_ARN: Final = "arn:aws:sqs:us-east-1:123456789012:tally-chaos-events"
+_IDLE_WAIT_S: Final = 0.01
 
 
 @dataclass
@@ -74,6 +74,8 @@ class Queue:
         self._messages: dict[str, _Message] = {}
         self._visible: list[tuple[int, float, str, int]] = []  # (visible at, random tie-break, id, generation)
         self._in_flight = 0
+        self._changed = threading.Condition(self._lock)
+        """Notified when a message may have become receivable: sent, answered, or visible again at once."""
         self.halted = threading.Event()
         """Set on Ctrl-C: receives return None, so the pollers end."""
 
@@ -82,6 +84,7 @@ class Queue:
             message_id = str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
             self._messages[message_id] = _Message(message_id, body, self._clock.now_ms())
             self._schedule(self._messages[message_id], self._clock.now_ms())
+            self._changed.notify_all()
             return message_id
 
     def _schedule(self, message: _Message, visible_at_ms: int) -> None:
@@ -90,8 +93,8 @@ class Queue:
 
     def receive(self, max_messages: int) -> list[dict[str, Any]] | None:
         """Up to ``max_messages`` visible messages, shaped like ``ReceiveMessage``'s answer."""
-        while True:
-            with self._lock:
+        with self._lock:
+            while True:
                 if not self._messages or self.halted.is_set():
                     return None
                 batch = self._take(max_messages)
@@ -101,7 +104,9 @@ class Queue:
                 if self._in_flight == 0 and self._visible:
                     self._clock.advance_to(self._visible[0][0])  # wait out the visibility timeouts
                     continue
-            time.sleep(0.002)  # other consumers hold the rest; their answers decide what comes back
+                # Other consumers hold the rest: their answers decide what comes back. Woken by an answer, a send
+                # or an expiry; the timeout covers a jump of the shared clock made by another source's wait.
+                self._changed.wait(_IDLE_WAIT_S)
 
     def _take(self, max_messages: int) -> list[dict[str, Any]]:
         now = self._clock.now_ms()
@@ -136,6 +141,8 @@ class Queue:
             batch.append(self._shape(message))
         for message in expired:
             self._schedule(message, now)  # visible again while this consumer still works on it
+        if expired:
+            self._changed.notify_all()
         return batch
 
     def _shape(self, message: _Message) -> dict[str, Any]:
@@ -163,6 +170,7 @@ class Queue:
                 message.in_flight -= 1
                 if entry["MessageId"] in done:
                     del self._messages[entry["MessageId"]]
+            self._changed.notify_all()
 
 
 def consume(queue: Queue, consumer: Consumer, workload: Workload, ledger: Ledger, batch_size: int) -> None:

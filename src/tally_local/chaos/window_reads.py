@@ -26,7 +26,8 @@ between two requests of the read, at a position the run draws, as it could on AW
 (``situation.series_reads_spanning_a_move``). n is drawn from 2 to the number of requests the last read of
 that window unit without a move made: a move before the first request or after the last meets no read at
 all. A move held longer than ``HOLD_S`` (the monitor busy) is sent anyway. Between moves, the monitor reads
-keys a batch has just started to write.
+keys a batch has just started to write, once each time the ledger has moved (a batch started or was answered),
+as the Jepsen monitor does: the reads follow the run's progress, not the wall clock.
 
 A short pause before each of the monitor's requests (``gap_s``) widens the gaps a move can fall into, as a
 reader on a slower network would.
@@ -225,11 +226,16 @@ class SeriesReadMonitor:
 
     def _loop(self) -> None:
         try:
+            seen = self._ledger.changes
             while not self._stop.is_set():
                 try:
                     held: _HeldMove | None = self._held.get(timeout=self._interval_s)
                 except queue.Empty:
                     held = None
+                    changes = self._ledger.changes
+                    if changes == seen:
+                        continue  # nothing started or answered since the last read: nothing new to read
+                    seen = changes
                 key = held.key if held is not None else self._next_key()
                 unit = self._rng.choice(("day", "hour"))
                 moves = self._log.snapshot().get(MOVES_SENT, 0)
