@@ -308,6 +308,18 @@ def test_an_audit_racing_live_traffic_never_reports_drift(counted: Counted) -> N
     assert verdicts(quiet) == {Verdict.EXACT: len(quiet.findings)}
 
 
+def test_an_audit_right_after_the_last_counting_waits_until_it_settles(counted: Counted) -> None:
+    # GIVEN keys counted just now (their archive records written within the clocks' tolerance of the audit's
+    # first read, so that read cannot tell whether it holds them)
+    now = time.time_ns() // 1_000_000
+    counted.count(*(body(f"recent-{n}", f"k{n % 4}", 1) for n in range(20)), at_ms=now)
+    # WHEN audited at once, with a pause between looks shorter than that tolerance
+    report = counted.audit(settle_s=0.01, attempts=2, tolerance_ms=1_000)
+    # THEN the second look waits until the tolerance has passed and every value is exact, not unsettled
+    assert verdicts(report) == {Verdict.EXACT: len(report.findings)}, report.with_verdict(Verdict.UNSETTLED)
+    assert report.reads == 2
+
+
 def test_a_time_ranged_audit_compares_only_the_windows_in_range(counted: Counted) -> None:
     counted.count(body("a", "k", 1, ts=NOW_MS - 2 * DAY_MS), body("b", "k", 2, ts=NOW_MS))
     report = counted.audit(scope=Scope(all_time=False, since_ms=NOW_MS - DAY_MS))

@@ -334,7 +334,7 @@ LAMBDA_CALLS = {
     ("TransactWriteItems.Update", "Update"),
     ("TransactWriteItems.ConditionCheck", "ConditionCheck"),
     ("BatchGetItem", "batch_get"),  # marker pre-read, journal progress and range check (store.schema)
-    ("BatchWriteItem", "write_pages"),
+    ("BatchWriteItem", "_put_all"),  # journal pages, and a spill's pages with its header (store.journal)
     ("GetItem", "read"),
     ("SendMessageBatch", "send"),
 }

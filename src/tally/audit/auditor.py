@@ -179,6 +179,9 @@ class Auditor:
         self._findings: dict[str, list[Finding]] = {}
         self._reads: dict[str, int] = {}
         self._mismatches: set[str] = set()
+        self._uncertain_until_ms = 0
+        """A read that starts after this places every counting found uncertain so far (its ``archived_ms`` plus
+        the clocks' tolerance): the next look waits for it."""
 
     # ------------------------------------------------------------------------------------------ the audit
     def run(self) -> AuditReport:
@@ -362,6 +365,8 @@ class Auditor:
         for interval, keys in by_read.items():
             records = list({id(r): r for key in keys for r in touching.get(key, [])}.values())
             parted = split(records, interval, self.settings.tolerance_ms)
+            latest = max((record.archived_ms for record in parted.uncertain), default=0)
+            self._uncertain_until_ms = max(self._uncertain_until_ms, latest + self.settings.tolerance_ms + 1)
             before = self._recount(parted.before)
             raced = recounted_slots(self._recount(parted.uncertain), keys) if parted.uncertain else {}
             for key in keys:
@@ -378,6 +383,9 @@ class Auditor:
             )
             if not again:
                 return
+            # A read begun within the tolerance of a counting's archive write cannot place it, however often
+            # it is repeated: the next one starts once the countings found uncertain so far can be placed.
+            self.sleep(max(0, self._uncertain_until_ms - self.clock()) / 1000)
             states, reads = self._read_states(again)
             self.progress.phase(f"settling ({len(again)} keys read again)")
             self.sleep(self.settings.settle_s)  # what committed before the read is archived by now

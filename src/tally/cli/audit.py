@@ -54,7 +54,8 @@ _SHOWN = 50
     default=5.0,
     show_default=True,
     help="When a drifted or unsettled key is read again, seconds to wait before listing the archive again (what"
-    " committed before the read is archived by then).",
+    " committed before the read is archived by then). The read itself waits until 2 s (the clocks' tolerance)"
+    " have passed since the archive writes that raced the previous read.",
 )
 @click.option(
     "--attempts",
