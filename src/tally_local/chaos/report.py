@@ -107,8 +107,9 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
         _flag(len(result.expired_claim_problems)),
     )
     table.add_row("requests over one of DynamoDB's limits", _flag(len(result.requests_over_limits)))
+    _archive_rows(table, result)
     table.add_row("unexpected errors", _flag(len(result.unexpected_errors)))
-    for example in verdict.examples:
+    for example in (*verdict.examples, *(result.archive.examples if result.archive is not None else ())):
         table.add_row(f"  [red]{escape(example)}[/red]", "")
     problems = [
         *map(str, result.series_read_violations[:3]),
@@ -118,6 +119,29 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
     ]
     for problem in problems:
         table.add_row(f"  [red]{escape(problem)}[/red]", "")
+
+
+def _archive_rows(table: Table, result: ChaosResult) -> None:
+    """The archive's recount against the tables (or why there is none: a run that archives nothing)."""
+    archive = result.archive
+    if archive is None:
+        table.add_row("archive recount", "[red]missing[/red]" if result.config.archive else "not archived")
+        return
+    table.add_row(
+        f"archive: countings recounted (of {archive.records:,} records, copies included)", _positive(archive.countings)
+    )
+    table.add_row(f"archive recount: counters wrong (of {archive.counters_checked:,})", _flag(archive.counters_wrong))
+    table.add_row(f"archive recount: windows wrong (of {archive.windows_checked:,})", _flag(archive.windows_wrong))
+    table.add_row(
+        f"archive recount: gauges and distinct counts wrong (of {archive.patterns_checked:,})",
+        _flag(archive.patterns_wrong),
+    )
+    table.add_row("archive recount: values not judged (not recountable exactly)", f"{archive.unjudged:,}")
+    table.add_row("archive records whose digest is not their content's", _flag(archive.digest_mismatches))
+
+
+def _positive(value: int) -> str:
+    return f"{value:,}" if value > 0 else f"[red]{value:,}[/red]"
 
 
 def _flag(value: int) -> str:
@@ -144,6 +168,7 @@ def as_json(result: ChaosResult) -> dict[str, Any]:
         "situations": result.situations,
         "counts": result.counts,
         "verdict": asdict(result.verdict),
+        "archive": asdict(result.archive) if result.archive is not None else None,
         "jepsen_reads": result.jepsen_reads,
         "jepsen_violations": [asdict(v) | {k: str(v) for k, v in asdict(v).items()} for v in result.jepsen_violations],
         "series_reads": result.series_reads,
