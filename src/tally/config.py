@@ -99,9 +99,7 @@ class Settings:
             hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
             counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
             counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults)
-            counter_thresholds = parse_counter_thresholds(
-                env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults, windows=windows
-            )
+            counter_thresholds = parse_counter_thresholds(env.get(COUNTER_THRESHOLDS, ""), hot_keys, windows=windows)
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
         archive_prefix = env.get(ARCHIVE_PREFIX) or DEFAULT_ARCHIVE_PREFIX

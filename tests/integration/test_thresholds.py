@@ -33,7 +33,6 @@ from tally.core.thresholds import (
     CounterThresholds,
     Direction,
     Levels,
-    expected_crossings,
     parse_counter_thresholds,
     window_unit,
 )
@@ -46,6 +45,7 @@ from tally_local.kit.limits import RequestLimits
 from tests.conftest import _create_table, _template_tables
 from tests.support.pipeline import TTL_DAYS, make_pipeline
 from tests.support.properties import on_emulator, sent_in_batches
+from tests.support.reference import expected_crossings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

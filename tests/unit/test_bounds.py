@@ -21,7 +21,6 @@ from tally.core.bounds import (
     Bound,
     BoundCheck,
     bound_checks,
-    expected_value,
     parse_counter_bounds,
     refusal,
     runs_within_bounds,
@@ -40,6 +39,7 @@ from tally.store.expressions import bound_condition
 from tally.store.requests import translate
 from tests.support.events import load_event
 from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.reference import expected_value
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number

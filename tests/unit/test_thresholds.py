@@ -26,7 +26,6 @@ from tally.core.thresholds import (
     crossing_free,
     crossings,
     exact_checks,
-    expected_crossings,
     notification_id,
     parse_counter_thresholds,
     reset_counters,
@@ -34,6 +33,7 @@ from tally.core.thresholds import (
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
 from tally.store.expressions import condition_fits
+from tests.support.reference import expected_crossings
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number

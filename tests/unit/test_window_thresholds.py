@@ -24,7 +24,6 @@ from tally.core.thresholds import (
     crossing_free,
     crossings,
     exact_checks,
-    expected_crossings,
     notification_id,
     parse_counter_thresholds,
     window_reads,
@@ -35,6 +34,7 @@ from tally.store.actions import add_update
 from tally.store.expressions import condition_fits
 from tally.store.schema import counter_attribute
 from tally.store.windows import moved_home, plan_move
+from tests.support.reference import expected_crossings
 
 WINDOWS = parse_window_spec("minute,hour,day")
 DAILY = parse_counter_thresholds("usage:*#calls@day>=800,1000;usage:*#calls>=5000;k#n@minute>=3", windows=WINDOWS)
