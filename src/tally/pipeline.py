@@ -31,12 +31,25 @@ from tally.post_commit import SettledBatch, attempt_within, post_commit_steps
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from tally.commit.applier import Applier
     from tally.commit.fates import ApplyOutcome
-    from tally.core.aggregate import BatchTotals, Deduplicated
+    from tally.commit.retrying import RetryPolicy
+    from tally.core.aggregate import BatchTotals, Deduplicated, MessageTotals
     from tally.core.limits import WireLimits
     from tally.core.model import SourceRecord
     from tally.post_commit import PostCommitStep, StepResult
+
+
+class ApplyPort(Protocol):
+    """Commits a batch's distinct messages, each exactly once (``tally.commit.applier.Applier``)."""
+
+    policy: RetryPolicy
+    """The commit's retry policy: the post-commit steps send under it too (``tally.post_commit.attempt_within``)."""
+    sleep: Callable[[float], None]
+    """How its retries wait (the post-commit steps' wait the same way)."""
+
+    def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
+        """Give every message one fate; ``remaining_ms`` reports the invocation's time left."""
+        ...
 
 
 class DeadLetterQueue(Protocol):
@@ -93,7 +106,7 @@ class BatchPipeline:
 
     def __init__(
         self,
-        applier: Applier,
+        applier: ApplyPort,
         dead_letters: DeadLetterQueue,
         settings: PipelineSettings,
         rng: random.Random | None = None,

@@ -306,7 +306,7 @@ def test_the_pipeline_hands_messages_over_in_the_sources_order() -> None:
     records = kinesis_source.records_from_event(load_event("kinesis-bounded.json"))
     applier = RecordingApplier()
     pipeline = BatchPipeline(
-        applier,  # type: ignore[arg-type]
+        applier,
         RecordingDeadLetterQueue(),
         PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=35 * 86_400_000),
     )

@@ -78,6 +78,7 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 import click
 
+from tally.commit.applier import Applier
 from tally.config import Settings
 from tally.core.model import SourceRecord
 from tally.core.thresholds import Direction, crossed, crossings
@@ -423,7 +424,9 @@ def broken_crossings_never_spilled(client: Any, tables: Tables, bus: _Bus) -> Ba
 
 
 def _store_of(pipeline: BatchPipeline) -> DynamoDBCounterStore:
-    store = pipeline._applier.store
+    applier = pipeline._applier
+    assert isinstance(applier, Applier)
+    store = applier.store
     assert isinstance(store, DynamoDBCounterStore)
     return store
 
