@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from bench.peers.tables import drop_tables, tally_tables
 from bench.results import field, load_options, report
 from tally.commit.applier import Applier, RetryPolicy
+from tally.core.declarations import Declarations
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.sharding import HotKeys, parse_hot_keys
@@ -95,7 +96,7 @@ def run_case(
         pipeline = BatchPipeline(
             Applier(store, journal, policy=policy),
             _DropDeadLetters(),
-            PipelineSettings(WIRE_LIMITS, TTL_S * 1000, hot_keys=hot),
+            PipelineSettings(WIRE_LIMITS, TTL_S * 1000, declarations=Declarations(hot_keys=hot)),
         )
         while True:
             try:

@@ -67,54 +67,44 @@ def wire_pipeline(
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
     ttl_s = settings.marker_ttl_seconds
-    defaults = settings.counter_defaults
-    bounds = settings.counter_bounds
+    declared = settings.declarations
+    windows = declared.windows
     store = DynamoDBCounterStore(
         dynamodb,
         settings.counters_table,
         settings.markers_table,
         ttl_s,
-        settings.hot_keys,
-        defaults=defaults,
-        bounds=bounds,
-        thresholds=settings.counter_thresholds,
+        declared.hot_keys,
+        defaults=declared.defaults,
+        bounds=declared.bounds,
+        thresholds=declared.thresholds,
         notifications_table=settings.notifications_table,
-        windows=settings.windows,
+        windows=windows,
     )
     journal = DynamoDBJournal(
         dynamodb,
         settings.counters_table,
         settings.markers_table,
         ttl_s,
-        defaults,
+        declared.defaults,
         notifications_table=settings.notifications_table,
     )
-    limits = WIRE_LIMITS
     return BatchPipeline(
         Applier(
             store,
             journal,
-            counter_limit=counter_limit_for(defaults),
-            bounds=bounds,
-            thresholds=settings.counter_thresholds,
+            counter_limit=counter_limit_for(declared.defaults),
+            declarations=declared,
             write_concurrency=settings.write_concurrency,
         ),
         dead_letters,
-        PipelineSettings(
-            limits=limits,
-            dedup_horizon_ms=ttl_s * 1000,
-            windows=settings.windows,
-            hot_keys=settings.hot_keys,
-            counter_defaults=defaults,
-        ),
+        PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=ttl_s * 1000, declarations=declared),
         steps=post_commit_steps(
-            settings.windows,
+            windows,
             gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
-            distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
-            mover=DynamoDBWindowMover(
-                dynamodb, settings.counters_table, settings.windows, thresholds=settings.counter_thresholds
-            )
-            if any(unit.on_key_item for unit in settings.windows.units)
+            distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, declared.hot_keys),
+            mover=DynamoDBWindowMover(dynamodb, settings.counters_table, windows, thresholds=declared.thresholds)
+            if any(unit.on_key_item for unit in windows.units)
             else None,
             archive=archive,
             archive_prefix=settings.archive_prefix,

@@ -185,7 +185,7 @@ def run(console: Console, *, events: int, keys: int, producers: int, seed: int, 
             resources.counters_table,
             resources.markers_table,
             settings.marker_ttl_seconds,
-            settings.hot_keys,
+            settings.declarations.hot_keys,
         )
         check = _check_counters(console, resources, store, load, random.Random(seed))
         verdict.add("every counter exact", check.ok)
@@ -509,8 +509,8 @@ def _audit(console: Console, resources: LocalResources) -> bool:
     reader = CounterReader(
         resources.counters_table,
         client=resources.client("dynamodb"),
-        hot_keys=settings.hot_keys,
-        windows=settings.windows,
+        hot_keys=settings.declarations.hot_keys,
+        windows=settings.declarations.windows,
     )
     with progress_bar() as bar:
         report = Auditor(
@@ -518,7 +518,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
             settings.archive_bucket,
             settings.archive_prefix,
             reader,
-            AuditSettings(settings.windows, settings.counter_defaults, settle_s=1.0),
+            AuditSettings(settings.declarations.windows, settings.declarations.defaults, settle_s=1.0),
             progress=bar,
         ).run()
     counts = summarise(report.findings).values

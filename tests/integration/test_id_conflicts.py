@@ -53,10 +53,7 @@ def pipeline_with_gate(
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
     gate = MarkerReadGate() if reads_markers else MarkerReadGate(quiet_batches=0)
     applier = Applier(store, journal, policy=FAST_RETRIES, sleep=lambda _: None, marker_read_gate=gate)
-    settings = PipelineSettings(
-        limits=WIRE_LIMITS,
-        dedup_horizon_ms=TTL_DAYS * 86_400_000,
-    )
+    settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_DAYS * 86_400_000)
     return BatchPipeline(applier, dlq, settings), dlq
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from tally.commit.applier import Applier, RetryPolicy
 from tally.core.bounds import NO_BOUNDS, CounterBounds
+from tally.core.declarations import Declarations
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.limits import TRANSACT_MAX_ACTIONS, WIRE_LIMITS
 from tally.core.sharding import HotKeys
@@ -109,13 +110,14 @@ def make_pipeline(
     its records' ``archived_ms`` read from ``clock`` (the wall clock by default).
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
-    settings = PipelineSettings(
-        limits=WIRE_LIMITS,
-        dedup_horizon_ms=TTL_DAYS * 86_400_000,
+    declared = Declarations(
         windows=windows or WindowSpec(),
         hot_keys=hot_keys or HotKeys(),
-        counter_defaults=counter_defaults,
+        defaults=counter_defaults,
+        bounds=store.bounds,
+        thresholds=store.thresholds,
     )
+    settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_DAYS * 86_400_000, declarations=declared)
     journal = DynamoDBJournal(
         store.client,
         store.counters_table,
@@ -133,17 +135,16 @@ def make_pipeline(
         max_actions=max_actions,
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(store.defaults),
-        bounds=store.bounds,
-        thresholds=store.thresholds,
+        declarations=declared,
         write_concurrency=write_concurrency,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
-    distinct = DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys) if with_distinct else None
+    distinct = DynamoDBDistinctStore(store.client, store.counters_table, declared.hot_keys) if with_distinct else None
     mover = window_mover
-    if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
-        mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, thresholds=store.thresholds)
+    if mover is None and move_windows and any(unit.on_key_item for unit in declared.windows.units):
+        mover = DynamoDBWindowMover(store.client, store.counters_table, declared.windows, thresholds=store.thresholds)
     steps = post_commit_steps(
-        settings.windows,
+        declared.windows,
         gauges=gauges,
         distinct=distinct,
         mover=mover,

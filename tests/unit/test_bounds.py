@@ -168,7 +168,7 @@ def test_declarations_first_match_wins_per_bound() -> None:
 def test_settings_read_the_bounds_and_refuse_bad_ones() -> None:
     base = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL": "q"}
     settings = Settings.from_env({**base, "TALLY_COUNTER_BOUNDS": "stock:*#stock>=0"})
-    assert settings.counter_bounds.bounds("stock:1") == {"stock": Bound(0, None)}
+    assert settings.declarations.bounds.bounds("stock:1") == {"stock": Bound(0, None)}
     with pytest.raises(ConfigurationError, match="hot key"):
         Settings.from_env({**base, "TALLY_COUNTER_BOUNDS": "p#n<=1", "TALLY_HOT_KEYS": "p=2"})
     with pytest.raises(ConfigurationError, match="start value"):

@@ -394,6 +394,6 @@ def test_the_function_refuses_a_declaration_it_cannot_honour(environment: dict[s
     base = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL": "q"}
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env({**base, **environment})
-    assert Settings.from_env({**base, "TALLY_COUNTER_DEFAULTS": "v#c=delta:2"}).counter_defaults.default_deltas(
+    assert Settings.from_env({**base, "TALLY_COUNTER_DEFAULTS": "v#c=delta:2"}).declarations.defaults.default_deltas(
         "v"
     ) == {"c": 2}

@@ -21,6 +21,7 @@ from tally.archive_writer import S3ArchiveWriter
 from tally.commit.fates import ApplyOutcome
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.config import Settings
+from tally.core.declarations import Declarations
 from tally.core.ledger import Commit
 from tally.core.limits import WireLimits
 from tally.core.model import RejectCode, SourceRecord
@@ -250,7 +251,7 @@ def windowed_record(n: int) -> SourceRecord:
 def moving_pipeline(client: ThrottledMoves, policy: RetryPolicy = DEFAULT_RETRY_POLICY) -> BatchPipeline:
     mover = DynamoDBWindowMover(client, "counters", DAYS, move_at_bytes=0)  # type: ignore[arg-type]
     steps = post_commit_steps(DAYS, mover=mover)
-    settings = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=DAYS)
+    settings = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, declarations=Declarations(DAYS))
     return BatchPipeline(AppliesAll(policy), RecordingDeadLetterQueue(), settings, steps=steps)
 
 
@@ -388,8 +389,10 @@ def test_gauge_writes_stop_before_the_time_kept_for_reporting_and_their_messages
 
 
 DAY_BEFORE_MS = NOW_MS - DAY_MS
-STEP_SETTINGS = Settings("counters", "markers", dlq_url=None, windows=parse_window_spec("hour,day"))
-STEP_PIPELINE = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=STEP_SETTINGS.windows)
+STEP_SETTINGS = Settings("counters", "markers", dlq_url=None, declarations=Declarations(parse_window_spec("hour,day")))
+STEP_PIPELINE = PipelineSettings(
+    limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, declarations=STEP_SETTINGS.declarations
+)
 
 
 ARCHIVE_BUCKET = "tally-step-archive"

@@ -72,7 +72,7 @@ def test_settings_need_a_notifications_table_beside_thresholds() -> None:
     with pytest.raises(ConfigurationError, match="TALLY_NOTIFICATIONS_TABLE"):
         Settings.from_env(env, require_dlq=False)
     settings = Settings.from_env({**env, "TALLY_NOTIFICATIONS_TABLE": "n"}, require_dlq=False)
-    assert settings.counter_thresholds.thresholds("k") == {"n": Levels(rising=(5,))}
+    assert settings.declarations.thresholds.thresholds("k") == {"n": Levels(rising=(5,))}
     assert settings.notifications_table == "n"
 
 

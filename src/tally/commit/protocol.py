@@ -42,7 +42,8 @@ from functools import partial
 from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.aggregate import merge_totals
-from tally.core.bounds import NO_BOUNDS, CounterBounds, bounds_hold, refusal, runs_within_bounds
+from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
+from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
@@ -60,7 +61,7 @@ from tally.core.plan import (
     split_refused,
     transaction_actions,
 )
-from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossings
+from tally.core.thresholds import crossings
 from tally.errors import (
     BatchStateError,
     ChunkAppliedError,
@@ -142,16 +143,15 @@ class CommitProtocol:
         max_actions: int,
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
-        bounds: CounterBounds = NO_BOUNDS,
-        thresholds: CounterThresholds = NO_THRESHOLDS,
+        declarations: Declarations = NO_DECLARATIONS,
         pool: Executor | None = None,
     ) -> None:
         self._store = store
-        self._thresholds = thresholds
+        self._thresholds = declarations.thresholds
         """Declared levels: a refused crossing condition sends its write again from the values met (``_exact``)."""
         self._pool = pool
         """Threads for a round's key-disjoint direct transactions (``direct_all``); None: one at a time."""
-        self._bounds = bounds
+        self._bounds = declarations.bounds
         """Declared floors and ceilings: only to name why a message a bound refused is dead-lettered."""
         self._journal = journal
         self._steps = steps

@@ -57,10 +57,9 @@ from tally.core.patterns import KeyPattern
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
     from tally.core.aggregate import MessageTotals, Totals
-    from tally.core.bounds import CounterBounds
     from tally.core.items import ItemKey
     from tally.core.sharding import HotKeys
 
@@ -268,18 +267,6 @@ class CounterThresholds:
 
 
 NO_THRESHOLDS = CounterThresholds()
-
-
-def conditioned(bounds: CounterBounds, thresholds: CounterThresholds) -> Callable[[ItemKey], bool] | None:
-    """The items whose writes carry a condition only a direct transaction can (a bound, a crossing): the planner
-    pins the messages that touch one to direct transactions (``tally.core.plan.plan_batch``). None: no item."""
-    if not bounds.rules and not thresholds.rules:
-        return None
-
-    def pinned(item: ItemKey) -> bool:
-        return bounds.is_bounded(item) or thresholds.is_thresholded(item)
-
-    return pinned
 
 
 MAX_THRESHOLD_LEVELS = 10

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from tally.commit.applier import Applier, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
-from tally.core.bounds import parse_counter_bounds
+from tally.core.declarations import parse_declarations
 from tally.core.defaults import parse_counter_defaults
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
@@ -93,28 +93,31 @@ def wire_pipeline(
     clock: Callable[[], int] | None = None,
 ) -> BatchPipeline:
     """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer."""
-    hot_keys = parse_hot_keys(config.hot_keys)
-    defaults = parse_counter_defaults(config.counter_defaults, hot_keys)
-    bounds = parse_counter_bounds(config.counter_bounds, hot_keys, defaults)
+    declared = parse_declarations(
+        windows=config.windows,
+        window_retention=config.window_retention,
+        hot_keys=config.hot_keys,
+        defaults=config.counter_defaults,
+        bounds=config.counter_bounds,
+    )
     store = store or DynamoDBCounterStore(
-        client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults, bounds=bounds
+        client,
+        tables.counters,
+        tables.markers,
+        TTL_SECONDS,
+        declared.hot_keys,
+        defaults=declared.defaults,
+        bounds=declared.bounds,
     )
-    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, defaults)
-    limits = WIRE_LIMITS
-    settings = PipelineSettings(
-        limits=limits,
-        dedup_horizon_ms=TTL_SECONDS * 1000,
-        windows=parse_window_spec(config.windows, config.window_retention),
-        hot_keys=hot_keys,
-        counter_defaults=defaults,
-    )
+    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, declared.defaults)
+    settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_SECONDS * 1000, declarations=declared)
     applier = Applier(
         store,
         journal,
         policy=CHAOS_RETRIES,
         marker_read_gate=marker_read_gate,
-        counter_limit=counter_limit_for(defaults),
-        bounds=bounds,
+        counter_limit=counter_limit_for(declared.defaults),
+        declarations=declared,
         write_concurrency=config.write_concurrency,
     )
     # The gauge and member stores as production wires them: without them a message with gauges
@@ -124,10 +127,10 @@ def wire_pipeline(
         dead_letters,
         settings,
         steps=post_commit_steps(
-            settings.windows,
+            declared.windows,
             gauges=DynamoDBGaugeStore(client, tables.counters),
-            distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
-            mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
+            distinct=DynamoDBDistinctStore(client, tables.counters, declared.hot_keys),
+            mover=DynamoDBWindowMover(client, tables.counters, declared.windows),
             archive=archive,
             clock=clock or wall_clock_ms,
         ),
@@ -381,7 +384,35 @@ def run_chaos(
         return _run_chaos(config, client_factory, tables, archive=site, **options)  # type: ignore[arg-type]
 
 
-def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
+def _publish(workload: Workload, log: FaultLog, queue: Queue, stream: Stream) -> None:
+    """Every publication of the workload, to its source, each situation it makes counted in ``log``."""
+    reused = {message.body for message in workload.alternates.values()}
+    precision_bodies = {message.body for message in workload.precision_doomed}
+    digit_bodies = {message.body for message in workload.digit_steps}
+    for publication in workload.publications:
+        if publication.resend:
+            log.add("producer.resend")
+            if workload.by_body[publication.body].body != publication.body:
+                log.add("producer.resend_respelled")
+        if publication.body in reused:
+            log.add("producer.id_reused")
+        if publication.body in workload.poison:
+            log.add("poison.published")
+        if publication.body in precision_bodies:
+            log.add("situation.sum_over_38_digits_published")
+        if publication.body in digit_bodies:
+            log.add("situation.bounded_36_digit_step_published")
+        if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
+            log.add("situation.numbered_id_published")  # its marker shares a block item
+        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
+            log.add("situation.session_big_published")  # then its bounded sales, one block
+        if publication.source is Source.SQS:
+            queue.send(publication.body)
+        else:
+            stream.put(publication.body.encode(), publication.partition_key)
+
+
+def _run_chaos(
     config: ChaosConfig,
     client_factory: Callable[[], DynamoDBClient],
     tables: Tables,
@@ -424,30 +455,9 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
         )
         for section in (run_past_horizon, run_expired_claims)
     )
-    reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
     digit_bodies = {message.body for message in workload.digit_steps}
-    for publication in workload.publications:
-        if publication.resend:
-            run.log.add("producer.resend")
-            if workload.by_body[publication.body].body != publication.body:
-                run.log.add("producer.resend_respelled")
-        if publication.body in reused:
-            run.log.add("producer.id_reused")
-        if publication.body in workload.poison:
-            run.log.add("poison.published")
-        if publication.body in precision_bodies:
-            run.log.add("situation.sum_over_38_digits_published")
-        if publication.body in digit_bodies:
-            run.log.add("situation.bounded_36_digit_step_published")
-        if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
-            run.log.add("situation.numbered_id_published")  # its marker shares a block item
-        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
-            run.log.add("situation.session_big_published")  # then its bounded sales, one block
-        if publication.source is Source.SQS:
-            queue.send(publication.body)
-        else:
-            stream.put(publication.body.encode(), publication.partition_key)
+    _publish(workload, run.log, queue, stream)
 
     series_client = client_factory()
     series_monitor = SeriesReadMonitor(

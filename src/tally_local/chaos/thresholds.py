@@ -705,6 +705,23 @@ def _check(
         "announced": len(announced),
         "recorded": len(recorded),
     }
+    problems += _check_announced(announced, recorded, by_id, bus.before_recorded)
+    problems += _check_days(messages, announced, figures)
+    problems += _check_spelled(ends, announced, figures)
+    problems += _check_keys(ends, announced, figures)
+    faults = log.snapshot()
+    return ThresholdChaosResult(not problems, figures, faults, problems)
+
+
+def _check_announced(
+    announced: dict[str, dict[str, Any]],
+    recorded: dict[str, Any],
+    by_id: dict[str, Message],
+    before_recorded: list[dict[str, Any]],
+) -> list[str]:
+    """Each crossing announced once, by its message, for a step that crosses its level, after its commit; every
+    recorded crossing announced."""
+    problems: list[str] = []
     names = Counter(
         (e["message_id"], e["key"], e.get("window", "all"), e["level"], e["direction"]) for e in announced.values()
     )
@@ -722,13 +739,17 @@ def _check(
             problems.append(f"spurious: {event['message_id']}'s step to {after} does not cross {crossing_name}")
         if nid not in recorded:
             problems.append(f"announced but never recorded (no commit): {event}")
-    for event in bus.before_recorded:
-        problems.append(f"announced before its crossing was recorded: {event}")
-    for nid, crossing in recorded.items():
-        if nid not in announced:
-            problems.append(f"recorded but never announced: {crossing}")
-    problems += _check_days(messages, announced, figures)
-    problems += _check_spelled(ends, announced, figures)
+    problems.extend(f"announced before its crossing was recorded: {event}" for event in before_recorded)
+    problems.extend(
+        f"recorded but never announced: {crossing}" for nid, crossing in recorded.items() if nid not in announced
+    )
+    return problems
+
+
+def _check_keys(ends: dict[str, int], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:
+    """Per all-time key: the levels between its start and its end announced once each (``up``, ``down``), or, for
+    a ``mix`` key walking back and forth, as many rising as falling crossings as the side it ended on says."""
+    problems: list[str] = []
     for key, end in ends.items():
         kind = key.split(":")[1]
         mine = [e for e in announced.values() if e["key"] == key]
@@ -753,8 +774,7 @@ def _check(
                 problems.append(
                     f"{key}: {ups} rising and {downs} falling crossings announced, but the side changed by {side}"
                 )
-    faults = log.snapshot()
-    return ThresholdChaosResult(not problems, figures, faults, problems)
+    return problems
 
 
 def _check_days(messages: list[Message], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:
