@@ -37,12 +37,12 @@ the item until one of them began before today (UTC) or the item reaches ``MOVE_A
 together: per key and day about one key-item update and one day-item write, instead of two items per key
 and hour.
 
-Who: ``after_batch`` (``tally.pipeline``, after the commit, like gauges and distinct members) checks the
-key items the batch just wrote that this container has not checked since the hour began (a per-container
-memory, lost on a cold start: a second check costs a read, nothing more), with one ``BatchGetItem``, and
-moves what is due. A kill anywhere here leaves attributes that readers still count and a later batch
-writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys no
-batch writes again.
+Who: ``after_batch`` (the window step, ``tally.post_commit.windows``, after the commit, like gauges and distinct
+members) checks the key items the batch just wrote that this container has not checked since the hour began (a
+per-container memory, lost on a cold start: a second check costs a read, nothing more), with one
+``BatchGetItem``, and moves what is due. A kill anywhere here leaves attributes that readers still count and a
+later batch writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys
+no batch writes again.
 """
 
 from __future__ import annotations
