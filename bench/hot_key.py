@@ -90,11 +90,11 @@ def run_case(
     def consume() -> None:
         consumer_client = ddb.client()
         emulator.attach(consumer_client)
-        store = DynamoDBCounterStore(consumer_client, counters, markers, TTL_S, hot)
+        store = DynamoDBCounterStore(consumer_client, counters, markers, TTL_S)
         journal = DynamoDBJournal(consumer_client, counters, markers, TTL_S)
         policy = RetryPolicy(base_delay_s=0.01, max_delay_s=0.2, max_attempts=50, reserve_ms=0)
         pipeline = BatchPipeline(
-            Applier(store, journal, policy=policy),
+            Applier(store, journal, policy=policy, declarations=Declarations(hot_keys=hot)),
             _DropDeadLetters(),
             PipelineSettings(WIRE_LIMITS, TTL_S * 1000, declarations=Declarations(hot_keys=hot)),
         )
@@ -121,7 +121,7 @@ def run_case(
     seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
-    counted = read_counters(DynamoDBCounterStore(client, counters, markers, TTL_S, hot), HOT_KEY).get(
+    counted = read_counters(DynamoDBCounterStore(client, counters, markers, TTL_S), HOT_KEY, hot).get(
         "count", Decimal(0)
     )
     drop_tables(client, [counters, markers])

@@ -133,13 +133,9 @@ class TallyCounter:
 
     def read_counters(self, keys: Iterable[str]) -> dict[str, dict[str, Decimal]]:
         store = DynamoDBCounterStore(
-            self._admin,
-            self.counters_table,
-            self.markers_table,
-            self.settings.marker_ttl_seconds,
-            hot_keys=self.settings.declarations.hot_keys,
+            self._admin, self.counters_table, self.markers_table, self.settings.marker_ttl_seconds
         )
-        return {key: read_counters(store, key) for key in keys}
+        return {key: read_counters(store, key, self.settings.declarations.hot_keys) for key in keys}
 
     def track(self, meter: DynamoDBMeter) -> None:
         aliases = {self.counters_table: "counters", self.markers_table: "markers"}

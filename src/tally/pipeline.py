@@ -40,10 +40,15 @@ if TYPE_CHECKING:
 class ApplyPort(Protocol):
     """Commits a batch's distinct messages, each exactly once (``tally.commit.applier.Applier``)."""
 
-    policy: RetryPolicy
-    """The commit's retry policy: the post-commit steps send under it too (``tally.post_commit.attempt_within``)."""
-    sleep: Callable[[float], None]
-    """How its retries wait (the post-commit steps' wait the same way)."""
+    @property
+    def policy(self) -> RetryPolicy:
+        """The commit's retry policy: the post-commit steps send under it too (``tally.post_commit.attempt_within``)."""
+        ...
+
+    @property
+    def sleep(self) -> Callable[[float], None]:
+        """How its retries wait (the post-commit steps' wait the same way)."""
+        ...
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Give every message one fate; ``remaining_ms`` reports the invocation's time left."""

@@ -62,7 +62,7 @@ def operators_of(tables: DynamoDBTables, key: str) -> dict[str, dict[str, list[s
 def pipeline_on(
     tables: DynamoDBTables, *, hot_keys: HotKeys | None = None, **options: Any
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
-    store = make_store(tables.client, tables.counters_table, tables.markers_table, hot_keys=hot_keys)
+    store = make_store(tables.client, tables.counters_table, tables.markers_table)
     return make_pipeline(store, hot_keys=hot_keys, **options)
 
 

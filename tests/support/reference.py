@@ -1,4 +1,5 @@
-"""The reference models the tests compare with: what a counter pattern means, applied one message at a time.
+"""The reference models the tests compare with: what a counter pattern means, applied one message at a time, and
+what DynamoDB does with a planned write's conditions.
 
 Each says what any batching of the same messages, in the same order, must give; the product never imports them
 (they lived in the core until they were found shipping in the Lambda package only for the tests' sake).
@@ -9,15 +10,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from tally.core.numbers import add
-from tally.core.thresholds import crossed
+from tally.core.thresholds import Direction, crossed
 
 if TYPE_CHECKING:
-    from collections.abc import Container, Iterable
+    from collections.abc import Container, Iterable, Mapping
 
     from tally.core.bounds import Bound
     from tally.core.model import Message
     from tally.core.numbers import Number
-    from tally.core.thresholds import Direction, Levels
+    from tally.core.thresholds import Levels
+    from tally.core.write import ItemWrite
 
 
 def expected_value(start: Number, amounts: Iterable[Number], bound: Bound) -> tuple[Number, tuple[int, ...]]:
@@ -72,3 +74,35 @@ def expected_values(messages: Iterable[Message]) -> dict[str, dict[str, Number]]
             for name, delta in event.deltas.items():
                 counters[name] = add(counters.get(name, 0), delta)
     return values
+
+
+def admits(write: ItemWrite, stored: Mapping[str, Number]) -> bool:
+    """Whether DynamoDB lets ``write`` through an item holding ``stored`` (a counter it does not hold: absent): its
+    conditions as the store encodes them (``tally.store.expressions``: ``bound_condition``, ``threshold_condition``;
+    a comparison with a missing attribute is false, so only ``if_missing`` lets a missing counter through). The
+    count of moves it may be conditioned on is not modelled (no window is moved here)."""
+    for bound in write.bounds:
+        value = stored.get(bound.counter)
+        if value is None:
+            held = bound.if_missing
+        else:
+            held = (bound.at_least is None or value >= bound.at_least) and (
+                bound.at_most is None or value <= bound.at_most
+            )
+        if not held:
+            return False
+    for level in write.free:
+        value = stored.get(level.counter)
+        if value is None:
+            held = level.if_missing
+        elif level.direction is Direction.RISING:
+            held = (level.low is not None and value < level.low) or (level.high is not None and value >= level.high)
+        else:
+            held = (level.low is not None and value <= level.low) or (level.high is not None and value > level.high)
+        if not held:
+            return False
+    for exact in write.exact:
+        value = stored.get(exact.counter)
+        if not (exact.if_missing if value is None else value == exact.value):
+            return False
+    return True

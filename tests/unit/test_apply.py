@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from tally.core.aggregate import Totals
     from tally.core.items import ItemKey
     from tally.core.numbers import Number
-    from tally.core.plan import Chunk, WritePlan
+    from tally.core.plan import WritePlan
+    from tally.core.write import DirectWrite, ItemRead
 
 NOW_MS = 1_704_067_200_000
 DEFAULT_POLICY = RetryPolicy()
@@ -63,6 +64,21 @@ class Clock:
         self.remaining -= round(seconds * 1000)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What one transaction the store was asked to write carried: its messages and its net increments per item."""
+
+    message_ids: tuple[str, ...]
+    increments: Mapping[ItemKey, Mapping[str, Number]]
+
+    @classmethod
+    def of(cls, write: DirectWrite) -> Sent:
+        return cls(
+            tuple(claim.message_id for claim in write.claims),
+            {item.item: item.adds for item in write.items if item.adds},
+        )
+
+
 @dataclass
 class FakeCounterStore:
     """In-memory ``CounterStore``: one idempotency marker per message, counters summed per key.
@@ -82,12 +98,13 @@ class FakeCounterStore:
     call_cost_ms: int = 0
     markers: set[str] = field(default_factory=set)
     counters: dict[ItemKey, dict[str, Number]] = field(default_factory=dict)
-    calls: list[Chunk] = field(default_factory=list)
+    calls: list[Sent] = field(default_factory=list)
     remaining_at_call: list[int] = field(default_factory=list)
     lookups: list[str] = field(default_factory=list)
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
-        assert now_ms == NOW_MS
+    def write(self, write: DirectWrite) -> None:
+        assert write.at_ms == NOW_MS
+        chunk = Sent.of(write)
         self.calls.append(chunk)
         self.remaining_at_call.append(self.clock.remaining_ms())
         self.clock.remaining -= self.call_cost_ms
@@ -115,7 +132,10 @@ class FakeCounterStore:
     def read_markers(self, message_ids: Sequence[str]) -> Mapping[str, MarkerRecord]:
         return {mid: MarkerRecord(mid, NOW_MS, 0, None) for mid in message_ids if mid in self.markers}
 
-    def _check_range(self, chunk: Chunk) -> None:
+    def read_items(self, items: Sequence[ItemKey]) -> Mapping[ItemKey, ItemRead]:
+        pytest.fail(f"no write of these tests reads before it is planned: {items}")
+
+    def _check_range(self, chunk: Sent) -> None:
         if self.poison.intersection(chunk.message_ids):
             raise WriteRejectedError(self.refusal, number_range=NUMBER_RANGE.search(self.refusal) is not None)
 

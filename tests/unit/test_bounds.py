@@ -31,6 +31,7 @@ from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
 from tally.core.plan import ConditionRefusedError, plan_batch, split_refused
 from tally.core.sharding import parse_hot_keys
+from tally.core.write import ItemRead
 from tally.errors import ConfigurationError, MarkersExistError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.sources import kinesis as kinesis_source
@@ -221,7 +222,11 @@ def test_a_failed_bound_becomes_a_refused_condition_with_the_stored_values() -> 
         [Role("marker", "m1"), Role("add", item="stock:1")],
     )
     assert isinstance(error, ConditionRefusedError)
-    assert error.stored == {"stock:1": {"stock": Decimal(2)}}
+    assert error.found == {"stock:1": ItemRead({"stock": Decimal(2)})}
+    # an item that was not there: None, which the protocol meets at the start values (counters_met)
+    missing = translate(cancelled({"Code": "ConditionalCheckFailed"}), [Role("add", item="stock:2")])
+    assert isinstance(missing, ConditionRefusedError)
+    assert missing.found == {"stock:2": None}
     # a marker's failed condition wins: the message is settled through its marker first
     both = translate(
         cancelled({"Code": "ConditionalCheckFailed", "Item": {}}, {"Code": "ConditionalCheckFailed", "Item": {}}),

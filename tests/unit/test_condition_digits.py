@@ -108,7 +108,9 @@ def test_a_bound_condition_holds_for_exactly_the_stored_values_every_step_keeps(
     floor: Number, ceiling: Number, amounts: list[Number], stored: list[Number]
 ) -> None:
     # GIVEN a floor and a ceiling (either order) and steps whose every running sum is storable (the planner's cut)
-    rules = CounterBounds((BoundRule(KeyPattern("k"), "n", floor=floor), BoundRule(KeyPattern("k"), "n", ceiling=ceiling)))
+    rules = CounterBounds(
+        (BoundRule(KeyPattern("k"), "n", floor=floor), BoundRule(KeyPattern("k"), "n", ceiling=ceiling))
+    )
     sums = _running_sums(amounts)
     if sums is None:
         return

@@ -15,6 +15,7 @@ from tally.config import Settings
 from tally.core.aggregate import MessageTotals
 from tally.core.declarations import Declarations
 from tally.core.items import ALL_TIME, CounterItem, window_counter
+from tally.core.moved import moved_home
 from tally.core.sharding import parse_hot_keys
 from tally.core.thresholds import (
     MOVE_CLOCK_MARGIN_MS,
@@ -31,8 +32,7 @@ from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
 from tally.store.expressions import condition_fits
-from tally.store.schema import counter_attribute
-from tally.store.windows import moved_home, plan_move
+from tally.store.windows import plan_move
 from tests.support.reference import expected_crossings
 
 WINDOWS = parse_window_spec("minute,hour,day")
@@ -266,9 +266,9 @@ def test_a_write_reads_a_moved_window_where_the_move_puts_it(spec: str, kept: st
     move = plan_move(raw, windows, NOW, move_at_bytes=0)
     assert move is not None
     (target, counters), *_ = move.adds
-    home, attribute = moved_home("usage:t", window, "calls", windows)
+    home, name = moved_home("usage:t", window, "calls", windows)
     assert (home.key, home.window) == (target.key, target.window)
-    assert counter_attribute(next(iter(counters))) == attribute
+    assert next(iter(counters)) == name
 
 
 def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_one_condition() -> None:

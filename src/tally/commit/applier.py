@@ -36,6 +36,7 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
+from tally.core.write_planner import plan_write
 from tally.store.expressions import counters_per_add
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
     from tally.commit.ports import CounterStore, JournalStore
     from tally.core.aggregate import MessageTotals
     from tally.core.plan import CounterLimit
+    from tally.core.write_planner import WritePlanner
 
 __all__ = ["Applier", "ApplyOutcome", "RetryPolicy", "Stall"]
 
@@ -73,6 +75,7 @@ class Applier:
         marker_read_gate: MarkerReadGate | None = None,
         counter_limit: CounterLimit = counters_per_add,
         declarations: Declarations = NO_DECLARATIONS,
+        write_planner: WritePlanner = plan_write,
         write_concurrency: int = 1,
     ) -> None:
         self.store = store
@@ -93,7 +96,10 @@ class Applier:
         self.declarations = declarations
         """The deployment's declarations (``tally.core.declarations``): units that touch a bounded or thresholded
         counter stay off the journal (their writes carry conditions; a crossing is recorded in the transaction that
-        commits it). The store carries the same declarations into its conditions (``DynamoDBCounterStore``)."""
+        commits it), and each direct transaction's write is planned from them (``write_planner``)."""
+        self.write_planner = write_planner
+        """Decides each direct transaction's write (``tally.core.write_planner.plan_write``); the chaos run's broken
+        variants pass another."""
         self.write_concurrency = write_concurrency
         """How many of a round's key-disjoint direct transactions may be in flight at once (1: one at a time,
         the default here; the handlers take ``TALLY_WRITE_CONCURRENCY``, ``tally.config``)."""
@@ -120,6 +126,7 @@ class Applier:
             counter_limit=self.counter_limit,
             new_batch_id=self.new_batch_id,
             declarations=self.declarations,
+            write_planner=self.write_planner,
             pool=self._pool,
         )
         pending = list(messages)

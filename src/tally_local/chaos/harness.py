@@ -30,6 +30,7 @@ from tally.core.model import SourceRecord
 from tally.core.numbered_ids import parse_numbered
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
+from tally.core.write_planner import plan_write
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.post_commit import post_commit_steps
 from tally.post_commit.archive import wall_clock_ms
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.core.write_planner import WritePlanner
     from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
 
@@ -91,8 +93,10 @@ def wire_pipeline(
     marker_read_gate: MarkerReadGate | None = None,
     archive: ArchiveWriter | None = None,
     clock: Callable[[], int] | None = None,
+    write_planner: WritePlanner = plan_write,
 ) -> BatchPipeline:
-    """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer."""
+    """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer (a broken
+    variant passes its store, journal or ``write_planner``)."""
     declared = parse_declarations(
         windows=config.windows,
         window_retention=config.window_retention,
@@ -100,15 +104,7 @@ def wire_pipeline(
         defaults=config.counter_defaults,
         bounds=config.counter_bounds,
     )
-    store = store or DynamoDBCounterStore(
-        client,
-        tables.counters,
-        tables.markers,
-        TTL_SECONDS,
-        declared.hot_keys,
-        defaults=declared.defaults,
-        bounds=declared.bounds,
-    )
+    store = store or DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
     journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, declared.defaults)
     settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_SECONDS * 1000, declarations=declared)
     applier = Applier(
@@ -118,6 +114,7 @@ def wire_pipeline(
         marker_read_gate=marker_read_gate,
         counter_limit=counter_limit_for(declared.defaults),
         declarations=declared,
+        write_planner=write_planner,
         write_concurrency=config.write_concurrency,
     )
     # The gauge and member stores as production wires them: without them a message with gauges
@@ -489,12 +486,11 @@ def _run_chaos(
         )
         for index, shard in enumerate(stream.shards)
     ]
-    reader = DynamoDBCounterStore(
-        client_factory(), tables.counters, tables.markers, TTL_SECONDS, parse_hot_keys(config.hot_keys)
-    )
+    reader = DynamoDBCounterStore(client_factory(), tables.counters, tables.markers, TTL_SECONDS)
+    hot_keys = parse_hot_keys(config.hot_keys)
 
     def read_count(key: str) -> Decimal:
-        return read_counters(reader, key).get(TRACER, Decimal(0))
+        return read_counters(reader, key, hot_keys).get(TRACER, Decimal(0))
 
     def phase_targets(replay: bool) -> dict[str, Callable[[], None]]:
         targets: dict[str, Callable[[], None]] = {
@@ -544,7 +540,7 @@ def _run_chaos(
     patterns = _pattern_reads(config, tables, client_factory)
     verdict = judge(
         workload,
-        partial(read_counters, reader),
+        partial(read_counters, reader, hot_keys=hot_keys),
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
         patterns=patterns,
@@ -554,7 +550,6 @@ def _run_chaos(
     )
     archived = None
     if archive is not None:
-        hot_keys = parse_hot_keys(config.hot_keys)
         archived = judge_archive(
             archive,
             windows=parse_window_spec(config.windows, config.window_retention),
