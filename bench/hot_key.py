@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Final
 from bench.peers.tables import drop_tables, tally_tables
 from bench.results import field, load_options, report
 from tally.commit.applier import Applier, RetryPolicy
+from tally.core.declarations import Declarations
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.sharding import HotKeys, parse_hot_keys
@@ -89,13 +90,13 @@ def run_case(
     def consume() -> None:
         consumer_client = ddb.client()
         emulator.attach(consumer_client)
-        store = DynamoDBCounterStore(consumer_client, counters, markers, TTL_S, hot)
+        store = DynamoDBCounterStore(consumer_client, counters, markers, TTL_S)
         journal = DynamoDBJournal(consumer_client, counters, markers, TTL_S)
         policy = RetryPolicy(base_delay_s=0.01, max_delay_s=0.2, max_attempts=50, reserve_ms=0)
         pipeline = BatchPipeline(
-            Applier(store, journal, policy=policy),
+            Applier(store, journal, policy=policy, declarations=Declarations(hot_keys=hot)),
             _DropDeadLetters(),
-            PipelineSettings(WIRE_LIMITS, TTL_S * 1000, hot_keys=hot),
+            PipelineSettings(WIRE_LIMITS, TTL_S * 1000, declarations=Declarations(hot_keys=hot)),
         )
         while True:
             try:
@@ -120,7 +121,7 @@ def run_case(
     seconds = time.perf_counter() - started
     if errors:
         raise errors[0]
-    counted = read_counters(DynamoDBCounterStore(client, counters, markers, TTL_S, hot), HOT_KEY).get(
+    counted = read_counters(DynamoDBCounterStore(client, counters, markers, TTL_S), HOT_KEY, hot).get(
         "count", Decimal(0)
     )
     drop_tables(client, [counters, markers])

@@ -18,6 +18,7 @@ from bench.peers.tally_pipeline import TallyCounter
 from bench.results import EXACT, field, load_options, report
 from bench.suite import run_peer
 from bench.workloads import WorkloadSpec, deliver, usage_events
+from tally.commit.applier import Applier
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal
 
@@ -58,7 +59,9 @@ class _Journalled(TallyCounter):
         self, client: DynamoDBClient, admin: DynamoDBClient, suffix: str, *, journal: bool, adds: AddsPerBatch
     ) -> None:
         super().__init__(client, admin, suffix, packed=True)
-        self._pipeline._applier.use_journal = journal
+        applier = self._pipeline._applier
+        assert isinstance(applier, Applier)
+        applier.use_journal = journal
         self._adds = adds
 
     def handle(self, event: Mapping[str, Any], context: LambdaContext) -> Mapping[str, Any]:

@@ -10,7 +10,7 @@ records, the handlers' own wiring, windows off, billed by ``tally_local.kit.mete
 - ``every message a reset``: the worst case, 100 segments per batch.
 
 Run: ``python -m bench.resets [--events 5000] [--keys 50]``. Every count is read back and compared with
-``tally.core.resets.expected_values`` of the messages in order.
+``expected_values`` of the messages in order (``tests/support/reference.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from tests.support.reference import expected_values
+
 from bench.metered_load import BATCH, fresh_id, measure_each_fresh, report_beside_sums, run_metered
 from bench.results import field, load_options
 from tally.config import WINDOWS
 from tally.core.decode import decode_message
 from tally.core.model import Message
-from tally.core.resets import expected_values
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -167,7 +167,7 @@ def _run_one(client: DynamoDBClient, admin: DynamoDBClient, stream: Stream, conf
         if windows:
             # The next day's first batches would each read and move their keys' ended windows: do it for
             # every key at once (a BatchGetItem per 100 keys, as the checks read them; not a Scan).
-            mover = DynamoDBWindowMover(client, peer.counters_table, peer.settings.windows)
+            mover = DynamoDBWindowMover(client, peer.counters_table, peer.settings.declarations.windows)
             next_day = START_MS + math.ceil(len(batches) * step_ms / DAY_MS) * DAY_MS
             raws = batch_get(client, peer.counters_table, [item_key(key) for key in stream.keys])
             closed = mover.move(raws, next_day)
@@ -196,7 +196,7 @@ def _expect(
     peer: TallyCounter,
 ) -> None:
     """Add a batch's events to the windows of its receive time (the events carry no ``ts``)."""
-    for unit in peer.settings.windows.units:
+    for unit in peer.settings.declarations.windows.units:
         window = unit.window_id(unit.start_ms(received_ms))
         for delivery in batch:
             for index in range(delivery.first_event, delivery.first_event + delivery.event_count):
@@ -209,11 +209,11 @@ def _expect(
 def _windows_exact(
     admin: DynamoDBClient, peer: TallyCounter, expected: dict[tuple[str, str], dict[str, Decimal]], span_ms: int
 ) -> bool:
-    reader = CounterReader(peer.counters_table, client=admin, windows=peer.settings.windows)
+    reader = CounterReader(peer.counters_table, client=admin, windows=peer.settings.declarations.windows)
     now = START_MS + span_ms + DAY_MS
     keys = sorted({key for key, _ in expected})
     for key in keys:
-        for unit in peer.settings.windows.units:
+        for unit in peer.settings.declarations.windows.units:
             series = reader.series(key, unit.name, START_MS, START_MS + span_ms - 1, now_ms=now)
             for window in series.windows:
                 wanted = {n: v for n, v in expected.get((key, unit.window_id(window.start_ms)), {}).items() if v}

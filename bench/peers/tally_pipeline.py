@@ -119,7 +119,7 @@ class TallyCounter:
     def items_per_key(self) -> int:
         """Counter items one key's events write per batch: its own item (which holds the open hour and day
         windows) and one per minute window."""
-        return 1 + sum(1 for unit in self.settings.windows.units if not unit.on_key_item)
+        return 1 + sum(1 for unit in self.settings.declarations.windows.units if not unit.on_key_item)
 
     def handle(self, event: Mapping[str, Any], context: LambdaContext) -> Mapping[str, Any]:
         now_ms = self._clock()
@@ -133,13 +133,9 @@ class TallyCounter:
 
     def read_counters(self, keys: Iterable[str]) -> dict[str, dict[str, Decimal]]:
         store = DynamoDBCounterStore(
-            self._admin,
-            self.counters_table,
-            self.markers_table,
-            self.settings.marker_ttl_seconds,
-            hot_keys=self.settings.hot_keys,
+            self._admin, self.counters_table, self.markers_table, self.settings.marker_ttl_seconds
         )
-        return {key: read_counters(store, key) for key in keys}
+        return {key: read_counters(store, key, self.settings.declarations.hot_keys) for key in keys}
 
     def track(self, meter: DynamoDBMeter) -> None:
         aliases = {self.counters_table: "counters", self.markers_table: "markers"}

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
-from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_counter_defaults
-from tally.core.sharding import HotKeys, parse_hot_keys
-from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, parse_counter_thresholds
-from tally.core.windows import WindowSpec, parse_window_spec
+from tally.core.declarations import NO_DECLARATIONS, Declarations, parse_declarations
 from tally.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -49,16 +45,9 @@ class Settings:
     markers_table: str
     dlq_url: str | None
     marker_ttl_days: int = DEFAULT_MARKER_TTL_DAYS
-    windows: WindowSpec = field(default_factory=WindowSpec)
-    """Time windows counted besides the all-time value (``TALLY_WINDOWS``, ``TALLY_WINDOW_RETENTION``)."""
-    hot_keys: HotKeys = field(default_factory=HotKeys)
-    """Keys whose writes are spread over shard items (``TALLY_HOT_KEYS``)."""
-    counter_defaults: CounterDefaults = NO_DEFAULTS
-    """Start values and default deltas (``TALLY_COUNTER_DEFAULTS``, ``tally.core.defaults``)."""
-    counter_bounds: CounterBounds = NO_BOUNDS
-    """Floors and ceilings (``TALLY_COUNTER_BOUNDS``, ``tally.core.bounds``)."""
-    counter_thresholds: CounterThresholds = NO_THRESHOLDS
-    """Levels whose crossings are announced (``TALLY_COUNTER_THRESHOLDS``, ``tally.core.thresholds``)."""
+    declarations: Declarations = NO_DECLARATIONS
+    """The counters' declarations, parsed once (``TALLY_WINDOWS``, ``TALLY_WINDOW_RETENTION``, ``TALLY_HOT_KEYS``,
+    ``TALLY_COUNTER_DEFAULTS``, ``TALLY_COUNTER_BOUNDS``, ``TALLY_COUNTER_THRESHOLDS``: ``tally.core.declarations``)."""
     notifications_table: str | None = None
     """Where crossings are recorded (``TALLY_NOTIFICATIONS_TABLE``): required when thresholds are declared."""
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
@@ -95,12 +84,13 @@ class Settings:
                 f"{WRITE_CONCURRENCY} must be 1 to {MAX_WRITE_CONCURRENCY}, not {raw_concurrency!r}"
             )
         try:
-            windows = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
-            hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
-            counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
-            counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults)
-            counter_thresholds = parse_counter_thresholds(
-                env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults, windows=windows
+            declarations = parse_declarations(
+                windows=env.get(WINDOWS, ""),
+                window_retention=env.get(WINDOW_RETENTION, ""),
+                hot_keys=env.get(HOT_KEYS, ""),
+                defaults=env.get(COUNTER_DEFAULTS, ""),
+                bounds=env.get(COUNTER_BOUNDS, ""),
+                thresholds=env.get(COUNTER_THRESHOLDS, ""),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
@@ -109,18 +99,14 @@ class Settings:
             raise ConfigurationError(
                 f"{ARCHIVE_PREFIX} must end with '/' and not start with one, not {archive_prefix!r}"
             )
-        if counter_thresholds.rules and not env.get(NOTIFICATIONS_TABLE):
+        if declarations.thresholds.rules and not env.get(NOTIFICATIONS_TABLE):
             raise ConfigurationError(f"{COUNTER_THRESHOLDS} needs {NOTIFICATIONS_TABLE}: where crossings are recorded")
         return cls(
             counters_table=env[COUNTERS_TABLE],
             markers_table=env[MARKERS_TABLE],
             dlq_url=env.get(DLQ_URL) or None,
             marker_ttl_days=ttl_days,
-            windows=windows,
-            hot_keys=hot_keys,
-            counter_defaults=counter_defaults,
-            counter_bounds=counter_bounds,
-            counter_thresholds=counter_thresholds,
+            declarations=declarations,
             notifications_table=env.get(NOTIFICATIONS_TABLE) or None,
             write_concurrency=int(raw_concurrency),
             archive_bucket=env.get(ARCHIVE_BUCKET) or None,

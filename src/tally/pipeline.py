@@ -21,22 +21,38 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from tally.core.aggregate import aggregate_batch, copy_conflict, deduplicate
+from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.decode import decode_message
-from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
-from tally.core.sharding import HotKeys
-from tally.core.windows import WindowSpec
 from tally.post_commit import SettledBatch, attempt_within, post_commit_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
-    from tally.commit.applier import Applier
     from tally.commit.fates import ApplyOutcome
-    from tally.core.aggregate import BatchTotals, Deduplicated
+    from tally.commit.retrying import RetryPolicy
+    from tally.core.aggregate import BatchTotals, Deduplicated, MessageTotals
     from tally.core.limits import WireLimits
     from tally.core.model import SourceRecord
     from tally.post_commit import PostCommitStep, StepResult
+
+
+class ApplyPort(Protocol):
+    """Commits a batch's distinct messages, each exactly once (``tally.commit.applier.Applier``)."""
+
+    @property
+    def policy(self) -> RetryPolicy:
+        """The commit's retry policy: the post-commit steps send under it too (``tally.post_commit.attempt_within``)."""
+        ...
+
+    @property
+    def sleep(self) -> Callable[[float], None]:
+        """How its retries wait (the post-commit steps' wait the same way)."""
+        ...
+
+    def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
+        """Give every message one fate; ``remaining_ms`` reports the invocation's time left."""
+        ...
 
 
 class DeadLetterQueue(Protocol):
@@ -52,10 +68,9 @@ class PipelineSettings:
     limits: WireLimits
     dedup_horizon_ms: int
     """How long markers live; a message whose ``ts`` is older than this could be counted twice: refused."""
-    windows: WindowSpec = field(default_factory=WindowSpec)
-    hot_keys: HotKeys = field(default_factory=HotKeys)
-    counter_defaults: CounterDefaults = NO_DEFAULTS
-    """Declared default deltas, for the decoder (start values are the store's: ``tally.core.defaults``)."""
+    declarations: Declarations = NO_DECLARATIONS
+    """The deployment's declarations: default deltas for the decoder, windows and hot keys for the aggregate
+    (the applier's planner gets the same value)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +108,7 @@ class BatchPipeline:
 
     def __init__(
         self,
-        applier: Applier,
+        applier: ApplyPort,
         dead_letters: DeadLetterQueue,
         settings: PipelineSettings,
         rng: random.Random | None = None,
@@ -104,7 +119,7 @@ class BatchPipeline:
         self._dead_letters = dead_letters
         self._settings = settings
         self._rng = rng or random.Random()
-        self._steps = tuple(steps) if steps is not None else post_commit_steps(settings.windows)
+        self._steps = tuple(steps) if steps is not None else post_commit_steps(settings.declarations.windows)
         """The work after the commit, in order (``tally.post_commit``). By default steps without stores,
         which refuse messages carrying gauges or distinct members rather than drop what they carry."""
 
@@ -119,7 +134,7 @@ class BatchPipeline:
         copies = deduplicate(admitted.messages)
         unique = [admitted.messages[position] for position in copies.unique]
         received_ms = [admitted.records[position].received_ms for position in copies.unique]
-        windows, hot_keys = self._settings.windows, self._settings.hot_keys
+        windows, hot_keys = self._settings.declarations.windows, self._settings.declarations.hot_keys
         batch = aggregate_batch(
             unique, received_ms, windows=windows, hot_keys=hot_keys, now_ms=now_ms, choose_shard=self._rng.randrange
         )
@@ -163,7 +178,7 @@ class BatchPipeline:
         """Decode each record; refuse what may be too old, and what no post-commit step could serve."""
         admitted = _Admitted()
         for record in records:
-            decoded = decode_message(record.body, self._settings.limits, self._settings.counter_defaults)
+            decoded = decode_message(record.body, self._settings.limits, self._settings.declarations.defaults)
             if isinstance(decoded, Message):
                 decoded = self._refuse_if_too_old(decoded, now_ms)
             if isinstance(decoded, Message):
@@ -189,7 +204,7 @@ class BatchPipeline:
         newest = max((event.ts_ms for event in message.events if event.ts_ms is not None), default=None)
         if newest is None:
             return message
-        tolerance_ms = self._settings.windows.future_tolerance_ms
+        tolerance_ms = self._settings.declarations.windows.future_tolerance_ms
         if newest > now_ms + tolerance_ms:
             ahead_s = (newest - now_ms) / 1000
             return Rejection(RejectCode.TS_IN_FUTURE, f"ts is {ahead_s:.0f} s ahead of the clock (a unit mix-up?)")

@@ -17,6 +17,7 @@ from tally.archive_writer import S3ArchiveWriter
 from tally.client_config import CLIENT_CONFIG as CLIENT_CONFIG  # noqa: PLC0414 - re-exported for bench/, tests
 from tally.commit.applier import Applier
 from tally.core.limits import WIRE_LIMITS
+from tally.core.write_planner import plan_write
 from tally.dead_letter_sender import SqsDeadLetterQueue
 from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.config import Settings
+    from tally.core.write_planner import WritePlanner
     from tally.pipeline import BatchResult, DeadLetterQueue
     from tally.post_commit import ArchiveWriter
 
@@ -60,61 +62,51 @@ def wire_pipeline(
     settings: Settings,
     *,
     archive: ArchiveWriter | None = None,
+    write_planner: WritePlanner = plan_write,
 ) -> BatchPipeline:
     """The pipeline on the given DynamoDB client, dead-letter port and archive writer (None: the archive off), as
-    the handlers run it.
+    the handlers run it; ``write_planner`` decides each direct transaction's write (the chaos run's broken
+    variants pass another).
 
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
     ttl_s = settings.marker_ttl_seconds
-    defaults = settings.counter_defaults
-    bounds = settings.counter_bounds
+    declared = settings.declarations
+    windows = declared.windows
+    if declared.thresholds.rules and not settings.notifications_table:
+        raise ConfigurationError("declared thresholds need a notifications table, where crossings are recorded")
     store = DynamoDBCounterStore(
         dynamodb,
         settings.counters_table,
         settings.markers_table,
         ttl_s,
-        settings.hot_keys,
-        defaults=defaults,
-        bounds=bounds,
-        thresholds=settings.counter_thresholds,
         notifications_table=settings.notifications_table,
-        windows=settings.windows,
     )
     journal = DynamoDBJournal(
         dynamodb,
         settings.counters_table,
         settings.markers_table,
         ttl_s,
-        defaults,
+        declared.defaults,
         notifications_table=settings.notifications_table,
     )
-    limits = WIRE_LIMITS
     return BatchPipeline(
         Applier(
             store,
             journal,
-            counter_limit=counter_limit_for(defaults),
-            bounds=bounds,
-            thresholds=settings.counter_thresholds,
+            counter_limit=counter_limit_for(declared.defaults),
+            declarations=declared,
+            write_planner=write_planner,
             write_concurrency=settings.write_concurrency,
         ),
         dead_letters,
-        PipelineSettings(
-            limits=limits,
-            dedup_horizon_ms=ttl_s * 1000,
-            windows=settings.windows,
-            hot_keys=settings.hot_keys,
-            counter_defaults=defaults,
-        ),
+        PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=ttl_s * 1000, declarations=declared),
         steps=post_commit_steps(
-            settings.windows,
+            windows,
             gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
-            distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, settings.hot_keys),
-            mover=DynamoDBWindowMover(
-                dynamodb, settings.counters_table, settings.windows, thresholds=settings.counter_thresholds
-            )
-            if any(unit.on_key_item for unit in settings.windows.units)
+            distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, declared.hot_keys),
+            mover=DynamoDBWindowMover(dynamodb, settings.counters_table, windows, thresholds=declared.thresholds)
+            if any(unit.on_key_item for unit in windows.units)
             else None,
             archive=archive,
             archive_prefix=settings.archive_prefix,

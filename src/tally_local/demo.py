@@ -72,6 +72,7 @@ from tally_local.stack import LocalStack, handle_termination
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
 
+    from tally.core.sharding import HotKeys
     from tally_local.kit.writes import DynamoDBWrites
     from tally_local.load import DemoLoad, Source
     from tally_local.poller import SourceStats
@@ -181,13 +182,11 @@ def run(console: Console, *, events: int, keys: int, producers: int, seed: int, 
         console.rule("[bold]3. check every counter")
         settings = Settings.from_env(resources.settings, require_dlq=False)
         store = DynamoDBCounterStore(
-            resources.client("dynamodb"),
-            resources.counters_table,
-            resources.markers_table,
-            settings.marker_ttl_seconds,
-            settings.hot_keys,
+            resources.client("dynamodb"), resources.counters_table, resources.markers_table, settings.marker_ttl_seconds
         )
-        check = _check_counters(console, resources, store, load, random.Random(seed))
+        check = _check_counters(
+            console, resources, store, load, random.Random(seed), hot_keys=settings.declarations.hot_keys
+        )
         verdict.add("every counter exact", check.ok)
         verdict.add("events counted = events published", _events_counted(mappings) == load.events)
         dropped = sum(
@@ -256,7 +255,7 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     ok = failures == 0
     for event_file, spec in sorted(expected.items()):
         for key, counters in spec["counters"].items():
-            counted = read_counters(store, key)
+            counted = read_counters(store, key, settings.declarations.hot_keys)
             for name, value in counters.items():
                 match = counted.get(name) == Decimal(value)
                 ok = ok and match
@@ -401,9 +400,15 @@ def _events_counted(mappings: EventSourceMappings) -> int:
 
 
 def _check_counters(
-    console: Console, resources: LocalResources, store: DynamoDBCounterStore, load: DemoLoad, rng: random.Random
+    console: Console,
+    resources: LocalResources,
+    store: DynamoDBCounterStore,
+    load: DemoLoad,
+    rng: random.Random,
+    *,
+    hot_keys: HotKeys,
 ) -> KeyCheck:
-    counted = {key: read_counters(store, key) for key in load.expected}
+    counted = {key: read_counters(store, key, hot_keys) for key in load.expected}
     scanned = {key: counters for key, counters in _all_time_totals(resources).items() if key.startswith("demo:")}
     check = KeyCheck(expected=load.expected, counted=counted, scanned=scanned)
     console.print(key_table(check, sample_keys(load.expected, [HOT_KEY], rng), [HOT_KEY]))
@@ -509,8 +514,8 @@ def _audit(console: Console, resources: LocalResources) -> bool:
     reader = CounterReader(
         resources.counters_table,
         client=resources.client("dynamodb"),
-        hot_keys=settings.hot_keys,
-        windows=settings.windows,
+        hot_keys=settings.declarations.hot_keys,
+        windows=settings.declarations.windows,
     )
     with progress_bar() as bar:
         report = Auditor(
@@ -518,7 +523,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
             settings.archive_bucket,
             settings.archive_prefix,
             reader,
-            AuditSettings(settings.windows, settings.counter_defaults, settle_s=1.0),
+            AuditSettings(settings.declarations.windows, settings.declarations.defaults, settle_s=1.0),
             progress=bar,
         ).run()
     counts = summarise(report.findings).values

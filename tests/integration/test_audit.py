@@ -61,7 +61,7 @@ class Counted:
 
     def __init__(self, tables: DynamoDBTables, bucket: ArchiveBucket) -> None:
         self.tables, self.bucket = tables, bucket
-        self.store: DynamoDBCounterStore = make_store(tables.client, tables.counters_table, tables.markers_table, HOT)
+        self.store: DynamoDBCounterStore = make_store(tables.client, tables.counters_table, tables.markers_table)
         self.pipeline: BatchPipeline
         self.pipeline, self.dlq = make_pipeline(self.store, archive=bucket.writer, windows=SPEC, hot_keys=HOT)
         self.sent = 0

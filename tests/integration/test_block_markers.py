@@ -32,7 +32,7 @@ from tally_local.kit.faults import DynamoDBFaults
 from tests.integration.test_bounded_counters import bounded_pipeline, record, value_of
 from tests.integration.test_id_conflicts import pipeline_with_gate
 from tests.support.counts import nonzero, read_all
-from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty
+from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty, write_chunk
 from tests.support.tables import scan_all
 from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
@@ -83,12 +83,12 @@ def test_every_marker_read_says_what_an_own_marker_says(ddb_tables: DynamoDBTabl
     numbered, own = numbered_id(SESSION, 37), "f" * 32
     messages = [message_totals(Message(mid, (CounterEvent("page", {"count": 1}),))) for mid in (numbered, own)]
     chunk = plan_transactions(messages).chunks[0]
-    store.write_direct(chunk, NOW_MS)
+    write_chunk(store, chunk, NOW_MS)
 
     # WHEN each marker is read strongly, eventually (with a neighbour of the block never written), and met
     # by a cancelled transaction
     with pytest.raises(MarkersExistError) as exists:
-        store.write_direct(chunk, NOW_MS)
+        write_chunk(store, chunk, NOW_MS)
     eventually = store.read_markers([numbered, own, numbered_id(SESSION, 36)])
 
     # THEN both kinds give the same record, field by field, and the unwritten neighbour has none

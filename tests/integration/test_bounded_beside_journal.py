@@ -17,6 +17,7 @@ import pytest
 
 from tally.config import Settings
 from tally.core.bounds import parse_counter_bounds
+from tally.core.declarations import Declarations
 from tally.core.ledger import BatchState, Claim
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import numbered_id
@@ -78,8 +79,9 @@ def pipeline_on(
         counters_table=tables.counters_table,
         markers_table=tables.markers_table,
         dlq_url=None,
-        windows=parse_window_spec(windows, "minute=7,hour=90,day=0"),
-        counter_bounds=parse_counter_bounds(FLOOR),
+        declarations=Declarations(
+            windows=parse_window_spec(windows, "minute=7,hour=90,day=0"), bounds=parse_counter_bounds(FLOOR)
+        ),
     )
     return wire_pipeline(client, dead_letters, settings), dead_letters
 

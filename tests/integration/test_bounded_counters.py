@@ -54,10 +54,8 @@ def bounded_pipeline(
     defaults: CounterDefaults = STARTS,
     **options: Any,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
-    store = make_store(
-        tables.client, tables.counters_table, tables.markers_table, counter_defaults=defaults, counter_bounds=bounds
-    )
-    return make_pipeline(store, counter_defaults=defaults, **options)
+    store = make_store(tables.client, tables.counters_table, tables.markers_table)
+    return make_pipeline(store, counter_defaults=defaults, counter_bounds=bounds, **options)
 
 
 def value_of(tables: DynamoDBTables, key: str, counter: str) -> Decimal | None:
@@ -197,19 +195,19 @@ def test_an_invocation_killed_in_the_fallback_is_finished_by_the_redelivery(
     pipeline, dlq = bounded_pipeline(ddb_tables)
     amounts = [-3, -4, 6, -2, -9]
     records = [record(f"m{n}", "stock:1", stock=amount) for n, amount in enumerate(amounts)]
-    real_apply = DynamoDBCounterStore.write_direct
+    real_write = DynamoDBCounterStore.write
     calls = []
 
-    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
-        calls.append(chunk)
+    def dying(self: DynamoDBCounterStore, write: Any) -> None:
+        calls.append(write)
         if len(calls) > crash_after:
             raise RuntimeError("the invocation died")
-        real_apply(self, chunk, now_ms)
+        real_write(self, write)
 
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", dying)
     with pytest.raises(RuntimeError):
         pipeline.process(records, NOW_MS, lambda: 60_000)
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", real_write)
     # WHEN the whole batch is redelivered
     result = pipeline.process(records, NOW_MS, lambda: 60_000)
     # THEN every message is applied once or refused, the value is the start plus the applied ones and within its

@@ -29,9 +29,7 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-import msgspec
 import pytest
-from botocore.exceptions import BotoCoreError, ClientError
 
 import tally.commit.applier as apply_module
 import tally.commit.protocol as protocol_module
@@ -42,14 +40,13 @@ from tally.core.ledger import Commit
 from tally.core.model import SourceRecord
 from tally.core.plan import no_counter_limit
 from tally.core.windows import parse_window_spec
+from tally.core.write import DirectWrite
+from tally.core.write_planner import plan_write
 from tally.errors import StoreError
 from tally.post_commit import ArchiveStep, WindowStep
 from tally.post_commit.step import StepResult
 from tally.store import markers
-from tally.store.actions import add_update
-from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.requests import translate
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.config import SMOKE, ArchiveFaultRates, DynamoDBFaultRates, focused
 from tests.support.chaos import WINDOW_MOVES, assert_passes_unbroken, rewired, run_on, situations_missing, swap_step
@@ -60,9 +57,11 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.aggregate import Totals
+    from tally.core.declarations import Declarations
     from tally.core.ledger import Claim
     from tally.core.model import Message, Rejection
     from tally.core.plan import Chunk
+    from tally.core.write import ReadFirst, Seen
     from tally.pipeline import BatchPipeline
     from tally.post_commit.step import SettledBatch
     from tally_local.chaos.config import ChaosConfig
@@ -74,25 +73,18 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.integration, pytest.mark.moto]
 
 
-class StoreWithoutMarkers(DynamoDBCounterStore):
-    """BROKEN on purpose: a direct transaction applies the ADDs and writes no marker."""
-
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
-        actions = [add_update(self.counters_table, key, counters) for key, counters in chunk.increments.items()]
-        if not actions:  # gauges, members or a reset only: nothing to add (an empty transaction names no table)
-            return
-        try:
-            self.client.transact_write_items(TransactItems=[action for action, _ in actions])
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc, [role for _, role in actions]) from exc
+def without_markers(chunk: Chunk, declared: Declarations, seen: Seen, *, now_ms: int) -> DirectWrite | ReadFirst:
+    """BROKEN on purpose: a direct transaction applies its items and writes no marker."""
+    planned = plan_write(chunk, declared, seen, now_ms=now_ms)
+    return replace(planned, claims=(), replaced=()) if isinstance(planned, DirectWrite) else planned
 
 
-class StoreWithoutDigests(DynamoDBCounterStore):
+def without_digests(chunk: Chunk, declared: Declarations, seen: Seen, *, now_ms: int) -> DirectWrite | ReadFirst:
     """BROKEN on purpose: direct markers are written without the content digest."""
-
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
-        messages = tuple(msgspec.structs.replace(message, digest=b"") for message in chunk.messages)
-        super().write_direct(replace(chunk, messages=messages), now_ms)
+    planned = plan_write(chunk, declared, seen, now_ms=now_ms)
+    if not isinstance(planned, DirectWrite):
+        return planned
+    return replace(planned, claims=tuple(replace(claim, digest=b"") for claim in planned.claims))
 
 
 class JournalWithoutDigests(DynamoDBJournal):
@@ -184,10 +176,10 @@ def _archive_step(broken: type[ArchiveStep], **options: Any) -> Callable[..., No
 
 _archive_outside_the_retry = rewired(_archive_step(ArchiveWrittenOnce))
 _archive_before_the_commit = rewired(_archive_step(ArchiveWrittenBeforeTheCommit))
-_store_without_markers = rewired(store_class=StoreWithoutMarkers)
+_store_without_markers = rewired(write_planner=without_markers)
 _journal_without_applied_records = rewired(journal_class=JournalWithoutAppliedRecords)
 _planner_without_the_expression_bound = rewired(_drop_the_expression_bound)
-_markers_without_digests = rewired(store_class=StoreWithoutDigests, journal_class=JournalWithoutDigests)
+_markers_without_digests = rewired(write_planner=without_digests, journal_class=JournalWithoutDigests)
 
 
 def test_smoke_run_counts_every_event_exactly_once_under_every_fault(

@@ -39,7 +39,7 @@ from tests.support.workload import SENT_MS
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from tally.core.plan import Chunk
+    from tally.core.write import DirectWrite
     from tally_local.dynamodb_local import DynamoDBLocal
     from tests.conftest import DynamoDBTables
 
@@ -86,9 +86,9 @@ def _read_as_before_the_fix(exists: MarkersExistError) -> MarkersExistError:
 class StoreReadingVanishedMarkersAsDirect(DynamoDBCounterStore):
     """BROKEN on purpose: a direct replacing marker's cancellation without a marker reads as a direct marker."""
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
+    def write(self, write: DirectWrite) -> None:
         try:
-            super().write_direct(chunk, now_ms)
+            super().write(write)
         except MarkersExistError as exists:
             raise _read_as_before_the_fix(exists) from exists
 

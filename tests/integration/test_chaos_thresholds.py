@@ -4,10 +4,10 @@ Under lost responses, throttling, conflicts (DynamoDB's own between transactions
 connection failures, invocations killed right after a crossing committed, whole batches redelivered, producer
 re-sends, and a pipe whose puts fail, lose their answers and which is killed and restarted from the trim
 horizon: every crossing announced, none twice, none spurious; per-day levels too, while the pipelines' own
-post-commit steps move ended days off the key items between late events for them. A store that announces
-before its commit, a pipe that announces without the deterministic id, and a store that judges a day's level on
-the key item's part alone, or that trusts the key item's pointer of moved parts for a day older than its own,
-fail the run.
+post-commit steps move ended days off the key items between late events for them. A write planner that
+announces before the commit, a pipe that announces without the deterministic id, and a write planner that judges
+a day's level on the key item's part alone, or that trusts the key item's pointer of moved parts for a day older
+than its own, fail the run (the broken planners are variants of ``plan_write`` passed in).
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def test_trusting_the_pointer_for_a_day_older_than_its_own_fails_the_run(dynamod
 def _failing_every_batch_with(key: str) -> Callable[..., BatchPipeline]:
     """BROKEN: every batch holding a message of ``key`` fails whole, on every delivery."""
 
-    def factory(client: Any, tables: Any, bus: Any) -> BatchPipeline:
-        pipeline = production_pipeline(client, tables, bus)
+    def factory(client: Any, tables: Any, bus: Any, log: Any) -> BatchPipeline:
+        pipeline = production_pipeline(client, tables, bus, log)
         process = pipeline.process
 
         def failing(records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]) -> BatchResult:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
+from tally.core.bounds import parse_counter_bounds
 from tally.core.model import SourceRecord
+from tally.core.numbered_ids import marker_item
 from tally.errors import RetryableStoreError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.conftest import _create_table, _template_tables
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-    from tally.core.plan import Chunk
+    from tally.core.write import DirectWrite
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -48,7 +49,9 @@ def _workload(seed: int = 16) -> Workload:
 class InstrumentedStore(DynamoDBCounterStore):
     """The real store, with a hook around each direct transaction and a count of those in flight at once."""
 
-    def __init__(self, *args: Any, around: Callable[[Chunk, Callable[[], None]], None] | None = None, **kw: Any):
+    def __init__(
+        self, *args: Any, around: Callable[[DirectWrite, Callable[[], None]], None] | None = None, **kw: Any
+    ) -> None:
         super().__init__(*args, **kw)
         self._around = around
         self._lock = threading.Lock()
@@ -56,28 +59,40 @@ class InstrumentedStore(DynamoDBCounterStore):
         self.most_in_flight = 0
         self.chunks = 0
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
+    def write(self, write: DirectWrite) -> None:
         with self._lock:
             self.in_flight += 1
             self.chunks += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
         try:
             if self._around is None:
-                super().write_direct(chunk, now_ms)
+                super().write(write)
             else:
-                self._around(chunk, lambda: super(InstrumentedStore, self).write_direct(chunk, now_ms))
+                self._around(write, lambda: super(InstrumentedStore, self).write(write))
         finally:
             with self._lock:
                 self.in_flight -= 1
 
 
 def _store(
-    tables: DynamoDBTables,
-    around: Callable[[Chunk, Callable[[], None]], None] | None = None,
-    bounds: CounterBounds = NO_BOUNDS,
-) -> Any:
+    tables: DynamoDBTables, around: Callable[[DirectWrite, Callable[[], None]], None] | None = None
+) -> InstrumentedStore:
     return InstrumentedStore(
-        tables.client, tables.counters_table, tables.markers_table, TTL_DAYS * 86_400, around=around, bounds=bounds
+        tables.client, tables.counters_table, tables.markers_table, TTL_DAYS * 86_400, around=around
+    )
+
+
+def _ids(write: DirectWrite) -> tuple[str, ...]:
+    """The messages a transaction marks applied."""
+    return tuple(claim.message_id for claim in write.claims)
+
+
+def _items(write: DirectWrite) -> frozenset[object]:
+    """Every item a transaction writes or checks: counter items, marker items, replaced batches' headers."""
+    return frozenset(
+        [("key", item.item) for item in write.items]
+        + [("marker", marker_item(claim.message_id)) for claim in write.claims]
+        + [("batch", batch) for batch in write.replaced]
     )
 
 
@@ -100,7 +115,7 @@ def test_direct_transactions_overlap_and_count_as_one_at_a_time(
 ) -> None:
     workload = _workload()
 
-    def slowly(_: Chunk, send: Callable[[], None]) -> None:
+    def slowly(_: DirectWrite, send: Callable[[], None]) -> None:
         time.sleep(0.05)  # long enough for the pool's other threads to start theirs
         send()
 
@@ -128,8 +143,10 @@ def test_direct_transactions_overlap_and_count_as_one_at_a_time(
 def test_a_bounded_counter_keeps_its_chunks_one_at_a_time(ddb_tables: DynamoDBTables) -> None:
     """A bound is checked on the worst prefix of its messages in order: no overlap then."""
     workload = _workload(seed=19)
-    store = _store(ddb_tables, bounds=parse_counter_bounds("key-1*#count>=-1000000"))
-    pipeline, _ = make_pipeline(store, write_concurrency=CONCURRENCY)
+    store = _store(ddb_tables)
+    pipeline, _ = make_pipeline(
+        store, counter_bounds=parse_counter_bounds("key-1*#count>=-1000000"), write_concurrency=CONCURRENCY
+    )
     result = pipeline.process(workload.records, NOW_MS, plenty)
     assert store.chunks > 1
     assert store.most_in_flight == 1
@@ -146,12 +163,13 @@ def test_a_fault_in_one_concurrent_transaction_is_handled_as_one_at_a_time(
     tries: dict[tuple[str, ...], int] = {}
     lock = threading.Lock()
 
-    def faulty(chunk: Chunk, send: Callable[[], None]) -> None:
+    def faulty(write: DirectWrite, send: Callable[[], None]) -> None:
+        ids = _ids(write)
         with lock:
             if not victim:
-                victim.append(chunk.message_ids)  # the first chunk any thread sends
-            attempt = tries[chunk.message_ids] = tries.get(chunk.message_ids, 0) + 1
-        if chunk.message_ids != victim[0]:
+                victim.append(ids)  # the first chunk any thread sends
+            attempt = tries[ids] = tries.get(ids, 0) + 1
+        if ids != victim[0]:
             send()
         elif fault == "throttled through every retry":
             raise RetryableStoreError("throttled")
@@ -192,9 +210,9 @@ def test_a_kill_with_some_transactions_committed_is_recovered_exactly_once(ddb_t
     sent: list[tuple[str, ...]] = []
     lock = threading.Lock()
 
-    def killed_at_the_third(chunk: Chunk, send: Callable[[], None]) -> None:
+    def killed_at_the_third(write: DirectWrite, send: Callable[[], None]) -> None:
         with lock:
-            sent.append(chunk.message_ids)
+            sent.append(_ids(write))
             number = len(sent)
         if number == 3:
             raise Killed
@@ -229,8 +247,8 @@ class ItemOverlapStore(InstrumentedStore):
         self.overlaps: list[frozenset[object]] = []
         super().__init__(*args, around=self._watch, **kw)
 
-    def _watch(self, chunk: Chunk, send: Callable[[], None]) -> None:
-        items = chunk.items
+    def _watch(self, write: DirectWrite, send: Callable[[], None]) -> None:
+        items = _items(write)
         with self._lock:
             self.overlaps.extend(items & other for other in self.flying if items & other)
             self.flying.append(items)

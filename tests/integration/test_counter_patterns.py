@@ -58,9 +58,7 @@ def test_each_pattern_sample_counts_as_documented(ddb_tables: DynamoDBTables, ev
     # GIVEN a sample event of the patterns, read by its source, and the deployment's CounterDefaults
     spec = EXPECTED[event_file]
     defaults = parse_counter_defaults(spec["counter_defaults"])
-    store = make_store(
-        ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_defaults=defaults
-    )
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, dlq = make_pipeline(store, counter_defaults=defaults)
     # WHEN it is processed twice (a redelivery of the whole batch)
     first, second = processed_twice(pipeline, event_file, spec, NOW_MS)
@@ -87,7 +85,7 @@ def test_start_values_count_once_through_direct_transactions_and_the_journal(ddb
     # GIVEN stock declared to start at 100 and fall by 1 per event, an hourly window, and a transaction size
     # that sends the packed message (30 keys) through the commit journal, in several chunks
     windows = parse_window_spec("hour", "hour=90")
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_defaults=STOCK)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, dlq = make_pipeline(store, windows=windows, max_actions=12, counter_defaults=STOCK)
     records = stock_records(7, packed_keys=30)
     # WHEN the batch is processed, then redelivered in another order
@@ -112,7 +110,7 @@ def test_a_stored_counter_is_never_reset_to_its_start(ddb_tables: DynamoDBTables
     body = json.dumps({"id": "early", "key": "stock:sku-1", "deltas": {"stock": 5}})
     make_pipeline(plain)[0].process([SourceRecord("r", body, NOW_MS)], NOW_MS, lambda: 60_000)
     # WHEN the start value is declared and more sales come
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_defaults=STOCK)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     make_pipeline(store, counter_defaults=STOCK)[0].process(stock_records(3, 10), NOW_MS, lambda: 60_000)
     # THEN the start applies only to a counter that does not exist yet (if_not_exists)
     assert counters_of(ddb_tables, "stock:sku-1") == {"stock": "2"}
@@ -302,9 +300,7 @@ def test_a_later_chunk_whose_start_plus_delta_leaves_the_number_range_is_refused
     # GIVEN a counter declared to start near DynamoDB's largest Number, and a packed message whose journal
     # batch spans several chunks, the key that would overflow in a later chunk (docs/journal.md)
     defaults = parse_counter_defaults("big:*#n=start:9E+125")
-    store = make_store(
-        ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_defaults=defaults
-    )
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, dlq = make_pipeline(store, max_actions=12, counter_defaults=defaults)
     events = [{"key": f"big:k{n}", "deltas": {"m": 1}} for n in range(25)]  # m has no start value
     events.append({"key": "big:last", "deltas": {"n": 2e125}})

@@ -158,7 +158,7 @@ def test_windows_count_members_of_their_ts_and_hot_keys_sum_their_shards(ddb_tab
     # GIVEN hourly and daily windows, a hot key, and views in two hours of one day (and one without ts)
     windows = parse_window_spec("hour,day", "hour=90,day=0")
     hot = parse_hot_keys("v:hot=4")
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot_keys=hot)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, windows=windows, hot_keys=hot)
     first_hour = NOW_MS - HOUR_MS - 1_000
     batches = [

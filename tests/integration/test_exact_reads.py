@@ -47,14 +47,17 @@ def _write_shards(tables: DynamoDBTables, key: str, sort_key: str) -> None:
 def test_reading_a_hot_key_sums_its_shards_to_38_digits(ddb_tables: DynamoDBTables) -> None:
     # GIVEN a hot key whose 16 shards (stored exactly by DynamoDB) add up to 38 significant digits
     hot = parse_hot_keys("hot:*=16")
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     _write_shards(ddb_tables, "hot:a", "all")
     hour = parse_window_spec("hour", "hour=90").unit("hour")
     _write_shards(ddb_tables, "hot:a", hour.window_id(DAY0))
     expected = {"big": SUM_OF_16, "small": Decimal("1.6000000000000000000000000000000000016")}
     # WHEN it is read (tally get, a series) THEN nothing is rounded
-    assert read_counters(store, "hot:a") == expected
-    assert read_series(store, "hot:a", hour, DAY0, DAY0 + HOUR_MS) == [(DAY0, expected), (DAY0 + HOUR_MS, {})]
+    assert read_counters(store, "hot:a", hot) == expected
+    assert read_series(store, "hot:a", hour, DAY0, DAY0 + HOUR_MS, hot_keys=hot) == [
+        (DAY0, expected),
+        (DAY0 + HOUR_MS, {}),
+    ]
 
 
 def test_tally_top_sums_shards_to_38_digits(ddb_tables: DynamoDBTables) -> None:

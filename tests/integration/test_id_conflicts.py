@@ -31,7 +31,7 @@ from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.journal import DynamoDBJournal
 from tests.integration.test_stale_reads import answer_marker_reads
 from tests.support.counts import read_all
-from tests.support.pipeline import FAST_RETRIES, TTL_DAYS, RecordingDeadLetterQueue, make_store, plenty
+from tests.support.pipeline import FAST_RETRIES, TTL_DAYS, RecordingDeadLetterQueue, make_store, plenty, write_chunk
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
@@ -53,10 +53,7 @@ def pipeline_with_gate(
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
     gate = MarkerReadGate() if reads_markers else MarkerReadGate(quiet_batches=0)
     applier = Applier(store, journal, policy=FAST_RETRIES, sleep=lambda _: None, marker_read_gate=gate)
-    settings = PipelineSettings(
-        limits=WIRE_LIMITS,
-        dedup_horizon_ms=TTL_DAYS * 86_400_000,
-    )
+    settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_DAYS * 86_400_000)
     return BatchPipeline(applier, dlq, settings), dlq
 
 
@@ -214,7 +211,7 @@ def test_a_marker_written_before_digests_existed_matches_any_content(ddb_tables:
     # GIVEN a marker without a digest (as every marker written before this change), for m-1 applied
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     legacy = MessageTotals("m-1", {"page": {"count": 1}}, 1)  # no digest: none stored
-    store.write_direct(plan_transactions([legacy]).chunks[0], NOW_MS)
+    write_chunk(store, plan_transactions([legacy]).chunks[0], NOW_MS)
     pipeline, dlq = pipeline_with_gate(store, reads_markers=False)
 
     # WHEN m-1 arrives with any content
@@ -273,11 +270,11 @@ def test_markers_store_the_digest_and_every_read_returns_it(ddb_tables: DynamoDB
     message = message_totals(Message("m-1", (CounterEvent("page", {"count": 1}),)))
     assert len(message.digest) == DIGEST_BYTES
     chunk = plan_transactions([message]).chunks[0]
-    store.write_direct(chunk, NOW_MS)
+    write_chunk(store, chunk, NOW_MS)
 
     # WHEN its marker is read, strongly and eventually consistently, and met by a cancelled transaction
     with pytest.raises(MarkersExistError) as exists:
-        store.write_direct(chunk, NOW_MS)
+        write_chunk(store, chunk, NOW_MS)
     strongly = store.read_marker("m-1")
     eventually = store.read_markers(["m-1"])["m-1"]
 

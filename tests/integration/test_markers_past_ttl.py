@@ -148,8 +148,8 @@ def test_a_marker_ttl_deletes_between_its_read_and_the_claim_replacing_it_counts
     message_id = "reused-id" if marker == "own item" else f"{SESSION}.3"
     _expired_claim(ddb_tables, message_id, header=header)
     bounds = STOCK_BOUNDS if path == "bounded direct" else NO_BOUNDS
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_bounds=bounds)
-    pipeline, dead_letters = make_pipeline(store)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dead_letters = make_pipeline(store, counter_bounds=bounds)
     key, counter = ("stock:1", "stock") if path == "bounded direct" else ("plain", "count")
     body = json.dumps({"id": message_id, "key": key, "deltas": {counter: 3}, "ts": LATER})
     # AND TTL's sweep, which deletes the expired marker just before the transaction that replaces it (the
@@ -183,10 +183,8 @@ def test_a_bounded_message_replaces_a_marker_whose_batch_header_ttl_deleted(
     # deleted (the marker, past its expiry too, is still there)
     message_id = "reused-id" if marker == "own item" else f"{SESSION}.3"
     _expired_claim(ddb_tables, message_id, header="gone")
-    store = make_store(
-        ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, counter_bounds=STOCK_BOUNDS
-    )
-    pipeline, dead_letters = make_pipeline(store)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dead_letters = make_pipeline(store, counter_bounds=STOCK_BOUNDS)
     body = json.dumps({"id": message_id, "key": "stock:1", "deltas": {"stock": 3}, "ts": LATER})
 
     # WHEN it arrives again (its id reused with a fresh ts)

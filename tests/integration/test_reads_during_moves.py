@@ -42,7 +42,7 @@ NEXT_MONTH = DAY0 + 31 * DAY_MS + 5 * 60_000  # January has ended
 
 def count(tables: DynamoDBTables, key: str, hot: str = "") -> None:
     """Count 5 on ``key`` in hour 3 of DAY0 (and so in DAY0 and its month), left on the key's item(s)."""
-    store = make_store(tables.client, tables.counters_table, tables.markers_table, parse_hot_keys(hot))
+    store = make_store(tables.client, tables.counters_table, tables.markers_table)
     pipeline, _ = make_pipeline(store, windows=WINDOWS, hot_keys=parse_hot_keys(hot), move_windows=False)
     records = [
         SourceRecord(f"{key}-{n}", f'{{"id":"{key}-{n}","key":"{key}","delta":1,"ts":{DAY0 + 3 * H + n}}}', DAY0)

@@ -4,7 +4,7 @@ The sample events (``events/*-resets.json``) through the SQS and Kinesis sources
 pipeline; resets at every position of a batch; a hot key's shards; windows; a lost response; a reset
 redelivered after later deltas; an earlier message handed back holding the reset back; and the property:
 for any order of deltas, resets and corrections, any batching and any duplication, the stored value is
-that of applying the distinct messages one by one in source order (``tally.core.resets.expected_values``).
+that of applying the distinct messages one by one in source order (``tests/support/reference.py``: ``expected_values``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from tally.commit.marker_reads import MarkerReadGate
 from tally.core.decode import decode_message
 from tally.core.ledger import Claim
 from tally.core.model import Message, SourceRecord
-from tally.core.resets import expected_values
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
@@ -32,6 +31,7 @@ from tally_local.kit.faults import DynamoDBFaults
 from tests.support.events import SAMPLES_SENT_MS, expected_samples, processed_twice
 from tests.support.pipeline import make_pipeline, make_store
 from tests.support.properties import on_emulator
+from tests.support.reference import expected_values
 
 if TYPE_CHECKING:
     from tally.core.sharding import HotKeys
@@ -62,7 +62,7 @@ def operators_of(tables: DynamoDBTables, key: str) -> dict[str, dict[str, list[s
 def pipeline_on(
     tables: DynamoDBTables, *, hot_keys: HotKeys | None = None, **options: Any
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
-    store = make_store(tables.client, tables.counters_table, tables.markers_table, hot_keys=hot_keys)
+    store = make_store(tables.client, tables.counters_table, tables.markers_table)
     return make_pipeline(store, hot_keys=hot_keys, **options)
 
 

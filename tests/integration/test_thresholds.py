@@ -33,7 +33,6 @@ from tally.core.thresholds import (
     CounterThresholds,
     Direction,
     Levels,
-    expected_crossings,
     parse_counter_thresholds,
     window_unit,
 )
@@ -46,13 +45,14 @@ from tally_local.kit.limits import RequestLimits
 from tests.conftest import _create_table, _template_tables
 from tests.support.pipeline import TTL_DAYS, make_pipeline
 from tests.support.properties import on_emulator, sent_in_batches
+from tests.support.reference import expected_crossings
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from tally.core.numbers import Number
     from tally.core.thresholds import Crossing
-    from tally.core.windows import WindowSpec
+    from tally.core.write import DirectWrite
     from tally.pipeline import BatchPipeline
     from tests.conftest import DynamoDBTables
     from tests.support.pipeline import RecordingDeadLetterQueue
@@ -91,24 +91,15 @@ def notify(ddb_tables: DynamoDBTables) -> Iterator[NotifyTables]:
             ddb_tables.client.delete_table(TableName=name)
 
 
-def make_store(
-    notify: NotifyTables,
-    thresholds: CounterThresholds = THRESHOLDS,
-    defaults: CounterDefaults = STARTS,
-    bounds: CounterBounds = NO_BOUNDS,
-    windows: WindowSpec | None = None,
-) -> DynamoDBCounterStore:
+def make_store(notify: NotifyTables) -> DynamoDBCounterStore:
+    """The counter store on the test's tables, with the notifications table where crossings are recorded."""
     tables = notify.tables
     return DynamoDBCounterStore(
         tables.client,
         tables.counters_table,
         tables.markers_table,
         TTL_DAYS * 86_400,
-        defaults=defaults,
-        bounds=bounds,
-        thresholds=thresholds,
         notifications_table=notify.notifications_table,
-        windows=windows,
     )
 
 
@@ -119,7 +110,15 @@ def pipeline_of(
     bounds: CounterBounds = NO_BOUNDS,
     **options: Any,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
-    return make_pipeline(make_store(notify, thresholds, defaults, bounds), counter_defaults=defaults, **options)
+    return make_pipeline(
+        make_store(notify), counter_defaults=defaults, counter_bounds=bounds, counter_thresholds=thresholds, **options
+    )
+
+
+def from_values_met(write: DirectWrite) -> bool:
+    """Whether a write was planned from the values a refused condition met (its thresholded counters conditioned
+    on exactly those)."""
+    return any(item.exact for item in write.items)
 
 
 def record(message_id: str, key: str, **deltas: int) -> SourceRecord:
@@ -244,19 +243,19 @@ def test_a_concurrent_writer_between_the_refusal_and_the_exact_write_moves_the_c
     pipeline, _ = pipeline_of(notify)
     other, _ = pipeline_of(notify)
     process(pipeline, [record("start", "usage:t", calls=700)])
-    real_apply = DynamoDBCounterStore.write_direct
+    real_write = DynamoDBCounterStore.write
     interleaved: list[bool] = []
 
-    def with_a_writer_in_between(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
-        if chunk.before and not interleaved:
+    def with_a_writer_in_between(self: DynamoDBCounterStore, write: DirectWrite) -> None:
+        if from_values_met(write) and not interleaved:
             # Another invocation commits +200 between the refusal and this exact write (700 -> 900: it crosses 800)
             interleaved.append(True)
-            monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
+            monkeypatch.setattr(DynamoDBCounterStore, "write", real_write)
             process(other, [record("x", "usage:t", calls=200)], NOW_MS + 1)
-            monkeypatch.setattr(DynamoDBCounterStore, "write_direct", with_a_writer_in_between)
-        real_apply(self, chunk, now_ms)
+            monkeypatch.setattr(DynamoDBCounterStore, "write", with_a_writer_in_between)
+        real_write(self, write)
 
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", with_a_writer_in_between)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", with_a_writer_in_between)
     # WHEN the batch is processed
     result = process(pipeline, [record("a", "usage:t", calls=150)], NOW_MS + 2)
     # THEN the exact write (planned from 700) is refused, planned again from 900: "x" crossed 800, "a" crosses 1000
@@ -300,20 +299,20 @@ def test_a_kill_after_any_transaction_loses_no_crossing_and_doubles_none(
     # before anything could announce it)
     pipeline, _ = pipeline_of(notify)
     records = [record("a", "usage:t", calls=500), record("b", "usage:t", calls=400)]
-    real_apply = DynamoDBCounterStore.write_direct
+    real_write = DynamoDBCounterStore.write
     calls: list[int] = []
 
-    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
+    def dying(self: DynamoDBCounterStore, write: DirectWrite) -> None:
         calls.append(1)
         with contextlib.ExitStack() as after:
             if len(calls) == crash_after:
                 after.callback(lambda: (_ for _ in ()).throw(RuntimeError("the invocation died")))
-            real_apply(self, chunk, now_ms)
+            real_write(self, write)
 
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", dying)
     with pytest.raises(RuntimeError):
         pipeline.process(records, NOW_MS, lambda: 60_000)
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", real_write)
     # WHEN the whole batch is redelivered
     process(pipeline, records)
     # THEN the crossing is recorded once, and its table's stream holds exactly one INSERT for it: what the pipe
@@ -408,17 +407,17 @@ def test_a_kill_after_the_commit_of_a_message_whose_crossings_spill_records_each
     # crossings that did not fit it not written yet)
     pipeline, _ = pipeline_of(notify)
     message = packed("wide", [{"key": f"usage:{i}", "deltas": {"calls": 900}} for i in range(60)])
-    real_apply = DynamoDBCounterStore.write_direct
+    real_write = DynamoDBCounterStore.write
 
-    def dying(self: DynamoDBCounterStore, chunk: Any, now_ms: int) -> None:
-        real_apply(self, chunk, now_ms)
-        if chunk.before:
+    def dying(self: DynamoDBCounterStore, write: DirectWrite) -> None:
+        real_write(self, write)
+        if from_values_met(write):
             raise RuntimeError("the invocation died")
 
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", dying)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", dying)
     with pytest.raises(RuntimeError):
         pipeline.process([message], NOW_MS, lambda: 60_000)
-    monkeypatch.setattr(DynamoDBCounterStore, "write_direct", real_apply)
+    monkeypatch.setattr(DynamoDBCounterStore, "write", real_write)
     # WHEN the message is redelivered
     process(pipeline, [message], NOW_MS + 1)
     # THEN it counted once, and every crossing is recorded once
@@ -455,7 +454,7 @@ def test_a_key_that_spells_another_items_label_is_another_item(notify: NotifyTab
     windows = parse_window_spec("minute")
     thresholds = parse_counter_thresholds(f"a#n@minute>=5;{spelled}#n>=5", windows=windows)
     pipeline, dlq = make_pipeline(
-        make_store(notify, thresholds, windows=windows), counter_defaults=STARTS, windows=windows
+        make_store(notify), counter_defaults=STARTS, counter_thresholds=thresholds, windows=windows
     )
     minute_event = {"id": "", "key": "a", "deltas": {"n": 0}, "ts": NOW_MS}
 
@@ -575,11 +574,11 @@ def test_the_recorded_crossings_are_those_of_the_applied_order(
     assert_crossings_of_the_applied_order(notify, steps, cuts, repeats)
 
 
-def test_a_store_that_records_no_resets_crossing_fails_the_property(
+def test_a_planner_that_records_no_resets_crossing_fails_the_property(
     notify: NotifyTables, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # GIVEN the store with the reset's crossing undone: a reset written as given, planned from no value read
-    monkeypatch.setattr("tally.store.dynamodb.reset_counters", lambda *_: {})
+    # GIVEN the write planner with the reset's crossing undone: a reset written as given, planned from no value read
+    monkeypatch.setattr("tally.core.write_planner.reset_counters", lambda *_: {})
     # WHEN the property's check meets a reset from 3 to 0 (across the falling 2 and 0), THEN it fails
     with pytest.raises(AssertionError):
         assert_crossings_of_the_applied_order(notify, [("reset", 0)], [1], [])
@@ -648,9 +647,9 @@ def test_no_request_at_the_edges_is_one_dynamodb_refuses_and_every_message_is_se
     run = next(EXAMPLES)
     windows = parse_window_spec("minute")
     thresholds = parse_counter_thresholds(EDGE_THRESHOLDS, windows=windows)
-    store = make_store(notify, thresholds, windows=windows)
+    store = make_store(notify)
     limits = RequestLimits(store.client, [store.counters_table, store.markers_table, store.notifications_table])
-    pipeline, dlq = make_pipeline(store, counter_defaults=STARTS, windows=windows)
+    pipeline, dlq = make_pipeline(store, counter_defaults=STARTS, counter_thresholds=thresholds, windows=windows)
     sent: list[tuple[str, dict[str, Number]]] = []
     # WHEN batches of messages at the edges are processed: 36-digit steps across fractional levels, packed messages
     # crossing more levels than a transaction holds, keys spelling other items' labels

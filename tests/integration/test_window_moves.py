@@ -359,7 +359,7 @@ class EachShardInTurn(random.Random):
 
 def test_a_hot_keys_shards_move_their_own_windows(ddb_tables: DynamoDBTables) -> None:
     hot = parse_hot_keys("hot=4")
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(
         store, windows=WINDOWS, hot_keys=hot, window_mover=eager(ddb_tables), rng=EachShardInTurn()
     )

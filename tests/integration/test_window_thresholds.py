@@ -16,18 +16,16 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from botocore.exceptions import ClientError
 
-from tally.core.defaults import NO_DEFAULTS
 from tally.core.items import window_counter
 from tally.core.model import SourceRecord
 from tally.core.thresholds import NO_THRESHOLDS, crossing_free, parse_counter_thresholds
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.store.actions import add_update
-from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import condition_fits
 from tally.store.windows import DynamoDBWindowMover
 from tests.integration.test_thresholds import NOW_MS, NotifyTables, make_store, notify, process  # noqa: F401 (fixture)
-from tests.support.pipeline import TTL_DAYS, make_pipeline
+from tests.support.pipeline import make_pipeline
 
 if TYPE_CHECKING:
     from tally.core.thresholds import CounterThresholds
@@ -45,12 +43,8 @@ FEB = NOW_MS + 31 * DAY_MS  # 2100-02-01 (2100 is a common year: February has 28
 MAR = FEB + 28 * DAY_MS
 
 
-def store_of(on: NotifyTables, thresholds: CounterThresholds) -> DynamoDBCounterStore:
-    return make_store(on, thresholds, defaults=NO_DEFAULTS, windows=WINDOWS)
-
-
 def pipeline_of(on: NotifyTables, thresholds: CounterThresholds = DAILY, **options: Any) -> BatchPipeline:
-    pipeline, _ = make_pipeline(store_of(on, thresholds), windows=WINDOWS, counter_defaults=NO_DEFAULTS, **options)
+    pipeline, _ = make_pipeline(make_store(on), windows=WINDOWS, counter_thresholds=thresholds, **options)
     return pipeline
 
 
@@ -108,11 +102,9 @@ def test_a_late_event_for_a_moved_window_is_announced_from_the_sum_of_both_parts
     first, second = (NOW_MS, FEB) if unit == "month" else (DAY0, DAY1)  # a window, and the one after it
     window = windows.unit(unit).window_id(first)
     pipeline, _ = make_pipeline(
-        make_store(
-            notify, parse_counter_thresholds(f"usage:*#calls@{unit}>=10", windows=windows), NO_DEFAULTS, windows=windows
-        ),
+        make_store(notify),
         windows=windows,
-        counter_defaults=NO_DEFAULTS,
+        counter_thresholds=parse_counter_thresholds(f"usage:*#calls@{unit}>=10", windows=windows),
     )
     # GIVEN the first window at 8 on one key (below 10) and at 12 on another (10 crossed and announced)
     process(
@@ -180,9 +172,9 @@ def test_a_move_committing_between_the_read_and_the_write_makes_the_write_plan_a
     # and the crossing of 8 -> 11 is announced once (the key item's part alone, 0 -> 3, would have missed it)
     assert announced(notify) == [("usage:a", "d#2100-01-01", 10, "a2", 11, 11)]
     assert result.figures["ThresholdRewrites"] >= 1
-    # (from a kept pointer, the refusal's ALL_OLD says the new moved part: the second write commits; without one,
-    # the sum planned from the first read's part is stale, and one more write is refused)
-    assert len(writes) == 2 if keeps_pointers else len(writes) >= 3
+    # (the write is planned again from the refusal's ALL_OLD, the key item as the move left it: a kept pointer says
+    # the new moved part, and without one the day item is read again, after that ALL_OLD: the second write commits)
+    assert len(writes) == 2
     assert stored(notify, "usage:a", "d#2100-01-01") == {"c#calls": "8"}
     assert stored(notify, "usage:a", "all")["w#d#2100-01-01\x1fcalls"] == "3"
 
@@ -211,15 +203,15 @@ def test_a_late_write_of_the_pointers_window_reads_the_key_item_alone_once_per_b
 ) -> None:
     # GIVEN day 0 at 8 on one key and at 12 on another, moved off their key items by the pipeline's own step,
     # which keeps each key item's pointer at day 0 with its moved total
-    store = store_of(notify, DAILY)
-    moving, _ = make_pipeline(store, windows=WINDOWS, counter_defaults=NO_DEFAULTS)
+    store = make_store(notify)
+    moving, _ = make_pipeline(store, windows=WINDOWS, counter_thresholds=DAILY)
     process(moving, [event("a1", "usage:a", 8, DAY0 + HOUR_MS), event("b1", "usage:b", 12, DAY0 + HOUR_MS)], DAY0)
     process(moving, [event("a2", "usage:a", 1, DAY1), event("b2", "usage:b", 1, DAY1)], DAY1 + HOUR_MS)
     pointer = {name: value for name, value in stored_raw(notify, "usage:a").items() if name.startswith("mp")}
     assert pointer == {"mp#day": {"S": "d#2100-01-01"}, "mp#day\x1fcalls": {"N": "8"}, "mpk#day": {"N": "1"}}
     # WHEN late events for day 0 come in one batch: +3 on the first key (8 -> 11: crosses 10; its crossing-free
     # write is refused and sent again exactly), +11 on the second (12 -> 23: crosses nothing)
-    late, _ = make_pipeline(store, windows=WINDOWS, counter_defaults=NO_DEFAULTS, move_windows=False)
+    late, _ = make_pipeline(store, windows=WINDOWS, counter_thresholds=DAILY, move_windows=False)
     with CounterReads(notify) as reads:
         result = process(
             late,
@@ -240,14 +232,14 @@ def test_a_late_write_of_a_window_older_than_the_pointers_reads_its_window_item(
     notify: NotifyTables,  # noqa: F811
 ) -> None:
     # GIVEN day 0 at 8 and day 1 at 2, both moved (the pointer is at day 1: it cannot say day 0's moved part)
-    store = store_of(notify, DAILY)
-    moving, _ = make_pipeline(store, windows=WINDOWS, counter_defaults=NO_DEFAULTS)
+    store = make_store(notify)
+    moving, _ = make_pipeline(store, windows=WINDOWS, counter_thresholds=DAILY)
     process(moving, [event("a1", "usage:a", 8, DAY0 + HOUR_MS)], DAY0 + 2 * HOUR_MS)
     process(moving, [event("a2", "usage:a", 2, DAY1 + HOUR_MS)], DAY1 + 2 * HOUR_MS)
     process(moving, [event("a3", "usage:a", 1, DAY1 + DAY_MS)], DAY1 + DAY_MS + HOUR_MS)
     assert stored_raw(notify, "usage:a")["mp#day"] == {"S": "d#2100-01-02"}
     # WHEN a late +3 for day 0 comes (8 -> 11)
-    late, _ = make_pipeline(store, windows=WINDOWS, counter_defaults=NO_DEFAULTS, move_windows=False)
+    late, _ = make_pipeline(store, windows=WINDOWS, counter_thresholds=DAILY, move_windows=False)
     with CounterReads(notify) as reads:
         process(late, [event("a4", "usage:a", 3, DAY0 + 5 * HOUR_MS)], DAY1 + DAY_MS + 2 * HOUR_MS)
     # THEN its write read the key item, then day 0's item for the moved part, and announced from the sum, once
@@ -260,7 +252,7 @@ def test_one_message_moving_a_thresholded_counter_in_too_many_windows_is_refused
 ) -> None:
     # GIVEN five hourly levels (a write's condition holds about 30 operators per hour it moves)
     hourly = parse_counter_thresholds("usage:*#calls@hour>=100,200,300,400,500", windows=WINDOWS)
-    pipeline, dlq = make_pipeline(store_of(notify, hourly), windows=WINDOWS)
+    pipeline, dlq = make_pipeline(make_store(notify), windows=WINDOWS, counter_thresholds=hourly)
     # WHEN one message carries events in twelve hours (its condition would pass DynamoDB's 300 operators) and
     # another message one event, in one batch
     wide = {
@@ -306,17 +298,11 @@ def test_the_stores_condition_check_agrees_with_dynamodb_at_the_limit(notify: No
 def test_a_minute_level_crosses_on_the_minutes_own_item(notify: NotifyTables) -> None:  # noqa: F811
     # GIVEN a level of 3 per minute (minute windows are items of their own: nothing is ever moved onto them)
     windows = parse_window_spec("minute,hour,day")
-    tables = notify.tables
-    store = DynamoDBCounterStore(
-        tables.client,
-        tables.counters_table,
-        tables.markers_table,
-        TTL_DAYS * 86_400,
-        thresholds=parse_counter_thresholds("usage:*#calls@minute>=3", windows=windows),
-        notifications_table=notify.notifications_table,
+    pipeline, _ = make_pipeline(
+        make_store(notify),
         windows=windows,
+        counter_thresholds=parse_counter_thresholds("usage:*#calls@minute>=3", windows=windows),
     )
-    pipeline, _ = make_pipeline(store, windows=windows)
     # WHEN +2, +2 land in one minute (in two batches), +3 in the next, and a late +1 in the first
     process(pipeline, [event("a", "usage:m", 2, DAY0 + 10_000)], DAY0 + 20_000)
     process(pipeline, [event("b", "usage:m", 2, DAY0 + 30_000)], DAY0 + 40_000)
@@ -334,9 +320,7 @@ def test_a_months_level_is_announced_once_per_month_and_an_ended_month_is_moved_
     dynamodb_local: DynamoDBLocal,
 ) -> None:
     monthly = parse_counter_thresholds("usage:*#calls@month>=10", windows=MONTHS)
-    pipeline, _ = make_pipeline(
-        make_store(notify, monthly, defaults=NO_DEFAULTS, windows=MONTHS), windows=MONTHS, counter_defaults=NO_DEFAULTS
-    )
+    pipeline, _ = make_pipeline(make_store(notify), windows=MONTHS, counter_thresholds=monthly)
     reader = CounterReader(notify.tables.counters_table, client=dynamodb_local.client(), windows=MONTHS)
 
     def months(key: str, now_ms: int) -> list[dict[str, Decimal]]:

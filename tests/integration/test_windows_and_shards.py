@@ -123,7 +123,7 @@ def test_a_hot_key_spreads_over_shards_and_reads_sum_them_even_as_n_changes(ddb_
     partitions: set[str] = set()
     for phase, shards in enumerate((8, 2, 16)):
         hot = parse_hot_keys(f"hot:*={shards}")
-        store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
+        store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
         pipeline, _ = make_pipeline(store, windows=WINDOWS, hot_keys=hot)
         faults.lose_responses(2)
         faults.cancel("TransactionConflict", count=2)
@@ -134,8 +134,10 @@ def test_a_hot_key_spreads_over_shards_and_reads_sum_them_even_as_n_changes(ddb_
             assert pipeline.process(records, NOW_MS, plenty).figures["MessagesApplied"] == 0  # redelivered: no-op
             counts += 50
         # THEN every read, whatever the current N, sums every shard ever written
-        assert read_counters(store, "hot:page") == {"count": counts}
-        assert read_series(store, "hot:page", WINDOWS.unit("hour"), DAY0, DAY0) == [(DAY0, {"count": counts})]
+        assert read_counters(store, "hot:page", hot) == {"count": counts}
+        assert read_series(store, "hot:page", WINDOWS.unit("hour"), DAY0, DAY0, hot_keys=hot) == [
+            (DAY0, {"count": counts})
+        ]
         items = ddb_tables.client.scan(TableName=ddb_tables.counters_table)["Items"]
         partitions |= {item["pk"]["S"] for item in items if item["sk"]["S"] == "all"}
     assert len(partitions) > 4  # the writes really were spread over distinct partition keys
@@ -152,13 +154,13 @@ def test_one_add_per_shard_item_per_batch(ddb_tables: DynamoDBTables) -> None:
 
     ddb_tables.client.meta.events.register("before-call.dynamodb.TransactWriteItems", count)
     hot = parse_hot_keys("hot=4")
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     pipeline, _ = make_pipeline(store, hot_keys=hot)
     events = ",".join('{"key":"hot","delta":1}' for _ in range(20))
     records = [SourceRecord(f"r{i}", f'{{"id":"p{i}","events":[{events}]}}', NOW_MS) for i in range(90)]
     assert pipeline.process(records, NOW_MS, plenty).failed_record_ids == ()
     assert len(adds) == len(set(adds)) == 1
-    assert read_counters(store, "hot") == {"count": Decimal(1800)}
+    assert read_counters(store, "hot", hot) == {"count": Decimal(1800)}
 
 
 def test_a_window_past_its_retention_reads_empty_even_while_it_waits_on_the_keys_item(

@@ -6,6 +6,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+from tally.core.write_planner import plan_write
 from tally.runtime import CLIENT_CONFIG
 from tally_local.chaos.config import SMOKE, focused
 from tally_local.chaos.harness import (
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
+    from tally.core.write_planner import WritePlanner
     from tally.pipeline import BatchPipeline, DeadLetterQueue
     from tally.post_commit import ArchiveWriter, PostCommitStep
     from tally.store.dynamodb import DynamoDBCounterStore
@@ -78,12 +80,14 @@ def rewired(
     *,
     store_class: type[DynamoDBCounterStore] | None = None,
     journal_class: type[DynamoDBJournal] | None = None,
+    write_planner: WritePlanner = plan_write,
     wired_from: Callable[[ChaosConfig], ChaosConfig] | None = None,
 ) -> PipelineFactory:
-    """The production wiring (``wire_pipeline``) with one part BROKEN: the store built from ``store_class``, the
-    journal from ``journal_class``, the pipeline wired from ``wired_from(config)`` (what the pipeline is told,
-    while the run's check knows the real configuration), or ``patch`` applied to each consumer's pipeline (it
-    swaps a part for a broken one)."""
+    """The production wiring (``wire_pipeline``) with one part BROKEN: the store built from ``store_class`` (how
+    it encodes or reads), the journal from ``journal_class``, each direct transaction's write decided by
+    ``write_planner`` (a variant of ``plan_write``), the pipeline wired from ``wired_from(config)`` (what the
+    pipeline is told, while the run's check knows the real configuration), or ``patch`` applied to each consumer's
+    pipeline (it swaps a part for a broken one)."""
 
     def factory(
         client: DynamoDBClient,
@@ -108,6 +112,7 @@ def rewired(
             marker_read_gate=marker_read_gate,
             archive=archive,
             clock=clock,
+            write_planner=write_planner,
         )
         if patch is not None:
             patch(pipeline, client, tables, config)

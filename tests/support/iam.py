@@ -442,6 +442,29 @@ def _bind(call: Call) -> str | None:
     return None
 
 
+def _dynamodb_requirements(call: Call, binding: Binding, stack: Stack, result: Requirements) -> None:
+    """A DynamoDB call's IAM requests, one per table (and index) it names; a transaction's per item action."""
+    origin = f"{call.operation} at {call.site}"
+    operation = call.operation
+    if operation in {"TransactWriteItems", "TransactGetItems"}:
+        pairs = [(_DYNAMODB_ITEM_ACTIONS.get(t.item_action), t) for t in call.targets]
+    elif operation in {"BatchGetItem", "BatchWriteItem"} or operation in _DYNAMODB_PLAIN:
+        pairs = [(operation, t) for t in call.targets]
+    else:
+        pairs = [(None, Target("table", "?"))]
+    for action, target in pairs:
+        table = binding.table(target)
+        if action is None:
+            result.problems.append(f"no IAM mapping for dynamodb {operation} {target.item_action}: {origin}")
+        elif table is None:
+            result.problems.append(f"table {target.name!r} is none of the template's tables: {origin}")
+        else:
+            arn = stack.arn(table) + (f"/index/{target.index}" if target.index else "")
+            result.needed.append(Requirement(f"dynamodb:{action}", arn, origin))
+    if not call.targets:
+        result.problems.append(f"dynamodb {operation} names no table: {origin}")
+
+
 def requirements(calls: Iterable[Call], binding: Binding, stack: Stack) -> Requirements:
     """The IAM requests of ``calls``; those on resources absent from ``stack`` (say, the stream of a
     Source=SQS stack) do not apply. An operation or resource the mapping does not know is a problem."""
@@ -450,23 +473,7 @@ def requirements(calls: Iterable[Call], binding: Binding, stack: Stack) -> Requi
         origin = f"{call.operation} at {call.site}"
         service, operation = call.service, call.operation
         if service == "dynamodb":
-            if operation in {"TransactWriteItems", "TransactGetItems"}:
-                pairs = [(_DYNAMODB_ITEM_ACTIONS.get(t.item_action), t) for t in call.targets]
-            elif operation in {"BatchGetItem", "BatchWriteItem"} or operation in _DYNAMODB_PLAIN:
-                pairs = [(operation, t) for t in call.targets]
-            else:
-                pairs = [(None, Target("table", "?"))]
-            for action, target in pairs:
-                table = binding.table(target)
-                if action is None:
-                    result.problems.append(f"no IAM mapping for dynamodb {operation} {target.item_action}: {origin}")
-                elif table is None:
-                    result.problems.append(f"table {target.name!r} is none of the template's tables: {origin}")
-                else:
-                    arn = stack.arn(table) + (f"/index/{target.index}" if target.index else "")
-                    result.needed.append(Requirement(f"dynamodb:{action}", arn, origin))
-            if not call.targets:
-                result.problems.append(f"dynamodb {operation} names no table: {origin}")
+            _dynamodb_requirements(call, binding, stack, result)
             continue
         if service == "sqs" and operation in _SQS_ACTIONS:
             action = f"sqs:{_SQS_ACTIONS[operation]}"

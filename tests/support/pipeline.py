@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING
 
 from tally.commit.applier import Applier, RetryPolicy
 from tally.core.bounds import NO_BOUNDS, CounterBounds
+from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.limits import TRANSACT_MAX_ACTIONS, WIRE_LIMITS
 from tally.core.sharding import HotKeys
+from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds
 from tally.core.windows import WindowSpec
+from tally.core.write import DirectWrite, Seen
+from tally.core.write_planner import plan_write
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
 from tally.post_commit.archive import wall_clock_ms
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import DeadLetter
+    from tally.core.plan import Chunk
+    from tally.core.write_planner import WritePlanner
     from tally.post_commit import ArchiveWriter, WindowMover
 
 TTL_DAYS = 35
@@ -61,22 +67,12 @@ def plenty() -> int:
 
 
 def make_store(
-    client: DynamoDBClient,
-    counters_table: str,
-    markers_table: str,
-    hot_keys: HotKeys | None = None,
-    counter_defaults: CounterDefaults = NO_DEFAULTS,
-    *,
-    counter_bounds: CounterBounds = NO_BOUNDS,
+    client: DynamoDBClient, counters_table: str, markers_table: str, *, notifications_table: str | None = None
 ) -> DynamoDBCounterStore:
+    """The counter store on the test's tables. It carries no declarations: the pipeline's planner decides each write
+    from those ``make_pipeline`` is given."""
     return DynamoDBCounterStore(
-        client,
-        counters_table,
-        markers_table,
-        TTL_DAYS * 86_400,
-        hot_keys,
-        defaults=counter_defaults,
-        bounds=counter_bounds,
+        client, counters_table, markers_table, TTL_DAYS * 86_400, notifications_table=notifications_table
     )
 
 
@@ -91,6 +87,9 @@ def make_pipeline(
     max_actions: int = TRANSACT_MAX_ACTIONS,
     marker_read_gate: MarkerReadGate | None = None,
     counter_defaults: CounterDefaults = NO_DEFAULTS,
+    counter_bounds: CounterBounds = NO_BOUNDS,
+    counter_thresholds: CounterThresholds = NO_THRESHOLDS,
+    write_planner: WritePlanner = plan_write,
     with_distinct: bool = True,
     write_concurrency: int = 1,
     window_mover: WindowMover | None = None,
@@ -101,6 +100,10 @@ def make_pipeline(
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
+    The deployment's declarations (``windows``, ``hot_keys``, ``counter_defaults``, ``counter_bounds``,
+    ``counter_thresholds``) go to the decoder, the aggregate and the write planner as ``tally.runtime`` hands them;
+    ``write_planner`` may be a broken variant.
+
     ``write_concurrency`` is 1 here (a round's direct transactions one at a time, so tests that count or
     order requests stay deterministic); the handlers' wiring takes ``TALLY_WRITE_CONCURRENCY`` (default 4).
     With hour or day windows, ended windows are moved off key items after each batch as in production
@@ -109,19 +112,20 @@ def make_pipeline(
     its records' ``archived_ms`` read from ``clock`` (the wall clock by default).
     """
     dlq = dead_letters if dead_letters is not None else RecordingDeadLetterQueue()
-    settings = PipelineSettings(
-        limits=WIRE_LIMITS,
-        dedup_horizon_ms=TTL_DAYS * 86_400_000,
+    declared = Declarations(
         windows=windows or WindowSpec(),
         hot_keys=hot_keys or HotKeys(),
-        counter_defaults=counter_defaults,
+        defaults=counter_defaults,
+        bounds=counter_bounds,
+        thresholds=counter_thresholds,
     )
+    settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_DAYS * 86_400_000, declarations=declared)
     journal = DynamoDBJournal(
         store.client,
         store.counters_table,
         store.markers_table,
         store.marker_ttl_seconds,
-        store.defaults,
+        declared.defaults,
         notifications_table=store.notifications_table or None,
     )
     applier = Applier(
@@ -132,18 +136,20 @@ def make_pipeline(
         use_journal=use_journal,
         max_actions=max_actions,
         marker_read_gate=marker_read_gate,
-        counter_limit=counter_limit_for(store.defaults),
-        bounds=store.bounds,
-        thresholds=store.thresholds,
+        counter_limit=counter_limit_for(declared.defaults),
+        declarations=declared,
+        write_planner=write_planner,
         write_concurrency=write_concurrency,
     )
     gauges = DynamoDBGaugeStore(store.client, store.counters_table)
-    distinct = DynamoDBDistinctStore(store.client, store.counters_table, settings.hot_keys) if with_distinct else None
+    distinct = DynamoDBDistinctStore(store.client, store.counters_table, declared.hot_keys) if with_distinct else None
     mover = window_mover
-    if mover is None and move_windows and any(unit.on_key_item for unit in settings.windows.units):
-        mover = DynamoDBWindowMover(store.client, store.counters_table, settings.windows, thresholds=store.thresholds)
+    if mover is None and move_windows and any(unit.on_key_item for unit in declared.windows.units):
+        mover = DynamoDBWindowMover(
+            store.client, store.counters_table, declared.windows, thresholds=declared.thresholds
+        )
     steps = post_commit_steps(
-        settings.windows,
+        declared.windows,
         gauges=gauges,
         distinct=distinct,
         mover=mover,
@@ -151,3 +157,13 @@ def make_pipeline(
         clock=clock or wall_clock_ms,
     )
     return BatchPipeline(applier, dlq, settings, steps=steps, rng=rng), dlq
+
+
+def write_chunk(
+    store: DynamoDBCounterStore, chunk: Chunk, now_ms: int, declarations: Declarations = NO_DECLARATIONS
+) -> None:
+    """One chunk's direct transaction as the protocol sends it (planned by the core, then encoded by the store),
+    for tests that write without a pipeline: a chunk whose write must read first cannot be written so."""
+    write = plan_write(chunk, declarations, Seen(), now_ms=now_ms)
+    assert isinstance(write, DirectWrite), write
+    store.write(write)

@@ -326,7 +326,7 @@ def _operations(calls: Any, role: str) -> set[tuple[str, str]]:
 # What the drive must have recorded (by operation and calling function), so that an empty or partial
 # recording fails here rather than passing the evaluation below.
 LAMBDA_CALLS = {
-    ("TransactWriteItems", "write_direct"),  # direct transactions (store.dynamodb)
+    ("TransactWriteItems", "write"),  # direct transactions (store.dynamodb)
     ("TransactWriteItems", "_transact"),  # the journal's steps
     ("TransactWriteItems", "_send"),  # distinct-count members and their counts (store.distinct)
     ("TransactWriteItems", "_commit"),  # ended windows moved off key items (store.windows)

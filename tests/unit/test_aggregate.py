@@ -363,6 +363,20 @@ def add_reference(into: Reference, part: Reference) -> None:
             into[key][name] = into[key].get(name, Fraction(0)) + value
 
 
+def check_deduplication(messages: Sequence[Message], distinct: Deduplicated, first_ids: Sequence[str]) -> None:
+    """``distinct`` keeps the first message of each id (``first_ids``, in order), a later copy with the same
+    content is its duplicate and one with other content a conflict."""
+    assert [messages[position].message_id for position in distinct.unique] == list(first_ids)
+    for position, original in distinct.duplicate_of.items():
+        assert messages[position].message_id == messages[original].message_id
+        assert original < position
+        assert content_digest(messages[position]) == content_digest(messages[original])
+    for position, original in distinct.conflict_of.items():
+        assert messages[position].message_id == messages[original].message_id
+        assert content_digest(messages[position]) != content_digest(messages[original])
+    assert len(distinct.unique) + len(distinct.duplicate_of) + len(distinct.conflict_of) == len(messages)
+
+
 def check_pipeline(batch: Sequence[WireMessage], max_actions: int) -> set[RejectCode]:
     """Run the pure core over ``batch`` and check it against the independent reference; return the codes
     of the messages the planner rejected."""
@@ -382,16 +396,7 @@ def check_pipeline(batch: Sequence[WireMessage], max_actions: int) -> set[Reject
     plan = plan_transactions(netted, max_actions)
 
     # THEN deduplication kept exactly the first message of each id
-    assert [messages[position].message_id for position in distinct.unique] == list(first)
-    for position, original in distinct.duplicate_of.items():
-        assert messages[position].message_id == messages[original].message_id
-        assert original < position
-    for position, original in distinct.conflict_of.items():
-        assert messages[position].message_id == messages[original].message_id
-        assert content_digest(messages[position]) != content_digest(messages[original])
-    for position, original in distinct.duplicate_of.items():
-        assert content_digest(messages[position]) == content_digest(messages[original])
-    assert len(distinct.unique) + len(distinct.duplicate_of) + len(distinct.conflict_of) == len(batch)
+    check_deduplication(messages, distinct, list(first))
     # AND each message's totals are its exact net deltas
     for totals in netted:
         assert as_fractions(totals.totals) == references[totals.message_id][0]

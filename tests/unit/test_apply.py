@@ -29,11 +29,13 @@ from tally.errors import (
 from tally.store.requests import NUMBER_RANGE
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping, Sequence
 
     from tally.core.aggregate import Totals
+    from tally.core.items import ItemKey
     from tally.core.numbers import Number
-    from tally.core.plan import Chunk, WritePlan
+    from tally.core.plan import WritePlan
+    from tally.core.write import DirectWrite, ItemRead
 
 NOW_MS = 1_704_067_200_000
 DEFAULT_POLICY = RetryPolicy()
@@ -62,6 +64,21 @@ class Clock:
         self.remaining -= round(seconds * 1000)
 
 
+@dataclass(frozen=True)
+class Sent:
+    """What one transaction the store was asked to write carried: its messages and its net increments per item."""
+
+    message_ids: tuple[str, ...]
+    increments: Mapping[ItemKey, Mapping[str, Number]]
+
+    @classmethod
+    def of(cls, write: DirectWrite) -> Sent:
+        return cls(
+            tuple(claim.message_id for claim in write.claims),
+            {item.item: item.adds for item in write.items if item.adds},
+        )
+
+
 @dataclass
 class FakeCounterStore:
     """In-memory ``CounterStore``: one idempotency marker per message, counters summed per key.
@@ -80,13 +97,14 @@ class FakeCounterStore:
     range_checked_first: bool = False
     call_cost_ms: int = 0
     markers: set[str] = field(default_factory=set)
-    counters: dict[str, dict[str, Number]] = field(default_factory=dict)
-    calls: list[Chunk] = field(default_factory=list)
+    counters: dict[ItemKey, dict[str, Number]] = field(default_factory=dict)
+    calls: list[Sent] = field(default_factory=list)
     remaining_at_call: list[int] = field(default_factory=list)
     lookups: list[str] = field(default_factory=list)
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
-        assert now_ms == NOW_MS
+    def write(self, write: DirectWrite) -> None:
+        assert write.at_ms == NOW_MS
+        chunk = Sent.of(write)
         self.calls.append(chunk)
         self.remaining_at_call.append(self.clock.remaining_ms())
         self.clock.remaining -= self.call_cost_ms
@@ -111,7 +129,13 @@ class FakeCounterStore:
         self.lookups.append(message_id)
         return MarkerRecord(message_id, NOW_MS, 0, None) if message_id in self.markers else None
 
-    def _check_range(self, chunk: Chunk) -> None:
+    def read_markers(self, message_ids: Sequence[str]) -> Mapping[str, MarkerRecord]:
+        return {mid: MarkerRecord(mid, NOW_MS, 0, None) for mid in message_ids if mid in self.markers}
+
+    def read_items(self, items: Sequence[ItemKey]) -> Mapping[ItemKey, ItemRead]:
+        pytest.fail(f"no write of these tests reads before it is planned: {items}")
+
+    def _check_range(self, chunk: Sent) -> None:
         if self.poison.intersection(chunk.message_ids):
             raise WriteRejectedError(self.refusal, number_range=NUMBER_RANGE.search(self.refusal) is not None)
 
@@ -132,8 +156,8 @@ def batch(*ids: str, shared_key: bool = False) -> list[MessageTotals]:
     return [mt(mid, {"shared" if shared_key else f"key-{mid}": {"count": 1}}) for mid in ids]
 
 
-def expected_counters(messages: Iterable[MessageTotals]) -> dict[str, dict[str, Number]]:
-    total: dict[str, dict[str, Number]] = {}
+def expected_counters(messages: Iterable[MessageTotals]) -> dict[ItemKey, dict[str, Number]]:
+    total: dict[ItemKey, dict[str, Number]] = {}
     for message in messages:
         for key, counters in message.totals.items():
             for name, delta in counters.items():
@@ -152,7 +176,7 @@ def run(
 ) -> ApplyOutcome:
     # The cancellation path is what these tests exercise: no marker pre-read.
     applier = Applier(
-        store,  # type: ignore[arg-type]
+        store,
         UnusedJournal(),
         policy=policy,
         sleep=store.clock.sleep,
@@ -196,7 +220,7 @@ def test_unstorable_message_totals_are_rejected_before_any_io() -> None:
     ]
     store = FakeCounterStore()
     applier = Applier(
-        store,  # type: ignore[arg-type]
+        store,
         UnusedJournal(),
         policy=DEFAULT_POLICY,
         sleep=store.clock.sleep,
@@ -467,7 +491,7 @@ PROPAGATES: list[object] = [
 def test_plain_store_error_propagates(script: list[Step]) -> None:
     # GIVEN a store failing in a way no retry can fix (a missing table, a denied permission)
     store = FakeCounterStore(script=deque(script))
-    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))  # type: ignore[arg-type]
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))
     # WHEN a batch is applied
     # THEN the error fails the whole batch instead of dead-lettering every message
     with pytest.raises(StoreError, match=r"AccessDenied|ResourceNotFound") as raised:
@@ -490,7 +514,7 @@ class PreReadingStore(FakeCounterStore):
     throttled_reads: int = 0
     reads: int = 0
 
-    def read_markers(self, message_ids: list[str]) -> dict[str, MarkerRecord]:
+    def read_markers(self, message_ids: Sequence[str]) -> Mapping[str, MarkerRecord]:
         self.reads += 1
         if self.reads <= self.throttled_reads:
             raise RetryableStoreError("BatchGetItem throttled")
@@ -524,7 +548,7 @@ def test_a_journal_dynamodb_keeps_throttling_hands_back_only_the_messages_it_con
     # DynamoDB throttles through every retry
     store = PreReadingStore(markers={"a"}, batches={"a": "batch-1"})
     journal = ThrottledJournal(committed=committed)
-    applier = Applier(store, journal, sleep=store.clock.sleep)  # type: ignore[arg-type]
+    applier = Applier(store, journal, sleep=store.clock.sleep)
     # WHEN the batch is applied
     outcome = applier.apply(batch("a", "b", "c"), NOW_MS, store.clock.remaining_ms)
     # THEN only "a" goes back to the source (its redelivery resolves the batch later); the rest is counted
@@ -537,7 +561,7 @@ def test_a_journal_dynamodb_keeps_throttling_hands_back_only_the_messages_it_con
 def test_a_throttled_marker_pre_read_falls_back_to_the_conditional_writes() -> None:
     # GIVEN a batch where "a" was applied before, and a marker pre-read DynamoDB throttles every time
     store = PreReadingStore(markers={"a"}, throttled_reads=DEFAULT_POLICY.max_attempts)
-    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep)  # type: ignore[arg-type]
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep)
     # WHEN the batch is applied
     outcome = applier.apply(batch("a", "b", "c"), NOW_MS, store.clock.remaining_ms)
     # THEN the batch goes on without the read: the transaction's conditional marker catches "a"
@@ -554,7 +578,7 @@ def test_a_throttled_marker_pre_read_falls_back_to_the_conditional_writes() -> N
 def test_the_marker_read_stops_on_a_quiet_stream_and_resumes_when_a_write_meets_a_marker() -> None:
     # GIVEN an applier whose gate closes after 3 batches that met no existing marker
     store = PreReadingStore()
-    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(3))  # type: ignore[arg-type]
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(3))
     # WHEN five batches without duplicates are applied
     outcomes = [applier.apply(batch(f"a{n}", f"b{n}"), NOW_MS, store.clock.remaining_ms) for n in range(5)]
     # THEN the first three read their markers, the next two do not (one transaction each, no read)
@@ -575,7 +599,7 @@ def test_the_marker_read_stops_on_a_quiet_stream_and_resumes_when_a_write_meets_
 def test_a_stream_with_duplicates_in_every_batch_reads_every_batch() -> None:
     # GIVEN an applier whose gate closes after 3 quiet batches
     store = PreReadingStore()
-    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(3))  # type: ignore[arg-type]
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(3))
     applier.apply(batch("m0"), NOW_MS, store.clock.remaining_ms)
     # WHEN every batch re-sends the message applied by the batch before it
     outcomes = [applier.apply(batch(f"m{n - 1}", f"m{n}"), NOW_MS, store.clock.remaining_ms) for n in range(1, 8)]
@@ -620,7 +644,7 @@ def test_a_message_left_without_a_fate_fails_the_whole_batch(monkeypatch: pytest
     # GIVEN an applier whose direct path forgets a message (as the MarkersExistError branch once did with a
     # message claimable again): neither applied, nor rejected, nor handed back
     store = FakeCounterStore()
-    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))  # type: ignore[arg-type]
+    applier = Applier(store, UnusedJournal(), sleep=store.clock.sleep, marker_read_gate=MarkerReadGate(quiet_batches=0))
     monkeypatch.setattr(CommitProtocol, "direct", lambda self, chunk: [])
     # WHEN a batch is applied
     # THEN the batch fails as a whole (redelivered) instead of reporting the message done

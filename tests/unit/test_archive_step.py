@@ -104,7 +104,7 @@ def run(
 ) -> tuple[Any, RecordingDeadLetterQueue]:
     dlq = RecordingDeadLetterQueue()
     steps = post_commit_steps(WindowSpec(), archive=writer, clock=lambda: LATER_MS)
-    pipeline = BatchPipeline(decides, dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(decides, dlq, SETTINGS, steps=steps)
     return pipeline.process(records, NOW_MS, lambda: remaining), dlq
 
 

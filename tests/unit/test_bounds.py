@@ -21,7 +21,6 @@ from tally.core.bounds import (
     Bound,
     BoundCheck,
     bound_checks,
-    expected_value,
     parse_counter_bounds,
     refusal,
     runs_within_bounds,
@@ -32,6 +31,7 @@ from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
 from tally.core.plan import ConditionRefusedError, plan_batch, split_refused
 from tally.core.sharding import parse_hot_keys
+from tally.core.write import ItemRead
 from tally.errors import ConfigurationError, MarkersExistError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.sources import kinesis as kinesis_source
@@ -40,6 +40,7 @@ from tally.store.expressions import bound_condition
 from tally.store.requests import translate
 from tests.support.events import load_event
 from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.reference import expected_value
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -168,7 +169,7 @@ def test_declarations_first_match_wins_per_bound() -> None:
 def test_settings_read_the_bounds_and_refuse_bad_ones() -> None:
     base = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL": "q"}
     settings = Settings.from_env({**base, "TALLY_COUNTER_BOUNDS": "stock:*#stock>=0"})
-    assert settings.counter_bounds.bounds("stock:1") == {"stock": Bound(0, None)}
+    assert settings.declarations.bounds.bounds("stock:1") == {"stock": Bound(0, None)}
     with pytest.raises(ConfigurationError, match="hot key"):
         Settings.from_env({**base, "TALLY_COUNTER_BOUNDS": "p#n<=1", "TALLY_HOT_KEYS": "p=2"})
     with pytest.raises(ConfigurationError, match="start value"):
@@ -221,7 +222,11 @@ def test_a_failed_bound_becomes_a_refused_condition_with_the_stored_values() -> 
         [Role("marker", "m1"), Role("add", item="stock:1")],
     )
     assert isinstance(error, ConditionRefusedError)
-    assert error.stored == {"stock:1": {"stock": Decimal(2)}}
+    assert error.found == {"stock:1": ItemRead({"stock": Decimal(2)})}
+    # an item that was not there: None, which the protocol meets at the start values (counters_met)
+    missing = translate(cancelled({"Code": "ConditionalCheckFailed"}), [Role("add", item="stock:2")])
+    assert isinstance(missing, ConditionRefusedError)
+    assert missing.found == {"stock:2": None}
     # a marker's failed condition wins: the message is settled through its marker first
     both = translate(
         cancelled({"Code": "ConditionalCheckFailed", "Item": {}}, {"Code": "ConditionalCheckFailed", "Item": {}}),
@@ -306,7 +311,7 @@ def test_the_pipeline_hands_messages_over_in_the_sources_order() -> None:
     records = kinesis_source.records_from_event(load_event("kinesis-bounded.json"))
     applier = RecordingApplier()
     pipeline = BatchPipeline(
-        applier,  # type: ignore[arg-type]
+        applier,
         RecordingDeadLetterQueue(),
         PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=35 * 86_400_000),
     )

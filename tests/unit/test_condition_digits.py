@@ -27,6 +27,7 @@ from tally.core.numbers import (
     storable_at_most,
     storage_problem,
 )
+from tally.core.patterns import KeyPattern
 from tally.core.thresholds import CounterThresholds, CrossingFree, Direction, ThresholdRule, crossing_free
 from tally.store.actions import add_update
 
@@ -107,7 +108,9 @@ def test_a_bound_condition_holds_for_exactly_the_stored_values_every_step_keeps(
     floor: Number, ceiling: Number, amounts: list[Number], stored: list[Number]
 ) -> None:
     # GIVEN a floor and a ceiling (either order) and steps whose every running sum is storable (the planner's cut)
-    rules = CounterBounds((BoundRule("k", "n", floor=floor), BoundRule("k", "n", ceiling=ceiling)))
+    rules = CounterBounds(
+        (BoundRule(KeyPattern("k"), "n", floor=floor), BoundRule(KeyPattern("k"), "n", ceiling=ceiling))
+    )
     sums = _running_sums(amounts)
     if sums is None:
         return
@@ -147,8 +150,8 @@ def test_a_crossing_condition_holds_for_exactly_the_stored_values_no_step_crosse
     # GIVEN a rising and a falling level and steps whose every running sum is storable
     thresholds = CounterThresholds(
         (
-            ThresholdRule("k", "n", Direction.RISING, (level,)),
-            ThresholdRule("k", "n", Direction.FALLING, (level,)),
+            ThresholdRule(KeyPattern("k"), "n", Direction.RISING, (level,)),
+            ThresholdRule(KeyPattern("k"), "n", Direction.FALLING, (level,)),
         )
     )
     sums = _running_sums(amounts)
@@ -199,7 +202,7 @@ def test_an_end_beyond_every_number_leaves_its_side_out_of_the_expression() -> N
     # GIVEN a rising level at the largest Number and a step down by as much: the upper end, the level minus the
     # lowest running sum, lies beyond every Number (``v >= high`` never holds)
     lowest = LARGEST_STORABLE.copy_negate()
-    thresholds = CounterThresholds((ThresholdRule("k", "n", Direction.RISING, (LARGEST_STORABLE,)),))
+    thresholds = CounterThresholds((ThresholdRule(KeyPattern("k"), "n", Direction.RISING, (LARGEST_STORABLE,)),))
     (check,) = crossing_free([{"k": {"n": lowest}}], thresholds)["k"]
     assert (check.low, check.high) == (LARGEST_STORABLE, None)
     # WHEN the write is built, THEN the side is left out, and so is its value

@@ -20,6 +20,7 @@ from tally.core.gauges import GaugeValue, batch_gauges, latest_order, supersedes
 from tally.core.items import CounterItem
 from tally.core.limits import UPDATE_EXPRESSION_MAX_BYTES
 from tally.core.model import CounterEvent, Gauge, GaugeKind, Message, RejectCode, Rejection
+from tally.core.patterns import KeyPattern
 from tally.core.sharding import parse_hot_keys
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
@@ -45,10 +46,13 @@ DEFAULTS = parse_counter_defaults("stock:*#stock=start:100,delta:-1;views:*#coun
     ("text", "rules"),
     [
         ("", ()),
-        ("views:*#count=delta:1", (CounterRule("views:*", "count", None, 1),)),
-        ("a#b#c=start:1.50", (CounterRule("a#b", "c", Decimal("1.5"), None),)),  # the last # splits
-        ("k#n=start:-2,delta:0.25", (CounterRule("k", "n", -2, Decimal("0.25")),)),
-        ("k#n=start:1E+2; v#c=delta:1", (CounterRule("k", "n", 100, None), CounterRule("v", "c", None, 1))),
+        ("views:*#count=delta:1", (CounterRule(KeyPattern("views:*"), "count", None, 1),)),
+        ("a#b#c=start:1.50", (CounterRule(KeyPattern("a#b"), "c", Decimal("1.5"), None),)),  # the last # splits
+        ("k#n=start:-2,delta:0.25", (CounterRule(KeyPattern("k"), "n", -2, Decimal("0.25")),)),
+        (
+            "k#n=start:1E+2; v#c=delta:1",
+            (CounterRule(KeyPattern("k"), "n", 100, None), CounterRule(KeyPattern("v"), "c", None, 1)),
+        ),
     ],
 )
 def test_declarations_parse_into_plain_rules(text: str, rules: tuple[CounterRule, ...]) -> None:
@@ -390,6 +394,6 @@ def test_the_function_refuses_a_declaration_it_cannot_honour(environment: dict[s
     base = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL": "q"}
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env({**base, **environment})
-    assert Settings.from_env({**base, "TALLY_COUNTER_DEFAULTS": "v#c=delta:2"}).counter_defaults.default_deltas(
+    assert Settings.from_env({**base, "TALLY_COUNTER_DEFAULTS": "v#c=delta:2"}).declarations.defaults.default_deltas(
         "v"
     ) == {"c": 2}

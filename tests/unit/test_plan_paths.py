@@ -21,13 +21,14 @@ from hypothesis import strategies as st
 
 from tally.core.aggregate import MessageTotals
 from tally.core.bounds import parse_counter_bounds
+from tally.core.declarations import Declarations
 from tally.core.items import CounterItem, ItemKey, item_parts
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode
 from tally.core.numbered_ids import numbered_id
 from tally.core.numbers import add, storage_problem
 from tally.core.plan import BatchPlan, plan_batch
-from tally.core.thresholds import conditioned, parse_counter_thresholds
+from tally.core.thresholds import parse_counter_thresholds
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -230,7 +231,7 @@ def test_without_bounds_nothing_is_refused_for_its_size(
 # A threshold pins its messages as a bound does: the crossing is recorded in the transaction that commits it, so a
 # journal chunk applied after the commit could never carry it (tally.core.thresholds).
 USAGE = parse_counter_thresholds("k1*#count>=3;stock:b#stock<=0")
-CONDITIONED = conditioned(STOCK, USAGE)
+CONDITIONED = Declarations(bounds=STOCK, thresholds=USAGE).conditioned()
 
 
 def conditioned_message(message: MessageTotals) -> bool:

@@ -21,6 +21,7 @@ from tally.archive_writer import S3ArchiveWriter
 from tally.commit.fates import ApplyOutcome
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryPolicy
 from tally.config import Settings
+from tally.core.declarations import Declarations
 from tally.core.ledger import Commit
 from tally.core.limits import WireLimits
 from tally.core.model import RejectCode, SourceRecord
@@ -119,8 +120,8 @@ def test_a_gauge_write_that_fails_for_now_is_retried_within_the_invocation() -> 
     # succeed first time would be redelivered until the queue's redrive policy moved its messages away
     gauges = FlakyGauges(failures=2)
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
-    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)
     records = [gauge_record(n, f"g:{n % 4}") for n in range(8)]
     # WHEN it is processed (the counters commit)
     result = pipeline.process(records, NOW_MS, lambda: 60_000)
@@ -134,8 +135,8 @@ def test_a_gauge_write_that_fails_for_now_is_retried_within_the_invocation() -> 
 def test_a_gauge_write_that_keeps_failing_for_now_reports_its_messages_failed_once_attempts_run_out() -> None:
     gauges = FlakyGauges(failures=100)
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
-    result = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps).process(  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)
+    result = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps).process(
         [gauge_record(1, "g:1")], NOW_MS, lambda: 60_000
     )
     assert result.failed_record_ids == ("r1",)
@@ -146,8 +147,8 @@ def test_a_gauge_write_refused_for_good_dead_letters_its_messages_and_settles_th
     # GIVEN a batch whose gauges on key "big" DynamoDB refuses for good, on "busy" for now, on "ok" not at all
     gauges = RefusingGauges(refused={"big"}, throttled={"busy"})
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), gauges=gauges)  # type: ignore[arg-type]
-    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), gauges=gauges)
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)
     records = [gauge_record(1, "big"), gauge_record(2, "ok"), gauge_record(3, "busy"), gauge_record(4, "big")]
     # WHEN it is processed (the counters commit)
     result = pipeline.process(records, NOW_MS, lambda: 60_000)
@@ -162,8 +163,8 @@ def test_a_gauge_write_refused_for_good_dead_letters_its_messages_and_settles_th
 def test_a_member_write_refused_for_good_dead_letters_the_messages_that_carry_members() -> None:
     # GIVEN a distinct store that refuses for good, and a batch with and without members
     dlq = RecordingDeadLetterQueue()
-    steps = post_commit_steps(WindowSpec(), distinct=RefusingMembers())  # type: ignore[arg-type]
-    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)  # type: ignore[arg-type]
+    steps = post_commit_steps(WindowSpec(), distinct=RefusingMembers())
+    pipeline = BatchPipeline(AppliesAll(), dlq, SETTINGS, steps=steps)
     with_members = json.dumps({"id": "m1", "key": "page:a", "delta": 1, "distinct": {"viewers": "u1"}})
     plain = json.dumps({"id": "m2", "key": "page:a", "delta": 1})
     records = [SourceRecord("r1", with_members, NOW_MS), SourceRecord("r2", plain, NOW_MS)]
@@ -203,7 +204,7 @@ def test_a_member_transaction_that_fails_for_now_is_retried_under_the_commits_po
     # the commit's retry policy allows retries (one attempt short of giving up)
     client = ThrottledMemberTransactions(failures=DEFAULT_RETRY_POLICY.max_attempts - 1)
     steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"))  # type: ignore[arg-type]
-    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)
     # WHEN the batch is processed (the counters commit)
     result = pipeline.process([member_record(1), member_record(2)], NOW_MS, lambda: 60_000)
     # THEN its members are counted within the invocation, not left to a redelivery of the batch (which the
@@ -217,7 +218,7 @@ def test_a_member_transaction_is_not_sent_inside_the_time_kept_for_reporting() -
     # GIVEN a batch whose invocation has less time left than the commit's retry policy keeps for reporting
     client = ThrottledMemberTransactions(failures=0)
     steps = post_commit_steps(WindowSpec(), distinct=DynamoDBDistinctStore(client, "counters"))  # type: ignore[arg-type]
-    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)
     # WHEN it is processed
     result = pipeline.process([member_record(1)], NOW_MS, lambda: DEFAULT_RETRY_POLICY.reserve_ms - 1)
     # THEN no member transaction is sent, and the message is reported failed (its redelivery writes them)
@@ -250,8 +251,8 @@ def windowed_record(n: int) -> SourceRecord:
 def moving_pipeline(client: ThrottledMoves, policy: RetryPolicy = DEFAULT_RETRY_POLICY) -> BatchPipeline:
     mover = DynamoDBWindowMover(client, "counters", DAYS, move_at_bytes=0)  # type: ignore[arg-type]
     steps = post_commit_steps(DAYS, mover=mover)
-    settings = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=DAYS)
-    return BatchPipeline(AppliesAll(policy), RecordingDeadLetterQueue(), settings, steps=steps)  # type: ignore[arg-type]
+    settings = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, declarations=Declarations(DAYS))
+    return BatchPipeline(AppliesAll(policy), RecordingDeadLetterQueue(), settings, steps=steps)
 
 
 def test_a_window_move_that_fails_for_now_is_retried_under_the_commits_policy() -> None:
@@ -284,7 +285,7 @@ def test_a_window_move_is_not_sent_inside_the_time_the_policy_keeps_for_reportin
 def test_figures_are_one_mapping_of_metric_names() -> None:
     # GIVEN a batch of gauges written
     steps = post_commit_steps(WindowSpec(), gauges=RefusingGauges(set()))
-    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)
     # WHEN it is processed
     result = pipeline.process([gauge_record(1, "a"), gauge_record(2, "b")], NOW_MS, lambda: 60_000)
     # THEN its figures are named as the metrics are, the commit's and every step's alike
@@ -307,7 +308,7 @@ METRICS = {
 
 def test_every_batch_reports_the_same_metric_names_whatever_it_carries() -> None:
     # GIVEN the default steps (no stores) and an empty batch, and a full one
-    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS)
     empty = pipeline.process([], NOW_MS, lambda: 60_000)
     full = pipeline.process([gauge_record(1, "a")], NOW_MS, lambda: 60_000)
     # THEN both report every metric the handlers always published, plus the window items written, the writes
@@ -375,7 +376,7 @@ def test_gauge_writes_stop_before_the_time_kept_for_reporting_and_their_messages
             return super()._update(key, group)
 
     steps = post_commit_steps(WindowSpec(), gauges=TimedGauges(client, "counters"))  # type: ignore[arg-type]
-    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)  # type: ignore[arg-type]
+    pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), SETTINGS, steps=steps)
     records = [gauge_record(n, f"g:{n}") for n in range(200)]
     # WHEN it is processed
     result = pipeline.process(records, NOW_MS, deadline.remaining_ms)
@@ -388,8 +389,10 @@ def test_gauge_writes_stop_before_the_time_kept_for_reporting_and_their_messages
 
 
 DAY_BEFORE_MS = NOW_MS - DAY_MS
-STEP_SETTINGS = Settings("counters", "markers", dlq_url=None, windows=parse_window_spec("hour,day"))
-STEP_PIPELINE = PipelineSettings(limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, windows=STEP_SETTINGS.windows)
+STEP_SETTINGS = Settings("counters", "markers", dlq_url=None, declarations=Declarations(parse_window_spec("hour,day")))
+STEP_PIPELINE = PipelineSettings(
+    limits=WireLimits(), dedup_horizon_ms=35 * 86_400_000, declarations=STEP_SETTINGS.declarations
+)
 
 
 ARCHIVE_BUCKET = "tally-step-archive"
@@ -448,7 +451,7 @@ def test_no_post_commit_step_starts_a_request_inside_the_time_kept_for_reporting
 
     def run_step(deadline: Deadline) -> Any:
         step = production_steps(served)[index]
-        pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), STEP_PIPELINE, steps=[step])  # type: ignore[arg-type]
+        pipeline = BatchPipeline(AppliesAll(), RecordingDeadLetterQueue(), STEP_PIPELINE, steps=[step])
         with monkeypatch.context() as patched:
             deadline.spend_on_requests(patched)
             return pipeline.process(everything_a_step_serves(), NOW_MS, deadline.remaining_ms)

@@ -20,7 +20,6 @@ from tally.core.resets import (
     OperatorKind,
     OperatorStamp,
     commit_segments,
-    expected_values,
     operator_segments,
     operator_stamp,
     reset_items,
@@ -29,6 +28,7 @@ from tally.core.sharding import MAX_SHARDS, parse_hot_keys
 from tally.core.windows import parse_window_spec
 from tally.store.actions import Role, add_update
 from tally.store.schema import operators_from_item
+from tests.support.reference import expected_values
 
 TS = 4_102_444_800_000
 

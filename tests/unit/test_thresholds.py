@@ -26,7 +26,6 @@ from tally.core.thresholds import (
     crossing_free,
     crossings,
     exact_checks,
-    expected_crossings,
     notification_id,
     parse_counter_thresholds,
     reset_counters,
@@ -34,6 +33,7 @@ from tally.core.thresholds import (
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
 from tally.store.expressions import condition_fits
+from tests.support.reference import expected_crossings
 
 if TYPE_CHECKING:
     from tally.core.numbers import Number
@@ -72,7 +72,7 @@ def test_settings_need_a_notifications_table_beside_thresholds() -> None:
     with pytest.raises(ConfigurationError, match="TALLY_NOTIFICATIONS_TABLE"):
         Settings.from_env(env, require_dlq=False)
     settings = Settings.from_env({**env, "TALLY_NOTIFICATIONS_TABLE": "n"}, require_dlq=False)
-    assert settings.counter_thresholds.thresholds("k") == {"n": Levels(rising=(5,))}
+    assert settings.declarations.thresholds.thresholds("k") == {"n": Levels(rising=(5,))}
     assert settings.notifications_table == "n"
 
 

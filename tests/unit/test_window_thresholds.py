@@ -13,18 +13,17 @@ from hypothesis import strategies as st
 
 from tally.config import Settings
 from tally.core.aggregate import MessageTotals
-from tally.core.bounds import NO_BOUNDS
+from tally.core.declarations import Declarations
 from tally.core.items import ALL_TIME, CounterItem, window_counter
+from tally.core.moved import moved_home
 from tally.core.sharding import parse_hot_keys
 from tally.core.thresholds import (
     MOVE_CLOCK_MARGIN_MS,
     Direction,
     Levels,
-    conditioned,
     crossing_free,
     crossings,
     exact_checks,
-    expected_crossings,
     notification_id,
     parse_counter_thresholds,
     window_reads,
@@ -33,8 +32,8 @@ from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.errors import ConfigurationError
 from tally.store.actions import add_update
 from tally.store.expressions import condition_fits
-from tally.store.schema import counter_attribute
-from tally.store.windows import moved_home, plan_move
+from tally.store.windows import plan_move
+from tests.support.reference import expected_crossings
 
 WINDOWS = parse_window_spec("minute,hour,day")
 DAILY = parse_counter_thresholds("usage:*#calls@day>=800,1000;usage:*#calls>=5000;k#n@minute>=3", windows=WINDOWS)
@@ -107,7 +106,7 @@ def test_settings_refuse_a_window_rule_whose_window_is_not_counted() -> None:
     with pytest.raises(ConfigurationError, match="day window"):
         Settings.from_env(env, require_dlq=False)
     settings = Settings.from_env({**env, "TALLY_WINDOWS": "hour,day"}, require_dlq=False)
-    assert settings.counter_thresholds.rules[0].window == "day"
+    assert settings.declarations.thresholds.rules[0].window == "day"
 
 
 def test_a_month_rule_declares_levels_of_each_calendar_month() -> None:
@@ -267,9 +266,9 @@ def test_a_write_reads_a_moved_window_where_the_move_puts_it(spec: str, kept: st
     move = plan_move(raw, windows, NOW, move_at_bytes=0)
     assert move is not None
     (target, counters), *_ = move.adds
-    home, attribute = moved_home("usage:t", window, "calls", windows)
+    home, name = moved_home("usage:t", window, "calls", windows)
     assert (home.key, home.window) == (target.key, target.window)
-    assert counter_attribute(next(iter(counters))) == attribute
+    assert next(iter(counters)) == name
 
 
 def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_one_condition() -> None:
@@ -289,7 +288,7 @@ def test_a_write_moving_a_thresholded_counter_in_too_many_windows_does_not_fit_o
 def test_a_key_item_with_only_a_window_level_is_kept_off_the_journal() -> None:
     # the planner pins every item ``conditioned`` names to direct transactions (tests/unit/test_plan_paths.py)
     hourly = parse_counter_thresholds("usage:*#calls@hour>=5", windows=WINDOWS)
-    pinned = conditioned(NO_BOUNDS, hourly)
+    pinned = Declarations(WINDOWS, thresholds=hourly).conditioned()
     assert pinned is not None
     assert pinned("usage:t")  # its hours are open on the key's item
     assert not pinned("other")

@@ -14,6 +14,7 @@ from tally.core.decode import decode_message
 from tally.core.items import CounterItem, item_parts, split_window_counter, window_counter
 from tally.core.limits import MAX_TS_MS
 from tally.core.model import Message
+from tally.core.patterns import KeyPattern
 from tally.core.sharding import HotKeys, assign_shards, parse_hot_keys
 from tally.core.windows import DAY_MS, HOUR_MS, MINUTE_MS, parse_window_id, parse_window_spec, unit_named
 
@@ -166,7 +167,7 @@ def test_hot_key_rules_match_exact_keys_and_prefixes() -> None:
 
 
 def test_assign_shards_moves_only_hot_items_with_their_windows() -> None:
-    hot = HotKeys((("hot", 4),))
+    hot = HotKeys(((KeyPattern("hot"), 4),))
     window = CounterItem("hot", "h#2026-11-22T03:00Z", 0, 123)
     moved = assign_shards({"hot": {"count": 1}, "cold": {"count": 2}, window: {"count": 1}}, hot, lambda _, n: n - 1)
     assert moved == {

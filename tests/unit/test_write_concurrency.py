@@ -8,6 +8,7 @@ from tally.commit.applier import Applier
 from tally.config import DEFAULT_WRITE_CONCURRENCY, WRITE_CONCURRENCY, Settings
 from tally.errors import ConfigurationError
 from tally.runtime import wire_pipeline
+from tests.support.pipeline import RecordingDeadLetterQueue
 
 BASE = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL": "http://dlq"}
 
@@ -15,7 +16,7 @@ BASE = {"TALLY_COUNTERS_TABLE": "c", "TALLY_MARKERS_TABLE": "m", "TALLY_DLQ_URL"
 def test_unset_is_the_default_and_the_handlers_wiring_uses_it() -> None:
     settings = Settings.from_env(BASE)
     assert settings.write_concurrency == DEFAULT_WRITE_CONCURRENCY == 4
-    pipeline = wire_pipeline(object(), object(), settings)  # type: ignore[arg-type]
+    pipeline = wire_pipeline(object(), RecordingDeadLetterQueue(), settings)  # type: ignore[arg-type]
     applier = pipeline._applier  # the wiring is what is checked
     assert isinstance(applier, Applier)
     assert applier.write_concurrency == 4

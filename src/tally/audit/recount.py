@@ -51,6 +51,7 @@ from tally.core.windows import WindowSpec
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
+    from tally.core.aggregate import Totals
     from tally.core.archive import ArchiveRecord
     from tally.core.defaults import CounterDefaults
     from tally.core.gauges import GaugeSlot
@@ -196,21 +197,7 @@ def _recount(
         net = message_totals(message, spec, record.received_ms, record.committed_ms)
         if record.digest and net.digest.hex() != record.digest:
             mismatches.append(record.id)
-        for item, counters in net.totals.items():
-            if type(item) is not str:  # a window of its own (minute), or a shard (not in a recount's totals)
-                parts = item_parts(item)
-                _add_all(window_sums.setdefault(parts.key, {}).setdefault(parts.window, {}), counters)
-                continue
-            keyed = sums.get(item)
-            if keyed is None:
-                keyed = sums[item] = {}
-            for name, delta in counters.items():
-                if name[:1] != WINDOW_COUNTER_MARK:
-                    keyed[name] = add(keyed.get(name, 0), delta)
-                    continue
-                window, counter = split_window_counter(name) or (ALL_TIME, name)
-                into = window_sums.setdefault(item, {}).setdefault(window, {})
-                into[counter] = add(into.get(counter, 0), delta)
+        _add_totals(sums, window_sums, net.totals)
         for event in message.events:
             if event.ts_ms is None and not counting.placed_here and event.key not in unplaced:
                 unplaced[event.key] = (
@@ -242,6 +229,28 @@ def _recount(
         messages=len(found),
         digest_mismatches=tuple(mismatches),
     )
+
+
+def _add_totals(
+    sums: dict[str, dict[str, Number]], window_sums: dict[str, dict[str, dict[str, Number]]], totals: Totals
+) -> None:
+    """Add a message's net totals: a key's all-time counters to ``sums``, every window's (open on the key's item, or
+    an item of its own) to ``window_sums``."""
+    for item, counters in totals.items():
+        if type(item) is not str:  # a window of its own (minute), or a shard (not in a recount's totals)
+            parts = item_parts(item)
+            _add_all(window_sums.setdefault(parts.key, {}).setdefault(parts.window, {}), counters)
+            continue
+        keyed = sums.get(item)
+        if keyed is None:
+            keyed = sums[item] = {}
+        for name, delta in counters.items():
+            if name[:1] != WINDOW_COUNTER_MARK:
+                keyed[name] = add(keyed.get(name, 0), delta)
+                continue
+            window, counter = split_window_counter(name) or (ALL_TIME, name)
+            into = window_sums.setdefault(item, {}).setdefault(window, {})
+            into[counter] = add(into.get(counter, 0), delta)
 
 
 def _add_all(into: dict[str, Number], deltas: Mapping[str, Number]) -> None:

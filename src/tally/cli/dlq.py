@@ -205,7 +205,7 @@ def counted_check(resolver: Resolver) -> Callable[[Sequence[Letter]], frozenset[
     lookup = DynamoDBCountedLookup(client("dynamodb"), settings.counters_table, settings.markers_table)
 
     def check(letters: Sequence[Letter]) -> frozenset[str]:
-        return counted_letters(letters, lookup, settings.counter_defaults)
+        return counted_letters(letters, lookup, settings.declarations.defaults)
 
     return check
 

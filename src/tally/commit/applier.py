@@ -31,12 +31,12 @@ from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
 from tally.commit.marker_reads import MarkerReadGate
 from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
-from tally.core.bounds import NO_BOUNDS, CounterBounds
+from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
-from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, conditioned
+from tally.core.write_planner import plan_write
 from tally.store.expressions import counters_per_add
 
 if TYPE_CHECKING:
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from tally.commit.ports import CounterStore, JournalStore
     from tally.core.aggregate import MessageTotals
     from tally.core.plan import CounterLimit
+    from tally.core.write_planner import WritePlanner
 
 __all__ = ["Applier", "ApplyOutcome", "RetryPolicy", "Stall"]
 
@@ -73,8 +74,8 @@ class Applier:
         use_journal: bool = True,
         marker_read_gate: MarkerReadGate | None = None,
         counter_limit: CounterLimit = counters_per_add,
-        bounds: CounterBounds = NO_BOUNDS,
-        thresholds: CounterThresholds = NO_THRESHOLDS,
+        declarations: Declarations = NO_DECLARATIONS,
+        write_planner: WritePlanner = plan_write,
         write_concurrency: int = 1,
     ) -> None:
         self.store = store
@@ -92,12 +93,13 @@ class Applier:
         (``MarkerReadGate(quiet_batches=0)`` never reads: the cancellation path, for tests)."""
         self.counter_limit = counter_limit
         """The most counters one ADD on an item may carry (DynamoDB's 4 KB expression limit)."""
-        self.bounds = bounds
-        """Declared floors and ceilings (``tally.core.bounds``): units that touch one stay off the journal.
-        The store carries the same declaration into its conditions (``DynamoDBCounterStore(bounds=...)``)."""
-        self.thresholds = thresholds
-        """Declared levels (``tally.core.thresholds``): units that touch one stay off the journal too (a crossing
-        is recorded in the transaction that commits it). The store carries them into its conditions."""
+        self.declarations = declarations
+        """The deployment's declarations (``tally.core.declarations``): units that touch a bounded or thresholded
+        counter stay off the journal (their writes carry conditions; a crossing is recorded in the transaction that
+        commits it), and each direct transaction's write is planned from them (``write_planner``)."""
+        self.write_planner = write_planner
+        """Decides each direct transaction's write (``tally.core.write_planner.plan_write``); the chaos run's broken
+        variants pass another."""
         self.write_concurrency = write_concurrency
         """How many of a round's key-disjoint direct transactions may be in flight at once (1: one at a time,
         the default here; the handlers take ``TALLY_WRITE_CONCURRENCY``, ``tally.config``)."""
@@ -123,8 +125,8 @@ class Applier:
             max_actions=self.max_actions,
             counter_limit=self.counter_limit,
             new_batch_id=self.new_batch_id,
-            bounds=self.bounds,
-            thresholds=self.thresholds,
+            declarations=self.declarations,
+            write_planner=self.write_planner,
             pool=self._pool,
         )
         pending = list(messages)
@@ -160,7 +162,7 @@ class Applier:
                 protocol.replaceable,
                 allow_journal=self.use_journal,
                 counter_limit=self.counter_limit,
-                bounded=conditioned(self.bounds, self.thresholds),
+                bounded=self.declarations.conditioned(),
             )
             for message_id, rejection in plan.rejected.items():
                 fates.dead_lettered(message_id, rejection)

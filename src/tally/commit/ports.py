@@ -17,16 +17,20 @@ if TYPE_CHECKING:
     from tally.core.items import ItemKey
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
     from tally.core.numbers import Number
-    from tally.core.plan import Chunk, JournalPage
+    from tally.core.plan import JournalPage
     from tally.core.thresholds import CrossingPage
+    from tally.core.write import DirectWrite, ItemRead
 
 T = TypeVar("T")
 
 
 class CounterStore(Protocol):
-    """Direct transactions and marker reads (``tally.store.dynamodb.DynamoDBCounterStore``)."""
+    """Direct transactions as the core planned them, the reads they are planned from, and marker reads
+    (``tally.store.dynamodb.DynamoDBCounterStore``)."""
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None: ...
+    def write(self, write: DirectWrite) -> None: ...
+
+    def read_items(self, items: Sequence[ItemKey]) -> Mapping[ItemKey, ItemRead]: ...
 
     def read_marker(self, message_id: str) -> MarkerRecord | None: ...
 

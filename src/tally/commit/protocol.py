@@ -5,9 +5,11 @@ sections below follow the life of a message:
 
 0. **What the markers already say** (``without_existing``): a message with a marker is settled through
    it (section 3) instead of being written again.
-1. **Direct transaction** (``direct``): markers and ADDs together, all or nothing. A transaction DynamoDB
-   refuses (a counter would leave the Number range, an action a size limit) is split into single
-   messages, so that only the culprit is dead-lettered.
+1. **Direct transaction** (``direct``): markers and ADDs together, all or nothing, as the core plans the write
+   (``tally.core.write_planner.plan_write``: first the reads it asks for, through the runner like any read). A
+   transaction DynamoDB refuses (a counter would leave the Number range, an action a size limit) is split into
+   single messages, so that only the culprit is dead-lettered; a refused condition is planned again from the
+   values it met (a threshold's), or its messages applied in order (a bound's).
 2. **Journal** (``journal``), for a unit too large for one transaction:
    claim (a header ``PREPARING`` with a lease, created with the first markers; more markers in
    transactions that check the header) -> aggregate what was claimed -> check the stored values the
@@ -27,22 +29,25 @@ every store call goes through the ``Steps`` port (``tally.commit.retrying``), an
 ``RetryableStoreError`` out of it means the runner gave up and the step's outcome is unknown. It notes
 three things only it can see in ``Figures`` (a journal batch started, a committed chunk refused, existing
 markers met); which of them become metrics is decided outside (``tally.runtime.report``). It must not
-know item names or conditions either: those are the adapters' (``tally.store``). A round's direct
-transactions may be sent on a thread pool it is given (``direct_all``); their fates are still given here,
-on the caller's thread, in plan order.
+know item names either (the adapters', ``tally.store``), nor decide a write's conditions (the write planner's,
+``tally.core.write_planner``, which it is given: ``write_planner``). A round's direct transactions may be planned
+and sent on a thread pool it is given (``direct_all``); their fates are still given here, on the caller's thread,
+in plan order.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import replace
 from enum import Enum
 from functools import partial
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from tally.core.aggregate import merge_totals
-from tally.core.bounds import NO_BOUNDS, CounterBounds, bounds_hold, refusal, runs_within_bounds
+from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
+from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.items import item_label
 from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
@@ -58,9 +63,9 @@ from tally.core.plan import (
     plan_apply_chunks,
     plan_transactions,
     split_refused,
-    transaction_actions,
 )
-from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, crossings
+from tally.core.write import DirectWrite, Seen
+from tally.core.write_planner import counters_met, plan_write
 from tally.errors import (
     BatchStateError,
     ChunkAppliedError,
@@ -81,6 +86,8 @@ if TYPE_CHECKING:
     from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit, JournalPage
     from tally.core.thresholds import Crossing
+    from tally.core.write import ItemRead
+    from tally.core.write_planner import WritePlanner
 
 
 class Resolution(Enum):
@@ -102,6 +109,10 @@ DirectOutcome: TypeAlias = (
     "DirectStatus | MarkersExistError | RetryableStoreError | WriteRejectedError | ConditionRefusedError"
 )
 """What came of one direct transaction: its status, or the store's answer the protocol settles it by."""
+
+MAX_READ_ROUNDS = 3
+"""Reads a write may ask for before it is planned (``ReadFirst``): a reset's values and the key items, then the window
+items their pointers cannot say. One more means the planner asked again for what it was given: a defect."""
 
 MAX_EXACT_ATTEMPTS = 4
 """Times a thresholded write is planned again from the values its refused condition met (``_exact``): each
@@ -142,16 +153,20 @@ class CommitProtocol:
         max_actions: int,
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
-        bounds: CounterBounds = NO_BOUNDS,
-        thresholds: CounterThresholds = NO_THRESHOLDS,
+        declarations: Declarations = NO_DECLARATIONS,
+        write_planner: WritePlanner = plan_write,
         pool: Executor | None = None,
     ) -> None:
         self._store = store
-        self._thresholds = thresholds
+        self._declared = declarations
+        """The deployment's declarations, which the write planner decides each direct transaction's write from."""
+        self._plan_write = write_planner
+        """Decides each direct transaction's write (``tally.core.write_planner.plan_write``; a broken one in tests)."""
+        self._thresholds = declarations.thresholds
         """Declared levels: a refused crossing condition sends its write again from the values met (``_exact``)."""
         self._pool = pool
         """Threads for a round's key-disjoint direct transactions (``direct_all``); None: one at a time."""
-        self._bounds = bounds
+        self._bounds = declarations.bounds
         """Declared floors and ceilings: only to name why a message a bound refused is dead-lettered."""
         self._journal = journal
         self._steps = steps
@@ -169,6 +184,12 @@ class CommitProtocol:
         """Batches already resolved in this call (a PENDING one is asked again)."""
         self._leases: dict[str, int] = {}
         """PREPARING batches met with a live lease -> their lease end (epoch ms)."""
+        self._key_items: dict[ItemKey, ItemRead] = {}
+        """Key items whose count of window moves and pointers this call has read, or had returned by a refusal: what
+        one says of a window stays true while its count does, which every write planned from it is conditioned on,
+        so the call's next write of the key reads no key item (``Seen.key_items``)."""
+        self._knowing = threading.Lock()
+        """A round's direct transactions are planned on the pool's threads too (``_key_items``)."""
 
     @property
     def replaceable(self) -> dict[str, str]:
@@ -197,13 +218,14 @@ class CommitProtocol:
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
     # ----------------------------------------------------------------------- 1. direct transaction
-    def direct(self, chunk: Chunk, *, predicted: bool = False) -> list[MessageTotals]:
+    def direct(self, chunk: Chunk, *, predicted: bool = False, write: DirectWrite | None = None) -> list[MessageTotals]:
         """One direct transaction; returns the messages to plan again.
 
         ``predicted``: the chunk was grouped from the stored values a bound's refusal returned; if a bound
-        refuses it all the same (the value moved meanwhile), its messages go one by one.
+        refuses it all the same (the value moved meanwhile), its messages go one by one. ``write``: the chunk's
+        write, already planned (else it is planned here).
         """
-        return self._settle_direct(chunk, self._write_direct(chunk), predicted=predicted)
+        return self._settle_direct(chunk, self._write_direct(chunk, write), predicted=predicted)
 
     def direct_all(self, chunks: Sequence[Chunk]) -> list[MessageTotals]:
         """A round's direct transactions; returns the messages to plan again.
@@ -257,119 +279,156 @@ class CommitProtocol:
         """Chunks that share items, one after the other (on one of the pool's threads)."""
         return [self._write_direct(chunk) for chunk in chunks]
 
-    def _write_direct(self, chunk: Chunk) -> DirectOutcome:
-        """Send one direct transaction (on any thread): what came of it, for ``_settle_direct``.
+    def _write_direct(self, chunk: Chunk, write: DirectWrite | None = None) -> DirectOutcome:
+        """Plan and send one direct transaction (on any thread): what came of it, for ``_settle_direct``.
 
-        Touches nothing of this protocol's state but the runner (whose figures are locked), so that
-        concurrent calls are safe.
+        Touches nothing of this protocol's state but the runner (whose figures are locked) and what it knows of key
+        items (under its lock), so that concurrent calls are safe.
         """
         if not self._steps.may_start():
             return DirectStatus.NOT_STARTED
         try:
-            self._steps.write(partial(self._store.write_direct, chunk, self._now_ms))
-        except (MarkersExistError, RetryableStoreError, WriteRejectedError, ConditionRefusedError) as outcome:
+            planned = write if write is not None else self._planned(chunk)
+            self._steps.write(partial(self._store.write, planned))
+        except ConditionRefusedError as refused:
+            self._remember({item: read for item, read in refused.found.items() if read is not None})
+            return refused
+        except (MarkersExistError, RetryableStoreError, WriteRejectedError) as outcome:
             return outcome
         return DirectStatus.COMMITTED
 
+    def _remember(self, found: Mapping[ItemKey, ItemRead]) -> None:
+        """Keep what reads and refusals said of key items' moves and pointers, for this call's next writes of them."""
+        with self._knowing:
+            self._key_items.update(found)
+
+    def _planned(self, chunk: Chunk) -> DirectWrite:
+        """The chunk's write, as the core decides it, after the reads it asks for (``ReadFirst``: strongly
+        consistent, through the runner like any read; a read the runner gives up on raises its
+        ``RetryableStoreError``)."""
+        with self._knowing:
+            seen = Seen(key_items=dict(self._key_items))
+        for _ in range(MAX_READ_ROUNDS + 1):
+            planned = self._plan_write(chunk, self._declared, seen, now_ms=self._now_ms)
+            if isinstance(planned, DirectWrite):
+                return planned
+            found = self._steps.read(partial(self._store.read_items, planned.items))
+            self._remember(found)
+            seen = seen.with_read(found)
+        raise StoreError(f"the write planner still asks for reads after {MAX_READ_ROUNDS}: {planned.items[:3]}")
+
     def _settle_direct(self, chunk: Chunk, outcome: DirectOutcome, *, predicted: bool = False) -> list[MessageTotals]:
         """Give the chunk's messages their fates from its transaction's outcome; returns those to plan again."""
-        if outcome is DirectStatus.NOT_STARTED:
+        if isinstance(outcome, DirectStatus):
+            settle = _SETTLE[outcome]
+        else:
+            settle = next(_SETTLE[kind] for kind in type(outcome).__mro__ if kind in _SETTLE)
+        return settle(self, chunk, outcome, predicted)
+
+    def _not_started(self, chunk: Chunk, _: DirectStatus, __: bool) -> list[MessageTotals]:
+        self._fates.failed(chunk.message_ids)
+        return []
+
+    def _committed(self, chunk: Chunk, _: DirectStatus, __: bool) -> list[MessageTotals]:
+        spill = chunk.spill
+        if spill is None:
+            self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, None))
+            return []
+        # Counted; the crossings its pages hold are recorded now, each once, or by whoever meets a marker next.
+        # Its marker names the spill's batch: that batch is the commit a redelivery meeting it names too.
+        record = BatchRecord(spill.batch_id, BatchState.COMMITTED, spill.lease_until_ms, len(spill.pages))
+        if self.finish(record, pages=spill.pages, done=set()):
+            self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, spill.batch_id))
+        else:
             self._fates.failed(chunk.message_ids)
-            return []
-        if outcome is DirectStatus.COMMITTED:
-            spill = chunk.spill
-            if spill is None:
-                self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, None))
-                return []
-            # Counted; the crossings its pages hold are recorded now, each once, or by whoever meets a marker next.
-            # Its marker names the spill's batch: that batch is the commit a redelivery meeting it names too.
-            record = BatchRecord(spill.batch_id, BatchState.COMMITTED, spill.lease_until_ms, len(spill.pages))
-            if self.finish(record, pages=spill.pages, done=set()):
-                self._fates.applied(chunk.messages, Commit.of_marker(self._now_ms, spill.batch_id))
-            else:
-                self._fates.failed(chunk.message_ids)
-            return []
-        if isinstance(outcome, MarkersExistError):
-            exists = outcome
-            if not exists.message_ids & set(chunk.message_ids):
-                raise StoreError("markers reported for messages outside the transaction") from exists
-            # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
-            # planned again, into a journal claim that replaces the marker.
-            claimable = self.settle_existing(exists)
-            rest = [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
-            if not self._bounded(chunk):
-                return rest
-            # A bounded counter's messages keep their order: planned again in a later round, the
-            # rest would be applied after the chunks that follow this one. Write them now, in order.
-            return [m for m in rest if m.message_id in claimable] + self._in_order(
-                [m for m in rest if m.message_id not in claimable]
-            )
-        if isinstance(outcome, RetryableStoreError):
-            self._fates.failed(chunk.message_ids)
-            return []
-        if isinstance(outcome, WriteRejectedError):
-            refused = outcome
-            if len(chunk.messages) > 1:
-                again: list[MessageTotals] = []
-                for message in chunk.messages:
-                    (single,) = plan_transactions([message], self._max_actions, self._counter_limit).chunks
-                    again.extend(self.direct(single))
-                return again
-            self._refused_alone(chunk.messages[0], refused)
-            return []
-        # What is left is a refused condition (ConditionRefusedError): a threshold's, or a bound's. An operator's
-        # message carries no bound's condition (it is applied as given): its refusal is always a threshold's.
-        bound_refused = outcome
+        return []
+
+    def _markers_met(self, chunk: Chunk, exists: MarkersExistError, _: bool) -> list[MessageTotals]:
+        if not exists.message_ids & set(chunk.message_ids):
+            raise StoreError("markers reported for messages outside the transaction") from exists
+        # A marker naming an aborted (or expired, now aborted) batch counts as absent: that message is
+        # planned again, into a journal claim that replaces the marker.
+        claimable = self.settle_existing(exists)
+        rest = [m for m in chunk.messages if m.message_id not in exists.message_ids or m.message_id in claimable]
+        if not self._bounded(chunk):
+            return rest
+        # A bounded counter's messages keep their order: planned again in a later round, the
+        # rest would be applied after the chunks that follow this one. Write them now, in order.
+        return [m for m in rest if m.message_id in claimable] + self._in_order(
+            [m for m in rest if m.message_id not in claimable]
+        )
+
+    def _unknown(self, chunk: Chunk, _: RetryableStoreError, __: bool) -> list[MessageTotals]:
+        self._fates.failed(chunk.message_ids)
+        return []
+
+    def _refused_as_sent(self, chunk: Chunk, refused: WriteRejectedError, _: bool) -> list[MessageTotals]:
+        if len(chunk.messages) > 1:
+            again: list[MessageTotals] = []
+            for message in chunk.messages:
+                (single,) = plan_transactions([message], self._max_actions, self._counter_limit).chunks
+                again.extend(self.direct(single))
+            return again
+        self._refused_alone(chunk.messages[0], refused)
+        return []
+
+    def _condition_refused(self, chunk: Chunk, refused: ConditionRefusedError, predicted: bool) -> list[MessageTotals]:
+        # A refused condition: a threshold's, or a bound's. An operator's message carries no bound's condition (it
+        # is applied as given): its refusal is always a threshold's.
+        met = counters_met(refused.found, self._declared.defaults)
         if self._thresholds.rules and (
-            any(message.is_operator for message in chunk.messages)
-            or bounds_hold(chunk.messages, bound_refused.stored, self._bounds)
+            any(message.is_operator for message in chunk.messages) or bounds_hold(chunk.messages, met, self._bounds)
         ):
-            return self._exact(chunk, bound_refused.stored)
+            return self._exact(chunk, refused.found)
         # A bounded counter would cross its floor or ceiling somewhere in the chunk's order:
         # nothing was applied. The messages that share keys with a refused item are applied in order: the
         # runs the stored values (ALL_OLD) let through together, each message predicted to cross alone,
         # each write with its own condition, so only a message that would cross is refused; the others
         # are written together again.
         if len(chunk.messages) > 1:
-            in_order, others = split_refused(chunk.messages, bound_refused.stored.keys())
+            in_order, others = split_refused(chunk.messages, met.keys())
             again = self._in_order(others)
-            runs = (
-                [[m] for m in in_order]
-                if predicted
-                else runs_within_bounds(in_order, bound_refused.stored, self._bounds)
-            )
+            runs = [[m] for m in in_order] if predicted else runs_within_bounds(in_order, met, self._bounds)
             for run in runs:
                 again.extend(self._in_order(run, predicted=True))
             return again
-        self._refused_by_bound(chunk.messages[0], bound_refused)
+        self._refused_by_bound(chunk.messages[0], met)
         return []
 
-    def _exact(self, chunk: Chunk, stored: Mapping[ItemKey, Mapping[str, Decimal]]) -> list[MessageTotals]:
+    def _exact(self, chunk: Chunk, found: Mapping[ItemKey, ItemRead | None]) -> list[MessageTotals]:
         """A crossing condition failed (a step would cross a declared level, or the value moved since it was
-        met): write the chunk again conditioned on exactly the values met, recording the crossings its steps make
-        from there, in the same transaction (``tally.core.thresholds``)."""
+        met): write the chunk again planned from exactly the values met, recording the crossings its steps make
+        from there, in the same transaction (``tally.core.write_planner``)."""
         if chunk.attempt >= MAX_EXACT_ATTEMPTS:
             self._fates.failed(chunk.message_ids)
             return []
         self._figures.exact_writes += 1
-        before = {**chunk.before, **stored}
+        before = {**chunk.before, **found}
         return self._write_exact(replace(chunk, before=before, attempt=chunk.attempt + 1, spill=None))
 
     def _write_exact(self, chunk: Chunk) -> list[MessageTotals]:
         """Write a chunk planned from the values met (``chunk.before``) with the crossings its steps make from them.
 
-        They go in its transaction when they fit beside its markers and writes. When they do not, the messages go
-        again, in order, in transactions leaving room for them: the first from the values met, each later one
-        meeting its own value, as any write does. A single message whose crossings still do not fit records
-        those beyond the room in the pages of a journal batch its marker names (``_spill``): it is never refused
-        for how many levels it crosses.
+        They go in its transaction when they fit beside its markers and writes (the planner counts them: the write
+        is planned first, then sent as planned). When they do not, the messages go again, in order, in transactions
+        leaving room for them: the first from the values met, each later one meeting its own value, as any write
+        does. A single message whose crossings still do not fit records those beyond the room in the pages of a
+        journal batch its marker names (``_spill``): it is never refused for how many levels it crosses.
         """
-        found = crossings(chunk.messages, self._thresholds, chunk.before, at_ms=self._now_ms)
-        room = self._max_actions - transaction_actions(chunk)
+        if not self._steps.may_start():
+            self._fates.failed(chunk.message_ids)
+            return []
+        try:
+            write = self._planned(chunk)
+        except RetryableStoreError:
+            self._fates.failed(chunk.message_ids)
+            return []
+        found = write.crossings
+        room = self._max_actions - (write.action_count - len(found))
         if len(found) <= room:
-            return self.direct(chunk)
+            return self.direct(chunk, write=write)
         if len(chunk.messages) == 1:
-            return self._spill(chunk, found[max(room, 0) :])
+            return self._spill(chunk, write, max(room, 0))
         plan = plan_transactions(chunk.messages, max(2, self._max_actions - len(found)), self._counter_limit)
         parts = (
             [Chunk((m,), nonzero_increments(m.totals)) for m in chunk.messages] if plan.rejected else list(plan.chunks)
@@ -385,16 +444,15 @@ class CommitProtocol:
                 rest.extend(self.direct(replace(part, replaces=replaces)))
         return rest
 
-    def _spill(self, chunk: Chunk, paged: Sequence[Crossing]) -> list[MessageTotals]:
-        """Write one message with the crossings ``paged`` recorded by a journal batch's pages, not its transaction.
+    def _spill(self, chunk: Chunk, write: DirectWrite, room: int) -> list[MessageTotals]:
+        """Write one message with the crossings of its ``write`` beyond ``room`` recorded by a journal batch's pages,
+        not its transaction.
 
         The pages and the batch's header (``COMMITTED``) first, then the transaction, whose marker names the batch:
         it commits the crossings with the counts that made them, all or nothing (``Spill``). Its outcome is
         settled as any direct transaction's (``_settle_direct``), the pages then applied once each (``finish``).
         """
-        if not self._steps.may_start():
-            self._fates.failed(chunk.message_ids)
-            return []
+        paged: Sequence[Crossing] = write.crossings[room:]
         spill = Spill(
             self._new_batch_id(),
             self._steps.lease_until_ms(),
@@ -409,6 +467,7 @@ class CommitProtocol:
             self._refused_alone(chunk.messages[0], refused)
             return []
         self._figures.spilled_crossings += sum(len(page.crossings) for page in spill.pages)
+        # Planned again with the spill: its markers name the batch, and the crossings its pages hold are left out.
         return self.direct(replace(chunk, spill=spill))
 
     def _in_order(self, messages: Sequence[MessageTotals], *, predicted: bool = False) -> list[MessageTotals]:
@@ -422,7 +481,7 @@ class CommitProtocol:
         bounds = self._bounds
         return bool(bounds.rules) and any(bounds.is_bounded(item) for m in chunk.messages for item in m.totals)
 
-    def _refused_by_bound(self, message: MessageTotals, refused: ConditionRefusedError) -> None:
+    def _refused_by_bound(self, message: MessageTotals, met: Mapping[ItemKey, Mapping[str, Decimal]]) -> None:
         # Its marker may exist (a redelivered copy of a message applied before, whose response was lost):
         # DynamoDB reports every failed condition, and a marker's wins (MarkersExistError), but look before
         # refusing all the same; a copy already counted is settled as such, never dead-lettered.
@@ -439,7 +498,7 @@ class CommitProtocol:
             # invocation claimed it meanwhile, before the bound was declared): the next delivery resolves it.
             self._fates.failed([message.message_id])
             return
-        rejection = refusal(message.totals, refused.stored, self._bounds)
+        rejection = refusal(message.totals, met, self._bounds)
         if rejection is None:
             # The value moved between the condition and our reading of it (a concurrent batch): try again.
             self._fates.failed([message.message_id])
@@ -830,3 +889,16 @@ class CommitProtocol:
         if resolution is not Resolution.PENDING:
             self._resolutions[batch_id] = resolution
         return resolution
+
+
+_Settle: TypeAlias = "Callable[[CommitProtocol, Chunk, Any, bool], list[MessageTotals]]"
+
+_SETTLE: dict[object, _Settle] = {
+    DirectStatus.COMMITTED: CommitProtocol._committed,
+    DirectStatus.NOT_STARTED: CommitProtocol._not_started,
+    MarkersExistError: CommitProtocol._markers_met,
+    RetryableStoreError: CommitProtocol._unknown,
+    WriteRejectedError: CommitProtocol._refused_as_sent,
+    ConditionRefusedError: CommitProtocol._condition_refused,
+}
+"""What each outcome of a direct transaction means for its messages (``_settle_direct``), by status or error type."""

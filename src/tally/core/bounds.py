@@ -39,6 +39,7 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_label, item_parts
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import LARGEST_STORABLE, Number, add, storable_at_least, storable_at_most
+from tally.core.patterns import WILDCARD, KeyPattern
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -52,13 +53,10 @@ if TYPE_CHECKING:
 class BoundRule:
     """One declaration: a floor or a ceiling of the counter ``counter`` of keys matching ``pattern``."""
 
-    pattern: str
+    pattern: KeyPattern
     counter: str
     floor: Number | None = None
     ceiling: Number | None = None
-
-    def matches(self, key: str) -> bool:
-        return self.pattern == key or (self.pattern.endswith("*") and key.startswith(self.pattern[:-1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +106,7 @@ class CounterBounds:
         floors: dict[str, Number] = {}
         ceilings: dict[str, Number] = {}
         for rule in self.rules:
-            if rule.matches(key):
+            if rule.pattern.matches(key):
                 if rule.floor is not None:
                     floors.setdefault(rule.counter, rule.floor)
                 if rule.ceiling is not None:
@@ -294,14 +292,17 @@ def parse_counter_bounds(
         if operator is None or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(f"bad counter bound {part!r}: expected PATTERN#COUNTER>=N or PATTERN#COUNTER<=N")
         limit = parse_number(number.strip(), f"counter bound {part!r}")
-        rule = BoundRule(pattern, counter, limit if operator == ">=" else None, limit if operator == "<=" else None)
-        if hot_keys is not None and any(patterns_overlap(pattern, hot) for hot, _ in hot_keys.rules):
+        declared_pattern = KeyPattern(pattern)
+        rule = BoundRule(
+            declared_pattern, counter, limit if operator == ">=" else None, limit if operator == "<=" else None
+        )
+        if hot_keys is not None and hot_keys.overlaps(declared_pattern):
             raise ValueError(
                 f"counter bound {part!r}: a bound on a hot key (HotKeys) is not supported: "
                 "its shards cannot see each other's sum"
             )
         for declared in defaults.rules:
-            if declared.start is None or declared.counter != counter or not patterns_overlap(pattern, declared.pattern):
+            if declared.start is None or declared.counter != counter or not declared_pattern.overlaps(declared.pattern):
                 continue
             if (rule.floor is not None and declared.start < rule.floor) or (
                 rule.ceiling is not None and declared.start > rule.ceiling
@@ -318,38 +319,8 @@ def parse_counter_bounds(
         )
     bounds = CounterBounds(tuple(rules))
     for rule in rules:
-        bound = bounds.bounds(rule.pattern.removesuffix("*"))
+        bound = bounds.bounds(rule.pattern.text.removesuffix(WILDCARD))
         found = bound.get(rule.counter)
         if found is not None and found.floor is not None and found.ceiling is not None and found.floor > found.ceiling:
             raise ValueError(f"counter bound of {rule.pattern}#{rule.counter}: floor above ceiling")
     return bounds
-
-
-def patterns_overlap(left: str, right: str) -> bool:
-    """Whether some key could match both patterns (an exact key, or a prefix ending in ``*``)."""
-    mine = left[:-1] if left.endswith("*") else None
-    theirs = right[:-1] if right.endswith("*") else None
-    if mine is None and theirs is None:
-        return left == right
-    if mine is None:
-        return theirs is not None and left.startswith(theirs)
-    if theirs is None:
-        return right.startswith(mine)
-    return mine.startswith(theirs) or theirs.startswith(mine)
-
-
-def expected_value(start: Number, amounts: Iterable[Number], bound: Bound) -> tuple[Number, tuple[int, ...]]:
-    """Test helper (the chaos check, the Hypothesis property): one bounded counter's value after the messages'
-    net ``amounts`` are applied one after another from ``start``, and the positions of those refused.
-
-    Any batching of the same messages in the same order gives this result: a batch whose condition holds
-    applies steps that each hold, and one whose condition fails falls back to these single steps.
-    """
-    value = start
-    refused: list[int] = []
-    for position, amount in enumerate(amounts):
-        if bound.refusal(value, amount) is None:
-            value = add(value, amount)
-        else:
-            refused.append(position)
-    return value, tuple(refused)

@@ -32,6 +32,7 @@ from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING
 
 from tally.core.numbers import Number, checked_canonical
+from tally.core.patterns import KeyPattern
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -43,13 +44,10 @@ if TYPE_CHECKING:
 class CounterRule:
     """One declaration: the counter ``counter`` of keys matching ``pattern``."""
 
-    pattern: str
+    pattern: KeyPattern
     counter: str
     start: Number | None = None
     delta: Number | None = None
-
-    def matches(self, key: str) -> bool:
-        return self.pattern == key or (self.pattern.endswith("*") and key.startswith(self.pattern[:-1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +64,7 @@ class CounterDefaults:
         """What an event of ``key`` without ``delta``/``deltas`` adds: counter -> default delta (maybe none)."""
         found: dict[str, Number | None] = {}
         for rule in self.rules:
-            if rule.counter not in found and rule.matches(key):
+            if rule.counter not in found and rule.pattern.matches(key):
                 found[rule.counter] = rule.delta
         return {counter: delta for counter, delta in found.items() if delta is not None}
 
@@ -76,7 +74,7 @@ class CounterDefaults:
             return {}
         found: dict[str, Number | None] = {}
         for rule in self.rules:
-            if rule.counter not in found and rule.matches(key):
+            if rule.counter not in found and rule.pattern.matches(key):
                 found[rule.counter] = rule.start
         return {counter: start for counter, start in found.items() if start is not None}
 
@@ -120,29 +118,11 @@ def parse_counter_defaults(text: str, hot_keys: HotKeys | None = None) -> Counte
             raise ValueError(f"bad counter default {part!r}: give start:N, delta:N or both")
         if values.get("delta") == 0:
             raise ValueError(f"bad counter default {part!r}: a default delta of zero counts nothing")
-        rule = CounterRule(pattern, counter, values.get("start"), values.get("delta"))
-        if rule.start is not None and hot_keys is not None and _overlaps_hot(pattern, hot_keys):
+        rule = CounterRule(KeyPattern(pattern), counter, values.get("start"), values.get("delta"))
+        if rule.start is not None and hot_keys is not None and hot_keys.overlaps(rule.pattern):
             raise ValueError(
                 f"counter default {part!r}: a start value on a hot key (HotKeys) is not supported: "
                 "its shards cannot tell which of them starts"
             )
         rules.append(rule)
     return CounterDefaults(tuple(rules))
-
-
-def _overlaps_hot(pattern: str, hot_keys: HotKeys) -> bool:
-    """Whether some key could match both ``pattern`` and a hot-key rule."""
-    mine = pattern[:-1] if pattern.endswith("*") else None
-    for hot, _ in hot_keys.rules:
-        theirs = hot[:-1] if hot.endswith("*") else None
-        if mine is None and theirs is None:
-            overlap = pattern == hot
-        elif mine is None:
-            overlap = theirs is not None and pattern.startswith(theirs)
-        elif theirs is None:
-            overlap = hot.startswith(mine)
-        else:
-            overlap = mine.startswith(theirs) or theirs.startswith(mine)
-        if overlap:
-            return True
-    return False

@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
+from tally.core.items import CounterItem, window_counter
 from tally.core.numbers import EXACT
 from tally.core.thresholds import MOVE_CLOCK_MARGIN_MS
+from tally.core.windows import hours_on_day_items, parse_window_id
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-    from tally.core.windows import WindowUnit
+    from tally.core.windows import WindowSpec, WindowUnit
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,18 @@ def moved_part(pointer: MovedPointer, moves: Decimal | None, window: str, counte
     if window == pointer.window:
         return pointer.totals.get(counter)
     return None
+
+
+def moved_home(key: str, window: str, counter: str, windows: WindowSpec) -> tuple[CounterItem, str]:
+    """Where a move puts an ended window's counter of ``key``: (window item, the counter's name there, as a batch's
+    totals name it). An hour goes to its day's item, as that hour's window counter, when ``hours_on_day_items``,
+    else to an item of its own, as a day or a month does; the same choice as the mover's
+    (``tally.store.windows.plan_move``): a write that needs a window's moved part reads it there."""
+    unit, start_ms = parse_window_id(window)
+    if unit == "hour" and hours_on_day_items(windows):
+        day = windows.unit("day")
+        return CounterItem(key, day.window_id(day.start_ms(start_ms))), window_counter(window, counter)
+    return CounterItem(key, window), counter
 
 
 def anchor_window(unit: WindowUnit, now_ms: int) -> str:

@@ -1,6 +1,8 @@
 """Transaction planning: pack messages into ``TransactWriteItems`` calls that each fit DynamoDB's limits.
 
-This is the one place that decides what travels together. The rule that makes counting exactly-once
+It decides what travels together (the protocol cuts a refused transaction's messages again, with these same
+functions, from what DynamoDB answered: ``tally.commit.protocol``); what each transaction writes, and on which
+conditions, is ``tally.core.write_planner``'s. The rule that makes counting exactly-once
 is that a message's idempotency marker is committed in the same transaction as every delta it carries;
 so a message is never split across transactions, and a transaction holds one conditional action per
 marker item plus one ``ADD`` per distinct key of those messages, at most ``max_actions`` in all. A marker
@@ -36,9 +38,9 @@ from tally.errors import StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
-    from decimal import Decimal
 
     from tally.core.thresholds import Crossing
+    from tally.core.write import ItemRead
 
 JournalPage: TypeAlias = "Totals | CrossingPage"
 """What one journal page holds and one apply chunk writes: increments (a unit too large for one transaction), or
@@ -87,10 +89,10 @@ class Chunk:
     """Message id -> the aborted journal batch its marker names: the transaction replaces that marker, on the
     condition that it still names the batch and that the batch's header says ABORTED (one more action per
     batch). Only a bounded message is written so (``plan_batch``); any other goes to a journal claim."""
-    before: Mapping[ItemKey, Mapping[str, Number]] = field(default_factory=dict)
-    """Item -> counter -> the value a refused crossing condition met (``ALL_OLD``): the transaction is
-    then conditioned on exactly those values and records the crossings its steps make from them
-    (``tally.core.thresholds``). Empty: every thresholded write carries the crossing-free condition."""
+    before: Mapping[ItemKey, ItemRead | None] = field(default_factory=dict)
+    """Item -> what a refused crossing condition met (DynamoDB's ``ALL_OLD``; None: no item): the transaction is
+    then planned from exactly those values, conditioned on them and recording the crossings its steps make from
+    them (``tally.core.write_planner``). Empty: every thresholded write carries the crossing-free condition."""
     attempt: int = 0
     """How many times this chunk was planned again from values met (bounded: a busy key is handed back)."""
     spill: Spill | None = None
@@ -127,17 +129,18 @@ class Chunk:
 
 class ConditionRefusedError(StoreError):
     """A write's condition failed: a bounded counter would cross its floor or ceiling, or a thresholded one would
-    cross a level (or no longer holds the value an exact write was planned from).
+    cross a level (or no longer holds the value an exact write was planned from, or a move came since).
 
-    ``stored`` holds, per refused item, its counters as the condition met them (DynamoDB's ``ALL_OLD``; a missing
-    counter as its start value or 0). Nothing of the transaction was applied: the protocol writes it again from
-    those values (``Chunk.before``), or applies its messages one by one, in order, refusing only those that cross
-    a bound. Keyed by ``ItemKey``, the item's identity (beside the value it carries: ``tally.errors``).
+    ``found`` holds each refused item as the condition met it (DynamoDB's ``ALL_OLD``; None: there was no item).
+    Nothing of the transaction was applied: the protocol plans it again from those values (``Chunk.before``), or
+    applies its messages one by one, in order, refusing only those that cross a bound (judged by
+    ``tally.core.write_planner.counters_met``). Keyed by ``ItemKey``, the item's identity (beside the value it
+    carries: ``tally.errors``).
     """
 
-    def __init__(self, stored: Mapping[ItemKey, Mapping[str, Decimal]]) -> None:
-        super().__init__(f"a condition of {', '.join(sorted(map(item_label, stored)))[:200]} failed")
-        self.stored = stored
+    def __init__(self, found: Mapping[ItemKey, ItemRead | None]) -> None:
+        super().__init__(f"a condition of {', '.join(sorted(map(item_label, found)))[:200]} failed")
+        self.found = found
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ reset is not something that happened to the count); a correction's deltas go int
 like any event's. On a hot key a reset sets the key's own item to the value and **every** possible shard
 item (``MAX_SHARDS``, as reads sum them all) to 0, in the same transaction (``reset_items``).
 
-Pure: no boto3, no clock. ``expected_values`` is the model every test (and the chaos run) compares with.
+Pure: no boto3, no clock. The model every test compares with is ``tests/support/reference.py``'s ``expected_values``.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tally.core.items import ALL_TIME, item_parts, make_item
-from tally.core.numbers import Number, add
 from tally.core.sharding import MAX_SHARDS
 
 if TYPE_CHECKING:
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
 
     from tally.core.items import ItemKey
     from tally.core.model import Message
+    from tally.core.numbers import Number
     from tally.core.sharding import HotKeys
 
 
@@ -161,21 +161,3 @@ def commit_segments(messages: Sequence[M]) -> list[list[M]]:
         segments[0] = free + segments[0]
         return segments
     return [free, *segments]
-
-
-def expected_values(messages: Iterable[Message]) -> dict[str, dict[str, Number]]:
-    """The all-time counters after applying ``messages`` one by one, in order (the meaning of a reset).
-
-    Pass the *distinct* messages (first copy of each id) in the order they were first applied. Counters
-    never touched are absent; start values (``CounterDefaults``) are not modelled. Exact arithmetic.
-    """
-    values: dict[str, dict[str, Number]] = {}
-    for message in messages:
-        for event in message.events:
-            counters = values.setdefault(event.key, {})
-            if event.reset is not None:
-                counters.update(event.reset)
-                continue
-            for name, delta in event.deltas.items():
-                counters[name] = add(counters.get(name, 0), delta)
-    return values

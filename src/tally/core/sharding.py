@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from tally.core.items import item_parts, make_item
+from tally.core.patterns import KeyPattern
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
@@ -27,17 +28,21 @@ MAX_SHARDS: Final = 16
 class HotKeys:
     """Declared hot keys: exact keys or prefixes (``tenant:*``) with their shard counts."""
 
-    rules: tuple[tuple[str, int], ...] = ()
+    rules: tuple[tuple[KeyPattern, int], ...] = ()
 
     def shards_for(self, key: str) -> int:
         """How many shards ``key`` writes to (1: not hot). The first matching rule wins."""
         for pattern, shards in self.rules:
-            if (pattern.endswith("*") and key.startswith(pattern[:-1])) or pattern == key:
+            if pattern.matches(key):
                 return shards
         return 1
 
     def is_hot(self, key: str) -> bool:
-        return any((p.endswith("*") and key.startswith(p[:-1])) or p == key for p, _ in self.rules)
+        return any(pattern.matches(key) for pattern, _ in self.rules)
+
+    def overlaps(self, pattern: KeyPattern) -> bool:
+        """Whether some key ``pattern`` matches could be hot."""
+        return any(pattern.overlaps(hot) for hot, _ in self.rules)
 
 
 def parse_hot_keys(text: str) -> HotKeys:
@@ -47,7 +52,7 @@ def parse_hot_keys(text: str) -> HotKeys:
         pattern, _, count = part.rpartition("=")
         if not pattern or not count.isdigit() or not 1 <= int(count) <= MAX_SHARDS:
             raise ValueError(f"bad hot key {part!r}: expected KEY=N or PREFIX*=N with N from 1 to {MAX_SHARDS}")
-        rules.append((pattern, int(count)))
+        rules.append((KeyPattern(pattern), int(count)))
     return HotKeys(tuple(rules))
 
 

@@ -50,14 +50,14 @@ from enum import StrEnum
 from hashlib import blake2b
 from typing import TYPE_CHECKING, TypeAlias
 
-from tally.core.bounds import CounterBounds, patterns_overlap
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_parts, split_window_counter
 from tally.core.numbers import Number, add, canonical, storable_at_least, storable_at_most
+from tally.core.patterns import KeyPattern
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Container, Iterable, Mapping
+    from collections.abc import Iterable, Mapping
 
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
@@ -77,15 +77,12 @@ class Direction(StrEnum):
 class ThresholdRule:
     """One declaration: levels of the counter ``counter`` of keys matching ``pattern``, crossed one way."""
 
-    pattern: str
+    pattern: KeyPattern
     counter: str
     direction: Direction
     levels: tuple[Number, ...]
     window: str = ALL_TIME
     """The window unit whose value the levels are about (``minute``, ``hour``, ``day``, ``month``), or ``all``."""
-
-    def matches(self, key: str) -> bool:
-        return self.pattern == key or (self.pattern.endswith("*") and key.startswith(self.pattern[:-1]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +200,7 @@ class CounterThresholds:
         """The levels of each thresholded counter of ``key``'s value in ``window``'s unit (``all``: all-time)."""
         found: dict[tuple[str, Direction], tuple[Number, ...]] = {}
         for rule in self.rules:
-            if rule.window == window and rule.matches(key):
+            if rule.window == window and rule.pattern.matches(key):
                 found.setdefault((rule.counter, rule.direction), rule.levels)
         counters = {counter for counter, _ in found}
         return {
@@ -226,7 +223,7 @@ class CounterThresholds:
         rising: tuple[Number, ...] | None = None
         falling: tuple[Number, ...] | None = None
         for rule in self.rules:
-            if rule.counter != counter or rule.window != unit or not rule.matches(key):
+            if rule.counter != counter or rule.window != unit or not rule.pattern.matches(key):
                 continue
             if rule.direction is Direction.RISING and rising is None:
                 rising = rule.levels
@@ -260,7 +257,7 @@ class CounterThresholds:
             if parts.window == ALL_TIME
             else {window_unit(parts.window)}
         )
-        return any(rule.window in units and rule.matches(parts.key) for rule in self.rules)
+        return any(rule.window in units and rule.pattern.matches(parts.key) for rule in self.rules)
 
     def touches(self, totals: Totals) -> bool:
         """Whether a message's totals step a thresholded counter (only then does it need the exact path)."""
@@ -270,18 +267,6 @@ class CounterThresholds:
 
 
 NO_THRESHOLDS = CounterThresholds()
-
-
-def conditioned(bounds: CounterBounds, thresholds: CounterThresholds) -> Callable[[ItemKey], bool] | None:
-    """The items whose writes carry a condition only a direct transaction can (a bound, a crossing): the planner
-    pins the messages that touch one to direct transactions (``tally.core.plan.plan_batch``). None: no item."""
-    if not bounds.rules and not thresholds.rules:
-        return None
-
-    def pinned(item: ItemKey) -> bool:
-        return bounds.is_bounded(item) or thresholds.is_thresholded(item)
-
-    return pinned
 
 
 MAX_THRESHOLD_LEVELS = 10
@@ -535,11 +520,7 @@ def _target_and_window(target: str) -> tuple[str, str]:
 
 
 def parse_counter_thresholds(
-    text: str,
-    hot_keys: HotKeys | None = None,
-    defaults: CounterDefaults = NO_DEFAULTS,
-    *,
-    windows: WindowSpec | None = None,
+    text: str, hot_keys: HotKeys | None = None, *, windows: WindowSpec | None = None
 ) -> CounterThresholds:
     """``"usage:*#calls@day>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds``.
 
@@ -549,7 +530,6 @@ def parse_counter_thresholds(
     Raises ``ValueError`` naming the rule for anything malformed, for a threshold on a key that ``hot_keys``
     shards, for a window not counted, and for more than ``MAX_THRESHOLD_LEVELS`` levels in all.
     """
-    del defaults  # a start value on either side of a level is fine: the first step from it may cross
     counted = {unit.name for unit in (windows or WindowSpec()).units}
     rules: list[ThresholdRule] = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
@@ -567,13 +547,13 @@ def parse_counter_thresholds(
         levels = tuple(parse_number(number.strip(), f"counter threshold {part!r}") for number in numbers.split(","))
         if len(set(levels)) != len(levels):
             raise ValueError(f"counter threshold {part!r}: a level is given twice")
-        if hot_keys is not None and any(patterns_overlap(pattern, hot) for hot, _ in hot_keys.rules):
+        if hot_keys is not None and hot_keys.overlaps(KeyPattern(pattern)):
             raise ValueError(
                 f"counter threshold {part!r}: a threshold on a hot key (HotKeys) is not supported: "
                 "its shards cannot see each other's sum"
             )
         direction = Direction.RISING if operator == ">=" else Direction.FALLING
-        rules.append(ThresholdRule(pattern, counter, direction, tuple(sorted(levels)), window))
+        rules.append(ThresholdRule(KeyPattern(pattern), counter, direction, tuple(sorted(levels)), window))
     declared = {(rule.counter, rule.direction, level, rule.window) for rule in rules for level in rule.levels}
     if len(declared) > MAX_THRESHOLD_LEVELS:
         raise ValueError(
@@ -581,23 +561,3 @@ def parse_counter_thresholds(
             "each, within DynamoDB's 4 KB and 300 operators per expression)"
         )
     return CounterThresholds(tuple(rules))
-
-
-def expected_crossings(
-    start: Number, amounts: Iterable[tuple[str, Number]], levels: Levels, resets: Container[str] = ()
-) -> list[tuple[Number, Direction, str]]:
-    """Test helper (the chaos check, the properties): the crossings of one counter whose messages' net
-    ``amounts`` (message id, amount) are applied one after another from ``start``: (level, direction, message
-    id); a message id in ``resets`` sets the value to its amount instead. Any batching of the same messages in
-    the same order gives these."""
-    value = start
-    found: list[tuple[Number, Direction, str]] = []
-    for message_id, amount in amounts:
-        after = amount if message_id in resets else add(value, amount)
-        found.extend(
-            (level, direction, message_id)
-            for level, direction in levels.each()
-            if crossed(level, direction, value, after)
-        )
-        value = after
-    return found

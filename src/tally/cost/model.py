@@ -696,7 +696,7 @@ def price(
     # Enough batches to see the planner's choices, few enough events to answer in about a second.
     batches = max(1, min(batches, SIMULATED_EVENTS // (records * traffic.events_per_message)))
     units = _simulated(traffic, records, batches, page_bytes)
-    handler_s = _handler_seconds(units, records, traffic, latencies)
+    handler_s = _handler_seconds(units, traffic, latencies)
     invocations_s = traffic.records_per_second * (1 + traffic.resend_rate) / records
     concurrency = max(2, math.ceil(invocations_s * handler_s * 1.5))
     latency = min(window, fill_s) + handler_s
@@ -829,9 +829,9 @@ def _cheapest(bills: Sequence[Bill], traffic: Traffic) -> Bill:
     return min(fitting, key=lambda bill: (round(bill.usd_month, 6), bill.parameters.batch_size))
 
 
-def _handler_seconds(units: UnitsPerEvent, records: int, traffic: Traffic, latencies: Latencies) -> float:
-    """Requests one after another (the applier runs a batch's steps in order) plus CPU at the memory's share."""
-    del records  # the CPU follows the items written and the events' items, not the records
+def _handler_seconds(units: UnitsPerEvent, traffic: Traffic, latencies: Latencies) -> float:
+    """Requests one after another (the applier runs a batch's steps in order) plus CPU at the memory's share: the
+    CPU follows the items written and the events' items, not the records."""
     io_ms = (
         units.transactions_per_batch * latencies.transact_write_ms
         + units.batch_gets_per_batch * latencies.batch_get_ms

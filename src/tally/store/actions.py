@@ -44,26 +44,17 @@ from tally.store.schema import (
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-    from decimal import Decimal
 
-    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from mypy_boto3_dynamodb.type_defs import ConditionCheckTypeDef, TransactWriteItemTypeDef, UpdateTypeDef
 
     from tally.core.bounds import BoundCheck
     from tally.core.resets import OperatorStamp
     from tally.core.thresholds import CrossingFree, ExactCheck
+    from tally.core.write import ItemWrite, MovesSeen
 
 
 MOVES_NAME = "#moves"
 MOVES_VALUE = ":moves"
-
-
-@dataclass(frozen=True, slots=True)
-class MovesSeen:
-    """A key item's count of window moves (``WINDOW_MOVES``) as read before the moved part of an ended window
-    was: a write conditioned on it still being so commits only if no move took more of the window since."""
-
-    count: Decimal | None
-    """None: the item had no move yet (the attribute is missing)."""
 
 
 RoleKind: TypeAlias = Literal["marker", "block", "add", "batch", "applied", "notification"]
@@ -122,6 +113,25 @@ def replaced_batch_check(table: str, batch_id: str) -> tuple[TransactWriteItemTy
     }, Role("batch", batch_id)
 
 
+def item_action(table: str, write: ItemWrite) -> tuple[TransactWriteItemTypeDef, Role]:
+    """The one action of an item the core planned (``tally.core.write.ItemWrite``): its ``Update``, or, when it
+    writes nothing, the ``ConditionCheck`` of its conditions."""
+    if not write.writes:
+        return bound_check(table, write.item, write.bounds, write.free, write.exact, moves=write.moves)
+    return add_update(
+        table,
+        write.item,
+        write.adds,
+        write.starts,
+        write.bounds,
+        sets=write.sets,
+        stamp=write.stamp,
+        free=write.free,
+        exact=write.exact,
+        moves=write.moves,
+    )
+
+
 def add_update(
     table: str,
     item: ItemKey,
@@ -175,16 +185,21 @@ def add_update(
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
         values[":expires"] = {"N": str(expires_at_s)}
-    update: dict[str, Any] = {
+    update: UpdateTypeDef = {
         "TableName": table,
         "Key": item_key(item),
         "UpdateExpression": expression,
         "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": values,
     }
     if bounds or free or exact or moves is not None:
-        _add_condition(update, bounds, free, exact, moves)
-    return {"Update": update}, add_role(item)  # type: ignore[typeddict-item]
+        condition = _condition(bounds, free, exact, moves)
+        names.update(condition.names)
+        values.update(condition.values)
+        update["ConditionExpression"] = condition.expression
+        update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    if values:
+        update["ExpressionAttributeValues"] = values
+    return {"Update": update}, add_role(item)
 
 
 def bound_check(
@@ -199,20 +214,38 @@ def bound_check(
     """A ``ConditionCheck`` of an item's bounds (and crossing condition), for an item whose net in the
     transaction is zero but whose steps move it (``-5`` then ``+5`` must not take a counter at 3 below a floor
     of 0 on the way, nor cross a declared level and back unannounced)."""
-    check: dict[str, Any] = {"TableName": table, "Key": item_key(item)}
-    _add_condition(check, bounds, free, exact, moves)
-    return {"ConditionCheck": check}, add_role(item)  # type: ignore[typeddict-item]
+    condition = _condition(bounds, free, exact, moves)
+    check: ConditionCheckTypeDef = {
+        "TableName": table,
+        "Key": item_key(item),
+        "ConditionExpression": condition.expression,
+        "ExpressionAttributeNames": condition.names,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    if condition.values:
+        check["ExpressionAttributeValues"] = condition.values
+    return {"ConditionCheck": check}, add_role(item)
 
 
-def _add_condition(
-    action: dict[str, Any],
+@dataclass(frozen=True, slots=True)
+class _Condition:
+    """A write's condition: its expression, and the names and values it refers to."""
+
+    expression: str
+    names: dict[str, str]
+    values: dict[str, Any]
+
+
+def _condition(
     bounds: Sequence[BoundCheck],
     free: Sequence[CrossingFree],
     exact: Sequence[ExactCheck],
     moves: MovesSeen | None = None,
-) -> None:
-    names = action.setdefault("ExpressionAttributeNames", {})
-    values = action.setdefault("ExpressionAttributeValues", {})
+) -> _Condition:
+    """The condition of a bounded or thresholded write (every part ANDed; DynamoDB returns the item as it was,
+    ``ALL_OLD``, when it fails)."""
+    names: dict[str, str] = {}
+    values: dict[str, Any] = {}
     for index, check in enumerate(bounds):
         name, low, high = bound_placeholders(index)
         names[name] = COUNTER_PREFIX + check.counter
@@ -239,13 +272,10 @@ def _add_condition(
         else:
             values[MOVES_VALUE] = {"N": to_wire(moves.count)}
             guard = f"{MOVES_NAME} = {MOVES_VALUE}"
-    if not values:
-        del action["ExpressionAttributeValues"]
     parts = [
         part for part in (bound_condition(bounds) if bounds else "", threshold_condition(free, exact), guard) if part
     ]
-    action["ConditionExpression"] = " AND ".join(parts)
-    action["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    return _Condition(" AND ".join(parts), names, values)
 
 
 def _operator_clauses(

@@ -19,7 +19,7 @@ from tally.store.schema import EXPIRES_AT, LEDGER_ID, MARKER_APPLIED_AT, MARKER_
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
-    from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
+    from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef, UpdateTypeDef
 
     from tally.core.ledger import Claim
 
@@ -108,7 +108,7 @@ def block_update(
             conditions.append(f"#b{offset} = :r{offset}")
             if batch_id is None:
                 removes.append(f"#b{offset}")  # a direct marker replacing an aborted claim names no batch
-    update: dict[str, Any] = {
+    update: UpdateTypeDef = {
         "TableName": table,
         "Key": {LEDGER_ID: {"S": item}},
         "UpdateExpression": "SET " + ", ".join(sets) + (" REMOVE " + ", ".join(removes) if removes else ""),
@@ -117,7 +117,7 @@ def block_update(
         "ExpressionAttributeValues": values,
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
-    return {"Update": update}, Role("block", claims=tuple(claims))  # type: ignore[typeddict-item]
+    return {"Update": update}, Role("block", claims=tuple(claims))
 
 
 def marker_records(item: Mapping[str, Any], message_ids: Iterable[str]) -> dict[str, MarkerRecord]:
@@ -188,13 +188,12 @@ def marker_put(
         item[MARKER_BATCH] = {"S": batch_id}
     if digest:
         item[MARKER_DIGEST] = {"B": digest}
-    put: dict[str, Any] = {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
+    put: PutTypeDef = {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
     if replaces is None:
-        put.update(ConditionExpression="attribute_not_exists(#id)", ExpressionAttributeNames={"#id": LEDGER_ID})
+        put["ConditionExpression"] = "attribute_not_exists(#id)"
+        put["ExpressionAttributeNames"] = {"#id": LEDGER_ID}
     else:
-        put.update(
-            ConditionExpression="#batch = :replaced",
-            ExpressionAttributeNames={"#batch": MARKER_BATCH},
-            ExpressionAttributeValues={":replaced": {"S": replaces}},
-        )
-    return {"Put": put}, Role("marker", message_id)  # type: ignore[typeddict-item]
+        put["ConditionExpression"] = "#batch = :replaced"
+        put["ExpressionAttributeNames"] = {"#batch": MARKER_BATCH}
+        put["ExpressionAttributeValues"] = {":replaced": {"S": replaces}}
+    return {"Put": put}, Role("marker", message_id)

@@ -11,7 +11,7 @@ import random
 import re
 import time
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeAlias, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.exceptions import ConnectionError as BotoConnectionError
@@ -30,22 +30,28 @@ from tally.errors import (
     WriteRejectedError,
 )
 from tally.store.markers import marker_records
-from tally.store.schema import MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
+from tally.store.schema import MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_read
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-    from decimal import Decimal
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.items import ItemKey
+    from tally.core.write import ItemRead
     from tally.store.actions import Role
+    from tally.store.schema import RawItem
 
 
 # How DynamoDB words a number it cannot store, a counter an ADD would take out of the Number range among them
 # (AWS: "Attempting to store more than 38 significant digits in a Number", "Number overflow. ..."; DynamoDB Local:
 # "DynamoDB only supports precision up to 38 digits"): only to choose the dead letter's code.
 NUMBER_RANGE: Final = re.compile(r"Number overflow|Number underflow|significant digits|precision", re.IGNORECASE)
+
+
+_Reason: TypeAlias = "Mapping[str, Any]"
+"""One of a cancelled transaction's ``CancellationReasons`` (its ``Code``, ``Message`` and, for a failed condition
+asked so, the ``Item`` as it was): botocore's plain dictionary."""
 
 
 # Cancellation reason codes that refuse the transaction and say why: a condition, or a retry can get past.
@@ -107,7 +113,7 @@ def batch_get(
     *,
     consistent: bool = True,
     sleep: Callable[[float], object] = time.sleep,
-) -> list[Mapping[str, Any]]:
+) -> list[RawItem]:
     """Every stored item of ``keys`` in ``table``: ``BatchGetItem``s of at most 100 keys (strongly consistent
     unless ``consistent=False``), the keys DynamoDB leaves unprocessed asked again; errors translated once,
     here. The one BatchGetItem loop of tally: the reader, the counter store and the journal all use it.
@@ -120,7 +126,7 @@ def batch_get(
     ``keys`` is read 100 at a time, so a caller may pass a generator: a 10,000-record batch's marker keys,
     built at once, cost 2.4 MB of peak memory (``bench.memory``).
     """
-    items: list[Mapping[str, Any]] = []
+    items: list[RawItem] = []
     pending = iter(keys)
     while page := list(islice(pending, BATCH_GET_MAX_KEYS)):
         request: Any = {table: {"Keys": page, "ConsistentRead": consistent}}
@@ -207,7 +213,7 @@ def _markers_in_the_way(
     return stood
 
 
-def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:  # noqa: PLR0915 (one pass over the reasons)
+def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:
     """Turn a failed DynamoDB call into tally's errors, reading cancellation reasons by position."""
     if not isinstance(exc, ClientError):
         if isinstance(exc, BotoConnectionError | BotoCoreError):
@@ -228,62 +234,102 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:  # noqa
         if code in _RETRYABLE_ERRORS:
             return RetryableStoreError(f"{code}: {message}")
         return StoreError(f"{code}: {message}")
-    reasons: Sequence[Mapping[str, Any]] = exc.response.get("CancellationReasons", [])
-    markers: set[str] = set()
-    batches: dict[str, str] = {}
-    digests: dict[str, bytes] = {}
-    vanished: set[str] = set()
-    applied: dict[str, int] = {}
-    failed_batch: str | None = None
-    applied_failed = False
-    rejected = False
-    details: list[str] = []
-    bounded: dict[ItemKey, dict[str, Decimal]] = {}
-    out_of_range = True
-    retryable = False
-    for role, reason in zip(roles, reasons, strict=False):
-        reason_code = reason.get("Code") or "None"
-        if reason_code == "None":
-            continue
-        if reason_code == _CONDITION_REASON and role.kind in {"marker", "block"}:
-            stood = _markers_in_the_way(
-                role, reason.get("Item", {}), batches, digests, vanished=vanished, applied=applied
-            )
-            markers.update(stood)
-            if not stood:
-                details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
-        elif reason_code == _CONDITION_REASON and role.kind == "batch":
-            failed_batch = role.name
-        elif reason_code == _CONDITION_REASON and role.kind == "add" and role.item is not None:
-            # only conditioned writes (bounds, levels)
-            bounded[role.item] = item_counters(reason.get("Item", {}))
-        elif reason_code == _CONDITION_REASON and role.kind == "applied":
-            applied_failed = True
-        elif reason_code in RETRYABLE_REASONS:
-            retryable = True
-        elif reason_code != _CONDITION_REASON:
+    cancellation = _Cancellation()
+    for role, reason in zip(roles, exc.response.get("CancellationReasons", []), strict=False):
+        cancellation.read(role, reason)
+    return cancellation.error()
+
+
+class _Cancellation:
+    """What a cancelled transaction's reasons say, read one action (by its ``Role``) at a time, then the one error
+    they make: markers in the way first, then a batch not in its state, an apply chunk applied, a refused condition,
+    a request refused as sent, a conflict or throttling."""
+
+    def __init__(self) -> None:
+        self.markers: set[str] = set()
+        self.batches: dict[str, str] = {}
+        self.digests: dict[str, bytes] = {}
+        self.vanished: set[str] = set()
+        self.applied: dict[str, int] = {}
+        self.failed_batch: str | None = None
+        self.applied_failed = False
+        self.rejected = False
+        self.details: list[str] = []
+        self.refused: dict[ItemKey, ItemRead | None] = {}
+        self.out_of_range = True
+        self.retryable = False
+
+    def read(self, role: Role, reason: _Reason) -> None:
+        code = reason.get("Code") or "None"
+        if code == "None":
+            return
+        if code == _CONDITION_REASON:
+            _CONDITIONS.get(role.kind, _Cancellation.unexpected)(self, role, reason)
+        elif code in RETRYABLE_REASONS:
+            self.retryable = True
+        else:
             # ``ValidationError`` (a number, a size, a key: on any action), ``ItemCollectionSizeLimitExceeded``,
             # or a code not documented yet: this action is refused as sent, on every attempt (settled like a
             # whole-request ``ValidationException``).
-            rejected = True
-            text = str(reason.get("Message", "")) or reason_code
-            details.append(text if role.kind == "add" else f"{reason_code} on {role.kind} {role.name!r}: {text}")
-            out_of_range = out_of_range and NUMBER_RANGE.search(text) is not None
-        else:  # a condition tally never sets on such an action: a defect, never settled as a message's fate
-            details.append(f"{reason_code} on {role.kind} {role.name or role.item!r}: {reason.get('Message', '')}")
-    if markers:
-        return MarkersExistError(frozenset(markers), batches, digests, frozenset(vanished), applied)
-    if failed_batch is not None:
-        return BatchStateError(failed_batch)
-    if applied_failed:
-        return ChunkAppliedError("apply chunk already applied")
-    if bounded and not rejected:
-        return ConditionRefusedError(bounded)
-    if rejected:
-        return WriteRejectedError("; ".join(details), number_range=out_of_range)
-    if retryable:
-        return RetryableStoreError("transaction cancelled by a conflict or throttling")
-    return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))
+            self.rejected = True
+            text = str(reason.get("Message", "")) or code
+            self.details.append(text if role.kind == "add" else f"{code} on {role.kind} {role.name!r}: {text}")
+            self.out_of_range = self.out_of_range and NUMBER_RANGE.search(text) is not None
+
+    def marker(self, role: Role, reason: _Reason) -> None:
+        stood = _markers_in_the_way(
+            role, reason.get("Item", {}), self.batches, self.digests, vanished=self.vanished, applied=self.applied
+        )
+        self.markers.update(stood)
+        if not stood:
+            self.details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
+
+    def batch(self, role: Role, reason: _Reason) -> None:
+        self.failed_batch = role.name
+
+    def applied_chunk(self, role: Role, reason: _Reason) -> None:
+        self.applied_failed = True
+
+    def condition(self, role: Role, reason: _Reason) -> None:
+        """A counter item's condition (a bound, a level, no move since): the item as it met it, if there was one."""
+        if role.item is None:
+            self.unexpected(role, reason)
+            return
+        found = reason.get("Item")
+        self.refused[role.item] = item_read(found) if found is not None else None
+
+    def unexpected(self, role: Role, reason: _Reason) -> None:
+        """A condition tally never sets on such an action: a defect, never settled as a message's fate."""
+        self.details.append(
+            f"{reason.get('Code')} on {role.kind} {role.name or role.item!r}: {reason.get('Message', '')}"
+        )
+
+    def error(self) -> StoreError:
+        if self.markers:
+            return MarkersExistError(
+                frozenset(self.markers), self.batches, self.digests, frozenset(self.vanished), self.applied
+            )
+        if self.failed_batch is not None:
+            return BatchStateError(self.failed_batch)
+        if self.applied_failed:
+            return ChunkAppliedError("apply chunk already applied")
+        if self.refused and not self.rejected:
+            return ConditionRefusedError(self.refused)
+        if self.rejected:
+            return WriteRejectedError("; ".join(self.details), number_range=self.out_of_range)
+        if self.retryable:
+            return RetryableStoreError("transaction cancelled by a conflict or throttling")
+        return StoreError("transaction cancelled: " + ("; ".join(self.details) or "no reason given"))
+
+
+_CONDITIONS: Final[Mapping[str, Callable[[_Cancellation, Role, _Reason], None]]] = {
+    "marker": _Cancellation.marker,
+    "block": _Cancellation.marker,
+    "batch": _Cancellation.batch,
+    "add": _Cancellation.condition,
+    "applied": _Cancellation.applied_chunk,
+}
+"""How a failed condition reads, by what its action does (a marker in the way, a batch not in its state...)."""
 
 
 def scan_all_time_items(client: DynamoDBClient, table: str) -> Iterator[Mapping[str, Any]]:

@@ -34,7 +34,7 @@ Every item carries ``expires_at`` (epoch seconds, the table's TTL attribute).
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 from tally.core.items import (
     ALL_TIME,
@@ -46,10 +46,16 @@ from tally.core.items import (
 )
 from tally.core.moved import MovedPointer
 from tally.core.numbers import to_wire
+from tally.core.windows import UNITS
+from tally.core.write import ItemRead
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
+
+RawItem: TypeAlias = "Mapping[str, AttributeValueTypeDef]"
+"""An item as DynamoDB sends it (a read's, or a refused condition's ``ALL_OLD``): attribute name -> typed value."""
 
 __all__ = ["ALL_TIME"]  # re-exported: the sort key value of all-time items
 
@@ -137,7 +143,7 @@ OPERATOR_PREFIXES: Final = {
 was reset to or the delta it was corrected by (on the key's all-time item, beside the ``c#`` counters)."""
 
 
-def operators_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, tuple[int, str, Decimal]]]:
+def operators_from_item(item: RawItem) -> dict[str, dict[str, tuple[int, str, Decimal]]]:
     """The operator records of a raw counters-table item: kind -> counter -> (at ms, message id, amount)."""
     found: dict[str, dict[str, tuple[int, str, Decimal]]] = {}
     for kind, (at_prefix, id_prefix, value_prefix) in OPERATOR_PREFIXES.items():
@@ -166,7 +172,7 @@ def latest_order_attribute(name: str) -> str:
     return LATEST_ORDER_PREFIX + name
 
 
-def gauges_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, Decimal | str]]:
+def gauges_from_item(item: RawItem) -> dict[str, dict[str, Decimal | str]]:
     """The gauges of a raw counters-table item: kind (max, min, latest) -> gauge name -> value."""
     gauges: dict[str, dict[str, Decimal | str]] = {}
     for attribute, value in item.items():
@@ -193,7 +199,7 @@ def member_key(key: str, window: str, name: str, member: str) -> dict[str, Any]:
     return {PARTITION_KEY: {"S": key + MEMBER_PARTITION_SUFFIX}, SORT_KEY: {"S": sort}}
 
 
-def member_of_item(item: Mapping[str, Any]) -> tuple[str, str, str]:
+def member_of_item(item: RawItem) -> tuple[str, str, str]:
     """(window, set, member) of a raw member item (its sort key)."""
     window, name, member = item[SORT_KEY]["S"].split(SHARD_SEPARATOR, 2)
     return window, name, member
@@ -203,7 +209,7 @@ def distinct_attribute(name: str) -> str:
     return DISTINCT_PREFIX + name
 
 
-def distinct_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
+def distinct_from_item(item: RawItem) -> dict[str, Decimal]:
     """The distinct counts of a raw counter item: set name -> members counted (on this item)."""
     return {
         name[len(DISTINCT_PREFIX) :]: Decimal(value["N"])
@@ -220,7 +226,7 @@ def counter_attribute(name: str) -> str:
     return COUNTER_PREFIX + name
 
 
-def open_windows_from_item(item: Mapping[str, Any]) -> dict[str, dict[str, Decimal]]:
+def open_windows_from_item(item: RawItem) -> dict[str, dict[str, Decimal]]:
     """The open windows' counters on a raw key item: window id -> counter -> value (``w#`` attributes)."""
     found: dict[str, dict[str, Decimal]] = {}
     for attribute, value in item.items():
@@ -235,7 +241,7 @@ def window_attribute(window: str, counter: str) -> str:
     return counter_attribute(window_counter(window, counter))
 
 
-def item_counters(item: Mapping[str, Any]) -> dict[str, Decimal]:
+def item_counters(item: RawItem) -> dict[str, Decimal]:
     """Every counter of a raw item under the name the batch's totals give it: all-time counters by name,
     open windows' by ``window_counter`` (what a journal's range check compares a chunk's increments with)."""
     found = counters_from_item(item)
@@ -244,7 +250,7 @@ def item_counters(item: Mapping[str, Any]) -> dict[str, Decimal]:
     return found
 
 
-def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
+def counters_from_item(item: RawItem) -> dict[str, Decimal]:
     """Decode the counters of a raw counters-table item (also for operator tools that scan or query)."""
     return {
         name[len(COUNTER_PREFIX) :]: Decimal(value["N"])
@@ -253,7 +259,7 @@ def counters_from_item(item: Mapping[str, Any]) -> dict[str, Decimal]:
     }
 
 
-def moved_pointer_from_item(item: Mapping[str, Any], unit: str) -> MovedPointer:
+def moved_pointer_from_item(item: RawItem, unit: str) -> MovedPointer:
     """``unit``'s pointer on a raw key item (``MOVED_PREFIX``; none: a pointer that moved nothing, kept never)."""
     window = item.get(MOVED_PREFIX + unit)
     kept = item.get(MOVED_KEPT_PREFIX + unit)
@@ -269,7 +275,7 @@ def moved_pointer_from_item(item: Mapping[str, Any], unit: str) -> MovedPointer:
     )
 
 
-def moved_pointer_attributes(item: Mapping[str, Any], unit: str | None = None) -> list[str]:
+def moved_pointer_attributes(item: RawItem, unit: str | None = None) -> list[str]:
     """The pointer attributes on a raw key item: ``unit``'s, or every unit's (None)."""
     if unit is None:
         return [name for name in item if name.startswith((MOVED_PREFIX, MOVED_KEPT_PREFIX))]
@@ -288,3 +294,16 @@ def moved_pointer_values(unit: str, pointer: MovedPointer) -> dict[str, dict[str
     if pointer.kept_at is not None:
         values[MOVED_KEPT_PREFIX + unit] = {"N": to_wire(pointer.kept_at)}
     return values
+
+
+def moves_of(raw: RawItem) -> Decimal | None:
+    """A raw key item's count of window moves (``WINDOW_MOVES``; None: never moved)."""
+    value = raw.get(WINDOW_MOVES)
+    return Decimal(value["N"]) if value is not None else None
+
+
+def item_read(raw: RawItem) -> ItemRead:
+    """What a write is planned from, of a raw item: its counters (``item_counters``), and, of a key's item, its count
+    of window moves and its pointers (``tally.core.moved``)."""
+    pointers = {unit: moved_pointer_from_item(raw, unit) for unit in UNITS if moved_pointer_attributes(raw, unit)}
+    return ItemRead(item_counters(raw), moves_of(raw), pointers)

@@ -37,12 +37,12 @@ the item until one of them began before today (UTC) or the item reaches ``MOVE_A
 together: per key and day about one key-item update and one day-item write, instead of two items per key
 and hour.
 
-Who: ``after_batch`` (``tally.pipeline``, after the commit, like gauges and distinct members) checks the
-key items the batch just wrote that this container has not checked since the hour began (a per-container
-memory, lost on a cold start: a second check costs a read, nothing more), with one ``BatchGetItem``, and
-moves what is due. A kill anywhere here leaves attributes that readers still count and a later batch
-writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys no
-batch writes again.
+Who: ``after_batch`` (the window step, ``tally.post_commit.windows``, after the commit, like gauges and distinct
+members) checks the key items the batch just wrote that this container has not checked since the hour began (a
+per-container memory, lost on a cold start: a second check costs a read, nothing more), with one
+``BatchGetItem``, and moves what is due. A kill anywhere here leaves attributes that readers still count and a
+later batch writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys
+no batch writes again.
 """
 
 from __future__ import annotations
@@ -61,18 +61,18 @@ from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.moved import anchor_window, next_pointer
 from tally.core.numbers import EXACT, to_wire
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds
-from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items, parse_window_id
+from tally.core.windows import DAY_MS, HOUR_MS, MOVE_AT_BYTES, closed_windows, hours_on_day_items
 from tally.errors import RetryableStoreError, StoreError
 from tally.store.actions import add_update
 from tally.store.requests import RETRYABLE_REASONS, batch_get, scan_all_time_items, send_once, translate
 from tally.store.schema import (
     PARTITION_KEY,
     WINDOW_MOVES,
-    counter_attribute,
     item_key,
     moved_pointer_attributes,
     moved_pointer_from_item,
     moved_pointer_values,
+    moves_of,
     open_windows_from_item,
     window_attribute,
 )
@@ -244,23 +244,6 @@ def _with_pointers(
     if not pointers and not dropped:
         return move
     return replace(move, pointers=pointers, dropped=dropped, moves=moves)
-
-
-def moves_of(raw: Mapping[str, Any]) -> Decimal | None:
-    """A raw key item's count of window moves (``WINDOW_MOVES``; None: never moved)."""
-    value = raw.get(WINDOW_MOVES)
-    return Decimal(value["N"]) if value is not None else None
-
-
-def moved_home(key: str, window: str, counter: str, windows: WindowSpec) -> tuple[CounterItem, str]:
-    """Where a move puts an ended window's counter of ``key``: (window item, attribute). An hour goes to its
-    day's item as a ``w#`` attribute when ``hours_on_day_items``, else to an item of its own, as a day does;
-    the same choice as ``plan_move``'s (a write that reads a window's moved part reads it there)."""
-    unit, start_ms = parse_window_id(window)
-    if unit == "hour" and hours_on_day_items(windows):
-        day = windows.unit("day")
-        return CounterItem(key, day.window_id(day.start_ms(start_ms))), window_attribute(window, counter)
-    return CounterItem(key, window), counter_attribute(counter)
 
 
 def _item_bytes(raw: Mapping[str, Any]) -> int:

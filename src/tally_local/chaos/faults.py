@@ -117,6 +117,8 @@ _WITHHELD: Final = "tally_chaos_withheld"
 """Key of the ``UnprocessedKeys`` a ``BatchGetItem``'s answer is to carry."""
 _FLYING: Final = "tally_chaos_in_flight"
 """The request's token in ``InFlightTransactions`` (a transaction sent and not yet answered)."""
+_SENT_FAULTS: Final = frozenset({"kill_after_claim", "lost_claim_near_deadline", "lost_response", "slow"})
+"""Faults of a request that still reaches DynamoDB (it may then conflict with a transaction in flight)."""
 
 
 class InvocationKilled(Exception):
@@ -231,6 +233,31 @@ class DynamoDBChaos:
         if self.enabled and operation == BATCH_GET and self._withhold_keys(params, context):
             return None
         follower = _after_commit_write(operation, params) if self.enabled else None
+        self._before_follower(follower, params)
+        if (refusal := self._refuse_for_good(follower, operation, params)) is not None:
+            return refusal
+        kind = None
+        if self.enabled and operation == TRANSACT:
+            kind = self._draw_claim_fault(params)
+        if kind is None and self.enabled:
+            kind = self._draw(operation)
+        if (kind is None or kind in _SENT_FAULTS) and operation == TRANSACT and self._in_flight is not None:
+            # DynamoDB cancels it if another transaction in flight writes one of its items
+            items = transaction_items(params)
+            token, conflicted = self._in_flight.enter(id(self), items)
+            if conflicted is not None:
+                self._log.add("situation.transaction_overlaps")
+                return cancelled_answer({conflicted: "TransactionConflict"}, len(items), "chaos")
+            context[_FLYING] = token
+        if kind is None:
+            return None
+        if kind != "kill_after_claim":  # counted once the claim is known to have committed (``_after_call``)
+            self._log.add(f"ddb.{kind}")
+        return self._fault(kind, params, context)
+
+    def _before_follower(self, follower: str | None, params: dict[str, Any]) -> None:
+        """Before a write that follows the counters' commit: the invocation killed (once per kind of follower), or a
+        window move's request made stale by a late event racing it."""
         if follower is not None and follower not in self._followers_drawn:
             self._followers_drawn.add(follower)
             kill = self._rng.random() < getattr(self._rates, f"kill_before_{follower}")
@@ -245,26 +272,10 @@ class DynamoDBChaos:
             self._log.add(f"ddb.kill_before_{follower}")
             self.killed_before = follower
             raise InvocationKilled(f"killed between the counters' commit and the {follower} write")
-        if (refusal := self._refuse_for_good(follower, operation, params)) is not None:
-            return refusal
-        kind = None
-        if self.enabled and operation == TRANSACT:
-            kind = self._draw_claim_fault(params)
-        if kind is None and self.enabled:
-            kind = self._draw(operation)
-        sent = kind is None or kind in ("kill_after_claim", "lost_claim_near_deadline", "lost_response", "slow")
-        if sent and operation == TRANSACT and self._in_flight is not None:
-            # DynamoDB cancels it if another transaction in flight writes one of its items
-            items = transaction_items(params)
-            token, conflicted = self._in_flight.enter(id(self), items)
-            if conflicted is not None:
-                self._log.add("situation.transaction_overlaps")
-                return cancelled_answer({conflicted: "TransactionConflict"}, len(items), "chaos")
-            context[_FLYING] = token
-        if kind is None:
-            return None
-        if kind != "kill_after_claim":  # counted once the claim is known to have committed (``_after_call``)
-            self._log.add(f"ddb.{kind}")
+
+    def _fault(self, kind: str, params: dict[str, Any], context: dict[str, Any]) -> Answer | None:
+        """What the drawn fault ``kind`` does to the request: an answer in DynamoDB's place, an error, or None (the
+        request is sent, and ``after-call`` does what ``context`` says)."""
         if kind in ("kill_after_claim", "lost_claim_near_deadline"):
             context[_AFTER] = kind
             return None

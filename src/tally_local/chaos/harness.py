@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from tally.commit.applier import Applier, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
-from tally.core.bounds import parse_counter_bounds
+from tally.core.declarations import parse_declarations
 from tally.core.defaults import parse_counter_defaults
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import parse_numbered
 from tally.core.sharding import parse_hot_keys
 from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
+from tally.core.write_planner import plan_write
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
 from tally.post_commit import post_commit_steps
 from tally.post_commit.archive import wall_clock_ms
@@ -67,6 +68,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.core.write_planner import WritePlanner
     from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
 
@@ -91,30 +93,28 @@ def wire_pipeline(
     marker_read_gate: MarkerReadGate | None = None,
     archive: ArchiveWriter | None = None,
     clock: Callable[[], int] | None = None,
+    write_planner: WritePlanner = plan_write,
 ) -> BatchPipeline:
-    """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer."""
-    hot_keys = parse_hot_keys(config.hot_keys)
-    defaults = parse_counter_defaults(config.counter_defaults, hot_keys)
-    bounds = parse_counter_bounds(config.counter_bounds, hot_keys, defaults)
-    store = store or DynamoDBCounterStore(
-        client, tables.counters, tables.markers, TTL_SECONDS, hot_keys, defaults=defaults, bounds=bounds
+    """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer (a broken
+    variant passes its store, journal or ``write_planner``)."""
+    declared = parse_declarations(
+        windows=config.windows,
+        window_retention=config.window_retention,
+        hot_keys=config.hot_keys,
+        defaults=config.counter_defaults,
+        bounds=config.counter_bounds,
     )
-    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, defaults)
-    limits = WIRE_LIMITS
-    settings = PipelineSettings(
-        limits=limits,
-        dedup_horizon_ms=TTL_SECONDS * 1000,
-        windows=parse_window_spec(config.windows, config.window_retention),
-        hot_keys=hot_keys,
-        counter_defaults=defaults,
-    )
+    store = store or DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
+    journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, declared.defaults)
+    settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_SECONDS * 1000, declarations=declared)
     applier = Applier(
         store,
         journal,
         policy=CHAOS_RETRIES,
         marker_read_gate=marker_read_gate,
-        counter_limit=counter_limit_for(defaults),
-        bounds=bounds,
+        counter_limit=counter_limit_for(declared.defaults),
+        declarations=declared,
+        write_planner=write_planner,
         write_concurrency=config.write_concurrency,
     )
     # The gauge and member stores as production wires them: without them a message with gauges
@@ -124,10 +124,10 @@ def wire_pipeline(
         dead_letters,
         settings,
         steps=post_commit_steps(
-            settings.windows,
+            declared.windows,
             gauges=DynamoDBGaugeStore(client, tables.counters),
-            distinct=DynamoDBDistinctStore(client, tables.counters, hot_keys),
-            mover=DynamoDBWindowMover(client, tables.counters, settings.windows),
+            distinct=DynamoDBDistinctStore(client, tables.counters, declared.hot_keys),
+            mover=DynamoDBWindowMover(client, tables.counters, declared.windows),
             archive=archive,
             clock=clock or wall_clock_ms,
         ),
@@ -381,7 +381,35 @@ def run_chaos(
         return _run_chaos(config, client_factory, tables, archive=site, **options)  # type: ignore[arg-type]
 
 
-def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after another)
+def _publish(workload: Workload, log: FaultLog, queue: Queue, stream: Stream) -> None:
+    """Every publication of the workload, to its source, each situation it makes counted in ``log``."""
+    reused = {message.body for message in workload.alternates.values()}
+    precision_bodies = {message.body for message in workload.precision_doomed}
+    digit_bodies = {message.body for message in workload.digit_steps}
+    for publication in workload.publications:
+        if publication.resend:
+            log.add("producer.resend")
+            if workload.by_body[publication.body].body != publication.body:
+                log.add("producer.resend_respelled")
+        if publication.body in reused:
+            log.add("producer.id_reused")
+        if publication.body in workload.poison:
+            log.add("poison.published")
+        if publication.body in precision_bodies:
+            log.add("situation.sum_over_38_digits_published")
+        if publication.body in digit_bodies:
+            log.add("situation.bounded_36_digit_step_published")
+        if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
+            log.add("situation.numbered_id_published")  # its marker shares a block item
+        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
+            log.add("situation.session_big_published")  # then its bounded sales, one block
+        if publication.source is Source.SQS:
+            queue.send(publication.body)
+        else:
+            stream.put(publication.body.encode(), publication.partition_key)
+
+
+def _run_chaos(
     config: ChaosConfig,
     client_factory: Callable[[], DynamoDBClient],
     tables: Tables,
@@ -424,30 +452,9 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
         )
         for section in (run_past_horizon, run_expired_claims)
     )
-    reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
     digit_bodies = {message.body for message in workload.digit_steps}
-    for publication in workload.publications:
-        if publication.resend:
-            run.log.add("producer.resend")
-            if workload.by_body[publication.body].body != publication.body:
-                run.log.add("producer.resend_respelled")
-        if publication.body in reused:
-            run.log.add("producer.id_reused")
-        if publication.body in workload.poison:
-            run.log.add("poison.published")
-        if publication.body in precision_bodies:
-            run.log.add("situation.sum_over_38_digits_published")
-        if publication.body in digit_bodies:
-            run.log.add("situation.bounded_36_digit_step_published")
-        if (message := workload.by_body.get(publication.body)) is not None and parse_numbered(message.message_id):
-            run.log.add("situation.numbered_id_published")  # its marker shares a block item
-        if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
-            run.log.add("situation.session_big_published")  # then its bounded sales, one block
-        if publication.source is Source.SQS:
-            queue.send(publication.body)
-        else:
-            stream.put(publication.body.encode(), publication.partition_key)
+    _publish(workload, run.log, queue, stream)
 
     series_client = client_factory()
     series_monitor = SeriesReadMonitor(
@@ -479,12 +486,11 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
         )
         for index, shard in enumerate(stream.shards)
     ]
-    reader = DynamoDBCounterStore(
-        client_factory(), tables.counters, tables.markers, TTL_SECONDS, parse_hot_keys(config.hot_keys)
-    )
+    reader = DynamoDBCounterStore(client_factory(), tables.counters, tables.markers, TTL_SECONDS)
+    hot_keys = parse_hot_keys(config.hot_keys)
 
     def read_count(key: str) -> Decimal:
-        return read_counters(reader, key).get(TRACER, Decimal(0))
+        return read_counters(reader, key, hot_keys).get(TRACER, Decimal(0))
 
     def phase_targets(replay: bool) -> dict[str, Callable[[], None]]:
         targets: dict[str, Callable[[], None]] = {
@@ -534,7 +540,7 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
     patterns = _pattern_reads(config, tables, client_factory)
     verdict = judge(
         workload,
-        partial(read_counters, reader),
+        partial(read_counters, reader, hot_keys=hot_keys),
         run.dead_letters.letters(),
         given_up_left=sum(len(records) for shard in stream.shards for records in shard.given_up),
         patterns=patterns,
@@ -544,7 +550,6 @@ def _run_chaos(  # noqa: PLR0915 (the run's steps read in order, one after anoth
     )
     archived = None
     if archive is not None:
-        hot_keys = parse_hot_keys(config.hot_keys)
         archived = judge_archive(
             archive,
             windows=parse_window_spec(config.windows, config.window_retention),

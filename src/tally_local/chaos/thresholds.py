@@ -72,19 +72,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
 import boto3
 import click
 
 from tally.config import Settings
 from tally.core.model import SourceRecord
-from tally.core.thresholds import Direction, crossed, crossings
+from tally.core.moved import moved_part
+from tally.core.thresholds import Direction, crossed
 from tally.core.windows import DAY_MS, HOUR_MS
+from tally.core.write import DirectWrite
+from tally.core.write_planner import plan_write
 from tally.reader import NotificationReader
 from tally.runtime import CLIENT_CONFIG, wire_pipeline
-from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.notifications import NOTIFICATION_ID
 from tally.store.schema import PAGE_CROSSINGS
 from tally_local.chaos.clock import Invocation
@@ -100,7 +103,12 @@ from tally_local.template import load_template, table_definitions
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from tally.core.declarations import Declarations
+    from tally.core.moved import MovedPointer
     from tally.core.plan import Chunk
+    from tally.core.thresholds import Crossing
+    from tally.core.write import ReadFirst, Seen
+    from tally.core.write_planner import PartOf, WritePlanner
     from tally.pipeline import BatchPipeline, DeadLetterQueue
 
 ROOT: Final = Path(__file__).resolve().parents[3]
@@ -335,97 +343,93 @@ def _settings(tables: Tables) -> Settings:
     )
 
 
-def production_pipeline(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
+PipelineFactory: TypeAlias = "Callable[[Any, Tables, _Bus, FaultLog], BatchPipeline]"
+"""Builds a consumer's pipeline on its client, the run's tables and bus, counting what it sees in the run's log:
+``production_pipeline``, or a broken variant."""
+
+
+def production_pipeline(
+    client: Any, tables: Tables, bus: _Bus, log: FaultLog, *, write_planner: WritePlanner | None = None
+) -> BatchPipeline:
+    """The handlers' wiring (``tally.runtime.wire_pipeline``), its writes planned by ``write_planner`` (the core's
+    ``plan_write``, counting in ``log`` how each late write's moved part was known, unless a variant is given)."""
     del bus
     dead_letters: DeadLetterQueue = _NoDeadLetters()
-    return wire_pipeline(client, dead_letters, _settings(tables))
+    planner = write_planner or partial(plan_write, part_of=counted_parts(log))
+    return wire_pipeline(client, dead_letters, _settings(tables), write_planner=planner)
 
 
-class _AnnounceBeforeCommit(DynamoDBCounterStore):
-    """BROKEN: announces each crossing it computes before its transaction commits (and records none)."""
+def counted_parts(log: FaultLog, part_of: PartOf = moved_part) -> PartOf:
+    """``part_of``, counting in ``log`` how each moved part a write needed was known
+    (``situation.moved_part_of_*``): said by the pointer of its own window, by a pointer at an older window (a newer
+    one was never moved), or not said (the window item is read)."""
 
-    bus: _Bus
+    def counting(pointer: MovedPointer, moves: Decimal | None, window: str, counter: str) -> Decimal | None:
+        part = part_of(pointer, moves, window, counter)
+        source = "window_item" if part is None else "pointers_window" if pointer.window == window else "newer_window"
+        log.add(f"situation.moved_part_of_{source}")
+        return part
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
-        if chunk.before:
-            for crossing in crossings(chunk.messages, self.thresholds, chunk.before, self.defaults, at_ms=now_ms):
-                self.bus.put_events(
-                    Entries=[
-                        {
-                            "Detail": json.dumps(
-                                {
-                                    "notification_id": crossing.notification_id,
-                                    "key": crossing.key,
-                                    "counter": crossing.counter,
-                                    "level": str(crossing.level),
-                                    "direction": str(crossing.direction),
-                                    "window": crossing.window,
-                                    "value": str(crossing.value),
-                                    "step_value": str(crossing.step_value),
-                                    "message_id": crossing.message_id,
-                                }
-                            )
-                        }
-                    ]
-                )
-        super().write_direct(chunk, now_ms)
+    return counting
 
 
-def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
-    pipeline = production_pipeline(client, tables, bus)
-    store = _store_of(pipeline)
-    store.__class__ = _AnnounceBeforeCommit
-    store.bus = bus  # type: ignore[attr-defined]
-    store.notifications_table = tables.notifications
-    return pipeline
+def broken_announce_before_commit(client: Any, tables: Tables, bus: _Bus, log: FaultLog) -> BatchPipeline:
+    """BROKEN: announces each crossing its write will record before the transaction commits (and records none)."""
+
+    def announcing(chunk: Chunk, declared: Declarations, seen: Seen, *, now_ms: int) -> DirectWrite | ReadFirst:
+        planned = plan_write(chunk, declared, seen, now_ms=now_ms)
+        if not isinstance(planned, DirectWrite) or not planned.crossings:
+            return planned
+        bus.put_events(Entries=[{"Detail": json.dumps(_announcement(crossing))} for crossing in planned.crossings])
+        return replace(planned, crossings=())
+
+    return production_pipeline(client, tables, bus, log, write_planner=announcing)
 
 
-class _KeyItemPartAlone(DynamoDBCounterStore):
+def _announcement(crossing: Crossing) -> dict[str, str]:
+    return {
+        "notification_id": crossing.notification_id,
+        "key": crossing.key,
+        "counter": crossing.counter,
+        "level": str(crossing.level),
+        "direction": str(crossing.direction),
+        "window": crossing.window,
+        "value": str(crossing.value),
+        "step_value": str(crossing.step_value),
+        "message_id": crossing.message_id,
+    }
+
+
+def _never_moved(pointer: MovedPointer, moves: Decimal | None, window: str, counter: str) -> Decimal | None:
+    del pointer, moves, window, counter
+    return Decimal(0)
+
+
+def broken_window_on_key_item_alone(client: Any, tables: Tables, bus: _Bus, log: FaultLog) -> BatchPipeline:
     """BROKEN: judges an ended day's levels on the key item's part alone, as if no move had taken any of it."""
-
-    def _moved_parts(self, reads: Any, now_ms: int) -> Any:
-        del reads, now_ms
-        return {}, {}
+    planner = partial(plan_write, part_of=counted_parts(log, _never_moved))
+    return production_pipeline(client, tables, bus, log, write_planner=planner)
 
 
-def broken_window_on_key_item_alone(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
-    pipeline = production_pipeline(client, tables, bus)
-    _store_of(pipeline).__class__ = _KeyItemPartAlone
-    return pipeline
+def _pointer_trusted(pointer: MovedPointer, moves: Decimal | None, window: str, counter: str) -> Decimal | None:
+    said = moved_part(pointer, moves, window, counter)
+    return Decimal(0) if said is None else said
 
 
-class _PointerTrustedForOlderWindows(DynamoDBCounterStore):
-    """BROKEN: trusts the key item's pointer for what it cannot say, taking a window older than the pointer's
-    as never moved (its moved part 0) instead of reading its window item."""
-
-    def _known_parts(self, snapshot: Any, names: Any) -> Any:
-        known, unknown = super()._known_parts(snapshot, names)
-        return {**known, **dict.fromkeys(unknown, 0)}, []
+def broken_older_window_trusts_the_pointer(client: Any, tables: Tables, bus: _Bus, log: FaultLog) -> BatchPipeline:
+    """BROKEN: trusts the key item's pointer for what it cannot say, taking a window older than the pointer's as
+    never moved (its moved part 0) instead of reading its window item."""
+    planner = partial(plan_write, part_of=counted_parts(log, _pointer_trusted))
+    return production_pipeline(client, tables, bus, log, write_planner=planner)
 
 
-def broken_older_window_trusts_the_pointer(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
-    pipeline = production_pipeline(client, tables, bus)
-    _store_of(pipeline).__class__ = _PointerTrustedForOlderWindows
-    return pipeline
-
-
-class _AllCrossingsInOneTransaction(DynamoDBCounterStore):
+def broken_crossings_never_spilled(client: Any, tables: Tables, bus: _Bus, log: FaultLog) -> BatchPipeline:
     """BROKEN: records every crossing of a message in its transaction, however many (no ``Spill``)."""
 
-    def write_direct(self, chunk: Chunk, now_ms: int) -> None:
-        super().write_direct(replace(chunk, spill=None), now_ms)
+    def unspilled(chunk: Chunk, declared: Declarations, seen: Seen, *, now_ms: int) -> DirectWrite | ReadFirst:
+        return plan_write(replace(chunk, spill=None), declared, seen, now_ms=now_ms)
 
-
-def broken_crossings_never_spilled(client: Any, tables: Tables, bus: _Bus) -> BatchPipeline:
-    pipeline = production_pipeline(client, tables, bus)
-    _store_of(pipeline).__class__ = _AllCrossingsInOneTransaction
-    return pipeline
-
-
-def _store_of(pipeline: BatchPipeline) -> DynamoDBCounterStore:
-    store = pipeline._applier.store
-    assert isinstance(store, DynamoDBCounterStore)
-    return store
+    return production_pipeline(client, tables, bus, log, write_planner=unspilled)
 
 
 @dataclass
@@ -491,7 +495,7 @@ class _Run:
     endpoint: str
     config: ThresholdChaosConfig
     tables: Tables
-    pipeline_factory: Callable[[Any, Tables, _Bus], BatchPipeline]
+    pipeline_factory: PipelineFactory
     pending: list[Message]
     bus: _Bus
     log: FaultLog = field(default_factory=FaultLog)
@@ -499,8 +503,6 @@ class _Run:
     lock: threading.Lock = field(default_factory=threading.Lock)
     failures: list[str] = field(default_factory=list)
     invocations: int = 0
-    stores: list[DynamoDBCounterStore] = field(default_factory=list)
-    """Each consumer's counter store: how the moved parts of late events' windows were known (``_check``)."""
     deliveries: Counter[str] = field(default_factory=Counter)
     """Message id -> its deliveries that came back failed; at ``MAX_DELIVERIES`` it is set aside."""
     limits: list[RequestLimits] = field(default_factory=list)
@@ -537,9 +539,7 @@ class _Run:
         client.meta.events.register("provide-client-params.dynamodb.BatchWriteItem", self._count_crossing_pages)
         chaos = DynamoDBChaos(client, config.dynamodb, rng, self.log, self.in_flight)
         _kill_after_crossing(client, self.tables.notifications, rng, config.kill_after_crossing, self.log)
-        pipeline = self.pipeline_factory(client, self.tables, self.bus)
-        with self.lock:
-            self.stores.append(_store_of(pipeline))
+        pipeline = self.pipeline_factory(client, self.tables, self.bus, self.log)
         idle = 0
         while idle <= 50:
             batch = self._take(rng)
@@ -609,7 +609,7 @@ def run_threshold_chaos(
     endpoint: str,
     config: ThresholdChaosConfig = ThresholdChaosConfig(),
     *,
-    pipeline_factory: Callable[[Any, Tables, _Bus], BatchPipeline] = production_pipeline,
+    pipeline_factory: PipelineFactory = production_pipeline,
     random_ids: bool = False,
 ) -> ThresholdChaosResult:
     """One run on the DynamoDB Local at ``endpoint`` (tables of its own); ``pipeline_factory`` and
@@ -635,9 +635,6 @@ def run_threshold_chaos(
         thread.join()
     stop.set()
     pipe_thread.join()
-    for store in run.stores:  # late writes of an ended day: of the pointer's day, a newer one, an older one (read)
-        for source, count in store.moved_part_sources.items():
-            run.log.add(f"situation.moved_part_of_{source.replace(' ', '_')}", count)
     result = _check(messages, admin, tables, run.bus, run.log, given_up=run.given_up)
     result.problems += [f"a request DynamoDB refuses as sent: {v}" for limits in run.limits for v in limits.violations]
     result.problems += run.letters
@@ -702,6 +699,23 @@ def _check(
         "announced": len(announced),
         "recorded": len(recorded),
     }
+    problems += _check_announced(announced, recorded, by_id, bus.before_recorded)
+    problems += _check_days(messages, announced, figures)
+    problems += _check_spelled(ends, announced, figures)
+    problems += _check_keys(ends, announced, figures)
+    faults = log.snapshot()
+    return ThresholdChaosResult(not problems, figures, faults, problems)
+
+
+def _check_announced(
+    announced: dict[str, dict[str, Any]],
+    recorded: dict[str, Any],
+    by_id: dict[str, Message],
+    before_recorded: list[dict[str, Any]],
+) -> list[str]:
+    """Each crossing announced once, by its message, for a step that crosses its level, after its commit; every
+    recorded crossing announced."""
+    problems: list[str] = []
     names = Counter(
         (e["message_id"], e["key"], e.get("window", "all"), e["level"], e["direction"]) for e in announced.values()
     )
@@ -719,13 +733,17 @@ def _check(
             problems.append(f"spurious: {event['message_id']}'s step to {after} does not cross {crossing_name}")
         if nid not in recorded:
             problems.append(f"announced but never recorded (no commit): {event}")
-    for event in bus.before_recorded:
-        problems.append(f"announced before its crossing was recorded: {event}")
-    for nid, crossing in recorded.items():
-        if nid not in announced:
-            problems.append(f"recorded but never announced: {crossing}")
-    problems += _check_days(messages, announced, figures)
-    problems += _check_spelled(ends, announced, figures)
+    problems.extend(f"announced before its crossing was recorded: {event}" for event in before_recorded)
+    problems.extend(
+        f"recorded but never announced: {crossing}" for nid, crossing in recorded.items() if nid not in announced
+    )
+    return problems
+
+
+def _check_keys(ends: dict[str, int], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:
+    """Per all-time key: the levels between its start and its end announced once each (``up``, ``down``), or, for
+    a ``mix`` key walking back and forth, as many rising as falling crossings as the side it ended on says."""
+    problems: list[str] = []
     for key, end in ends.items():
         kind = key.split(":")[1]
         mine = [e for e in announced.values() if e["key"] == key]
@@ -750,8 +768,7 @@ def _check(
                 problems.append(
                     f"{key}: {ups} rising and {downs} falling crossings announced, but the side changed by {side}"
                 )
-    faults = log.snapshot()
-    return ThresholdChaosResult(not problems, figures, faults, problems)
+    return problems
 
 
 def _check_days(messages: list[Message], announced: dict[str, dict[str, Any]], figures: dict[str, int]) -> list[str]:

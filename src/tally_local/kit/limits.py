@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tally.cost.capacity import item_size
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -80,28 +80,9 @@ class RequestLimits:
 
     def _broken(self, operation: str, params: Mapping[str, Any]) -> Iterator[str]:
         if operation == "TransactWriteItems":
-            actions = params.get("TransactItems", [])
-            if len(actions) > MAX_TRANSACTION_ACTIONS:
-                yield f"{len(actions)} actions (at most {MAX_TRANSACTION_ACTIONS})"
-            if len(json.dumps(actions, default=str).encode("utf-8")) > MAX_TRANSACTION_BYTES:
-                yield "a transaction over 4 MB"
-            items: set[str] = set()
-            for action in actions:
-                kind, body = next((name, action[name]) for name in _ACTIONS if name in action)
-                yield from self._action(kind, body)
-                item = json.dumps([body["TableName"], self._key_of(kind, body)], sort_keys=True)
-                if item in items:
-                    yield f"two actions on one item of {body['TableName']}"
-                items.add(item)
+            yield from self._transaction(params.get("TransactItems", []))
         elif operation == "BatchWriteItem":
-            for table, requests in params.get("RequestItems", {}).items():
-                if len(requests) > MAX_BATCH_WRITE_REQUESTS:
-                    yield f"{len(requests)} requests (at most {MAX_BATCH_WRITE_REQUESTS})"
-                for request in requests:
-                    if "PutRequest" in request:
-                        yield from self._action("Put", {"TableName": table, **request["PutRequest"]})
-                    else:
-                        yield from self._action("Delete", {"TableName": table, **request["DeleteRequest"]})
+            yield from self._batch_write(params.get("RequestItems", {}))
         elif operation == "BatchGetItem":
             for table, asked in params.get("RequestItems", {}).items():
                 if len(asked.get("Keys", [])) > MAX_BATCH_GET_KEYS:
@@ -112,6 +93,30 @@ class RequestLimits:
             yield from self._action(operation.removesuffix("Item"), params)
         elif operation == "GetItem":
             yield from self._key(params["TableName"], params["Key"])
+
+    def _transaction(self, actions: Sequence[Mapping[str, Any]]) -> Iterator[str]:
+        if len(actions) > MAX_TRANSACTION_ACTIONS:
+            yield f"{len(actions)} actions (at most {MAX_TRANSACTION_ACTIONS})"
+        if len(json.dumps(actions, default=str).encode("utf-8")) > MAX_TRANSACTION_BYTES:
+            yield "a transaction over 4 MB"
+        items: set[str] = set()
+        for action in actions:
+            kind, body = next((name, action[name]) for name in _ACTIONS if name in action)
+            yield from self._action(kind, body)
+            item = json.dumps([body["TableName"], self._key_of(kind, body)], sort_keys=True)
+            if item in items:
+                yield f"two actions on one item of {body['TableName']}"
+            items.add(item)
+
+    def _batch_write(self, request_items: Mapping[str, Sequence[Mapping[str, Any]]]) -> Iterator[str]:
+        for table, requests in request_items.items():
+            if len(requests) > MAX_BATCH_WRITE_REQUESTS:
+                yield f"{len(requests)} requests (at most {MAX_BATCH_WRITE_REQUESTS})"
+            for request in requests:
+                if "PutRequest" in request:
+                    yield from self._action("Put", {"TableName": table, **request["PutRequest"]})
+                else:
+                    yield from self._action("Delete", {"TableName": table, **request["DeleteRequest"]})
 
     def _action(self, kind: str, body: Mapping[str, Any]) -> Iterator[str]:
         table = body["TableName"]
