@@ -9,6 +9,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds, parse_counter_bounds
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_counter_defaults
 from tally.core.sharding import HotKeys, parse_hot_keys
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, parse_counter_thresholds
+from tally.core.views import NO_VIEWS, CounterViews, parse_counter_views
 from tally.core.windows import WindowSpec, parse_window_spec
 from tally.errors import ConfigurationError
 
@@ -25,6 +26,7 @@ HOT_KEYS = "TALLY_HOT_KEYS"
 COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
 COUNTER_THRESHOLDS = "TALLY_COUNTER_THRESHOLDS"
+COUNTER_VIEWS = "TALLY_COUNTER_VIEWS"
 NOTIFICATIONS_TABLE = "TALLY_NOTIFICATIONS_TABLE"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
 ARCHIVE_BUCKET = "TALLY_ARCHIVE_BUCKET"
@@ -59,6 +61,8 @@ class Settings:
     """Floors and ceilings (``TALLY_COUNTER_BOUNDS``, ``tally.core.bounds``)."""
     counter_thresholds: CounterThresholds = NO_THRESHOLDS
     """Levels whose crossings are announced (``TALLY_COUNTER_THRESHOLDS``, ``tally.core.thresholds``)."""
+    counter_views: CounterViews = NO_VIEWS
+    """The views each event also counts in, by its dimensions (``TALLY_COUNTER_VIEWS``, ``tally.core.views``)."""
     notifications_table: str | None = None
     """Where crossings are recorded (``TALLY_NOTIFICATIONS_TABLE``): required when thresholds are declared."""
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
@@ -96,11 +100,12 @@ class Settings:
             )
         try:
             windows = parse_window_spec(env.get(WINDOWS, ""), env.get(WINDOW_RETENTION, ""))
-            hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""))
-            counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys)
-            counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults)
+            views = parse_counter_views(env.get(COUNTER_VIEWS, ""))
+            hot_keys = parse_hot_keys(env.get(HOT_KEYS, ""), views)
+            counter_defaults = parse_counter_defaults(env.get(COUNTER_DEFAULTS, ""), hot_keys, views)
+            counter_bounds = parse_counter_bounds(env.get(COUNTER_BOUNDS, ""), hot_keys, counter_defaults, views)
             counter_thresholds = parse_counter_thresholds(
-                env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults, windows=windows
+                env.get(COUNTER_THRESHOLDS, ""), hot_keys, counter_defaults, windows=windows, views=views
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
@@ -121,6 +126,7 @@ class Settings:
             counter_defaults=counter_defaults,
             counter_bounds=counter_bounds,
             counter_thresholds=counter_thresholds,
+            counter_views=views,
             notifications_table=env.get(NOTIFICATIONS_TABLE) or None,
             write_concurrency=int(raw_concurrency),
             archive_bucket=env.get(ARCHIVE_BUCKET) or None,

@@ -25,6 +25,7 @@ from tally.core.decode import decode_message
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
 from tally.core.sharding import HotKeys
+from tally.core.views import NO_VIEWS, CounterViews
 from tally.core.windows import WindowSpec
 from tally.post_commit import SettledBatch, attempt_within, post_commit_steps
 
@@ -56,6 +57,8 @@ class PipelineSettings:
     hot_keys: HotKeys = field(default_factory=HotKeys)
     counter_defaults: CounterDefaults = NO_DEFAULTS
     """Declared default deltas, for the decoder (start values are the store's: ``tally.core.defaults``)."""
+    views: CounterViews = NO_VIEWS
+    """Declared views, for the decoder (each event's ``dims``) and the aggregate (the items they derive)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +124,13 @@ class BatchPipeline:
         received_ms = [admitted.records[position].received_ms for position in copies.unique]
         windows, hot_keys = self._settings.windows, self._settings.hot_keys
         batch = aggregate_batch(
-            unique, received_ms, windows=windows, hot_keys=hot_keys, now_ms=now_ms, choose_shard=self._rng.randrange
+            unique,
+            received_ms,
+            windows=windows,
+            hot_keys=hot_keys,
+            now_ms=now_ms,
+            choose_shard=self._rng.randrange,
+            views=self._settings.views,
         )
         outcome = self._applier.apply(batch.messages, now_ms, remaining_ms)
         counted = outcome.applied | outcome.already_applied
@@ -163,7 +172,9 @@ class BatchPipeline:
         """Decode each record; refuse what may be too old, and what no post-commit step could serve."""
         admitted = _Admitted()
         for record in records:
-            decoded = decode_message(record.body, self._settings.limits, self._settings.counter_defaults)
+            decoded = decode_message(
+                record.body, self._settings.limits, self._settings.counter_defaults, self._settings.views
+            )
             if isinstance(decoded, Message):
                 decoded = self._refuse_if_too_old(decoded, now_ms)
             if isinstance(decoded, Message):

@@ -106,6 +106,7 @@ def wire_pipeline(
             windows=settings.windows,
             hot_keys=settings.hot_keys,
             counter_defaults=defaults,
+            views=settings.counter_views,
         ),
         steps=post_commit_steps(
             settings.windows,

@@ -11,6 +11,7 @@ from tally.core.bounds import NO_BOUNDS, CounterBounds
 from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.limits import TRANSACT_MAX_ACTIONS, WIRE_LIMITS
 from tally.core.sharding import HotKeys
+from tally.core.views import NO_VIEWS, CounterViews
 from tally.core.windows import WindowSpec
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
@@ -98,6 +99,7 @@ def make_pipeline(
     rng: random.Random | None = None,
     archive: ArchiveWriter | None = None,
     clock: Callable[[], int] | None = None,
+    views: CounterViews = NO_VIEWS,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
@@ -115,6 +117,7 @@ def make_pipeline(
         windows=windows or WindowSpec(),
         hot_keys=hot_keys or HotKeys(),
         counter_defaults=counter_defaults,
+        views=views,
     )
     journal = DynamoDBJournal(
         store.client,

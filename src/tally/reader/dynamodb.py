@@ -38,14 +38,16 @@ from typing import TYPE_CHECKING, Any, Final
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
+from tally.config import COUNTER_VIEWS, COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import SHARD_SEPARATOR, make_item
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
+from tally.core.views import CounterViews, parse_counter_views
 from tally.core.windows import WindowSpec, WindowUnit, parse_window_id, parse_window_spec, unit_named
 from tally.errors import ConfigurationError, InvalidReadError, RetryableStoreError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, KeyState, OperatorRecord, Ranked, Series, Window
+from tally.reader.views import ViewGroup, parse_view, read_view
 from tally.store.requests import batch_get, scan_all_time_items, translate
 from tally.store.schema import (
     ALL_TIME,
@@ -118,7 +120,9 @@ class CounterReader:
     ``hot_keys`` and ``windows`` are the deployment's ``HotKeys`` and ``Windows`` parameters (a
     ``HotKeys``/``WindowSpec`` or their text): which keys are spread over shard items, and which windows
     are counted (a series of another window is refused rather than answered with zeros; without
-    ``windows`` any of minute, hour, day, month may be asked for). The client is built when none is given.
+    ``windows`` any of minute, hour, day, month may be asked for); ``views`` its ``CounterViews`` (which
+    ``HotKeys`` view patterns name, and which view holds a dimension's values). The client is built when none
+    is given.
     """
 
     def __init__(
@@ -129,12 +133,14 @@ class CounterReader:
         hot_keys: HotKeys | str = "",
         windows: WindowSpec | str | None = None,
         max_series_windows: int = MAX_SERIES_WINDOWS,
+        views: CounterViews | str = "",
     ) -> None:
         if not counters_table:
             raise ConfigurationError("the counters table's name is empty")
         self.counters_table = counters_table
         self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
-        self.hot_keys = parse_hot_keys(hot_keys) if isinstance(hot_keys, str) else hot_keys
+        self.views = parse_counter_views(views) if isinstance(views, str) else views
+        self.hot_keys = parse_hot_keys(hot_keys, self.views) if isinstance(hot_keys, str) else hot_keys
         self.windows = parse_window_spec(windows) if isinstance(windows, str) else windows
         self.max_series_windows = max_series_windows
 
@@ -144,7 +150,7 @@ class CounterReader:
     ) -> CounterReader:
         """From the variables the template gives its functions (and ``tally stack --env`` prints):
         ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS`` (with ``TALLY_WINDOW_RETENTION``, past
-        which a window reads empty)."""
+        which a window reads empty), ``TALLY_COUNTER_VIEWS``."""
         env = os.environ if environ is None else environ
         windows = env.get(WINDOWS)
         if not env.get(COUNTERS_TABLE):
@@ -155,6 +161,7 @@ class CounterReader:
                 client=client,
                 hot_keys=env.get(HOT_KEYS, ""),
                 windows=None if windows is None else parse_window_spec(windows, env.get(WINDOW_RETENTION, "")),
+                views=env.get(COUNTER_VIEWS, ""),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
@@ -364,6 +371,52 @@ class CounterReader:
             return True
         counted = [unit for unit in self.windows.units if unit.name == name]
         return not counted or _kept(counted[0], start, now_ms)
+
+    def group(
+        self, key: str, by: str | Iterable[str], window: str | None = None, at_ms: int | None = None
+    ) -> ViewGroup:
+        """Every value of ``key``'s view ``by`` (``customer``, ``customer+route``) in the ``window`` (minute, hour,
+        day, month) holding ``at_ms`` (default: now), or all-time without ``window``: ``Query``s of the view's item
+        collection, never a scan (``tally.reader.views``)."""
+        view = parse_view(by)
+        clock = time.time_ns() // 1_000_000
+        if window is None:
+            return read_view(
+                self.client,
+                self.counters_table,
+                key,
+                view,
+                unit=None,
+                start_ms=None,
+                hot_keys=self.hot_keys,
+                windows=self.windows,
+                now_ms=clock,
+            )
+        unit = window_unit(window, self.windows)
+        start = unit.start_ms(clock if at_ms is None else at_ms)
+        return read_view(
+            self.client,
+            self.counters_table,
+            key,
+            view,
+            unit=unit,
+            start_ms=start,
+            hot_keys=self.hot_keys,
+            windows=self.windows,
+            now_ms=clock,
+        )
+
+    def values(self, key: str, dim: str, window: str | None = None, at_ms: int | None = None) -> list[str]:
+        """The values of dimension ``dim`` counted for ``key`` in a window (or all-time): read from the smallest
+        declared view of ``key`` holding ``dim`` (the view of ``dim`` alone without ``views``)."""
+        view = parse_view(dim)
+        rule = self.views.rule_for(key)
+        if rule is not None:
+            holding = [candidate for candidate in rule.views if dim in candidate.dims]
+            if not holding:
+                raise InvalidReadError(f"no view of {key!r} has the dimension {dim!r}")
+            view = min(holding, key=lambda candidate: len(candidate.dims))
+        return self.group(key, view.dims, window, at_ms).values(dim)
 
     def top(self, n: int = 10, counter: str | None = None) -> list[Ranked]:
         """The ``n`` largest all-time counters (of one name, if given): a ``Scan`` of the whole table."""

@@ -30,7 +30,14 @@ from tally.errors import (
     WriteRejectedError,
 )
 from tally.store.markers import marker_records
-from tally.store.schema import MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_counters
+from tally.store.schema import (
+    MARKER_APPLIED_AT,
+    MARKER_BATCH,
+    MARKER_DIGEST,
+    SORT_KEY,
+    item_counters,
+    view_window_prefix,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -286,15 +293,17 @@ def translate(exc: Exception, roles: Sequence[Role] = ()) -> StoreError:  # noqa
     return StoreError("transaction cancelled: " + ("; ".join(details) or "no reason given"))
 
 
-def scan_all_time_items(client: DynamoDBClient, table: str) -> Iterator[Mapping[str, Any]]:
+def scan_all_time_items(client: DynamoDBClient, table: str, *, views: bool = False) -> Iterator[Mapping[str, Any]]:
     """Every key's all-time item (and a hot key's shard items), strongly consistent: a whole-table ``Scan``
     that reads the window items too and keeps only ``sk = all`` (for batch jobs and operators, never a
-    request path)."""
+    request path); with ``views``, every view's all-time items too (``sk`` beginning ``all\x1f``)."""
+    condition = "#sk = :all OR begins_with(#sk, :view)" if views else "#sk = :all"
+    values = {":all": {"S": ALL_TIME}} | ({":view": {"S": view_window_prefix(ALL_TIME)}} if views else {})
     pages = client.get_paginator("scan").paginate(
         TableName=table,
-        FilterExpression="#sk = :all",
+        FilterExpression=condition,
         ExpressionAttributeNames={"#sk": SORT_KEY},
-        ExpressionAttributeValues={":all": {"S": ALL_TIME}},
+        ExpressionAttributeValues=values,
         ConsistentRead=True,
     )
     try:
