@@ -17,7 +17,8 @@ Importable with boto3 and msgspec only (no Powertools, no tenacity, no click)::
 
 Values are exact ``Decimal`` (38 significant digits, as DynamoDB keeps them), hot-key shards summed.
 ``CounterReader.from_environment()`` reads ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS`` and
-``TALLY_COUNTER_VIEWS`` (``tally stack NAME --env`` prints them). The IAM it needs is the stack's ``ReaderPolicyArn`` output.
+``TALLY_COUNTER_VIEWS`` (``tally stack NAME --env`` prints them). The IAM it needs is the stack's
+``ReaderPolicyArn`` output.
 """
 
 from tally.errors import InvalidReadError
