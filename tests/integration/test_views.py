@@ -6,7 +6,8 @@ twice; a packed message whose view items overflow a transaction goes through the
 ended windows move off view items (by a later batch and by ``tally windows close``) and reads stay exact across
 the move; every pattern applies to views by the same declarations: a bound on a view refuses the message whole,
 a hot view spreads over shards and reads sum them, a start value starts a view's counter, a reset sets one view
-item; and a bad ``dims`` is dead-lettered with its code.
+item, a per-day threshold on a view is announced once from both parts of a moved window; and a bad ``dims`` is
+dead-lettered with its code.
 """
 
 from __future__ import annotations
@@ -19,14 +20,17 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tally.core.bounds import parse_counter_bounds
-from tally.core.defaults import parse_counter_defaults
+from tally.core.defaults import NO_DEFAULTS, parse_counter_defaults
 from tally.core.items import view_item_key
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
+from tally.core.thresholds import parse_counter_thresholds
 from tally.core.views import parse_counter_views
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
 from tally.store.windows import DynamoDBWindowMover
+from tests.integration.test_thresholds import NotifyTables, notify  # noqa: F401 (a fixture)
+from tests.integration.test_thresholds import make_store as threshold_store
 from tests.support.pipeline import make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
@@ -226,3 +230,22 @@ def test_bad_dims_are_dead_lettered_with_their_code(ddb_tables: DynamoDBTables) 
     }
     reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, views=VIEWS)
     assert grouped(reader, "customer") == {"a": 1}
+
+
+def test_a_view_threshold_per_day_is_announced_once_from_both_parts_of_a_moved_window(
+    notify: NotifyTables,  # noqa: F811
+) -> None:
+    # GIVEN 80% of a customer's daily quota of 10 announced (api[customer]#calls@day>=8)
+    thresholds = parse_counter_thresholds("api[customer]#calls@day>=8", windows=WINDOWS, views=VIEWS)
+    store = threshold_store(notify, thresholds, NO_DEFAULTS, windows=WINDOWS)
+    pipeline, _ = make_pipeline(store, windows=WINDOWS, views=VIEWS)
+    # WHEN acme makes 5 calls on day 0, a batch on day 1 moves day 0 off acme's item, then a late event of day 0
+    run(pipeline, records([calls("acme", "/x", 5)], "a"))
+    later = DAY0 + DAY_MS + HOUR_MS
+    run(pipeline, records([calls("acme", "/y", 1, ts=later)], "b", later), now_ms=later)
+    run(pipeline, records([calls("acme", "/x", 4)], "c", later), now_ms=later)  # day 0: 5 + 4 = 9 >= 8
+    run(pipeline, records([calls("acme", "/x", 4)], "d", later), now_ms=later)  # 13: no second crossing
+    # THEN one crossing, of day 0, by the late message, named as people write the view's item
+    assert [(c.key, c.window, c.message_id, c.step_value) for c in notify.notifications()] == [
+        ("api[customer=acme]", "d#2100-01-01", "c-0", Decimal(9))
+    ]

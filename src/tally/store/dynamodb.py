@@ -272,11 +272,14 @@ class DynamoDBCounterStore:
                 snapshots[item] = known
         if unread:
             found = {
-                raw[PARTITION_KEY]["S"]: raw
+                (raw[PARTITION_KEY]["S"], raw[SORT_KEY]["S"]): raw
                 for raw in batch_get(self.client, self.counters_table, map(item_key, unread))
             }
             for item in unread:
-                snapshots[item] = self._remember(item, found.get(item_key(item)[PARTITION_KEY]["S"], {}), now_ms)
+                primary = item_key(item)  # a view's items share a partition key: the sort key tells them apart
+                snapshots[item] = self._remember(
+                    item, found.get((primary[PARTITION_KEY]["S"], primary[SORT_KEY]["S"]), {}), now_ms
+                )
         moves = {item: MovesSeen(moves_of(snapshots[item])) for item in reads}
         parts: dict[ItemKey, dict[str, Number]] = {}
         homes: dict[tuple[ItemKey, str], tuple[tuple[str, str], str]] = {}
