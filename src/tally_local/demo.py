@@ -93,8 +93,9 @@ DEMO_PARAMETERS: Final = {
     "StreamMode": "PROVISIONED",
     "ShardCount": "2",
     "HotKeys": f"{HOT_KEY}=4",
-    # The sample events' start values, default deltas and bounds (events/expected.json, "counter_defaults"
-    # and "counter_bounds").
+    # The sample events' start values, default deltas, bounds, thresholds and views (events/expected.json,
+    # "counter_defaults", "counter_bounds", "counter_thresholds", "counter_views").
+    "CounterViews": _declared("counter_views"),
     "CounterDefaults": _declared("counter_defaults"),
     "CounterBounds": _declared("counter_bounds"),
     "CounterThresholds": _declared("counter_thresholds"),
@@ -249,7 +250,7 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     store = DynamoDBCounterStore(
         resources.client("dynamodb"), resources.counters_table, resources.markers_table, settings.marker_ttl_seconds
     )
-    reader = CounterReader(resources.counters_table, client=resources.client("dynamodb"))
+    reader = CounterReader.from_environment(resources.settings, client=resources.client("dynamodb"))
     table = Table(title="sample events: expected vs counted")
     for column in ("event file", "key", "counter", "expected", "counted", ""):
         table.add_column(column, justify="right" if column in ("expected", "counted") else "left")
@@ -313,7 +314,8 @@ def _notifications(console: Console, resources: LocalResources, inbox: str) -> b
 
 
 def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterator[tuple[str, str, str, str]]:
-    """(key, what, expected, read) for each gauge, distinct count and operator record a sample's spec names."""
+    """(key, what, expected, read) for each gauge, distinct count, operator record and view value a sample's spec
+    names."""
     for key, kinds in spec.get("gauges", {}).items():
         stored = reader.get(key).gauges
         for kind, gauges in kinds.items():
@@ -330,6 +332,14 @@ def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterato
                 record = records.get(kind, {}).get(name)
                 found = "None" if record is None else f"{record.message_id} {record.amount}"
                 yield key, f"last {kind} of {name}", f"{message_id} {amount}", found
+    for key, views in spec.get("views", {}).items():
+        for view, rows in views.items():
+            rows_read = {tuple(row.dims.values()): row.counters for row in reader.group(key, view).rows}
+            for row in rows:
+                values = tuple(row["dims"].values())
+                for name, value in row["counters"].items():
+                    read = rows_read.get(values, {}).get(name)
+                    yield f"{key}[{','.join(f'{d}={v}' for d, v in row['dims'].items())}]", name, value, str(read)
 
 
 def _publish_and_process(

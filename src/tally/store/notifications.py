@@ -1,7 +1,8 @@
 """The notifications table: one item per crossing of a declared level, written in the commit's transaction.
 
 Partition key ``notification_id``: the crossing's deterministic id (``tally.core.thresholds.notification_id``).
-Attributes: ``key`` (a view's item as ``api[customer=acme]``), ``counter``, ``level`` (N), ``direction`` (``rising``/``falling``), ``window``, ``value``
+Attributes: ``key`` (a view's item as ``api[customer=acme]``), ``counter``, ``level`` (N), ``direction``
+(``rising``/``falling``), ``window``, ``value``
 (N: the counter after the write that recorded it), ``step_value`` (N: after the crossing message's own step),
 ``message_id``, ``at`` (N: epoch ms of the write), ``time`` (the same, ISO 8601 UTC) and ``expires_at`` (the TTL
 attribute).
