@@ -401,3 +401,11 @@ def test_each_event_counts_into_each_declared_view_exactly_once(
     view_items = [item for item in totals if isinstance(item, str) and view_parts(item) is not None]
     assert all(isinstance(item, str) for item in totals)
     assert len(view_items) == len(set(view_items))
+
+
+def test_every_code_a_dims_problem_names_is_a_dead_letter_code() -> None:
+    from tally.core import views
+
+    codes = {views.INVALID_DIMENSION, views.TOO_MANY_DIMENSIONS, views.UNKNOWN_DIMENSION, views.MISSING_DIMENSION}
+    codes |= {views.KEY_TOO_LONG, views.INVALID_RESET}
+    assert codes <= {code.value for code in RejectCode}

@@ -233,7 +233,7 @@ def _event(
         dims = None if wire.dims is UNSET else wire.dims
         problem = views.check_dims(key, dims, where=_where(index), reset=wire.reset is not UNSET)
         if problem is not None:
-            raise _Invalid(problem.code, problem.detail)
+            raise _Invalid(RejectCode(problem.code), problem.detail)
     if wire.reset is not UNSET or wire.correction is not UNSET:
         return _operator_event(wire, limits, index, key, ts_ms, dims=dims)
     if wire.gauges is UNSET and wire.distinct is UNSET:

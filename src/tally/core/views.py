@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Final, cast
 
 from tally.core.items import VIEW_MARK, view_item_key
 from tally.core.limits import (
@@ -52,13 +52,29 @@ from tally.core.limits import (
     PARTITION_KEY_MAX_BYTES,
     VIEW_PARTITION_ROOM,
 )
-from tally.core.model import RejectCode, Rejection
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 _NAME = re.compile(rf"[A-Za-z0-9_-]{{1,{MAX_DIMENSION_NAME_CHARS}}}\Z")
 WILDCARD = "*"
+
+INVALID_DIMENSION: Final = "invalid_dimension"
+TOO_MANY_DIMENSIONS: Final = "too_many_dimensions"
+UNKNOWN_DIMENSION: Final = "unknown_dimension"
+MISSING_DIMENSION: Final = "missing_dimension"
+KEY_TOO_LONG: Final = "key_too_long"
+INVALID_RESET: Final = "invalid_reset"
+"""The dead-letter codes a ``DimsProblem`` names (``tally.core.model.RejectCode``'s values: this module imports no
+msgspec, so that the producer library, which checks dims before sending, stays importable with boto3 alone)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DimsProblem:
+    """Why an event's ``dims`` cannot count: a dead-letter code (``RejectCode``'s value) and the detail."""
+
+    code: str
+    detail: str
 
 
 def is_dimension_name(name: str) -> bool:
@@ -198,7 +214,7 @@ class CounterViews:
             return view_item_key(view.name, head, (*values[:-1], last[:-1])) + WILDCARD
         return view_item_key(view.name, head, tuple(values))
 
-    def check_dims(self, key: str, raw: object, *, where: str = "$", reset: bool = False) -> Rejection | None:
+    def check_dims(self, key: str, raw: object, *, where: str = "$", reset: bool = False) -> DimsProblem | None:
         """Why an event of ``key`` with ``raw`` as its ``dims`` (None: none) cannot count; None when it can.
 
         The codes: ``invalid_dimension`` (not an object of names to strings, a bad name or value),
@@ -207,36 +223,34 @@ class CounterViews:
         longest view name over a partition key), ``invalid_reset`` (a reset's dims that name no declared view).
         """
         if raw is not None:
-            problem = _shape_problem(raw, f"{where}.dims")
+            problem = dims_shape_problem(raw, f"{where}.dims")
             if problem is not None:
                 return problem
         dims = cast("Mapping[str, str]", raw) if raw is not None else {}  # checked above: names to strings
         rule = self.rule_for(key)
         if rule is None:
             if dims:
-                return Rejection(
-                    RejectCode.UNKNOWN_DIMENSION, f"key {key!r} declares no views (CounterViews) at `{where}.dims`"
-                )
+                return DimsProblem(UNKNOWN_DIMENSION, f"key {key!r} declares no views (CounterViews) at `{where}.dims`")
             return None
         if reset:
             if dims and View.of(dims) not in rule.views:
-                return Rejection(
-                    RejectCode.INVALID_RESET,
+                return DimsProblem(
+                    INVALID_RESET,
                     f"a reset's dims name one view of its key ({_names(rule)}), not {View.of(dims).name} at "
                     f"`{where}.dims`",
                 )
             return _key_length_problem(key, rule, where)
         unknown = sorted(set(dims) - rule.dimensions)
         if unknown:
-            return Rejection(
-                RejectCode.UNKNOWN_DIMENSION,
+            return DimsProblem(
+                UNKNOWN_DIMENSION,
                 f"dimension {unknown[0]!r} is in no view of key {key!r} ({_names(rule)}) at `{where}.dims`",
             )
         missing = sorted(rule.dimensions - set(dims))
         if missing:
             needing = next(view for view in rule.views if missing[0] in view.dims)
-            return Rejection(
-                RejectCode.MISSING_DIMENSION,
+            return DimsProblem(
+                MISSING_DIMENSION,
                 f"dimension {missing[0]!r} is missing: view {needing.name} of key {key!r} needs it at `{where}`",
             )
         return _key_length_problem(key, rule, where)
@@ -249,17 +263,16 @@ def _names(rule: ViewRule) -> str:
     return ",".join(view.name for view in rule.views)
 
 
-def _shape_problem(raw: object, where: str) -> Rejection | None:
+def dims_shape_problem(raw: object, where: str) -> DimsProblem | None:
+    """Why ``raw`` is not a ``dims`` at all (whatever the views): its shape, names, values and count."""
     if not isinstance(raw, dict) or not raw:
-        return Rejection(RejectCode.INVALID_DIMENSION, f"dims is an object of dimension names to values at `{where}`")
+        return DimsProblem(INVALID_DIMENSION, f"dims is an object of dimension names to values at `{where}`")
     if len(raw) > MAX_DIMENSIONS:
-        return Rejection(
-            RejectCode.TOO_MANY_DIMENSIONS, f"{len(raw)} dimensions at `{where}` (at most {MAX_DIMENSIONS})"
-        )
+        return DimsProblem(TOO_MANY_DIMENSIONS, f"{len(raw)} dimensions at `{where}` (at most {MAX_DIMENSIONS})")
     for name, value in raw.items():
         if not is_dimension_name(name):
-            return Rejection(
-                RejectCode.INVALID_DIMENSION,
+            return DimsProblem(
+                INVALID_DIMENSION,
                 f"dimension names are 1 to {MAX_DIMENSION_NAME_CHARS} of A-Z a-z 0-9 _ - at `{where}`",
             )
         if (
@@ -268,19 +281,19 @@ def _shape_problem(raw: object, where: str) -> Rejection | None:
             or "\x1f" in value
             or (len(value) * 4 > MAX_DIMENSION_VALUE_BYTES and len(value.encode("utf-8")) > MAX_DIMENSION_VALUE_BYTES)
         ):
-            return Rejection(
-                RejectCode.INVALID_DIMENSION,
+            return DimsProblem(
+                INVALID_DIMENSION,
                 f"a dimension's value is a string of 1 to {MAX_DIMENSION_VALUE_BYTES} bytes of UTF-8 without U+001F "
                 f"at `{where}.{name}`",
             )
     return None
 
 
-def _key_length_problem(key: str, rule: ViewRule, where: str) -> Rejection | None:
+def _key_length_problem(key: str, rule: ViewRule, where: str) -> DimsProblem | None:
     longest = max(len(view.name) for view in rule.views)
     if len(key.encode("utf-8")) + longest + VIEW_PARTITION_ROOM > PARTITION_KEY_MAX_BYTES:
-        return Rejection(
-            RejectCode.KEY_TOO_LONG,
+        return DimsProblem(
+            KEY_TOO_LONG,
             f"key is over {PARTITION_KEY_MAX_BYTES - longest - VIEW_PARTITION_ROOM} bytes of UTF-8, the most its "
             f"views leave room for, at `{where}`",
         )
