@@ -37,6 +37,7 @@ from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.resets import operator_stamp, reset_items
 from tally.core.sharding import parse_hot_keys
 from tally.core.thresholds import parse_counter_thresholds
+from tally.core import views
 from tally.core.views import NO_VIEWS, View, parse_counter_views
 from tally.core.windows import parse_window_spec
 from tally.store.schema import counter_item_of, item_key, member_key
@@ -404,8 +405,6 @@ def test_each_event_counts_into_each_declared_view_exactly_once(
 
 
 def test_every_code_a_dims_problem_names_is_a_dead_letter_code() -> None:
-    from tally.core import views
-
     codes = {views.INVALID_DIMENSION, views.TOO_MANY_DIMENSIONS, views.UNKNOWN_DIMENSION, views.MISSING_DIMENSION}
     codes |= {views.KEY_TOO_LONG, views.INVALID_RESET}
     assert codes <= {code.value for code in RejectCode}
