@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tally.core import views
 from tally.core.aggregate import message_totals
 from tally.core.bounds import parse_counter_bounds
 from tally.core.decode import decode_message
@@ -37,7 +38,6 @@ from tally.core.model import CounterEvent, Message, RejectCode, Rejection
 from tally.core.resets import operator_stamp, reset_items
 from tally.core.sharding import parse_hot_keys
 from tally.core.thresholds import parse_counter_thresholds
-from tally.core import views
 from tally.core.views import NO_VIEWS, View, parse_counter_views
 from tally.core.windows import parse_window_spec
 from tally.store.schema import counter_item_of, item_key, member_key
