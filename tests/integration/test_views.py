@@ -28,6 +28,8 @@ from tally.core.thresholds import parse_counter_thresholds
 from tally.core.views import parse_counter_views
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
+from tally.store.requests import scan_all_time_items
+from tally.store.schema import counter_item_of
 from tally.store.windows import DynamoDBWindowMover
 from tests.integration.test_thresholds import NotifyTables, notify  # noqa: F401 (a fixture)
 from tests.integration.test_thresholds import make_store as threshold_store
@@ -249,3 +251,26 @@ def test_a_view_threshold_per_day_is_announced_once_from_both_parts_of_a_moved_w
     assert [(c.key, c.window, c.message_id, c.step_value) for c in notify.notifications()] == [
         ("api[customer=acme]", "d#2100-01-01", "c-0", Decimal(9))
     ]
+
+
+VIEW_VALUES = (("customer", ("acme",)), ("route", ("/x",)), ("customer+route", ("acme", "/x")))
+
+
+def test_closing_windows_scans_view_items_and_passes_distinct_members_by(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a view item and a key's all-time distinct member (its sort key begins "all\x1f" too), both yesterday's
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, windows=WINDOWS, views=VIEWS)
+    member = {"key": "page", "delta": 1, "ts": DAY0 + 60_000, "distinct": {"viewers": "u1"}}
+    run(pipeline, records([calls("acme", "/x", 2), member]))
+    # WHEN every ended window is closed a day later (a Scan of the all-time items, the views' included)
+    later = DAY0 + DAY_MS + HOUR_MS
+    moved = DynamoDBWindowMover(ddb_tables.client, ddb_tables.counters_table, WINDOWS).close_all(later)
+    # THEN the key's and its three views' items are moved, the member item left alone, and reads unchanged
+    assert moved.moved_items == 1 + 3 + 1  # api, its views' acme items, page
+    scanned = scan_all_time_items(ddb_tables.client, ddb_tables.counters_table, views=True)
+    assert sorted(counter_item_of(item).key for item in scanned) == sorted(
+        ["api", "page", *(view_item_key(v, "api", values) for v, values in VIEW_VALUES)]
+    )
+    reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, views=VIEWS, windows=WINDOWS)
+    assert grouped(reader, "customer", "day") == {"acme": 2}
+    assert reader.get("page").distinct == {"viewers": 1}

@@ -34,7 +34,9 @@ from tally.store.schema import (
     MARKER_APPLIED_AT,
     MARKER_BATCH,
     MARKER_DIGEST,
+    PARTITION_KEY,
     SORT_KEY,
+    VIEW_PARTITION_MARK,
     item_counters,
     view_window_prefix,
 )
@@ -297,12 +299,16 @@ def scan_all_time_items(client: DynamoDBClient, table: str, *, views: bool = Fal
     """Every key's all-time item (and a hot key's shard items), strongly consistent: a whole-table ``Scan``
     that reads the window items too and keeps only ``sk = all`` (for batch jobs and operators, never a
     request path); with ``views``, every view's all-time items too (``sk`` beginning ``all\x1f``)."""
-    condition = "#sk = :all OR begins_with(#sk, :view)" if views else "#sk = :all"
-    values = {":all": {"S": ALL_TIME}} | ({":view": {"S": view_window_prefix(ALL_TIME)}} if views else {})
+    # A view's all-time item: its sort key begins ``all\x1f`` and its partition holds the view mark (a distinct-count
+    # member's sort key may begin ``all\x1f`` too, in a partition without it: a key never holds U+001F).
+    condition = "#sk = :all OR (begins_with(#sk, :view) AND contains(#pk, :mark))" if views else "#sk = :all"
+    values = {":all": {"S": ALL_TIME}}
+    if views:
+        values |= {":view": {"S": view_window_prefix(ALL_TIME)}, ":mark": {"S": VIEW_PARTITION_MARK}}
     pages = client.get_paginator("scan").paginate(
         TableName=table,
         FilterExpression=condition,
-        ExpressionAttributeNames={"#sk": SORT_KEY},
+        ExpressionAttributeNames={"#sk": SORT_KEY, "#pk": PARTITION_KEY} if views else {"#sk": SORT_KEY},
         ExpressionAttributeValues=values,
         ConsistentRead=True,
     )
