@@ -229,7 +229,7 @@ def test_the_harness_catches_a_bound_condition_sent_with_its_exact_ends(
 
 # --- views: counted in the commit of their event, never after it ----------------------------------------------
 
-VIEWS = focused(SMOKE, 10, view_messages=5)
+VIEWS = focused(SMOKE, 10, view_messages=5, archive=True)
 """Five messages on ``v:`` keys with dimensions (13 events: a third of the messages packed, half the events in the
 previous day), among ten plain events, under the smoke run's faults: the smallest run whose broken variant below
 still fails (measured: 14 runs of 14 failed it, with 3 to 12 of the 57 view groups wrong; without faults it passes)."""
