@@ -53,7 +53,7 @@ from tally.core.windows import WindowSpec
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-    from tally.core.archive import ArchiveRecord
+    from tally.core.archive import ArchivedEvent, ArchiveRecord
     from tally.core.defaults import CounterDefaults
     from tally.core.gauges import GaugeSlot
     from tally.core.model import CounterEvent, Message
@@ -233,7 +233,7 @@ def _recount(
                     members.setdefault(event.key, {}).setdefault(slot, set()).add(member)
     if operated:
         for counting in found:
-            touched = {key for event in counting.message.events for key in _event_keys(event, views)}
+            touched = {key for event in counting.message.events for key in event_keys(event, views)}
             for key in touched & operated.keys():
                 touching.setdefault(key, []).append(counting)
     all_time = _with_starts(sums, defaults)
@@ -312,7 +312,7 @@ def _apply_resets(
             inexact[(key, ALL_TIME, name)] = doubt
 
 
-def _event_keys(event: CounterEvent, views: CounterViews) -> tuple[str, ...]:
+def event_keys(event: CounterEvent | ArchivedEvent, views: CounterViews) -> tuple[str, ...]:
     """The keys whose all-time values ``event`` touches: its key's and its views' (a reset's: the item it sets)."""
     if event.reset is not None:
         return (views.reset_target(event.key, event.dims),)
@@ -324,7 +324,7 @@ def _all_time_delta(message: Message, key: str, counter: str, views: CounterView
     not touch it; a reset adds none."""
     total: Number | None = None
     for event in message.events:
-        if event.reset is not None or counter not in event.deltas or key not in _event_keys(event, views):
+        if event.reset is not None or counter not in event.deltas or key not in event_keys(event, views):
             continue
         delta = event.deltas[counter]
         total = delta if total is None else add(total, delta)

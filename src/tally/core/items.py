@@ -61,6 +61,12 @@ def view_parts(key: str) -> ViewParts | None:
     return ViewParts(view, key, tuple(values))
 
 
+def owner_key(key: str) -> str:
+    """The published key an item's key counts for: a view item's event key, any other key itself."""
+    parts = view_parts(key)
+    return key if parts is None else parts.key
+
+
 def view_label(parts: ViewParts) -> str:
     """``api[customer=acme,route=/v1/users]``: how people read a view item (never an identity)."""
     named = ",".join(f"{dim}={value}" for dim, value in zip(parts.view.split("+"), parts.values, strict=True))

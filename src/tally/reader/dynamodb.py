@@ -39,7 +39,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.config import COUNTER_VIEWS, COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
-from tally.core.items import SHARD_SEPARATOR, make_item
+from tally.core.items import SHARD_SEPARATOR, make_item, view_parts
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
 from tally.core.views import CounterViews, parse_counter_views
@@ -54,6 +54,7 @@ from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
     WINDOW_MOVES,
+    counter_item_of,
     counters_from_item,
     distinct_from_item,
     gauges_from_item,
@@ -105,6 +106,13 @@ def _kept(unit: WindowUnit, start_ms: int, now_ms: int) -> bool:
 def _moves_of(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     """Key item -> how many window moves it has had (``WINDOW_MOVES``; an item without it: none)."""
     return {item[PARTITION_KEY]["S"]: int(item.get(WINDOW_MOVES, {}).get("N", "0")) for item in items}
+
+
+def _moves_by_item(items: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """All-time item (partition, sort key) -> how many window moves it has had (a view's items share a partition)."""
+    return {
+        (item[PARTITION_KEY]["S"], item[SORT_KEY]["S"]): int(item.get(WINDOW_MOVES, {}).get("N", "0")) for item in items
+    }
 
 
 def _add_open(found: dict[str, dict[str, Decimal]], item: Mapping[str, Any], wanted: set[str]) -> None:
@@ -287,14 +295,16 @@ class CounterReader:
 
     def states(self, keys: Iterable[str], *, now_ms: int | None = None) -> dict[str, KeyState]:
         """Everything the table holds for each key (all-time counters, every window, gauges, distinct counts),
-        exact whatever window moves commit during the read, in the order given.
+        exact whatever window moves commit during the read, in the order given. A key may be a view item's
+        (``tally.core.items.view_item_key``: what the audit recounts of a view).
 
         The key items are read (``BatchGetItem``), then every item of each key's partitions (one ``Query``
-        each, paginated: window items, day items with their ended hours), then the key items again; a key
-        whose ``moves`` changed in between is read again (see ``_series_beside_moves``), at most
-        ``MAX_SERIES_ATTEMPTS`` times. A window past its retention (``windows`` known) reads as absent.
+        each, paginated: window items, day items with their ended hours; a view's partition once for all its
+        values asked for), then the key items again; a key whose ``moves`` changed in between is read again (see
+        ``_series_beside_moves``), at most ``MAX_SERIES_ATTEMPTS`` times. A window past its retention
+        (``windows`` known) reads as absent.
         """
-        wanted = list(dict.fromkeys(check_key(key) for key in keys))
+        wanted = list(dict.fromkeys(key if view_parts(key) else check_key(key) for key in keys))
         clock = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         found: dict[str, KeyState] = {}
         left = wanted
@@ -307,33 +317,37 @@ class CounterReader:
 
     def _states_once(self, keys: Sequence[str], now_ms: int) -> tuple[dict[str, KeyState], list[str]]:
         """The states of ``keys`` no move committed on during the read, and the keys to read again."""
-        partitions = {key: self._partitions(key) for key in keys}
-        key_items = [{PARTITION_KEY: {"S": p}, SORT_KEY: {"S": ALL_TIME}} for ps in partitions.values() for p in ps]
-        before = _moves_of(batch_get(self.client, self.counters_table, key_items))
+        homes = {key: self._homes(key) for key in keys}
+        key_items = [home for held in homes.values() for home in held]
+        before = _moves_by_item(batch_get(self.client, self.counters_table, key_items))
         windows: dict[str, dict[str, dict[str, Decimal]]] = {key: {} for key in keys}
         distinct: dict[str, dict[str, dict[str, Decimal]]] = {key: {} for key in keys}
-        for key, names in partitions.items():
-            for partition in names:
-                for item in self._partition_items(partition):
-                    window = item[SORT_KEY]["S"]
-                    add_into(windows[key].setdefault(window, {}), counters_from_item(item))
-                    add_into(distinct[key].setdefault(window, {}), distinct_from_item(item))
-                    for ended, counters in open_windows_from_item(item).items():  # a day item's ended hours
-                        add_into(windows[key].setdefault(ended, {}), counters)
+        partitions = dict.fromkeys(home[PARTITION_KEY]["S"] for home in key_items)
+        for partition in partitions:
+            for item in self._partition_items(partition):
+                owner = counter_item_of(item)
+                if owner.window == ALL_TIME or owner.key not in windows:  # a view's all-time item; a value not asked
+                    continue
+                add_into(windows[owner.key].setdefault(owner.window, {}), counters_from_item(item))
+                add_into(distinct[owner.key].setdefault(owner.window, {}), distinct_from_item(item))
+                for ended, counters in open_windows_from_item(item).items():  # a day item's ended hours
+                    add_into(windows[owner.key].setdefault(ended, {}), counters)
         holders = batch_get(self.client, self.counters_table, key_items)
-        moved = {partition for partition, moves in _moves_of(holders).items() if before.get(partition) != moves}
+        moved = {held for held, moves in _moves_by_item(holders).items() if before.get(held) != moves}
         totals: dict[str, dict[str, Decimal]] = {key: {} for key in keys}
         gauges: dict[str, dict[str, dict[str, Decimal | str]]] = {}
         for item in holders:
-            partition = item[PARTITION_KEY]["S"]
-            key = key_of_partition(partition)
+            owner = counter_item_of(item)
+            key = owner.key
             add_into(totals[key], counters_from_item(item))
             add_into(distinct[key].setdefault(ALL_TIME, {}), distinct_from_item(item))
             for window, counters in open_windows_from_item(item).items():
                 add_into(windows[key].setdefault(window, {}), counters)
-            if partition == key:
+            if owner.shard == 0:
                 gauges[key] = gauges_from_item(item)
-        again = [key for key in keys if any(partition in moved for partition in partitions[key])]
+        again = [
+            key for key in keys if any((home[PARTITION_KEY]["S"], home[SORT_KEY]["S"]) in moved for home in homes[key])
+        ]
         states = {
             key: KeyState(
                 key,
@@ -355,10 +369,10 @@ class CounterReader:
         }
         return states, again
 
-    def _partitions(self, key: str) -> list[str]:
-        """The partition keys of ``key``'s counter items: the key, and a hot key's shards."""
+    def _homes(self, key: str) -> list[dict[str, Any]]:
+        """The primary keys of ``key``'s all-time items: the key's (or a view item's), and a hot one's shards'."""
         shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
-        return [key if shard == 0 else f"{key}{SHARD_SEPARATOR}{shard}" for shard in shards]
+        return [item_key(make_item(key, shard=shard)) for shard in shards]
 
     def _within_retention(self, window: str, now_ms: int) -> bool:
         """Whether a window id (or ``all``) is still within the retention of its unit, when the windows are
@@ -424,11 +438,12 @@ class CounterReader:
             raise InvalidReadError("top needs n >= 1")
         return largest(self.all_time_totals(), n, counter)
 
-    def all_time_totals(self) -> dict[str, dict[str, Decimal]]:
-        """Every key's all-time counters, shards summed (a ``Scan``; window items are read and skipped)."""
+    def all_time_totals(self, *, views: bool = False) -> dict[str, dict[str, Decimal]]:
+        """Every key's all-time counters, shards summed (a ``Scan``; window items are read and skipped); with
+        ``views``, every view item's too, under its key (``tally.core.items.view_item_key``)."""
         totals: dict[str, dict[str, Decimal]] = {}
-        for item in scan_all_time_items(self.client, self.counters_table):
-            add_into(totals.setdefault(key_of_partition(item[PARTITION_KEY]["S"]), {}), counters_from_item(item))
+        for item in scan_all_time_items(self.client, self.counters_table, views=views):
+            add_into(totals.setdefault(counter_item_of(item).key, {}), counters_from_item(item))
         return totals
 
     # ----------------------------------------------------------------------------------------- DynamoDB
