@@ -258,6 +258,14 @@ def test_every_declaration_names_view_items_with_a_view_pattern() -> None:
     assert not usage.thresholds("usage:9", "day")
 
 
+def test_a_view_pattern_spells_a_view_as_declared_too() -> None:
+    # a view of several dimensions is declared and read as customer+route: a pattern may spell it so as well
+    # (without a value, as api[customer,route]), rather than read it as a key that happens to end in "]"
+    acme_route = key_of("customer+route", ("acme", "/v1/users"))
+    assert parse_hot_keys("api[customer+route]=4", VIEWS).shards_for(acme_route) == 4
+    assert parse_counter_bounds("api[customer+route]#calls<=7", views=VIEWS).bounds(acme_route)["calls"].ceiling == 7
+
+
 def test_a_key_pattern_never_matches_a_view_item() -> None:
     bounds = parse_counter_bounds("api*#calls<=10;api#calls<=10", views=VIEWS)
     assert bounds.bounds("api")

@@ -21,6 +21,7 @@ windowed, sharded, bounded and thresholded by the same declarations, which name 
 own (``pattern``)::
 
     api[customer]                       every customer's item of key api (and its windows)
+    api[customer+route]                 every item of the view customer+route (also api[customer,route])
     api[customer=acme]                  one of them
     api[customer=acme,route=/v1/*]      customer acme's routes starting /v1/ (values in the view's order)
     usage:*[region]                     every region's item of every key starting usage:
@@ -183,7 +184,8 @@ class CounterViews:
         if not bracket or not head:
             return text
         named: dict[str, str | None] = {}
-        for part in inner.split(","):
+        # Without values the view may be spelled as declared, customer+route, or customer,route.
+        for part in inner.split(",") if "=" in inner else re.split("[,+]", inner):
             name, equals, value = part.partition("=")
             if not is_dimension_name(name):
                 return text  # not a view pattern: a key that happens to end in "]"
