@@ -274,3 +274,32 @@ def test_closing_windows_scans_view_items_and_passes_distinct_members_by(ddb_tab
     reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, views=VIEWS, windows=WINDOWS)
     assert grouped(reader, "customer", "day") == {"acme": 2}
     assert reader.get("page").distinct == {"viewers": 1}
+
+
+def test_the_longest_key_view_and_values_fit_dynamodbs_key_limits(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a view of three 64-character dimensions, hot (a shard number in its partition key), of the longest key
+    # its name leaves room for, and values of 256 bytes of UTF-8 each, counted per minute too (the longest window id)
+    names = [letter * 64 for letter in "abc"]
+    view = "+".join(names)
+    key = "k" * (2048 - len(view) - 8)
+    views = parse_counter_views(f"kkkk*={view}")
+    hot = parse_hot_keys(f"kkkk*[{view}]=16", views)
+    windows = parse_window_spec("minute,hour,day,month")
+    values = {name: "é" * 128 for name in names}
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, hot)
+    pipeline, dlq = make_pipeline(store, windows=windows, hot_keys=hot, views=views, rng=random.Random(0))
+    # WHEN it is counted (on shard 12 of 16: the longest partition key)
+    run(pipeline, records([{"key": key, "delta": 1, "ts": DAY0 + 60_000, "dims": values}]))
+    # THEN DynamoDB Local takes every item (partition key within 2,048 bytes, sort key within 1,024) and it reads back
+    assert dlq.letters == []
+    reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, hot_keys=hot, views=views)
+    for window in (None, "minute", "month"):
+        (row,) = reader.group(key, view, window, DAY0 + 60_000).rows
+        assert (dict(row.dims), row.value()) == (values, 1)
+    written = [
+        counter_item_of(item) for item in scan_all_time_items(ddb_tables.client, ddb_tables.counters_table, views=True)
+    ]
+    assert {item.shard for item in written if item.key != key} == {12}
+    # AND one byte more of key is refused before anything is written, as key_too_long
+    run(pipeline, records([{"key": key + "k", "delta": 1, "dims": values}], prefix="longer"))
+    assert dlq.codes() == {"longer-0": "key_too_long"}
