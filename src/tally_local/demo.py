@@ -48,6 +48,7 @@ from tally.audit.compare import Verdict as Found
 from tally.audit.compare import summarise
 from tally.cli.archive import progress_bar
 from tally.config import Settings
+from tally.core.items import item_label
 from tally.ops.dead_letters import list_letters, redrive
 from tally.reader.dynamodb import CounterReader
 from tally.reader.store_view import read_counters
@@ -521,6 +522,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
         client=resources.client("dynamodb"),
         hot_keys=settings.hot_keys,
         windows=settings.windows,
+        views=settings.counter_views,
     )
     with progress_bar() as bar:
         report = Auditor(
@@ -528,7 +530,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
             settings.archive_bucket,
             settings.archive_prefix,
             reader,
-            AuditSettings(settings.windows, settings.counter_defaults, settle_s=1.0),
+            AuditSettings(settings.windows, settings.counter_defaults, settle_s=1.0, views=settings.counter_views),
             progress=bar,
         ).run()
     counts = summarise(report.findings).values
@@ -540,7 +542,8 @@ def _audit(console: Console, resources: LocalResources) -> bool:
     )
     for finding in [f for f in report.findings if f.verdict is not Found.EXACT][:10]:
         slot = finding.slot
-        console.print(f"  {slot.key} {slot.window} {slot.name}: stored {finding.stored}, recounted {finding.recounted}")
+        where = f"{item_label(slot.key)} {slot.window} {slot.name}"
+        console.print(f"  {where}: stored {finding.stored}, recounted {finding.recounted}")
     return not report.with_verdict(Found.DRIFT, Found.UNSETTLED)
 
 
