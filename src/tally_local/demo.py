@@ -5,7 +5,9 @@
    and the event source pollers of ``tally_local.mappings`` driving the real handlers, each function in
    its own execution environments.
 2. **Sample events**: every ``events/*.json`` through its handler, twice (the second delivery is a
-   redelivery of the same batch), checked against ``events/expected.json``.
+   redelivery of the same batch), checked against ``events/expected.json``: counters, gauges, distinct counts,
+   operator records, and each view value of the events with dimensions (``api[customer=acme]``, read by
+   ``CounterReader.group``, a ``Query`` of the view).
 3. **Load**: ``--events`` events (100,000 by default) from several concurrent producers (the producer
    library: packed and single messages, a few percent re-sent with the same ids) on SQS and Kinesis,
    with poison among them, processed by concurrent pollers while they publish (progress bars).
@@ -17,7 +19,8 @@
    them after a consumer outage), then ``tally dlq redrive``'s logic sends everything back: no counter
    may change, and the poison must come back to the dead-letter queue with its reasons.
 6. **Audit**: ``tally audit``'s work (``tally.audit.auditor``) recounts the archive the functions wrote to
-   moto's S3 and compares every all-time value, window, gauge and distinct count with the table: 0 drift.
+   moto's S3 and compares every all-time value, window, gauge and distinct count with the table, view items
+   included: 0 drift.
 
 Everything started is stopped at the end, also on Ctrl-C or SIGTERM. The exit status is 1 if any
 count or check is wrong.
