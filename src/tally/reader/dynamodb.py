@@ -36,7 +36,6 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.config import COUNTER_VIEWS, COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import SHARD_SEPARATOR, make_item, view_parts
@@ -48,7 +47,7 @@ from tally.errors import ConfigurationError, InvalidReadError, RetryableStoreErr
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, KeyState, OperatorRecord, Ranked, Series, Window
 from tally.reader.views import ViewGroup, parse_view, read_view
-from tally.store.requests import batch_get, scan_all_time_items, translate
+from tally.store.requests import batch_get, query_pages, scan_all_time_items
 from tally.store.schema import (
     ALL_TIME,
     PARTITION_KEY,
@@ -394,27 +393,14 @@ class CounterReader:
         collection, never a scan (``tally.reader.views``)."""
         view = parse_view(by)
         clock = time.time_ns() // 1_000_000
-        if window is None:
-            return read_view(
-                self.client,
-                self.counters_table,
-                key,
-                view,
-                unit=None,
-                start_ms=None,
-                hot_keys=self.hot_keys,
-                windows=self.windows,
-                now_ms=clock,
-            )
-        unit = window_unit(window, self.windows)
-        start = unit.start_ms(clock if at_ms is None else at_ms)
+        unit = None if window is None else window_unit(window, self.windows)
         return read_view(
             self.client,
             self.counters_table,
             key,
             view,
             unit=unit,
-            start_ms=start,
+            start_ms=None if unit is None else unit.start_ms(clock if at_ms is None else at_ms),
             hot_keys=self.hot_keys,
             windows=self.windows,
             now_ms=clock,
@@ -472,12 +458,4 @@ class CounterReader:
         return (item for item in items if item[SORT_KEY]["S"] != ALL_TIME)
 
     def _paginate(self, kwargs: dict[str, Any]) -> Iterator[Mapping[str, Any]]:
-        while True:
-            try:
-                response = self.client.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc) from exc
-            yield from response.get("Items", [])
-            if "LastEvaluatedKey" not in response:
-                return
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return query_pages(self.client, kwargs)

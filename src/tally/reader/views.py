@@ -21,8 +21,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from tally.core.bounds import patterns_overlap
 from tally.core.items import ALL_TIME, VIEW_MARK
 from tally.core.numbers import EXACT
@@ -31,7 +29,7 @@ from tally.core.views import View, is_dimension_name
 from tally.core.windows import hours_on_day_items, unit_named
 from tally.errors import InvalidReadError, RetryableStoreError
 from tally.reader.requests import check_key
-from tally.store.requests import translate
+from tally.store.requests import query_pages
 from tally.store.schema import (
     PARTITION_KEY,
     SORT_KEY,
@@ -204,19 +202,13 @@ def _rows(view: View, totals: Mapping[tuple[str, ...], Mapping[str, Decimal]]) -
 
 def _query_prefix(client: DynamoDBClient, table: str, partition: str, prefix: str) -> Iterator[Mapping[str, Any]]:
     """Every item of ``partition`` whose sort key begins with ``prefix``, strongly consistent, paginated."""
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
-        "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
-        "ExpressionAttributeValues": {":pk": {"S": partition}, ":prefix": {"S": prefix}},
-        "ConsistentRead": True,
-    }
-    while True:
-        try:
-            response = client.query(**kwargs)
-        except (ClientError, BotoCoreError) as exc:
-            raise translate(exc) from exc
-        yield from response.get("Items", [])
-        if "LastEvaluatedKey" not in response:
-            return
-        kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+    return query_pages(
+        client,
+        {
+            "TableName": table,
+            "KeyConditionExpression": "#pk = :pk AND begins_with(#sk, :prefix)",
+            "ExpressionAttributeNames": {"#pk": PARTITION_KEY, "#sk": SORT_KEY},
+            "ExpressionAttributeValues": {":pk": {"S": partition}, ":prefix": {"S": prefix}},
+            "ConsistentRead": True,
+        },
+    )

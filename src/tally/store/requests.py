@@ -109,6 +109,20 @@ _BATCH_GET_PAUSE_S: Final = 0.05
 _BATCH_GET_MAX_PAUSE_S: Final = 1.0
 
 
+def query_pages(client: DynamoDBClient, request: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every item a ``Query`` (``request``: its parameters) finds, page after page; ``ClientError`` translated."""
+    kwargs = dict(request)
+    while True:
+        try:
+            response = client.query(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc) from exc
+        yield from response.get("Items", [])
+        if "LastEvaluatedKey" not in response:
+            return
+        kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+
+
 def batch_get(
     client: DynamoDBClient,
     table: str,
