@@ -31,6 +31,7 @@ EXPERIMENTS: Final[dict[str, Experiment]] = {
         "bench.notifications", "threshold notifications: cost per event beside plain sums, commit -> PutEvents"
     ),
     "distinct": Experiment("bench.distinct", "cost per event of distinct counts beside plain sums"),
+    "views": Experiment("bench.views", "cost per event of 0, 1 and 3 views beside the same keys published by hand"),
     "resets": Experiment("bench.resets", "cost of corrections and resets beside plain sums"),
     "hot-key": Experiment("bench.hot_key", "one hot key under concurrent consumers, with and without write sharding"),
     "journal": Experiment("bench.journal_compare", "the commit journal against the chunked path (docs/journal.md)"),

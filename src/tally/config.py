@@ -21,6 +21,7 @@ HOT_KEYS = "TALLY_HOT_KEYS"
 COUNTER_DEFAULTS = "TALLY_COUNTER_DEFAULTS"
 COUNTER_BOUNDS = "TALLY_COUNTER_BOUNDS"
 COUNTER_THRESHOLDS = "TALLY_COUNTER_THRESHOLDS"
+COUNTER_VIEWS = "TALLY_COUNTER_VIEWS"
 NOTIFICATIONS_TABLE = "TALLY_NOTIFICATIONS_TABLE"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
 ARCHIVE_BUCKET = "TALLY_ARCHIVE_BUCKET"
@@ -47,7 +48,8 @@ class Settings:
     marker_ttl_days: int = DEFAULT_MARKER_TTL_DAYS
     declarations: Declarations = NO_DECLARATIONS
     """The counters' declarations, parsed once (``TALLY_WINDOWS``, ``TALLY_WINDOW_RETENTION``, ``TALLY_HOT_KEYS``,
-    ``TALLY_COUNTER_DEFAULTS``, ``TALLY_COUNTER_BOUNDS``, ``TALLY_COUNTER_THRESHOLDS``: ``tally.core.declarations``)."""
+    ``TALLY_COUNTER_DEFAULTS``, ``TALLY_COUNTER_BOUNDS``, ``TALLY_COUNTER_THRESHOLDS``, ``TALLY_COUNTER_VIEWS``:
+    ``tally.core.declarations``)."""
     notifications_table: str | None = None
     """Where crossings are recorded (``TALLY_NOTIFICATIONS_TABLE``): required when thresholds are declared."""
     write_concurrency: int = DEFAULT_WRITE_CONCURRENCY
@@ -91,6 +93,7 @@ class Settings:
                 defaults=env.get(COUNTER_DEFAULTS, ""),
                 bounds=env.get(COUNTER_BOUNDS, ""),
                 thresholds=env.get(COUNTER_THRESHOLDS, ""),
+                views=env.get(COUNTER_VIEWS, ""),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc

@@ -69,7 +69,8 @@ class PipelineSettings:
     dedup_horizon_ms: int
     """How long markers live; a message whose ``ts`` is older than this could be counted twice: refused."""
     declarations: Declarations = NO_DECLARATIONS
-    """The deployment's declarations: default deltas for the decoder, windows and hot keys for the aggregate
+    """The deployment's declarations: default deltas and views for the decoder, windows, hot keys and views for the
+    aggregate
     (the applier's planner gets the same value)."""
 
 
@@ -136,7 +137,13 @@ class BatchPipeline:
         received_ms = [admitted.records[position].received_ms for position in copies.unique]
         windows, hot_keys = self._settings.declarations.windows, self._settings.declarations.hot_keys
         batch = aggregate_batch(
-            unique, received_ms, windows=windows, hot_keys=hot_keys, now_ms=now_ms, choose_shard=self._rng.randrange
+            unique,
+            received_ms,
+            windows=windows,
+            hot_keys=hot_keys,
+            now_ms=now_ms,
+            choose_shard=self._rng.randrange,
+            views=self._settings.declarations.views,
         )
         outcome = self._applier.apply(batch.messages, now_ms, remaining_ms)
         counted = outcome.applied | outcome.already_applied
@@ -178,7 +185,12 @@ class BatchPipeline:
         """Decode each record; refuse what may be too old, and what no post-commit step could serve."""
         admitted = _Admitted()
         for record in records:
-            decoded = decode_message(record.body, self._settings.limits, self._settings.declarations.defaults)
+            decoded = decode_message(
+                record.body,
+                self._settings.limits,
+                self._settings.declarations.defaults,
+                self._settings.declarations.views,
+            )
             if isinstance(decoded, Message):
                 decoded = self._refuse_if_too_old(decoded, now_ms)
             if isinstance(decoded, Message):

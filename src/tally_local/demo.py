@@ -5,7 +5,9 @@
    and the event source pollers of ``tally_local.mappings`` driving the real handlers, each function in
    its own execution environments.
 2. **Sample events**: every ``events/*.json`` through its handler, twice (the second delivery is a
-   redelivery of the same batch), checked against ``events/expected.json``.
+   redelivery of the same batch), checked against ``events/expected.json``: counters, gauges, distinct counts,
+   operator records, and each view value of the events with dimensions (``api[customer=acme]``, read by
+   ``CounterReader.group``, a ``Query`` of the view).
 3. **Load**: ``--events`` events (100,000 by default) from several concurrent producers (the producer
    library: packed and single messages, a few percent re-sent with the same ids) on SQS and Kinesis,
    with poison among them, processed by concurrent pollers while they publish (progress bars).
@@ -17,7 +19,8 @@
    them after a consumer outage), then ``tally dlq redrive``'s logic sends everything back: no counter
    may change, and the poison must come back to the dead-letter queue with its reasons.
 6. **Audit**: ``tally audit``'s work (``tally.audit.auditor``) recounts the archive the functions wrote to
-   moto's S3 and compares every all-time value, window, gauge and distinct count with the table: 0 drift.
+   moto's S3 and compares every all-time value, window, gauge and distinct count with the table, view items
+   included: 0 drift.
 
 Everything started is stopped at the end, also on Ctrl-C or SIGTERM. The exit status is 1 if any
 count or check is wrong.
@@ -48,6 +51,7 @@ from tally.audit.compare import Verdict as Found
 from tally.audit.compare import summarise
 from tally.cli.archive import progress_bar
 from tally.config import Settings
+from tally.core.items import item_label
 from tally.ops.dead_letters import list_letters, redrive
 from tally.reader.dynamodb import CounterReader
 from tally.reader.store_view import read_counters
@@ -94,8 +98,9 @@ DEMO_PARAMETERS: Final = {
     "StreamMode": "PROVISIONED",
     "ShardCount": "2",
     "HotKeys": f"{HOT_KEY}=4",
-    # The sample events' start values, default deltas and bounds (events/expected.json, "counter_defaults"
-    # and "counter_bounds").
+    # The sample events' start values, default deltas, bounds, thresholds and views (events/expected.json,
+    # "counter_defaults", "counter_bounds", "counter_thresholds", "counter_views").
+    "CounterViews": _declared("counter_views"),
     "CounterDefaults": _declared("counter_defaults"),
     "CounterBounds": _declared("counter_bounds"),
     "CounterThresholds": _declared("counter_thresholds"),
@@ -248,7 +253,7 @@ def _sample_events(console: Console, resources: LocalResources, mappings: EventS
     store = DynamoDBCounterStore(
         resources.client("dynamodb"), resources.counters_table, resources.markers_table, settings.marker_ttl_seconds
     )
-    reader = CounterReader(resources.counters_table, client=resources.client("dynamodb"))
+    reader = CounterReader.from_environment(resources.settings, client=resources.client("dynamodb"))
     table = Table(title="sample events: expected vs counted")
     for column in ("event file", "key", "counter", "expected", "counted", ""):
         table.add_column(column, justify="right" if column in ("expected", "counted") else "left")
@@ -312,7 +317,8 @@ def _notifications(console: Console, resources: LocalResources, inbox: str) -> b
 
 
 def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterator[tuple[str, str, str, str]]:
-    """(key, what, expected, read) for each gauge, distinct count and operator record a sample's spec names."""
+    """(key, what, expected, read) for each gauge, distinct count, operator record and view value a sample's spec
+    names."""
     for key, kinds in spec.get("gauges", {}).items():
         stored = reader.get(key).gauges
         for kind, gauges in kinds.items():
@@ -329,6 +335,14 @@ def _pattern_readings(spec: Mapping[str, Any], reader: CounterReader) -> Iterato
                 record = records.get(kind, {}).get(name)
                 found = "None" if record is None else f"{record.message_id} {record.amount}"
                 yield key, f"last {kind} of {name}", f"{message_id} {amount}", found
+    for key, views in spec.get("views", {}).items():
+        for view, rows in views.items():
+            rows_read = {tuple(row.dims.values()): row.counters for row in reader.group(key, view).rows}
+            for row in rows:
+                values = tuple(row["dims"].values())
+                for name, value in row["counters"].items():
+                    read = rows_read.get(values, {}).get(name)
+                    yield f"{key}[{','.join(f'{d}={v}' for d, v in row['dims'].items())}]", name, value, str(read)
 
 
 def _publish_and_process(
@@ -516,6 +530,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
         client=resources.client("dynamodb"),
         hot_keys=settings.declarations.hot_keys,
         windows=settings.declarations.windows,
+        views=settings.declarations.views,
     )
     with progress_bar() as bar:
         report = Auditor(
@@ -523,7 +538,12 @@ def _audit(console: Console, resources: LocalResources) -> bool:
             settings.archive_bucket,
             settings.archive_prefix,
             reader,
-            AuditSettings(settings.declarations.windows, settings.declarations.defaults, settle_s=1.0),
+            AuditSettings(
+                settings.declarations.windows,
+                settings.declarations.defaults,
+                settle_s=1.0,
+                views=settings.declarations.views,
+            ),
             progress=bar,
         ).run()
     counts = summarise(report.findings).values
@@ -535,7 +555,8 @@ def _audit(console: Console, resources: LocalResources) -> bool:
     )
     for finding in [f for f in report.findings if f.verdict is not Found.EXACT][:10]:
         slot = finding.slot
-        console.print(f"  {slot.key} {slot.window} {slot.name}: stored {finding.stored}, recounted {finding.recounted}")
+        where = f"{item_label(slot.key)} {slot.window} {slot.name}"
+        console.print(f"  {where}: stored {finding.stored}, recounted {finding.recounted}")
     return not report.with_verdict(Found.DRIFT, Found.UNSETTLED)
 
 

@@ -30,6 +30,7 @@ from tally_local.relay import TcpRelay, interface_address
 from tally_local.resources import LOCAL_CREDENTIALS, LOCAL_REGION
 from tally_local.stack import DOCKER_BRIDGE, LocalStack, sam_env_vars
 from tests.artifact.build import REPO_ROOT, host_architecture, python313, sam_build, sam_cli
+from tests.support.events import sample_views
 
 EVENTS_DIR = REPO_ROOT / "events"
 GENERATED = [
@@ -50,7 +51,7 @@ INVOKE_TIMEOUT_S = 300
 
 
 def _sample_setting(expected: dict[str, Any], name: str) -> str:
-    """The CounterDefaults or CounterBounds the sample events need (as the demo deploys them)."""
+    """The CounterDefaults, CounterBounds or CounterViews the sample events need (as the demo deploys them)."""
     return ";".join(dict.fromkeys(spec[name] for spec in expected.values() if name in spec))
 
 
@@ -117,6 +118,9 @@ def _problems(  # noqa: PLR0917 - the pieces one comparison reads
     }
     if distinct != spec.get("distinct", {}):
         problems.append(f"distinct {distinct} != {spec.get('distinct')}")
+    views = sample_views(reader, spec)
+    if views != spec.get("views", {}):
+        problems.append(f"views {views} != {spec.get('views')}")
     codes = _dead_letter_codes(sqs, dead_letter_queue_url)
     if codes != sorted(spec["dead_letters"] * deliveries):
         problems.append(f"dead letters {codes} != {sorted(spec['dead_letters'] * deliveries)}")
@@ -155,6 +159,7 @@ def main(deliveries: int, only: tuple[str, ...], generated: bool) -> None:
         "Source": "Both",
         "CounterDefaults": _sample_setting(expected_all, "counter_defaults"),
         "CounterBounds": _sample_setting(expected_all, "counter_bounds"),
+        "CounterViews": _sample_setting(expected_all, "counter_views"),
     }
     failures: list[str] = []
     with (

@@ -73,7 +73,7 @@ from tests.artifact.package import (
 )
 from tests.conftest import SUMMARY_PROPERTY
 from tests.support.archive import PREFIX as ARCHIVE_PREFIX
-from tests.support.events import EVENTS_DIR, load_event
+from tests.support.events import EVENTS_DIR, load_event, sample_views
 from tests.support.moto_server import client, drain_queue
 
 if TYPE_CHECKING:
@@ -94,6 +94,9 @@ SAMPLE_COUNTER_DEFAULTS = ";".join(
 )
 SAMPLE_COUNTER_BOUNDS = ";".join(
     dict.fromkeys(spec["counter_bounds"] for spec in EXPECTED.values() if "counter_bounds" in spec)
+)
+SAMPLE_COUNTER_VIEWS = ";".join(
+    dict.fromkeys(spec["counter_views"] for spec in EXPECTED.values() if "counter_views" in spec)
 )
 HANDLER_SOURCES = {"sqs": "CounterFunction", "kinesis": "StreamCounterFunction"}
 
@@ -326,6 +329,10 @@ class LocalResources:
     def counters(self, keys: list[str]) -> dict[str, dict[str, str]]:
         return {key: {name: str(value) for name, value in read_counters(self.store, key).items()} for key in keys}
 
+    def views(self, spec: dict[str, Any]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+        """The views ``spec`` names, read as applications read them."""
+        return sample_views(CounterReader(self.store.counters_table, client=self.dynamodb), spec)
+
     def distinct(self, keys: list[str]) -> dict[str, dict[str, str]]:
         """Each key's distinct counts, read as applications read them."""
         reader = CounterReader(self.store.counters_table, client=self.dynamodb)
@@ -371,11 +378,13 @@ def functions(
                 # Not the template's timeout: these tests check answers, not speed (a cold start on a loaded
                 # machine outlasted the read function's 10 s once); a timeout still says it was one.
                 timeout_s=max(definition.timeout_seconds, EMULATED_TIMEOUT_S),
-                # The sample events' CounterDefaults and CounterBounds (events/expected.json), as the demo deploys them.
+                # The sample events' CounterDefaults, CounterBounds and CounterViews (events/expected.json), as the
+                # demo deploys them.
                 template_environment={
                     **definition.environment,
                     "TALLY_COUNTER_DEFAULTS": SAMPLE_COUNTER_DEFAULTS,
                     "TALLY_COUNTER_BOUNDS": SAMPLE_COUNTER_BOUNDS,
+                    "TALLY_COUNTER_VIEWS": SAMPLE_COUNTER_VIEWS,
                 },
                 endpoints={
                     "DYNAMODB": resources.dynamodb_endpoint,
@@ -405,6 +414,7 @@ def test_each_sample_event_counts_under_the_emulator(
     # AND the archive the package wrote recounts to the same counters (each counted message once, by its commit)
     assert resources.archived_counters(list(expected["counters"])) == expected["counters"]
     assert resources.distinct(list(expected.get("distinct", {}))) == expected.get("distinct", {})
+    assert resources.views(expected) == expected.get("views", {})
     # Poison is dead-lettered on every delivery (it never gets a marker): twice.
     assert resources.dead_letter_codes() == sorted(expected["dead_letters"] * 2)
 

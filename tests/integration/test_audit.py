@@ -19,12 +19,15 @@ from tally.audit.compare import Scope, Verdict
 from tally.audit.recount import countings
 from tally.audit.repairs import plan_repairs
 from tally.audit.voids import VoidRefused, plan_void
+from tally.core.items import item_label, view_item_key
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
+from tally.core.views import NO_VIEWS, CounterViews, parse_counter_views
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.producer import Event
 from tally.producer.wire import single_message
 from tally.reader import CounterReader
+from tally.store.schema import item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.ttl import sweep_expired
 from tally_local.kit.faults import KilledBeforeWrite, ObjectFaults
@@ -59,11 +62,13 @@ def body(message_id: str, key: str, delta: int | str = 1, **fields: Any) -> str:
 class Counted:
     """The pipeline with its archive, and the audit of both."""
 
-    def __init__(self, tables: DynamoDBTables, bucket: ArchiveBucket) -> None:
-        self.tables, self.bucket = tables, bucket
+    def __init__(self, tables: DynamoDBTables, bucket: ArchiveBucket, views: CounterViews = NO_VIEWS) -> None:
+        self.tables, self.bucket, self.views = tables, bucket, views
         self.store: DynamoDBCounterStore = make_store(tables.client, tables.counters_table, tables.markers_table)
         self.pipeline: BatchPipeline
-        self.pipeline, self.dlq = make_pipeline(self.store, archive=bucket.writer, windows=SPEC, hot_keys=HOT)
+        self.pipeline, self.dlq = make_pipeline(
+            self.store, archive=bucket.writer, windows=SPEC, hot_keys=HOT, views=views
+        )
         self.sent = 0
 
     def count(self, *bodies: str, at_ms: int = NOW_MS) -> None:
@@ -86,8 +91,10 @@ class Counted:
         self.count(*(b.decode() for b in bodies), at_ms=at_ms)
 
     def auditor(self, **settings: Any) -> Auditor:
-        reader = CounterReader(self.tables.counters_table, client=self.tables.client, hot_keys=HOT, windows=SPEC)
-        options = {"settle_s": 0.05, "attempts": 2, "tolerance_ms": 1, **settings}
+        reader = CounterReader(
+            self.tables.counters_table, client=self.tables.client, hot_keys=HOT, windows=SPEC, views=self.views
+        )
+        options = {"settle_s": 0.05, "attempts": 2, "tolerance_ms": 1, "views": self.views, **settings}
         return Auditor(self.bucket.client, self.bucket.bucket, PREFIX, reader, AuditSettings(SPEC, **options))
 
     def audit(self, **settings: Any) -> AuditReport:
@@ -141,6 +148,49 @@ def test_every_value_of_a_counted_archive_is_exact(counted: Counted) -> None:
     assert [(f.slot, f.stored, f.recounted, f.verdict) for f in split.findings] == [
         (f.slot, f.stored, f.recounted, f.verdict) for f in report.findings
     ]
+
+
+def test_view_items_are_recounted_and_a_hand_edit_of_one_is_drift_never_repaired_by_a_correction(
+    ddb_tables: DynamoDBTables, bucket: ArchiveBucket
+) -> None:
+    # GIVEN events with dimensions counted under two views, in their hours and days, after a reset of a view item
+    counted = Counted(ddb_tables, bucket, parse_counter_views("api=customer,customer+route"))
+    ts = NOW_MS - 3 * HOUR_MS
+    counted.count(
+        body("a", "api", 2, ts=ts, dims={"customer": "acme", "route": "/a"}),
+        body("b", "api", 3, dims={"customer": "acme", "route": "/b"}),
+        json.dumps({"id": "e", "key": "api", "reset": {"count": 10}, "dims": {"customer": "bolt"}}),
+        body("c", "api", 5, ts=ts, dims={"customer": "bolt", "route": "/a"}),
+        body("d", "other", 1),
+    )
+    # WHEN audited
+    report = counted.audit()
+    # THEN every value of every view item is recounted and exact, beside the keys' own
+    assert verdicts(report) == {Verdict.EXACT: len(report.findings)}
+    acme = view_item_key("customer", "api", ("acme",))
+    bolt = view_item_key("customer", "api", ("bolt",))
+    recounted = {(f.slot.key, f.slot.window): f.recounted for f in report.findings if f.slot.name == "count"}
+    assert recounted[(acme, "all")] == 5
+    assert recounted[(bolt, "all")] == 15
+    assert report.keys == 2 + 2 + 3  # api, other; two customers; three (customer, route) pairs
+    # AND the same in two processes (a view item in its key's share)
+    split = counted.audit(processes=2)
+    assert [(f.slot, f.recounted) for f in split.findings] == [(f.slot, f.recounted) for f in report.findings]
+    # WHEN a view item's all-time value is edited by hand
+    counted.tables.client.update_item(
+        TableName=counted.tables.counters_table,
+        Key=item_key(acme),
+        UpdateExpression="ADD #c :d",
+        ExpressionAttributeNames={"#c": "c#count"},
+        ExpressionAttributeValues={":d": {"N": "-1"}},
+    )
+    # THEN the audit finds that drift on the view item, named as people write it, and plans no correction for it
+    drifted = counted.audit()
+    ((drift),) = drifted.with_verdict(Verdict.DRIFT)
+    assert (item_label(drift.slot.key), drift.slot.window, drift.difference) == ("api[customer=acme]", "all", 1)
+    plan = plan_repairs(drifted.findings, spec=SPEC, now_ms=NOW_MS)
+    assert plan.corrections == ()
+    assert [(u.key, u.name) for u in plan.unrepairable] == [(acme, "count")]
 
 
 def test_a_hand_edit_is_drift_and_fix_twice_repairs_once(counted: Counted) -> None:

@@ -6,8 +6,13 @@ from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+from tally.core.aggregate import message_totals
+from tally.core.items import item_parts, view_parts
+from tally.core.views import CounterViews, parse_counter_views
 from tally.core.write_planner import plan_write
+from tally.post_commit import StepResult
 from tally.runtime import CLIENT_CONFIG
+from tally.store.actions import add_update
 from tally_local.chaos.config import SMOKE, focused
 from tally_local.chaos.harness import (
     TTL_SECONDS,
@@ -20,14 +25,16 @@ from tally_local.chaos.harness import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable, Iterable, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
+    from tally.core.model import Message, Rejection
+    from tally.core.windows import WindowSpec
     from tally.core.write_planner import WritePlanner
     from tally.pipeline import BatchPipeline, DeadLetterQueue
-    from tally.post_commit import ArchiveWriter, PostCommitStep
+    from tally.post_commit import ArchiveWriter, PostCommitStep, SettledBatch
     from tally.store.dynamodb import DynamoDBCounterStore
     from tally.store.journal import DynamoDBJournal
     from tally_local.chaos.config import ChaosConfig
@@ -146,3 +153,58 @@ def situations_missing(result: ChaosResult, names: Iterable[str]) -> list[str]:
         return 0
 
     return [name for name in names if figure(name) <= 0]
+
+
+class _ViewsNotDerived(CounterViews):
+    """BROKEN on purpose: dims checked as declared, views never derived into the message's totals (so never in the
+    commit that marks the message)."""
+
+    def view_keys(self, key: str, dims: Mapping[str, str] | None) -> tuple[str, ...]:
+        del key, dims
+        return ()
+
+
+class ViewsAfterCommit:
+    """BROKEN on purpose: a post-commit step writing each view item with a plain ``UpdateItem ADD`` after the
+    commit, for the messages this invocation committed (a crash before it loses them, a lost answer retried
+    counts them twice): what views would be if they were written beside the counters instead of in their
+    transaction."""
+
+    def __init__(self, client: DynamoDBClient, table: str, views: CounterViews, windows: WindowSpec) -> None:
+        self.client, self.table, self.views, self.windows = client, table, views, windows
+
+    def admit(self, message: Message) -> Rejection | None:
+        del message
+        return None
+
+    def settle(self, batch: SettledBatch) -> StepResult:
+        retry: set[str] = set()
+        for message in batch.messages:
+            if message.message_id not in batch.counted_here:
+                continue
+            record = batch.sources.get(message.message_id)
+            received_ms = record.received_ms if record is not None else batch.now_ms
+            derived = message_totals(message, self.windows, received_ms, batch.now_ms, self.views).totals
+            for item, counters in derived.items():
+                if view_parts(item_parts(item).key) is None:
+                    continue  # the key's own items: committed with the message
+                action, _ = add_update(self.table, item, counters)
+                update = action["Update"]
+                try:
+                    batch.attempt(partial(self.client.update_item, **update))
+                except Exception:
+                    retry.add(message.message_id)
+        return StepResult({}, frozenset(retry))
+
+
+def _views_after_commit(pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig) -> None:
+    views = parse_counter_views(config.counter_views)
+    settings = pipeline._settings
+    declared = settings.declarations
+    pipeline._settings = replace(settings, declarations=replace(declared, views=_ViewsNotDerived(views.rules)))
+    step = ViewsAfterCommit(client, tables.counters, views, declared.windows)
+    pipeline._steps = (*pipeline._steps[:-1], step, pipeline._steps[-1])  # before the window moves
+
+
+views_written_after_the_commit = rewired(_views_after_commit)
+"""The production wiring with views taken out of the commit and written after it (``ViewsAfterCommit``)."""

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
 
     from tally.core.model import SourceRecord
     from tally.pipeline import BatchPipeline, BatchResult
+    from tally.reader import CounterReader
 
 EVENTS_DIR = Path(__file__).resolve().parents[2] / "events"
 SAMPLES_SENT_MS: Final = 4_102_444_800_000
@@ -62,3 +63,17 @@ def sqs_event(bodies: list[str], *, first: int = 1, sent_ms: int = 4_102_444_800
         record["attributes"]["SentTimestamp"] = str(sent_ms)
         records.append(record)
     return {"Records": records}
+
+
+def sample_views(reader: CounterReader, spec: Mapping[str, Any]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """The all-time rows of each view ``spec`` (``events/expected.json``) names, in its shape: the read endpoint's."""
+    return {
+        key: {
+            view: [
+                {"dims": dict(row.dims), "counters": {name: str(value) for name, value in row.counters.items()}}
+                for row in reader.group(key, view).rows
+            ]
+            for view in views
+        }
+        for key, views in spec.get("views", {}).items()
+    }

@@ -21,6 +21,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.context import LocalLambdaContext
 from tally_local.template import load_template, table_definitions
 from tests.support.environment import MOTO_CREDENTIALS, set_environment
+from tests.support.events import sample_views
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping, Sequence
@@ -117,11 +118,12 @@ def deliver_sample_twice(
 ) -> tuple[Any, Any]:
     """Run ``handler_module``'s handler on a sample event twice (a redelivery of the whole batch), with the
     deployment parameters ``events/expected.json`` gives the sample (CounterDefaults, CounterBounds,
-    CounterThresholds)."""
+    CounterThresholds, CounterViews)."""
     for variable, name in (
         ("TALLY_COUNTER_DEFAULTS", "counter_defaults"),
         ("TALLY_COUNTER_BOUNDS", "counter_bounds"),
         ("TALLY_COUNTER_THRESHOLDS", "counter_thresholds"),
+        ("TALLY_COUNTER_VIEWS", "counter_views"),
     ):
         if name in spec:
             monkeypatch.setenv(variable, spec[name])
@@ -132,6 +134,7 @@ def deliver_sample_twice(
 def sample_outcome(stack: MotoStack, spec: Mapping[str, Any]) -> dict[str, Any]:
     """What the store and the dead-letter queue hold for the keys ``spec`` documents, in ``documented``'s shape."""
     reader = CounterReader("counters", client=stack.store.client)
+    views = sample_views(reader, spec)
     return {
         "counters": {key: {n: str(v) for n, v in read_counters(stack.store, key).items()} for key in spec["counters"]},
         "dead_letters": sorted(m["MessageAttributes"]["tally.error_code"]["StringValue"] for m in stack.dead_letters()),
@@ -140,6 +143,7 @@ def sample_outcome(stack: MotoStack, spec: Mapping[str, Any]) -> dict[str, Any]:
             for key in spec.get("gauges", {})
         },
         "distinct": {key: {n: str(v) for n, v in reader.get(key).distinct.items()} for key in spec.get("distinct", {})},
+        "views": views,
         "notifications": [
             {
                 "key": c.key,
@@ -162,5 +166,6 @@ def documented_after_two_deliveries(spec: Mapping[str, Any]) -> dict[str, Any]:
         "dead_letters": sorted(spec["dead_letters"] * 2),
         "gauges": spec.get("gauges", {}),
         "distinct": spec.get("distinct", {}),
+        "views": spec.get("views", {}),
         "notifications": spec.get("notifications", []),
     }

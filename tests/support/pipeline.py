@@ -13,6 +13,7 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults
 from tally.core.limits import TRANSACT_MAX_ACTIONS, WIRE_LIMITS
 from tally.core.sharding import HotKeys
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds
+from tally.core.views import NO_VIEWS, CounterViews
 from tally.core.windows import WindowSpec
 from tally.core.write import DirectWrite, Seen
 from tally.core.write_planner import plan_write
@@ -97,6 +98,7 @@ def make_pipeline(
     rng: random.Random | None = None,
     archive: ArchiveWriter | None = None,
     clock: Callable[[], int] | None = None,
+    views: CounterViews = NO_VIEWS,
 ) -> tuple[BatchPipeline, RecordingDeadLetterQueue]:
     """The production wiring; ``max_actions`` and ``marker_read_gate`` (a warm container's) are for tests.
 
@@ -118,6 +120,7 @@ def make_pipeline(
         defaults=counter_defaults,
         bounds=counter_bounds,
         thresholds=counter_thresholds,
+        views=views,
     )
     settings = PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=TTL_DAYS * 86_400_000, declarations=declared)
     journal = DynamoDBJournal(

@@ -340,7 +340,7 @@ LAMBDA_CALLS = {
 }
 OPERATOR_CALLS = {
     ("BatchGetItem", "batch_get"),  # tally get (tally.reader; store.schema, shared with the journal)
-    ("Query", "_paginate"),  # tally get --window, tally audit (tally.reader)
+    ("Query", "query_pages"),  # tally get --window and --by, tally audit (tally.reader)
     ("Scan", "scan_all_time_items"),  # tally top (tally.reader), tally windows close (store.windows)
     ("Scan", "scan_notifications"),  # tally notifications list (tally.reader.notifications)
     ("TransactWriteItems", "_commit"),
@@ -369,11 +369,11 @@ OPERATOR_CALLS = {
 PRODUCER_CALLS = {("SendMessageBatch", "send_batch"), ("PutRecords", "send_batch")}
 READER_CALLS = {
     ("BatchGetItem", "batch_get"),
-    ("Query", "_paginate"),
+    ("Query", "query_pages"),
     ("Scan", "scan_all_time_items"),
     ("Scan", "scan_notifications"),
 }
-READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "_paginate")}
+READ_FUNCTION_CALLS = {("BatchGetItem", "batch_get"), ("Query", "query_pages")}
 # Granted on purpose though the library never calls it: producers that are not tally.producer (the AWS CLI's
 # `kinesis put-record`, an SDK's single put) publish with the same policy.
 UNUSED_BY_DESIGN = {("ProducerPolicy", "PutToTheStream: kinesis:PutRecord on")}
@@ -504,5 +504,5 @@ def test_the_reader_and_producer_policies_are_held_to_their_calls(
     # THEN the series read is denied, named with its call site, and the extra grant is reported unused
     (denied,) = verdicts["ReaderPolicy"].denied
     assert (denied.action, denied.resource.endswith(":table/CountersTable")) == ("dynamodb:Query", True)
-    assert "tally/reader/dynamodb.py" in denied.origin
+    assert "tally/store/requests.py" in denied.origin  # the one Query loop, as batch_get is the one BatchGetItem loop
     assert any("sqs:DeleteMessage" in u for u in verdicts["ProducerPolicy"].unused)

@@ -236,3 +236,27 @@ def test_a_lever_that_saves_nothing_is_not_in_the_table() -> None:
     result = CliRunner().invoke(cli, ["plan", *args])
     assert "batch size and window" not in result.output
     assert "no lever saves anything on this traffic" in result.output
+
+
+def test_views_are_priced_as_their_fan_out_and_a_group_by_read_of_each() -> None:
+    base = ("--events-per-second", "100", "--keys", "10", "--batch-size", "100")
+    few = plan_json(*base, "--view", "5")
+    many = plan_json(*base, "--view", "5", "--view", "400")
+    assert "views" not in plan_json(*base)
+    for document in (few, many):
+        views, per_event = document["views"], document["per_event"]
+        assert isinstance(views, dict)
+        assert isinstance(per_event, dict)
+        # the fan-out is what the same traffic costs beyond itself at the same settings
+        assert views["write_units_added"] == pytest.approx(
+            per_event["write_units"] - views["write_units_without_views"]
+        )
+        assert views["write_units_added"] > 0
+    assert few["views"]["write_units_without_views"] == pytest.approx(many["views"]["write_units_without_views"])
+    # a view of 400 values per key writes most of its values' items anew in each batch of 100 events
+    assert many["views"]["write_units_added"] > few["views"]["write_units_added"] + 1
+    reads = [(each["values"], each["group_read_units"]) for each in many["views"]["each"]]
+    assert reads == [(5, 1.0), (400, pytest.approx(11.0, abs=1))]
+    result = CliRunner().invoke(cli, ["plan", *base, "--view", "5"])
+    assert "views: write units / event" in result.output
+    assert "group-by read, 5 values" in result.output

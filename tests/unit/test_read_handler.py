@@ -53,7 +53,10 @@ def answer(response: dict[str, Any]) -> tuple[int, Any, dict[str, str]]:
 
 @pytest.fixture
 def endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[Endpoint]:
-    with moto_function(monkeypatch, TALLY_WINDOWS="hour,day", TALLY_HOT_KEYS="hot=4") as function:
+    views = json.loads((EVENTS_DIR / "expected.json").read_text(encoding="utf-8"))["sqs-views.json"]["counter_views"]
+    with moto_function(
+        monkeypatch, TALLY_WINDOWS="hour,day", TALLY_HOT_KEYS="hot=4", TALLY_COUNTER_VIEWS=views
+    ) as function:
         sqs_handler.pipeline.cache_clear()
         read_handler.reader.cache_clear()
         yield Endpoint(function.dynamodb)
@@ -134,6 +137,14 @@ def test_a_key_is_percent_decoded_once(endpoint: Endpoint) -> None:
         ("/counters/k", {"window": "hour", "from": "0", "to": "4102444800000"}, "at most 1000 per read"),
         ("/counters/k", {"windows": "hour"}, "unknown query parameter"),
         ("/counters/k", {"from": "0"}, "need a window"),
+        ("/counters/k", {"top": "3"}, "give by"),
+        ("/counters/k", {"by": "cust omer"}, "is not a view"),
+        ("/counters/k", {"by": "customer", "from": "0"}, "not from and to"),
+        ("/counters/k", {"by": "customer", "at": "0"}, "at needs a window"),
+        ("/counters/k", {"by": "customer", "window": "minute"}, "not counted here"),
+        ("/counters/k", {"by": "customer", "top": "0"}, "top is a whole number"),
+        ("/counters/k", {"by": "customer", "counter": "calls"}, "give top too"),
+        ("/counters/a%1Fb", {"by": "customer"}, "U+001F"),
     ],
 )
 def test_what_cannot_be_answered_is_a_400_with_its_reason(
@@ -151,7 +162,7 @@ def test_what_cannot_be_answered_is_a_400_with_its_reason(
 def test_other_paths_and_methods_are_404(endpoint: Endpoint, raw_path: str, method: str) -> None:
     assert endpoint.get(raw_path, method=method)[:2] == (
         404,
-        {"error": "not_found", "message": "GET /counters/{percent-encoded key}[?window=&from=&to=]"},
+        {"error": "not_found", "message": "GET /counters/{percent-encoded key}[?window=&from=&to=][?by=&at=&top=]"},
     )
 
 

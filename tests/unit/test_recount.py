@@ -10,15 +10,17 @@ from tally.core.archive import ArchiveRecord, archive_record
 from tally.core.decode import decode_message
 from tally.core.defaults import parse_counter_defaults
 from tally.core.digest import content_digest
-from tally.core.items import ALL_TIME
+from tally.core.items import ALL_TIME, view_item_key
 from tally.core.ledger import Commit
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import GaugeKind, Message, SourceRecord
+from tally.core.views import parse_counter_views
 from tally.core.windows import parse_window_spec
 
 HOUR = 3_600_000
 T0 = 1_764_633_600_000  # 2025-12-02T00:00:00Z
 WINDOWS = parse_window_spec("hour,day")
+VIEWS = parse_counter_views("api*=customer,customer+route")
 
 
 def record(
@@ -33,7 +35,7 @@ def record(
     received: int | None = None,
 ) -> ArchiveRecord:
     body = body.replace("TS", str(T0))
-    message = decode_message(body, WIRE_LIMITS)
+    message = decode_message(body, WIRE_LIMITS, views=VIEWS)
     assert isinstance(message, Message), message
     source = SourceRecord(f"r-{seq}", body, committed - 10 if received is None else received)
     return archive_record(
@@ -203,3 +205,37 @@ def test_exact_sums_beyond_a_double() -> None:
         record('{"id": "c", "key": "k", "delta": 0.2}', seq=2),
     ]
     assert recount(records).counters["k"]["count"] == Decimal("12345678901234567890123456789012345678.3")
+
+
+def test_views_recount_from_the_archived_dims_as_the_commit_derived_them() -> None:
+    # GIVEN events with dims, archived and read back (the dims are part of the archived content), then a reset of one
+    # view item, then a later event
+    acme = '"dims": {"customer": "acme", "route": "/a"}'
+    globex = '"dims": {"customer": "globex", "route": "/a"}'
+    records = [
+        record(f'{{"id": "a", "key": "api", "deltas": {{"calls": 2}}, "ts": TS, {acme}}}'),
+        record(
+            f'{{"id": "b", "events": [{{"key": "api", "deltas": {{"calls": 3}}, {globex}}}, '
+            f'{{"key": "api", "deltas": {{"calls": 1}}, {acme}}}]}}',
+            seq=1,
+        ),
+        record(
+            '{"id": "r", "key": "api", "reset": {"calls": 10}, "dims": {"customer": "acme"}}',
+            committed=T0 + HOUR,
+            delivery="d2",
+        ),
+        record(
+            f'{{"id": "c", "key": "api", "deltas": {{"calls": 4}}, {acme}}}', committed=T0 + 2 * HOUR, delivery="d3"
+        ),
+    ]
+    # WHEN they are recounted with the views in force
+    result = recount(records, windows=WINDOWS, views=VIEWS)
+    # THEN each view item holds what the commit's derivation puts there; the reset set acme's item only
+    customer = {name: view_item_key("customer", "api", (name,)) for name in ("acme", "globex")}
+    assert result.counters["api"] == {"calls": 10}
+    assert result.counters[customer["acme"]] == {"calls": 14}  # reset to 10, then 4
+    assert result.counters[customer["globex"]] == {"calls": 3}
+    assert result.counters[view_item_key("customer+route", "api", ("acme", "/a"))] == {"calls": 7}
+    assert result.windows[customer["acme"]]["d#2025-12-02"] == {"calls": 6}  # b was received the day before
+    assert result.digest_mismatches == ()
+    assert not result.inexact

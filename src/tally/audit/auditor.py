@@ -38,10 +38,12 @@ from tally.audit.compare import Finding, Scope, Slot, Verdict, compare_key, reco
 from tally.audit.corrections import is_repair, repair_slots
 from tally.audit.cut import ReadInterval, split
 from tally.audit.objects import archive_keys, read_bodies, written_since
-from tally.audit.recount import DEFAULT_CLOCK_TOLERANCE_MS, gc_paused, recount
+from tally.audit.recount import DEFAULT_CLOCK_TOLERANCE_MS, event_keys, gc_paused, recount
 from tally.audit.shares import ShareSettings, merge, recount_share
 from tally.core.archive import decode_records
 from tally.core.defaults import NO_DEFAULTS
+from tally.core.items import owner_key
+from tally.core.views import NO_VIEWS
 from tally.core.windows import MINUTE_MS
 
 if TYPE_CHECKING:
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from tally.audit.recount import Recount
     from tally.core.archive import ArchiveRecord
     from tally.core.defaults import CounterDefaults
+    from tally.core.views import CounterViews
     from tally.core.windows import WindowSpec
     from tally.reader import CounterReader, KeyState
 
@@ -104,6 +107,9 @@ class AuditSettings:
     readers: int = 4
     """Reads of the table at once."""
     keys_per_read: int = 25
+    views: CounterViews = NO_VIEWS
+    """The deployment's ``CounterViews``: each view item an event counts in is recounted and compared like a key
+    (under its item's key, ``tally.core.items.view_item_key``; in the scope of its event's key)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,19 +203,21 @@ class Auditor:
             keys = list(written_since(self.client, self.bucket, self.archive_prefix, start))
         self.bodies = self._fetch(keys)
         first = self._recount_shares()
-        wanted = {key for key in _recount_keys(first) if key.startswith(settings.prefix)}
+        wanted = {key for key in _recount_keys(first) if owner_key(key).startswith(settings.prefix)}
         if settings.scope.all_time and since is None:
             self.progress.phase("scanning the table")
-            wanted |= {key for key in self.reader.all_time_totals() if key.startswith(settings.prefix)}
+            scanned = self.reader.all_time_totals(views=True)
+            wanted |= {key for key in scanned if owner_key(key).startswith(settings.prefix)}
         states, reads = self._read_states(sorted(wanted))
         new = self._read_new()
         earliest = min((read.start_ms for read in reads.values()), default=self.clock())
         late = {key for key, archived in self._last.items() if archived + settings.tolerance_ms >= earliest}
-        dirty = _keys_of(new) | late
+        touched = _keys_of(new, settings.views) | late
+        dirty = {key for key in states if key in touched or owner_key(key) in touched}
         for key, state in states.items():
             if key not in dirty:
                 self._findings[key] = self._compare(state, first)
-        self._judge_dirty({key: states[key] for key in dirty if key in states}, reads)
+        self._judge_dirty({key: states[key] for key in dirty}, reads)
         for key in states:
             self._reads[key] = 1
         self._look_again(set(states))
@@ -252,7 +260,7 @@ class Auditor:
         size = sum(len(body) for body in self.bodies)
         processes = settings.processes or (min(os.cpu_count() or 1, MAX_PROCESSES) if size >= SHARE_BYTES else 1)
         shared = ShareSettings(
-            processes, settings.spec, settings.defaults, settings.prefix, settings.recount_tolerance_ms
+            processes, settings.spec, settings.defaults, settings.prefix, settings.recount_tolerance_ms, settings.views
         )
         self.progress.phase(f"recounting ({processes} processes)" if processes > 1 else "recounting")
         if processes == 1:
@@ -289,7 +297,7 @@ class Auditor:
         self.later.extend(found)
         for record in found:
             self._identities.append((record.id, record.commit, record.digest))
-            for key in _keys_of([record]):
+            for key in _keys_of([record], self.settings.views):
                 self._last[key] = max(self._last.get(key, 0), record.archived_ms)
         return found
 
@@ -304,7 +312,8 @@ class Auditor:
                     for record in decode_records(body)
                     if not is_repair(record) and any(event.key.startswith(prefix) for event in record.events)
                 ]
-        return [record for record in (*self._decoded, *self.later) if any(event.key in keys for event in record.events)]
+        views = self.settings.views
+        return [record for record in (*self._decoded, *self.later) if not keys.isdisjoint(_keys_of([record], views))]
 
     def _recount(self, records: Iterable[ArchiveRecord]) -> Recount:
         settings = self.settings
@@ -313,6 +322,7 @@ class Auditor:
             windows=settings.spec,
             defaults=settings.defaults,
             clock_tolerance_ms=settings.recount_tolerance_ms,
+            views=settings.views,
         )
         self._mismatches.update(recounted.digest_mismatches)
         return recounted
@@ -359,7 +369,7 @@ class Auditor:
         wanted = set(states)
         touching: dict[str, list[ArchiveRecord]] = {}
         for record in self._touching(wanted):
-            for key in {event.key for event in record.events} & wanted:
+            for key in _keys_of([record], self.settings.views) & wanted:
                 touching.setdefault(key, []).append(record)
         self.progress.phase("recounting what changed", len(states))
         for interval, keys in by_read.items():
@@ -401,7 +411,7 @@ class Auditor:
             findings = with_pending(findings, self.waiting(drifted))
         last = {key: self._last[key] for key in drifted if key in self._last}
         for record in self.repairs:
-            for key in _keys_of([record]) & drifted:
+            for key in _keys_of([record], self.settings.views) & drifted:
                 last[key] = max(last.get(key, 0), record.archived_ms)
         with gc_paused():
             twice, reused, countings = _identities(self._identities)
@@ -425,8 +435,9 @@ def _recount_keys(recounted: Recount) -> set[str]:
     return {*recounted.counters, *recounted.windows, *recounted.gauges, *recounted.distinct}
 
 
-def _keys_of(records: Iterable[ArchiveRecord]) -> set[str]:
-    return {event.key for record in records for event in record.events}
+def _keys_of(records: Iterable[ArchiveRecord], views: CounterViews) -> set[str]:
+    """The keys ``records`` touch: their events' keys and the view items they count in (or reset)."""
+    return {key for record in records for event in record.events for key in (event.key, *event_keys(event, views))}
 
 
 def _identities(records: Iterable[tuple[str, str, str]]) -> tuple[tuple[str, ...], tuple[str, ...], int]:

@@ -11,7 +11,8 @@ count must hold if each counted message was counted exactly once:
    written; ``hi_ms``, the earliest ``archived_ms`` of all copies, is when its deltas had certainly landed.
 2. **Counters, windows, gauges, distinct counts** from ``tally.core.aggregate.message_totals`` (the same
    netting, window placement and late-window rule as the commit: windows from ``ts`` or the receive time,
-   a window already expired at the commit skipped), ``tally.core.gauges.batch_gauges`` and
+   a window already expired at the commit skipped; each view an event's ``dims`` count it in, derived by the same
+   function as the commit's, ``tally.core.views``: keyed by the view item's key), ``tally.core.gauges.batch_gauges`` and
    ``tally.core.distinct.event_sets``; start values (``CounterDefaults``) as the store applies them
    (``if_not_exists(c, start) + delta``: counted once, on the all-time value only).
 3. **Resets** do not commute. A reset orders *by commit* against the other messages of its key
@@ -46,17 +47,19 @@ from tally.core.distinct import event_sets
 from tally.core.gauges import batch_gauges
 from tally.core.items import ALL_TIME, WINDOW_COUNTER_MARK, item_parts, split_window_counter
 from tally.core.numbers import add
+from tally.core.views import NO_VIEWS
 from tally.core.windows import WindowSpec
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping, Sequence
 
     from tally.core.aggregate import Totals
-    from tally.core.archive import ArchiveRecord
+    from tally.core.archive import ArchivedEvent, ArchiveRecord
     from tally.core.defaults import CounterDefaults
     from tally.core.gauges import GaugeSlot
-    from tally.core.model import Message
+    from tally.core.model import CounterEvent, Message
     from tally.core.numbers import Number
+    from tally.core.views import CounterViews
 
 DEFAULT_CLOCK_TOLERANCE_MS: Final = 100
 """How far apart two Lambda containers' clocks may be, assumed (they are synchronised by Amazon Time Sync;
@@ -170,15 +173,20 @@ def recount(
     windows: WindowSpec | None = None,
     defaults: CounterDefaults = NO_DEFAULTS,
     clock_tolerance_ms: int = DEFAULT_CLOCK_TOLERANCE_MS,
+    views: CounterViews = NO_VIEWS,
 ) -> Recount:
-    """Recount ``records`` (see the module); ``windows`` and ``defaults`` are the deployment's. The collector is
-    paused while it runs (``gc_paused``)."""
+    """Recount ``records`` (see the module); ``windows``, ``defaults`` and ``views`` are the deployment's (as they
+    were when the records were counted). The collector is paused while it runs (``gc_paused``)."""
     with gc_paused():
-        return _recount(records, windows or WindowSpec(), defaults, clock_tolerance_ms)
+        return _recount(records, windows or WindowSpec(), defaults, clock_tolerance_ms, views)
 
 
 def _recount(
-    records: Iterable[ArchiveRecord], spec: WindowSpec, defaults: CounterDefaults, clock_tolerance_ms: int
+    records: Iterable[ArchiveRecord],
+    spec: WindowSpec,
+    defaults: CounterDefaults,
+    clock_tolerance_ms: int,
+    views: CounterViews,
 ) -> Recount:
     read = list(records)
     found = countings(read)
@@ -194,7 +202,7 @@ def _recount(
     mismatches: list[str] = []
     for counting in found:
         record, message = counting.record, counting.message
-        net = message_totals(message, spec, record.received_ms, record.committed_ms)
+        net = message_totals(message, spec, record.received_ms, record.committed_ms, views)
         if record.digest and net.digest.hex() != record.digest:
             mismatches.append(record.id)
         _add_totals(sums, window_sums, net.totals)
@@ -205,18 +213,19 @@ def _recount(
                     "one that placed its events without ts in their windows"
                 )
             if event.reset is not None:
-                operated.setdefault(event.key, []).append(counting)
+                operated.setdefault(views.reset_target(event.key, event.dims), []).append(counting)
             for name, member in (event.distinct or {}).items():
                 for member_set in event_sets(event.key, name, event.ts_ms, spec, record.committed_ms):
                     slot = (member_set.window, member_set.name)
                     members.setdefault(event.key, {}).setdefault(slot, set()).add(member)
     if operated:
         for counting in found:
-            for key in {event.key for event in counting.message.events if event.key in operated}:
+            touched = {key for event in counting.message.events for key in event_keys(event, views)}
+            for key in touched & operated.keys():
                 touching.setdefault(key, []).append(counting)
     all_time = _with_starts(sums, defaults)
     for key, resets in operated.items():
-        _apply_resets(all_time, inexact, key, resets, touching[key], tolerance_ms=clock_tolerance_ms)
+        _apply_resets(all_time, inexact, key, resets, touching[key], tolerance_ms=clock_tolerance_ms, views=views)
     gauges = batch_gauges(counting.message for counting in found)
     return Recount(
         counters=all_time,
@@ -275,13 +284,14 @@ def _apply_resets(
     touching: Sequence[Counting],
     *,
     tolerance_ms: int,
+    views: CounterViews,
 ) -> None:
     """Each counter a reset of ``key`` names: the last reset's value plus what committed after it (a reset's
     ``SET c = :value`` replaces any start value: nothing of the declaration remains)."""
     by_counter: dict[str, list[tuple[Counting, Number]]] = {}
     for counting in resets:
         for event in counting.message.events:
-            if event.key == key and event.reset is not None:
+            if event.reset is not None and views.reset_target(event.key, event.dims) == key:
                 for name, value in event.reset.items():
                     by_counter.setdefault(name, []).append((counting, value))
     keyed = counters.setdefault(key, {})
@@ -295,7 +305,7 @@ def _apply_resets(
         for counting in touching:
             if counting is last:
                 continue
-            delta = _all_time_delta(counting.message, key, name)
+            delta = _all_time_delta(counting.message, key, name, views)
             if delta is None:
                 continue
             if certainly_before(last, counting, tolerance_ms):
@@ -311,11 +321,19 @@ def _apply_resets(
             inexact[(key, ALL_TIME, name)] = doubt
 
 
-def _all_time_delta(message: Message, key: str, counter: str) -> Number | None:
-    """What ``message`` adds to ``key``'s all-time ``counter`` (None: it does not touch it; a reset adds none)."""
+def event_keys(event: CounterEvent | ArchivedEvent, views: CounterViews) -> tuple[str, ...]:
+    """The keys whose all-time values ``event`` touches: its key's and its views' (a reset's: the item it sets)."""
+    if event.reset is not None:
+        return (views.reset_target(event.key, event.dims),)
+    return (event.key, *views.view_keys(event.key, event.dims)) if event.dims else (event.key,)
+
+
+def _all_time_delta(message: Message, key: str, counter: str, views: CounterViews) -> Number | None:
+    """What ``message`` adds to the all-time ``counter`` of ``key`` (a key, or a view item's key): None when it does
+    not touch it; a reset adds none."""
     total: Number | None = None
     for event in message.events:
-        if event.key != key or event.reset is not None or counter not in event.deltas:
+        if event.reset is not None or counter not in event.deltas or key not in event_keys(event, views):
             continue
         delta = event.deltas[counter]
         total = delta if total is None else add(total, delta)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Final
 
 from tally.audit.compare import Kind, Verdict, window_kept
 from tally.audit.corrections import PlannedCorrection, repair_id
-from tally.core.items import ALL_TIME
+from tally.core.items import ALL_TIME, view_parts
 from tally.core.numbers import add
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_id
 
@@ -105,6 +105,10 @@ def plan_repairs(
         if doubtful:
             reason = f"{doubtful[0].verdict} beside its drift: audit again"
             unrepairable.append(Unrepairable(key, doubtful[0].slot.window, name, reason))
+            continue
+        if view_parts(key) is not None:
+            reason = "a view's item: a correction of its key would count in the key and every view; see its events"
+            unrepairable.append(Unrepairable(key, counted[0].slot.window, name, reason))
             continue
         drifted = _drifted(key, name, counted, starts(key).get(name))
         planned, left = _corrections(drifted, spec, now_ms)

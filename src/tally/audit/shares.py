@@ -23,12 +23,15 @@ from typing import TYPE_CHECKING
 from tally.audit.corrections import is_repair
 from tally.audit.recount import Recount, gc_paused, recount
 from tally.core.archive import decode_records
+from tally.core.items import owner_key
+from tally.core.views import NO_VIEWS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from tally.core.archive import ArchiveRecord
     from tally.core.defaults import CounterDefaults
+    from tally.core.views import CounterViews
     from tally.core.windows import WindowSpec
 
 
@@ -39,6 +42,7 @@ class ShareSettings:
     defaults: CounterDefaults
     prefix: str
     tolerance_ms: int
+    views: CounterViews = NO_VIEWS
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +59,9 @@ class Share:
 
 
 def share_of(key: str, shares: int) -> int:
-    """Which share ``key`` falls in (the same in every process: not Python's salted ``hash``)."""
-    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % shares
+    """Which share ``key`` falls in (the same in every process: not Python's salted ``hash``); a view item's, its
+    event key's (a share recounts the records of its keys, and their views with them)."""
+    return zlib.crc32(owner_key(key).encode("utf-8", "surrogatepass")) % shares
 
 
 def recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings) -> Share:
@@ -91,7 +96,11 @@ def _recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings)
                 if record.archived_ms > last.get(key, -1):
                     last[key] = record.archived_ms
     recounted = recount(
-        kept, windows=settings.spec, defaults=settings.defaults, clock_tolerance_ms=settings.tolerance_ms
+        kept,
+        windows=settings.spec,
+        defaults=settings.defaults,
+        clock_tolerance_ms=settings.tolerance_ms,
+        views=settings.views,
     )
     if shares > 1:
         recounted = restricted(recounted, lambda key: share_of(key, shares) == index)

@@ -4,8 +4,8 @@ archive read with a progress bar, and corrections published through the normal p
 The archive's bucket is found like every resource (``tally.cli.resolve``): ``--archive-bucket``, else the stack's
 ``ArchiveBucketName`` output, else ``$TALLY_ARCHIVE_BUCKET`` (what the functions write to), else
 ``$TALLY_STACK``'s; its key prefix is ``--archive-prefix``, else ``$TALLY_ARCHIVE_PREFIX``, else ``events/``. A
-recount needs the stack's ``Windows``, ``WindowRetentionDays``, ``CounterDefaults`` and ``HotKeys``, read the
-same way.
+recount needs the stack's ``Windows``, ``WindowRetentionDays``, ``CounterDefaults``, ``HotKeys`` and
+``CounterViews``, read the same way.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import click
 
 from tally.cli.output import console
 from tally.cli.resolve import Resolver, kind_option, stack_option
+from tally.core.views import NO_VIEWS
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator, Sequence
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from tally.audit.recount import Counting
     from tally.core.defaults import CounterDefaults
     from tally.core.sharding import HotKeys
+    from tally.core.views import CounterViews
     from tally.core.windows import WindowSpec
 
 DEFAULT_PREFIX: Final = "events/"
@@ -38,6 +40,7 @@ COUNTING_SETTINGS: Final = (
     "TALLY_WINDOWS",
     "TALLY_WINDOW_RETENTION",
     "TALLY_COUNTER_DEFAULTS",
+    "TALLY_COUNTER_VIEWS",
 )
 """What a recount needs of the stack: how it counts (the table only to compare with)."""
 
@@ -87,6 +90,7 @@ class Archive:
     defaults: CounterDefaults
     settings: dict[str, str]
     """The stack's ``TALLY_*`` settings as read (for a ``CounterReader``)."""
+    views: CounterViews = NO_VIEWS
 
     def client(self) -> Any:
         from tally.audit.objects import READ_WORKERS
@@ -101,6 +105,7 @@ def resolve_archive(resolver: Resolver, bucket: str | None, prefix: str | None) 
 
     from tally.core.defaults import parse_counter_defaults
     from tally.core.sharding import parse_hot_keys
+    from tally.core.views import parse_counter_views
     from tally.core.windows import parse_window_spec
 
     found = resolver.required("TALLY_ARCHIVE_BUCKET", bucket, "the archive bucket", "--archive-bucket")
@@ -109,12 +114,13 @@ def resolve_archive(resolver: Resolver, bucket: str | None, prefix: str | None) 
         raise click.UsageError(f"the archive prefix must end with '/' and not start with one, not {chosen!r}")
     settings = resolver.settings(COUNTING_SETTINGS)
     try:
-        hot_keys = parse_hot_keys(settings.get("TALLY_HOT_KEYS", ""))
+        views = parse_counter_views(settings.get("TALLY_COUNTER_VIEWS", ""))
+        hot_keys = parse_hot_keys(settings.get("TALLY_HOT_KEYS", ""), views)
         windows = parse_window_spec(settings.get("TALLY_WINDOWS", ""), settings.get("TALLY_WINDOW_RETENTION", ""))
-        defaults = parse_counter_defaults(settings.get("TALLY_COUNTER_DEFAULTS", ""), hot_keys)
+        defaults = parse_counter_defaults(settings.get("TALLY_COUNTER_DEFAULTS", ""), hot_keys, views)
     except ValueError as exc:
         raise click.ClickException(f"the stack's settings cannot be read: {exc}") from exc
-    return Archive(found, chosen, windows, hot_keys, defaults, settings)
+    return Archive(found, chosen, windows, hot_keys, defaults, settings, views)
 
 
 class BarProgress:

@@ -16,6 +16,7 @@ import click
 from tally.cli.archive import archive_options, progress_bar, resolve_archive, target_options
 from tally.cli.output import console, json_option, print_json, table
 from tally.cli.resolve import Resolver
+from tally.core.items import item_label, owner_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -140,7 +141,9 @@ def audit(  # click passes every option by name
     resolver = Resolver(stack_name, os.environ)
     archive = resolve_archive(resolver, archive_bucket, archive_prefix)
     counters = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
-    reader = CounterReader(counters, client=client("dynamodb"), hot_keys=archive.hot_keys, windows=archive.windows)
+    reader = CounterReader(
+        counters, client=client("dynamodb"), hot_keys=archive.hot_keys, windows=archive.windows, views=archive.views
+    )
     settings = AuditSettings(
         archive.windows,
         archive.defaults,
@@ -149,6 +152,7 @@ def audit(  # click passes every option by name
         settle_s=settle,
         attempts=attempts,
         processes=processes,
+        views=archive.views,
     )
     letters_url = resolver.value("TALLY_DLQ_URL", dlq_url)
     auditor = Auditor(
@@ -229,8 +233,10 @@ def _waiting(dlq_url: str, archive: Any) -> Callable[[set[str]], Mapping[str, in
         for letter in list_letters(client("sqs"), dlq_url):
             message = decode_message(letter.payload, defaults=archive.defaults)
             if isinstance(message, Message):
-                for key in {event.key for event in message.events} & keys:
-                    found[key] = found.get(key, 0) + 1
+                published = {event.key for event in message.events}
+                for key in keys:
+                    if owner_key(key) in published:  # a view item's drift waits on its key's letters
+                        found[key] = found.get(key, 0) + 1
         return found
 
     return waiting
@@ -271,7 +277,7 @@ def _publish(
 def finding_json(finding: Finding) -> dict[str, Any]:
     slot = finding.slot
     document: dict[str, Any] = {
-        "key": slot.key,
+        "key": item_label(slot.key),
         "window": slot.window,
         "kind": str(slot.kind),
         "name": slot.name,
@@ -326,7 +332,8 @@ def fix_document(plan: RepairPlan, *, dry_run: bool) -> dict[str, Any]:
         "dry_run": dry_run,
         "repairs": [correction_json(correction) for correction in plan.corrections],
         "unrepairable": [
-            {"key": u.key, "window": u.window, "name": u.name, "reason": u.reason} for u in plan.unrepairable
+            {"key": item_label(u.key), "window": u.window, "name": u.name, "reason": u.reason}
+            for u in plan.unrepairable
         ],
     }
 
@@ -378,7 +385,7 @@ def _print_report(out: Console, report: AuditReport, document: dict[str, Any], t
             slot = finding.slot
             name = slot.name if slot.kind.value == "counter" else f"{slot.kind} {slot.name}"
             rows.add_row(
-                slot.key,
+                item_label(slot.key),
                 slot.window,
                 name,
                 _text(finding.stored),
@@ -411,7 +418,8 @@ def _print_plan(out: Console, plan: RepairPlan, *, dry_run: bool) -> None:
         rows.add_row(correction.message_id, correction.key, change, str(correction.ts_ms or ""))
     out.print(rows if plan.corrections else "nothing to repair")
     for unrepairable in plan.unrepairable:
-        out.print(f"not repaired: {unrepairable.key} {unrepairable.window} {unrepairable.name}: {unrepairable.reason}")
+        what = f"{item_label(unrepairable.key)} {unrepairable.window} {unrepairable.name}"
+        out.print(f"not repaired: {what}: {unrepairable.reason}")
 
 
 def _text(value: object) -> str:

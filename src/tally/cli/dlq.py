@@ -205,13 +205,20 @@ def counted_check(resolver: Resolver) -> Callable[[Sequence[Letter]], frozenset[
     lookup = DynamoDBCountedLookup(client("dynamodb"), settings.counters_table, settings.markers_table)
 
     def check(letters: Sequence[Letter]) -> frozenset[str]:
-        return counted_letters(letters, lookup, settings.declarations.defaults)
+        return counted_letters(letters, lookup, settings.declarations.defaults, settings.declarations.views)
 
     return check
 
 
-_COUNTED_SETTINGS = ("TALLY_COUNTERS_TABLE", "TALLY_MARKERS_TABLE", "TALLY_HOT_KEYS", "TALLY_COUNTER_DEFAULTS")
-"""What deciding whether a letter counts needs: both tables, and how the stack fills in default deltas."""
+_COUNTED_SETTINGS = (
+    "TALLY_COUNTERS_TABLE",
+    "TALLY_MARKERS_TABLE",
+    "TALLY_HOT_KEYS",
+    "TALLY_COUNTER_DEFAULTS",
+    "TALLY_COUNTER_VIEWS",
+)
+"""What deciding whether a letter counts needs: both tables, and how the stack fills in default deltas and reads
+dimensions (a message is decoded as the function decodes it)."""
 
 
 def letter_json(letter: Letter, counted: frozenset[str] | None = None) -> dict[str, Any]:

@@ -76,7 +76,11 @@ COMMANDS: Mapping[str, LazyCommand] = {
     ),
     "top": LazyCommand(
         "tally.cli.top:top",
-        "Print the N largest all-time counters (a Scan of the counters table: for operators, not for hot paths).",
+        "Print the N largest counters: all-time of every key (a Scan), or of a view's values (--view: Queries).",
+    ),
+    "values": LazyCommand(
+        "tally.cli.views:values",
+        "List the values of dimension DIM counted for KEY (a Query of a view holding DIM: never a scan).",
     ),
     "void": LazyCommand(
         "tally.cli.void:void",
@@ -159,6 +163,8 @@ def cli() -> None:
 @click.option(
     "--distinct", "distinct", is_flag=True, help="Print the distinct counts (members per set) instead of the counters."
 )
+@click.option("--by", help="Group by a view's dimensions (customer, customer+route): one row per value (Queries).")
+@click.option("--at", help="With --by and --window, the window holding this time (default: now).")
 @stack_option
 @click.option("--table", "table_name", help="The counters table (default: the stack's, or $TALLY_COUNTERS_TABLE).")
 def get(
@@ -171,10 +177,13 @@ def get(
     gauges: bool,
     operators: bool,
     distinct: bool,
+    by: str | None,
+    at: str | None,
     stack_name: str | None,
     table_name: str | None,
 ) -> None:
-    """Print the counters of KEY: all-time, or per window with --window (strongly consistent reads)."""
+    """Print the counters of KEY: all-time, or per window with --window, or per value of a view with --by
+    (strongly consistent reads)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from tally.cli.aws import failure
@@ -185,6 +194,18 @@ def get(
         reader = counter_reader(Resolver(stack_name, os.environ), table_name)
     except ConfigurationError as exc:
         raise click.ClickException(str(exc)) from exc
+    if by is not None:
+        from tally.cli.views import print_group, read_group
+
+        if gauges or operators or distinct or from_ or to:
+            raise click.UsageError(
+                "--by reads a view's counters in one window: not with --gauges, --operators, "
+                "--distinct, --from or --to (use --at)"
+            )
+        print_group(read_group(reader, key, by, window=window, at=at, what=f"read {key!r} by {by}"), as_json)
+        return
+    if at is not None:
+        raise click.UsageError("--at picks the window of a view read: give --by (and --window)")
     try:
         if operators:
             _print_operators(key, reader.get(key).operators, as_json)

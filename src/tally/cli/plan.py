@@ -26,12 +26,15 @@ from tally.cli.output import print_json
 from tally.cost.model import (
     PROXY_TO_MODEL_DURATION,
     Bill,
+    Latencies,
+    Prices,
     Traffic,
     floor,
     keys_per_message,
     price,
     published_latencies,
     recommend,
+    view_read_units,
 )
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
 from tally.store.pages import encode_page
@@ -121,6 +124,14 @@ PACKED_EVENTS = 100
     show_default=True,
     help="Latency of a 100-action TransactWriteItems (default: the published figure the latency proxy uses).",
 )
+@click.option(
+    "--view",
+    "views",
+    type=click.IntRange(min=1),
+    multiple=True,
+    help="A declared view (CounterViews) with this many values per key: repeat for each view (customers, routes "
+    "and their pairs: --view 50 --view 8 --view 400). Prices the fan-out and a group-by read of each.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the prediction as JSON.")
 def plan(
     *,
@@ -139,6 +150,7 @@ def plan(
     archive: bool,
     batch_size: int | None,
     transaction_ms: float,
+    views: tuple[int, ...],
     as_json: bool,
 ) -> None:
     """Recommend template parameters for a traffic description and predict the bill."""
@@ -157,6 +169,7 @@ def plan(
             latency_budget_s=latency_budget,
             memory_mb=memory_mb,
             archive=archive,
+            views=views,
         )
         latencies = dataclasses.replace(published_latencies(), transact_write_ms=transaction_ms)
 
@@ -168,9 +181,12 @@ def plan(
         bill = bill_of(traffic)
         lowest = floor(traffic, latencies=latencies, page_bytes=_page_bytes)
         levers = _levers(traffic, bill, lowest, bill_of)
+        fan_out = _views(bill, latencies) if views else None
     except (ValueError, KeyError) as exc:
         raise click.ClickException(str(exc)) from exc
     extra: dict[str, object] = {**_extra(bill, lowest), "levers": levers, "duration": _duration(bill)}
+    if fan_out is not None:
+        extra["views"] = fan_out
     if as_json:
         print_json({**bill.as_json(), **extra})  # floats rounded: a model's figures, not its binary noise
         return
@@ -213,6 +229,34 @@ def _levers(traffic: Traffic, bill: Bill, lowest: Bill, bill_of: Callable[[Traff
         lowest,
     )
     return levers
+
+
+def _views(bill: Bill, latencies: Latencies) -> dict[str, object]:
+    """What the views cost: the same traffic without them at the same settings, and a group-by read of each."""
+    traffic = bill.traffic
+    alone = price(
+        dataclasses.replace(traffic, views=()),
+        bill.parameters.batch_size,
+        latencies=latencies,
+        page_bytes=_page_bytes,
+        window_s=bill.parameters.batching_window_s,
+    )
+    prices = Prices()
+    added = bill.units.write_units - alone.units.write_units
+    return {
+        "write_units_without_views": alone.units.write_units,
+        "write_units_added": added,
+        "usd_month_without_views": alone.usd_month,
+        "usd_month_added": bill.usd_month - alone.usd_month,
+        "each": [
+            {
+                "values": values,
+                "group_read_units": view_read_units(traffic, values),
+                "usd_per_million_group_reads": view_read_units(traffic, values) * prices.read_unit * 1e6,
+            }
+            for values in traffic.views
+        ],
+    }
 
 
 def _duration(bill: Bill) -> dict[str, float]:
@@ -304,6 +348,22 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
         ),
         ("write units / floor", f"{lowest['ratio']:.2f}"),
     ]
+    fan_out = extra.get("views")
+    if fan_out is not None:
+        rows += [
+            (
+                "views: write units / event",
+                f"+{fan_out['write_units_added']:.4f} ({fan_out['write_units_without_views']:.4f} without them)",
+            ),
+            ("views: $ / month", f"+{fan_out['usd_month_added']:,.2f}"),
+        ]
+        rows += [
+            (
+                f"group-by read, {each['values']:,} values",
+                f"{each['group_read_units']:,.1f} read units (${each['usd_per_million_group_reads']:,.2f} per million)",
+            )
+            for each in fan_out["each"]
+        ]
     for name, value in rows:
         figures.add_row(name, value)
     console.print(figures)

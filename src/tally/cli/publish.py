@@ -58,6 +58,14 @@ _JSON = msgspec.json.Encoder(decimal_format="number")
     help="One event, repeatable: key=shop:42,orders=1,revenue=49.99[,ts=EPOCH_MS|ISO][,id=ID] or a JSON object.",
 )
 @click.option(
+    "--dim",
+    "dims",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="A dimension of KEY's and each --event's events, repeatable (--dim customer=acme): the stack's views "
+    "(CounterViews) count them under it.",
+)
+@click.option(
     "--file",
     "input_file",
     type=click.File("r", encoding="utf-8"),
@@ -111,6 +119,7 @@ def publish(  # click passes every option by name
     delta: str | None,
     counter: str,
     event_specs: tuple[str, ...],
+    dims: tuple[str, ...],
     input_file: TextIO | None,
     generate_count: int | None,
     keys: int,
@@ -134,9 +143,11 @@ def publish(  # click passes every option by name
     check_one_target(queue_url, stream_name, stack_name)
     if (duplicate_rate or expected_out) and generate_count is None:
         raise click.UsageError("--duplicate-rate and --expected-out go with --generate")
+    if dims and not (key or event_specs):
+        raise click.UsageError("--dim goes with KEY [DELTA] and --event (a --file's events carry their own dims)")
     rng = random.Random(seed)
     try:
-        parsed = _read_events(key, delta, counter, event_specs, input_file)
+        parsed = _read_events(key, delta, counter, event_specs, input_file, dims=_dims(dims))
         if generate_count is not None:
             load = generate(
                 generate_count, keys, seed=rng.randrange(2**32), now_ms=time.time_ns() // 1_000_000, skew=skew
@@ -146,9 +157,13 @@ def publish(  # click passes every option by name
                 expected_out.write_bytes(_JSON.encode(dict(sorted(load.totals.items()))) + b"\n")
     except (InputError, OSError) as exc:
         raise click.UsageError(str(exc)) from exc
-    target = Resolver(stack_name, os.environ).publish_target(queue_url, stream_name, kind)
-    publisher = _publisher(target, pack, max_message_bytes)
-    messages = publisher.prepare(parsed.events) + list(parsed.messages)
+    resolver = Resolver(stack_name, os.environ)
+    target = resolver.publish_target(queue_url, stream_name, kind)
+    try:
+        publisher = _publisher(target, pack, max_message_bytes, resolver.value("TALLY_COUNTER_VIEWS") or "")
+        messages = publisher.prepare(parsed.events) + list(parsed.messages)
+    except ValueError as exc:  # the stack's CounterViews refuse an event's dims, or cannot be read
+        raise click.UsageError(str(exc)) from exc
     resends = rng.sample(messages, round(duplicate_rate * len(messages))) if duplicate_rate else []
 
     progress_console = console(stderr=True)
@@ -196,7 +211,13 @@ def publish(  # click passes every option by name
 
 
 def _read_events(
-    key: str | None, delta: str | None, counter: str, specs: tuple[str, ...], input_file: TextIO | None
+    key: str | None,
+    delta: str | None,
+    counter: str,
+    specs: tuple[str, ...],
+    input_file: TextIO | None,
+    *,
+    dims: dict[str, str] | None = None,
 ) -> Parsed:
     if input_file is not None:
         return parse_lines(input_file, input_file.name)
@@ -205,11 +226,24 @@ def _read_events(
         try:
             plain_name(key, "key")
             plain_name(counter, "counter")
-            events.append(Event(key, {counter: number(delta, "DELTA") if delta is not None else 1}))
+            events.append(Event(key, {counter: number(delta, "DELTA") if delta is not None else 1}, dims=dims))
         except (TypeError, ValueError) as exc:
             raise InputError(f"{key!r}: {exc}") from None
-    events.extend(event_from_spec(spec) for spec in specs)
+    events.extend(event_from_spec(spec, dims) for spec in specs)
     return Parsed(events=tuple(events))
+
+
+def _dims(given: tuple[str, ...]) -> dict[str, str] | None:
+    """``("customer=acme", "route=/v1/users")`` -> ``{"customer": "acme", "route": "/v1/users"}`` (None: none)."""
+    dims: dict[str, str] = {}
+    for text in given:
+        name, separator, value = text.partition("=")
+        if not separator or not name or not value:
+            raise click.UsageError(f"--dim {text!r}: expected NAME=VALUE (e.g. --dim customer=acme)")
+        if name in dims:
+            raise click.UsageError(f"--dim {name!r} given twice")
+        dims[name] = value
+    return dims or None
 
 
 def check_one_target(queue_url: str | None, stream_name: str | None, stack_name: str | None) -> None:
@@ -218,7 +252,9 @@ def check_one_target(queue_url: str | None, stream_name: str | None, stack_name:
         raise click.UsageError("give one target: --queue-url, --stream-name or --stack")
 
 
-def _publisher(target: Target, pack: bool, max_message_bytes: int | None) -> Publisher:
+def _publisher(target: Target, pack: bool, max_message_bytes: int | None, views: str = "") -> Publisher:
+    """The target's publisher, told the stack's views (``CounterViews``, when known): an event whose dims they refuse
+    is refused before sending, and packing counts each event's view items."""
     from tally.cli.aws import client
 
     if target.kind == "sqs":
@@ -227,12 +263,13 @@ def _publisher(target: Target, pack: bool, max_message_bytes: int | None) -> Pub
             target.address,
             pack=pack,
             max_message_bytes=max_message_bytes or DEFAULT_MAX_MESSAGE_BYTES,
+            views=views,
         )
     kinesis = client("kinesis")
     size = max_message_bytes or KINESIS_MAX_MESSAGE_BYTES
     if target.address.startswith("arn:"):
-        return KinesisPublisher(kinesis, stream_arn=target.address, pack=pack, max_message_bytes=size)
-    return KinesisPublisher(kinesis, stream_name=target.address, pack=pack, max_message_bytes=size)
+        return KinesisPublisher(kinesis, stream_arn=target.address, pack=pack, max_message_bytes=size, views=views)
+    return KinesisPublisher(kinesis, stream_name=target.address, pack=pack, max_message_bytes=size, views=views)
 
 
 def _send(publisher: Publisher, messages: Sequence[OutgoingMessage], out: Console, what: str) -> PublishResult:

@@ -20,11 +20,11 @@ from tally.producer.event import DEFAULT_COUNTER, Event
 from tally.producer.wire import packed_message
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Mapping
 
     from tally.producer.wire import OutgoingMessage
 
-_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges", "distinct", "reset", "correction"})
+_EVENT_FIELDS = frozenset({"key", "delta", "deltas", "ts", "id", "gauges", "distinct", "reset", "correction", "dims"})
 _PACKED_EVENT_FIELDS = _EVENT_FIELDS - {"id", "reset", "correction"}  # an operator's event is never packed
 
 
@@ -59,10 +59,14 @@ def number(text: str, where: str) -> int | Decimal:
     return value
 
 
-def event_from_spec(spec: str) -> Event:
-    """``key=page:/home,views=1,ts=1790000000000,id=evt-1`` (counters are the other names), or JSON."""
+def event_from_spec(spec: str, dims: Mapping[str, str] | None = None) -> Event:
+    """``key=page:/home,views=1,ts=1790000000000,id=evt-1`` (counters are the other names), or JSON; ``dims``
+    (``--dim``) for an event that names none."""
     if spec.lstrip().startswith("{"):
-        return _event_from_object(_json_object(spec, "--event"), "--event", allow_id=True)
+        item = _json_object(spec, "--event")
+        if dims and "dims" not in item:
+            item["dims"] = dict(dims)
+        return _event_from_object(item, "--event", allow_id=True)
     fields: dict[str, str] = {}
     for part in spec.split(","):
         # "key=shop:1, revenue=3": the spaces a reader types after a comma are not part of the names and values
@@ -80,7 +84,8 @@ def event_from_spec(spec: str) -> Event:
     if not fields:
         raise InputError(f"--event {spec!r}: no counter=value given")
     deltas = {name: number(value, f"--event {spec!r}") for name, value in fields.items()}
-    return _event(key, deltas, _ts(ts, f"--event {spec!r}") if ts is not None else None, event_id, "--event")
+    when = _ts(ts, f"--event {spec!r}") if ts is not None else None
+    return _event(key, deltas, when, event_id, "--event", dims=dims or None)
 
 
 def parse_lines(lines: Iterable[str], source: str) -> Parsed:
@@ -150,9 +155,12 @@ def _event_from_object(item: dict[str, Any], where: str, *, allow_id: bool) -> E
     if isinstance(ts, str):
         ts = _ts(ts, where)
     gauges = _gauges(item.get("gauges"), where)
+    dims = item.get("dims")
     if "reset" in item or "correction" in item:  # an operator's reset or correction
-        return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, operator=item)
-    return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, distinct=item.get("distinct"))
+        return _event(item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, operator=item, dims=dims)
+    return _event(
+        item.get("key"), deltas, ts, item.get("id"), where, gauges=gauges, distinct=item.get("distinct"), dims=dims
+    )
 
 
 def _gauges(raw: Any, where: str) -> dict[str, tuple[str, Any]] | None:
@@ -180,6 +188,7 @@ def _event(
     gauges: dict[str, tuple[str, Any]] | None = None,
     operator: dict[str, Any] | None = None,
     distinct: Any = None,
+    dims: Any = None,
 ) -> Event:
     try:
         plain_name(key, "key")
@@ -192,9 +201,16 @@ def _event(
             if not isinstance(correction, bool):
                 raise ValueError("correction must be true or absent")
             return Event(
-                key, deltas, ts=ts, id=event_id, gauges=gauges, reset=operator.get("reset"), correction=correction
+                key,
+                deltas,
+                ts=ts,
+                id=event_id,
+                gauges=gauges,
+                reset=operator.get("reset"),
+                correction=correction,
+                dims=dims,
             )
-        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges, distinct=distinct)
+        return Event(key, deltas, ts=ts, id=event_id, gauges=gauges, distinct=distinct, dims=dims)
     except (TypeError, ValueError) as exc:
         raise InputError(f"{where}: {exc}") from None
 

@@ -53,6 +53,7 @@ PARAMETER_VARIABLES: Final = {
     "CounterDefaults": "TALLY_COUNTER_DEFAULTS",
     "CounterBounds": "TALLY_COUNTER_BOUNDS",
     "CounterThresholds": "TALLY_COUNTER_THRESHOLDS",
+    "CounterViews": "TALLY_COUNTER_VIEWS",
     "Windows": "TALLY_WINDOWS",
     "WindowRetentionDays": "TALLY_WINDOW_RETENTION",
     "MarkerTtlDays": "TALLY_MARKER_TTL_DAYS",
@@ -277,12 +278,19 @@ class Resolver:
         return {kind: variables[name] for kind, name in TARGET_VARIABLES.items() if variables.get(name)}
 
 
-READ_SETTINGS: Final = ("TALLY_COUNTERS_TABLE", "TALLY_HOT_KEYS", "TALLY_WINDOWS", "TALLY_WINDOW_RETENTION")
+READ_SETTINGS: Final = (
+    "TALLY_COUNTERS_TABLE",
+    "TALLY_HOT_KEYS",
+    "TALLY_WINDOWS",
+    "TALLY_WINDOW_RETENTION",
+    "TALLY_COUNTER_VIEWS",
+)
 """What a read needs: the counters table, and how the stack counts (never the markers)."""
 
 
 def counter_reader(resolver: Resolver, table_name: str | None) -> CounterReader:
-    """The counters table (``--table``, the stack's or the environment's), with the stack's hot keys and windows."""
+    """The counters table (``--table``, the stack's or the environment's), with the stack's hot keys, windows and
+    views."""
     from tally.errors import ConfigurationError
     from tally.reader import CounterReader
 

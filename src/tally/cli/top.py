@@ -1,4 +1,5 @@
-"""``tally top [N]``: the largest all-time counters, as a table (or JSON), hot-key shards summed."""
+"""``tally top [N]``: the largest all-time counters, as a table (or JSON), hot-key shards summed; with ``--view``,
+the largest values of a view in a window (``tally.cli.views``)."""
 
 from __future__ import annotations
 
@@ -17,20 +18,50 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.argument("n", type=click.IntRange(min=1), default=10)
-@click.option("--counter", help="Only counters of this name (e.g. count, revenue).")
-@json_option("Print a JSON list of {key, counter, value}, largest first.")
+@click.argument("n", type=click.IntRange(min=1), required=False)
+@click.option("--limit", type=click.IntRange(min=1), help="How many (the same as N; default 10).")
+@click.option("--counter", help="Only counters of this name (e.g. count, revenue); with --view, the one ranked.")
+@click.option("--view", help="Rank the values of a view: KEY[DIM] or KEY[DIM+DIM] (e.g. 'api[customer]').")
+@click.option(
+    "--window", type=click.Choice(["minute", "hour", "day", "month"]), help="With --view: in this window (UTC)."
+)
+@click.option("--at", help="With --view and --window, the window holding this time (default: now).")
+@json_option("Print a JSON list of {key, counter, value}, largest first (with --view, the view's rows).")
 @stack_option
 @click.option("--table", "table_name", help="The counters table (default: the stack's, or $TALLY_COUNTERS_TABLE).")
-def top(n: int, counter: str | None, as_json: bool, stack_name: str | None, table_name: str | None) -> None:
-    """Print the N largest all-time counters (a Scan of the counters table: for operators, not for hot paths)."""
+def top(
+    *,
+    n: int | None,
+    limit: int | None,
+    counter: str | None,
+    view: str | None,
+    window: str | None,
+    at: str | None,
+    as_json: bool,
+    stack_name: str | None,
+    table_name: str | None,
+) -> None:
+    """Print the N largest counters: all-time of every key (a Scan), or of a view's values (--view: Queries)."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from tally.cli.aws import client, failure
     from tally.errors import TallyError
     from tally.reader import CounterReader
 
+    if n is not None and limit is not None and n != limit:
+        raise click.UsageError("give N or --limit, not two different numbers")
+    n = n or limit or 10
     resolver = Resolver(stack_name, os.environ)
+    if view is not None:
+        from tally.cli.resolve import counter_reader
+        from tally.cli.views import parse_view_option, print_top, read_group
+
+        key, dims = parse_view_option(view)
+        group = read_group(counter_reader(resolver, table_name), key, dims, window=window, at=at, what=f"read {view!r}")
+        print_top(group, n, counter, as_json)
+        return
+    if window is not None or at is not None:
+        raise click.UsageError("--window and --at rank a view's values: give --view")
     name = resolver.required("TALLY_COUNTERS_TABLE", table_name, "the counters table", "--table")
     try:
         rows = CounterReader(name, client=client("dynamodb")).top(n, counter)

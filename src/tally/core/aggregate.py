@@ -24,6 +24,7 @@ from tally.core.model import IdConflict
 from tally.core.numbers import Number, add
 from tally.core.resets import OperatorKind, operator_stamp, reset_items
 from tally.core.sharding import assign_shards
+from tally.core.views import NO_VIEWS
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from tally.core.model import Message, Rejection
     from tally.core.resets import OperatorStamp
     from tally.core.sharding import HotKeys
+    from tally.core.views import CounterViews
     from tally.core.windows import WindowSpec
 
 Totals = Mapping[ItemKey, Mapping[str, Number]]
@@ -117,9 +119,14 @@ def copy_conflict(first: Message, copy: Message, first_rejection: Rejection | No
 
 
 def message_totals(
-    message: Message, windows: WindowSpec | None = None, received_ms: int = 0, now_ms: int = 0
+    message: Message,
+    windows: WindowSpec | None = None,
+    received_ms: int = 0,
+    now_ms: int = 0,
+    views: CounterViews = NO_VIEWS,
 ) -> MessageTotals:
-    """Net one message's events per counter item: the all-time item, and each window it counts in.
+    """Net one message's events per counter item: the all-time item, and each window it counts in, of its key
+    and of each of its views (``tally.core.views``: derived keys, counted exactly like the event's own).
 
     An event's window comes from its ``ts``, or, without one, from ``received_ms`` (when the source
     accepted the record). The digest is taken from the decoded events, so it depends on neither. Hour and
@@ -131,7 +138,9 @@ def message_totals(
     for event in message.events:
         if event.reset is not None:
             continue  # a reset sets the all-time value only (``sets``): it adds nothing, to no window
-        _add_to_item(totals, event.key, event.deltas)
+        keys = (event.key, *views.view_keys(event.key, event.dims)) if event.dims else (event.key,)
+        for key in keys:
+            _add_to_item(totals, key, event.deltas)
         if windows is not None and windows.units:
             ts_ms = event.ts_ms if event.ts_ms is not None else received_ms
             spans, was_late = windows.windows_of(ts_ms, now_ms)
@@ -140,14 +149,16 @@ def message_totals(
                 window_id = unit.window_id(start)
                 if unit.on_key_item:
                     named = {window_counter(window_id, name): delta for name, delta in event.deltas.items()}
-                    _add_to_item(totals, event.key, named)
+                    for key in keys:
+                        _add_to_item(totals, key, named)
                 else:
-                    window = CounterItem(event.key, window_id, 0, unit.expires_at_s(start))
-                    _add_to_item(totals, window, event.deltas)
+                    expires_at_s = unit.expires_at_s(start)
+                    for key in keys:
+                        _add_to_item(totals, CounterItem(key, window_id, 0, expires_at_s), event.deltas)
     digest = content_digest(message)
     first = message.events[0] if message.events else None
     if first is not None and (first.reset is not None or first.correction):
-        stamp = operator_stamp(message, received_ms)
+        stamp = operator_stamp(message, received_ms, views)
         if stamp is not None:
             sets = reset_items(stamp) if stamp.kind is OperatorKind.RESET else {}
             return MessageTotals(message.message_id, totals, 1, late, digest, sets, stamp)
@@ -171,6 +182,7 @@ def aggregate_batch(
     hot_keys: HotKeys,
     now_ms: int,
     choose_shard: Callable[[int], int],
+    views: CounterViews = NO_VIEWS,
 ) -> BatchTotals:
     """Net each distinct message (``message_totals``) and move a hot key's writes onto one of its shards.
 
@@ -185,7 +197,7 @@ def aggregate_batch(
     netted: list[MessageTotals] = []
     late_events = 0
     for message, received in zip(messages, received_ms, strict=True):
-        net = message_totals(message, windows, received, now_ms)
+        net = message_totals(message, windows, received, now_ms, views)
         late_events += net.late_events
         if hot_keys.rules:
             net = replace(net, totals=assign_shards(net.totals, hot_keys, pick))

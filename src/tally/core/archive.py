@@ -3,8 +3,8 @@
 Every message the function counts is written to the archive after its commit (``tally.post_commit.archive``),
 with what a recount needs (``tally.audit.recount``) and what a person needs to trace a number to its events:
 
-- the message: its ``id``, its content (``events``, exactly as decoded: every number as its exact decimal
-  text) and its content ``digest`` (the one its marker keeps: ``tally.core.digest``);
+- the message: its ``id``, its content (``events``, exactly as decoded, ``dims`` included: every number as its
+  exact decimal text) and its content ``digest`` (the one its marker keeps: ``tally.core.digest``);
 - the commit that counted it (``commit``, ``committed_ms``: ``tally.core.ledger.Commit``), so that copies of a
   record written again by a retry or a redelivery are dropped at read by (``id``, ``commit``), while a message
   counted twice by design (re-sent past the marker horizon: two markers, two commits) stays twice;
@@ -70,6 +70,8 @@ class ArchivedEvent(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     distinct: dict[str, str] | None = None
     reset: dict[str, int | Decimal] | None = None
     correction: bool = False
+    dims: dict[str, str] | None = None
+    """The event's dimensions: a recount derives its views from them as the commit did (``tally.core.views``)."""
 
 
 class ArchiveRecord(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
@@ -114,6 +116,7 @@ def archived_event(event: CounterEvent) -> ArchivedEvent:
         distinct=dict(event.distinct) if event.distinct else None,
         reset=dict(event.reset) if event.reset is not None else None,
         correction=event.correction,
+        dims=dict(event.dims) if event.dims else None,
     )
 
 
@@ -125,7 +128,7 @@ def counter_event(event: ArchivedEvent) -> CounterEvent:
         else None
     )
     return CounterEvent(
-        event.key, event.deltas, event.ts, gauges, event.distinct or None, event.reset, event.correction
+        event.key, event.deltas, event.ts, gauges, event.distinct or None, event.reset, event.correction, event.dims
     )
 
 

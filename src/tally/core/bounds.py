@@ -40,6 +40,7 @@ from tally.core.items import ALL_TIME, item_label, item_parts
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import LARGEST_STORABLE, Number, add, storable_at_least, storable_at_most
 from tally.core.patterns import WILDCARD, KeyPattern
+from tally.core.views import NO_VIEWS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
     from tally.core.sharding import HotKeys
+    from tally.core.views import CounterViews
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +279,10 @@ def runs_within_bounds(
 
 
 def parse_counter_bounds(
-    text: str, hot_keys: HotKeys | None = None, defaults: CounterDefaults = NO_DEFAULTS
+    text: str, hot_keys: HotKeys | None = None, defaults: CounterDefaults = NO_DEFAULTS, views: CounterViews = NO_VIEWS
 ) -> CounterBounds:
-    """``"stock:*#stock>=0;quota:*#calls<=1000"`` -> ``CounterBounds``.
+    """``"stock:*#stock>=0;quota:*#calls<=1000"`` -> ``CounterBounds`` (a view pattern, ``tally.core.views``, names
+    a view's items: ``api[customer]#calls<=1000``, each customer's calls across its routes).
 
     Raises ``ValueError`` naming the rule for anything malformed, for a bound on a key that ``hot_keys``
     shards, and for a start value (``defaults``) outside a bound of the same counter.
@@ -288,9 +291,10 @@ def parse_counter_bounds(
     for part in filter(None, (p.strip() for p in text.split(";"))):
         operator = ">=" if ">=" in part else "<=" if "<=" in part else None
         target, _, number = part.rpartition(operator) if operator else ("", "", "")
-        pattern, hash_, counter = target.rpartition("#")
-        if operator is None or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
+        spelled, hash_, counter = target.rpartition("#")
+        if operator is None or not hash_ or not spelled or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(f"bad counter bound {part!r}: expected PATTERN#COUNTER>=N or PATTERN#COUNTER<=N")
+        pattern = views.pattern(spelled)
         limit = parse_number(number.strip(), f"counter bound {part!r}")
         declared_pattern = KeyPattern(pattern)
         rule = BoundRule(

@@ -1,9 +1,10 @@
-"""What a deployment declares about its counters, as one value: windows, hot keys, start values and default
+"""What a deployment declares about its counters, as one value: windows, views, hot keys, start values and default
 deltas, bounds, thresholds.
 
-Each declaration has its own parameter and its own grammar (``tally.core.windows``, ``sharding``, ``defaults``,
-``bounds``, ``thresholds``); ``parse_declarations`` reads the five together, in the order in which they depend on
-each other (a bound checks the start values and the hot keys, a threshold the hot keys and the windows), and
+Each declaration has its own parameter and its own grammar (``tally.core.windows``, ``views``, ``sharding``,
+``defaults``, ``bounds``, ``thresholds``); ``parse_declarations`` reads the six together, in the order in which
+they depend on each other (the others name a view's items by the views declared; a bound checks the start values
+and the hot keys, a threshold the hot keys and the windows), and
 ``Declarations`` is what the edge (``tally.config``) builds once and hands to the decoder, the aggregator and the
 write planner. The store adapters never see it: they encode what the planner decided.
 """
@@ -18,6 +19,7 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_counter_defa
 from tally.core.items import ALL_TIME
 from tally.core.sharding import HotKeys, parse_hot_keys
 from tally.core.thresholds import NO_THRESHOLDS, CounterThresholds, parse_counter_thresholds
+from tally.core.views import NO_VIEWS, CounterViews, parse_counter_views
 from tally.core.windows import WindowSpec, parse_window_spec
 
 if TYPE_CHECKING:
@@ -40,6 +42,8 @@ class Declarations:
     """Floors and ceilings (``TALLY_COUNTER_BOUNDS``)."""
     thresholds: CounterThresholds = NO_THRESHOLDS
     """Levels whose crossings are announced (``TALLY_COUNTER_THRESHOLDS``)."""
+    views: CounterViews = NO_VIEWS
+    """The views each event also counts in, by its dimensions (``TALLY_COUNTER_VIEWS``, ``tally.core.views``)."""
 
     def __post_init__(self) -> None:
         counted = {unit.name for unit in self.windows.units}
@@ -72,15 +76,18 @@ def parse_declarations(
     defaults: str = "",
     bounds: str = "",
     thresholds: str = "",
+    views: str = "",
 ) -> Declarations:
-    """The five declarations from their parameters' text; ``ValueError`` naming the first one malformed."""
+    """The six declarations from their parameters' text; ``ValueError`` naming the first one malformed."""
     spec = parse_window_spec(windows, window_retention)
-    hot = parse_hot_keys(hot_keys)
-    starts = parse_counter_defaults(defaults, hot)
+    declared = parse_counter_views(views)
+    hot = parse_hot_keys(hot_keys, declared)
+    starts = parse_counter_defaults(defaults, hot, declared)
     return Declarations(
         windows=spec,
         hot_keys=hot,
         defaults=starts,
-        bounds=parse_counter_bounds(bounds, hot, starts),
-        thresholds=parse_counter_thresholds(thresholds, hot, windows=spec),
+        bounds=parse_counter_bounds(bounds, hot, starts, declared),
+        thresholds=parse_counter_thresholds(thresholds, hot, windows=spec, views=declared),
+        views=declared,
     )

@@ -1,8 +1,8 @@
 """Decode and validate one message body into a ``Message``, or say precisely why it can never count.
 
 The wire format (docs/reference/event-format.md) in one breath: a JSON object with a producer-assigned
-``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``, ``gauges`` and ``distinct``) or a
-packed list ``events``. ``delta``/``deltas`` may be left out where the deployment declares default
+``id`` and either one event (``key`` with ``delta`` or ``deltas``, optional ``ts``, ``gauges``, ``distinct`` and
+``dims``) or a packed list ``events``. ``delta``/``deltas`` may be left out where the deployment declares default
 deltas for the key (``tally.core.defaults``), or when the event carries only gauges or distinct members. Decoding is
 strict: unknown fields are refused rather than ignored, because a misspelled
 ``"detla"`` silently counting nothing is worse than a dead-lettered message that says why.
@@ -34,6 +34,7 @@ from tally.core.limits import (
 )
 from tally.core.model import CounterEvent, Gauge, GaugeKind, Message, RejectCode, Rejection
 from tally.core.numbers import Number, checked_canonical, storage_problem
+from tally.core.views import NO_VIEWS, CounterViews
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -53,6 +54,7 @@ class _WireEvent(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     reset: dict[str, Any] | UnsetType = UNSET
     correction: bool | UnsetType = UNSET
     distinct: dict[str, Any] | UnsetType = UNSET
+    dims: Any = UNSET
 
 
 class _WireMessage(_WireEvent, forbid_unknown_fields=True, gc=False):
@@ -106,20 +108,24 @@ class _Invalid(Exception):
 
 
 def decode_message(
-    body: str | bytes, limits: WireLimits = WIRE_LIMITS, defaults: CounterDefaults = NO_DEFAULTS
+    body: str | bytes,
+    limits: WireLimits = WIRE_LIMITS,
+    defaults: CounterDefaults = NO_DEFAULTS,
+    views: CounterViews = NO_VIEWS,
 ) -> Message | Rejection:
     """Decode one message body; return the ``Message`` or the ``Rejection`` that explains the refusal.
 
     ``defaults`` are the deployment's declared default deltas (``tally.core.defaults``): an event that
-    omits ``delta`` and ``deltas`` counts them, instead of being refused as ``missing_delta``.
+    omits ``delta`` and ``deltas`` counts them, instead of being refused as ``missing_delta``. ``views`` are its
+    declared views (``tally.core.views``): an event's ``dims`` must be exactly what its key's views need.
     """
     try:
-        return _decode(body, limits, defaults)
+        return _decode(body, limits, defaults, views)
     except _Invalid as invalid:
         return invalid.rejection
 
 
-def _decode(body: str | bytes, limits: WireLimits, defaults: CounterDefaults) -> Message:
+def _decode(body: str | bytes, limits: WireLimits, defaults: CounterDefaults, views: CounterViews) -> Message:
     if isinstance(body, str):
         try:
             raw = body.encode("utf-8")
@@ -138,7 +144,7 @@ def _decode(body: str | bytes, limits: WireLimits, defaults: CounterDefaults) ->
             and wire.distinct is UNSET
         ):
             raise _Invalid(RejectCode.MISSING_KEY, "a message needs a key and a delta, or events")
-        return Message(message_id, (_event(wire, limits, None, defaults),))
+        return Message(message_id, (_event(wire, limits, None, defaults, views),))
     if (
         wire.key is not UNSET
         or wire.delta is not UNSET
@@ -148,10 +154,12 @@ def _decode(body: str | bytes, limits: WireLimits, defaults: CounterDefaults) ->
         or wire.reset is not UNSET
         or wire.correction is not UNSET
         or wire.distinct is not UNSET
+        or wire.dims is not UNSET
     ):
         raise _Invalid(
             RejectCode.AMBIGUOUS_SHAPE,
-            "a packed message carries only id and events; key, delta(s), gauges, distinct and ts belong on each event",
+            "a packed message carries only id and events; key, delta(s), gauges, distinct, dims and ts belong on each "
+            "event",
         )
     if not wire.events:
         raise _Invalid(RejectCode.EMPTY_MESSAGE, "events is empty")
@@ -160,7 +168,7 @@ def _decode(body: str | bytes, limits: WireLimits, defaults: CounterDefaults) ->
             RejectCode.TOO_MANY_EVENTS,
             f"{len(wire.events)} events (at most {limits.max_events_per_message} per message)",
         )
-    events = tuple([_event(event, limits, index, defaults) for index, event in enumerate(wire.events)])
+    events = tuple([_event(event, limits, index, defaults, views) for index, event in enumerate(wire.events)])
     return Message(message_id, events)
 
 
@@ -202,7 +210,9 @@ def _where(index: int | None) -> str:
     return "$" if index is None else f"$.events[{index}]"
 
 
-def _event(wire: _WireEvent, limits: WireLimits, index: int | None, defaults: CounterDefaults) -> CounterEvent:
+def _event(
+    wire: _WireEvent, limits: WireLimits, index: int | None, defaults: CounterDefaults, views: CounterViews
+) -> CounterEvent:
     """One event, validated. The common case runs without building a single string: the path of the
     event (``index``: ``None`` for a single-event message) is only formatted into a rejection."""
     key = wire.key
@@ -218,14 +228,20 @@ def _event(wire: _WireEvent, limits: WireLimits, index: int | None, defaults: Co
         )
     ts = wire.ts
     ts_ms = None if ts is UNSET else _ts_ms(ts, index)
+    dims: dict[str, str] | None = None
+    if wire.dims is not UNSET or views.rules:
+        dims = None if wire.dims is UNSET else wire.dims
+        problem = views.check_dims(key, dims, where=_where(index), reset=wire.reset is not UNSET)
+        if problem is not None:
+            raise _Invalid(RejectCode(problem.code), problem.detail)
     if wire.reset is not UNSET or wire.correction is not UNSET:
-        return _operator_event(wire, limits, index, key, ts_ms)
+        return _operator_event(wire, limits, index, key, ts_ms, dims=dims)
     if wire.gauges is UNSET and wire.distinct is UNSET:
-        return CounterEvent(key, _deltas(wire, limits, index, defaults, key), ts_ms)
+        return CounterEvent(key, _deltas(wire, limits, index, defaults, key), ts_ms, dims=dims)
     gauges = None if wire.gauges is UNSET else _gauges(wire.gauges, ts_ms, limits, index)
     members = None if wire.distinct is UNSET else _distinct(wire.distinct, limits, index)
     deltas = _deltas(wire, limits, index, defaults, key, has_gauges=True)
-    return CounterEvent(key, deltas, ts_ms, gauges, members)
+    return CounterEvent(key, deltas, ts_ms, gauges, members, dims=dims)
 
 
 def _distinct(raw: dict[str, Any], limits: WireLimits, index: int | None) -> dict[str, str]:
@@ -263,7 +279,7 @@ on the key's item, and the whole write must stay one update expression within Dy
 
 
 def _operator_event(
-    wire: _WireEvent, limits: WireLimits, index: int | None, key: str, ts_ms: int | None
+    wire: _WireEvent, limits: WireLimits, index: int | None, key: str, ts_ms: int | None, *, dims: dict[str, str] | None
 ) -> CounterEvent:
     """A reset (``"reset": {"stock": 100}``) or a correction (deltas with ``"correction": true``).
 
@@ -287,7 +303,7 @@ def _operator_event(
             raise _Invalid(
                 RejectCode.INVALID_RESET, f"{len(deltas)} counters in one correction (at most {MAX_OPERATOR_COUNTERS})"
             )
-        return CounterEvent(key, deltas, ts_ms, correction=True)
+        return CounterEvent(key, deltas, ts_ms, correction=True, dims=dims)
     if wire.correction is not UNSET or wire.delta is not UNSET or wire.deltas is not UNSET:
         raise _Invalid(RejectCode.INVALID_RESET, "a reset carries no delta, deltas or correction")
     raw = wire.reset
@@ -297,7 +313,7 @@ def _operator_event(
     for name, value in raw.items():
         _check_name(name, limits, RejectCode.INVALID_COUNTER_NAME, "counter", "$.reset")
         values[name] = _number(value, f"$.reset.{name}")
-    return CounterEvent(key, {}, ts_ms, reset=values)
+    return CounterEvent(key, {}, ts_ms, reset=values, dims=dims)
 
 
 def _gauges(raw: dict[str, Any], ts_ms: int | None, limits: WireLimits, index: int | None) -> dict[str, Gauge]:

@@ -33,11 +33,13 @@ from typing import TYPE_CHECKING
 
 from tally.core.numbers import Number, checked_canonical
 from tally.core.patterns import KeyPattern
+from tally.core.views import NO_VIEWS, split_outside_views
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
     from tally.core.sharding import HotKeys
+    from tally.core.views import CounterViews
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,16 +98,21 @@ def parse_number(text: str, where: str) -> Number:
     return int(number) if number == number.to_integral_value() else number
 
 
-def parse_counter_defaults(text: str, hot_keys: HotKeys | None = None) -> CounterDefaults:
-    """``"stock:*#stock=start:100,delta:-1;views:*#count=delta:1"`` -> ``CounterDefaults``.
+def parse_counter_defaults(
+    text: str, hot_keys: HotKeys | None = None, views: CounterViews = NO_VIEWS
+) -> CounterDefaults:
+    """``"stock:*#stock=start:100,delta:-1;views:*#count=delta:1"`` -> ``CounterDefaults`` (a view pattern,
+    ``tally.core.views``, names a view's items: ``credits[customer]#balance=start:100``).
 
     Raises ``ValueError`` naming the rule for anything malformed, and for a start value on a key that
     ``hot_keys`` shards (see the module docstring).
     """
     rules: list[CounterRule] = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
-        target, equals, settings = part.partition("=")
-        pattern, hash_, counter = target.rpartition("#")
+        target, *rest = split_outside_views(part, "=", views)
+        equals, settings = ("=", "=".join(rest)) if rest else ("", "")
+        spelled, hash_, counter = target.rpartition("#")
+        pattern = views.pattern(spelled) if hash_ and spelled else spelled
         if not equals or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(f"bad counter default {part!r}: expected PATTERN#COUNTER=start:N,delta:N")
         values: dict[str, Number] = {}

@@ -10,8 +10,8 @@ content it counted, and every duplicate is compared with it (``tally.core.ledger
 - each event's ``key``, its counters by name with their **values** (``1``, ``1.0`` and ``1.00`` are the
   same number; ``"delta": n`` is ``"deltas": {"count": n}``; counter order does not matter), and its
   ``ts`` as decoded epoch milliseconds (ISO 8601 and epoch ms naming the same millisecond are the same;
-  an event without ``ts`` differs from every event with one), its gauge readings, and its distinct-count
-  members (set name and member; ``_canonical_event``);
+  an event without ``ts`` differs from every event with one), its gauge readings, its distinct-count
+  members (set name and member), and its dimensions (name and value; ``_canonical_event``);
 - a packed message's events as a multiset: the same events in another order are the same content (they
   count the same), two events merged into one are not; a single-event message and a packed message of
   that one event are the same content;
@@ -87,19 +87,27 @@ def _canonical_event(event: CounterEvent) -> _CanonicalEvent | tuple[object, ...
     base = _counters_event(event)
     if event.reset is not None or event.correction:
         return (*base, _operator_part(event))
+    if event.dims:
+        # Dimensions: a sixth element, the (name, value) pairs sorted, after the readings and the members (empty
+        # lists when there are none): an event without dims encodes as before, and the shapes never meet.
+        return (*base, _readings(event), sorted((event.distinct or {}).items()), sorted(event.dims.items()))
     if not event.gauges and not event.distinct:
         return base
-    readings = sorted(
-        (name, str(gauge.kind), True, gauge.value)
-        if isinstance(gauge.value, str)
-        else (name, str(gauge.kind), False, _canonical(gauge.value))
-        for name, gauge in (event.gauges or {}).items()
-    )
+    readings = _readings(event)
     if not event.distinct:
         return (*base, readings)
     # Distinct members: a fifth element, the (set, member) pairs sorted, after the
     # readings (an empty list when there are none: a 4-tuple always has readings, so the shapes never meet).
     return (*base, readings, sorted(event.distinct.items()))
+
+
+def _readings(event: CounterEvent) -> list[tuple[str, str, bool, object]]:
+    return sorted(
+        (name, str(gauge.kind), True, gauge.value)
+        if isinstance(gauge.value, str)
+        else (name, str(gauge.kind), False, _canonical(gauge.value))
+        for name, gauge in (event.gauges or {}).items()
+    )
 
 
 def _operator_part(event: CounterEvent) -> object:
@@ -108,9 +116,14 @@ def _operator_part(event: CounterEvent) -> object:
     A reset to 100 and a delta of 100 are different content, and so are a correction and the same delta
     sent as an ordinary event (only one of them records a correction).
     """
-    if event.reset is not None:
-        return {"reset": sorted((name, _canonical(value)) for name, value in event.reset.items())}
-    return {"correction": True}
+    part: dict[str, object] = (
+        {"reset": sorted((name, _canonical(value)) for name, value in event.reset.items())}
+        if event.reset is not None
+        else {"correction": True}
+    )
+    if event.dims:  # the item a reset sets, the views a correction counts in: content, like the key
+        part["dims"] = sorted(event.dims.items())
+    return part
 
 
 def canonical_number(value: Number) -> _CanonicalNumber:

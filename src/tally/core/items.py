@@ -3,6 +3,14 @@
 A plain ``str`` stands for a key's all-time, unsharded item (the common case stays cheap and readable);
 a ``CounterItem`` names a window (``window`` is a window id, see ``tally.core.windows``) and/or a shard.
 The store adapter turns either into partition and sort keys.
+
+A **view's** item (``tally.core.views``: an event counted again under a declared group of its dimensions) is an
+ordinary counter item whose key is derived (``view_item_key``): ``<U+001F><view><U+001F><key><U+001F><value>...``.
+No key a producer publishes holds U+001F (the decoder refuses it), so a derived key is never a published one;
+neither a view's name (dimension names of ``[A-Za-z0-9_-]`` joined by ``+``), a key nor a value holds U+001F,
+and a view's name says how many values follow, so two (view, key, values) never derive the same key. Every
+declaration matches it as a key (``tally.core.views.CounterViews.pattern`` spells view patterns that way), so
+windows, start values, bounds, thresholds, hot-key shards and resets apply to it unchanged.
 """
 
 from __future__ import annotations
@@ -26,6 +34,44 @@ class CounterItem(NamedTuple):
 
 
 ItemKey: TypeAlias = str | CounterItem
+
+VIEW_MARK = "\x1f"
+"""Starts every view item's key (``view_item_key``); separates its parts."""
+
+
+class ViewParts(NamedTuple):
+    """What a view item's key is made of: the view (dimension names joined by ``+``, sorted), the event's key,
+    and the event's value of each of the view's dimensions, in the view's order."""
+
+    view: str
+    key: str
+    values: tuple[str, ...]
+
+
+def view_item_key(view: str, key: str, values: tuple[str, ...]) -> str:
+    """The key of ``key``'s item in ``view`` for ``values``: never a key a producer can publish (it holds U+001F)."""
+    return VIEW_MARK + view + VIEW_MARK + key + VIEW_MARK + VIEW_MARK.join(values)
+
+
+def view_parts(key: str) -> ViewParts | None:
+    """The parts of a view item's key; None for a published key."""
+    if not key.startswith(VIEW_MARK):
+        return None
+    view, key, *values = key[1:].split(VIEW_MARK)
+    return ViewParts(view, key, tuple(values))
+
+
+def owner_key(key: str) -> str:
+    """The published key an item's key counts for: a view item's event key, any other key itself."""
+    parts = view_parts(key)
+    return key if parts is None else parts.key
+
+
+def view_label(parts: ViewParts) -> str:
+    """``api[customer=acme,route=/v1/users]``: how people read a view item (never an identity)."""
+    named = ",".join(f"{dim}={value}" for dim, value in zip(parts.view.split("+"), parts.values, strict=True))
+    return f"{parts.key}[{named}]"
+
 
 WINDOW_COUNTER_MARK = "\x1f"
 """Starts the name of an open window's counter on a key's item: user counter names may not hold
@@ -67,5 +113,7 @@ def item_label(item: ItemKey) -> str:
     ``a``'s minute item and the key named ``a@m#2027-01-15T08:00Z`` print alike (as do ``a#shard1`` and shard 1
     of hot key ``a``). Whatever must tell items apart keys by the ``ItemKey`` itself."""
     parts = item_parts(item)
-    label = parts.key if parts.window == ALL_TIME else f"{parts.key}@{parts.window}"
+    view = view_parts(parts.key)
+    key = parts.key if view is None else view_label(view)
+    label = key if parts.window == ALL_TIME else f"{key}@{parts.window}"
     return label if parts.shard == 0 else f"{label}#shard{parts.shard}"

@@ -37,6 +37,20 @@ MAX_MEMBER_BYTES: Final = 512
 """The longest distinct-count member (UTF-8): a member item's sort key holds it whole."""
 MAX_GAUGE_TEXT_BYTES: Final = 1024
 """The longest string a ``latest`` gauge may hold (UTF-8)."""
+MAX_DIMENSIONS: Final = 8
+"""The most dimensions one event carries (``dims``), and one view declaration names for a key pattern."""
+MAX_DIMENSION_NAME_CHARS: Final = 64
+"""A dimension's name: 1 to 64 ASCII letters, digits, ``_`` and ``-`` (``tally.core.views``)."""
+MAX_DIMENSION_VALUE_BYTES: Final = 256
+"""A dimension's value (UTF-8): a view item's sort key holds its window id and up to ``MAX_VIEW_DIMENSIONS`` values
+whole, within DynamoDB's 1,024 bytes."""
+MAX_VIEW_DIMENSIONS: Final = 3
+"""The most dimensions one view groups by."""
+MAX_VIEWS: Final = 8
+"""The most views one key pattern declares: each is one more counter item per event."""
+VIEW_PARTITION_ROOM: Final = 8
+"""What a view item's partition key holds besides its key and its view's name (separators, a shard number): an
+event's key plus the longest view name its key declares must fit ``PARTITION_KEY_MAX_BYTES`` with it."""
 MAX_TS_MS: Final = 253_402_300_799_999
 """The latest event time or read time accepted: 9999-12-31T23:59:59.999Z."""
 

@@ -53,6 +53,10 @@ class RejectCode(StrEnum):
     ABOVE_CEILING = "above_ceiling"
     INVALID_RESET = "invalid_reset"
     INVALID_DISTINCT = "invalid_distinct"
+    INVALID_DIMENSION = "invalid_dimension"
+    TOO_MANY_DIMENSIONS = "too_many_dimensions"
+    UNKNOWN_DIMENSION = "unknown_dimension"
+    MISSING_DIMENSION = "missing_dimension"
     GAUGE_REFUSED = "gauge_refused"
     """Counted, but DynamoDB refuses its gauge write for good (e.g. the key's item is at the 400 KB limit)."""
     MEMBERS_REFUSED = "members_refused"
@@ -119,6 +123,9 @@ class CounterEvent(msgspec.Struct, frozen=True, gc=False):
     event carries no deltas; None for every other event."""
     correction: bool = False
     """An operator's correction: its deltas count like any event's, and the key's all-time item records it."""
+    dims: Mapping[str, str] | None = None
+    """Dimension name -> value: the event counts once more in each view its key declares
+    (``tally.core.views``); a reset's name the one view item it sets. None when it carries none."""
 
 
 class Message(msgspec.Struct, frozen=True, gc=False):

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tally.core.items import ALL_TIME, item_parts, make_item
 from tally.core.sharding import MAX_SHARDS
+from tally.core.views import NO_VIEWS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from tally.core.model import Message
     from tally.core.numbers import Number
     from tally.core.sharding import HotKeys
+    from tally.core.views import CounterViews
 
 
 class OperatorKind(StrEnum):
@@ -65,14 +67,16 @@ class OperatorStamp:
     values: Mapping[str, Number]
 
 
-def operator_stamp(message: Message, received_ms: int) -> OperatorStamp | None:
-    """The stamp of a reset or correction message; None for every other message."""
+def operator_stamp(message: Message, received_ms: int, views: CounterViews = NO_VIEWS) -> OperatorStamp | None:
+    """The stamp of a reset or correction message; None for every other message. A reset's ``key`` is the item it
+    sets: its key's own, or the view item its ``dims`` name (``tally.core.views.CounterViews.reset_target``)."""
     if len(message.events) != 1:
         return None
     (event,) = message.events
     at_ms = event.ts_ms if event.ts_ms is not None else received_ms
     if event.reset is not None:
-        return OperatorStamp(OperatorKind.RESET, event.key, message.message_id, at_ms, event.reset)
+        target = views.reset_target(event.key, event.dims)
+        return OperatorStamp(OperatorKind.RESET, target, message.message_id, at_ms, event.reset)
     if event.correction:
         return OperatorStamp(OperatorKind.CORRECTION, event.key, message.message_id, at_ms, event.deltas)
     return None

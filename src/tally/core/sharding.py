@@ -13,12 +13,14 @@ from typing import TYPE_CHECKING, Final
 
 from tally.core.items import item_parts, make_item
 from tally.core.patterns import KeyPattern
+from tally.core.views import NO_VIEWS, split_outside_views
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
     from tally.core.items import ItemKey
     from tally.core.numbers import Number
+    from tally.core.views import CounterViews
 
 MAX_SHARDS: Final = 16
 """The most shards a key may have; reads of a hot key always cover all of them."""
@@ -45,14 +47,15 @@ class HotKeys:
         return any(pattern.overlaps(hot) for hot, _ in self.rules)
 
 
-def parse_hot_keys(text: str) -> HotKeys:
-    """``"page:/home=8,tenant:*=4"`` -> ``HotKeys`` (shard counts from 1 to ``MAX_SHARDS``)."""
+def parse_hot_keys(text: str, views: CounterViews = NO_VIEWS) -> HotKeys:
+    """``"page:/home=8,tenant:*=4,api[customer]=8"`` -> ``HotKeys`` (shard counts from 1 to ``MAX_SHARDS``; a view
+    pattern, ``tally.core.views``, names a view's items)."""
     rules = []
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in filter(None, (p.strip() for p in split_outside_views(text, ",", views))):
         pattern, _, count = part.rpartition("=")
         if not pattern or not count.isdigit() or not 1 <= int(count) <= MAX_SHARDS:
             raise ValueError(f"bad hot key {part!r}: expected KEY=N or PREFIX*=N with N from 1 to {MAX_SHARDS}")
-        rules.append((KeyPattern(pattern), int(count)))
+        rules.append((KeyPattern(views.pattern(pattern)), int(count)))
     return HotKeys(tuple(rules))
 
 

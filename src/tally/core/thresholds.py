@@ -54,6 +54,7 @@ from tally.core.defaults import NO_DEFAULTS, CounterDefaults, parse_number
 from tally.core.items import ALL_TIME, item_parts, split_window_counter
 from tally.core.numbers import Number, add, canonical, storable_at_least, storable_at_most
 from tally.core.patterns import KeyPattern
+from tally.core.views import NO_VIEWS
 from tally.core.windows import MINUTE_MS, UNITS, WindowSpec, parse_window_id, unit_named
 
 if TYPE_CHECKING:
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
     from tally.core.sharding import HotKeys
+    from tally.core.views import CounterViews
 
 
 class Direction(StrEnum):
@@ -520,9 +522,14 @@ def _target_and_window(target: str) -> tuple[str, str]:
 
 
 def parse_counter_thresholds(
-    text: str, hot_keys: HotKeys | None = None, *, windows: WindowSpec | None = None
+    text: str,
+    hot_keys: HotKeys | None = None,
+    *,
+    windows: WindowSpec | None = None,
+    views: CounterViews = NO_VIEWS,
 ) -> CounterThresholds:
-    """``"usage:*#calls@day>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds``.
+    """``"usage:*#calls@day>=800,1000;stock:*#stock<=10"`` -> ``CounterThresholds`` (a view pattern,
+    ``tally.core.views``, names a view's items: ``api[customer]#calls@month>=800``).
 
     A counter may end in ``@minute``, ``@hour``, ``@day`` or ``@month``: the levels are then about its value in each
     such window of the key (announced once per window), which ``windows`` (``TALLY_WINDOWS``) must count.
@@ -536,12 +543,13 @@ def parse_counter_thresholds(
         operator = ">=" if ">=" in part else "<=" if "<=" in part else None
         target, _, numbers = part.rpartition(operator) if operator else ("", "", "")
         target, window = _target_and_window(target)
-        pattern, hash_, counter = target.rpartition("#")
-        if operator is None or not hash_ or not pattern or not counter or len(counter.encode("utf-8")) > 255:
+        spelled, hash_, counter = target.rpartition("#")
+        if operator is None or not hash_ or not spelled or not counter or len(counter.encode("utf-8")) > 255:
             raise ValueError(
                 f"bad counter threshold {part!r}: expected PATTERN#COUNTER>=L1,L2,... or PATTERN#COUNTER<=L1,... "
                 "(COUNTER@hour, @day, @month or @minute: per window)"
             )
+        pattern = views.pattern(spelled)
         if window != ALL_TIME and window not in counted:
             raise ValueError(f"counter threshold {part!r} needs the {window} window counted (TALLY_WINDOWS)")
         levels = tuple(parse_number(number.strip(), f"counter threshold {part!r}") for number in numbers.split(","))

@@ -49,7 +49,7 @@ from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
 from tally.core.aggregate import MessageTotals
-from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, window_counter
+from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, view_item_key, window_counter
 from tally.core.limits import BATCH_GET_MAX_KEYS, BATCH_WRITE_MAX_ITEMS, LAMBDA_PAYLOAD_MAX_BYTES, TRANSACT_MAX_ACTIONS
 from tally.core.numbered_ids import distinct_marker_items, numbered_id
 from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch
@@ -73,6 +73,11 @@ WORST_NUMBER_BYTES: Final = number_size("9" * 38)
 """A counter value at DynamoDB's 38 digits: item sizes are billed on the largest they can be."""
 CLAIMS_PER_TRANSACTION: Final = TRANSACT_MAX_ACTIONS - 1
 """A claim transaction holds the header (or its check) and up to 99 markers."""
+DIMENSION_BYTES: Final = 24
+"""What a view adds to an event's JSON, priced as one dimension of its own (``"customer":"acme-corp",``; the
+first adds ``"dims":{}``): a bound above when views share dimensions."""
+MOVED_ITEMS_PRICED: Final = 200_000
+"""Items whose window moves ``window_moves`` prices one by one (a view's ``keys x values`` beyond it are scaled)."""
 SQS_RECORD_ENVELOPE_BYTES: Final = 1000
 """What an SQS record adds to its body in the Lambda event: message id, receipt handle (a few hundred
 characters on AWS), attributes, MD5, queue ARN and region, as JSON."""
@@ -219,10 +224,15 @@ class Traffic:
     memory_mb: int = 512
     archive: bool = True
     """Whether every counted message is archived to S3 (``ArchiveEnabled``)."""
+    views: tuple[int, ...] = ()
+    """Each declared view's distinct values per key (``CounterViews``; customers 50, routes 8, their pairs 400):
+    an event counts once more in one value's item of each, the value drawn with the traffic's skew."""
 
     def __post_init__(self) -> None:
         if self.events_per_second <= 0 or self.keys < 1 or self.events_per_message < 1 or self.counters < 1:
             raise ValueError("events/s, keys, events per message and counters must be positive")
+        if any(values < 1 for values in self.views):
+            raise ValueError("a view has at least one value")
         if self.source not in ("SQS", "Kinesis"):
             raise ValueError(f"source must be SQS or Kinesis, not {self.source!r}")
         if not 0 <= self.resend_rate < 1:
@@ -235,7 +245,7 @@ class Traffic:
     @property
     def message_bytes(self) -> int:
         """A message body's size, roughly: the producer's JSON (key, counter names, 6-digit values)."""
-        per_event = self.key_bytes + 20 + self.counters * 16
+        per_event = self.key_bytes + 20 + self.counters * 16 + DIMENSION_BYTES * len(self.views)
         return 60 + self.events_per_message * per_event
 
     @property
@@ -318,6 +328,7 @@ def simulate(
     rng = random.Random(seed)
     cumulative = list(accumulate(1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)))
     names = tuple(f"c{index}" for index in range(traffic.counters))
+    value_weights = [list(accumulate(1.0 / rank**traffic.zipf_s for rank in range(1, n + 1))) for n in traffic.views]
     spec = parse_window_spec(",".join(traffic.windows))
     windows, _ = spec.windows_of(now_ms, now_ms)
     # Minute windows are items of their own; hour and day windows are counters of the key's item.
@@ -339,13 +350,19 @@ def simulate(
             totals: dict[ItemKey, dict[str, int]] = {}
             for rank in ranks:
                 key = _key_name(rank, traffic.key_bytes)
-                for item, item_names in [
-                    (key, key_names),
-                    *((make_item(key, window, 0, expires), names) for window, expires in window_items),
-                ]:
-                    counters = totals.setdefault(item, {})
-                    for name in item_names:
-                        counters[name] = counters.get(name, 0) + 1
+                # A view's value is an item like a key's (its windows on it, its minutes apart), in the same commit.
+                counted = [key] + [
+                    view_item_key(f"v{view}", key, (str(rng.choices(range(len(weights)), cum_weights=weights)[0]),))
+                    for view, weights in enumerate(value_weights)
+                ]
+                for owner in counted:
+                    for item, item_names in [
+                        (owner, key_names),
+                        *((make_item(owner, window, 0, expires), names) for window, expires in window_items),
+                    ]:
+                        counters = totals.setdefault(item, {})
+                        for name in item_names:
+                            counters[name] = counters.get(name, 0) + 1
             message_id = numbered_id(session, number) if traffic.numbered_ids else f"m{number:032d}"
             messages.append(MessageTotals(message_id, totals, len(ranks)))
             number += 1
@@ -475,7 +492,31 @@ _MOVED_ATTRIBUTE_BYTES: Final = len("w#h#2026-11-24T19:00Z\x1f") + _COUNTER_NAME
 
 @cache
 def window_moves(traffic: Traffic) -> tuple[float, float]:
-    """Write and read units per event of moving ended windows off key items (``tally.store.windows``).
+    """Write and read units per event of moving ended windows off key items and view items
+    (``tally.store.windows``): ``_item_moves`` for the keys, and for each view as if its ``keys x values`` items
+    were keys drawn with the traffic's skew (over ``MOVED_ITEMS_PRICED`` of them, the figure for that many scaled
+    up: a bound above, as fewer items each meet more of the events)."""
+    writes, reads = _item_moves(traffic, traffic.keys)
+    for values in traffic.views:
+        items = traffic.keys * values
+        priced = min(items, MOVED_ITEMS_PRICED)
+        more_writes, more_reads = _item_moves(traffic, priced)
+        writes += more_writes * items / priced
+        reads += more_reads * items / priced
+    return writes, reads
+
+
+def view_read_units(traffic: Traffic, values: int) -> float:
+    """Read units of one group-by read of a view with ``values`` values in one window (``tally get KEY --by``, the
+    read endpoint's ``?by=``): one consistent ``Query`` of the view's item collection, billed per 4 KB of the
+    items it returns together (each at its largest), for a view not spread over shards."""
+    return read_units(values * _counter_item_bytes(traffic), consistent=True)
+
+
+@cache
+def _item_moves(traffic: Traffic, items: int) -> tuple[float, float]:
+    """Write and read units per event of moving ended windows off ``items`` key items drawn with the traffic's
+    skew (``tally.store.windows``).
 
     Per key and day it is active in: one move at the day's end, or one per ``MOVE_AT_BYTES`` of ended hours
     if more (a key item update plus its day's item, or plus each hour's item when hours are not kept on day
@@ -489,7 +530,7 @@ def window_moves(traffic: Traffic) -> tuple[float, float]:
     if not any(unit.on_key_item for unit in spec.units):
         return 0.0, 0.0
     per_hour = traffic.events_per_second * 3600
-    weights = [1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)]
+    weights = [1.0 / rank**traffic.zipf_s for rank in range(1, items + 1)]
     total = sum(weights)
     hour_bytes = traffic.counters * _MOVED_ATTRIBUTE_BYTES
     key_bytes = len("pk") + traffic.key_bytes + len("sk") + len("all")
@@ -637,6 +678,7 @@ class Bill:
                 "source": self.traffic.source,
                 "latency_budget_s": self.traffic.latency_budget_s,
                 "archive": self.traffic.archive,
+                "views": list(self.traffic.views),
             },
             "parameters": self.parameters.as_template(),
             "hot_keys": {"top_keys": self.parameters.hot_keys, "shards": self.parameters.hot_key_shards},

@@ -51,6 +51,7 @@ from tally.core.defaults import NO_DEFAULTS
 from tally.core.digest import content_digest
 from tally.core.limits import KINESIS_PUT_MAX_RECORDS, SQS_BATCH_MAX_ENTRIES
 from tally.core.model import COUNTED_REFUSALS, Message
+from tally.core.views import NO_VIEWS, CounterViews
 from tally.dead_letter_sender import (
     BODY_ENCODING,
     ERROR_CODE,
@@ -277,19 +278,23 @@ class CountedLookup(Protocol):
 
 
 def counted_letters(
-    letters: Iterable[Letter], lookup: CountedLookup, defaults: CounterDefaults = NO_DEFAULTS
+    letters: Iterable[Letter],
+    lookup: CountedLookup,
+    defaults: CounterDefaults = NO_DEFAULTS,
+    views: CounterViews = NO_VIEWS,
 ) -> frozenset[str]:
     """The (dead-letter queue) ids of the letters whose message already counts, content and all.
 
-    A letter's body is decoded as the function decodes it (``defaults``: the deployment's default deltas);
-    a body that does not decode, or a given-up Kinesis batch's metadata, is never counted here.
+    A letter's body is decoded as the function decodes it (``defaults``: the deployment's default deltas,
+    ``views``: its views, which an event's ``dims`` must fit); a body that does not decode, or a given-up Kinesis
+    batch's metadata, is never counted here.
     """
     by_id: dict[str, list[str]] = {}
     digests: dict[str, bytes] = {}
     for letter in letters:
         if letter.kinesis_batch is not None or not letter.payload:
             continue
-        message = decode_message(letter.payload, defaults=defaults)
+        message = decode_message(letter.payload, defaults=defaults, views=views)
         if not isinstance(message, Message):
             continue
         digest = content_digest(message)

@@ -25,6 +25,7 @@ from tally.core.limits import (
     WIRE_LIMITS,
 )
 from tally.core.numbers import storage_problem
+from tally.core.views import dims_shape_problem
 
 DEFAULT_COUNTER: Final = "count"
 """The counter a bare ``delta`` adds to (the wire format's ``"delta": n`` shorthand)."""
@@ -59,6 +60,10 @@ class Event:
     """Set name -> the member this event names, e.g. ``{"viewers": "user-17"}``
     (docs/explanation/counter-patterns.md, "Distinct counts"): the key's count of different members per set, all-time
     and in the windows of ``ts``."""
+    dims: Mapping[str, str] | None = None
+    """Dimension name -> value, e.g. ``{"customer": "acme", "route": "/v1/users"}``
+    (docs/explanation/views.md): the event counts once more under each view its key declares (``CounterViews``),
+    which need exactly the dimensions they name. A reset's dims name the one view item it sets."""
 
     def __post_init__(self) -> None:
         check_text(self.key, "key", WIRE_LIMITS.max_key_bytes)
@@ -86,6 +91,11 @@ class Event:
             object.__setattr__(self, "gauges", self._checked_gauges(self.gauges))
         if self.distinct is not None:
             object.__setattr__(self, "distinct", self._checked_distinct(self.distinct))
+        if self.dims is not None:
+            problem = dims_shape_problem(dict(self.dims) if isinstance(self.dims, Mapping) else self.dims, "dims")
+            if problem is not None:
+                raise ValueError(f"dims of {self.key!r}: {problem.detail}")
+            object.__setattr__(self, "dims", dict(self.dims))
         if self.reset is not None or self.correction:
             self._check_operator()
 
@@ -118,18 +128,31 @@ class Event:
 
     @classmethod
     def reset_to(
-        cls, key: str, values: Mapping[str, int | Decimal], *, id: str, ts: int | datetime | None = None
+        cls,
+        key: str,
+        values: Mapping[str, int | Decimal],
+        *,
+        id: str,
+        ts: int | datetime | None = None,
+        dims: Mapping[str, str] | None = None,
     ) -> Event:
         """``Event.reset_to("stock:sku-1", {"stock": 100}, id=...)``: an operator's reset (give it an id, and
-        give the same id again when re-sending it, so it counts once)."""
-        return cls(key, {}, ts=ts, id=id, reset=values)
+        give the same id again when re-sending it, so it counts once); with ``dims``, of that view's item."""
+        return cls(key, {}, ts=ts, id=id, reset=values, dims=dims)
 
     @classmethod
     def correct(
-        cls, key: str, deltas: Mapping[str, int | Decimal], *, id: str, ts: int | datetime | None = None
+        cls,
+        key: str,
+        deltas: Mapping[str, int | Decimal],
+        *,
+        id: str,
+        ts: int | datetime | None = None,
+        dims: Mapping[str, str] | None = None,
     ) -> Event:
-        """``Event.correct("stock:sku-1", {"stock": -3}, id=...)``: an operator's correction by a delta."""
-        return cls(key, deltas, ts=ts, id=id, correction=True)
+        """``Event.correct("stock:sku-1", {"stock": -3}, id=...)``: an operator's correction by a delta (with the
+        dims an event of the key carries: it counts into the key's views like one)."""
+        return cls(key, deltas, ts=ts, id=id, correction=True, dims=dims)
 
     def _checked_distinct(self, distinct: Mapping[str, str]) -> dict[str, str]:
         if not isinstance(distinct, Mapping) or not distinct or len(distinct) > WIRE_LIMITS.max_counters_per_event:
@@ -170,9 +193,10 @@ class Event:
         counter: str = DEFAULT_COUNTER,
         ts: int | datetime | None = None,
         id: str | None = None,
+        dims: Mapping[str, str] | None = None,
     ) -> Event:
         """One counter of one key: ``Event.count("page:/home")`` adds 1 to ``count``."""
-        return cls(key, {counter: delta}, ts=ts, id=id)
+        return cls(key, {counter: delta}, ts=ts, id=id, dims=dims)
 
     @property
     def ts_ms(self) -> int | None:

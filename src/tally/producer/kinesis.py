@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from mypy_boto3_kinesis.client import KinesisClient
     from mypy_boto3_kinesis.type_defs import PutRecordsRequestEntryTypeDef
 
+    from tally.core.views import CounterViews
     from tally.producer.wire import OutgoingMessage
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = KINESIS_RECORD_MAX_BYTES - 4 * KINESIS_PARTITION_KEY_MAX_CHARS
@@ -59,6 +60,7 @@ class KinesisPublisher(Publisher):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         minute_windows: bool = False,
+        views: CounterViews | str = "",
         policy: RetryPolicy | None = None,
         partition_key: Callable[[OutgoingMessage], str] = routing_key,
         new_id: Callable[[], str] | None = None,
@@ -78,6 +80,7 @@ class KinesisPublisher(Publisher):
             max_message_bytes=max_message_bytes,
             max_keys_per_message=max_keys_per_message,
             minute_windows=minute_windows,
+            views=views,
             policy=policy,
             new_id=new_id,
             sleep=sleep,

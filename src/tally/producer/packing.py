@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tally.core.limits import WIRE_LIMITS
 from tally.core.numbered_ids import numbered_id
+from tally.core.views import NO_VIEWS, CounterViews
 from tally.core.windows import MINUTE_MS
 from tally.producer.wire import OutgoingMessage, event_json, packed_body, packed_overhead, single_message
 
@@ -70,6 +71,9 @@ class PackLimits:
     """The consumer counts minute windows (``TALLY_WINDOWS`` names ``minute``): each minute an event of a key
     falls in is one more item of the message (hour and day windows ride on the key's item). An event without
     ``ts`` falls in its arrival minute, shared by the whole message."""
+    views: CounterViews = NO_VIEWS
+    """The consumer's views (``TALLY_COUNTER_VIEWS``): each view an event of a key counts in is one more item of
+    the message (its value's item, as a key's), which ``max_keys`` counts too."""
 
     def __post_init__(self) -> None:
         if self.max_bytes < 256 or self.max_events < 1 or self.max_keys < 1:
@@ -82,8 +86,17 @@ def build_messages(
     events: Iterable[Event],
     limits: PackLimits | None,
     new_id: Callable[[], str] = new_message_id,
+    views: CounterViews = NO_VIEWS,
 ) -> list[OutgoingMessage]:
-    """Messages for ``events``: packed under ``limits``, or one per event when ``limits`` is None."""
+    """Messages for ``events``: packed under ``limits``, or one per event when ``limits`` is None. With the
+    consumer's ``views``, an event whose ``dims`` they would refuse is refused here (``ValueError``), before any
+    message is built."""
+    events = list(events)
+    if views.rules:
+        for event in events:
+            problem = views.check_dims(event.key, event.dims, reset=event.reset is not None)
+            if problem is not None:
+                raise ValueError(f"{problem.code}: {problem.detail}")
     messages: list[OutgoingMessage] = []
     pack: list[Event] = []
     fragments: list[str] = []
@@ -112,7 +125,7 @@ def build_messages(
             continue
         fragment = event_json(event)
         added = len(fragment) + (1 if pack else 0)  # ASCII: characters are bytes; a comma between events
-        touched = _items(event, minute_windows=limits.minute_windows)
+        touched = _items(event, minute_windows=limits.minute_windows, views=limits.views)
         new_items = len(touched - items)
         if pack and (
             size + added > limits.max_bytes
@@ -132,9 +145,12 @@ def build_messages(
     return messages
 
 
-def _items(event: Event, *, minute_windows: bool) -> set[str | tuple[str, int | None]]:
-    """The counter items ``event`` writes, as the consumer plans them: its key's item, and its minute's."""
+def _items(event: Event, *, minute_windows: bool, views: CounterViews) -> set[str | tuple[str, int | None]]:
+    """The counter items ``event`` writes, as the consumer plans them: its key's item and its views' (the one
+    derivation the consumer uses, ``tally.core.views``), and each one's minute."""
+    keys = (event.key, *views.view_keys(event.key, event.dims)) if event.dims else (event.key,)
     if not minute_windows:
-        return {event.key}
+        return set(keys)
     ts_ms = event.ts_ms
-    return {event.key, (event.key, ts_ms // MINUTE_MS if ts_ms is not None else None)}
+    minute = ts_ms // MINUTE_MS if ts_ms is not None else None
+    return {*keys, *((key, minute) for key in keys)}

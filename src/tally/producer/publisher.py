@@ -14,6 +14,7 @@ import time
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING
 
+from tally.core.views import CounterViews, parse_counter_views
 from tally.producer.delivery import Delivery, RetryPolicy
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE, NumberedIds, PackLimits, build_messages
 
@@ -50,13 +51,22 @@ class Publisher(ABC):
         max_message_bytes: int,
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         minute_windows: bool = False,
+        views: CounterViews | str = "",
         policy: RetryPolicy | None = None,
         new_id: Callable[[], str] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
+        self.views = parse_counter_views(views) if isinstance(views, str) else views
+        """The consumer's ``CounterViews`` (text or parsed): events whose ``dims`` its views would refuse are refused
+        at ``prepare``, and packing counts each view's item as the consumer writes it."""
         self.limits = (
-            PackLimits(max_bytes=max_message_bytes, max_keys=max_keys_per_message, minute_windows=minute_windows)
+            PackLimits(
+                max_bytes=max_message_bytes,
+                max_keys=max_keys_per_message,
+                minute_windows=minute_windows,
+                views=self.views,
+            )
             if pack
             else None
         )
@@ -68,7 +78,7 @@ class Publisher(ABC):
 
     def prepare(self, events: Iterable[Event]) -> list[OutgoingMessage]:
         """Build the messages for ``events``, assigning each its id now, once, before any attempt."""
-        return build_messages(events, self.limits, self._new_id)
+        return build_messages(events, self.limits, self._new_id, self.views)
 
     def publish(self, events: Iterable[Event]) -> PublishResult:
         """Prepare and send ``events``; see ``PublishResult`` for what was sent, retried and failed."""

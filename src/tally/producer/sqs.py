@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sqs.client import SQSClient
     from mypy_boto3_sqs.type_defs import SendMessageBatchRequestEntryTypeDef
 
+    from tally.core.views import CounterViews
     from tally.producer.wire import OutgoingMessage
 
 DEFAULT_MAX_MESSAGE_BYTES: Final = 256 * 1024
@@ -55,6 +56,7 @@ class SqsPublisher(Publisher):
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         max_keys_per_message: int = DEFAULT_MAX_KEYS_PER_MESSAGE,
         minute_windows: bool = False,
+        views: CounterViews | str = "",
         policy: RetryPolicy | None = None,
         group_id: Callable[[OutgoingMessage], str] = routing_key,
         new_id: Callable[[], str] | None = None,
@@ -68,6 +70,7 @@ class SqsPublisher(Publisher):
             max_message_bytes=max_message_bytes,
             max_keys_per_message=max_keys_per_message,
             minute_windows=minute_windows,
+            views=views,
             policy=policy,
             new_id=new_id,
             sleep=sleep,

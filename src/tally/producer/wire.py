@@ -109,6 +109,9 @@ def event_fields(event: Event) -> str:
     if event.distinct:
         members = ",".join(_string(name) + ":" + _string(member) for name, member in event.distinct.items())
         parts.append('"distinct":{' + members + "}")
+    if event.dims:
+        values = ",".join(_string(name) + ":" + _string(value) for name, value in event.dims.items())
+        parts.append('"dims":{' + values + "}")
     return ",".join(parts)
 
 

@@ -10,12 +10,15 @@ Importable with boto3 and msgspec only (no Powertools, no tenacity, no click)::
     reader.get_many(["page:/home", "page:/pricing"])           # {key: Counters}, one BatchGetItem per 100 items
     reader.series("page:/home", "hour", from_ms, to_ms)        # Series: every hour, gaps as empty windows
     reader.top(10, counter="count")                            # [Ranked(key, counter, value)]: a Scan
+    reader.group("api", "customer", "day").top(10, "calls")    # a view's values in today's window: Queries
+    reader.values("api", "customer", "month")                  # the customers counted this month
 
     NotificationReader.from_environment().list(key="stock:1")  # threshold crossings recorded (a Scan)
 
 Values are exact ``Decimal`` (38 significant digits, as DynamoDB keeps them), hot-key shards summed.
-``CounterReader.from_environment()`` reads ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS`` and ``TALLY_WINDOWS``
-(``tally stack NAME --env`` prints them). The IAM it needs is the stack's ``ReaderPolicyArn`` output.
+``CounterReader.from_environment()`` reads ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS`` and
+``TALLY_COUNTER_VIEWS`` (``tally stack NAME --env`` prints them). The IAM it needs is the stack's
+``ReaderPolicyArn`` output.
 """
 
 from tally.errors import InvalidReadError
@@ -23,6 +26,7 @@ from tally.reader.dynamodb import CounterReader, largest
 from tally.reader.notifications import Notification, NotificationReader
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, parse_time_ms, window_unit
 from tally.reader.results import Counters, KeyState, OperatorRecord, Ranked, Series, Window, iso_utc
+from tally.reader.views import ViewGroup, ViewRow
 
 __all__ = [
     "MAX_SERIES_WINDOWS",
@@ -35,6 +39,8 @@ __all__ = [
     "OperatorRecord",
     "Ranked",
     "Series",
+    "ViewGroup",
+    "ViewRow",
     "Window",
     "check_key",
     "iso_utc",

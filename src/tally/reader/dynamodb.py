@@ -36,22 +36,24 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
 
-from tally.config import COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
-from tally.core.items import SHARD_SEPARATOR, make_item
+from tally.config import COUNTER_VIEWS, COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
+from tally.core.items import SHARD_SEPARATOR, make_item, view_parts
 from tally.core.numbers import EXACT
 from tally.core.sharding import MAX_SHARDS, HotKeys, parse_hot_keys
+from tally.core.views import CounterViews, parse_counter_views
 from tally.core.windows import WindowSpec, WindowUnit, parse_window_id, parse_window_spec, unit_named
 from tally.errors import ConfigurationError, InvalidReadError, RetryableStoreError
 from tally.reader.requests import MAX_SERIES_WINDOWS, check_key, default_bounds, series_starts, window_unit
 from tally.reader.results import Counters, KeyState, OperatorRecord, Ranked, Series, Window
-from tally.store.requests import batch_get, scan_all_time_items, translate
+from tally.reader.views import ViewGroup, parse_view, read_view
+from tally.store.requests import batch_get, query_pages, scan_all_time_items
 from tally.store.schema import (
     ALL_TIME,
     PARTITION_KEY,
     SORT_KEY,
     WINDOW_MOVES,
+    counter_item_of,
     counters_from_item,
     distinct_from_item,
     gauges_from_item,
@@ -105,6 +107,13 @@ def _moves_of(items: Iterable[Mapping[str, Any]]) -> dict[str, int]:
     return {item[PARTITION_KEY]["S"]: int(item.get(WINDOW_MOVES, {}).get("N", "0")) for item in items}
 
 
+def _moves_by_item(items: Iterable[Mapping[str, Any]]) -> dict[tuple[str, str], int]:
+    """All-time item (partition, sort key) -> how many window moves it has had (a view's items share a partition)."""
+    return {
+        (item[PARTITION_KEY]["S"], item[SORT_KEY]["S"]): int(item.get(WINDOW_MOVES, {}).get("N", "0")) for item in items
+    }
+
+
 def _add_open(found: dict[str, dict[str, Decimal]], item: Mapping[str, Any], wanted: set[str]) -> None:
     """Add the ``w#`` windows of ``item`` that are ``wanted`` into ``found``."""
     for window_id, counters in open_windows_from_item(item).items():
@@ -118,7 +127,9 @@ class CounterReader:
     ``hot_keys`` and ``windows`` are the deployment's ``HotKeys`` and ``Windows`` parameters (a
     ``HotKeys``/``WindowSpec`` or their text): which keys are spread over shard items, and which windows
     are counted (a series of another window is refused rather than answered with zeros; without
-    ``windows`` any of minute, hour, day, month may be asked for). The client is built when none is given.
+    ``windows`` any of minute, hour, day, month may be asked for); ``views`` its ``CounterViews`` (which
+    ``HotKeys`` view patterns name, and which view holds a dimension's values). The client is built when none
+    is given.
     """
 
     def __init__(
@@ -129,12 +140,14 @@ class CounterReader:
         hot_keys: HotKeys | str = "",
         windows: WindowSpec | str | None = None,
         max_series_windows: int = MAX_SERIES_WINDOWS,
+        views: CounterViews | str = "",
     ) -> None:
         if not counters_table:
             raise ConfigurationError("the counters table's name is empty")
         self.counters_table = counters_table
         self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
-        self.hot_keys = parse_hot_keys(hot_keys) if isinstance(hot_keys, str) else hot_keys
+        self.views = parse_counter_views(views) if isinstance(views, str) else views
+        self.hot_keys = parse_hot_keys(hot_keys, self.views) if isinstance(hot_keys, str) else hot_keys
         self.windows = parse_window_spec(windows) if isinstance(windows, str) else windows
         self.max_series_windows = max_series_windows
 
@@ -144,7 +157,7 @@ class CounterReader:
     ) -> CounterReader:
         """From the variables the template gives its functions (and ``tally stack --env`` prints):
         ``TALLY_COUNTERS_TABLE``, ``TALLY_HOT_KEYS``, ``TALLY_WINDOWS`` (with ``TALLY_WINDOW_RETENTION``, past
-        which a window reads empty)."""
+        which a window reads empty), ``TALLY_COUNTER_VIEWS``."""
         env = os.environ if environ is None else environ
         windows = env.get(WINDOWS)
         if not env.get(COUNTERS_TABLE):
@@ -155,6 +168,7 @@ class CounterReader:
                 client=client,
                 hot_keys=env.get(HOT_KEYS, ""),
                 windows=None if windows is None else parse_window_spec(windows, env.get(WINDOW_RETENTION, "")),
+                views=env.get(COUNTER_VIEWS, ""),
             )
         except ValueError as exc:
             raise ConfigurationError(str(exc)) from exc
@@ -280,14 +294,16 @@ class CounterReader:
 
     def states(self, keys: Iterable[str], *, now_ms: int | None = None) -> dict[str, KeyState]:
         """Everything the table holds for each key (all-time counters, every window, gauges, distinct counts),
-        exact whatever window moves commit during the read, in the order given.
+        exact whatever window moves commit during the read, in the order given. A key may be a view item's
+        (``tally.core.items.view_item_key``: what the audit recounts of a view).
 
         The key items are read (``BatchGetItem``), then every item of each key's partitions (one ``Query``
-        each, paginated: window items, day items with their ended hours), then the key items again; a key
-        whose ``moves`` changed in between is read again (see ``_series_beside_moves``), at most
-        ``MAX_SERIES_ATTEMPTS`` times. A window past its retention (``windows`` known) reads as absent.
+        each, paginated: window items, day items with their ended hours; a view's partition once for all its
+        values asked for), then the key items again; a key whose ``moves`` changed in between is read again (see
+        ``_series_beside_moves``), at most ``MAX_SERIES_ATTEMPTS`` times. A window past its retention
+        (``windows`` known) reads as absent.
         """
-        wanted = list(dict.fromkeys(check_key(key) for key in keys))
+        wanted = list(dict.fromkeys(key if view_parts(key) else check_key(key) for key in keys))
         clock = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         found: dict[str, KeyState] = {}
         left = wanted
@@ -300,33 +316,37 @@ class CounterReader:
 
     def _states_once(self, keys: Sequence[str], now_ms: int) -> tuple[dict[str, KeyState], list[str]]:
         """The states of ``keys`` no move committed on during the read, and the keys to read again."""
-        partitions = {key: self._partitions(key) for key in keys}
-        key_items = [{PARTITION_KEY: {"S": p}, SORT_KEY: {"S": ALL_TIME}} for ps in partitions.values() for p in ps]
-        before = _moves_of(batch_get(self.client, self.counters_table, key_items))
+        homes = {key: self._homes(key) for key in keys}
+        key_items = [home for held in homes.values() for home in held]
+        before = _moves_by_item(batch_get(self.client, self.counters_table, key_items))
         windows: dict[str, dict[str, dict[str, Decimal]]] = {key: {} for key in keys}
         distinct: dict[str, dict[str, dict[str, Decimal]]] = {key: {} for key in keys}
-        for key, names in partitions.items():
-            for partition in names:
-                for item in self._partition_items(partition):
-                    window = item[SORT_KEY]["S"]
-                    add_into(windows[key].setdefault(window, {}), counters_from_item(item))
-                    add_into(distinct[key].setdefault(window, {}), distinct_from_item(item))
-                    for ended, counters in open_windows_from_item(item).items():  # a day item's ended hours
-                        add_into(windows[key].setdefault(ended, {}), counters)
+        partitions = dict.fromkeys(home[PARTITION_KEY]["S"] for home in key_items)
+        for partition in partitions:
+            for item in self._partition_items(partition):
+                owner = counter_item_of(item)
+                if owner.window == ALL_TIME or owner.key not in windows:  # a view's all-time item; a value not asked
+                    continue
+                add_into(windows[owner.key].setdefault(owner.window, {}), counters_from_item(item))
+                add_into(distinct[owner.key].setdefault(owner.window, {}), distinct_from_item(item))
+                for ended, counters in open_windows_from_item(item).items():  # a day item's ended hours
+                    add_into(windows[owner.key].setdefault(ended, {}), counters)
         holders = batch_get(self.client, self.counters_table, key_items)
-        moved = {partition for partition, moves in _moves_of(holders).items() if before.get(partition) != moves}
+        moved = {held for held, moves in _moves_by_item(holders).items() if before.get(held) != moves}
         totals: dict[str, dict[str, Decimal]] = {key: {} for key in keys}
         gauges: dict[str, dict[str, dict[str, Decimal | str]]] = {}
         for item in holders:
-            partition = item[PARTITION_KEY]["S"]
-            key = key_of_partition(partition)
+            owner = counter_item_of(item)
+            key = owner.key
             add_into(totals[key], counters_from_item(item))
             add_into(distinct[key].setdefault(ALL_TIME, {}), distinct_from_item(item))
             for window, counters in open_windows_from_item(item).items():
                 add_into(windows[key].setdefault(window, {}), counters)
-            if partition == key:
+            if owner.shard == 0:
                 gauges[key] = gauges_from_item(item)
-        again = [key for key in keys if any(partition in moved for partition in partitions[key])]
+        again = [
+            key for key in keys if any((home[PARTITION_KEY]["S"], home[SORT_KEY]["S"]) in moved for home in homes[key])
+        ]
         states = {
             key: KeyState(
                 key,
@@ -348,10 +368,10 @@ class CounterReader:
         }
         return states, again
 
-    def _partitions(self, key: str) -> list[str]:
-        """The partition keys of ``key``'s counter items: the key, and a hot key's shards."""
+    def _homes(self, key: str) -> list[dict[str, Any]]:
+        """The primary keys of ``key``'s all-time items: the key's (or a view item's), and a hot one's shards'."""
         shards = range(MAX_SHARDS) if self.hot_keys.is_hot(key) else range(1)
-        return [key if shard == 0 else f"{key}{SHARD_SEPARATOR}{shard}" for shard in shards]
+        return [item_key(make_item(key, shard=shard)) for shard in shards]
 
     def _within_retention(self, window: str, now_ms: int) -> bool:
         """Whether a window id (or ``all``) is still within the retention of its unit, when the windows are
@@ -365,17 +385,51 @@ class CounterReader:
         counted = [unit for unit in self.windows.units if unit.name == name]
         return not counted or _kept(counted[0], start, now_ms)
 
+    def group(
+        self, key: str, by: str | Iterable[str], window: str | None = None, at_ms: int | None = None
+    ) -> ViewGroup:
+        """Every value of ``key``'s view ``by`` (``customer``, ``customer+route``) in the ``window`` (minute, hour,
+        day, month) holding ``at_ms`` (default: now), or all-time without ``window``: ``Query``s of the view's item
+        collection, never a scan (``tally.reader.views``)."""
+        view = parse_view(by)
+        clock = time.time_ns() // 1_000_000
+        unit = None if window is None else window_unit(window, self.windows)
+        return read_view(
+            self.client,
+            self.counters_table,
+            key,
+            view,
+            unit=unit,
+            start_ms=None if unit is None else unit.start_ms(clock if at_ms is None else at_ms),
+            hot_keys=self.hot_keys,
+            windows=self.windows,
+            now_ms=clock,
+        )
+
+    def values(self, key: str, dim: str, window: str | None = None, at_ms: int | None = None) -> list[str]:
+        """The values of dimension ``dim`` counted for ``key`` in a window (or all-time): read from the smallest
+        declared view of ``key`` holding ``dim`` (the view of ``dim`` alone without ``views``)."""
+        view = parse_view(dim)
+        rule = self.views.rule_for(key)
+        if rule is not None:
+            holding = [candidate for candidate in rule.views if dim in candidate.dims]
+            if not holding:
+                raise InvalidReadError(f"no view of {key!r} has the dimension {dim!r}")
+            view = min(holding, key=lambda candidate: len(candidate.dims))
+        return self.group(key, view.dims, window, at_ms).values(dim)
+
     def top(self, n: int = 10, counter: str | None = None) -> list[Ranked]:
         """The ``n`` largest all-time counters (of one name, if given): a ``Scan`` of the whole table."""
         if n < 1:
             raise InvalidReadError("top needs n >= 1")
         return largest(self.all_time_totals(), n, counter)
 
-    def all_time_totals(self) -> dict[str, dict[str, Decimal]]:
-        """Every key's all-time counters, shards summed (a ``Scan``; window items are read and skipped)."""
+    def all_time_totals(self, *, views: bool = False) -> dict[str, dict[str, Decimal]]:
+        """Every key's all-time counters, shards summed (a ``Scan``; window items are read and skipped); with
+        ``views``, every view item's too, under its key (``tally.core.items.view_item_key``)."""
         totals: dict[str, dict[str, Decimal]] = {}
-        for item in scan_all_time_items(self.client, self.counters_table):
-            add_into(totals.setdefault(key_of_partition(item[PARTITION_KEY]["S"]), {}), counters_from_item(item))
+        for item in scan_all_time_items(self.client, self.counters_table, views=views):
+            add_into(totals.setdefault(counter_item_of(item).key, {}), counters_from_item(item))
         return totals
 
     # ----------------------------------------------------------------------------------------- DynamoDB
@@ -404,12 +458,4 @@ class CounterReader:
         return (item for item in items if item[SORT_KEY]["S"] != ALL_TIME)
 
     def _paginate(self, kwargs: dict[str, Any]) -> Iterator[Mapping[str, Any]]:
-        while True:
-            try:
-                response = self.client.query(**kwargs)
-            except (ClientError, BotoCoreError) as exc:
-                raise translate(exc) from exc
-            yield from response.get("Items", [])
-            if "LastEvaluatedKey" not in response:
-                return
-            kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
+        return query_pages(self.client, kwargs)

@@ -1,7 +1,8 @@
 """The notifications table: one item per crossing of a declared level, written in the commit's transaction.
 
 Partition key ``notification_id``: the crossing's deterministic id (``tally.core.thresholds.notification_id``).
-Attributes: ``key``, ``counter``, ``level`` (N), ``direction`` (``rising``/``falling``), ``window``, ``value``
+Attributes: ``key`` (a view's item as ``api[customer=acme]``), ``counter``, ``level`` (N), ``direction``
+(``rising``/``falling``), ``window``, ``value``
 (N: the counter after the write that recorded it), ``step_value`` (N: after the crossing message's own step),
 ``message_id``, ``at`` (N: epoch ms of the write), ``time`` (the same, ISO 8601 UTC) and ``expires_at`` (the TTL
 attribute).
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from tally.core.items import item_label
 from tally.core.numbers import to_wire
 from tally.core.thresholds import Crossing, Direction
 from tally.store.actions import Role
@@ -48,10 +50,11 @@ EXPIRES_AT: Final = "expires_at"
 
 
 def notification_item(crossing: Crossing, expires_at_s: int) -> dict[str, Any]:
-    """The item of one crossing (DynamoDB's typed form)."""
+    """The item of one crossing (DynamoDB's typed form). A view's crossing names its item as people write it,
+    ``api[customer=acme]`` (its identity is the notification id, derived from the view item's key)."""
     return {
         NOTIFICATION_ID: {"S": crossing.notification_id},
-        KEY: {"S": crossing.key},
+        KEY: {"S": item_label(crossing.key)},
         COUNTER: {"S": crossing.counter},
         LEVEL: {"N": to_wire(crossing.level)},
         DIRECTION: {"S": str(crossing.direction)},

@@ -30,7 +30,16 @@ from tally.errors import (
     WriteRejectedError,
 )
 from tally.store.markers import marker_records
-from tally.store.schema import MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST, SORT_KEY, item_read
+from tally.store.schema import (
+    MARKER_APPLIED_AT,
+    MARKER_BATCH,
+    MARKER_DIGEST,
+    PARTITION_KEY,
+    SORT_KEY,
+    VIEW_PARTITION_MARK,
+    item_read,
+    view_window_prefix,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -104,6 +113,20 @@ _BATCH_GET_PAUSE_S: Final = 0.05
 
 
 _BATCH_GET_MAX_PAUSE_S: Final = 1.0
+
+
+def query_pages(client: DynamoDBClient, request: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
+    """Every item a ``Query`` (``request``: its parameters) finds, page after page; ``ClientError`` translated."""
+    kwargs = dict(request)
+    while True:
+        try:
+            response = client.query(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise translate(exc) from exc
+        yield from response.get("Items", [])
+        if "LastEvaluatedKey" not in response:
+            return
+        kwargs["ExclusiveStartKey"] = response["LastEvaluatedKey"]
 
 
 def batch_get(
@@ -332,15 +355,21 @@ _CONDITIONS: Final[Mapping[str, Callable[[_Cancellation, Role, _Reason], None]]]
 """How a failed condition reads, by what its action does (a marker in the way, a batch not in its state...)."""
 
 
-def scan_all_time_items(client: DynamoDBClient, table: str) -> Iterator[Mapping[str, Any]]:
+def scan_all_time_items(client: DynamoDBClient, table: str, *, views: bool = False) -> Iterator[Mapping[str, Any]]:
     """Every key's all-time item (and a hot key's shard items), strongly consistent: a whole-table ``Scan``
     that reads the window items too and keeps only ``sk = all`` (for batch jobs and operators, never a
-    request path)."""
+    request path); with ``views``, every view's all-time items too (``sk`` beginning ``all\x1f``)."""
+    # A view's all-time item: its sort key begins ``all\x1f`` and its partition holds the view mark (a distinct-count
+    # member's sort key may begin ``all\x1f`` too, in a partition without it: a key never holds U+001F).
+    condition = "#sk = :all OR (begins_with(#sk, :view) AND contains(#pk, :mark))" if views else "#sk = :all"
+    values = {":all": {"S": ALL_TIME}}
+    if views:
+        values |= {":view": {"S": view_window_prefix(ALL_TIME)}, ":mark": {"S": VIEW_PARTITION_MARK}}
     pages = client.get_paginator("scan").paginate(
         TableName=table,
-        FilterExpression="#sk = :all",
-        ExpressionAttributeNames={"#sk": SORT_KEY},
-        ExpressionAttributeValues={":all": {"S": ALL_TIME}},
+        FilterExpression=condition,
+        ExpressionAttributeNames={"#sk": SORT_KEY, "#pk": PARTITION_KEY} if views else {"#sk": SORT_KEY},
+        ExpressionAttributeValues=values,
         ConsistentRead=True,
     )
     try:

@@ -40,8 +40,11 @@ from tally.core.items import (
     ALL_TIME,
     SHARD_SEPARATOR,
     WINDOW_COUNTER_MARK,
+    CounterItem,
     ItemKey,
     item_parts,
+    view_item_key,
+    view_parts,
     window_counter,
 )
 from tally.core.moved import MovedPointer
@@ -50,7 +53,7 @@ from tally.core.windows import UNITS
 from tally.core.write import ItemRead
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from mypy_boto3_dynamodb.type_defs import AttributeValueTypeDef
 
@@ -128,11 +131,57 @@ def applied_id(batch_id: str, index: int) -> str:
     return f"b#{batch_id}#a{index}"
 
 
+VIEW_PARTITION_MARK: Final = SHARD_SEPARATOR + "v" + SHARD_SEPARATOR
+"""A view's items live in partition ``<key>v<view>`` (and a hot view's shard ``n`` in
+``<key>v<view><n>``), sort key ``<window><value><value>...``: one item collection per key and
+view, so a ``Query`` on a window's prefix (``all``, ``d#2026-11-22``) lists every value counted there. A
+sort key is never ``all`` alone (``top``'s scan skips them), and the partition apart from the key's own (a
+``series`` query never meets them). Partition keys stay apart: a key never holds U+001F, and after
+``<key>`` a shard is a number, a member partition ``d``, a view ``v``."""
+
+
 def item_key(item: ItemKey) -> dict[str, Any]:
-    """The primary key of a counter item: shards get their own partition key, windows their sort key."""
+    """The primary key of a counter item: shards get their own partition key, windows their sort key; a view's
+    item (``tally.core.items.view_item_key``) its view's partition (``VIEW_PARTITION_MARK``)."""
     parts = item_parts(item)
+    view = view_parts(parts.key)
+    if view is not None:
+        partition = view_partition(view.key, view.view, parts.shard)
+        return {PARTITION_KEY: {"S": partition}, SORT_KEY: {"S": view_sort_key(parts.window, view.values)}}
     partition = parts.key if parts.shard == 0 else f"{parts.key}{SHARD_SEPARATOR}{parts.shard}"
     return {PARTITION_KEY: {"S": partition}, SORT_KEY: {"S": parts.window}}
+
+
+def view_partition(key: str, view: str, shard: int = 0) -> str:
+    """The partition holding ``key``'s items in ``view`` (shard ``shard`` of it: 0 for a view not hot)."""
+    partition = key + VIEW_PARTITION_MARK + view
+    return partition if shard == 0 else f"{partition}{SHARD_SEPARATOR}{shard}"
+
+
+def view_sort_key(window: str, values: Sequence[str]) -> str:
+    """The sort key of a view's item for ``values`` in ``window`` (``all``: all-time)."""
+    return window + SHARD_SEPARATOR + SHARD_SEPARATOR.join(values)
+
+
+def view_window_prefix(window: str) -> str:
+    """What every sort key of a view's items in ``window`` starts with (a ``Query``'s ``begins_with``)."""
+    return window + SHARD_SEPARATOR
+
+
+def counter_item_of(raw: Mapping[str, Any]) -> CounterItem:
+    """The ``CounterItem`` of a raw counter item (a key's, a shard's, a window's, a view's): ``item_key``'s
+    inverse. ``ValueError`` for an item that is not a counter item (a distinct-count member)."""
+    partition, sort = raw[PARTITION_KEY]["S"], raw[SORT_KEY]["S"]
+    key, _, rest = partition.partition(SHARD_SEPARATOR)
+    if not rest:
+        return CounterItem(key, sort)
+    if rest.isdigit():
+        return CounterItem(key, sort, int(rest))
+    if rest.startswith("v" + SHARD_SEPARATOR):
+        view, _, shard = rest[2:].partition(SHARD_SEPARATOR)
+        window, _, values = sort.partition(SHARD_SEPARATOR)
+        return CounterItem(view_item_key(view, key, tuple(values.split(SHARD_SEPARATOR))), window, int(shard or 0))
+    raise ValueError(f"not a counter item: {partition!r}")
 
 
 OPERATOR_PREFIXES: Final = {

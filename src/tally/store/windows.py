@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Final
 from botocore.exceptions import BotoCoreError, ClientError
 
 from tally.core.batching import group
-from tally.core.items import ALL_TIME, SHARD_SEPARATOR, CounterItem, ItemKey, window_counter
+from tally.core.items import CounterItem, ItemKey, window_counter
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.moved import anchor_window, next_pointer
 from tally.core.numbers import EXACT, to_wire
@@ -66,8 +66,8 @@ from tally.errors import RetryableStoreError, StoreError
 from tally.store.actions import add_update
 from tally.store.requests import RETRYABLE_REASONS, batch_get, scan_all_time_items, send_once, translate
 from tally.store.schema import (
-    PARTITION_KEY,
     WINDOW_MOVES,
+    counter_item_of,
     item_key,
     moved_pointer_attributes,
     moved_pointer_from_item,
@@ -121,12 +121,6 @@ class WindowsMoved:
             self.transactions + other.transactions,
             self.left + other.left,
         )
-
-
-def counter_item_of(raw: Mapping[str, Any]) -> CounterItem:
-    """The (key, shard) of a raw key item (``pk`` = ``<key>`` or ``<key>\x1f<shard>``, ``sk`` = ``all``)."""
-    key, _, shard = raw[PARTITION_KEY]["S"].partition(SHARD_SEPARATOR)
-    return CounterItem(key, ALL_TIME, int(shard) if shard else 0)
 
 
 @dataclass(slots=True)
@@ -311,7 +305,7 @@ class DynamoDBWindowMover:
         """Move every key item's ended windows (a ``Scan`` of the key items): for keys no batch writes again."""
         total = WindowsMoved()
         page: list[Mapping[str, Any]] = []
-        for raw in scan_all_time_items(self._client, self._table):
+        for raw in scan_all_time_items(self._client, self._table, views=True):
             total += WindowsMoved(checked=1)
             page.append(raw)
             if len(page) >= 1000:

@@ -30,14 +30,13 @@ from tally.audit.objects import read_archive
 from tally.audit.recount import recount
 from tally.client_config import CLIENT_CONFIG
 from tally.core.items import ALL_TIME
+from tally.core.views import NO_VIEWS
 from tally.core.windows import parse_window_id
 from tally.post_commit.archive import DEFAULT_PREFIX
-from tally.reader import CounterReader
-from tally.reader.dynamodb import add_into, key_of_partition
+from tally.reader.dynamodb import add_into
+from tally.store.requests import scan_all_time_items
 from tally.store.schema import (
-    MEMBER_PARTITION_SUFFIX,
-    PARTITION_KEY,
-    SORT_KEY,
+    counter_item_of,
     counters_from_item,
     distinct_from_item,
     open_windows_from_item,
@@ -51,6 +50,7 @@ if TYPE_CHECKING:
 
     from tally.audit.recount import Recount
     from tally.core.defaults import CounterDefaults
+    from tally.core.views import CounterViews
     from tally.core.windows import WindowSpec
     from tally_local.chaos.check import PatternReads
 
@@ -119,6 +119,7 @@ def judge_archive(
     *,
     windows: WindowSpec,
     defaults: CounterDefaults,
+    views: CounterViews = NO_VIEWS,
     client: DynamoDBClient,
     counters_table: str,
     patterns: PatternReads,
@@ -127,10 +128,9 @@ def judge_archive(
 ) -> ArchiveVerdict:
     """Recount ``site``'s archive and compare it with the counters table, read whole (two ``Scan`` s)."""
     records = list(read_archive(site.client(), site.bucket, DEFAULT_PREFIX))
-    result = recount(records, windows=windows, defaults=defaults, clock_tolerance_ms=0)
+    result = recount(records, windows=windows, defaults=defaults, clock_tolerance_ms=0, views=views)
     examples: list[str] = []
-    reader = CounterReader(counters_table, client=client)
-    counters = _compare_counters(result, reader.all_time_totals(), examples)
+    counters = _compare_counters(result, stored_all_time(client, counters_table), examples)
     stored_windows, stored_members = stored_window_values(client, counters_table)
     windowed = _compare_windows(
         result,
@@ -161,6 +161,15 @@ WindowValues = dict[str, dict[str, dict[str, Decimal]]]
 """Key -> window id -> name -> value."""
 
 
+def stored_all_time(client: DynamoDBClient, counters_table: str) -> dict[str, dict[str, Decimal]]:
+    """Every key's and every view item's all-time counters, shards summed, by the key a recount names them by (a
+    view item's derived key): one consistent ``Scan`` of the all-time items, views' included."""
+    totals: dict[str, dict[str, Decimal]] = {}
+    for item in scan_all_time_items(client, counters_table, views=True):
+        add_into(totals.setdefault(counter_item_of(item).key, {}), counters_from_item(item))
+    return totals
+
+
 def stored_window_values(client: DynamoDBClient, counters_table: str) -> tuple[WindowValues, WindowValues]:
     """Every window's counters and distinct counts as the counters table holds them, shards summed: window items,
     and windows still on key items or day items (``w#`` attributes), added as ``tally.reader``'s series adds
@@ -170,10 +179,11 @@ def stored_window_values(client: DynamoDBClient, counters_table: str) -> tuple[W
     pages = client.get_paginator("scan").paginate(TableName=counters_table, ConsistentRead=True)
     for page in pages:
         for item in page.get("Items", []):
-            partition = item[PARTITION_KEY]["S"]
-            if partition.endswith(MEMBER_PARTITION_SUFFIX):
+            try:  # by both keys: a view's items share a partition (a view named "d" ends as a member partition)
+                parts = counter_item_of(item)
+            except ValueError:
                 continue  # a distinct member's own item: counted in its set's count
-            key, window = key_of_partition(partition), item[SORT_KEY]["S"]
+            key, window = parts.key, parts.window
             for held, counters in open_windows_from_item(item).items():
                 add_into(found.setdefault(key, {}).setdefault(held, {}), counters)
             if window != ALL_TIME:

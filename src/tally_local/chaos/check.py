@@ -18,6 +18,10 @@
   distinct count (such a write once failed its batch on every delivery).
 - Every hour and day window of the ``win:`` keys (their windows are moved off the key items during
   the run, under kills and stale conditions) holds exactly the sum of its events, after a final close.
+- Every view item of the ``v:`` keys (per customer, per route, per customer and route), all-time and in each
+  window, holds exactly the sum of its events (``Workload.expected_views``, computed by hand), as the reader's
+  group-by reads it; and the stored values partition: a key's customers sum to the key, each customer's routes
+  (the customer and route view) to the customer.
 - Every gauge holds what the distinct gauge messages leave: the largest ``max``, the smallest
   ``min``, the ``latest`` of the latest ``ts`` (``tally_local.chaos.patterns``); counters with a declared start
   hold the start plus their sum (in ``Workload.expected``).
@@ -37,7 +41,7 @@ from tally_local.chaos.patterns import BOUND_CODES, LEVEL, SEAT_CEILING, SEAT_FL
 from tally_local.chaos.workload import DOOMED_CODE, ID_CONFLICT_CODE, TRACER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from tally_local.chaos.dlq import Letter
     from tally_local.chaos.workload import Workload
@@ -101,6 +105,12 @@ class Verdict:
     valid_given_up: int = 0
     """Valid messages whose Kinesis record was ever given up to the on-failure destination, even if a replay
     counted them later: an operator's chore that a crash must never cause."""
+    views_checked: int = 0
+    """(key, view, window) groups of the ``v:`` keys read back after the final close."""
+    views_wrong: int = 0
+    """Of those, the groups where some value's counters differ from the sum of its events."""
+    view_partitions_wrong: int = 0
+    """Keys whose stored views do not partition: customers not summing to the key, routes not to their customer."""
 
     @property
     def ok(self) -> bool:
@@ -114,6 +124,8 @@ class Verdict:
             and self.bound_violations == 0
             and self.distinct_wrong == 0
             and self.windows_wrong == 0
+            and self.views_wrong == 0
+            and self.view_partitions_wrong == 0
             and self.lost_events == 0
             and self.doubled_events == 0
             and not self.stray_keys
@@ -150,10 +162,12 @@ def judge(
     patterns: PatternReads | None = None,
     replayed: frozenset[str] = frozenset(),
     read_window: Callable[[str, str], Mapping[str, Decimal]] | None = None,
+    read_view: Callable[[str, str, str], Mapping[tuple[str, ...], Mapping[str, Decimal]]] | None = None,
     ever_letters: Sequence[Letter] = (),
 ) -> Verdict:
     """Compare what the store holds (``read``: all-time counters of a key; ``patterns``: the rest the counter
-    patterns need; ``replayed``: bodies of Kinesis records given up and replayed) with the reference."""
+    patterns need; ``replayed``: bodies of Kinesis records given up and replayed; ``read_view``: (key, view, window
+    id or ``all``) -> each value's counters, as ``tally.reader``'s group-by reads them) with the reference."""
     examples: list[str] = []
     reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
     counted_bounded = _add_counted_bounded(workload, patterns, reference)
@@ -207,6 +221,7 @@ def judge(
     given_up = sorted(workload.by_body[body].message_id for body in replayed if body in workload.by_body)
     examples.extend(f"valid message {message_id}: its Kinesis record was given up" for message_id in given_up[:3])
     bounded_journaled = _bounded_journaled(counted_bounded, patterns, examples)
+    views_checked, views_wrong, partitions_wrong = _judge_views(workload, read, read_view, examples)
     return Verdict(
         counters_checked=checked,
         counters_wrong=wrong,
@@ -237,6 +252,9 @@ def judge(
         valid_refused=valid_refused,
         bounded_journaled=bounded_journaled,
         valid_given_up=len(given_up),
+        views_checked=views_checked,
+        views_wrong=views_wrong,
+        view_partitions_wrong=partitions_wrong,
     )
 
 
@@ -292,6 +310,56 @@ def _judge_windows(
             if len(examples) < 10:
                 examples.append(f"window {key} {window}: read {found}, expected {expected}")
     return wrong
+
+
+def _judge_views(
+    workload: Workload,
+    read: Callable[[str], dict[str, Decimal]],
+    read_view: Callable[[str, str, str], Mapping[tuple[str, ...], Mapping[str, Decimal]]] | None,
+    examples: list[str],
+) -> tuple[int, int, int]:
+    """(groups checked, groups wrong, keys whose stored views do not partition): see the module."""
+    if read_view is None or not workload.expected_views:
+        return 0, 0, 0
+    groups: dict[tuple[str, str, str], dict[tuple[str, ...], dict[str, Decimal]]] = {}
+    for (key, view, values, window), counters in workload.expected_views.items():
+        groups.setdefault((key, view, window), {})[values] = {name: value for name, value in counters.items() if value}
+    wrong = 0
+    stored: dict[tuple[str, str], dict[tuple[str, ...], dict[str, Decimal]]] = {}
+    for (key, view, window), expected in sorted(groups.items()):
+        found = {
+            values: nonzero
+            for values, counters in read_view(key, view, window).items()
+            if (nonzero := {name: value for name, value in counters.items() if value})
+        }
+        if window == "all":
+            stored[key, view] = found
+        if found != {values: counters for values, counters in expected.items() if counters}:
+            wrong += 1
+            if len(examples) < 10:
+                examples.append(f"view {key}[{view}] {window}: read {found}, expected {expected}")
+    partitions_wrong = 0
+    for key in sorted({key for key, _ in stored}):
+        customers = stored.get((key, "customer"), {})
+        pairs = stored.get((key, "customer+route"), {})
+        by_customer = {
+            (customer,): _summed(counters for (owner, _), counters in pairs.items() if owner == customer)
+            for (customer,) in customers
+        }
+        total = {name: value for name, value in read(key).items() if value}
+        if _summed(customers.values()) != total or by_customer != customers:
+            partitions_wrong += 1
+            if len(examples) < 10:
+                examples.append(f"views of {key} do not partition it: key {total}, customers {customers}")
+    return len(groups), wrong, partitions_wrong
+
+
+def _summed(parts: Iterable[Mapping[str, Decimal]]) -> dict[str, Decimal]:
+    total: dict[str, Decimal] = {}
+    for counters in parts:
+        for name, value in counters.items():
+            total[name] = total.get(name, Decimal(0)) + value
+    return {name: value for name, value in total.items() if value}
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from tally.config import DEFAULT_WRITE_CONCURRENCY
-from tally_local.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS
+from tally_local.chaos.patterns import COUNTER_BOUNDS, COUNTER_DEFAULTS, COUNTER_VIEWS
 from tally_local.esm import RetryCadence
 
 
@@ -166,6 +166,11 @@ class ChaosConfig:
     DynamoDB refuses for good, as it does for a key item at its 400 KB limit: their messages must count and
     be in the DLQ as ``gauge_refused``/``members_refused``, and the batches around them must not fail
     (``--refused-keys``)."""
+    view_messages: int = 600
+    """Messages on ``v:`` keys (``pattern_keys`` of them) whose events carry a customer and a route, counted under the
+    views ``counter_views`` declares; a third packed, half their ``ts`` in the previous day (moved windows)."""
+    counter_views: str = COUNTER_VIEWS
+    """The run's ``CounterViews``: ``v:`` keys per customer, per route, per customer and route."""
     reset_messages: int = 400
     reset_keys: int = 8
     """``r:`` keys: a key with a record Kinesis gave up and replayed is left unjudged, so have several."""
@@ -270,6 +275,7 @@ SMOKE = ChaosConfig(
     bounded_messages=80,
     digit_bound_steps=4,
     distinct_messages=60,
+    view_messages=60,
     reset_messages=60,
     window_messages=150,
     window_keys=10,
@@ -308,6 +314,7 @@ SECTIONS: dict[str, int | float] = {
     "bounded_messages": 0,
     "digit_bound_steps": 0,
     "distinct_messages": 0,
+    "view_messages": 0,
     "reset_messages": 0,
     "refused_keys": 0,
     "window_messages": 0,

@@ -25,10 +25,12 @@ from tally.commit.applier import Applier, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.declarations import parse_declarations
 from tally.core.defaults import parse_counter_defaults
+from tally.core.items import ALL_TIME
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import parse_numbered
 from tally.core.sharding import parse_hot_keys
+from tally.core.views import parse_counter_views
 from tally.core.windows import DAY_MS, parse_window_id, parse_window_spec
 from tally.core.write_planner import plan_write
 from tally.pipeline import BatchPipeline, DeadLetterQueue, PipelineSettings
@@ -103,6 +105,7 @@ def wire_pipeline(
         hot_keys=config.hot_keys,
         defaults=config.counter_defaults,
         bounds=config.counter_bounds,
+        views=config.counter_views,
     )
     store = store or DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
     journal = journal or DynamoDBJournal(client, tables.counters, tables.markers, TTL_SECONDS, declared.defaults)
@@ -546,6 +549,7 @@ def _run_chaos(
         patterns=patterns,
         replayed=frozenset(body for shard in stream.shards for body in shard.ever_given_up),
         read_window=_final_close(config, tables, client_factory, run.clock.now_ms(), run.log),
+        read_view=_view_reads(config, tables, client_factory),
         ever_letters=run.dead_letters.ever(),
     )
     archived = None
@@ -554,6 +558,7 @@ def _run_chaos(
             archive,
             windows=parse_window_spec(config.windows, config.window_retention),
             defaults=parse_counter_defaults(config.counter_defaults, hot_keys),
+            views=parse_counter_views(config.counter_views),
             client=client_factory(),
             counters_table=tables.counters,
             patterns=patterns,
@@ -612,6 +617,27 @@ def _final_close(
         return dict(reader.series(key, name, start, start, now_ms=now_ms).windows[0].values)
 
     return read_window
+
+
+def _view_reads(
+    config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient]
+) -> Callable[[str, str, str], dict[tuple[str, ...], dict[str, Decimal]]]:
+    """(key, view, window id or ``all``) -> each value's counters, read as ``tally.reader``'s group-by reads them
+    (after the final close: wherever an ended window sits)."""
+    spec = parse_window_spec(config.windows, config.window_retention)
+    reader = CounterReader(
+        tables.counters, client=client_factory(), hot_keys=config.hot_keys, windows=spec, views=config.counter_views
+    )
+
+    def read_view(key: str, view: str, window: str) -> dict[tuple[str, ...], dict[str, Decimal]]:
+        if window == ALL_TIME:
+            group = reader.group(key, view)
+        else:
+            unit, start = parse_window_id(window)
+            group = reader.group(key, view, unit, start)
+        return {tuple(row.dims.values()): dict(row.counters) for row in group.rows}
+
+    return read_view
 
 
 def _apply_setup(workload: Workload, run: _Run) -> None:

@@ -61,6 +61,9 @@ BIG_SEAT_STEP: Final = Decimal("1.23456789012345678901234567890123456E+39")
 """A step of 36 significant digits at 10^39 (storable) on a ``seats:`` counter: the write's condition compares the
 stored value with the ceiling minus it (``40 - 1.23...E+39``: 39 digits unless rounded to a storable number).
 Far above the ceiling, such a message is always refused, ``above_ceiling``, never ``counter_out_of_range``."""
+COUNTER_VIEWS: Final = "v:*=customer,route,customer+route"
+"""What the chaos run declares as ``CounterViews`` (``tally.core.views`` syntax): the views of
+``tally_local.chaos.workload.VIEWS``."""
 SEAT_FLOOR: Final = Decimal(0)
 SEAT_CEILING: Final = Decimal(40)
 BOUND_CODES: Final = frozenset({"below_floor", "above_ceiling"})

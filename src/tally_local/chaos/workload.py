@@ -66,8 +66,9 @@ from tally_local.chaos.patterns import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
+    from tally.core.windows import WindowSpec
     from tally_local.chaos.config import ChaosConfig
 
 TRACER: Final = "count"
@@ -98,6 +99,16 @@ class Source(StrEnum):
 
 Sums = dict[str, dict[str, Decimal]]
 """key -> counter -> exact sum."""
+DimensionedEvent = tuple[str, dict[str, str], dict[str, Decimal], int]
+"""One event with dimensions: key, dims, deltas, ts."""
+ViewSlot = tuple[str, str, tuple[str, ...], str]
+"""(key, view, its values in the view's order, window id or ``all``): one view item's value."""
+VIEWS: Final = (("customer",), ("route",), ("customer", "route"))
+"""The views the run declares for ``v:`` keys (``ChaosConfig.counter_views``), their dimensions in order."""
+VIEW_CUSTOMERS: Final = ("acme", "globex", "initech", "a,b", "x=y]", "ü")
+"""Values with the characters a view's text spelling uses (``,``, ``=``, ``]``): a value is never told apart by
+text, only by its place in the view item's key."""
+VIEW_ROUTES: Final = ("/v1/users", "/v1/orders", "/", "/v2/a b")
 Part = tuple[str, dict[str, Decimal], int | str | None]
 """One event: key, deltas, ts."""
 
@@ -124,6 +135,8 @@ class ValidMessage:
     level_step: tuple[str, str, Decimal] | None = None
     """A reset or a delta of an ``r:`` key's ``level`` (key, ``reset``/``add``, amount): published on Kinesis
     only, judged by ``fold_levels`` in the shard's order, never summed into ``Workload.expected``."""
+    dimensioned: tuple[DimensionedEvent, ...] = ()
+    """Its events with dimensions (``v:`` keys): judged against ``Workload.expected_views``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +179,9 @@ class Workload:
     """``r:`` key -> its ``level`` after its resets and deltas in the order of the shard that holds them."""
     expected_windows: dict[tuple[str, str], dict[str, Decimal]] = field(default_factory=dict)
     """(``win:`` key, hour or day window id) -> counter -> the sum of the window messages' events in it."""
+    expected_views: dict[ViewSlot, dict[str, Decimal]] = field(default_factory=dict)
+    """Every view item's value, all-time and per window: the sum over the distinct messages' events of its key
+    with its values, computed here by hand (never with ``tally.core.views``)."""
     refused_keys: frozenset[str] = frozenset()
     """Keys whose gauge and member writes DynamoDB refuses for good (``tally_local.chaos.patterns.refused_keys``)."""
     sessions: dict[str, tuple[str, bool]] = field(default_factory=dict)
@@ -232,15 +248,14 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     """The load: ``base_ms`` (epoch ms) is the run's start on its virtual clock; ``ts`` values lie before it."""
     rng = random.Random(f"{config.seed}:workload")
     valid = _valid_messages(config, base_ms, rng)
-    valid |= _wide_messages(config, rng)
-    valid |= _split_unit_messages(config, rng)
-    valid |= _long_decimal_messages(config)
+    valid |= _wide_messages(config, rng) | _split_unit_messages(config, rng) | _long_decimal_messages(config)
     first_on_kinesis = _claim_unit_messages(config) | _kinesis_big_messages(config)
     valid |= first_on_kinesis
     patterns = _pattern_messages(config, base_ms)
     valid |= patterns
     windowed, expected_windows = _window_messages(config, base_ms)
     valid |= windowed
+    valid |= (dimensioned := _view_messages(config, base_ms))
     setup, doomed = _edge_messages(config)
     precision_setup, precision_doomed = _precision_messages(config)
     setup += precision_setup
@@ -269,7 +284,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
             body = _respell(body)
             respelled[body] = message
         publications.insert(position, Publication(source_of(message), body, message.partition_key, resend=True))
-    alternates = _reuse_ids(config, _reusable(valid, patterns, windowed, first_on_kinesis), reuse_rng)
+    alternates = _reuse_ids(config, _reusable(valid, patterns, windowed, first_on_kinesis, dimensioned), reuse_rng)
     for alternate in alternates.values():
         # Half right next to the first content (same source and partition key: often the same batch), half
         # anywhere (before or after it: which content arrives first is left to the race).
@@ -310,6 +325,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
         ),
         expected_levels=_levels(publications, everything),
         expected_windows=expected_windows,
+        expected_views=_expected_views(everything.values(), parse_window_spec(config.windows, config.window_retention)),
         refused_keys=refused_keys(config.seed, config.pattern_keys, config.refused_keys),
         sessions={message.body: (message.partition_key, not message.bounded) for message in sessions.values()},
     )
@@ -493,6 +509,56 @@ def _window_messages(
                 for name, delta in deltas.items():
                     window[name] += delta
     return messages, {window: dict(counters) for window, counters in expected.items()}
+
+
+def _view_messages(config: ChaosConfig, base_ms: int) -> dict[str, ValidMessage]:
+    """Messages on ``v:`` keys whose events carry dimensions (customer and route), a third packed, every event
+    with a ``ts``: half of them in the previous UTC day (their ended windows are moved off the view items during
+    the run), half in the last 20 minutes. Their own random stream: the rest of the load is drawn as before."""
+    rng = random.Random(f"{config.seed}:views")
+    yesterday = base_ms - base_ms % DAY_MS - DAY_MS
+    messages: dict[str, ValidMessage] = {}
+    for index in range(config.view_messages):
+        message_id = f"c{config.seed}-view-{index}"
+        events: list[DimensionedEvent] = []
+        for _ in range(rng.randint(2, 6) if rng.random() < 1 / 3 else 1):
+            key = f"v:{rng.randrange(max(1, config.pattern_keys))}"
+            dims = {"customer": rng.choice(VIEW_CUSTOMERS), "route": rng.choice(VIEW_ROUTES)}
+            deltas = {TRACER: Decimal(1), "units": Decimal(_nonzero(rng, -5, 20))}
+            ts = yesterday + rng.randrange(DAY_MS) if rng.random() < 0.5 else base_ms - rng.randrange(20 * 60_000)
+            events.append((key, dims, deltas, ts))
+        bodies = [_event_json(key, deltas, ts) + ',"dims":' + json.dumps(dims) for key, dims, deltas, ts in events]
+        if len(events) == 1:
+            body = f'{{"id":"{message_id}",{bodies[0]}}}'
+        else:
+            body = f'{{"id":"{message_id}","events":[' + ",".join("{" + b + "}" for b in bodies) + "]}"
+        parts = tuple((key, deltas, ts) for key, _, deltas, ts in events)
+        partition_key = events[0][0] if len(events) == 1 else message_id
+        messages[message_id] = ValidMessage(
+            message_id, body, partition_key, len(events), _sums(parts), parts=parts, dimensioned=tuple(events)
+        )
+    return messages
+
+
+def _expected_views(messages: Iterable[ValidMessage], spec: WindowSpec) -> dict[ViewSlot, dict[str, Decimal]]:
+    """Each view item's value (``Workload.expected_views``), all-time and in each hour, day or month window of
+    its events' ``ts`` (window ids written here with ``datetime``, not with ``tally.core.windows``)."""
+    formats = {"hour": "h#%Y-%m-%dT%H:00Z", "day": "d#%Y-%m-%d", "month": "mo#%Y-%m"}
+    units = [formats[unit.name] for unit in spec.units if unit.name in formats]
+    expected: dict[ViewSlot, dict[str, Decimal]] = defaultdict(lambda: defaultdict(Decimal))
+    with localcontext(REFERENCE):
+        for message in messages:
+            if message.doomed:
+                continue
+            for key, dims, deltas, ts in message.dimensioned:
+                moment = datetime.fromtimestamp(ts // 1000, UTC)
+                for view in VIEWS:
+                    values = tuple(dims[dim] for dim in view)
+                    for window in ("all", *(moment.strftime(unit) for unit in units)):
+                        into = expected[key, "+".join(view), values, window]
+                        for name, delta in deltas.items():
+                            into[name] += delta
+    return {slot: dict(counters) for slot, counters in expected.items()}
 
 
 def _long_decimal_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
