@@ -323,7 +323,7 @@ def test_single_event_u_with_numbered_ids_is_priced_under_the_numbered_ids_targe
     assert simulate(traffic, 100, batches=8).write_units <= 1.3
 
 
-# The latency proxy's measurements (docs/benchmarks.md, "Handler duration through the latency proxy":
+# The latency proxy's measurements (docs/explanation/costs.md, "Handler duration through the latency proxy":
 # python -m bench.duration --proxy, one transaction at a time, 512 MB): (events per message, records per
 # batch, handler seconds per batch).
 def _store_page_bytes(increments: Totals) -> int:

@@ -395,7 +395,7 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
     duration = extra["duration"]
     low, high = PROXY_TO_MODEL_DURATION
     console.print(
-        f"duration: the model errs low. Through the latency proxy (published AWS latencies; docs/benchmarks.md) "
+        f"duration: the model errs low. Through the latency proxy (published AWS latencies; docs/explanation/costs.md) "
         f"the handler took {low}x to {high}x the model's time per event: expect {duration['proxy_low_seconds']:,.1f} "
         f"to {duration['proxy_high_seconds']:,.1f} s per batch. The model counts fewer requests than the handler "
         "sends in a container's first 10 batches (their marker pre-read) and its CPU was measured on an x86 VM."

@@ -190,7 +190,7 @@ def published_latencies() -> Latencies:
 
 PROXY_TO_MODEL_DURATION: Final = (1.35, 2.25)
 """How much longer, per event, the latency proxy measured the handler than ``price`` predicts at
-``published_latencies`` for the same traffic (``bench.duration --proxy``, docs/benchmarks.md: 1.37x for
+``published_latencies`` for the same traffic (``bench.duration --proxy``, docs/explanation/costs.md: 1.37x for
 single events at the template's batch size, 1.65x at 100 records, 1.52x and 2.21x for packed messages at
 the 6 MB batch and 100 records). The model errs low: it counts fewer requests per batch than the handler
 sent there (it assumes the marker pre-read, which a container runs for its first 10 batches, closed)
