@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tally.pipeline import BatchPipeline, BatchResult
     from tally_local.chaos.clock import VirtualClock
     from tally_local.chaos.faults import DynamoDBChaos, FaultLog
+    from tally_local.chaos.ledger import MessageTrail
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
 """Journal batch ids in error messages, replaced so that equal errors are counted together."""
@@ -100,6 +101,10 @@ class Consumer:
     """The bounded sessions' messages (``Workload.sessions``): body -> (session, whether the big one)."""
     minute_windows: bool = False
     """The run counts minute windows (the situations of the bounded sessions say so)."""
+    trail: MessageTrail | None = None
+    """Where each record's delivery and its end are noted (the archive's verdict names messages with them)."""
+    _records: Sequence[SourceRecord] = ()
+    _result: BatchResult | None = None
 
     def invoke_sqs(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
         def handle() -> object:
@@ -128,6 +133,7 @@ class Consumer:
     def _observe(self, records: Sequence[SourceRecord]) -> None:
         """Count the situations at the journal's edges this invocation meets, before it runs."""
         self._bodies = tuple(_text(record) for record in records)
+        self._records = records
         closed = not self.gate.is_open
         if closed:
             self.log.add("situation.gate_closed_invocations")
@@ -166,6 +172,7 @@ class Consumer:
 
     def _record(self, result: BatchResult) -> None:
         """The batch's own figures (what the handlers publish as metrics), summed over the run."""
+        self._result = result
         figures = {
             "messages_applied": result.figures["MessagesApplied"],
             "already_applied": result.figures["DuplicatesAlreadyApplied"],
@@ -190,9 +197,34 @@ class Consumer:
         self.chaos.invocation = invocation
         self.chaos.begin_invocation()
         self._bodies = ()
+        self._records = ()
+        self._result = None
         return invocation
 
     def _invoke(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
+        outcome = self._outcome(handle, record_ids)
+        if self.trail is not None:
+            self._note(outcome)
+        return outcome
+
+    def _note(self, outcome: BatchOutcome) -> None:
+        """Each record's line in the trail: this consumer, the clock, and how the invocation ended for it."""
+        assert self.trail is not None
+        result = self._result
+        letters = {letter.record.record_id: letter.rejection.code for letter in result.dead_letters} if result else {}
+        at = f"{self.clock.now_ms()} {self.name} ({len(self._records)} records)"
+        for record in self._records:
+            if outcome.whole_batch:
+                end = f"whole batch failed: {outcome.reason}"
+            elif record.record_id in letters:
+                end = f"dead-lettered {letters[record.record_id]}"
+            elif record.record_id in outcome.failed:
+                end = "reported failed"
+            else:
+                end = "done"
+            self.trail.note(_text(record), f"{at}: {end}")
+
+    def _outcome(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
         self.log.add("invocations")
         try:
             response = handle()
