@@ -128,6 +128,11 @@ class ArchiveVerdict:
             and not self.gaps
         )
 
+    @property
+    def gap_count(self) -> int:
+        """Counted messages the archive misses or holds otherwise (``gaps``)."""
+        return len(self.gaps)
+
 
 @dataclass(frozen=True, slots=True)
 class ArchiveGap:

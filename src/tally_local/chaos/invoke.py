@@ -25,6 +25,7 @@ closed, and records of an invocation killed between a journal claim and the comm
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.commit.marker_reads import MarkerReadGate
-    from tally.core.model import SourceRecord
+    from tally.core.model import DeadLetter, SourceRecord
     from tally.pipeline import BatchPipeline, BatchResult
     from tally_local.chaos.clock import VirtualClock
     from tally_local.chaos.faults import DynamoDBChaos, FaultLog
@@ -75,6 +76,16 @@ class KilledClaims:
         """The kill times of those of ``bodies`` killed before (each is reported once)."""
         with self._lock:
             return [self._killed_ms.pop(body) for body in bodies if body in self._killed_ms]
+
+
+def _message_id(record: SourceRecord) -> str | None:
+    """The id a record's body names (None: not a JSON object naming one by a string, as poison may be)."""
+    try:
+        parsed = json.loads(_text(record))
+    except (ValueError, RecursionError):
+        return None
+    found = parsed.get("id") if isinstance(parsed, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _text(record: SourceRecord) -> str:
@@ -186,11 +197,25 @@ class Consumer:
             "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent from a pipeline without stalls
         }
         conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]
+        self._observe_counted_copies(conflicts)
         # How the pipeline met each reused id: another copy in the same batch, or the id's marker.
         figures["id_conflicts_in_batch"] = sum(1 for letter in conflicts if "first copy" in letter.rejection.detail)
         figures["id_conflicts_by_marker"] = len(conflicts) - figures["id_conflicts_in_batch"]
         for name, value in figures.items():
             self.log.add(f"pipeline.{name}", value)
+
+    def _observe_counted_copies(self, conflicts: Sequence[DeadLetter]) -> None:
+        """Count the copies of an id that come, in one batch, behind its other content refused by the id's
+        marker, and are not refused themselves: they carry what the marker counts, and may be the redelivery
+        that repairs a kill between that commit and its post-commit steps (the archive's record among them)."""
+        refused = {letter.record.record_id for letter in conflicts if "its marker" in letter.rejection.detail}
+        if not refused:
+            return
+        ids = {_message_id(record) for record in self._records if record.record_id in refused} - {None}
+        lettered = {letter.record.record_id for letter in conflicts}
+        behind = sum(1 for record in self._records if record.record_id not in lettered and _message_id(record) in ids)
+        if behind:
+            self.log.add("situation.counted_copy_behind_its_ids_refused_content", behind)
 
     def _begin(self) -> Invocation:
         invocation = Invocation(self.timeout_ms)
