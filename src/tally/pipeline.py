@@ -166,13 +166,15 @@ class BatchPipeline:
         retry = outcome.unapplied.union(*(step.retry for step in steps))
         refused = {key: why for step in steps for key, why in step.refused.items() if key not in retry}
         refused.update(outcome.rejected)
-        letters = admitted.letters + _refused_letters(admitted, copies, refused, outcome)
+        conflicts, counted_copies = _copy_fates(admitted, copies, outcome)
+        letters = admitted.letters + _refused_letters(admitted, copies, refused) + conflicts
         refused_by_dlq = self._dead_letters.send(letters) if letters else frozenset()
         failed = [
             record.record_id
             for record, message in zip(admitted.records, admitted.messages, strict=True)
             if message.message_id in retry
         ]
+        failed.extend(admitted.records[position].record_id for position in counted_copies)
         failed.extend(letter.record.record_id for letter in letters if letter.record.record_id in refused_by_dlq)
         stalls = _held_records(admitted, outcome)
         figures = _commit_figures(
@@ -228,26 +230,40 @@ class BatchPipeline:
         return message
 
 
-def _refused_letters(
-    admitted: _Admitted, copies: Deduplicated, refused: Mapping[str, Rejection], outcome: ApplyOutcome
-) -> list[DeadLetter]:
-    """The letters of the batch's refused messages (by the applier or a step), then of its reused ids."""
-    letters = [
+def _refused_letters(admitted: _Admitted, copies: Deduplicated, refused: Mapping[str, Rejection]) -> list[DeadLetter]:
+    """The letters of the batch's refused messages (by the applier or a step)."""
+    return [
         DeadLetter(admitted.records[position], rejection)
         for position in copies.unique
         if (rejection := refused.get(admitted.messages[position].message_id)) is not None
     ]
+
+
+def _copy_fates(admitted: _Admitted, copies: Deduplicated, outcome: ApplyOutcome) -> tuple[list[DeadLetter], list[int]]:
+    """The fates of the copies of an id reused with other content in this batch, once the first copy is settled
+    (a copy whose first copy is unapplied goes back to the source with it): the letters of the copies that
+    conflict, and the positions of those that carry the content the id's marker counts.
+
+    Such a copy comes behind a first copy refused as an id conflict by the marker: it is a duplicate of what
+    was counted before, but it is not in the batch the post-commit steps settle (the first copy is), so the
+    archive and the other steps never see it. It may be the very redelivery that repairs a crash between that
+    commit and those steps: reported done, the repair would be lost. So it goes back to the source, whose next
+    delivery (without the refused copy) meets the marker and settles it, under the commit the marker names.
+    """
+    letters: list[DeadLetter] = []
+    counted: list[int] = []
     for position, first in copies.conflict_of.items():
-        # An id reused with other content in this batch; left to redelivery with the first copy if
-        # that one is unapplied (its record is reported failed).
         first_message = admitted.messages[first]
-        if first_message.message_id not in outcome.unapplied:
-            conflict = copy_conflict(
-                first_message, admitted.messages[position], outcome.rejected.get(first_message.message_id)
-            )
-            if conflict is not None:
-                letters.append(DeadLetter(admitted.records[position], conflict))
-    return letters
+        if first_message.message_id in outcome.unapplied:
+            continue
+        conflict = copy_conflict(
+            first_message, admitted.messages[position], outcome.rejected.get(first_message.message_id)
+        )
+        if conflict is not None:
+            letters.append(DeadLetter(admitted.records[position], conflict))
+        else:
+            counted.append(position)
+    return letters, counted
 
 
 def _held_records(admitted: _Admitted, outcome: ApplyOutcome) -> tuple[HeldRecord, ...]:

@@ -24,7 +24,7 @@ from tally_local.chaos.dlq import DeadLetterStore, Letter
 from tally_local.chaos.faults import LOST_CLAIM, DynamoDBChaos, FaultLog
 from tally_local.chaos.harness import Tables, _needs_another_redrive, _redrive, _Run, wire_pipeline
 from tally_local.chaos.kinesis import ShardConsumer, Stream
-from tally_local.chaos.ledger import JepsenMonitor, Ledger
+from tally_local.chaos.ledger import JepsenMonitor, Ledger, MessageTrail
 from tally_local.chaos.patterns import STARTS, GaugeReading, expected_distinct, expected_gauges
 from tally_local.chaos.sqs import Queue
 from tally_local.chaos.workload import TRACER, Source, ValidMessage, generate
@@ -137,6 +137,7 @@ class _ScriptedConsumer:
     script: list[Any]
     log: FaultLog = field(default_factory=FaultLog)
     batches: list[list[str]] = field(default_factory=list)
+    trail: MessageTrail = field(default_factory=MessageTrail)
 
     def invoke_kinesis(self, event: dict[str, Any], record_ids: list[str]) -> BatchOutcome:
         self.batches.append(list(record_ids))

@@ -175,3 +175,28 @@ def test_a_bucket_that_does_not_exist_dead_letters_the_counted_messages_and_a_re
     fixed, _ = make_pipeline(store, archive=bucket.writer)
     assert fixed.process([single(1)], NOW_MS + DAY_MS, plenty).failed_record_ids == ()
     assert_recount_matches(bucket, store)
+
+
+def test_a_counted_copy_behind_its_ids_other_content_in_one_batch_is_archived(
+    ddb_tables: DynamoDBTables, bucket: ArchiveBucket
+) -> None:
+    # GIVEN an id counted with one content by an invocation that died before its archive write
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, dlq = make_pipeline(store, archive=bucket.writer)
+    faults = ObjectFaults(bucket.client)
+    faults.kill()
+    with pytest.raises(KilledBeforeWrite):
+        pipeline.process([single(1, "k", 1)], NOW_MS, plenty)
+    assert bucket.objects() == 0
+    # WHEN its redelivery comes in one batch behind the same id with other content (a producer's bug), first
+    reused = SourceRecord("r1-reused", json.dumps({"id": "m1", "key": "k", "delta": 9}), NOW_MS)
+    result = pipeline.process([reused, single(1, "k", 1)], NOW_MS + 60_000, plenty)
+    # THEN the other content is dead-lettered, and the counted copy is archived (or handed back to be): never
+    # reported done with its counting missing from the archive
+    assert dlq.codes() == {"r1-reused": "id_conflict"}
+    if "r1" not in result.failed_record_ids:
+        assert [(r.id, r.commit, r.counted_here) for r in bucket.records()] == [("m1", f"direct-{NOW_MS}", False)]
+        assert [event.deltas for record in bucket.records() for event in record.events] == [{"count": 1}]
+    else:
+        assert pipeline.process([single(1, "k", 1)], NOW_MS + 120_000, plenty).failed_record_ids == ()
+    assert_recount_matches(bucket, store)

@@ -25,6 +25,7 @@ The broken variants of the counter patterns are in ``test_chaos_patterns.py``.
 from __future__ import annotations
 
 import contextlib
+import json
 import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from tally.commit.fates import Fates
 from tally.core.archive import archive_record, encode_records, object_key
 from tally.core.digest import content_digest
 from tally.core.ledger import Commit
-from tally.core.model import SourceRecord
+from tally.core.model import RejectCode, SourceRecord
 from tally.core.plan import no_counter_limit
 from tally.core.windows import parse_window_spec
 from tally.core.write import DirectWrite
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from tally.core.model import Message, Rejection
     from tally.core.plan import Chunk
     from tally.core.write import ReadFirst, Seen
-    from tally.pipeline import BatchPipeline
+    from tally.pipeline import BatchPipeline, BatchResult
     from tally.post_commit.step import SettledBatch
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult, PipelineFactory, Tables
@@ -174,6 +175,37 @@ def _archive_step(broken: type[ArchiveStep], **options: Any) -> Callable[..., No
     return patch
 
 
+def _body_id(record: SourceRecord) -> object:
+    try:
+        parsed = json.loads(record.body)
+    except (ValueError, RecursionError):
+        return None
+    return parsed.get("id") if isinstance(parsed, dict) else None
+
+
+def _report_counted_copies_done(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
+    """BROKEN on purpose: a copy carrying what its id's marker counts, behind the id's other content refused by
+    the marker in one batch, is reported done (as before the fix) instead of handed back: no post-commit step,
+    the archive's among them, ever settles it if this was the delivery that had to repair them."""
+    process = pipeline.process
+
+    def broken(records: Sequence[SourceRecord], now_ms: int, remaining_ms: Callable[[], int]) -> BatchResult:
+        result = process(records, now_ms, remaining_ms)
+        ids = {record.record_id: _body_id(record) for record in records}
+        refused = {
+            ids.get(letter.record.record_id)
+            for letter in result.dead_letters
+            if letter.rejection.code is RejectCode.ID_CONFLICT and "its marker" in letter.rejection.detail
+        } - {None}
+        kept = tuple(rid for rid in result.failed_record_ids if ids.get(rid) not in refused)
+        return replace(result, failed_record_ids=kept)
+
+    pipeline.process = broken  # type: ignore[method-assign]  # the variant swaps the method on this instance only
+
+
+_counted_copies_reported_done = rewired(_report_counted_copies_done)
 _archive_outside_the_retry = rewired(_archive_step(ArchiveWrittenOnce))
 _archive_before_the_commit = rewired(_archive_step(ArchiveWrittenBeforeTheCommit))
 _store_without_markers = rewired(write_planner=without_markers)
@@ -334,6 +366,17 @@ ARCHIVED = focused(
 """Plain messages, re-sent and with ids reused, from SQS in batches of 10 (many archive writes), archived under the
 archive's faults, more of them throttled and killed before the write than in the smoke run: a counted message
 missing from the archive, or one archived that did not count."""
+ARCHIVED_REUSED = focused(
+    SMOKE,
+    800,
+    archive=True,
+    sqs_share=1.0,
+    reuse_share=0.4,
+    archive_faults=replace(SMOKE.archive_faults, kill_before_archive=0.5),
+)
+"""Ids reused with other content, from SQS in batches of 10, half the invocations killed before their archive
+write: a batch that counts an id and is killed before its archive write comes back with the id's other content
+first, which the marker refuses, and the copy behind it must still be archived (under the marker's commit)."""
 SPLIT_UNITS = focused(SMOKE, 300, split_pairs=SMOKE.split_pairs)
 """Pairs of packed messages sharing a hub key: one unit the planner splits into two direct transactions."""
 
@@ -349,6 +392,10 @@ FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
     "numbered": (NUMBERED, ("situation.numbered_id_published", "producer.resend", "pipeline.already_applied")),
     "redelivered": (REDELIVERED, ("delivery.crash_after_commit", "pipeline.already_applied")),
     "split units": (SPLIT_UNITS, ("pipeline.transactions",)),
+    "archived reused ids": (
+        ARCHIVED_REUSED,
+        ("producer.id_reused", "archive.kill_before_archive", "situation.counted_copy_behind_its_ids_refused_content"),
+    ),
     "archived": (
         ARCHIVED,
         ("producer.resend", "producer.id_reused", "archive.throttle", "archive.kill_before_archive", "archive.ok"),
@@ -386,6 +433,13 @@ BROKEN_VARIANTS: dict[str, tuple[PipelineFactory, ChaosConfig, tuple[str, ...]]]
         _archive_outside_the_retry,
         ARCHIVED,
         ("archive.throttle", "archive.counters_wrong"),
+    ),
+    # a counted copy behind its id's refused other content reported done: the redelivery that had to archive it
+    # (after a kill before the archive write) settles nothing, and the counting is missing from the archive
+    "counted copies behind a refused content reported done": (
+        _counted_copies_reported_done,
+        ARCHIVED_REUSED,
+        ("situation.counted_copy_behind_its_ids_refused_content", "archive.gap_count", "archive.counters_wrong"),
     ),
     # the archive written before the commit: refused and handed-back messages archived, each delivery of a
     # message under a commit of its own (the counters exact, the archive's recount over them)

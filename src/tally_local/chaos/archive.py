@@ -43,18 +43,30 @@ from tally.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
     from mypy_boto3_s3 import S3Client
 
     from tally.audit.recount import Recount
+    from tally.core.archive import ArchiveRecord
     from tally.core.defaults import CounterDefaults
+    from tally.core.ledger import MarkerRecord
     from tally.core.views import CounterViews
     from tally.core.windows import WindowSpec
     from tally_local.chaos.check import PatternReads
 
 BUCKET = "tally-chaos-archive"
+
+
+@dataclass(frozen=True, slots=True)
+class CountedMessages:
+    """What the harness knows of the messages it sent: their ids, their markers (what the table counted, after
+    the run) and each one's history (``tally_local.chaos.ledger.MessageTrail``)."""
+
+    message_ids: Iterable[str]
+    read_marker: Callable[[str], MarkerRecord | None]
+    history: Callable[[str], Sequence[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +114,8 @@ class ArchiveVerdict:
     event without ``ts`` archived only by a later delivery): not judged."""
     digest_mismatches: int
     examples: tuple[str, ...] = field(default_factory=tuple)
+    gaps: tuple[ArchiveGap, ...] = ()
+    """The messages whose counting the archive misses, or holds with other content or under another commit."""
 
     @property
     def ok(self) -> bool:
@@ -111,7 +125,70 @@ class ArchiveVerdict:
             and self.patterns_wrong == 0
             and self.digest_mismatches == 0
             and self.countings > 0
+            and not self.gaps
         )
+
+    @property
+    def gap_count(self) -> int:
+        """Counted messages the archive misses or holds otherwise (``gaps``)."""
+        return len(self.gaps)
+
+
+@dataclass(frozen=True, slots=True)
+class ArchiveGap:
+    """A counted message the archive does not hold as its marker counted it, with what the run did to it."""
+
+    message_id: str
+    problem: str
+    """``not archived``, ``other content`` (a record under its commit whose digest is not its marker's), or
+    ``another commit`` (records under a commit that is not its marker's, none under its marker's)."""
+    detail: str
+    history: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return f"{self.message_id}: {self.problem} ({self.detail}); history: " + " | ".join(self.history)
+
+
+def archive_gaps(
+    records: Sequence[ArchiveRecord],
+    message_ids: Iterable[str],
+    read_marker: Callable[[str], MarkerRecord | None],
+    history: Callable[[str], Sequence[str]] = lambda _: (),
+) -> list[ArchiveGap]:
+    """The messages of ``message_ids`` whose marker (what the table counted) the archive does not hold: no record
+    at all, no record under the marker's commit, or a record under it with another digest. Ids without a marker
+    counted nothing and are skipped; so are ids whose records name their marker's commit and digest."""
+    by_id: dict[str, list[ArchiveRecord]] = {}
+    for record in records:
+        by_id.setdefault(record.id, []).append(record)
+    gaps: list[ArchiveGap] = []
+    for message_id in sorted(set(message_ids)):
+        marker = read_marker(message_id)
+        if marker is None:
+            continue
+        commit = marker.commit.commit
+        held = by_id.get(message_id, [])
+        under = [record for record in held if record.commit == commit]
+        seen = "; ".join(_record_line(record) for record in held) or "none"
+        problem = None
+        if not held:
+            problem = "not archived"
+        elif not under:
+            problem = "another commit"
+        elif marker.digest is not None and any(record.digest != marker.digest.hex() for record in under):
+            problem = "other content"
+        if problem is not None:
+            detail = f"marker {commit} digest {marker.digest.hex()[:12] if marker.digest else '-'}; records: {seen}"
+            gaps.append(ArchiveGap(message_id, problem, detail, tuple(history(message_id))))
+    return gaps
+
+
+def _record_line(record: ArchiveRecord) -> str:
+    here = "counted here" if record.counted_here else "marker met"
+    return (
+        f"{record.commit} digest {record.digest[:12]} {here} archived_ms {record.archived_ms} "
+        f"delivery {record.delivery[:8]} seq {record.seq}"
+    )
 
 
 def judge_archive(
@@ -125,9 +202,12 @@ def judge_archive(
     patterns: PatternReads,
     refused_keys: frozenset[str],
     now_ms: int,
+    counted: CountedMessages | None = None,
 ) -> ArchiveVerdict:
-    """Recount ``site``'s archive and compare it with the counters table, read whole (two ``Scan`` s)."""
+    """Recount ``site``'s archive and compare it with the counters table, read whole (two ``Scan`` s); with
+    ``counted``, name each counted message the archive misses or holds otherwise (``archive_gaps``)."""
     records = list(read_archive(site.client(), site.bucket, DEFAULT_PREFIX))
+    gaps = archive_gaps(records, counted.message_ids, counted.read_marker, counted.history) if counted else []
     result = recount(records, windows=windows, defaults=defaults, clock_tolerance_ms=0, views=views)
     examples: list[str] = []
     counters = _compare_counters(result, stored_all_time(client, counters_table), examples)
@@ -142,6 +222,7 @@ def judge_archive(
     )
     pattern_figures = _compare_patterns(result, patterns, refused_keys, examples)
     examples.extend(f"archived content differs from its digest: {mid}" for mid in result.digest_mismatches[:3])
+    examples[:0] = [gap.describe() for gap in gaps[:5]]
     return ArchiveVerdict(
         records=result.records,
         countings=result.messages,
@@ -154,6 +235,7 @@ def judge_archive(
         unjudged=len(result.inexact) + len(result.unplaced),
         digest_mismatches=len(result.digest_mismatches),
         examples=tuple(examples[:10]),
+        gaps=tuple(gaps),
     )
 
 

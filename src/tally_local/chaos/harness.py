@@ -38,13 +38,14 @@ from tally.post_commit import post_commit_steps
 from tally.post_commit.archive import wall_clock_ms
 from tally.reader import CounterReader
 from tally.reader.store_view import read_counters
+from tally.store.counted import DynamoDBCountedLookup
 from tally.store.distinct import DynamoDBDistinctStore
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.expressions import counter_limit_for
 from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.windows import DynamoDBWindowMover
-from tally_local.chaos.archive import BUCKET, ArchiveSite, ArchiveVerdict, judge_archive
+from tally_local.chaos.archive import BUCKET, ArchiveSite, ArchiveVerdict, CountedMessages, judge_archive
 from tally_local.chaos.check import PatternReads, Verdict, judge
 from tally_local.chaos.clock import VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
@@ -54,7 +55,7 @@ from tally_local.chaos.faults import ArchiveChaos, DynamoDBChaos, FaultLog
 from tally_local.chaos.horizon import run_past_horizon
 from tally_local.chaos.invoke import Consumer, KilledClaims
 from tally_local.chaos.kinesis import ShardConsumer, Stream
-from tally_local.chaos.ledger import JepsenMonitor, Ledger, Violation
+from tally_local.chaos.ledger import JepsenMonitor, Ledger, MessageTrail, Violation
 from tally_local.chaos.patterns import BOUND_CODES, refused_keys
 from tally_local.chaos.sqs import Queue, consume
 from tally_local.chaos.window_reads import SeriesReadMonitor, WindowReadViolation, window_contributions
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.core.ledger import MarkerRecord
     from tally.core.write_planner import WritePlanner
     from tally.post_commit import ArchiveWriter
     from tally_local.chaos.config import ChaosConfig
@@ -245,6 +247,8 @@ class _Run:
     """Where every consumer archives what it counts (``ChaosConfig.archive``)."""
     limits: list[RequestLimits] = field(default_factory=list)
     """Each consumer's watch of DynamoDB's request limits: a request one of them breaks fails the run."""
+    trail: MessageTrail = field(default_factory=MessageTrail)
+    """Each message body's deliveries, redrives and give-ups (named by the archive's verdict)."""
 
     def archive_writer(self) -> ArchiveWriter | None:
         """A writer without faults (the setup and the past-horizon step), or None when the run archives nothing."""
@@ -288,6 +292,7 @@ class _Run:
             unexpected=self.unexpected,
             gate=gate,
             killed=self.killed,
+            trail=self.trail,
             sessions=self.sessions,
             minute_windows=any(
                 unit.name == "minute" for unit in parse_window_spec(config.windows, config.window_retention).units
@@ -340,6 +345,7 @@ def _redrive(run: _Run, queue: Queue, *, moved_only: bool = False) -> None:
         if moved_only and letter.code is not None:
             run.dead_letters.add(letter, again=True)
         else:
+            run.trail.note(letter.body, f"{run.clock.now_ms()} redriven from the DLQ (letter code {letter.code})")
             queue.send(letter.body)
             sent += 1
     run.log.add("producer.dlq_redriven", sent)
@@ -384,7 +390,7 @@ def run_chaos(
         return _run_chaos(config, client_factory, tables, archive=site, **options)  # type: ignore[arg-type]
 
 
-def _publish(workload: Workload, log: FaultLog, queue: Queue, stream: Stream) -> None:
+def _publish(workload: Workload, log: FaultLog, queue: Queue, stream: Stream, trail: MessageTrail) -> None:
     """Every publication of the workload, to its source, each situation it makes counted in ``log``."""
     reused = {message.body for message in workload.alternates.values()}
     precision_bodies = {message.body for message in workload.precision_doomed}
@@ -406,6 +412,9 @@ def _publish(workload: Workload, log: FaultLog, queue: Queue, stream: Stream) ->
             log.add("situation.numbered_id_published")  # its marker shares a block item
         if workload.sessions.get(publication.body, ("", False))[1] and not publication.resend:
             log.add("situation.session_big_published")  # then its bounded sales, one block
+        trail.note(
+            publication.body, f"published to {publication.source.name}" + (" (re-send)" if publication.resend else "")
+        )
         if publication.source is Source.SQS:
             queue.send(publication.body)
         else:
@@ -457,7 +466,7 @@ def _run_chaos(
     )
     precision_bodies = {message.body for message in workload.precision_doomed}
     digit_bodies = {message.body for message in workload.digit_steps}
-    _publish(workload, run.log, queue, stream)
+    _publish(workload, run.log, queue, stream, run.trail)
 
     series_client = client_factory()
     series_monitor = SeriesReadMonitor(
@@ -564,6 +573,7 @@ def _run_chaos(
             patterns=patterns,
             refused_keys=refused_keys(config.seed, config.pattern_keys, config.refused_keys),
             now_ms=run.clock.now_ms(),
+            counted=_counted_messages(workload, run.trail, client_factory, tables),
         )
     published = [message for message in workload.valid.values() if message not in workload.setup]
     return ChaosResult(
@@ -587,6 +597,37 @@ def _run_chaos(
         archive=archived,
         requests_over_limits=tuple(violation for limits in run.limits for violation in limits.violations),
     )
+
+
+def _counted_messages(
+    workload: Workload, trail: MessageTrail, client_factory: Callable[[], DynamoDBClient], tables: Tables
+) -> CountedMessages:
+    """Every valid message's id, its marker after the run, and the trail of each of its bodies (a reused id's
+    other content and a re-send's other spelling included)."""
+    client = client_factory()
+    markers = DynamoDBCounterStore(client, tables.counters, tables.markers, TTL_SECONDS)
+    lookup = DynamoDBCountedLookup(client, tables.counters, tables.markers)
+
+    def counting_marker(message_id: str) -> MarkerRecord | None:
+        """The marker of ``message_id`` if it counts (direct, or its journal batch committed), else None."""
+        marker = markers.read_marker(message_id)
+        if marker is None or marker.batch_id is None:
+            return marker
+        return marker if lookup.counted({message_id: marker.digest or b""}) else None
+
+    bodies: dict[str, list[str]] = {}
+    for body, message in workload.by_body.items():
+        bodies.setdefault(message.message_id, []).append(body)
+
+    def history(message_id: str) -> list[str]:
+        lines: list[str] = []
+        for number, body in enumerate(bodies.get(message_id, ())):
+            content = workload.by_body[body]
+            label = f"body {number}{' (other content)' if content.reused else ''}"
+            lines.extend(f"{label}: {line}" for line in trail.of(body))
+        return lines
+
+    return CountedMessages(sorted(bodies), counting_marker, history)
 
 
 def _pattern_reads(config: ChaosConfig, tables: Tables, client_factory: Callable[[], DynamoDBClient]) -> PatternReads:

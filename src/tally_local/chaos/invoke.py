@@ -25,6 +25,7 @@ closed, and records of an invocation killed between a journal claim and the comm
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -43,10 +44,11 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.commit.marker_reads import MarkerReadGate
-    from tally.core.model import SourceRecord
+    from tally.core.model import DeadLetter, SourceRecord
     from tally.pipeline import BatchPipeline, BatchResult
     from tally_local.chaos.clock import VirtualClock
     from tally_local.chaos.faults import DynamoDBChaos, FaultLog
+    from tally_local.chaos.ledger import MessageTrail
 
 _HEX_ID = re.compile(r"[0-9a-f]{32}")
 """Journal batch ids in error messages, replaced so that equal errors are counted together."""
@@ -76,6 +78,16 @@ class KilledClaims:
             return [self._killed_ms.pop(body) for body in bodies if body in self._killed_ms]
 
 
+def _message_id(record: SourceRecord) -> str | None:
+    """The id a record's body names (None: not a JSON object naming one by a string, as poison may be)."""
+    try:
+        parsed = json.loads(_text(record))
+    except (ValueError, RecursionError):
+        return None
+    found = parsed.get("id") if isinstance(parsed, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def _text(record: SourceRecord) -> str:
     body = record.body
     return body if isinstance(body, str) else body.decode("utf-8", "surrogateescape")
@@ -100,6 +112,10 @@ class Consumer:
     """The bounded sessions' messages (``Workload.sessions``): body -> (session, whether the big one)."""
     minute_windows: bool = False
     """The run counts minute windows (the situations of the bounded sessions say so)."""
+    trail: MessageTrail | None = None
+    """Where each record's delivery and its end are noted (the archive's verdict names messages with them)."""
+    _records: Sequence[SourceRecord] = ()
+    _result: BatchResult | None = None
 
     def invoke_sqs(self, event: dict[str, Any], record_ids: Sequence[str]) -> BatchOutcome:
         def handle() -> object:
@@ -128,6 +144,7 @@ class Consumer:
     def _observe(self, records: Sequence[SourceRecord]) -> None:
         """Count the situations at the journal's edges this invocation meets, before it runs."""
         self._bodies = tuple(_text(record) for record in records)
+        self._records = records
         closed = not self.gate.is_open
         if closed:
             self.log.add("situation.gate_closed_invocations")
@@ -166,6 +183,7 @@ class Consumer:
 
     def _record(self, result: BatchResult) -> None:
         """The batch's own figures (what the handlers publish as metrics), summed over the run."""
+        self._result = result
         figures = {
             "messages_applied": result.figures["MessagesApplied"],
             "already_applied": result.figures["DuplicatesAlreadyApplied"],
@@ -179,20 +197,59 @@ class Consumer:
             "records_held_by_lease": len(getattr(result, "stalls", ())),  # absent from a pipeline without stalls
         }
         conflicts = [letter for letter in result.dead_letters if letter.rejection.code == "id_conflict"]
+        self._observe_counted_copies(conflicts)
         # How the pipeline met each reused id: another copy in the same batch, or the id's marker.
         figures["id_conflicts_in_batch"] = sum(1 for letter in conflicts if "first copy" in letter.rejection.detail)
         figures["id_conflicts_by_marker"] = len(conflicts) - figures["id_conflicts_in_batch"]
         for name, value in figures.items():
             self.log.add(f"pipeline.{name}", value)
 
+    def _observe_counted_copies(self, conflicts: Sequence[DeadLetter]) -> None:
+        """Count the copies of an id that come, in one batch, behind its other content refused by the id's
+        marker, and are not refused themselves: they carry what the marker counts, and may be the redelivery
+        that repairs a kill between that commit and its post-commit steps (the archive's record among them)."""
+        refused = {letter.record.record_id for letter in conflicts if "its marker" in letter.rejection.detail}
+        if not refused:
+            return
+        ids = {_message_id(record) for record in self._records if record.record_id in refused} - {None}
+        lettered = {letter.record.record_id for letter in conflicts}
+        behind = sum(1 for record in self._records if record.record_id not in lettered and _message_id(record) in ids)
+        if behind:
+            self.log.add("situation.counted_copy_behind_its_ids_refused_content", behind)
+
     def _begin(self) -> Invocation:
         invocation = Invocation(self.timeout_ms)
         self.chaos.invocation = invocation
         self.chaos.begin_invocation()
         self._bodies = ()
+        self._records = ()
+        self._result = None
         return invocation
 
     def _invoke(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
+        outcome = self._outcome(handle, record_ids)
+        if self.trail is not None:
+            self._note(outcome)
+        return outcome
+
+    def _note(self, outcome: BatchOutcome) -> None:
+        """Each record's line in the trail: this consumer, the clock, and how the invocation ended for it."""
+        assert self.trail is not None
+        result = self._result
+        letters = {letter.record.record_id: letter.rejection.code for letter in result.dead_letters} if result else {}
+        at = f"{self.clock.now_ms()} {self.name} ({len(self._records)} records)"
+        for record in self._records:
+            if outcome.whole_batch:
+                end = f"whole batch failed: {outcome.reason}"
+            elif record.record_id in letters:
+                end = f"dead-lettered {letters[record.record_id]}"
+            elif record.record_id in outcome.failed:
+                end = "reported failed"
+            else:
+                end = "done"
+            self.trail.note(_text(record), f"{at}: {end}")
+
+    def _outcome(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
         self.log.add("invocations")
         try:
             response = handle()

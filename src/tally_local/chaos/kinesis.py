@@ -136,6 +136,10 @@ class ShardConsumer:
             self.clock.wait(step.retry_after_ms)
             if step.give_up is not None:
                 self.consumer.log.add("delivery.kinesis_given_up_records", len(step.give_up.records))
+                if self.consumer.trail is not None:
+                    for record in step.give_up.records:
+                        body = record["Data"].decode("utf-8", "surrogateescape")
+                        self.consumer.trail.note(body, f"{self.clock.now_ms()} given up by the shard's consumer")
                 self.shard.given_up.append(list(step.give_up.records))
                 self.shard.ever_given_up.update(
                     record["Data"].decode("utf-8", "surrogateescape") for record in step.give_up.records

@@ -110,6 +110,24 @@ class Ledger:
             return frozenset(self._attempted)
 
 
+class MessageTrail:
+    """What happened to each message body during the run, line by line (thread-safe): each delivery to an
+    invocation and how it ended for that record, each letter redriven, each Kinesis give-up. The archive's
+    verdict names the messages it finds short with their trails (``tally_local.chaos.archive``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lines: dict[str, list[str]] = defaultdict(list)
+
+    def note(self, body: str, line: str) -> None:
+        with self._lock:
+            self._lines[body].append(line)
+
+    def of(self, body: str) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._lines.get(body, ()))
+
+
 class JepsenMonitor:
     """Reads random keys while the run goes on, once per move of the ledger and at most once per ``interval_s``;
     ``read`` returns a key's ``count`` (all shards summed)."""
