@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tally.core.items import SHARD_SEPARATOR, ItemKey, make_item, view_item_key
+from tally.core.items import SHARD_SEPARATOR, ItemKey, make_item, view_item_key, window_counter
 from tally.core.views import View
 from tally.store.pages import decode_page, encode_page
 
@@ -40,15 +40,29 @@ def test_a_page_written_before_view_groups_still_reads() -> None:
     }
 
 
-def test_a_view_item_is_named_by_its_values_once_its_view_and_key_are_written() -> None:
-    # 50 customers of one key: the view and the key once, each item by its value; shorter than the same counts
-    # published as keys of their own (api/customer=c<i>), which a producer without views would send.
-    views = {view_item_key("customer", "api", (f"c{i}",)): {"count": Decimal(i + 1)} for i in range(50)}
-    by_hand = {f"api/customer=c{i}": {"count": Decimal(i + 1)} for i in range(50)}
+def test_a_view_item_is_named_by_its_values_once_its_view_key_and_counters_are_written() -> None:
+    # 50 customers of one key, each item with its all-time counter and the hour's and day's riding on it: the view,
+    # the key and the three counter names once, each item by its value and its counters by their place. A third of
+    # the same counts published as keys of their own (api/customer=c<i>), which a producer without views sends.
+    names = ["calls", window_counter("h#2026-12-02T08:00Z", "calls"), window_counter("d#2026-12-02", "calls")]
+    views = {view_item_key("customer", "api", (f"c{i}",)): dict.fromkeys(names, Decimal(i + 1)) for i in range(50)}
+    by_hand = {f"api/customer=c{i}": dict.fromkeys(names, Decimal(i + 1)) for i in range(50)}
     assert decode_page(encode_page(views)) == views
-    # each item's row is as long as the hand key's row less the hand key's "api/customer=" (13 bytes); the view and
-    # the key are written once, in no more than one such saving
-    assert len(encode_page(views)) <= len(encode_page(by_hand)) - 48 * len("api/customer=")
+    assert len(encode_page(views)) * 3 <= len(encode_page(by_hand))
+    # one counter and no window: still shorter by each hand key's "api/customer=" (13 bytes) less a few
+    views = {view_item_key("customer", "api", (f"c{i}",)): {"calls": Decimal(i + 1)} for i in range(50)}
+    by_hand = {f"api/customer=c{i}": {"calls": Decimal(i + 1)} for i in range(50)}
+    assert len(encode_page(views)) <= len(encode_page(by_hand)) - 50 * 10
+
+
+def test_a_groups_items_may_each_have_counters_of_their_own() -> None:
+    increments = {
+        view_item_key("route", "api", ("/a",)): {"calls": Decimal(1)},
+        view_item_key("route", "api", ("/b",)): {"bytes": Decimal("2.5"), "calls": Decimal(3)},
+        make_item(view_item_key("route", "api", ("/a",)), "d#2026-12-02", 2, 1_790_000_000): {"bytes": Decimal(-4)},
+        "api": {"calls": Decimal(4), "bytes": Decimal("2.5")},
+    }
+    assert decode_page(encode_page(increments)) == increments
 
 
 def test_a_key_spelling_a_view_items_values_stays_its_own_item() -> None:
