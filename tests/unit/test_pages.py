@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tally.core.decode import decode_message
 from tally.core.items import SHARD_SEPARATOR, ItemKey, make_item, view_item_key, window_counter
+from tally.core.model import Message
 from tally.core.views import View
 from tally.store.pages import decode_page, encode_page
 
@@ -75,6 +79,19 @@ def test_a_key_spelling_a_view_items_values_stays_its_own_item() -> None:
         view_item_key("customer", "c1", ("api",)): {"count": Decimal(5)},
     }
     assert decode_page(encode_page(increments)) == increments
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["\x1fcustomer\x1fapi\x1fc1", "api\x1fv\x1fcustomer", "api\x1f3", "c1\x1f/r1"],
+    ids=["item", "partition", "shard", "values"],
+)
+def test_a_published_key_that_spells_another_items_name_stays_refused(key: str) -> None:
+    # a view item's key, a view's partition, a shard's, a group row's values: none reaches a page as a key
+    body = json.dumps({"id": "m", "key": key, "delta": 1})
+    rejection = decode_message(body)
+    assert not isinstance(rejection, Message)
+    assert rejection.code == "invalid_key"
 
 
 # ---------------------------------------------------------------------------------------------- properties
