@@ -50,7 +50,7 @@ ViewGroup: TypeAlias = tuple[str, str, list[str], list[ViewRow]]
 """A view's items on a page: (view, key, the counter names its rows index, its rows)."""
 
 
-class _ViewPage(msgspec.Struct, omit_defaults=True):
+class _ViewPage(msgspec.Struct, frozen=True, omit_defaults=True):
     """A page with view items (see the module): the other items' rows, and the view items' rows per (view, key)."""
 
     k: list[Row] = msgspec.field(default_factory=list)
