@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from bench.deployment import default_settings
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 
     from bench.results import Column, Row
     from tally.core.model import DeadLetter
+    from tally.cost.capacity import Item
     from tally.pipeline import BatchResult
     from tally_local.kit.meter import Usage
 
@@ -84,14 +86,17 @@ def run_metered(
     *,
     tag: str,
     remaining_ms: Callable[[], int] = lambda: 60_000,
+    classify: Callable[[str, Item], str] | None = None,
 ) -> MeteredRun:
-    """Process ``bodies`` in batches of ``BATCH`` under ``declared`` (``TALLY_*`` variables) on new tables."""
+    """Process ``bodies`` in batches of ``BATCH`` under ``declared`` (``TALLY_*`` variables) on new tables;
+    ``classify`` (``"counters"`` or ``"markers"``, an item's primary key -> its class) adds the writes up per class of
+    item (``Usage.by_class``)."""
     counters, markers = tally_tables(admin, tag, fresh_id())
     dead_letters = RecordingDeadLetterQueue()
     pipeline = wire_pipeline(client, dead_letters, default_settings(counters, markers, dict(declared)))
     meter = DynamoDBMeter()
-    meter.track(counters, ["pk", "sk"], "counters")
-    meter.track(markers, ["id"], "markers")
+    for table, key_names, alias in ((counters, ["pk", "sk"], "counters"), (markers, ["id"], "markers")):
+        meter.track(table, key_names, alias, classify=None if classify is None else partial(classify, alias))
     results = []
     with meter.attached(client):
         started = time.perf_counter()

@@ -132,3 +132,62 @@ def test_batch_writes_are_billed_per_item_by_size(metered: tuple[DynamoDBClient,
     # AND the items are in the shadow: overwriting the large one with a small one bills the larger size
     client.batch_write_item(RequestItems={table: [{"PutRequest": {"Item": {"id": {"S": "big"}}}}]})
     assert meter.usage().write_units == 3 + 2
+
+
+def test_writes_add_up_per_class_of_item(dynamodb_local: DynamoDBLocal) -> None:
+    """A benchmark says which items a difference in write units comes from: every write of a table given a
+    ``classify`` (a single write, a conditional one that failed, each action of a transaction committed or
+    cancelled, each item of a batch write) is added to its item's class, with its units and its size."""
+    admin = dynamodb_local.client()
+    table = f"bench-meter-{uuid.uuid4().hex[:10]}"
+    create_table(admin, table, [("id", "S")], ttl_attribute=None)
+    client = dynamodb_local.client()
+    meter = DynamoDBMeter()
+    meter.track(table, ["id"], "things", classify=lambda key: "big" if key["id"]["S"].startswith("big") else "small")
+    try:
+        with meter.attached(client):
+            client.put_item(TableName=table, Item={"id": {"S": "small1"}})
+            with pytest.raises(client.exceptions.ConditionalCheckFailedException):
+                client.put_item(
+                    TableName=table, Item={"id": {"S": "small1"}}, ConditionExpression="attribute_not_exists(id)"
+                )
+            client.transact_write_items(
+                TransactItems=[
+                    {"Put": {"TableName": table, "Item": {"id": {"S": "big1"}, "blob": {"S": BIG}}}},
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": {"id": {"S": "small2"}},
+                            "UpdateExpression": "SET n = :n",
+                            "ExpressionAttributeValues": {":n": {"N": "1"}},
+                        }
+                    },
+                ]
+            )
+            with pytest.raises(client.exceptions.TransactionCanceledException):
+                client.transact_write_items(
+                    TransactItems=[
+                        {
+                            "Put": {
+                                "TableName": table,
+                                "Item": {"id": {"S": "big1"}},
+                                "ConditionExpression": "attribute_not_exists(id)",
+                            }
+                        },
+                    ]
+                )
+            client.batch_write_item(
+                RequestItems={table: [{"PutRequest": {"Item": {"id": {"S": "big2"}, "b": {"S": BIG}}}}]}
+            )
+    finally:
+        drop_tables(admin, [table])
+    usage = meter.usage()
+    # THEN small: 1 + 1 (the failed condition) + 2 (a transaction's action); big: 4 (a 1.5 KB action) + 2 (its
+    # cancelled prepare) + 2 (a 1.5 KB batch put); and the classes add up to the whole bill
+    small, big = usage.by_class["small"], usage.by_class["big"]
+    assert (small.writes, small.write_units, small.over_one_kb) == (3, 4, 0)
+    assert (big.writes, big.write_units, big.over_one_kb) == (3, 8, 3)
+    assert big.smallest_bytes > 1024
+    assert small.largest_bytes < 100
+    assert small.write_units + big.write_units == usage.write_units
+    assert usage.written_items == 6

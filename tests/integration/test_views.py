@@ -2,7 +2,8 @@
 
 What it proves: a batch of events with dimensions writes one item per view value (pre-aggregated), read back by
 ``CounterReader.group`` per window and all-time and equal to the exact sums; a redelivered batch counts nothing
-twice; a packed message whose view items overflow a transaction goes through the journal, still exactly once;
+twice; a packed message whose view items overflow a transaction goes through the journal, still exactly once, and
+a batch killed after its commit is finished from its pages (view items grouped there) by the next delivery;
 ended windows move off view items (by a later batch and by ``tally windows close``) and reads stay exact across
 the move; every pattern applies to views by the same declarations: a bound on a view refuses the message whole,
 a hot view spreads over shards and reads sum them, a start value starts a view's counter, a reset sets one view
@@ -21,13 +22,14 @@ import pytest
 
 from tally.core.bounds import parse_counter_bounds
 from tally.core.defaults import parse_counter_defaults
-from tally.core.items import view_item_key
+from tally.core.items import ItemKey, item_parts, view_item_key, view_parts
 from tally.core.model import SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.thresholds import parse_counter_thresholds
 from tally.core.views import parse_counter_views
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.reader import CounterReader
+from tally.store.pages import decode_page
 from tally.store.requests import scan_all_time_items
 from tally.store.schema import counter_item_of
 from tally.store.windows import DynamoDBWindowMover
@@ -120,6 +122,55 @@ def test_a_packed_message_too_large_for_a_transaction_goes_through_the_journal(d
     assert grouped(reader, "customer") == {f"c{n}": 1 for n in range(40)}
     assert grouped(reader, "customer+route") == {f"c{n},/r{n}": 1 for n in range(40)}
     assert reader.get("api").value("calls") == 40
+
+
+class Killed(BaseException):
+    """The container dies: nothing after this point of the invocation happens."""
+
+
+def test_a_view_batch_killed_after_its_commit_is_finished_from_its_pages(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a packed message of 60 events of 60 customers over 7 routes, hour and day windows: 1 + 60 + 7 + 60
+    # items, a journal batch of two chunks whose second is applied from its page by whoever finishes the batch
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, views=VIEWS, windows=WINDOWS)
+    events = [calls(f"c{n}", f"/r{n % 7}", n + 1) for n in range(60)]
+    batch = [SourceRecord("p", json.dumps({"id": "p", "events": events}), DAY0)]
+    pages: list[dict[ItemKey, dict[str, Decimal]]] = []
+
+    def kill_before_the_second_chunk(params: dict[str, Any], **_: Any) -> None:
+        for action in params.get("TransactItems", []):
+            if action.get("Put", {}).get("Item", {}).get("id", {}).get("S", "").endswith("#a1"):
+                raise Killed
+
+    def keep_pages(params: dict[str, Any], **_: Any) -> None:
+        for requests in params["RequestItems"].values():
+            pages.extend(decode_page(request["PutRequest"]["Item"]["data"]["B"]) for request in requests)
+
+    events_ = ddb_tables.client.meta.events
+    events_.register(
+        "before-parameter-build.dynamodb.TransactWriteItems", kill_before_the_second_chunk, unique_id="kill"
+    )
+    events_.register("before-parameter-build.dynamodb.BatchWriteItem", keep_pages, unique_id="pages")
+    # WHEN the container dies after the commit, before the second chunk
+    with pytest.raises(Killed):
+        pipeline.process(batch, DAY0 + 120_000, plenty)
+    events_.unregister("before-parameter-build.dynamodb.TransactWriteItems", unique_id="kill")
+    events_.unregister("before-parameter-build.dynamodb.BatchWriteItem", unique_id="pages")
+    # its pages held view items (each decoded back to its item), and a new container gets the message again
+    assert any(view_parts(item_parts(item).key) is not None for page in pages for item in page)
+    again, dlq = make_pipeline(store, views=VIEWS, windows=WINDOWS)
+    run(again, batch)
+    # THEN the batch is finished from its pages: every view value exact, all-time and in its hour, counted once
+    assert dlq.letters == []
+    reader = CounterReader(ddb_tables.counters_table, client=ddb_tables.client, views=VIEWS, windows=WINDOWS)
+    by_route: dict[str, Decimal] = {}
+    for n in range(60):
+        by_route[f"/r{n % 7}"] = by_route.get(f"/r{n % 7}", Decimal(0)) + n + 1
+    for window in (None, "hour"):
+        assert grouped(reader, "customer", window) == {f"c{n}": n + 1 for n in range(60)}
+        assert grouped(reader, "route", window) == by_route
+        assert grouped(reader, "customer+route", window) == {f"c{n},/r{n % 7}": n + 1 for n in range(60)}
+    assert reader.get("api").value("calls") == sum(range(1, 61))
 
 
 def test_ended_windows_move_off_view_items_and_reads_stay_exact(ddb_tables: DynamoDBTables) -> None:

@@ -32,6 +32,10 @@ Prices (us-east-1, on-demand, checked 2026-11):
   https://airbyte.com/data-engineering-resources/dynamodb-pricing);
 - Lambda arm64: $0.0000133334 per GB-second (first 7.5 billion GB-s a month) and $0.20 per million
   requests (https://aws.amazon.com/lambda/pricing/; quoted at https://cloudchipr.com/blog/aws-lambda-pricing).
+- SQS: $0.40 per million requests on a standard queue, each 64 KB chunk of a request's payload billed as a
+  request; data moved within a region is free (https://aws.amazon.com/sqs/pricing/; quoted at
+  https://cloudburn.io/blog/amazon-sqs-pricing). ``price`` leaves SQS out (the same for any consumer of the
+  queue); ``tally.cost.sqs`` counts it where a comparison needs it (``python -m bench views``).
 - S3 (the archive, ``ArchiveEnabled``): $0.005 per 1,000 PUT requests and $0.023 per GB-month in S3 Standard
   (https://aws.amazon.com/s3/pricing/). One ``PutObject`` per invocation; the object's size as measured by
   ``python -m bench archive-format`` (``ARCHIVE_BYTES_PER_MESSAGE``, ``ARCHIVE_BYTES_PER_EVENT``).
@@ -117,6 +121,8 @@ class Prices:
     lambda_request: float = 0.20e-6
     s3_put_request: float = 0.005e-3
     s3_gb_month: float = 0.023
+    sqs_request: float = 0.40e-6
+    """A standard queue's request (``tally.cost.sqs``: one per 64 KB of a request's payload)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -872,16 +878,42 @@ def _cheapest(bills: Sequence[Bill], traffic: Traffic) -> Bill:
 
 
 def _handler_seconds(units: UnitsPerEvent, traffic: Traffic, latencies: Latencies) -> float:
+    return handler_seconds(
+        BatchWork(
+            transactions=units.transactions_per_batch,
+            batch_gets=units.batch_gets_per_batch,
+            batch_writes=units.batch_writes_per_batch,
+            items=units.items_per_batch,
+            event_items=units.events_per_batch * (1 + len(traffic.windows)),
+        ),
+        traffic.memory_mb,
+        latencies,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class BatchWork:
+    """What one batch's handler does, as the duration model counts it."""
+
+    transactions: float
+    batch_gets: float
+    batch_writes: float
+    items: float
+    """Items written: transaction actions and pages (what botocore serialises)."""
+    event_items: float
+    """Each event once per counter item it lands in (its key's, each view's; all-time and each window)."""
+
+
+def handler_seconds(work: BatchWork, memory_mb: int, latencies: Latencies) -> float:
     """Requests one after another (the applier runs a batch's steps in order) plus CPU at the memory's share: the
     CPU follows the items written and the events' items, not the records."""
     io_ms = (
-        units.transactions_per_batch * latencies.transact_write_ms
-        + units.batch_gets_per_batch * latencies.batch_get_ms
-        + units.batch_writes_per_batch * latencies.batch_write_ms
+        work.transactions * latencies.transact_write_ms
+        + work.batch_gets * latencies.batch_get_ms
+        + work.batch_writes * latencies.batch_write_ms
     )
-    event_items = units.events_per_batch * (1 + len(traffic.windows))
-    cpu_us = units.items_per_batch * latencies.cpu_us_per_item + event_items * latencies.cpu_us_per_event_item
-    share = min(1.0, traffic.memory_mb / LAMBDA_FULL_VCPU_MB)
+    cpu_us = work.items * latencies.cpu_us_per_item + work.event_items * latencies.cpu_us_per_event_item
+    share = min(1.0, memory_mb / LAMBDA_FULL_VCPU_MB)
     return io_ms / 1000 + cpu_us / 1e6 / share
 
 

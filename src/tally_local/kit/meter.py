@@ -14,6 +14,10 @@ included:
 A cancelled transaction wrote nothing but was prepared: it is billed one write unit per item per
 started KB (the prepare half of a transactional write; AWS does not document the charge) and reported
 apart, so a reader can re-bill it either way.
+
+Given a ``classify`` for a table (``track``), the meter also adds up every write per class of item (a marker, a
+journal page, a view's item...): how many, their write units, their sizes and how many were billed past 1 KB
+(``Usage.by_class``), so a benchmark can say which items a difference in write units comes from.
 """
 
 from __future__ import annotations
@@ -25,11 +29,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from tally.cost.capacity import item_size, read_units, transactional_write_units, write_units
+from tally.cost.capacity import WRITE_UNIT_BYTES, item_size, read_units, transactional_write_units, write_units
 from tally_local.kit.shadow import Expression, ShadowTables, UnsupportedRequest, apply_update
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping, Sequence
+    from collections.abc import Callable, Iterator, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -51,6 +55,20 @@ _DATA_PLANE: Final = frozenset(
 )
 _SINGLE_ITEM: Final = frozenset({"GetItem", "PutItem", "UpdateItem", "DeleteItem"})
 _TOLERANCE: Final = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class ClassUsage:
+    """The writes of one class of item (``DynamoDBMeter.track``'s ``classify``)."""
+
+    writes: int
+    """Items written (each action of a transaction, each put or delete of a batch write, each single write)."""
+    write_units: float
+    smallest_bytes: int
+    largest_bytes: int
+    """The item sizes billed (the larger of before and after)."""
+    over_one_kb: int
+    """Writes billed on more than 1 KB (a second write unit, or more)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +100,10 @@ class Usage:
     """DynamoDB Local's figure for ``TransactWriteItems`` (known to be wrong: shown, never used)."""
     cancellation_reasons: Mapping[str, int] = field(default_factory=dict)
     """Why transactions were cancelled: ``"<reason code> on <table alias>"`` -> how many actions."""
+    written_items: int = 0
+    """Items written: transaction actions (cancelled ones included), batch-written puts and deletes, single writes."""
+    by_class: Mapping[str, ClassUsage] = field(default_factory=dict)
+    """Writes per class of item, on the tables ``track`` was given a ``classify`` for."""
 
     @property
     def requests(self) -> int:
@@ -94,15 +116,26 @@ class DynamoDBMeter:
     def __init__(self) -> None:
         self.shadow = ShadowTables()
         self._aliases: dict[str, str] = {}
+        self._classify: dict[str, Callable[[Item], str]] = {}
         self._lock = threading.Lock()
         """The pipeline sends a round's direct transactions from several threads (``TALLY_WRITE_CONCURRENCY``):
         each call is billed whole under this lock, so no count is lost to an interleaving."""
         self.reset()
 
-    def track(self, table: str, key_names: Sequence[str], alias: str | None = None) -> None:
-        """Bill calls on ``table`` (key attribute names, partition key first); ``alias`` names it in reports."""
+    def track(
+        self,
+        table: str,
+        key_names: Sequence[str],
+        alias: str | None = None,
+        *,
+        classify: Callable[[Item], str] | None = None,
+    ) -> None:
+        """Bill calls on ``table`` (key attribute names, partition key first); ``alias`` names it in reports;
+        ``classify`` (an item's primary key -> its class) adds its writes up per class (``Usage.by_class``)."""
         self.shadow.track(table, key_names)
         self._aliases[table] = alias or table
+        if classify is not None:
+            self._classify[table] = classify
 
     def reset(self) -> None:
         """Zero the counters (the shadow keeps the items: it mirrors the tables, not the run)."""
@@ -121,6 +154,8 @@ class DynamoDBMeter:
         self._mismatches = 0
         self._reported_transactions = 0.0
         self._reasons: Counter[str] = Counter()
+        self._written = 0
+        self._classes: dict[str, ClassUsage] = {}
         self.unsupported: list[str] = []  # requests the meter could not bill: the run is then invalid
         self.overhead_s = 0.0  # time spent billing inside the hooks: the suite subtracts it from the handler's
 
@@ -141,6 +176,8 @@ class DynamoDBMeter:
             single_item_mismatches=self._mismatches,
             local_reported_transactions=self._reported_transactions,
             cancellation_reasons=dict(self._reasons),
+            written_items=self._written,
+            by_class=dict(self._classes),
         )
 
     # ------------------------------------------------------------------------------ botocore hooks
@@ -269,6 +306,7 @@ class DynamoDBMeter:
                     size = item_size(self.shadow.get(table, key))
                     self.shadow.delete(table, key)
                 units += write_units(size)  # not in ``largest_item_bytes``: pages are not counter or marker items
+                self._written_one(table, key, size, write_units(size))
         self._write_units += units
         return units
 
@@ -277,6 +315,7 @@ class DynamoDBMeter:
         before, after = self._before_after(operation, params, table)
         size = max(item_size(before), item_size(after))
         self._largest = max(self._largest, size)
+        key = self.shadow.key_of(table, params["Item"]) if operation == "PutItem" else params["Key"]
         if error is None:
             self._store(table, operation, params, after)
         elif error == "ConditionalCheckFailedException":
@@ -285,13 +324,16 @@ class DynamoDBMeter:
             return 0.0  # refused before it touched the item (validation, throttling): not billed
         units = float(write_units(size))
         self._write_units += units
+        self._written_one(table, key, size, units)
         return units
 
     def _transaction(self, params: Mapping[str, Any], parsed: Mapping[str, Any], error: str | None) -> float:
         actions: list[tuple[str, str, dict[str, Any] | None, int]] = []
+        keys: list[Item] = []
         for entry in params["TransactItems"]:
             ((kind, action),) = entry.items()
             table = action["TableName"]
+            keys.append(self.shadow.key_of(table, action["Item"]) if kind == "Put" else action["Key"])
             operation = {"Put": "PutItem", "Update": "UpdateItem", "Delete": "DeleteItem"}.get(kind)
             if operation is None:  # ConditionCheck: billed on the item it checks, nothing written
                 before = self.shadow.get(table, action["Key"])
@@ -302,7 +344,8 @@ class DynamoDBMeter:
         self._transaction_items += len(actions)
         if error is None:
             units = float(sum(transactional_write_units(size) for *_, size in actions))
-            for (table, operation, after, size), entry in zip(actions, params["TransactItems"], strict=True):
+            for (table, operation, after, size), entry, key in zip(actions, params["TransactItems"], keys, strict=True):
+                self._written_one(table, key, size, float(transactional_write_units(size)))
                 self._largest = max(self._largest, size)
                 if after is not None or operation == "DeleteItem":
                     ((_, action),) = entry.items()
@@ -316,11 +359,35 @@ class DynamoDBMeter:
                 if code != "None":
                     self._reasons[f"{code} on {self._aliases.get(table, table)}"] += 1
             prepared = float(sum(write_units(size) for *_, size in actions))
+            for (table, *_, size), key in zip(actions, keys, strict=True):
+                self._written_one(table, key, size, float(write_units(size)))
             self._cancelled += 1
             self._cancelled_units += prepared
             self._write_units += prepared
             return prepared
         return 0.0
+
+    def _written_one(self, table: str, key: Item, size: int, units: float) -> None:
+        """One item written (or prepared, or refused by its condition) and billed ``units``: counted, and added to
+        its class if its table has a ``classify``."""
+        self._written += 1
+        classify = self._classify.get(table)
+        if classify is None:
+            return
+        name = classify(key)
+        seen = self._classes.get(name)
+        over = int(size > WRITE_UNIT_BYTES)
+        self._classes[name] = (
+            ClassUsage(1, units, size, size, over)
+            if seen is None
+            else ClassUsage(
+                seen.writes + 1,
+                seen.write_units + units,
+                min(seen.smallest_bytes, size),
+                max(seen.largest_bytes, size),
+                seen.over_one_kb + over,
+            )
+        )
 
     def _before_after(
         self, operation: str, params: Mapping[str, Any], table: str

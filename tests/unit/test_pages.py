@@ -1,0 +1,122 @@
+"""The journal's increments pages: exact round trips, view items named compactly, pages of either shape readable."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.core.decode import decode_message
+from tally.core.items import SHARD_SEPARATOR, ItemKey, make_item, view_item_key, window_counter
+from tally.core.model import Message
+from tally.core.views import View
+from tally.store.pages import decode_page, encode_page
+
+PLAIN_PAGE = bytes.fromhex(
+    "9395a3617069a3616c6c00c09192a5636f756e74a13395a3617069b36823323032362d31322d30325430383a30305a00ce6ab13b809192"
+    "a5636f756e74a3312e3595a3686f74a3616c6c02c09192a16ea22d31"
+)
+"""A page without view items as the store wrote it before view groups (and still writes it)."""
+PLAIN_INCREMENTS = {
+    "api": {"count": Decimal(3)},
+    make_item("api", "h#2026-12-02T08:00Z", 0, 1_790_000_000): {"count": Decimal("1.5")},
+    make_item("hot", "all", 2): {"n": Decimal(-1)},
+}
+VIEW_ROWS_PAGE = bytes.fromhex(
+    "9295ba1f637573746f6d65722b726f7574651f6170691f63311f2f7231a3616c6c00c09192a5636f756e74a13295a3617069a3616c6c00c0"
+    "9192a5636f756e74a132"
+)
+"""A page with a view item written before view groups: the view item's whole derived key in a row."""
+
+
+def test_a_page_without_view_items_is_written_as_before() -> None:
+    assert encode_page(PLAIN_INCREMENTS) == PLAIN_PAGE
+    assert decode_page(PLAIN_PAGE) == PLAIN_INCREMENTS
+
+
+def test_a_page_written_before_view_groups_still_reads() -> None:
+    assert decode_page(VIEW_ROWS_PAGE) == {
+        view_item_key("customer+route", "api", ("c1", "/r1")): {"count": Decimal(2)},
+        "api": {"count": Decimal(2)},
+    }
+
+
+def test_a_view_item_is_named_by_its_values_once_its_view_key_and_counters_are_written() -> None:
+    # 50 customers of one key, each item with its all-time counter and the hour's and day's riding on it: the view,
+    # the key and the three counter names once, each item by its value and its counters by their place. A third of
+    # the same counts published as keys of their own (api/customer=c<i>), which a producer without views sends.
+    names = ["calls", window_counter("h#2026-12-02T08:00Z", "calls"), window_counter("d#2026-12-02", "calls")]
+    views = {view_item_key("customer", "api", (f"c{i}",)): dict.fromkeys(names, Decimal(i + 1)) for i in range(50)}
+    by_hand = {f"api/customer=c{i}": dict.fromkeys(names, Decimal(i + 1)) for i in range(50)}
+    assert decode_page(encode_page(views)) == views
+    assert len(encode_page(views)) * 3 <= len(encode_page(by_hand))
+    # one counter and no window: still shorter by each hand key's "api/customer=" (13 bytes) less a few
+    views = {view_item_key("customer", "api", (f"c{i}",)): {"calls": Decimal(i + 1)} for i in range(50)}
+    by_hand = {f"api/customer=c{i}": {"calls": Decimal(i + 1)} for i in range(50)}
+    assert len(encode_page(views)) <= len(encode_page(by_hand)) - 50 * 10
+
+
+def test_a_groups_items_may_each_have_counters_of_their_own() -> None:
+    increments = {
+        view_item_key("route", "api", ("/a",)): {"calls": Decimal(1)},
+        view_item_key("route", "api", ("/b",)): {"bytes": Decimal("2.5"), "calls": Decimal(3)},
+        make_item(view_item_key("route", "api", ("/a",)), "d#2026-12-02", 2, 1_790_000_000): {"bytes": Decimal(-4)},
+        "api": {"calls": Decimal(4), "bytes": Decimal("2.5")},
+    }
+    assert decode_page(encode_page(increments)) == increments
+
+
+def test_a_key_spelling_a_view_items_values_stays_its_own_item() -> None:
+    # a published key equal to a view item's values, its label, or its view's name: four items, four rows
+    increments = {
+        "c1": {"count": Decimal(1)},
+        "api[customer=c1]": {"count": Decimal(2)},
+        "customer": {"count": Decimal(3)},
+        view_item_key("customer", "api", ("c1",)): {"count": Decimal(4)},
+        view_item_key("customer", "c1", ("api",)): {"count": Decimal(5)},
+    }
+    assert decode_page(encode_page(increments)) == increments
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["\x1fcustomer\x1fapi\x1fc1", "api\x1fv\x1fcustomer", "api\x1f3", "c1\x1f/r1"],
+    ids=["item", "partition", "shard", "values"],
+)
+def test_a_published_key_that_spells_another_items_name_stays_refused(key: str) -> None:
+    # a view item's key, a view's partition, a shard's, a group row's values: none reaches a page as a key
+    body = json.dumps({"id": "m", "key": key, "delta": 1})
+    rejection = decode_message(body)
+    assert not isinstance(rejection, Message)
+    assert rejection.code == "invalid_key"
+
+
+# ---------------------------------------------------------------------------------------------- properties
+texts = st.text(
+    st.characters(blacklist_characters=SHARD_SEPARATOR, blacklist_categories=("Cs",)), min_size=1, max_size=6
+)
+views = st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,4}", fullmatch=True), min_size=1, max_size=3, unique=True).map(View.of)
+
+
+@st.composite
+def item_keys(draw: st.DrawFn) -> ItemKey:
+    key = draw(texts)
+    if draw(st.booleans()):
+        view = draw(views)
+        key = view_item_key(view.name, key, tuple(draw(texts) for _ in view.dims))
+    window = draw(st.sampled_from(("all", "h#2026-12-02T08:00Z", "d#2026-12-02")))
+    expires = None if window == "all" else draw(st.none() | st.integers(0, 2**40))
+    return make_item(key, window, draw(st.integers(0, 8)), expires)
+
+
+numbers = st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-(10**30), max_value=10**30)
+
+
+@given(st.dictionaries(item_keys(), st.dictionaries(texts, numbers, min_size=1, max_size=3), max_size=30))
+def test_every_page_reads_back_exactly(increments: dict[ItemKey, dict[str, Decimal]]) -> None:
+    """Any mix of keys', shards', windows' and view items' increments reads back as written: no two items merge,
+    every delta exact."""
+    assert decode_page(encode_page(increments)) == increments
