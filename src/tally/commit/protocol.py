@@ -48,11 +48,10 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from tally.core.aggregate import merge_totals
 from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
 from tally.core.declarations import NO_DECLARATIONS, Declarations
-from tally.core.items import item_label
+from tally.core.fence import unstorable_sums
 from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
-from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
     Chunk,
     ConditionRefusedError,
@@ -677,17 +676,9 @@ class CommitProtocol:
         (docs/journal.md, "A later chunk DynamoDB would refuse") give the exactness argument and its limit.
         """
         # An item whose counters need more than one ADD spans chunks (its counter names split between them).
-        items = list(dict.fromkeys(item for chunk in chunks for item in chunk))
-        stored = self._steps.read(partial(self._journal.read_counters, items))
-        problems: dict[ItemKey, str] = {}
-        for chunk in chunks:
-            for item, counters in chunk.items():
-                values = stored.get(item, {})
-                for name, increment in counters.items():
-                    problem = storage_problem(add(values.get(name, 0), increment))
-                    if problem is not None:
-                        problems[item] = f"{item_label(item)!r}/{name!r}: the stored value plus {increment}: {problem}"
-        return problems
+        increments = merge_totals(chunks)
+        stored = self._steps.read(partial(self._journal.read_counters, list(increments)))
+        return unstorable_sums(stored, increments)
 
     def finish(
         self, record: BatchRecord, pages: Sequence[JournalPage] | None, *, done: Collection[int] | None = None

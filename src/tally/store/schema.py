@@ -123,6 +123,15 @@ def header_id(batch_id: str) -> str:
     return "b#" + batch_id
 
 
+FENCE_PREFIX: Final = "f#"
+"""An epoch's mark on a counter item: ``f#<epoch>`` = the sequence and part of the last batch part it applied there
+(``tally.core.fence``), beside the ``c#`` counters."""
+
+
+def fence_attribute(epoch: str) -> str:
+    return FENCE_PREFIX + epoch
+
+
 def page_id(batch_id: str, index: int) -> str:
     return f"b#{batch_id}#p{index}"
 
