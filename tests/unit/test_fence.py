@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 TIMEOUT_MS = 60_000
 MARGIN_MS = 60_000
 HORIZON_MS = fence_horizon_ms(TIMEOUT_MS // 1000, MARGIN_MS)
-ITEMS = ("a", "b", CounterItem("a", "h#2100-01-01T03:00Z"))
+ITEMS: tuple[ItemKey, ...] = ("a", "b", CounterItem("a", "h#2100-01-01T03:00Z"))
 COUNTERS = ("n", "m", "k")
 
 

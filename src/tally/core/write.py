@@ -137,6 +137,15 @@ class FencedWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class FenceAnswer:
+    """What a fenced write's answer says: whether it committed, and the item's marks (epoch -> value) after it
+    (``ALL_NEW``) or, refused, as they were (``ALL_OLD``)."""
+
+    committed: bool
+    fence: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class DirectWrite:
     """One direct transaction, as decided: its markers, its items, the crossings it records, at the batch's clock."""
 

@@ -17,8 +17,9 @@ from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.core.limits import BATCH_WRITE_MAX_ITEMS
 from tally.core.thresholds import CrossingPage
+from tally.core.write import FenceAnswer
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
-from tally.store.actions import Role, add_update, batch_state_check, replaced_batch_check
+from tally.store.actions import Role, add_update, batch_state_check, fenced_update, replaced_batch_check
 from tally.store.markers import marker_actions
 from tally.store.notifications import notification_put
 from tally.store.pages import decode_crossings, decode_page, encode_crossings, encode_page
@@ -34,7 +35,9 @@ from tally.store.schema import (
     PAGE_DATA,
     PARTITION_KEY,
     SORT_KEY,
+    RawItem,
     applied_id,
+    fence_from_item,
     header_id,
     item_counters,
     item_key,
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
     from tally.core.items import ItemKey
     from tally.core.plan import JournalPage
     from tally.core.thresholds import Crossing
+    from tally.core.write import FencedWrite
 
 JOURNAL_GRACE_SECONDS: Final = 86_400
 """Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
@@ -192,6 +196,20 @@ class DynamoDBJournal:
             raise StoreError("a journal page of crossings, and no notifications table to record them in")
         table = self._notifications
         return [notification_put(table, crossing, crossing.at_ms // 1000 + self._ttl) for crossing in crossings]
+
+    def apply_fenced(self, write: FencedWrite) -> FenceAnswer:
+        """One part of one item of a fenced batch, as one plain conditional ``UpdateItem`` (``fenced_update``);
+        refused, the item's marks as they were, for the core to read why (``tally.core.fence.refusal``)."""
+        try:
+            answer = self._client.update_item(**fenced_update(self._counters, write))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise translate(exc) from exc
+            found: RawItem = exc.response.get("Item", {})  # type: ignore[assignment]  # ALL_OLD: botocore types it loosely
+            return FenceAnswer(committed=False, fence=fence_from_item(found))
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
+        return FenceAnswer(committed=True, fence=fence_from_item(answer.get("Attributes", {})))
 
     def refuse_chunk(self, batch_id: str, index: int, reason: str, lease_until_ms: int) -> None:
         """Record that DynamoDB refuses chunk ``index`` (a counter would leave the Number range)."""

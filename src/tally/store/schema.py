@@ -132,6 +132,15 @@ def fence_attribute(epoch: str) -> str:
     return FENCE_PREFIX + epoch
 
 
+def fence_from_item(item: RawItem) -> dict[str, int]:
+    """The epochs' marks of a raw counter item: epoch -> value."""
+    return {
+        name[len(FENCE_PREFIX) :]: int(value["N"])
+        for name, value in item.items()
+        if name.startswith(FENCE_PREFIX) and "N" in value
+    }
+
+
 def page_id(batch_id: str, index: int) -> str:
     return f"b#{batch_id}#p{index}"
 
