@@ -22,6 +22,8 @@ only a journal claim could write is dead-lettered (the journal's chunks hold inc
 
 from __future__ import annotations
 
+import secrets
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -32,12 +34,14 @@ from tally.commit.marker_reads import MarkerReadGate
 from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.declarations import NO_DECLARATIONS, Declarations
+from tally.core.epochs import FencedBatch, WriterEpoch
+from tally.core.fence import MAX_PRUNES_PER_WRITE
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
 from tally.core.write_planner import plan_write
-from tally.store.expressions import counters_per_add
+from tally.store.expressions import counter_limit_for, counters_per_add
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -59,6 +63,31 @@ OPERATOR_ID_TAKEN = Rejection(
 """Why an operator message is refused when only a journal claim could replace its id's marker."""
 
 
+class WriterEpochs:
+    """A container's writer epoch (``tally.core.epochs``): drawn at its first journal batch, never at init, so that
+    execution environments cloned from one snapshot never share it; ended when one of its batches is left
+    unfinished."""
+
+    def __init__(self, random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
+        self._random_bytes = random_bytes
+        self._epoch = WriterEpoch()
+        self._lock = threading.Lock()
+
+    @property
+    def current(self) -> str | None:
+        """The epoch id, None before the first batch or after an epoch ended."""
+        return self._epoch.epoch
+
+    def next_batch(self) -> FencedBatch:
+        with self._lock:
+            self._epoch, batch = self._epoch.next_batch(self._random_bytes)
+            return batch
+
+    def end_epoch(self) -> None:
+        with self._lock:
+            self._epoch = self._epoch.ended()
+
+
 class Applier:
     """Applies a batch's distinct messages through the direct path and the commit journal."""
 
@@ -77,8 +106,16 @@ class Applier:
         declarations: Declarations = NO_DECLARATIONS,
         write_planner: WritePlanner = plan_write,
         write_concurrency: int = 1,
+        fenced: bool = False,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
     ) -> None:
         self.store = store
+        self.epochs = WriterEpochs(random_bytes) if fenced else None
+        """The container's writer epoch when journal batches are fenced (``tally.core.fence``: each item one plain
+        conditional write); None: each apply chunk a transaction with its applied-record."""
+        fenced_limit = counter_limit_for(declarations.defaults, fenced_prunes=MAX_PRUNES_PER_WRITE)
+        self.fenced_counter_limit: CounterLimit = lambda item: min(counter_limit(item), fenced_limit(item))
+        """The most counters of one fenced write of an item: its mark and the marks it removes take room too."""
         self.journal = journal
         self.policy = policy
         """How a store call that fails for now is retried within the invocation, and the time kept for reporting;
@@ -128,6 +165,8 @@ class Applier:
             declarations=self.declarations,
             write_planner=self.write_planner,
             pool=self._pool,
+            epochs=self.epochs,
+            fenced_counter_limit=self.fenced_counter_limit,
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:

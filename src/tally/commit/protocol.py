@@ -48,7 +48,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from tally.core.aggregate import merge_totals
 from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
 from tally.core.declarations import NO_DECLARATIONS, Declarations
-from tally.core.fence import unstorable_sums
+from tally.core.epochs import FencedBatch
+from tally.core.fence import Refusal, plan_fenced_apply, unstorable_sums, without_prune
+from tally.core.fence import refusal as fence_refusal
 from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
@@ -63,6 +65,7 @@ from tally.core.plan import (
     plan_transactions,
     split_refused,
 )
+from tally.core.thresholds import CrossingPage
 from tally.core.write import DirectWrite, Seen
 from tally.core.write_planner import counters_met, plan_write
 from tally.errors import (
@@ -80,12 +83,12 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from tally.commit.fates import Fates, Figures
-    from tally.commit.ports import CounterStore, JournalStore, Steps
+    from tally.commit.ports import BatchNumbers, CounterStore, JournalStore, Steps
     from tally.core.aggregate import MessageTotals, Totals
     from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit, JournalPage
     from tally.core.thresholds import Crossing
-    from tally.core.write import ItemRead
+    from tally.core.write import FencedWrite, ItemRead
     from tally.core.write_planner import WritePlanner
 
 
@@ -155,8 +158,15 @@ class CommitProtocol:
         declarations: Declarations = NO_DECLARATIONS,
         write_planner: WritePlanner = plan_write,
         pool: Executor | None = None,
+        epochs: BatchNumbers | None = None,
+        fenced_counter_limit: CounterLimit | None = None,
     ) -> None:
         self._store = store
+        self._epochs = epochs
+        """The container's writer epoch: journal batches are fenced (``tally.core.fence``); None: applied by chunk
+        transactions with applied-records."""
+        self._fenced_limit = fenced_counter_limit if fenced_counter_limit is not None else counter_limit
+        """The most counters of one fenced write of an item (its mark and prunes take room in the expression)."""
         self._declared = declarations
         """The deployment's declarations, which the write planner decides each direct transaction's write from."""
         self._plan_write = write_planner
@@ -530,7 +540,8 @@ class CommitProtocol:
         if not self._steps.may_start():
             self._fates.failed(message.message_id for message in unit)
             return []
-        batch_id = self._new_batch_id()
+        fenced = self._epochs.next_batch() if self._epochs is not None else None
+        batch_id = fenced.batch_id if fenced is not None else self._new_batch_id()
         lease_until_ms = self._steps.lease_until_ms()
         self._figures.journal_batches += 1
         try:
@@ -544,6 +555,26 @@ class CommitProtocol:
             return []
         increments = nonzero_increments(merge_totals(message.totals for message in claimed))
         chunks = plan_apply_chunks(increments, max_keys=self._max_actions - 2, counter_limit=self._counter_limit)
+        if fenced is not None:
+            try:
+                return self._journal_fenced(fenced, lease_until_ms, claimed, chunks, isolate=isolate)
+            except BaseException:
+                # Whatever stopped it, the batch may be COMMITTED and not DONE: no later batch of the epoch may
+                # reach an item before it is (tally.core.epochs).
+                self._end_epoch()
+                raise
+        return self._journal_chunked(batch_id, lease_until_ms, claimed, chunks, isolate=isolate)
+
+    def _journal_chunked(
+        self,
+        batch_id: str,
+        lease_until_ms: int,
+        claimed: Sequence[MessageTotals],
+        chunks: Sequence[Totals],
+        *,
+        isolate: bool,
+    ) -> list[MessageTotals]:
+        """A claimed unit committed with its first chunk, then its other chunks each with an applied-record."""
         if len(chunks) > 1:
             # Only chunk 0 travels with the commit; a later chunk DynamoDB refuses could no longer be
             # undone. Check them against the stored values while we can still abort.
@@ -584,6 +615,56 @@ class CommitProtocol:
         else:
             self._fates.failed(message.message_id for message in claimed)
         return []
+
+    def _journal_fenced(
+        self,
+        batch: FencedBatch,
+        lease_until_ms: int,
+        claimed: Sequence[MessageTotals],
+        pages: Sequence[Totals],
+        *,
+        isolate: bool,
+    ) -> list[MessageTotals]:
+        """A claimed unit as a fenced batch: every item checked against its stored values, the pages, the header
+        PREPARING -> COMMITTED alone, then each item's fenced writes and DONE (``finish``)."""
+        batch_id = batch.batch_id
+        try:
+            unstorable = self._unstorable(pages) if pages else {}
+        except RetryableStoreError:
+            self._abort_own(batch_id)
+            self._fates.failed(message.message_id for message in claimed)
+            return []
+        if unstorable:
+            return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+        try:
+            if pages:
+                self._steps.write(partial(self._journal.write_pages, batch_id, pages, lease_until_ms))
+            self._steps.write(partial(self._journal.commit_header, batch_id, len(pages)))
+        except (BatchStateError, RetryableStoreError):
+            # The commit's answer lost (the retry finds the header moved on), our lease expired and someone aborted
+            # us, or DynamoDB kept throttling: look before deciding.
+            state = self._state(batch_id)
+            if state is BatchState.DONE:
+                self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
+                return []
+            if state is not BatchState.COMMITTED:
+                if state is BatchState.PREPARING:
+                    self._abort_own(batch_id)
+                self._fates.failed(message.message_id for message in claimed)
+                return []
+        except WriteRejectedError as refused:
+            return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
+        record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(pages))
+        if self.finish(record, pages=pages, done=()):
+            self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
+        else:
+            self._end_epoch()
+            self._fates.failed(message.message_id for message in claimed)
+        return []
+
+    def _end_epoch(self) -> None:
+        if self._epochs is not None:
+            self._epochs.end_epoch()
 
     def _claim(self, batch_id: str, lease_until_ms: int, unit: Sequence[MessageTotals]) -> list[MessageTotals] | None:
         """Claim what can be claimed for the batch; None if the batch was aborted under us."""
@@ -689,6 +770,9 @@ class CommitProtocol:
         False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
         markers next finishes it.
         """
+        fenced = FencedBatch.parse(record.batch_id)
+        if fenced is not None:
+            return self._finish_fenced(record, fenced, pages)
         if pages is None or done is None:
             try:
                 stored_pages, done = self._steps.read(
@@ -724,6 +808,56 @@ class CommitProtocol:
             self._steps.write(partial(self._journal.finish, record.batch_id))
         except RetryableStoreError:
             return False
+        return True
+
+    def _finish_fenced(self, record: BatchRecord, batch: FencedBatch, pages: Sequence[JournalPage] | None) -> bool:
+        """Each item's fenced writes of a COMMITTED batch, with the batch's own epoch and sequence whoever sends
+        them (a write on an item that has it already is refused as applied), then DONE."""
+        if pages is None:
+            try:
+                pages, _ = self._steps.read(partial(self._journal.read_progress, record.batch_id, record.chunks))
+            except RetryableStoreError:
+                return False  # committed batches are finished by whoever meets their markers next
+        increments = merge_totals(page for page in pages if not isinstance(page, CrossingPage))
+        plans = plan_fenced_apply(increments, batch, defaults=self._declared.defaults, counter_limit=self._fenced_limit)
+        if self._pool is not None and len(plans) > 1:
+            # Items are independent: each item's parts in order, the items at once.
+            finished = all(list(self._pool.map(self._apply_item, plans)))
+        else:
+            finished = all(self._apply_item(writes) for writes in plans)
+        if not finished:
+            return False
+        try:
+            self._steps.write(partial(self._journal.mark_done, record.batch_id, self._now_ms))
+        except RetryableStoreError:
+            return False
+        return True
+
+    def _apply_item(self, writes: Sequence[FencedWrite]) -> bool:
+        """One item's parts of a fenced batch, in order, each sent until it is on the item; False if that must
+        wait (out of time, DynamoDB kept throttling, an answer that says a part is missing)."""
+        for planned in writes:
+            write = planned
+            while True:
+                if not self._steps.may_start():
+                    return False
+                try:
+                    answer = self._steps.write(partial(self._journal.apply_fenced, write))
+                except WriteRejectedError:
+                    # Committed increments DynamoDB refuses (a sum past the Number range, which the pre-commit read
+                    # missed: a race it cannot close) cannot be un-committed: counted, alarmed, the batch finishes.
+                    self._figures.refused_chunks += 1
+                    return True  # the item's later parts follow this one's mark: none can land
+                except RetryableStoreError:
+                    return False
+                if answer.committed:
+                    break
+                why = fence_refusal(write, answer.fence)
+                if why is Refusal.APPLIED:
+                    break
+                if why is Refusal.OUT_OF_ORDER:
+                    return False
+                write = without_prune(write)
         return True
 
     def _isolate(

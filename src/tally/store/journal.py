@@ -28,6 +28,7 @@ from tally.store.schema import (
     APPLIED_REFUSED,
     EXPIRES_AT,
     HEADER_CHUNKS,
+    HEADER_DONE_AT,
     HEADER_LEASE_UNTIL,
     HEADER_STATE,
     LEDGER_ID,
@@ -196,6 +197,41 @@ class DynamoDBJournal:
             raise StoreError("a journal page of crossings, and no notifications table to record them in")
         table = self._notifications
         return [notification_put(table, crossing, crossing.at_ms // 1000 + self._ttl) for crossing in crossings]
+
+    def commit_header(self, batch_id: str, chunk_count: int) -> None:
+        """PREPARING -> COMMITTED of a fenced batch, alone: a plain conditional ``UpdateItem`` (1 write unit)."""
+        self._header_update(batch_id, BatchState.PREPARING, BatchState.COMMITTED, {HEADER_CHUNKS: str(chunk_count)})
+
+    def mark_done(self, batch_id: str, now_ms: int) -> None:
+        """COMMITTED -> DONE of a fenced batch, with when (``done_at``, which prunes of its marks wait on); a batch
+        already DONE is fine."""
+        try:
+            self._header_update(batch_id, BatchState.COMMITTED, BatchState.DONE, {HEADER_DONE_AT: str(now_ms)})
+        except BatchStateError:
+            record = self.read(batch_id)
+            if record is None or record.state is not BatchState.DONE:
+                raise
+
+    def _header_update(self, batch_id: str, expected: BatchState, new: BatchState, numbers: dict[str, str]) -> None:
+        names = {"#state": HEADER_STATE, **{f"#n{i}": name for i, name in enumerate(numbers)}}
+        values: dict[str, Any] = {":new": {"S": new}, ":expected": {"S": expected}}
+        values.update({f":n{i}": {"N": value} for i, value in enumerate(numbers.values())})
+        sets = ["#state = :new", *(f"#n{i} = :n{i}" for i in range(len(numbers)))]
+        try:
+            self._client.update_item(
+                TableName=self._markers,
+                Key={LEDGER_ID: {"S": header_id(batch_id)}},
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="#state = :expected",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise BatchStateError(f"batch {batch_id} is not {expected}") from exc
+            raise translate(exc) from exc
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
 
     def apply_fenced(self, write: FencedWrite) -> FenceAnswer:
         """One part of one item of a fenced batch, as one plain conditional ``UpdateItem`` (``fenced_update``);

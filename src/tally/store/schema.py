@@ -107,6 +107,8 @@ HEADER_LEASE_UNTIL: Final = "lease_until"
 
 
 HEADER_CHUNKS: Final = "chunks"
+HEADER_DONE_AT: Final = "done_at"
+"""When a fenced batch was marked DONE (epoch ms, the marker's clock): its marks may go a horizon later."""
 
 
 PAGE_DATA: Final = "data"
