@@ -63,10 +63,12 @@ def wire_pipeline(
     *,
     archive: ArchiveWriter | None = None,
     write_planner: WritePlanner = plan_write,
+    fenced: bool = False,
 ) -> BatchPipeline:
     """The pipeline on the given DynamoDB client, dead-letter port and archive writer (None: the archive off), as
     the handlers run it; ``write_planner`` decides each direct transaction's write (the chaos run's broken
-    variants pass another).
+    variants pass another); ``fenced`` applies journal batches by fenced single-item writes (``tally.core.fence``:
+    not yet the handlers' default, measured by ``python -m bench.fenced_apply``).
 
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
@@ -98,6 +100,7 @@ def wire_pipeline(
             declarations=declared,
             write_planner=write_planner,
             write_concurrency=settings.write_concurrency,
+            fenced=fenced,
         ),
         dead_letters,
         PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=ttl_s * 1000, declarations=declared),
