@@ -594,16 +594,7 @@ class CommitProtocol:
             self._steps.write(partial(self._journal.write_pages, batch_id, chunks, lease_until_ms))
             self._steps.write(partial(self._journal.commit, batch_id, len(chunks), chunks[0], lease_until_ms))
         except (BatchStateError, RetryableStoreError):
-            # Either the answer to our commit was lost (the retry then finds the header moved on), or
-            # our lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding.
-            state = self._state(batch_id)
-            if state is BatchState.DONE:
-                self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
-                return []
-            if state is not BatchState.COMMITTED:
-                if state is BatchState.PREPARING:
-                    self._abort_own(batch_id)
-                self._fates.failed(message.message_id for message in claimed)
+            if not self._committed_after_all(batch_id, claimed):
                 return []
         except WriteRejectedError as refused:
             # A counter would leave the Number range (or an action a size limit): nothing was committed.
@@ -641,16 +632,7 @@ class CommitProtocol:
                 self._steps.write(partial(self._journal.write_pages, batch_id, pages, lease_until_ms))
             self._steps.write(partial(self._journal.commit_header, batch_id, len(pages)))
         except (BatchStateError, RetryableStoreError):
-            # The commit's answer lost (the retry finds the header moved on), our lease expired and someone aborted
-            # us, or DynamoDB kept throttling: look before deciding.
-            state = self._state(batch_id)
-            if state is BatchState.DONE:
-                self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
-                return []
-            if state is not BatchState.COMMITTED:
-                if state is BatchState.PREPARING:
-                    self._abort_own(batch_id)
-                self._fates.failed(message.message_id for message in claimed)
+            if not self._committed_after_all(batch_id, claimed):
                 return []
         except WriteRejectedError as refused:
             return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
@@ -661,6 +643,21 @@ class CommitProtocol:
             self._end_epoch()
             self._fates.failed(message.message_id for message in claimed)
         return []
+
+    def _committed_after_all(self, batch_id: str, claimed: Sequence[MessageTotals]) -> bool:
+        """After a commit whose outcome is unknown: True if the batch is COMMITTED (apply it); else its messages are
+        settled here. Either the answer to our commit was lost (the retry then finds the header moved on), or our
+        lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding."""
+        state = self._state(batch_id)
+        if state is BatchState.COMMITTED:
+            return True
+        if state is BatchState.DONE:
+            self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
+            return False
+        if state is BatchState.PREPARING:
+            self._abort_own(batch_id)
+        self._fates.failed(message.message_id for message in claimed)
+        return False
 
     def _end_epoch(self) -> None:
         if self._epochs is not None:
