@@ -124,6 +124,8 @@ def counter_limit_for(defaults: CounterDefaults, *, fenced_prunes: int | None = 
     """The planner's bound on counters per item for a deployment's declared start values (of a fenced write that
     removes up to ``fenced_prunes`` marks, when given)."""
     if not defaults.has_starts:
+        if fenced_prunes is None:
+            return counters_per_add
         return lambda item: counters_per_add(item, fenced_prunes=fenced_prunes)
 
     def limit(item: ItemKey) -> int:
