@@ -6,7 +6,8 @@ can break.
 - the answer of the n-th plain ``UpdateItem`` lost, for every n (the commit, each fenced write, DONE): exact;
 - a batch left unfinished ends the epoch: the container's next batch on the same keys is another epoch's, and the
   batch left behind is finished later with its own;
-- two helpers at once finish a dead owner's batch: exact.
+- two helpers at once finish a dead owner's batch: exact;
+- many containers on one hot key: one mark per epoch, exact.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from tally.core.epochs import FencedBatch
 from tally.core.fence import mark_value
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
+from tally.cost.capacity import item_size
 from tally.errors import RetryableStoreError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -215,3 +217,19 @@ def test_two_helpers_at_once_finish_a_dead_owner_s_batch_once(ddb_tables: Dynamo
     assert len(failed) == 2
     assert set(_headers(ddb_tables).values()) == {"DONE"}
     _exact(ddb_tables)
+
+
+def test_many_containers_on_one_hot_key_leave_one_mark_each_and_count_exactly(ddb_tables: DynamoDBTables) -> None:
+    # The template's default MaximumConcurrency (5) containers, each with its epoch, take turns on the same keys.
+    containers = [WriterEpochs() for _ in range(5)]
+    rounds = 3
+    for turn in range(rounds):
+        for index, epochs in enumerate(containers):
+            assert _process(_pipeline(ddb_tables, epochs=epochs), _records(f"c{index}-t{turn}")) == ()
+    _exact(ddb_tables, times=5 * rounds)
+    for item in _items(ddb_tables).values():
+        # One mark per live epoch, at its latest batch: marks grow with epochs, not with batches.
+        assert fence_from_item(item) == {epochs.current: mark_value(rounds, 0) for epochs in containers}
+        # Five marks and a counter: well inside the first KB. Without prunes (not sent yet), an ended epoch's mark
+        # stays: growth with container churn is bounded only once they are.
+        assert item_size(item) < 200
