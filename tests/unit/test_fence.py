@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from tally.core.write import FencedWrite
 
 TIMEOUT_MS = 60_000
-MARGIN_MS = 60_000
+MARGIN_MS = 1_000
 HORIZON_MS = fence_horizon_ms(TIMEOUT_MS // 1000, MARGIN_MS)
 ITEMS: tuple[ItemKey, ...] = ("a", "b", CounterItem("a", "h#2100-01-01T03:00Z"))
 COUNTERS = ("n", "m", "k")
@@ -337,7 +337,7 @@ class Model:
         owner = container.owner
         self._step(owner, lost=choice % 3 == 0)
         if container.owner is owner and owner.sent == len(owner.writes):
-            self._done(owner.batch)
+            self._done(owner.batch, owner)
             container.owner = None
 
     def restart(self, choice: int) -> None:
@@ -365,7 +365,7 @@ class Model:
         finisher = self.finishers[choice % len(self.finishers)]
         self._step(finisher, lost=choice % 4 == 0)
         if finisher in self.finishers and finisher.sent == len(finisher.writes):
-            self._done(finisher.batch)
+            self._done(finisher.batch, finisher)
             self.finishers.remove(finisher)
 
     def sweep(self, choice: int) -> None:
@@ -384,10 +384,12 @@ class Model:
             return
         self.send(sender, lost=lost)
 
-    def _done(self, batch: FencedBatch) -> None:
+    def _done(self, batch: FencedBatch, sender: _Sender | None = None) -> None:
+        """DONE, with ``done_at`` the sender's clock: read once, at the start of its invocation."""
         header = self.headers.get(batch)
         if header is not None and header.state is BatchState.COMMITTED:
-            header.state, header.done_at_ms = BatchState.DONE, self.now_ms
+            started = self.now_ms if sender is None else sender.deadline_ms - TIMEOUT_MS
+            header.state, header.done_at_ms = BatchState.DONE, started
 
     def _prunes(self, own: str | None, items: Sequence[ItemKey]) -> dict[ItemKey, dict[str, int]]:
         prunes: dict[ItemKey, dict[str, int]] = {}
@@ -463,6 +465,19 @@ A_PRUNE_RACING_A_FINISHER = [
     (3, 1),  # the finisher wakes up and sends B's first part
     (3, 1),
 ]
+A_PRUNE_AFTER_A_LONG_INVOCATION = [
+    (0, 0),  # container 0 commits a batch B on "a" at 0 s: its clock, read once, says 0 s
+    (4, 11),  # 55 s
+    (2, 0),  # a finisher reads B COMMITTED at 55 s (its deadline: 115 s)
+    (0, 2),
+    (0, 2),  # the owner applies both parts at 55 s: B is DONE, done_at 0 s (the owner's clock)
+    (4, 2),  # 65 s: past done_at + timeout + margin, not past done_at + twice the timeout
+    (0, 3),  # container 1 commits a batch on "a"
+    (0, 3),
+    (0, 3),
+    (3, 1),  # the finisher, within its deadline, sends B's first part
+    (3, 1),
+]
 A_PRUNE_PAST_THE_HORIZON = [
     *A_PRUNE_RACING_A_FINISHER[:4],
     (4, 63),  # past the finisher's deadline and the horizon: the finisher is stopped, B's mark may go
@@ -478,6 +493,7 @@ A_PRUNE_PAST_THE_HORIZON = [
 @example(A_FINISHER_BESIDE_THE_OWNER)
 @example(A_PRUNE_RACING_A_FINISHER)
 @example(A_PRUNE_PAST_THE_HORIZON)
+@example(A_PRUNE_AFTER_A_LONG_INVOCATION)
 def test_a_part_is_added_at_most_once_over_any_interleaving_and_exactly_once_when_finished(
     steps: list[tuple[int, int]],
 ) -> None:
@@ -500,7 +516,9 @@ def test_a_part_is_added_at_most_once_over_any_interleaving_and_exactly_once_whe
 
 
 @pytest.mark.parametrize(
-    "steps", [A_FINISHER_BESIDE_THE_OWNER, A_PRUNE_RACING_A_FINISHER, A_PRUNE_PAST_THE_HORIZON], ids=repr
+    "steps",
+    [A_FINISHER_BESIDE_THE_OWNER, A_PRUNE_RACING_A_FINISHER, A_PRUNE_PAST_THE_HORIZON, A_PRUNE_AFTER_A_LONG_INVOCATION],
+    ids=repr,
 )
 def test_the_situations_the_broken_variants_fail_keep_every_part_once(steps: list[tuple[int, int]]) -> None:
     model = run(steps, Model())
@@ -536,3 +554,10 @@ def test_a_finisher_using_its_own_epoch_fails_the_model() -> None:
 
 def test_a_prune_without_the_done_horizon_fails_the_model() -> None:
     assert _fails(A_PRUNE_RACING_A_FINISHER, Model(horizon_ms=-1))
+
+
+def test_a_horizon_of_one_timeout_fails_the_model_when_done_at_is_the_invocation_s_start() -> None:
+    # done_at is the clock of the invocation that marked the batch DONE, read at its start: a finisher that read the
+    # batch COMMITTED late in that invocation runs up to two timeouts after done_at.
+    assert _fails(A_PRUNE_AFTER_A_LONG_INVOCATION, Model(horizon_ms=TIMEOUT_MS + MARGIN_MS))
+    assert not _fails(A_PRUNE_AFTER_A_LONG_INVOCATION, Model())

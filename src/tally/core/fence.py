@@ -134,10 +134,14 @@ def without_prune(write: FencedWrite) -> FencedWrite:
 
 
 def fence_horizon_ms(timeout_s: int, clock_margin_ms: int) -> int:
-    """How long a fenced batch must have been DONE before its marks may go: a finisher that read it COMMITTED
-    before it was DONE stops within its invocation's ``timeout_s``; ``clock_margin_ms`` covers clocks that
-    differ between the writer of ``done_at`` and the pruner."""
-    return timeout_s * 1000 + clock_margin_ms
+    """How long after its ``done_at`` a fenced batch's marks may go.
+
+    A finisher that read the batch COMMITTED did so before it was DONE, and stops within its invocation's
+    ``timeout_s``. ``done_at`` is the clock of the invocation that marked the batch DONE, read once at its start,
+    so the batch became DONE up to one more ``timeout_s`` after ``done_at``: twice the timeout, plus
+    ``clock_margin_ms`` for clocks that differ between that invocation and the pruner.
+    """
+    return 2 * timeout_s * 1000 + clock_margin_ms
 
 
 @dataclass(frozen=True, slots=True)
