@@ -233,3 +233,56 @@ def test_many_containers_on_one_hot_key_leave_one_mark_each_and_count_exactly(dd
         # Five marks and a counter: well inside the first KB. Without prunes (not sent yet), an ended epoch's mark
         # stays: growth with container churn is bounded only once they are.
         assert item_size(item) < 200
+
+
+HOUR_MS = 3_600_000
+
+
+def test_a_later_write_prunes_a_mark_whose_batch_is_done_past_the_horizon(ddb_tables: DynamoDBTables) -> None:
+    first, second = WriterEpochs(), WriterEpochs()
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a1")) == ()
+    # Container two writes the keys an hour later: its answers show container one's marks.
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b1"), NOW_MS + HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert set(fence_from_item(item)) == {first.current, second.current}
+    # Its next batch, past the horizon after the first's DONE: the first's marks go with its writes.
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b2"), NOW_MS + 2 * HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {second.current: mark_value(2, 0)}
+    # Container one writes again: its mark comes back at its next batch, and its retries would still be refused.
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a2"), NOW_MS + 3 * HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {second.current: mark_value(2, 0), first.current: mark_value(2, 0)}
+    _exact(ddb_tables, times=4)
+
+
+def test_a_prune_whose_mark_moved_on_is_sent_again_without_it(ddb_tables: DynamoDBTables) -> None:
+    first, second = WriterEpochs(), WriterEpochs()
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a1")) == ()
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b1"), NOW_MS + HOUR_MS) == ()
+    # Container one writes again: its marks move on, which container two has not seen.
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a2"), NOW_MS + 2 * HOUR_MS) == ()
+    # Container two's prune of the marks it saw is refused; the write goes again without it.
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    sent: list[tuple[dict[str, int], bool]] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            attribute = getattr(journal, name)
+            if name != "apply_fenced":
+                return attribute
+
+            def recorded(write: Any) -> Any:
+                answer = attribute(write)
+                sent.append((dict(write.prune), answer.committed))
+                return answer
+
+            return recorded
+
+    later = NOW_MS + 2 * HOUR_MS + 60_000
+    assert _process(_pipeline(ddb_tables, Recording(), epochs=second), _records("b2"), later) == ()
+    assert ({first.current: mark_value(1, 0)}, False) in sent  # the prune of the mark seen, refused
+    assert all(committed for prune, committed in sent if not prune)
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {first.current: mark_value(2, 0), second.current: mark_value(2, 0)}
+    _exact(ddb_tables, times=4)

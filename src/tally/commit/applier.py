@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
 from tally.commit.marker_reads import MarkerReadGate
@@ -35,7 +35,7 @@ from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.epochs import FencedBatch, WriterEpoch
-from tally.core.fence import MAX_PRUNES_PER_WRITE
+from tally.core.fence import MAX_PRUNES_PER_WRITE, fence_horizon_ms
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
@@ -44,10 +44,12 @@ from tally.core.write_planner import plan_write
 from tally.store.expressions import counter_limit_for, counters_per_add
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tally.commit.ports import CounterStore, JournalStore
     from tally.core.aggregate import MessageTotals
+    from tally.core.fence import HeaderSeen
+    from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit
     from tally.core.write_planner import WritePlanner
 
@@ -63,6 +65,10 @@ OPERATOR_ID_TAKEN = Rejection(
 """Why an operator message is refused when only a journal claim could replace its id's marker."""
 
 
+LAMBDA_MAX_TIMEOUT_HORIZON_MS: Final = fence_horizon_ms(900, 60_000)
+"""The prune horizon for Lambda's longest timeout (15 minutes) and a minute of clock margin: 31 minutes."""
+
+
 class WriterEpochs:
     """A container's writer epoch (``tally.core.epochs``): drawn at its first journal batch, never at init, so that
     execution environments cloned from one snapshot never share it; ended when one of its batches is left
@@ -72,6 +78,10 @@ class WriterEpochs:
         self._random_bytes = random_bytes
         self._epoch = WriterEpoch()
         self._lock = threading.Lock()
+        self._marks: dict[ItemKey, Mapping[str, int]] = {}
+        """Item -> its marks as the container's last write of it returned them (at most ``REMEMBERED`` items)."""
+        self._headers: dict[FencedBatch, HeaderSeen] = {}
+        """Other epochs' batches found DONE or gone (final: read once per container)."""
 
     @property
     def current(self) -> str | None:
@@ -86,6 +96,32 @@ class WriterEpochs:
     def end_epoch(self) -> None:
         with self._lock:
             self._epoch = self._epoch.ended()
+
+    def marks_of(self, item: ItemKey) -> Mapping[str, int]:
+        with self._lock:
+            return self._marks.get(item, {})
+
+    def remember_marks(self, item: ItemKey, fence: Mapping[str, int]) -> None:
+        with self._lock:
+            self._marks.pop(item, None)
+            self._marks[item] = dict(fence)
+            while len(self._marks) > REMEMBERED:
+                del self._marks[next(iter(self._marks))]
+
+    def headers_seen(self) -> Mapping[FencedBatch, HeaderSeen]:
+        with self._lock:
+            return dict(self._headers)
+
+    def remember_header(self, batch: FencedBatch, seen: HeaderSeen) -> None:
+        with self._lock:
+            self._headers[batch] = seen
+            while len(self._headers) > REMEMBERED:
+                del self._headers[next(iter(self._headers))]
+
+
+REMEMBERED: Final = 10_000
+"""Items (and headers) whose marks a container remembers: the oldest are forgotten (their marks wait for a later
+write to be learnt again)."""
 
 
 class Applier:
@@ -108,11 +144,15 @@ class Applier:
         write_concurrency: int = 1,
         fenced: bool = False,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+        fence_horizon: int = LAMBDA_MAX_TIMEOUT_HORIZON_MS,
     ) -> None:
         self.store = store
         self.epochs = WriterEpochs(random_bytes) if fenced else None
         """The container's writer epoch when journal batches are fenced (``tally.core.fence``: each item one plain
         conditional write); None: each apply chunk a transaction with its applied-record."""
+        self.fence_horizon_ms = fence_horizon
+        """How long after its ``done_at`` another epoch's mark may be pruned (``tally.core.fence.fence_horizon_ms``;
+        the default holds for any function timeout Lambda allows)."""
         fenced_limit = counter_limit_for(declarations.defaults, fenced_prunes=MAX_PRUNES_PER_WRITE)
         self.fenced_counter_limit: CounterLimit = lambda item: min(counter_limit(item), fenced_limit(item))
         """The most counters of one fenced write of an item: its mark and the marks it removes take room too."""
@@ -167,6 +207,7 @@ class Applier:
             pool=self._pool,
             epochs=self.epochs,
             fenced_counter_limit=self.fenced_counter_limit,
+            fence_horizon_ms=self.fence_horizon_ms,
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:

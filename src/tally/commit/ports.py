@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from tally.core.aggregate import Totals
     from tally.core.epochs import FencedBatch
+    from tally.core.fence import HeaderSeen
     from tally.core.items import ItemKey
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
     from tally.core.numbers import Number
@@ -76,11 +77,23 @@ class JournalStore(Protocol):
 
 class BatchNumbers(Protocol):
     """The container's writer epoch (``tally.core.epochs``): the next fenced batch, and the end of the epoch when
-    one of its batches is left unfinished."""
+    one of its batches is left unfinished; and what the container has seen of items' marks and of other epochs'
+    headers, from which its writes prune marks (``tally.core.fence.prunable``)."""
+
+    @property
+    def current(self) -> str | None: ...
 
     def next_batch(self) -> FencedBatch: ...
 
     def end_epoch(self) -> None: ...
+
+    def marks_of(self, item: ItemKey) -> Mapping[str, int]: ...
+
+    def remember_marks(self, item: ItemKey, fence: Mapping[str, int]) -> None: ...
+
+    def headers_seen(self) -> Mapping[FencedBatch, HeaderSeen]: ...
+
+    def remember_header(self, batch: FencedBatch, seen: HeaderSeen) -> None: ...
 
 
 class Steps(Protocol):

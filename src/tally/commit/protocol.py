@@ -49,7 +49,16 @@ from tally.core.aggregate import merge_totals
 from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
 from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.epochs import FencedBatch
-from tally.core.fence import Refusal, plan_fenced_apply, unstorable_sums, without_prune
+from tally.core.fence import (
+    MAX_HEADER_READS_PER_BATCH,
+    HeaderSeen,
+    Refusal,
+    batches_to_look_up,
+    plan_fenced_apply,
+    prunable,
+    unstorable_sums,
+    without_prune,
+)
 from tally.core.fence import refusal as fence_refusal
 from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
@@ -160,6 +169,7 @@ class CommitProtocol:
         pool: Executor | None = None,
         epochs: BatchNumbers | None = None,
         fenced_counter_limit: CounterLimit | None = None,
+        fence_horizon_ms: int = 0,
     ) -> None:
         self._store = store
         self._epochs = epochs
@@ -167,6 +177,8 @@ class CommitProtocol:
         transactions with applied-records."""
         self._fenced_limit = fenced_counter_limit if fenced_counter_limit is not None else counter_limit
         """The most counters of one fenced write of an item (its mark and prunes take room in the expression)."""
+        self._fence_horizon_ms = fence_horizon_ms
+        """How long after its ``done_at`` another epoch's mark may be pruned; 0: never prune."""
         self._declared = declarations
         """The deployment's declarations, which the write planner decides each direct transaction's write from."""
         self._plan_write = write_planner
@@ -816,7 +828,10 @@ class CommitProtocol:
             except RetryableStoreError:
                 return False  # committed batches are finished by whoever meets their markers next
         increments = merge_totals(page for page in pages if not isinstance(page, CrossingPage))
-        plans = plan_fenced_apply(increments, batch, defaults=self._declared.defaults, counter_limit=self._fenced_limit)
+        prune = self._prunes(batch, increments) if self._epochs is not None else {}
+        plans = plan_fenced_apply(
+            increments, batch, defaults=self._declared.defaults, counter_limit=self._fenced_limit, prune=prune
+        )
         if self._pool is not None and len(plans) > 1:
             # Items are independent: each item's parts in order, the items at once.
             finished = all(list(self._pool.map(self._apply_item, plans)))
@@ -829,6 +844,37 @@ class CommitProtocol:
         except RetryableStoreError:
             return False
         return True
+
+    def _prunes(self, batch: FencedBatch, increments: Totals) -> dict[ItemKey, dict[str, int]]:
+        """Other epochs' marks the owner's writes of ``batch`` may remove, from what the container saw of the items'
+        marks and of those epochs' headers (a few read here: a header found DONE or gone is final); a finisher
+        prunes nothing."""
+        epochs = self._epochs
+        if epochs is None or self._fence_horizon_ms <= 0 or batch.epoch != epochs.current:
+            return {}
+        prune: dict[ItemKey, dict[str, int]] = {}
+        reads = 0
+        for item in increments:
+            fence = epochs.marks_of(item)
+            if all(epoch == batch.epoch for epoch in fence):
+                continue
+            for other in batches_to_look_up(fence, batch.epoch, epochs.headers_seen()):
+                if reads >= MAX_HEADER_READS_PER_BATCH:
+                    break
+                reads += 1
+                try:
+                    record = self._steps.read(partial(self._journal.read, other.batch_id))
+                except RetryableStoreError:
+                    return prune
+                if record is None:
+                    # Gone: counted from no earlier than this read (the lease's end is past it).
+                    epochs.remember_header(other, HeaderSeen(None, self._steps.lease_until_ms(), consistent=True))
+                elif record.state is BatchState.DONE:
+                    epochs.remember_header(other, HeaderSeen(record.state, self._now_ms, record.done_at_ms))
+            due = prunable(fence, batch.epoch, epochs.headers_seen(), self._now_ms, self._fence_horizon_ms)
+            if due:
+                prune[item] = due
+        return prune
 
     def _apply_item(self, writes: Sequence[FencedWrite]) -> bool:
         """One item's parts of a fenced batch, in order, each sent until it is on the item; False if that must
@@ -847,6 +893,8 @@ class CommitProtocol:
                     return True  # the item's later parts follow this one's mark: none can land
                 except RetryableStoreError:
                     return False
+                if self._epochs is not None:
+                    self._epochs.remember_marks(write.item, answer.fence)
                 if answer.committed:
                     break
                 why = fence_refusal(write, answer.fence)

@@ -50,6 +50,9 @@ than ``PART_SLOTS`` ADDs carry (400 KB / 3 bytes per counter at least, at 100 or
 MAX_PRUNES_PER_WRITE: Final = 4
 """Other epochs' marks one write removes at most: a write stays small, and the next write of the item takes more."""
 
+MAX_HEADER_READS_PER_BATCH: Final = 8
+"""Headers of other epochs' batches a fenced batch reads at most to learn whether their marks may go."""
+
 MAX_MARK: Final = MAX_SEQ * PART_SLOTS + PART_SLOTS - 1
 """The largest value a mark takes (13 digits: 8 bytes as a DynamoDB Number)."""
 
@@ -151,6 +154,8 @@ class HeaderSeen:
     state: BatchState | None
     """None: no header (the TTL sweep deleted it)."""
     read_at_ms: int
+    """No earlier than the read: a gone header's marks wait a horizon from it (the clock an invocation read at its
+    start is too early; its lease end is safe)."""
     done_at_ms: int | None = None
     """When it was marked DONE (the marker's clock), if it is."""
     consistent: bool = False

@@ -30,6 +30,8 @@ class BatchRecord:
     state: BatchState
     lease_until_ms: int
     chunks: int
+    done_at_ms: int | None = None
+    """When a fenced batch was marked DONE (the marking invocation's clock); None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

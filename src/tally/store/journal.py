@@ -303,6 +303,7 @@ class DynamoDBJournal:
             state=BatchState(item[HEADER_STATE]["S"]),
             lease_until_ms=int(item[HEADER_LEASE_UNTIL]["N"]),
             chunks=int(chunks["N"]) if chunks is not None else 0,
+            done_at_ms=int(item[HEADER_DONE_AT]["N"]) if HEADER_DONE_AT in item else None,
         )
 
     def read_progress(self, batch_id: str, chunk_count: int) -> tuple[list[JournalPage], set[int]]:
