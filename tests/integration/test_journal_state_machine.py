@@ -34,7 +34,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from tally.commit.applier import Applier, RetryPolicy, WriterEpochs
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.epochs import FencedBatch
-from tally.core.fence import mark_value
+from tally.core.fence import fence_horizon_ms, mark_value
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import numbered_id
@@ -186,6 +186,8 @@ class JournalMachine(RuleBasedStateMachine):
             max_actions=4,
             marker_read_gate=self.read_gate,
             fenced=self.fenced,
+            # The invocations here have 60 s: marks may go two minutes after DONE, within the machine's steps.
+            fence_horizon=fence_horizon_ms(60, 1_000),
         )
         if self.fenced:
             # The container's epoch lives as long as the container (one invocation at a time in each).
