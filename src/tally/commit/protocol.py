@@ -590,14 +590,9 @@ class CommitProtocol:
         if len(chunks) > 1:
             # Only chunk 0 travels with the commit; a later chunk DynamoDB refuses could no longer be
             # undone. Check them against the stored values while we can still abort.
-            try:
-                unstorable = self._unstorable(chunks[1:])
-            except RetryableStoreError:
-                self._abort_own(batch_id)
-                self._fates.failed(message.message_id for message in claimed)
-                return []
-            if unstorable:
-                return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+            settled = self._refused_before_commit(batch_id, claimed, chunks[1:], isolate=isolate)
+            if settled is not None:
+                return settled
         try:
             if len(chunks) <= 1:
                 self._steps.write(partial(self._journal.commit_single, batch_id, chunks[0] if chunks else {}))
@@ -631,14 +626,9 @@ class CommitProtocol:
         """A claimed unit as a fenced batch: every item checked against its stored values, the pages, the header
         PREPARING -> COMMITTED alone, then each item's fenced writes and DONE (``finish``)."""
         batch_id = batch.batch_id
-        try:
-            unstorable = self._unstorable(pages) if pages else {}
-        except RetryableStoreError:
-            self._abort_own(batch_id)
-            self._fates.failed(message.message_id for message in claimed)
-            return []
-        if unstorable:
-            return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+        settled = self._refused_before_commit(batch_id, claimed, pages, isolate=isolate) if pages else None
+        if settled is not None:
+            return settled
         try:
             if pages:
                 self._steps.write(partial(self._journal.write_pages, batch_id, pages, lease_until_ms))
@@ -655,6 +645,21 @@ class CommitProtocol:
             self._end_epoch()
             self._fates.failed(message.message_id for message in claimed)
         return []
+
+    def _refused_before_commit(
+        self, batch_id: str, claimed: Sequence[MessageTotals], chunks: Sequence[Totals], *, isolate: bool
+    ) -> list[MessageTotals] | None:
+        """The read before the commit: None if DynamoDB will store every sum of ``chunks``; else the batch is aborted
+        and its messages settled here (handed back when the read failed, the culprits isolated)."""
+        try:
+            unstorable = self._unstorable(chunks)
+        except RetryableStoreError:
+            self._abort_own(batch_id)
+            self._fates.failed(message.message_id for message in claimed)
+            return []
+        if unstorable:
+            return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+        return None
 
     def _committed_after_all(self, batch_id: str, claimed: Sequence[MessageTotals]) -> bool:
         """After a commit whose outcome is unknown: True if the batch is COMMITTED (apply it); else its messages are
