@@ -126,7 +126,7 @@ def test_killed_after_any_fenced_write_the_redelivery_finishes_with_the_owner_s_
     with pytest.raises(Crash):
         _process(_pipeline(ddb_tables, dying, owner_epochs), records)
     ((batch_id, state),) = _headers(ddb_tables).items()
-    assert state == "COMMITTED"
+    assert state == "FENCED"
     owner = FencedBatch.parse(batch_id)
     assert owner is not None
     assert owner_epochs.current is None  # the epoch ended with its batch unfinished
@@ -158,7 +158,7 @@ def test_a_batch_left_unfinished_ends_the_epoch_and_later_batches_on_its_keys_ta
     epochs = WriterEpochs()
 
     class Throttled:
-        """DynamoDB keeps throttling the third fenced write: the batch stays COMMITTED."""
+        """DynamoDB keeps throttling the third fenced write: the batch stays FENCED."""
 
         calls = 0
 
@@ -178,7 +178,7 @@ def test_a_batch_left_unfinished_ends_the_epoch_and_later_batches_on_its_keys_ta
     first = _records("a")
     assert set(_process(_pipeline(ddb_tables, Throttled(), epochs), first)) == {r.record_id for r in first}
     ((left, state),) = _headers(ddb_tables).items()
-    assert state == "COMMITTED"
+    assert state == "FENCED"
     # The same container's next batch, on the same keys: another epoch.
     second = _records("b")
     assert _process(_pipeline(ddb_tables, journal, epochs), second) == ()

@@ -12,10 +12,10 @@ both through the read and through cancelled direct transactions (where a message
 
 Invariant after every step, read from the tables themselves: each counter equals the sum over messages
 whose marker is direct or names a DONE batch, plus, for each COMMITTED batch, the pages of its chunks
-already applied. At the end, after every lease has expired, every message no invocation reported done
+already applied (for each FENCED batch, its items whose marks say the batch is on them). At the end, after every lease has expired, every message no invocation reported done
 (never delivered, reported failed, or in a crashed invocation) is redelivered until none fails, as a
 source would: each counter equals the sum over distinct messages, once (a message reported done but
-never counted is lost), and no batch is left COMMITTED.
+never counted is lost), and no batch is left COMMITTED or FENCED.
 """
 
 from __future__ import annotations
@@ -230,10 +230,10 @@ class JournalMachine(RuleBasedStateMachine):
                     if batch is None or state == "DONE":
                         for key, delta in nets[message_id].items():
                             expected[key] += delta
-            elif item_id.startswith("b#") and "#" not in item_id[2:] and item["state"]["S"] == "COMMITTED":
+            elif item_id.startswith("b#") and "#" not in item_id[2:] and item["state"]["S"] in ("COMMITTED", "FENCED"):
                 batch_id = item_id[2:]
                 for index in range(int(item["chunks"]["N"])):
-                    if FencedBatch.parse(batch_id) is not None:
+                    if item["state"]["S"] == "FENCED":
                         page = decode_page(ledger[f"b#{batch_id}#p{index}"]["data"]["B"])
                         for key, counters in page.items():
                             if self._fenced_applied(batch_id, str(key)):
@@ -275,6 +275,7 @@ class JournalMachine(RuleBasedStateMachine):
         assert self._counted() == {key: value for key, value in total.items() if value}
         states = [item["state"]["S"] for item in self._scan(self.markers) if "state" in item]
         assert "COMMITTED" not in states
+        assert "FENCED" not in states
 
     # --------------------------------------------------------------------------------------- rules
     @rule(indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10))

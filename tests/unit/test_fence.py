@@ -5,8 +5,8 @@ most once, and exactly once when the batches are finished. A model runs the writ
 whose conditions are evaluated as DynamoDB evaluates the expression the store encodes (``admits_fenced``), with:
 
 - an owner applying its epoch's batches one after another, whose answers may be lost (it sends the write again),
-  which may be killed or run out of time (its batch stays COMMITTED and its epoch ends), paused while others work;
-- finishers (any number at once) that read a COMMITTED batch's header and send its writes with the batch's own
+  which may be killed or run out of time (its batch stays FENCED and its epoch ends), paused while others work;
+- finishers (any number at once) that read a FENCED batch's header and send its writes with the batch's own
   epoch and sequence until their own deadline;
 - marks pruned by the owner's writes when ``prunable`` says so, and headers swept by TTL once DONE;
 - a clock that moves on by any amount between steps.
@@ -202,7 +202,7 @@ def test_a_mark_goes_only_once_its_batch_was_done_past_the_horizon() -> None:
     assert prunable(fence, "own________", {batch: done}, 1_001 + HORIZON_MS, HORIZON_MS) == {
         batch.epoch: fence[batch.epoch]
     }
-    for state in (BatchState.COMMITTED, BatchState.PREPARING, BatchState.ABORTED):
+    for state in (BatchState.FENCED, BatchState.COMMITTED, BatchState.PREPARING, BatchState.ABORTED):
         assert prunable(fence, None, {batch: HeaderSeen(state, 0, 1_000)}, 10 * HORIZON_MS, HORIZON_MS) == {}
     gone = HeaderSeen(None, read_at_ms=1_000, consistent=True)
     assert prunable(fence, None, {batch: gone}, 1_001 + HORIZON_MS, HORIZON_MS) == {batch.epoch: fence[batch.epoch]}
@@ -330,7 +330,7 @@ class Model:
             container.epoch, batch = container.epoch.next_batch(self.draw)
             chosen = [item for bit, item in enumerate(ITEMS) if choice >> bit & 1] or [ITEMS[0]]
             self.increments[batch] = {item: {name: 1 + choice % 5 for name in COUNTERS} for item in chosen}
-            self.headers[batch] = _Header(BatchState.COMMITTED)
+            self.headers[batch] = _Header(BatchState.FENCED)
             prunes = self._prunes(container.epoch.epoch, chosen)
             container.owner = _Sender(batch, self.plan(batch, prunes), self.now_ms + TIMEOUT_MS)
             return
@@ -341,7 +341,7 @@ class Model:
             container.owner = None
 
     def restart(self, choice: int) -> None:
-        """A container runs out of time, is killed or restarted: its batch stays COMMITTED, its epoch ends."""
+        """A container runs out of time, is killed or restarted: its batch stays FENCED, its epoch ends."""
         self._left(self.containers[choice % len(self.containers)])
 
     def _left(self, container: _Container) -> None:
@@ -349,7 +349,7 @@ class Model:
         container.epoch = container.epoch.ended()
 
     def finisher_start(self, choice: int) -> None:
-        committed = sorted(batch for batch, header in self.headers.items() if header.state is BatchState.COMMITTED)
+        committed = sorted(batch for batch, header in self.headers.items() if header.state is BatchState.FENCED)
         if not committed:
             return
         batch = committed[choice % len(committed)]
@@ -387,7 +387,7 @@ class Model:
     def _done(self, batch: FencedBatch, sender: _Sender | None = None) -> None:
         """DONE, with ``done_at`` the sender's clock: read once, at the start of its invocation."""
         header = self.headers.get(batch)
-        if header is not None and header.state is BatchState.COMMITTED:
+        if header is not None and header.state is BatchState.FENCED:
             started = self.now_ms if sender is None else sender.deadline_ms - TIMEOUT_MS
             header.state, header.done_at_ms = BatchState.DONE, started
 
@@ -410,12 +410,12 @@ class Model:
         return [part for part, count in self.applied.items() if count > 1]
 
     def finish_all(self) -> None:
-        """Everyone else gone, a last finisher finishes every batch still COMMITTED."""
+        """Everyone else gone, a last finisher finishes every batch still FENCED."""
         for container in self.containers:
             self._left(container)
         self.finishers.clear()
         for batch, header in sorted(self.headers.items()):
-            if header.state is BatchState.COMMITTED:
+            if header.state is BatchState.FENCED:
                 finisher = _Sender(batch, self.plan(batch, {}), self.now_ms + TIMEOUT_MS)
                 while finisher.sent < len(finisher.writes):
                     self.send(finisher)
@@ -447,7 +447,7 @@ def run(steps: Sequence[tuple[int, int]], model: Model) -> Model:
 
 A_FINISHER_BESIDE_THE_OWNER = [
     (0, 0),  # container 0 commits a batch on item "a" (two parts)
-    (2, 0),  # a finisher reads it COMMITTED
+    (2, 0),  # a finisher reads it FENCED
     (0, 2),  # the owner sends the first part
     (3, 1),  # the finisher sends it again: refused, applied
     (0, 0),  # the owner sends the second part, its answer lost
@@ -456,7 +456,7 @@ A_FINISHER_BESIDE_THE_OWNER = [
 ]
 A_PRUNE_RACING_A_FINISHER = [
     (0, 0),  # container 0 commits a batch B on item "a"
-    (2, 0),  # a finisher reads B COMMITTED, then pauses
+    (2, 0),  # a finisher reads B FENCED, then pauses
     (0, 2),
     (0, 2),  # the owner applies both parts: B is DONE
     (0, 3),  # container 1 commits a batch on "a": B's mark is prunable only past the horizon
@@ -468,7 +468,7 @@ A_PRUNE_RACING_A_FINISHER = [
 A_PRUNE_AFTER_A_LONG_INVOCATION = [
     (0, 0),  # container 0 commits a batch B on "a" at 0 s: its clock, read once, says 0 s
     (4, 11),  # 55 s
-    (2, 0),  # a finisher reads B COMMITTED at 55 s (its deadline: 115 s)
+    (2, 0),  # a finisher reads B FENCED at 55 s (its deadline: 115 s)
     (0, 2),
     (0, 2),  # the owner applies both parts at 55 s: B is DONE, done_at 0 s (the owner's clock)
     (4, 2),  # 65 s: past done_at + timeout + margin, not past done_at + twice the timeout
@@ -558,6 +558,6 @@ def test_a_prune_without_the_done_horizon_fails_the_model() -> None:
 
 def test_a_horizon_of_one_timeout_fails_the_model_when_done_at_is_the_invocation_s_start() -> None:
     # done_at is the clock of the invocation that marked the batch DONE, read at its start: a finisher that read the
-    # batch COMMITTED late in that invocation runs up to two timeouts after done_at.
+    # batch FENCED late in that invocation runs up to two timeouts after done_at.
     assert _fails(A_PRUNE_AFTER_A_LONG_INVOCATION, Model(horizon_ms=TIMEOUT_MS + MARGIN_MS))
     assert not _fails(A_PRUNE_AFTER_A_LONG_INVOCATION, Model())

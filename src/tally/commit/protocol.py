@@ -15,13 +15,16 @@ sections below follow the life of a message:
    transactions that check the header) -> aggregate what was claimed -> check the stored values the
    later chunks will ADD to -> one chunk: ``PREPARING -> DONE`` with every ADD; several: write the pages,
    then ``PREPARING -> COMMITTED`` with chunk 0 -> apply chunks 1..n-1, each once -> ``DONE``
-   (``finish``). A unit DynamoDB refuses, before the commit, is aborted and its culprits isolated.
+   (``finish``). A unit DynamoDB refuses, before the commit, is aborted and its culprits isolated. With the
+   fenced apply, every item is checked, the pages written, ``PREPARING -> FENCED`` alone, then each item's
+   fenced writes -> ``DONE`` (``tally.core.fence``).
 3. **Another batch's marker** (``settle_existing``, ``resolve``): a direct marker or a DONE batch means
-   applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED batch is
-   finished here, then applied; a PREPARING batch with a live lease holds the message (handed back); an
-   expired one is aborted, and a marker of an ABORTED batch counts as absent: the message is claimed
-   again, replacing it. So does a marker whose batch's header TTL has deleted (past its own horizon), and
-   a marker TTL deleted between the read that found it and the claim replacing it (``vanished``).
+   applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED or FENCED
+   batch is finished here (as its state says, whichever path this container's own batches take), then
+   applied; a PREPARING batch with a live lease holds the message (handed back); an expired one is aborted,
+   and a marker of an ABORTED batch counts as absent: the message is claimed again, replacing it. So does a
+   marker whose batch's header TTL has deleted (past its own horizon), and a marker TTL deleted between the
+   read that found it and the claim replacing it (``vanished``).
 
 This module owns the order of the steps and what each outcome means for each message, which it records
 in ``Fates`` (the one place a fate is given). It must not retry, sleep, read the clock or count requests:
@@ -571,7 +574,7 @@ class CommitProtocol:
             try:
                 return self._journal_fenced(fenced, lease_until_ms, claimed, chunks, isolate=isolate)
             except BaseException:
-                # Whatever stopped it, the batch may be COMMITTED and not DONE: no later batch of the epoch may
+                # Whatever stopped it, the batch may be FENCED and not DONE: no later batch of the epoch may
                 # reach an item before it is (tally.core.epochs).
                 self._end_epoch()
                 raise
@@ -624,7 +627,7 @@ class CommitProtocol:
         isolate: bool,
     ) -> list[MessageTotals]:
         """A claimed unit as a fenced batch: every item checked against its stored values, the pages, the header
-        PREPARING -> COMMITTED alone, then each item's fenced writes and DONE (``finish``)."""
+        PREPARING -> FENCED alone, then each item's fenced writes and DONE (``finish``)."""
         batch_id = batch.batch_id
         settled = self._refused_before_commit(batch_id, claimed, pages, isolate=isolate) if pages else None
         if settled is not None:
@@ -638,7 +641,7 @@ class CommitProtocol:
                 return []
         except WriteRejectedError as refused:
             return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
-        record = BatchRecord(batch_id, BatchState.COMMITTED, lease_until_ms, len(pages))
+        record = BatchRecord(batch_id, BatchState.FENCED, lease_until_ms, len(pages))
         if self.finish(record, pages=pages, done=()):
             self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
         else:
@@ -662,11 +665,11 @@ class CommitProtocol:
         return None
 
     def _committed_after_all(self, batch_id: str, claimed: Sequence[MessageTotals]) -> bool:
-        """After a commit whose outcome is unknown: True if the batch is COMMITTED (apply it); else its messages are
+        """After a commit whose outcome is unknown: True if the batch is committed (apply it); else its messages are
         settled here. Either the answer to our commit was lost (the retry then finds the header moved on), or our
         lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding."""
         state = self._state(batch_id)
-        if state is BatchState.COMMITTED:
+        if state is not None and state.committed:
             return True
         if state is BatchState.DONE:
             self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
@@ -778,14 +781,16 @@ class CommitProtocol:
     def finish(
         self, record: BatchRecord, pages: Sequence[JournalPage] | None, *, done: Collection[int] | None = None
     ) -> bool:
-        """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE.
+        """Apply every chunk of a committed batch not applied yet (each item of a FENCED one), then mark it DONE.
 
         ``pages`` and ``done`` (the chunks applied already), when the caller knows them; else they are read.
         False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
-        markers next finishes it.
+        markers next finishes it. The header's state says how, whatever this container's own batches take.
         """
-        fenced = FencedBatch.parse(record.batch_id)
-        if fenced is not None:
+        if record.state is BatchState.FENCED:
+            fenced = FencedBatch.parse(record.batch_id)
+            if fenced is None:
+                raise StoreError(f"batch {record.batch_id} is FENCED, and its id names no writer epoch")
             return self._finish_fenced(record, fenced, pages)
         if pages is None or done is None:
             try:
@@ -825,7 +830,7 @@ class CommitProtocol:
         return True
 
     def _finish_fenced(self, record: BatchRecord, batch: FencedBatch, pages: Sequence[JournalPage] | None) -> bool:
-        """Each item's fenced writes of a COMMITTED batch, with the batch's own epoch and sequence whoever sends
+        """Each item's fenced writes of a FENCED batch, with the batch's own epoch and sequence whoever sends
         them (a write on an item that has it already is refused as applied), then DONE."""
         if pages is None:
             try:
@@ -1031,7 +1036,7 @@ class CommitProtocol:
         return Resolution.REPLACEABLE
 
     def resolve(self, batch_id: str) -> Resolution:
-        """What a marker naming ``batch_id`` means now; finishes a COMMITTED batch on the way."""
+        """What a marker naming ``batch_id`` means now; finishes a committed batch on the way."""
         known = self._resolutions.get(batch_id)
         if known is not None:
             return known
@@ -1056,7 +1061,7 @@ class CommitProtocol:
             resolution = Resolution.REPLACEABLE
         elif state is BatchState.DONE:
             resolution = Resolution.APPLIED
-        elif state is BatchState.COMMITTED:
+        elif state.committed:
             resolution = Resolution.APPLIED if self.finish(record, pages=None) else Resolution.PENDING
         else:
             resolution = Resolution.PENDING  # another invocation's batch, lease live: it decides first

@@ -1,7 +1,7 @@
 """Epoch-fenced apply: a committed journal batch's ADDs as one plain ``UpdateItem`` per item part (pure).
 
 A fenced batch (``tally.core.epochs.FencedBatch``: an epoch and a sequence) is committed as any journal batch (its
-claims, its pages, the header PREPARING -> COMMITTED); then each item gets its ADDs in single-item writes that also
+claims, its pages, the header PREPARING -> FENCED); then each item gets its ADDs in single-item writes that also
 set the epoch's **mark** on the item, ``mark_value(seq, part)``. Each write is conditioned on the mark:
 
 - the item's first part: the epoch's mark is absent or lower than ``mark_value(seq, 0)``. The epoch applies a batch
@@ -16,7 +16,7 @@ sent until it committed or was refused. A write is sent with the batch's own epo
 sender's: a finisher reads them from the batch id.
 
 Marks are removed by writes the item gets anyway (``prunable``): another epoch's mark whose batch has been DONE for
-longer than any finisher that read it COMMITTED can still run (``fence_horizon_ms``), each removal conditioned on the
+longer than any finisher that read it FENCED can still run (``fence_horizon_ms``), each removal conditioned on the
 mark still holding the value seen.
 """
 
@@ -119,7 +119,7 @@ class Refusal(Enum):
     """A mark it would remove moved on since it was seen: send it again without removing any."""
     OUT_OF_ORDER = "out_of_order"
     """The item lacks the previous part: the parts were not sent in order. Never expected; the batch stays
-    COMMITTED for a finisher, which sends every part from the first."""
+    FENCED for a finisher, which sends every part from the first."""
 
 
 def refusal(write: FencedWrite, fence: Mapping[str, int]) -> Refusal:
@@ -139,7 +139,7 @@ def without_prune(write: FencedWrite) -> FencedWrite:
 def fence_horizon_ms(timeout_s: int, clock_margin_ms: int) -> int:
     """How long after its ``done_at`` a fenced batch's marks may go.
 
-    A finisher that read the batch COMMITTED did so before it was DONE, and stops within its invocation's
+    A finisher that read the batch FENCED did so before it was DONE, and stops within its invocation's
     ``timeout_s``. ``done_at`` is the clock of the invocation that marked the batch DONE, read once at its start,
     so the batch became DONE up to one more ``timeout_s`` after ``done_at``: twice the timeout, plus
     ``clock_margin_ms`` for clocks that differ between that invocation and the pruner.
@@ -189,7 +189,7 @@ def prunable(
     A mark may go once no write of its batch, or of an earlier batch of its epoch, can reach the item again:
     its batch was DONE ``horizon_ms`` ago (the epoch's earlier batches were DONE before it was committed), or its
     header was found gone by a consistent read ``horizon_ms`` ago (a finisher applies only a batch it read
-    COMMITTED, so before that read). A later batch of the epoch is applied as a first application would be, and
+    FENCED, so before that read). A later batch of the epoch is applied as a first application would be, and
     sets the mark again.
     """
     due: list[tuple[FencedBatch, str, int]] = []

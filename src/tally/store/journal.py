@@ -199,14 +199,14 @@ class DynamoDBJournal:
         return [notification_put(table, crossing, crossing.at_ms // 1000 + self._ttl) for crossing in crossings]
 
     def commit_header(self, batch_id: str, chunk_count: int) -> None:
-        """PREPARING -> COMMITTED of a fenced batch, alone: a plain conditional ``UpdateItem`` (1 write unit)."""
-        self._header_update(batch_id, BatchState.PREPARING, BatchState.COMMITTED, {HEADER_CHUNKS: str(chunk_count)})
+        """PREPARING -> FENCED of a fenced batch, alone: a plain conditional ``UpdateItem`` (1 write unit)."""
+        self._header_update(batch_id, BatchState.PREPARING, BatchState.FENCED, {HEADER_CHUNKS: str(chunk_count)})
 
     def mark_done(self, batch_id: str, now_ms: int) -> None:
-        """COMMITTED -> DONE of a fenced batch, with when (``done_at``, which prunes of its marks wait on); a batch
+        """FENCED -> DONE of a fenced batch, with when (``done_at``, which prunes of its marks wait on); a batch
         already DONE is fine."""
         try:
-            self._header_update(batch_id, BatchState.COMMITTED, BatchState.DONE, {HEADER_DONE_AT: str(now_ms)})
+            self._header_update(batch_id, BatchState.FENCED, BatchState.DONE, {HEADER_DONE_AT: str(now_ms)})
         except BatchStateError:
             record = self.read(batch_id)
             if record is None or record.state is not BatchState.DONE:
