@@ -63,12 +63,13 @@ def wire_pipeline(
     *,
     archive: ArchiveWriter | None = None,
     write_planner: WritePlanner = plan_write,
-    fenced: bool = False,
+    fenced: bool | None = None,
 ) -> BatchPipeline:
     """The pipeline on the given DynamoDB client, dead-letter port and archive writer (None: the archive off), as
     the handlers run it; ``write_planner`` decides each direct transaction's write (the chaos run's broken
-    variants pass another); ``fenced`` applies journal batches by fenced single-item writes (``tally.core.fence``:
-    not yet the handlers' default, measured by ``python -m bench.fenced_apply``).
+    variants pass another); ``fenced`` applies journal batches by fenced single-item writes (``tally.core.fence``;
+    None: as ``settings.fenced_apply`` says, which the handlers take from ``TALLY_FENCED_APPLY``; the benchmarks
+    and the chaos run choose it explicitly).
 
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
@@ -100,7 +101,7 @@ def wire_pipeline(
             declarations=declared,
             write_planner=write_planner,
             write_concurrency=settings.write_concurrency,
-            fenced=fenced,
+            fenced=settings.fenced_apply if fenced is None else fenced,
         ),
         dead_letters,
         PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=ttl_s * 1000, declarations=declared),
