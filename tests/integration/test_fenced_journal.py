@@ -30,6 +30,7 @@ from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import fence_from_item, item_counters, item_key
+from tally_local.chaos.ttl import sweep_expired
 from tally_local.kit.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.tables import scan_all
@@ -285,4 +286,26 @@ def test_a_prune_whose_mark_moved_on_is_sent_again_without_it(ddb_tables: Dynamo
     assert all(committed for prune, committed in sent if not prune)
     for item in _items(ddb_tables).values():
         assert fence_from_item(item) == {first.current: mark_value(2, 0), second.current: mark_value(2, 0)}
+    _exact(ddb_tables, times=4)
+
+
+def test_a_mark_whose_header_ttl_deleted_goes_only_a_horizon_after_it_was_seen_gone(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN container one's batch DONE, then TTL sweeping everything of it on the markers table (its markers, pages
+    # and header: the header last, a day after the markers' TTL) while its marks stay on the items
+    first, second = WriterEpochs(), WriterEpochs()
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a1")) == ()
+    swept_at_ms = NOW_MS + (TTL_S + 2 * 86_400) * 1000
+    assert sweep_expired(ddb_tables.client, ddb_tables.markers_table, swept_at_ms // 1000) > 0
+    assert scan_all(ddb_tables.client, ddb_tables.markers_table) == []
+    assert all(first.current in fence_from_item(item) for item in _items(ddb_tables).values())
+    # WHEN container two writes the keys (it sees the marks), then again (it reads their header: gone), then again
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b1"), swept_at_ms) == ()
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b2"), swept_at_ms + HOUR_MS) == ()
+    # THEN a header found gone is not taken for a batch long DONE: the marks stay a horizon after the read
+    for item in _items(ddb_tables).values():
+        assert set(fence_from_item(item)) == {first.current, second.current}
+    # AND they go with the writes after it, every count exact throughout
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b3"), swept_at_ms + 2 * HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {second.current: mark_value(3, 0)}
     _exact(ddb_tables, times=4)
