@@ -93,23 +93,31 @@ def wire_pipeline(
         declared.defaults,
         notifications_table=settings.notifications_table,
     )
+    applier = Applier(
+        store,
+        journal,
+        counter_limit=counter_limit_for(declared.defaults),
+        declarations=declared,
+        write_planner=write_planner,
+        write_concurrency=settings.write_concurrency,
+        fenced=settings.fenced_apply if fenced is None else fenced,
+    )
     return BatchPipeline(
-        Applier(
-            store,
-            journal,
-            counter_limit=counter_limit_for(declared.defaults),
-            declarations=declared,
-            write_planner=write_planner,
-            write_concurrency=settings.write_concurrency,
-            fenced=settings.fenced_apply if fenced is None else fenced,
-        ),
+        applier,
         dead_letters,
         PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=ttl_s * 1000, declarations=declared),
         steps=post_commit_steps(
             windows,
             gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
             distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, declared.hot_keys),
-            mover=DynamoDBWindowMover(dynamodb, settings.counters_table, windows, thresholds=declared.thresholds)
+            mover=DynamoDBWindowMover(
+                dynamodb,
+                settings.counters_table,
+                windows,
+                thresholds=declared.thresholds,
+                # A move is a write the key item gets anyway: it takes the marks the fenced apply may prune.
+                marks_due=applier.prunable_marks if applier.epochs is not None else None,
+            )
             if any(unit.on_key_item for unit in windows.units)
             else None,
             archive=archive,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tally.commit.applier import Applier, RetryPolicy, WriterEpochs
+from tally.config import Settings
 from tally.core.epochs import FencedBatch
 from tally.core.fence import mark_value
 from tally.core.limits import WIRE_LIMITS
@@ -27,9 +28,10 @@ from tally.core.model import SourceRecord
 from tally.cost.capacity import item_size
 from tally.errors import RetryableStoreError
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.runtime import wire_pipeline
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import fence_from_item, item_counters, item_key
+from tally.store.schema import counters_from_item, fence_from_item, item_counters, item_key
 from tally_local.chaos.ttl import sweep_expired
 from tally_local.kit.faults import DynamoDBFaults
 from tests.support.pipeline import RecordingDeadLetterQueue
@@ -309,3 +311,57 @@ def test_a_mark_whose_header_ttl_deleted_goes_only_a_horizon_after_it_was_seen_g
     for item in _items(ddb_tables).values():
         assert fence_from_item(item) == {second.current: mark_value(3, 0)}
     _exact(ddb_tables, times=4)
+
+
+WIDE = [f"w{i:03}" for i in range(120)]
+"""More keys than a transaction holds: a message on all of them takes the journal (the template's 100 actions)."""
+
+
+def _wired(tables: DynamoDBTables) -> BatchPipeline:
+    """A container as the handlers wire it (fenced by default), hour and day windows on the key's item."""
+    env = {
+        "TALLY_COUNTERS_TABLE": tables.counters_table,
+        "TALLY_MARKERS_TABLE": tables.markers_table,
+        "TALLY_DLQ_URL": "http://dlq",
+        "TALLY_WINDOWS": "hour,day",
+    }
+    return wire_pipeline(tables.client, RecordingDeadLetterQueue(), Settings.from_env(env))
+
+
+def _message(message_id: str, keys: list[str], delta: int, at_ms: int) -> list[SourceRecord]:
+    body = {"id": message_id, "events": [{"key": key, "deltas": {"count": delta}} for key in keys]}
+    return [SourceRecord(f"rec-{message_id}", json.dumps(body), at_ms)]
+
+
+def _wide_item(tables: DynamoDBTables, key: str) -> dict[str, Any]:
+    return tables.client.get_item(TableName=tables.counters_table, Key=item_key(key), ConsistentRead=True)["Item"]
+
+
+def test_a_window_move_takes_the_marks_the_container_knows_may_go(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN container one's fenced batch on 120 keys at 03:00, then container two's two batches on them: the first
+    # shows it one's marks, the second reads one's header (DONE, 20 minutes ago: within the horizon, nothing pruned)
+    first, second = _wired(ddb_tables), _wired(ddb_tables)
+    start = NOW_MS + 3 * HOUR_MS
+    for pipeline, message, delta, at_ms in (
+        (first, "a", 1, start),
+        (second, "b1", 2, start + 10 * 60_000),
+        (second, "b2", 3, start + 20 * 60_000),
+    ):
+        assert _process(pipeline, _message(message, WIDE, delta, at_ms), at_ms) == ()
+    two = second._applier.epochs.current  # type: ignore[attr-defined]  # the wiring's applier: its epoch
+    marks = [fence_from_item(_wide_item(ddb_tables, key)) for key in WIDE]
+    assert all(len(fence) == 2 and two in fence for fence in marks)
+    (one,) = set(marks[0]) - {two}
+    # WHEN container two counts a single event on the first key the next day, in a direct transaction, and the
+    # window step moves that key's ended hour and day off its item
+    next_day = start + 24 * HOUR_MS
+    result = second.process(_message("c", WIDE[:1], 5, next_day), next_day, lambda: 60_000)
+    assert (result.failed_record_ids, result.figures["WindowsMoved"] > 0) == ((), True)
+    # THEN the move took container one's mark with it (its batch DONE past the horizon), and only there
+    assert one not in fence_from_item(_wide_item(ddb_tables, WIDE[0]))
+    assert all(one in fence_from_item(_wide_item(ddb_tables, key)) for key in WIDE[1:])
+    # AND every count stays exact
+    assert counters_from_item(_wide_item(ddb_tables, WIDE[0])) == {"count": 1 + 2 + 3 + 5}
+    assert {key: counters_from_item(_wide_item(ddb_tables, key)) for key in WIDE[1:]} == {
+        key: {"count": 6} for key in WIDE[1:]
+    }

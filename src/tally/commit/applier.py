@@ -35,7 +35,7 @@ from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.epochs import FencedBatch, WriterEpoch
-from tally.core.fence import MAX_PRUNES_PER_WRITE, fence_horizon_ms
+from tally.core.fence import MAX_PRUNES_PER_WRITE, fence_horizon_ms, prunable
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
@@ -186,6 +186,13 @@ class Applier:
             else None
         )
         """Built once per container and kept warm between invocations, like the boto3 client."""
+
+    def prunable_marks(self, fence: Mapping[str, int], now_ms: int) -> dict[str, int]:
+        """Other epochs' marks (epoch -> value) any write of an item carrying ``fence`` may remove now, from the
+        headers this container has read (``tally.core.fence.prunable``): what a window move takes with it."""
+        if self.epochs is None or self.fence_horizon_ms <= 0:
+            return {}
+        return prunable(fence, self.epochs.current, self.epochs.headers_seen(), now_ms, self.fence_horizon_ms)
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
