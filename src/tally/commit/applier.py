@@ -35,7 +35,7 @@ from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.epochs import FencedBatch, WriterEpoch
-from tally.core.fence import MAX_PRUNES_PER_WRITE, fence_horizon_ms, prunable
+from tally.core.fence import MAX_PRUNES_PER_WRITE, fence_horizon_ms, plan_fenced_apply, prunable
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from tally.commit.ports import CounterStore, JournalStore
     from tally.core.aggregate import MessageTotals
-    from tally.core.fence import HeaderSeen
+    from tally.core.fence import FencedPlanner, HeaderSeen, PruneRule
     from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit
     from tally.core.write_planner import WritePlanner
@@ -145,8 +145,16 @@ class Applier:
         fenced: bool = False,
         random_bytes: Callable[[int], bytes] = secrets.token_bytes,
         fence_horizon: int = LAMBDA_MAX_TIMEOUT_HORIZON_MS,
+        fenced_planner: FencedPlanner = plan_fenced_apply,
+        prune_rule: PruneRule = prunable,
     ) -> None:
         self.store = store
+        self.fenced_planner = fenced_planner
+        """Decides each item's fenced writes (``tally.core.fence.plan_fenced_apply``); the chaos run's broken variants
+        pass another."""
+        self.prune_rule = prune_rule
+        """Decides which other epochs' marks a fenced write removes (``tally.core.fence.prunable``); the chaos run's
+        broken variants pass another."""
         self.epochs = WriterEpochs(random_bytes) if fenced else None
         """The container's writer epoch when journal batches are fenced (``tally.core.fence``: each item one plain
         conditional write); None: each apply chunk a transaction with its applied-record."""
@@ -192,7 +200,7 @@ class Applier:
         headers this container has read (``tally.core.fence.prunable``): what a window move takes with it."""
         if self.epochs is None or self.fence_horizon_ms <= 0:
             return {}
-        return prunable(fence, self.epochs.current, self.epochs.headers_seen(), now_ms, self.fence_horizon_ms)
+        return self.prune_rule(fence, self.epochs.current, self.epochs.headers_seen(), now_ms, self.fence_horizon_ms)
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
@@ -215,6 +223,8 @@ class Applier:
             epochs=self.epochs,
             fenced_counter_limit=self.fenced_counter_limit,
             fence_horizon_ms=self.fence_horizon_ms,
+            fenced_planner=self.fenced_planner,
+            prune_rule=self.prune_rule,
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:

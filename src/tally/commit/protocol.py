@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from tally.commit.fates import Fates, Figures
     from tally.commit.ports import BatchNumbers, CounterStore, JournalStore, Steps
     from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.fence import FencedPlanner, PruneRule
     from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit, JournalPage
     from tally.core.thresholds import Crossing
@@ -173,8 +174,14 @@ class CommitProtocol:
         epochs: BatchNumbers | None = None,
         fenced_counter_limit: CounterLimit | None = None,
         fence_horizon_ms: int = 0,
+        fenced_planner: FencedPlanner = plan_fenced_apply,
+        prune_rule: PruneRule = prunable,
     ) -> None:
         self._store = store
+        self._plan_fenced = fenced_planner
+        """Decides each item's fenced writes (``tally.core.fence.plan_fenced_apply``; a broken one in tests)."""
+        self._prunable = prune_rule
+        """Decides which other epochs' marks a write removes (``tally.core.fence.prunable``; a broken one in tests)."""
         self._epochs = epochs
         """The container's writer epoch: journal batches are fenced (``tally.core.fence``); None: applied by chunk
         transactions with applied-records."""
@@ -839,7 +846,7 @@ class CommitProtocol:
                 return False  # committed batches are finished by whoever meets their markers next
         increments = merge_totals(page for page in pages if not isinstance(page, CrossingPage))
         prune = self._prunes(batch, increments) if self._epochs is not None else {}
-        plans = plan_fenced_apply(
+        plans = self._plan_fenced(
             increments, batch, defaults=self._declared.defaults, counter_limit=self._fenced_limit, prune=prune
         )
         if self._pool is not None and len(plans) > 1:
@@ -881,7 +888,7 @@ class CommitProtocol:
                     epochs.remember_header(other, HeaderSeen(None, self._steps.lease_until_ms(), consistent=True))
                 elif record.state is BatchState.DONE:
                     epochs.remember_header(other, HeaderSeen(record.state, self._now_ms, record.done_at_ms))
-            due = prunable(fence, batch.epoch, epochs.headers_seen(), self._now_ms, self._fence_horizon_ms)
+            due = self._prunable(fence, batch.epoch, epochs.headers_seen(), self._now_ms, self._fence_horizon_ms)
             if due:
                 prune[item] = due
         return prune

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from tally.core.epochs import MAX_SEQ, FencedBatch
 from tally.core.items import item_label
@@ -70,6 +70,33 @@ def mark_batch(epoch: str, mark: int) -> FencedBatch | None:
         return FencedBatch(epoch, mark // PART_SLOTS)
     except ValueError:
         return None
+
+
+class FencedPlanner(Protocol):
+    """``plan_fenced_apply``, or a variant of it (the chaos run's broken ones are such variants, passed in)."""
+
+    def __call__(
+        self,
+        increments: Totals,
+        batch: FencedBatch,
+        *,
+        defaults: CounterDefaults,
+        counter_limit: CounterLimit = ...,
+        prune: Mapping[ItemKey, Mapping[str, int]] | None = None,
+    ) -> tuple[tuple[FencedWrite, ...], ...]: ...
+
+
+class PruneRule(Protocol):
+    """``prunable``, or a variant of it (the chaos run's broken ones are such variants, passed in)."""
+
+    def __call__(
+        self,
+        fence: Mapping[str, int],
+        own_epoch: str | None,
+        seen: Mapping[FencedBatch, HeaderSeen],
+        now_ms: int,
+        horizon_ms: int,
+    ) -> dict[str, int]: ...
 
 
 def plan_fenced_apply(
