@@ -97,6 +97,7 @@ class TallyCounter:
         variant: str = "",
         overrides: Mapping[str, str] | None = None,
         clock: Callable[[], int] | None = None,
+        fenced: bool = False,
     ) -> None:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
@@ -112,7 +113,7 @@ class TallyCounter:
             for table, logical in ((self.counters_table, "CountersTable"), (self.markers_table, "MarkersTable"))
         }
         self._dead_letters = RecordingDeadLetterQueue()
-        self._pipeline = wire_pipeline(client, self._dead_letters, self.settings)
+        self._pipeline = wire_pipeline(client, self._dead_letters, self.settings, fenced=fenced)
         self.totals = PipelineTotals()
 
     @property

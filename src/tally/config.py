@@ -26,6 +26,7 @@ NOTIFICATIONS_TABLE = "TALLY_NOTIFICATIONS_TABLE"
 WRITE_CONCURRENCY = "TALLY_WRITE_CONCURRENCY"
 ARCHIVE_BUCKET = "TALLY_ARCHIVE_BUCKET"
 ARCHIVE_PREFIX = "TALLY_ARCHIVE_PREFIX"
+FENCED_APPLY = "TALLY_FENCED_APPLY"
 DEFAULT_ARCHIVE_PREFIX = "events/"
 DEFAULT_WRITE_CONCURRENCY = 4
 """A round's key-disjoint direct transactions in flight at once. Four is the most whose
@@ -58,6 +59,10 @@ class Settings:
     """Where every counted message is archived (``TALLY_ARCHIVE_BUCKET``); None or empty: the archive is off."""
     archive_prefix: str = DEFAULT_ARCHIVE_PREFIX
     """The key prefix of the archive's objects (``TALLY_ARCHIVE_PREFIX``), ending in ``/``."""
+    fenced_apply: bool = True
+    """Journal batches applied by fenced single-item writes (``TALLY_FENCED_APPLY``, ``true`` unless ``false``:
+    the template's ``FencedApply``); off, by chunk transactions, as before: the rollback lever (docs/journal.md,
+    "Rolling out"). Batches already committed are finished as their header says either way."""
 
     @property
     def marker_ttl_seconds(self) -> int:
@@ -102,6 +107,9 @@ class Settings:
             raise ConfigurationError(
                 f"{ARCHIVE_PREFIX} must end with '/' and not start with one, not {archive_prefix!r}"
             )
+        raw_fenced = env.get(FENCED_APPLY) or "true"
+        if raw_fenced not in ("true", "false"):
+            raise ConfigurationError(f"{FENCED_APPLY} must be true or false, not {raw_fenced!r}")
         if declarations.thresholds.rules and not env.get(NOTIFICATIONS_TABLE):
             raise ConfigurationError(f"{COUNTER_THRESHOLDS} needs {NOTIFICATIONS_TABLE}: where crossings are recorded")
         return cls(
@@ -114,4 +122,5 @@ class Settings:
             write_concurrency=int(raw_concurrency),
             archive_bucket=env.get(ARCHIVE_BUCKET) or None,
             archive_prefix=archive_prefix,
+            fenced_apply=raw_fenced == "true",
         )

@@ -63,10 +63,13 @@ def wire_pipeline(
     *,
     archive: ArchiveWriter | None = None,
     write_planner: WritePlanner = plan_write,
+    fenced: bool | None = None,
 ) -> BatchPipeline:
     """The pipeline on the given DynamoDB client, dead-letter port and archive writer (None: the archive off), as
     the handlers run it; ``write_planner`` decides each direct transaction's write (the chaos run's broken
-    variants pass another).
+    variants pass another); ``fenced`` applies journal batches by fenced single-item writes (``tally.core.fence``;
+    None: as ``settings.fenced_apply`` says, which the handlers take from ``TALLY_FENCED_APPLY``; the benchmarks
+    and the chaos run choose it explicitly).
 
     Split from ``build_pipeline`` so that the benchmarks measure this very wiring on their own client.
     """
@@ -90,22 +93,31 @@ def wire_pipeline(
         declared.defaults,
         notifications_table=settings.notifications_table,
     )
+    applier = Applier(
+        store,
+        journal,
+        counter_limit=counter_limit_for(declared.defaults),
+        declarations=declared,
+        write_planner=write_planner,
+        write_concurrency=settings.write_concurrency,
+        fenced=settings.fenced_apply if fenced is None else fenced,
+    )
     return BatchPipeline(
-        Applier(
-            store,
-            journal,
-            counter_limit=counter_limit_for(declared.defaults),
-            declarations=declared,
-            write_planner=write_planner,
-            write_concurrency=settings.write_concurrency,
-        ),
+        applier,
         dead_letters,
         PipelineSettings(limits=WIRE_LIMITS, dedup_horizon_ms=ttl_s * 1000, declarations=declared),
         steps=post_commit_steps(
             windows,
             gauges=DynamoDBGaugeStore(dynamodb, settings.counters_table),
             distinct=DynamoDBDistinctStore(dynamodb, settings.counters_table, declared.hot_keys),
-            mover=DynamoDBWindowMover(dynamodb, settings.counters_table, windows, thresholds=declared.thresholds)
+            mover=DynamoDBWindowMover(
+                dynamodb,
+                settings.counters_table,
+                windows,
+                thresholds=declared.thresholds,
+                # A move is a write the key item gets anyway: it takes the marks the fenced apply may prune.
+                marks_due=applier.prunable_marks if applier.epochs is not None else None,
+            )
             if any(unit.on_key_item for unit in windows.units)
             else None,
             archive=archive,

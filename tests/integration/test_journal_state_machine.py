@@ -12,10 +12,10 @@ both through the read and through cancelled direct transactions (where a message
 
 Invariant after every step, read from the tables themselves: each counter equals the sum over messages
 whose marker is direct or names a DONE batch, plus, for each COMMITTED batch, the pages of its chunks
-already applied. At the end, after every lease has expired, every message no invocation reported done
+already applied (for each FENCED batch, its items whose marks say the batch is on them). At the end, after every lease has expired, every message no invocation reported done
 (never delivered, reported failed, or in a crashed invocation) is redelivered until none fails, as a
 source would: each counter equals the sum over distinct messages, once (a message reported done but
-never counted is lost), and no batch is left COMMITTED.
+never counted is lost), and no batch is left COMMITTED or FENCED.
 """
 
 from __future__ import annotations
@@ -31,8 +31,10 @@ from hypothesis import HealthCheck
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule, run_state_machine_as_test
 
-from tally.commit.applier import Applier, RetryPolicy
+from tally.commit.applier import Applier, RetryPolicy, WriterEpochs
 from tally.commit.marker_reads import MarkerReadGate
+from tally.core.epochs import FencedBatch
+from tally.core.fence import fence_horizon_ms, mark_value
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.core.numbered_ids import numbered_id
@@ -41,6 +43,7 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.markers import marker_records
 from tally.store.pages import decode_page
+from tally.store.schema import fence_attribute
 from tally_local.kit.faults import DynamoDBFaults
 from tally_local.template import load_template, table_definitions
 from tests.conftest import TEMPLATE_PATH
@@ -139,11 +142,15 @@ def message_pool(draw: st.DrawFn) -> list[tuple[str, str, dict[str, int]]]:
 
 class JournalMachine(RuleBasedStateMachine):
     ddb: DynamoDBLocal
+    fenced = False
+    """Journal batches fenced: each item one plain conditional write (``tally.core.fence``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.client = self.ddb.client()
         self.faults = DynamoDBFaults(self.client)
+        self.single_faults = DynamoDBFaults(self.client, operation="UpdateItem")
+        """Lost answers on fenced writes, the fenced commit and DONE (plain ``UpdateItem``s)."""
         suffix = uuid.uuid4().hex[:10]
         definitions = table_definitions(load_template(TEMPLATE_PATH))
         self.counters, self.markers = f"sm-counters-{suffix}", f"sm-markers-{suffix}"
@@ -156,6 +163,8 @@ class JournalMachine(RuleBasedStateMachine):
         self.acknowledged: set[int] = set()
         """Pool indexes of messages a source has deleted: an invocation reported their record done."""
         self.read_gate = MarkerReadGate()
+        self.epochs: dict[str, WriterEpochs | None] = {}
+        """Container -> its writer epoch (fenced machines)."""
 
     @initialize(quiet_batches=st.sampled_from([0, 1, 10]), data=st.data())
     def warm_container(self, quiet_batches: int, data: st.DataObject) -> None:
@@ -164,7 +173,7 @@ class JournalMachine(RuleBasedStateMachine):
         self.pool = data.draw(st.composite(message_pool)())
 
     # ------------------------------------------------------------------------------------- helpers
-    def _pipeline(self, gate: Gate) -> BatchPipeline:
+    def _pipeline(self, gate: Gate, container: str) -> BatchPipeline:
         store = DynamoDBCounterStore(self.client, self.counters, self.markers, TTL_S)
         journal = DynamoDBJournal(self.client, self.counters, self.markers, TTL_S)
         policy = RetryPolicy(base_delay_s=0.0, max_delay_s=0.0, max_attempts=3, reserve_ms=0)
@@ -176,7 +185,13 @@ class JournalMachine(RuleBasedStateMachine):
             sleep=lambda _: None,
             max_actions=4,
             marker_read_gate=self.read_gate,
+            fenced=self.fenced,
+            # The invocations here have 60 s: marks may go two minutes after DONE, within the machine's steps.
+            fence_horizon=fence_horizon_ms(60, 1_000),
         )
+        if self.fenced:
+            # The container's epoch lives as long as the container (one invocation at a time in each).
+            applier.epochs = self.epochs.setdefault(container, applier.epochs)
         settings_ = PipelineSettings(WIRE_LIMITS, dedup_horizon_ms=TTL_S * 1000)
         return BatchPipeline(applier, RecordingDeadLetterQueue(), settings_)
 
@@ -189,11 +204,12 @@ class JournalMachine(RuleBasedStateMachine):
             self.record_message[f"rec-{self.deliveries}"] = index % len(self.pool)
         return records
 
-    def _invoke(self, indexes: list[int], gate: Gate) -> tuple[str, ...] | None:
-        """One invocation; the messages of the records it reports done are acknowledged (never redelivered)."""
+    def _invoke(self, indexes: list[int], gate: Gate, container: str = "warm") -> tuple[str, ...] | None:
+        """One invocation (in ``container``); the messages of the records it reports done are acknowledged (never
+        redelivered)."""
         records = self._records(indexes)
         try:
-            failed = self._pipeline(gate).process(records, self.now_ms, lambda: 60_000).failed_record_ids
+            failed = self._pipeline(gate, container).process(records, self.now_ms, lambda: 60_000).failed_record_ids
         except Crash:
             return None
         self.acknowledged.update(self.record_message[r.record_id] for r in records if r.record_id not in failed)
@@ -214,14 +230,27 @@ class JournalMachine(RuleBasedStateMachine):
                     if batch is None or state == "DONE":
                         for key, delta in nets[message_id].items():
                             expected[key] += delta
-            elif item_id.startswith("b#") and "#" not in item_id[2:] and item["state"]["S"] == "COMMITTED":
+            elif item_id.startswith("b#") and "#" not in item_id[2:] and item["state"]["S"] in ("COMMITTED", "FENCED"):
                 batch_id = item_id[2:]
                 for index in range(int(item["chunks"]["N"])):
-                    if f"b#{batch_id}#a{index}" in ledger:
+                    if item["state"]["S"] == "FENCED":
+                        page = decode_page(ledger[f"b#{batch_id}#p{index}"]["data"]["B"])
+                        for key, counters in page.items():
+                            if self._fenced_applied(batch_id, str(key)):
+                                expected[key] += counters["count"]
+                    elif f"b#{batch_id}#a{index}" in ledger:
                         page = decode_page(ledger[f"b#{batch_id}#p{index}"]["data"]["B"])
                         for key, counters in page.items():
                             expected[key] += counters["count"]
         return {key: value for key, value in expected.items() if value}
+
+    def _fenced_applied(self, batch_id: str, key: str) -> bool:
+        """Whether a fenced batch's part is on ``key``'s item: its epoch's mark is at or past the batch's."""
+        batch = FencedBatch.parse(batch_id)
+        assert batch is not None
+        item = self.client.get_item(TableName=self.counters, Key={"pk": {"S": key}, "sk": {"S": "all"}}).get("Item", {})
+        mark = item.get(fence_attribute(batch.epoch))
+        return mark is not None and int(mark["N"]) >= mark_value(batch.seq, 0)
 
     def _counted(self) -> dict[str, Decimal]:
         counted = {item["pk"]["S"]: Decimal(item.get("c#count", {"N": "0"})["N"]) for item in self._scan(self.counters)}
@@ -246,6 +275,7 @@ class JournalMachine(RuleBasedStateMachine):
         assert self._counted() == {key: value for key, value in total.items() if value}
         states = [item["state"]["S"] for item in self._scan(self.markers) if "state" in item]
         assert "COMMITTED" not in states
+        assert "FENCED" not in states
 
     # --------------------------------------------------------------------------------------- rules
     @rule(indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10))
@@ -295,7 +325,7 @@ class JournalMachine(RuleBasedStateMachine):
         # Until A pauses, or ends without reaching its n-th call (then there is nothing to overlap).
         while paused.is_alive() and not gate.paused.wait(0.05):
             pass
-        self._invoke(second, Gate())
+        self._invoke(second, Gate(), container=f"other-{self.deliveries}")  # another container, meanwhile
         gate.resume.set()
         paused.join(60)
         assert not paused.is_alive()
@@ -306,6 +336,15 @@ class JournalMachine(RuleBasedStateMachine):
             self.faults.lose_responses(1)
             self._invoke(indexes, Gate())
             self.faults.clear()
+
+    @rule(indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10), nth=st.integers(0, 12))
+    def deliver_with_a_single_write_answer_lost(self, indexes: list[int], nth: int) -> None:
+        """The answer of the n-th plain ``UpdateItem`` is lost: a fenced write, the fenced commit, DONE, an abort."""
+        if self.pool:
+            self.single_faults.pass_through(nth)
+            self.single_faults.lose_responses(1)
+            self._invoke(indexes, Gate())
+            self.single_faults.clear()
 
     @rule(
         indexes=st.lists(st.integers(0, 7), min_size=1, max_size=10),
@@ -327,10 +366,19 @@ class JournalMachine(RuleBasedStateMachine):
             assert self._counted() == self._expected_from_ledger()
 
 
-def test_commit_protocol_state_machine(dynamodb_local: DynamoDBLocal) -> None:
-    JournalMachine.ddb = dynamodb_local
+class FencedJournalMachine(JournalMachine):
+    """The same steps with fenced journal batches: kills after the n-th store call (every fenced write among them),
+    an invocation paused at its n-th call while another finishes its batch, lost answers on any plain write. Its
+    epoch lives as long as the machine's container and ends whenever a batch is left unfinished."""
+
+    fenced = True
+
+
+@pytest.mark.parametrize("machine", [JournalMachine, FencedJournalMachine], ids=["chunked", "fenced"])
+def test_commit_protocol_state_machine(dynamodb_local: DynamoDBLocal, machine: type[JournalMachine]) -> None:
+    machine.ddb = dynamodb_local
     run_state_machine_as_test(
-        JournalMachine,
+        machine,
         settings=on_emulator(
             stateful_step_count=8, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much]
         ),

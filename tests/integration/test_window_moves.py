@@ -445,3 +445,44 @@ def test_close_all_moves_the_windows_of_keys_never_written_again(ddb_tables: Dyn
     expected = {(f"k{k}", w): k + 1 for k in range(30) for w in (hour(0), DAY)}
     assert_exact(ddb_tables, expected, DAY0 + DAY_MS)
     assert mover.close_all(DAY0 + DAY_MS).windows == 0
+
+
+def test_a_mark_that_moved_on_under_a_move_stays_and_the_move_goes_without_it(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN a key item with an ended hour and another epoch's mark, which the mover's container knows may go
+    client, table = ddb_tables.client, ddb_tables.counters_table
+    epoch, done, later = "AAAAAAAAAAA", 1024, 2048
+    key = {"pk": {"S": "k"}, "sk": {"S": "all"}}
+    client.put_item(
+        TableName=table,
+        Item={**key, "c#count": {"N": "3"}, f"w#{hour(1)}\x1fcount": {"N": "3"}, f"f#{epoch}": {"N": str(done)}},
+    )
+    asked: list[dict[str, int]] = []
+
+    def marks_due(fence: Mapping[str, int], now_ms: int) -> dict[str, int]:
+        asked.append(dict(fence))
+        if len(asked) == 1:
+            # a write of that epoch's next batch lands between the mover's read and its transaction
+            client.update_item(
+                TableName=table,
+                Key=key,
+                UpdateExpression="ADD #c :two SET #f = :later",
+                ExpressionAttributeNames={"#c": "c#count", "#f": f"f#{epoch}"},
+                ExpressionAttributeValues={":two": {"N": "2"}, ":later": {"N": str(later)}},
+            )
+        return {epoch: done} if fence.get(epoch) == done else {}
+
+    mover = DynamoDBWindowMover(client, table, WINDOWS, move_at_bytes=0, marks_due=marks_due)
+
+    def attempt(send: Callable[[], Any]) -> Any:
+        return retried(send, FAST_RETRIES, plenty, lambda _: None)
+
+    # WHEN it moves the ended hour, its read showing the old mark
+    raw = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    moved = mover.move([raw], DAY0 + DAY_MS + 3 * H, attempt=attempt)
+    # THEN the transaction with the prune was cancelled (the mark moved on) and the move went again without it
+    assert moved.moved_items == 1
+    assert asked == [{epoch: done}, {epoch: later}]
+    after = client.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert after[f"f#{epoch}"] == {"N": str(later)}
+    assert not any(name.startswith("w#") for name in after)
+    assert after["c#count"] == {"N": "5"}

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from tally.core.model import Message
     from tally.core.numbers import Number
     from tally.core.thresholds import Levels
-    from tally.core.write import ItemWrite
+    from tally.core.write import FencedWrite, ItemWrite
 
 
 def expected_value(start: Number, amounts: Iterable[Number], bound: Bound) -> tuple[Number, tuple[int, ...]]:
@@ -106,3 +106,12 @@ def admits(write: ItemWrite, stored: Mapping[str, Number]) -> bool:
         if not (exact.if_missing if value is None else value == exact.value):
             return False
     return True
+
+
+def admits_fenced(write: FencedWrite, fence: Mapping[str, int]) -> bool:
+    """Whether an item whose epochs' marks are ``fence`` lets a fenced write commit, as DynamoDB evaluates the
+    condition the journal's store encodes: the first part needs its epoch's mark absent or lower, a later part the
+    previous part's value exactly, and every mark it removes still at the value seen."""
+    own = fence.get(write.epoch)
+    ok = (own is None or own < write.mark) if write.after is None else own == write.after
+    return ok and all(fence.get(epoch) == value for epoch, value in write.prune.items())

@@ -141,19 +141,26 @@ def drive_the_lambda_path(aws: dict[str, Any], monkeypatch: pytest.MonkeyPatch) 
     sqs_handler.handler(sqs_event([json.dumps(body) for body in zero_net], first=50), context)
     crossing = [{"id": f"usage-{n}", "key": "usage:notify-1", "deltas": {"calls": 3}} for n in range(2)]
     sqs_handler.handler(sqs_event([json.dumps(body) for body in crossing], first=60), context)
-    # A message with 120 keys goes through the journal in two chunks (pages written before the commit).
-    journal_batch = sqs_event([_packed("wide-1", 120)])
-    real_add_chunk = DynamoDBJournal.add_chunk
+    # A message with 120 keys goes through the journal (pages written before the commit): fenced (the template's
+    # default, FencedApply=true: the header's commit, each item's plain UpdateItem, DONE), then chunked
+    # (FencedApply=false: chunk 0 in the commit's transaction, the next in its own). Each invocation dies just after
+    # its commit; the redelivery finishes the batch from its pages (read_progress), as its header's state says.
 
     def crash(*_: Any, **__: Any) -> None:
         raise RuntimeError("the invocation died")
 
-    monkeypatch.setattr(DynamoDBJournal, "add_chunk", crash)
-    with pytest.raises(RuntimeError):
-        sqs_handler.handler(journal_batch, context)
-    monkeypatch.setattr(DynamoDBJournal, "add_chunk", real_add_chunk)
-    # The redelivery meets the committed batch and finishes it from its pages (read_progress).
-    assert sqs_handler.handler(journal_batch, context) == {"batchItemFailures": []}
+    for n, (fenced_apply, apply_step) in enumerate((("true", "apply_fenced"), ("false", "add_chunk")), start=1):
+        monkeypatch.setenv("TALLY_FENCED_APPLY", fenced_apply)
+        sqs_handler.pipeline.cache_clear()
+        journal_batch = sqs_event([_packed(f"wide-{fenced_apply}", 120)], first=70 + n)
+        real_step = getattr(DynamoDBJournal, apply_step)
+        monkeypatch.setattr(DynamoDBJournal, apply_step, crash)
+        with pytest.raises(RuntimeError):
+            sqs_handler.handler(journal_batch, context)
+        monkeypatch.setattr(DynamoDBJournal, apply_step, real_step)
+        assert sqs_handler.handler(journal_batch, context) == {"batchItemFailures": []}
+    monkeypatch.delenv("TALLY_FENCED_APPLY")
+    sqs_handler.pipeline.cache_clear()
     # A journal batch whose invocation died before its commit: once its lease has run out, the redelivery
     # aborts it and claims the messages again (each replaced marker checked against the aborted header).
     stalled = sqs_event([_packed("wide-2", 120)], first=100)

@@ -37,7 +37,7 @@ SCHEMA = {
 }
 NUMBERS = {
     "per_event": {"write_units", "read_units"},
-    "per_batch": {"records", "events", "transactions", "requests", "handler_seconds"},
+    "per_batch": {"records", "events", "transactions", "single_writes", "requests", "handler_seconds"},
     "per_month": {
         "events",
         "dynamodb_usd",
@@ -253,8 +253,9 @@ def test_views_are_priced_as_their_fan_out_and_a_group_by_read_of_each() -> None
         )
         assert views["write_units_added"] > 0
     assert few["views"]["write_units_without_views"] == pytest.approx(many["views"]["write_units_without_views"])
-    # a view of 400 values per key writes most of its values' items anew in each batch of 100 events
-    assert many["views"]["write_units_added"] > few["views"]["write_units_added"] + 1
+    # a view of 400 values per key writes about half an item anew per event in batches of 100 events (each at 1 unit
+    # per KB: its batches take the journal, fenced)
+    assert many["views"]["write_units_added"] > few["views"]["write_units_added"] + 0.4
     reads = [(each["values"], each["group_read_units"]) for each in many["views"]["each"]]
     assert reads == [(5, 1.0), (400, pytest.approx(11.0, abs=1))]
     result = CliRunner().invoke(cli, ["plan", *base, "--view", "5"])

@@ -9,6 +9,7 @@ test_plan.py): these tests pin what the model makes of its plans.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -97,10 +98,10 @@ def test_single_events_over_many_keys_cost_a_marker_and_an_add_per_distinct_key(
     assert units.journal_share == 0
 
 
-def test_a_message_with_more_keys_than_a_transaction_goes_through_the_journal() -> None:
+def test_a_message_with_more_keys_than_a_transaction_goes_through_the_journal_chunked() -> None:
     # GIVEN 10 messages of 100 events, each event its own key: 10 key-disjoint units of 1 message and
-    # 100 keys, each one action too many for a transaction, so each goes through the journal
-    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    # 100 keys, each one action too many for a transaction, so each goes through the journal (FencedApply=false)
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=(), fenced_apply=False)
     units = simulate(traffic, 10, batches=2)
     assert units.journal_share == 1
     # per unit: open (header + 1 marker) 4; commit (header, applied-record, 98 ADDs) 200; chunk 1
@@ -110,6 +111,38 @@ def test_a_message_with_more_keys_than_a_transaction_goes_through_the_journal() 
     assert units.transactions_per_batch == 10 * 4
     # the range check reads chunk 1's two items once, strongly consistent
     assert units.read_units == pytest.approx(10 * 2 / 1000)
+    assert units.single_writes_per_batch == 0
+
+
+def test_a_journal_unit_applied_fenced_bills_each_key_once_at_1_unit_per_kb() -> None:
+    # GIVEN the same units, the fenced apply on (the template's default)
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    units = simulate(traffic, 10, batches=2)
+    assert units.journal_share == 1
+    # per unit: open (header + 1 marker) 4 in a transaction; pages 12 + 1; the commit alone 1; 100 plain writes of
+    # an item with its ten marks (112 + 190 bytes: 1 unit each); DONE 1; no applied-record, no finish transaction
+    assert units.write_units == pytest.approx(10 * (4 + 13 + 1 + 100 + 1) / 1000)
+    assert (units.transactions_per_batch, units.single_writes_per_batch) == (10 * 1, 10 * 102)
+    # the range check reads every item once, strongly consistent (112 bytes: 1 unit)
+    assert units.read_units == pytest.approx(10 * 100 / 1000)
+    # items written: open 2, pages 2, 100 fenced writes, the commit and DONE
+    assert units.items_per_batch == 10 * (2 + 2 + 100 + 2)
+
+
+def test_the_fenced_apply_prices_packed_u_within_10_percent_of_the_measured() -> None:
+    # bench.fenced_apply measured 0.01810 (fenced) and 0.03273 (chunked) write units per event on DynamoDB Local for
+    # packed messages of 100 events, 700 records, 1,000 Zipf keys, numbered ids (docs/journal.md, "Fenced apply")
+    packed = Traffic(3500, keys=1000, events_per_message=100, numbered_ids=True)
+    fenced = simulate(packed, 700, batches=2, page_bytes=lambda chunk: len(encode_page(chunk)), moves=False)
+    chunked = simulate(
+        replace(packed, fenced_apply=False),
+        700,
+        batches=2,
+        page_bytes=lambda chunk: len(encode_page(chunk)),
+        moves=False,
+    )
+    assert fenced.write_units == pytest.approx(0.01810, rel=0.10)
+    assert chunked.write_units == pytest.approx(0.03273, rel=0.10)
 
 
 @pytest.mark.slow  # simulates many large batches: seconds of CPU
@@ -154,9 +187,9 @@ def test_handler_duration_adds_each_request_and_the_cpu_at_the_memorys_share() -
 
 
 def test_items_written_count_every_action_and_page() -> None:
-    # 10 journal units of 1 message and 100 keys: open (header + marker) 2, pages 2, commit (header,
+    # 10 journal units of 1 message and 100 keys, chunked: open (header + marker) 2, pages 2, commit (header,
     # applied-record, 98 ADDs) 100, chunk 1 (applied-record + 2 ADDs) 3, finish 1
-    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=())
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, events_per_message=100, windows=(), fenced_apply=False)
     assert simulate(traffic, 10, batches=1).items_per_batch == 10 * (2 + 2 + 100 + 3 + 1)
     # one direct transaction: 10 markers + 1 ADD
     assert simulate(Traffic(100, keys=1, windows=()), 10, batches=1).items_per_batch == 11
@@ -257,9 +290,12 @@ def test_packed_u_reaches_0_03_write_units_per_event_with_the_high_volume_settin
     chosen = recommend(traffic)
     assert chosen.units.write_units <= 0.03
     assert chosen.parameters.batch_size * traffic.record_bytes <= 6 * 1024 * 1024
-    # with the producer's default 99-key cap, a message holds about 220 events and the floor is above 0.03
+    # with the producer's default 99-key cap, a message holds about 220 events: the fenced apply (the default)
+    # reaches 0.03 there too; chunk transactions do not
     assert keys_per_message(Traffic(1, keys=1000, events_per_message=220)) == pytest.approx(99, abs=1)
-    assert floor(Traffic(10_000, keys=1000, events_per_message=220, windows=())).units.write_units > 0.03
+    capped = Traffic(10_000, keys=1000, events_per_message=220, windows=())
+    assert floor(capped).units.write_units <= 0.03
+    assert floor(replace(capped, fenced_apply=False)).units.write_units > 0.03
 
 
 @pytest.mark.slow  # simulates many large batches: seconds of CPU
@@ -325,7 +361,7 @@ def test_single_event_u_with_numbered_ids_is_priced_under_the_numbered_ids_targe
 
 # The latency proxy's measurements (docs/explanation/costs.md, "Handler duration through the latency proxy":
 # python -m bench.duration --proxy, one transaction at a time, 512 MB): (events per message, records per
-# batch, handler seconds per batch).
+# batch, handler seconds per batch). Measured before the fenced apply: the journal's batches by chunks.
 def _store_page_bytes(increments: Totals) -> int:
     """A journal page as the store encodes it (as tally plan prices it)."""
     return len(encode_page(increments))
@@ -339,7 +375,13 @@ def test_the_duration_errs_low_by_no_more_than_the_plan_says(pack: int, records:
     """tally plan prints the range PROXY_TO_MODEL_DURATION: per event, what the proxy measured over what the
     model predicts for the same traffic (workload U: 1,000 Zipf keys, 2 counters, hour and day windows)."""
     traffic = Traffic(
-        float(records * pack), keys=1000, events_per_message=pack, counters=2, key_bytes=17, numbered_ids=False
+        float(records * pack),
+        keys=1000,
+        events_per_message=pack,
+        counters=2,
+        key_bytes=17,
+        numbered_ids=False,
+        fenced_apply=False,
     )
     bill = price(traffic, records, latencies=published_latencies(), page_bytes=_store_page_bytes, batches=2)
     ratio = (measured_s / (records * pack)) / (bill.handler_s / bill.units.events_per_batch)

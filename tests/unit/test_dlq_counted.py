@@ -155,3 +155,15 @@ def test_a_marker_of_a_batch_not_committed_does_not_count(aws: dict[str, Any]) -
     counted = decode_message(REFUSED_THEN_COUNTED)
     assert isinstance(counted, Message)
     assert lookup.counted({"m1": content_digest(counted)}) == {"m1"}
+
+
+def test_a_marker_of_a_fenced_batch_counts_from_its_commit(aws: dict[str, Any]) -> None:
+    # GIVEN a message claimed by a fenced journal batch, committed and not yet DONE (FENCED)
+    dynamodb = aws["dynamodb"]
+    journal = DynamoDBJournal(dynamodb, "c", "m", 86_400)
+    journal.open("b-1", NOW_MS + 60_000, [Claim("m2")], NOW_MS)
+    journal.commit_header("b-1", 0)
+    message = decode_message(REFUSED)
+    assert isinstance(message, Message)
+    # WHEN asked THEN it counts: whoever meets its marker finishes the batch
+    assert DynamoDBCountedLookup(dynamodb, "c", "m").counted({"m2": content_digest(message)}) == {"m2"}

@@ -116,6 +116,13 @@ PACKED_EVENTS = 100
     show_default=True,
     help="Whether every counted message is archived to S3 (ArchiveEnabled): one PutObject per batch, and storage.",
 )
+@click.option(
+    "--fenced-apply/--no-fenced-apply",
+    default=True,
+    show_default=True,
+    help="Whether journal batches are applied by one plain write per key, 1 write unit per KB (FencedApply), or "
+    "by chunk transactions, 2 per KB.",
+)
 @click.option("--batch-size", type=click.IntRange(1, 10_000), help="Price this batch size instead of choosing one.")
 @click.option(
     "--transaction-ms",
@@ -148,6 +155,7 @@ def plan(
     latency_budget: float,
     memory_mb: int,
     archive: bool,
+    fenced_apply: bool,
     batch_size: int | None,
     transaction_ms: float,
     views: tuple[int, ...],
@@ -169,6 +177,7 @@ def plan(
             latency_budget_s=latency_budget,
             memory_mb=memory_mb,
             archive=archive,
+            fenced_apply=fenced_apply,
             views=views,
         )
         latencies = dataclasses.replace(published_latencies(), transact_write_ms=transaction_ms)
@@ -324,6 +333,12 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
         ("read units / event", f"{bill.units.read_units:.4f}"),
         ("records / batch", f"{bill.records_per_batch:,.0f}"),
         ("transactions / batch", f"{bill.units.transactions_per_batch:.1f}"),
+        (
+            "journal key writes",
+            f"fenced: {bill.units.single_writes_per_batch:,.1f} plain writes / batch, 1 write unit per KB"
+            if bill.traffic.fenced_apply
+            else "chunked (FencedApply=false): in transactions, 2 write units per KB",
+        ),
         ("handler duration / batch", f"{bill.handler_s * 1000:,.0f} ms (modeled; see below)"),
         ("end-to-end latency", f"{bill.latency_s:,.1f} s (window or fill, plus the modeled handler)"),
         ("events / month", f"{bill.events_per_month:,.0f}"),

@@ -22,28 +22,34 @@ only a journal claim could write is dead-lettered (the journal's chunks hold inc
 
 from __future__ import annotations
 
+import secrets
+import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from tally.commit.fates import ApplyOutcome, Fates, Figures, Stall
 from tally.commit.marker_reads import MarkerReadGate
 from tally.commit.protocol import CommitProtocol
 from tally.commit.retrying import DEFAULT_RETRY_POLICY, RetryingSteps, RetryPolicy
 from tally.core.declarations import NO_DECLARATIONS, Declarations
+from tally.core.epochs import FencedBatch, WriterEpoch
+from tally.core.fence import MAX_PRUNES_PER_WRITE, fence_horizon_ms, plan_fenced_apply, prunable
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
 from tally.core.write_planner import plan_write
-from tally.store.expressions import counters_per_add
+from tally.store.expressions import counter_limit_for, counters_per_add
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from tally.commit.ports import CounterStore, JournalStore
     from tally.core.aggregate import MessageTotals
+    from tally.core.fence import FencedPlanner, HeaderSeen, PruneRule
+    from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit
     from tally.core.write_planner import WritePlanner
 
@@ -57,6 +63,65 @@ OPERATOR_ID_TAKEN = Rejection(
     "another message): send the operator's message again under a new id",
 )
 """Why an operator message is refused when only a journal claim could replace its id's marker."""
+
+
+LAMBDA_MAX_TIMEOUT_HORIZON_MS: Final = fence_horizon_ms(900, 60_000)
+"""The prune horizon for Lambda's longest timeout (15 minutes) and a minute of clock margin: 31 minutes."""
+
+
+class WriterEpochs:
+    """A container's writer epoch (``tally.core.epochs``): drawn at its first journal batch, never at init, so that
+    execution environments cloned from one snapshot never share it; ended when one of its batches is left
+    unfinished."""
+
+    def __init__(self, random_bytes: Callable[[int], bytes] = secrets.token_bytes) -> None:
+        self._random_bytes = random_bytes
+        self._epoch = WriterEpoch()
+        self._lock = threading.Lock()
+        self._marks: dict[ItemKey, Mapping[str, int]] = {}
+        """Item -> its marks as the container's last write of it returned them (at most ``REMEMBERED`` items)."""
+        self._headers: dict[FencedBatch, HeaderSeen] = {}
+        """Other epochs' batches found DONE or gone (final: read once per container)."""
+
+    @property
+    def current(self) -> str | None:
+        """The epoch id, None before the first batch or after an epoch ended."""
+        return self._epoch.epoch
+
+    def next_batch(self) -> FencedBatch:
+        with self._lock:
+            self._epoch, batch = self._epoch.next_batch(self._random_bytes)
+            return batch
+
+    def end_epoch(self) -> None:
+        with self._lock:
+            self._epoch = self._epoch.ended()
+
+    def marks_of(self, item: ItemKey) -> Mapping[str, int]:
+        with self._lock:
+            return self._marks.get(item, {})
+
+    def remember_marks(self, item: ItemKey, fence: Mapping[str, int]) -> None:
+        with self._lock:
+            self._marks.pop(item, None)
+            self._marks[item] = dict(fence)
+            while len(self._marks) > REMEMBERED:
+                del self._marks[next(iter(self._marks))]
+
+    def headers_seen(self) -> Mapping[FencedBatch, HeaderSeen]:
+        with self._lock:
+            return dict(self._headers)
+
+    def remember_header(self, batch: FencedBatch, seen: HeaderSeen) -> None:
+        with self._lock:
+            self._headers[batch] = seen
+            while len(self._headers) > REMEMBERED:
+                del self._headers[next(iter(self._headers))]
+
+
+REMEMBERED: Final = 10_000
+"""Items (and headers) whose marks a container remembers: the oldest are forgotten (their marks wait for a later
+write to be learnt again)."""
 
 
 class Applier:
@@ -77,8 +142,28 @@ class Applier:
         declarations: Declarations = NO_DECLARATIONS,
         write_planner: WritePlanner = plan_write,
         write_concurrency: int = 1,
+        fenced: bool = False,
+        random_bytes: Callable[[int], bytes] = secrets.token_bytes,
+        fence_horizon: int = LAMBDA_MAX_TIMEOUT_HORIZON_MS,
+        fenced_planner: FencedPlanner = plan_fenced_apply,
+        prune_rule: PruneRule = prunable,
     ) -> None:
         self.store = store
+        self.fenced_planner = fenced_planner
+        """Decides each item's fenced writes (``tally.core.fence.plan_fenced_apply``); the chaos run's broken variants
+        pass another."""
+        self.prune_rule = prune_rule
+        """Decides which other epochs' marks a fenced write removes (``tally.core.fence.prunable``); the chaos run's
+        broken variants pass another."""
+        self.epochs = WriterEpochs(random_bytes) if fenced else None
+        """The container's writer epoch when journal batches are fenced (``tally.core.fence``: each item one plain
+        conditional write); None: each apply chunk a transaction with its applied-record."""
+        self.fence_horizon_ms = fence_horizon
+        """How long after its ``done_at`` another epoch's mark may be pruned (``tally.core.fence.fence_horizon_ms``;
+        the default holds for any function timeout Lambda allows)."""
+        fenced_limit = counter_limit_for(declarations.defaults, fenced_prunes=MAX_PRUNES_PER_WRITE)
+        self.fenced_counter_limit: CounterLimit = lambda item: min(counter_limit(item), fenced_limit(item))
+        """The most counters of one fenced write of an item: its mark and the marks it removes take room too."""
         self.journal = journal
         self.policy = policy
         """How a store call that fails for now is retried within the invocation, and the time kept for reporting;
@@ -110,6 +195,13 @@ class Applier:
         )
         """Built once per container and kept warm between invocations, like the boto3 client."""
 
+    def prunable_marks(self, fence: Mapping[str, int], now_ms: int) -> dict[str, int]:
+        """Other epochs' marks (epoch -> value) any write of an item carrying ``fence`` may remove now, from the
+        headers this container has read (``tally.core.fence.prunable``): what a window move takes with it."""
+        if self.epochs is None or self.fence_horizon_ms <= 0:
+            return {}
+        return self.prune_rule(fence, self.epochs.current, self.epochs.headers_seen(), now_ms, self.fence_horizon_ms)
+
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
         fates = Fates(message.message_id for message in messages)
@@ -128,6 +220,11 @@ class Applier:
             declarations=self.declarations,
             write_planner=self.write_planner,
             pool=self._pool,
+            epochs=self.epochs,
+            fenced_counter_limit=self.fenced_counter_limit,
+            fence_horizon_ms=self.fence_horizon_ms,
+            fenced_planner=self.fenced_planner,
+            prune_rule=self.prune_rule,
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:

@@ -14,12 +14,14 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
 
     from tally.core.aggregate import Totals
+    from tally.core.epochs import FencedBatch
+    from tally.core.fence import HeaderSeen
     from tally.core.items import ItemKey
     from tally.core.ledger import BatchRecord, Claim, MarkerRecord
     from tally.core.numbers import Number
     from tally.core.plan import JournalPage
     from tally.core.thresholds import CrossingPage
-    from tally.core.write import DirectWrite, ItemRead
+    from tally.core.write import DirectWrite, FenceAnswer, FencedWrite, ItemRead
 
 T = TypeVar("T")
 
@@ -58,6 +60,12 @@ class JournalStore(Protocol):
 
     def finish(self, batch_id: str) -> None: ...
 
+    def commit_header(self, batch_id: str, chunk_count: int) -> None: ...
+
+    def apply_fenced(self, write: FencedWrite) -> FenceAnswer: ...
+
+    def mark_done(self, batch_id: str, now_ms: int) -> None: ...
+
     def abort(self, batch_id: str, now_ms: int, *, expired_only: bool) -> bool: ...
 
     def read(self, batch_id: str) -> BatchRecord | None: ...
@@ -65,6 +73,27 @@ class JournalStore(Protocol):
     def read_progress(self, batch_id: str, chunk_count: int) -> tuple[Sequence[JournalPage], set[int]]: ...
 
     def read_counters(self, items: Sequence[ItemKey]) -> Mapping[ItemKey, Mapping[str, Number]]: ...
+
+
+class BatchNumbers(Protocol):
+    """The container's writer epoch (``tally.core.epochs``): the next fenced batch, and the end of the epoch when
+    one of its batches is left unfinished; and what the container has seen of items' marks and of other epochs'
+    headers, from which its writes prune marks (``tally.core.fence.prunable``)."""
+
+    @property
+    def current(self) -> str | None: ...
+
+    def next_batch(self) -> FencedBatch: ...
+
+    def end_epoch(self) -> None: ...
+
+    def marks_of(self, item: ItemKey) -> Mapping[str, int]: ...
+
+    def remember_marks(self, item: ItemKey, fence: Mapping[str, int]) -> None: ...
+
+    def headers_seen(self) -> Mapping[FencedBatch, HeaderSeen]: ...
+
+    def remember_header(self, batch: FencedBatch, seen: HeaderSeen) -> None: ...
 
 
 class Steps(Protocol):

@@ -15,13 +15,16 @@ sections below follow the life of a message:
    transactions that check the header) -> aggregate what was claimed -> check the stored values the
    later chunks will ADD to -> one chunk: ``PREPARING -> DONE`` with every ADD; several: write the pages,
    then ``PREPARING -> COMMITTED`` with chunk 0 -> apply chunks 1..n-1, each once -> ``DONE``
-   (``finish``). A unit DynamoDB refuses, before the commit, is aborted and its culprits isolated.
+   (``finish``). A unit DynamoDB refuses, before the commit, is aborted and its culprits isolated. With the
+   fenced apply, every item is checked, the pages written, ``PREPARING -> FENCED`` alone, then each item's
+   fenced writes -> ``DONE`` (``tally.core.fence``).
 3. **Another batch's marker** (``settle_existing``, ``resolve``): a direct marker or a DONE batch means
-   applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED batch is
-   finished here, then applied; a PREPARING batch with a live lease holds the message (handed back); an
-   expired one is aborted, and a marker of an ABORTED batch counts as absent: the message is claimed
-   again, replacing it. So does a marker whose batch's header TTL has deleted (past its own horizon), and
-   a marker TTL deleted between the read that found it and the claim replacing it (``vanished``).
+   applied (a duplicate if the content digest matches, an ``id_conflict`` if not); a COMMITTED or FENCED
+   batch is finished here (as its state says, whichever path this container's own batches take), then
+   applied; a PREPARING batch with a live lease holds the message (handed back); an expired one is aborted,
+   and a marker of an ABORTED batch counts as absent: the message is claimed again, replacing it. So does a
+   marker whose batch's header TTL has deleted (past its own horizon), and a marker TTL deleted between the
+   read that found it and the claim replacing it (``vanished``).
 
 This module owns the order of the steps and what each outcome means for each message, which it records
 in ``Fates`` (the one place a fate is given). It must not retry, sleep, read the clock or count requests:
@@ -48,11 +51,21 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from tally.core.aggregate import merge_totals
 from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
 from tally.core.declarations import NO_DECLARATIONS, Declarations
-from tally.core.items import item_label
+from tally.core.epochs import FencedBatch
+from tally.core.fence import (
+    MAX_HEADER_READS_PER_BATCH,
+    HeaderSeen,
+    Refusal,
+    batches_to_look_up,
+    plan_fenced_apply,
+    prunable,
+    unstorable_sums,
+    without_prune,
+)
+from tally.core.fence import refusal as fence_refusal
 from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
-from tally.core.numbers import add, storage_problem
 from tally.core.plan import (
     Chunk,
     ConditionRefusedError,
@@ -64,6 +77,7 @@ from tally.core.plan import (
     plan_transactions,
     split_refused,
 )
+from tally.core.thresholds import CrossingPage
 from tally.core.write import DirectWrite, Seen
 from tally.core.write_planner import counters_met, plan_write
 from tally.errors import (
@@ -81,12 +95,13 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from tally.commit.fates import Fates, Figures
-    from tally.commit.ports import CounterStore, JournalStore, Steps
+    from tally.commit.ports import BatchNumbers, CounterStore, JournalStore, Steps
     from tally.core.aggregate import MessageTotals, Totals
+    from tally.core.fence import FencedPlanner, PruneRule
     from tally.core.items import ItemKey
     from tally.core.plan import CounterLimit, JournalPage
     from tally.core.thresholds import Crossing
-    from tally.core.write import ItemRead
+    from tally.core.write import FencedWrite, ItemRead
     from tally.core.write_planner import WritePlanner
 
 
@@ -156,8 +171,24 @@ class CommitProtocol:
         declarations: Declarations = NO_DECLARATIONS,
         write_planner: WritePlanner = plan_write,
         pool: Executor | None = None,
+        epochs: BatchNumbers | None = None,
+        fenced_counter_limit: CounterLimit | None = None,
+        fence_horizon_ms: int = 0,
+        fenced_planner: FencedPlanner = plan_fenced_apply,
+        prune_rule: PruneRule = prunable,
     ) -> None:
         self._store = store
+        self._plan_fenced = fenced_planner
+        """Decides each item's fenced writes (``tally.core.fence.plan_fenced_apply``; a broken one in tests)."""
+        self._prunable = prune_rule
+        """Decides which other epochs' marks a write removes (``tally.core.fence.prunable``; a broken one in tests)."""
+        self._epochs = epochs
+        """The container's writer epoch: journal batches are fenced (``tally.core.fence``); None: applied by chunk
+        transactions with applied-records."""
+        self._fenced_limit = fenced_counter_limit if fenced_counter_limit is not None else counter_limit
+        """The most counters of one fenced write of an item (its mark and prunes take room in the expression)."""
+        self._fence_horizon_ms = fence_horizon_ms
+        """How long after its ``done_at`` another epoch's mark may be pruned; 0: never prune."""
         self._declared = declarations
         """The deployment's declarations, which the write planner decides each direct transaction's write from."""
         self._plan_write = write_planner
@@ -531,7 +562,8 @@ class CommitProtocol:
         if not self._steps.may_start():
             self._fates.failed(message.message_id for message in unit)
             return []
-        batch_id = self._new_batch_id()
+        fenced = self._epochs.next_batch() if self._epochs is not None else None
+        batch_id = fenced.batch_id if fenced is not None else self._new_batch_id()
         lease_until_ms = self._steps.lease_until_ms()
         self._figures.journal_batches += 1
         try:
@@ -545,17 +577,32 @@ class CommitProtocol:
             return []
         increments = nonzero_increments(merge_totals(message.totals for message in claimed))
         chunks = plan_apply_chunks(increments, max_keys=self._max_actions - 2, counter_limit=self._counter_limit)
+        if fenced is not None:
+            try:
+                return self._journal_fenced(fenced, lease_until_ms, claimed, chunks, isolate=isolate)
+            except BaseException:
+                # Whatever stopped it, the batch may be FENCED and not DONE: no later batch of the epoch may
+                # reach an item before it is (tally.core.epochs).
+                self._end_epoch()
+                raise
+        return self._journal_chunked(batch_id, lease_until_ms, claimed, chunks, isolate=isolate)
+
+    def _journal_chunked(
+        self,
+        batch_id: str,
+        lease_until_ms: int,
+        claimed: Sequence[MessageTotals],
+        chunks: Sequence[Totals],
+        *,
+        isolate: bool,
+    ) -> list[MessageTotals]:
+        """A claimed unit committed with its first chunk, then its other chunks each with an applied-record."""
         if len(chunks) > 1:
             # Only chunk 0 travels with the commit; a later chunk DynamoDB refuses could no longer be
             # undone. Check them against the stored values while we can still abort.
-            try:
-                unstorable = self._unstorable(chunks[1:])
-            except RetryableStoreError:
-                self._abort_own(batch_id)
-                self._fates.failed(message.message_id for message in claimed)
-                return []
-            if unstorable:
-                return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+            settled = self._refused_before_commit(batch_id, claimed, chunks[1:], isolate=isolate)
+            if settled is not None:
+                return settled
         try:
             if len(chunks) <= 1:
                 self._steps.write(partial(self._journal.commit_single, batch_id, chunks[0] if chunks else {}))
@@ -564,16 +611,7 @@ class CommitProtocol:
             self._steps.write(partial(self._journal.write_pages, batch_id, chunks, lease_until_ms))
             self._steps.write(partial(self._journal.commit, batch_id, len(chunks), chunks[0], lease_until_ms))
         except (BatchStateError, RetryableStoreError):
-            # Either the answer to our commit was lost (the retry then finds the header moved on), or
-            # our lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding.
-            state = self._state(batch_id)
-            if state is BatchState.DONE:
-                self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
-                return []
-            if state is not BatchState.COMMITTED:
-                if state is BatchState.PREPARING:
-                    self._abort_own(batch_id)
-                self._fates.failed(message.message_id for message in claimed)
+            if not self._committed_after_all(batch_id, claimed):
                 return []
         except WriteRejectedError as refused:
             # A counter would leave the Number range (or an action a size limit): nothing was committed.
@@ -585,6 +623,72 @@ class CommitProtocol:
         else:
             self._fates.failed(message.message_id for message in claimed)
         return []
+
+    def _journal_fenced(
+        self,
+        batch: FencedBatch,
+        lease_until_ms: int,
+        claimed: Sequence[MessageTotals],
+        pages: Sequence[Totals],
+        *,
+        isolate: bool,
+    ) -> list[MessageTotals]:
+        """A claimed unit as a fenced batch: every item checked against its stored values, the pages, the header
+        PREPARING -> FENCED alone, then each item's fenced writes and DONE (``finish``)."""
+        batch_id = batch.batch_id
+        settled = self._refused_before_commit(batch_id, claimed, pages, isolate=isolate) if pages else None
+        if settled is not None:
+            return settled
+        try:
+            if pages:
+                self._steps.write(partial(self._journal.write_pages, batch_id, pages, lease_until_ms))
+            self._steps.write(partial(self._journal.commit_header, batch_id, len(pages)))
+        except (BatchStateError, RetryableStoreError):
+            if not self._committed_after_all(batch_id, claimed):
+                return []
+        except WriteRejectedError as refused:
+            return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
+        record = BatchRecord(batch_id, BatchState.FENCED, lease_until_ms, len(pages))
+        if self.finish(record, pages=pages, done=()):
+            self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
+        else:
+            self._end_epoch()
+            self._fates.failed(message.message_id for message in claimed)
+        return []
+
+    def _refused_before_commit(
+        self, batch_id: str, claimed: Sequence[MessageTotals], chunks: Sequence[Totals], *, isolate: bool
+    ) -> list[MessageTotals] | None:
+        """The read before the commit: None if DynamoDB will store every sum of ``chunks``; else the batch is aborted
+        and its messages settled here (handed back when the read failed, the culprits isolated)."""
+        try:
+            unstorable = self._unstorable(chunks)
+        except RetryableStoreError:
+            self._abort_own(batch_id)
+            self._fates.failed(message.message_id for message in claimed)
+            return []
+        if unstorable:
+            return self._isolate(batch_id, claimed, unstorable, isolate=isolate)
+        return None
+
+    def _committed_after_all(self, batch_id: str, claimed: Sequence[MessageTotals]) -> bool:
+        """After a commit whose outcome is unknown: True if the batch is committed (apply it); else its messages are
+        settled here. Either the answer to our commit was lost (the retry then finds the header moved on), or our
+        lease expired and someone aborted us, or DynamoDB kept throttling: look before deciding."""
+        state = self._state(batch_id)
+        if state is not None and state.committed:
+            return True
+        if state is BatchState.DONE:
+            self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
+            return False
+        if state is BatchState.PREPARING:
+            self._abort_own(batch_id)
+        self._fates.failed(message.message_id for message in claimed)
+        return False
+
+    def _end_epoch(self) -> None:
+        if self._epochs is not None:
+            self._epochs.end_epoch()
 
     def _claim(self, batch_id: str, lease_until_ms: int, unit: Sequence[MessageTotals]) -> list[MessageTotals] | None:
         """Claim what can be claimed for the batch; None if the batch was aborted under us."""
@@ -677,27 +781,24 @@ class CommitProtocol:
         (docs/journal.md, "A later chunk DynamoDB would refuse") give the exactness argument and its limit.
         """
         # An item whose counters need more than one ADD spans chunks (its counter names split between them).
-        items = list(dict.fromkeys(item for chunk in chunks for item in chunk))
-        stored = self._steps.read(partial(self._journal.read_counters, items))
-        problems: dict[ItemKey, str] = {}
-        for chunk in chunks:
-            for item, counters in chunk.items():
-                values = stored.get(item, {})
-                for name, increment in counters.items():
-                    problem = storage_problem(add(values.get(name, 0), increment))
-                    if problem is not None:
-                        problems[item] = f"{item_label(item)!r}/{name!r}: the stored value plus {increment}: {problem}"
-        return problems
+        increments = merge_totals(chunks)
+        stored = self._steps.read(partial(self._journal.read_counters, list(increments)))
+        return unstorable_sums(stored, increments)
 
     def finish(
         self, record: BatchRecord, pages: Sequence[JournalPage] | None, *, done: Collection[int] | None = None
     ) -> bool:
-        """Apply every chunk of a COMMITTED batch not applied yet, then mark it DONE.
+        """Apply every chunk of a committed batch not applied yet (each item of a FENCED one), then mark it DONE.
 
         ``pages`` and ``done`` (the chunks applied already), when the caller knows them; else they are read.
         False if that must wait (out of time, or DynamoDB kept throttling): whoever meets the batch's
-        markers next finishes it.
+        markers next finishes it. The header's state says how, whatever this container's own batches take.
         """
+        if record.state is BatchState.FENCED:
+            fenced = FencedBatch.parse(record.batch_id)
+            if fenced is None:
+                raise StoreError(f"batch {record.batch_id} is FENCED, and its id names no writer epoch")
+            return self._finish_fenced(record, fenced, pages)
         if pages is None or done is None:
             try:
                 stored_pages, done = self._steps.read(
@@ -733,6 +834,92 @@ class CommitProtocol:
             self._steps.write(partial(self._journal.finish, record.batch_id))
         except RetryableStoreError:
             return False
+        return True
+
+    def _finish_fenced(self, record: BatchRecord, batch: FencedBatch, pages: Sequence[JournalPage] | None) -> bool:
+        """Each item's fenced writes of a FENCED batch, with the batch's own epoch and sequence whoever sends
+        them (a write on an item that has it already is refused as applied), then DONE."""
+        if pages is None:
+            try:
+                pages, _ = self._steps.read(partial(self._journal.read_progress, record.batch_id, record.chunks))
+            except RetryableStoreError:
+                return False  # committed batches are finished by whoever meets their markers next
+        increments = merge_totals(page for page in pages if not isinstance(page, CrossingPage))
+        prune = self._prunes(batch, increments) if self._epochs is not None else {}
+        plans = self._plan_fenced(
+            increments, batch, defaults=self._declared.defaults, counter_limit=self._fenced_limit, prune=prune
+        )
+        if self._pool is not None and len(plans) > 1:
+            # Items are independent: each item's parts in order, the items at once.
+            finished = all(list(self._pool.map(self._apply_item, plans)))
+        else:
+            finished = all(self._apply_item(writes) for writes in plans)
+        if not finished:
+            return False
+        try:
+            self._steps.write(partial(self._journal.mark_done, record.batch_id, self._now_ms))
+        except RetryableStoreError:
+            return False
+        return True
+
+    def _prunes(self, batch: FencedBatch, increments: Totals) -> dict[ItemKey, dict[str, int]]:
+        """Other epochs' marks the owner's writes of ``batch`` may remove, from what the container saw of the items'
+        marks and of those epochs' headers (a few read here: a header found DONE or gone is final); a finisher
+        prunes nothing."""
+        epochs = self._epochs
+        if epochs is None or self._fence_horizon_ms <= 0 or batch.epoch != epochs.current:
+            return {}
+        prune: dict[ItemKey, dict[str, int]] = {}
+        reads = 0
+        for item in increments:
+            fence = epochs.marks_of(item)
+            if all(epoch == batch.epoch for epoch in fence):
+                continue
+            for other in batches_to_look_up(fence, batch.epoch, epochs.headers_seen()):
+                if reads >= MAX_HEADER_READS_PER_BATCH:
+                    break
+                reads += 1
+                try:
+                    record = self._steps.read(partial(self._journal.read, other.batch_id))
+                except RetryableStoreError:
+                    return prune
+                if record is None:
+                    # Gone: counted from no earlier than this read (the lease's end is past it).
+                    epochs.remember_header(other, HeaderSeen(None, self._steps.lease_until_ms(), consistent=True))
+                elif record.state is BatchState.DONE:
+                    epochs.remember_header(other, HeaderSeen(record.state, self._now_ms, record.done_at_ms))
+            due = self._prunable(fence, batch.epoch, epochs.headers_seen(), self._now_ms, self._fence_horizon_ms)
+            if due:
+                prune[item] = due
+        return prune
+
+    def _apply_item(self, writes: Sequence[FencedWrite]) -> bool:
+        """One item's parts of a fenced batch, in order, each sent until it is on the item; False if that must
+        wait (out of time, DynamoDB kept throttling, an answer that says a part is missing)."""
+        for planned in writes:
+            write = planned
+            while True:
+                if not self._steps.may_start():
+                    return False
+                try:
+                    answer = self._steps.write(partial(self._journal.apply_fenced, write))
+                except WriteRejectedError:
+                    # Committed increments DynamoDB refuses (a sum past the Number range, which the pre-commit read
+                    # missed: a race it cannot close) cannot be un-committed: counted, alarmed, the batch finishes.
+                    self._figures.refused_chunks += 1
+                    return True  # the item's later parts follow this one's mark: none can land
+                except RetryableStoreError:
+                    return False
+                if self._epochs is not None:
+                    self._epochs.remember_marks(write.item, answer.fence)
+                if answer.committed:
+                    break
+                why = fence_refusal(write, answer.fence)
+                if why is Refusal.APPLIED:
+                    break
+                if why is Refusal.OUT_OF_ORDER:
+                    return False
+                write = without_prune(write)
         return True
 
     def _isolate(
@@ -856,7 +1043,7 @@ class CommitProtocol:
         return Resolution.REPLACEABLE
 
     def resolve(self, batch_id: str) -> Resolution:
-        """What a marker naming ``batch_id`` means now; finishes a COMMITTED batch on the way."""
+        """What a marker naming ``batch_id`` means now; finishes a committed batch on the way."""
         known = self._resolutions.get(batch_id)
         if known is not None:
             return known
@@ -881,7 +1068,7 @@ class CommitProtocol:
             resolution = Resolution.REPLACEABLE
         elif state is BatchState.DONE:
             resolution = Resolution.APPLIED
-        elif state is BatchState.COMMITTED:
+        elif state.committed:
             resolution = Resolution.APPLIED if self.finish(record, pages=None) else Resolution.PENDING
         else:
             resolution = Resolution.PENDING  # another invocation's batch, lease live: it decides first

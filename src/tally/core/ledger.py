@@ -14,12 +14,23 @@ from tally.core.model import IdConflict, RejectCode
 
 
 class BatchState(StrEnum):
-    """The states of a journal batch. Only PREPARING -> COMMITTED -> DONE and PREPARING -> ABORTED exist."""
+    """The states of a journal batch: PREPARING -> COMMITTED -> DONE (chunked), PREPARING -> FENCED -> DONE
+    (fenced), PREPARING -> ABORTED."""
 
     PREPARING = "PREPARING"
     COMMITTED = "COMMITTED"
+    """Committed, its chunks applied one transaction each, each with its applied-record."""
+    FENCED = "FENCED"
+    """Committed, its items applied by fenced writes (``tally.core.fence``), with no applied-record: a state of its
+    own, which code without the fenced apply does not know and refuses (it would finish the batch by chunks, every
+    item again: docs/journal.md, "Rolling out")."""
     DONE = "DONE"
     ABORTED = "ABORTED"
+
+    @property
+    def committed(self) -> bool:
+        """Committed and not yet DONE: whoever meets the batch's markers finishes it."""
+        return self in (BatchState.COMMITTED, BatchState.FENCED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +41,8 @@ class BatchRecord:
     state: BatchState
     lease_until_ms: int
     chunks: int
+    done_at_ms: int | None = None
+    """When a fenced batch was marked DONE (the marking invocation's clock); None otherwise."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -511,7 +511,7 @@ def plan_apply_chunks(
         parts = item_parts(key)
         key_bytes = len(parts.key.encode("utf-8")) + len(parts.window)
         position = first_open
-        for part in _counter_parts(counters, counter_limit(key)):
+        for part in counter_parts(counters, counter_limit(key)):
             entry = key_bytes + sum(len(name.encode("utf-8")) + 48 for name in part)
             while position < len(chunks) and (
                 len(chunks[position]) >= max_keys or (chunks[position] and sizes[position] + entry > max_bytes)
@@ -528,7 +528,7 @@ def plan_apply_chunks(
     return tuple(chunks)
 
 
-def _counter_parts(counters: Mapping[str, Number], limit: int) -> list[Mapping[str, Number]]:
+def counter_parts(counters: Mapping[str, Number], limit: int) -> list[Mapping[str, Number]]:
     if len(counters) <= limit:
         return [counters]
     names = list(counters)

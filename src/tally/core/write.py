@@ -6,6 +6,9 @@ and start values, a reset's values and the operator's record, its conditions), t
 store turns each field into DynamoDB's words and decides nothing; an ``ItemWrite`` is one ``Update`` (or, when it
 writes nothing, one ``ConditionCheck``) whatever carries it.
 
+``FencedWrite`` is one item's part of a fenced journal batch, as ``tally.core.fence.plan_fenced_apply`` decides it
+and the journal's store encodes it: one plain ``UpdateItem`` with its ADDs and the writer's mark.
+
 ``ItemRead`` is one counter item as a strongly consistent read, or a refused condition's ``ALL_OLD``, found it;
 ``ReadFirst`` names the items a write must read before it can be planned, ``Seen`` holds what was read.
 """
@@ -106,6 +109,40 @@ class ItemWrite:
     @property
     def conditioned(self) -> bool:
         return bool(self.bounds or self.free or self.exact or self.moves is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class FencedWrite:
+    """One part of one item of a fenced journal batch: its ADDs and the mark that says the part is on the item.
+
+    It commits only if the item's mark of ``epoch`` allows it (``after``); a write refused by that condition was
+    applied already (``tally.core.fence.refusal``). ``prune`` removes other epochs' marks riding along, each only
+    if it still holds the value seen.
+    """
+
+    item: ItemKey
+    adds: Mapping[str, Number]
+    """Counter -> the net delta added (non-zero)."""
+    starts: Mapping[str, Number]
+    """Counter of ``adds`` -> its start value: ``c = if_not_exists(c, start) + delta`` (a key's all-time item)."""
+    epoch: str
+    """The batch's epoch: the owner's, whoever sends the write."""
+    mark: int
+    """The value the epoch's mark takes: ``tally.core.fence.mark_value`` of the batch's sequence and this part."""
+    after: int | None
+    """The mark's value this part follows (the item's previous part of the batch); None for the first part, which
+    needs the mark absent or lower than ``mark``."""
+    prune: Mapping[str, int] = field(default_factory=dict)
+    """Another epoch -> its mark's value as seen: removed if it still holds that value."""
+
+
+@dataclass(frozen=True, slots=True)
+class FenceAnswer:
+    """What a fenced write's answer says: whether it committed, and the item's marks (epoch -> value) after it
+    (``ALL_NEW``) or, refused, as they were (``ALL_OLD``)."""
+
+    committed: bool
+    fence: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

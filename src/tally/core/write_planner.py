@@ -186,7 +186,7 @@ def _item_writes(
         ItemWrite(
             item,
             adds=chunk.increments.get(item, {}),
-            starts=_starts(item, chunk.increments.get(item, {}), defaults),
+            starts=start_values(item, chunk.increments.get(item, {}), defaults),
             sets=sets.get(item, {}),
             stamp=stamps.get(item) if isinstance(item, str) else None,
             bounds=checks.get(item, ()),
@@ -198,7 +198,7 @@ def _item_writes(
     )
 
 
-def _starts(item: ItemKey, adds: Iterable[str], defaults: CounterDefaults) -> dict[str, Number]:
+def start_values(item: ItemKey, adds: Iterable[str], defaults: CounterDefaults) -> dict[str, Number]:
     """The start values of the counters ``adds`` names, on a key's all-time item (windows count from zero)."""
     parts = item_parts(item)
     if parts.window != ALL_TIME or parts.shard != 0 or not defaults.rules:

@@ -11,11 +11,14 @@ as ``tally.commit.protocol`` and ``tally.store.journal`` write them:
 - direct transaction: one marker action per marker item (a message's own, or, for numbered ids, a block
   of 16 consecutive messages: ``tally.core.numbered_ids``) and one ``ADD`` per item, 2 units per item per KB
   (a block stays within 1 KB);
-- journal unit: claim transactions (the header, or a check of it, plus up to 99 marker items each); a unit of
-  one apply chunk commits in one transaction (header + ADDs); a larger one reads its later chunks'
-  items once (consistent, the range check), writes its pages (``BatchWriteItem``, 1 unit per KB), then
-  the commit (header, applied-record, chunk 0), one transaction per later chunk (applied-record + ADDs)
-  and the finish (header);
+- journal unit: claim transactions (the header, or a check of it, plus up to 99 marker items each), then
+  - fenced (``FencedApply=true``, the default; ``tally.core.fence``): every item read once (consistent, the range
+    check), the pages (``BatchWriteItem``, 1 unit per KB), the header's commit (a plain ``UpdateItem``), **one
+    plain conditional ``UpdateItem`` per item at 1 unit per KB** of the item with ``FENCE_MARKS_PRICED`` marks on
+    it, and DONE (a plain ``UpdateItem``); no applied-record, no transaction after the claims;
+  - chunked (``FencedApply=false``): a unit of one apply chunk commits in one transaction (header + ADDs); a larger
+    one reads its later chunks' items once (consistent), writes its pages, then the commit (header,
+    applied-record, chunk 0), one transaction per later chunk (applied-record + ADDs) and the finish (header);
 - re-sent messages are settled by the marker read before any write: half a read unit each. Without
   re-sends the read gate (``tally.commit.marker_reads``) closes after 10 batches per container, so the
   model bills no marker reads then (a warm-up of 10 batches a container is noise over a month).
@@ -98,6 +101,12 @@ KINESIS_SHARD_BYTES_PER_S: Final = 1024 * 1024
 SQS_MAX_WINDOW_S: Final = 60
 """The template caps ``BatchingWindowSeconds`` at 60 (its visibility mapping allows 60 s for it)."""
 KINESIS_MAX_WINDOW_S: Final = 300
+FENCE_MARK_BYTES: Final = len("f#") + 11 + number_size(str(2**31))
+"""One epoch's mark on an item (``f#<11-character epoch>`` = sequence x 1024 + part): 19 bytes (measured 15-21)."""
+FENCE_MARKS_PRICED: Final = 10
+"""Marks a key item is priced with under the fenced apply: one per writer epoch that wrote it within the prune
+horizon (31 minutes); ten keeps an item at ``MOVE_AT_BYTES`` plus an hour under 1 KB (docs/journal.md, "Fenced
+apply"). A key more containers write at once carries more, and its writes pass 1 KB sooner."""
 DEFAULT_TRANSACTION_MS: Final = 15.0
 """Assumed latency of a 100-action ``TransactWriteItems`` on AWS (an input; part 5 is to measure it)."""
 SIMULATED_EVENTS: Final = 40_000
@@ -143,6 +152,10 @@ class Latencies:
     transact_write_ms: float = DEFAULT_TRANSACTION_MS
     batch_get_ms: float = 5.0
     batch_write_ms: float = 10.0
+    single_write_ms: float = 7.55
+    """A plain ``UpdateItem`` (``RequestLatencies.single_item_ms``)."""
+    parallel_writes: int = 4
+    """Single-item writes in flight at once: the write pool (``TALLY_WRITE_CONCURRENCY``'s default)."""
     cpu_us_per_item: float = 115.0
     cpu_us_per_event_item: float = 7.7
 
@@ -191,6 +204,7 @@ def published_latencies() -> Latencies:
         transact_write_ms=round(published.of("TransactWriteItems", 100), 1),
         batch_get_ms=round(published.of("BatchGetItem", 100), 1),
         batch_write_ms=round(published.of("BatchWriteItem", 25), 1),
+        single_write_ms=published.of("UpdateItem", 1),
     )
 
 
@@ -230,6 +244,8 @@ class Traffic:
     memory_mb: int = 512
     archive: bool = True
     """Whether every counted message is archived to S3 (``ArchiveEnabled``)."""
+    fenced_apply: bool = True
+    """Whether journal batches are applied by fenced single-item writes (``FencedApply``) or chunk transactions."""
     views: tuple[int, ...] = ()
     """Each declared view's distinct values per key (``CounterViews``; customers 50, routes 8, their pairs 400):
     an event counts once more in one value's item of each, the value drawn with the traffic's skew."""
@@ -283,6 +299,8 @@ class BatchBill:
     journal_units: int
     items: int = 0
     """Items written: transaction actions and pages (what botocore serialises)."""
+    single_writes: int = 0
+    """Plain single-item writes (``UpdateItem``): a fenced batch's items, its commit and its DONE."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,6 +318,8 @@ class UnitsPerEvent:
     items_per_batch: float
     journal_share: float
     """Share of batches with at least one journal unit."""
+    single_writes_per_batch: float = 0.0
+    """Plain single-item writes per batch (the fenced apply's), sent on the write pool."""
 
 
 PageBytes = Callable[["Totals"], int]
@@ -380,13 +400,17 @@ def simulate(
         batch_records=batch_records,
         write_units=sum(bill.write_units for bill in bills) / events + move_writes,
         read_units=sum(bill.read_units for bill in bills) / events + move_reads,
-        requests_per_batch=sum(bill.transactions + bill.batch_gets + bill.batch_writes for bill in bills) / count,
+        requests_per_batch=sum(
+            bill.transactions + bill.batch_gets + bill.batch_writes + bill.single_writes for bill in bills
+        )
+        / count,
         transactions_per_batch=sum(bill.transactions for bill in bills) / count,
         batch_gets_per_batch=sum(bill.batch_gets for bill in bills) / count,
         batch_writes_per_batch=sum(bill.batch_writes for bill in bills) / count,
         events_per_batch=events / count,
         items_per_batch=sum(bill.items for bill in bills) / count,
         journal_share=sum(1 for bill in bills if bill.journal_units) / count,
+        single_writes_per_batch=sum(bill.single_writes for bill in bills) / count,
     )
 
 
@@ -401,6 +425,7 @@ def bill_batch(
     batch_gets = 0
     batch_writes = 0
     items = 0
+    single_writes = 0
     marker_units = transactional_write_units(MARKER_BYTES)
     header_units = transactional_write_units(HEADER_BYTES)
     records = len(messages) + resent
@@ -420,6 +445,17 @@ def bill_batch(
         items += markers + claim_transactions
         increments = _merged(unit)
         chunks = plan_apply_chunks(increments, max_keys=MAX_JOURNAL_CHUNK_KEYS)
+        if traffic.fenced_apply and chunks:
+            # Every item read and checked, the pages, the commit alone, each item's fenced write, DONE.
+            keys = len(increments)
+            reads += read_units(_counter_item_bytes(traffic), consistent=True) * keys
+            batch_gets += -(-keys // BATCH_GET_MAX_KEYS)
+            writes += sum(write_units(PAGE_OVERHEAD_BYTES + page_bytes(chunk)) for chunk in chunks)
+            batch_writes += -(-len(chunks) // BATCH_WRITE_MAX_ITEMS)
+            writes += 2 * write_units(HEADER_BYTES) + _fenced_adds(increments, traffic)
+            single_writes += keys + 2
+            items += len(chunks) + keys + 2
+            continue
         if len(chunks) <= 1:
             writes += header_units + _adds(chunks[0] if chunks else {}, traffic)
             transactions += 1
@@ -447,6 +483,7 @@ def bill_batch(
         batch_writes=batch_writes,
         journal_units=len(plan.journals),
         items=items,
+        single_writes=single_writes,
     )
 
 
@@ -463,6 +500,14 @@ def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, int]]:
 def _adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
     return float(
         sum(transactional_write_units(_item_bytes(item, counters, traffic)) for item, counters in increments.items())
+    )
+
+
+def _fenced_adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
+    """Each item's fenced write: 1 unit per KB of the item with its marks (``FENCE_MARKS_PRICED``)."""
+    marks = FENCE_MARKS_PRICED * FENCE_MARK_BYTES
+    return float(
+        sum(write_units(_item_bytes(item, counters, traffic) + marks) for item, counters in increments.items())
     )
 
 
@@ -609,12 +654,15 @@ class Parameters:
     """Kinesis shards (``StreamMode=PROVISIONED``, ``ShardCount``); 0 for SQS."""
     parallelization_factor: int = 1
     archive: bool = True
+    fenced_apply: bool = True
 
     def as_template(self) -> dict[str, str]:
         """The parameter overrides, as ``sam deploy --parameter-overrides`` takes them."""
         common = {"Windows": ",".join(self.windows), "MemorySize": str(self.memory_mb)}
         if not self.archive:
             common["ArchiveEnabled"] = "false"
+        if not self.fenced_apply:
+            common["FencedApply"] = "false"
         if self.source == "Kinesis":
             return {
                 "Source": "Kinesis",
@@ -684,6 +732,7 @@ class Bill:
                 "source": self.traffic.source,
                 "latency_budget_s": self.traffic.latency_budget_s,
                 "archive": self.traffic.archive,
+                "fenced_apply": self.traffic.fenced_apply,
                 "views": list(self.traffic.views),
             },
             "parameters": self.parameters.as_template(),
@@ -696,6 +745,7 @@ class Bill:
                 "records": self.records_per_batch,
                 "events": self.units.events_per_batch,
                 "transactions": self.units.transactions_per_batch,
+                "single_writes": self.units.single_writes_per_batch,
                 "requests": self.units.requests_per_batch,
                 "handler_seconds": self.handler_s,
             },
@@ -765,6 +815,7 @@ def price(
         shards=shards,
         parallelization_factor=factor,
         archive=traffic.archive,
+        fenced_apply=traffic.fenced_apply,
     )
     messages_month = traffic.records_per_second * (1 + traffic.resend_rate) * SECONDS_PER_MONTH
     archive_puts = invocations if traffic.archive else 0.0
@@ -775,7 +826,14 @@ def price(
     )
     assumptions = (
         f"request latencies assumed, not measured on AWS: TransactWriteItems {latencies.transact_write_ms} ms, "
-        f"BatchGetItem {latencies.batch_get_ms} ms, BatchWriteItem {latencies.batch_write_ms} ms",
+        f"BatchGetItem {latencies.batch_get_ms} ms, BatchWriteItem {latencies.batch_write_ms} ms, UpdateItem "
+        f"{latencies.single_write_ms} ms ({latencies.parallel_writes} at once)",
+        (
+            f"journal batches fenced (FencedApply): each key's item one plain write at 1 write unit per KB, priced "
+            f"with {FENCE_MARKS_PRICED} writer marks on it"
+            if traffic.fenced_apply
+            else "journal batches chunked (FencedApply=false): each key's item in a transaction, 2 units per KB"
+        ),
         f"handler CPU as measured by bench.duration on an x86 VM: {latencies.cpu_us_per_item} us per item "
         f"written, {latencies.cpu_us_per_event_item} us per event per counter item, at {traffic.memory_mb} MB's "
         "vCPU share",
@@ -885,6 +943,7 @@ def _handler_seconds(units: UnitsPerEvent, traffic: Traffic, latencies: Latencie
             batch_writes=units.batch_writes_per_batch,
             items=units.items_per_batch,
             event_items=units.events_per_batch * (1 + len(traffic.windows)),
+            single_writes=units.single_writes_per_batch,
         ),
         traffic.memory_mb,
         latencies,
@@ -902,6 +961,8 @@ class BatchWork:
     """Items written: transaction actions and pages (what botocore serialises)."""
     event_items: float
     """Each event once per counter item it lands in (its key's, each view's; all-time and each window)."""
+    single_writes: float = 0.0
+    """Plain single-item writes (the fenced apply's), sent ``Latencies.parallel_writes`` at a time."""
 
 
 def handler_seconds(work: BatchWork, memory_mb: int, latencies: Latencies) -> float:
@@ -911,6 +972,7 @@ def handler_seconds(work: BatchWork, memory_mb: int, latencies: Latencies) -> fl
         work.transactions * latencies.transact_write_ms
         + work.batch_gets * latencies.batch_get_ms
         + work.batch_writes * latencies.batch_write_ms
+        + work.single_writes * latencies.single_write_ms / max(1, latencies.parallel_writes)
     )
     cpu_us = work.items * latencies.cpu_us_per_item + work.event_items * latencies.cpu_us_per_event_item
     share = min(1.0, memory_mb / LAMBDA_FULL_VCPU_MB)

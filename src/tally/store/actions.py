@@ -17,14 +17,20 @@ from tally.core.items import (
 from tally.core.ledger import BatchState, Claim
 from tally.core.numbers import to_wire
 from tally.store.expressions import (
+    FENCE_AFTER,
+    FENCE_MARK,
+    FENCE_NAME,
+    FENCE_SET,
     OPERATOR_AT,
     OPERATOR_ID,
     add_expression,
     bound_condition,
     bound_placeholders,
+    fence_condition,
     name_placeholder,
     operator_placeholders,
     operator_sets,
+    prune_placeholders,
     start_placeholder,
     threshold_condition,
     threshold_placeholders,
@@ -38,6 +44,7 @@ from tally.store.schema import (
     OPERATOR_PREFIXES,
     WINDOW_MOVES,
     counter_attribute,
+    fence_attribute,
     header_id,
     item_key,
 )
@@ -45,12 +52,17 @@ from tally.store.schema import (
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from mypy_boto3_dynamodb.type_defs import ConditionCheckTypeDef, TransactWriteItemTypeDef, UpdateTypeDef
+    from mypy_boto3_dynamodb.type_defs import (
+        ConditionCheckTypeDef,
+        TransactWriteItemTypeDef,
+        UpdateItemInputTypeDef,
+        UpdateTypeDef,
+    )
 
     from tally.core.bounds import BoundCheck
     from tally.core.resets import OperatorStamp
     from tally.core.thresholds import CrossingFree, ExactCheck
-    from tally.core.write import ItemWrite, MovesSeen
+    from tally.core.write import FencedWrite, ItemWrite, MovesSeen
 
 
 MOVES_NAME = "#moves"
@@ -144,6 +156,7 @@ def add_update(
     free: Sequence[CrossingFree] = (),
     exact: Sequence[ExactCheck] = (),
     moves: MovesSeen | None = None,
+    fence: _Condition | None = None,
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """One atomic ``ADD`` of every counter of one item (and, for a window, its expiry if not set yet).
 
@@ -160,7 +173,8 @@ def add_update(
     ``free`` and ``exact`` (``tally.core.thresholds``) add the crossing condition: a write that would cross a
     declared level (or whose thresholded counters no longer hold the values it was planned from) is cancelled
     with the item as it was (``ALL_OLD``), as a bound's is. ``moves``: the key item's count of window moves
-    when the moved part of an ended window was read; the write is conditioned on it (no move since).
+    when the moved part of an ended window was read; the write is conditioned on it (no move since). ``fence``: a
+    fenced write's mark, removals and condition (``fenced_update``).
     """
     parts = item_parts(item)
     started = {} if not starts or parts.window != ALL_TIME or parts.shard != 0 else starts
@@ -178,9 +192,13 @@ def add_update(
     extra: list[str] = []
     if sets or stamp is not None:
         extra = _operator_clauses(names, values, sets, stamp)
+    removes: list[str] = []
+    if fence is not None:
+        extra.append(FENCE_SET)
+        removes = [name for name in fence.names if name != FENCE_NAME]
     # Built by ``expressions``, whose ``counters_per_add`` bounds it within DynamoDB's 4 KB.
     expression = add_expression(
-        len(ordered), sets_expiry=expires_at_s is not None, started=first_plain, extra_sets=extra
+        len(ordered), sets_expiry=expires_at_s is not None, started=first_plain, extra_sets=extra, removes=removes
     )
     if expires_at_s is not None:
         names["#expires"] = EXPIRES_AT
@@ -197,9 +215,43 @@ def add_update(
         values.update(condition.values)
         update["ConditionExpression"] = condition.expression
         update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    elif fence is not None:
+        names.update(fence.names)
+        values.update(fence.values)
+        update["ConditionExpression"] = fence.expression
+        update["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
     if values:
         update["ExpressionAttributeValues"] = values
     return {"Update": update}, add_role(item)
+
+
+def fenced_update(table: str, write: FencedWrite) -> UpdateItemInputTypeDef:
+    """The plain ``UpdateItem`` of one part of one item of a fenced journal batch (``tally.core.fence``): its ADDs
+    (a started counter from its start value, a window's expiry) and ``SET f#<epoch> = mark``, on the condition of
+    ``fence_condition``; the marks it removes, each conditioned on the value seen. A refusal returns the item as
+    it was (``ALL_OLD``), a success the item as it is (``ALL_NEW``), so that the marks are known either way."""
+    names = {FENCE_NAME: fence_attribute(write.epoch)}
+    values: dict[str, Any] = {FENCE_MARK: {"N": str(write.mark)}}
+    if write.after is not None:
+        values[FENCE_AFTER] = {"N": str(write.after)}
+    for index, (epoch, seen) in enumerate(write.prune.items()):
+        name, value = prune_placeholders(index)
+        names[name] = fence_attribute(epoch)
+        values[value] = {"N": str(seen)}
+    condition = _Condition(fence_condition(first=write.after is None, prunes=len(write.prune)), names, values)
+    action, _ = add_update(table, write.item, write.adds, write.starts, fence=condition)
+    update = action["Update"]
+    request: UpdateItemInputTypeDef = {
+        "TableName": update["TableName"],
+        "Key": update["Key"],
+        "UpdateExpression": update["UpdateExpression"],
+        "ConditionExpression": update["ConditionExpression"],
+        "ExpressionAttributeNames": update["ExpressionAttributeNames"],
+        "ExpressionAttributeValues": update["ExpressionAttributeValues"],
+        "ReturnValues": "ALL_NEW",
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+    return request
 
 
 def bound_check(

@@ -4,7 +4,7 @@ A dead letter's refusal may no longer hold: a bounded message refused ``below_fl
 decided again after a restock counts, and its letter stays in the queue. What says a message counts is its
 idempotency marker, and only this store knows where markers live and what they hold. A message counts
 when its marker names the same content (its digest, or none: a marker from before digests) and was
-written directly, or by a journal batch that committed (``COMMITTED`` or ``DONE``). A marker of a batch
+written directly, or by a journal batch that committed (``COMMITTED``, ``FENCED`` or ``DONE``). A marker of a batch
 that is still preparing, was aborted, or whose header has expired says nothing certain: not counted.
 """
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
-_COMMITTED: Final = frozenset({BatchState.COMMITTED, BatchState.DONE})
+_COMMITTED: Final = frozenset({BatchState.COMMITTED, BatchState.FENCED, BatchState.DONE})
 _READS_ONLY_TTL_S: Final = 86_400
 """These adapters only read here; the marker lifetime they would write with does not matter."""
 
@@ -55,7 +55,7 @@ class DynamoDBCountedLookup:
         )
 
     def _committed(self, batch_ids: set[str]) -> set[str]:
-        """Those of ``batch_ids`` whose header says COMMITTED or DONE (strongly consistent reads)."""
+        """Those of ``batch_ids`` whose header says COMMITTED, FENCED or DONE (strongly consistent reads)."""
         if not batch_ids:
             return set()
         by_item = {header_id(batch_id): batch_id for batch_id in batch_ids}

@@ -40,7 +40,14 @@ def start_placeholder(index: int) -> str:
     return f":s{index}"
 
 
-def add_expression(counter_count: int, *, sets_expiry: bool, started: int = 0, extra_sets: Sequence[str] = ()) -> str:
+def add_expression(
+    counter_count: int,
+    *,
+    sets_expiry: bool,
+    started: int = 0,
+    extra_sets: Sequence[str] = (),
+    removes: Sequence[str] = (),
+) -> str:
     """``ADD #c0 :v0, #c1 :v1, ...`` (and the expiry of a window item, set once).
 
     The first ``started`` counters have a start value (``tally.core.defaults``): they are
@@ -53,21 +60,52 @@ def add_expression(counter_count: int, *, sets_expiry: bool, started: int = 0, e
     ]
     if sets_expiry:
         sets.append(_EXPIRY_SET)
-    sets.extend(extra_sets)  # a reset's values and an operator's record (``operator_sets``)
+    sets.extend(extra_sets)  # a reset's values and an operator's record (``operator_sets``), a fenced write's mark
     adds = [f"{name_placeholder(i)} {value_placeholder(i)}" for i in range(started, counter_count)]
     parts = []
     if adds:
         parts.append("ADD " + ", ".join(adds))
     if sets:
         parts.append("SET " + ", ".join(sets))
+    if removes:
+        parts.append("REMOVE " + ", ".join(removes))
     return " ".join(parts)
 
 
+FENCE_NAME: Final = "#fence"
+FENCE_MARK: Final = ":mark"
+FENCE_AFTER: Final = ":after"
+FENCE_SET: Final = f"{FENCE_NAME} = {FENCE_MARK}"
+
+
+def prune_placeholders(index: int) -> tuple[str, str]:
+    """Another epoch's mark a fenced write removes: its name, and the value it must still hold."""
+    return f"#p{index}", f":p{index}"
+
+
+def fence_condition(*, first: bool, prunes: int) -> str:
+    """A fenced write's condition: its epoch's mark absent or lower (an item's first part of a batch) or at the
+    previous part's value, and each mark it removes still at the value seen."""
+    own = (
+        f"(attribute_not_exists({FENCE_NAME}) OR {FENCE_NAME} < {FENCE_MARK})"
+        if first
+        else f"{FENCE_NAME} = {FENCE_AFTER}"
+    )
+    return " AND ".join([own, *(" = ".join(prune_placeholders(index)) for index in range(prunes))])
+
+
 @cache
-def _most_counters(sets_expiry: bool, started: bool) -> int:
+def _most_counters(sets_expiry: bool, started: bool, prunes: int | None = None) -> int:
     # The length grows with the count (by 9 to 40 bytes a counter): walk up to the first that overflows.
+    # A fenced write (``prunes`` not None) also sets its mark and removes up to ``prunes`` others.
+    extra = [FENCE_SET] if prunes is not None else []
+    removes = [prune_placeholders(index)[0] for index in range(prunes or 0)]
+
     def length(count: int) -> int:
-        return len(add_expression(count, sets_expiry=sets_expiry, started=count if started else 0).encode("utf-8"))
+        expression = add_expression(
+            count, sets_expiry=sets_expiry, started=count if started else 0, extra_sets=extra, removes=removes
+        )
+        return len(expression.encode("utf-8"))
 
     count = 1
     while length(count + 1) <= UPDATE_EXPRESSION_MAX_BYTES:
@@ -75,21 +113,25 @@ def _most_counters(sets_expiry: bool, started: bool) -> int:
     return count
 
 
-def counters_per_add(item: ItemKey, *, started: bool = False) -> int:
+def counters_per_add(item: ItemKey, *, started: bool = False, fenced_prunes: int | None = None) -> int:
     """The most counters one ``ADD`` on ``item`` can carry within DynamoDB's 4 KB (331; 328 for a window;
-    fewer when counters of the item may have start values: ``started``, the worst case of all of them)."""
-    return _most_counters(item_parts(item).expires_at_s is not None, started)
+    fewer when counters of the item may have start values: ``started``, the worst case of all of them; fewer for a
+    fenced write, which also sets its mark and removes up to ``fenced_prunes`` others)."""
+    return _most_counters(item_parts(item).expires_at_s is not None, started, fenced_prunes)
 
 
-def counter_limit_for(defaults: CounterDefaults) -> Callable[[ItemKey], int]:
-    """The planner's bound on counters per item for a deployment's declared start values."""
+def counter_limit_for(defaults: CounterDefaults, *, fenced_prunes: int | None = None) -> Callable[[ItemKey], int]:
+    """The planner's bound on counters per item for a deployment's declared start values (of a fenced write that
+    removes up to ``fenced_prunes`` marks, when given)."""
     if not defaults.has_starts:
-        return counters_per_add
+        if fenced_prunes is None:
+            return counters_per_add
+        return lambda item: counters_per_add(item, fenced_prunes=fenced_prunes)
 
     def limit(item: ItemKey) -> int:
         parts = item_parts(item)
         started = parts.window == ALL_TIME and parts.shard == 0 and bool(defaults.starts(parts.key))
-        return counters_per_add(item, started=started)
+        return counters_per_add(item, started=started, fenced_prunes=fenced_prunes)
 
     return limit
 

@@ -17,8 +17,9 @@ from tally.core.items import ALL_TIME, item_parts
 from tally.core.ledger import BatchRecord, BatchState, Claim
 from tally.core.limits import BATCH_WRITE_MAX_ITEMS
 from tally.core.thresholds import CrossingPage
+from tally.core.write import FenceAnswer
 from tally.errors import BatchStateError, RetryableStoreError, StoreError
-from tally.store.actions import Role, add_update, batch_state_check, replaced_batch_check
+from tally.store.actions import Role, add_update, batch_state_check, fenced_update, replaced_batch_check
 from tally.store.markers import marker_actions
 from tally.store.notifications import notification_put
 from tally.store.pages import decode_crossings, decode_page, encode_crossings, encode_page
@@ -27,6 +28,7 @@ from tally.store.schema import (
     APPLIED_REFUSED,
     EXPIRES_AT,
     HEADER_CHUNKS,
+    HEADER_DONE_AT,
     HEADER_LEASE_UNTIL,
     HEADER_STATE,
     LEDGER_ID,
@@ -34,7 +36,9 @@ from tally.store.schema import (
     PAGE_DATA,
     PARTITION_KEY,
     SORT_KEY,
+    RawItem,
     applied_id,
+    fence_from_item,
     header_id,
     item_counters,
     item_key,
@@ -51,6 +55,7 @@ if TYPE_CHECKING:
     from tally.core.items import ItemKey
     from tally.core.plan import JournalPage
     from tally.core.thresholds import Crossing
+    from tally.core.write import FencedWrite
 
 JOURNAL_GRACE_SECONDS: Final = 86_400
 """Journal items outlive every marker of their batch by at least this much (the TTL ordering rule)."""
@@ -193,6 +198,55 @@ class DynamoDBJournal:
         table = self._notifications
         return [notification_put(table, crossing, crossing.at_ms // 1000 + self._ttl) for crossing in crossings]
 
+    def commit_header(self, batch_id: str, chunk_count: int) -> None:
+        """PREPARING -> FENCED of a fenced batch, alone: a plain conditional ``UpdateItem`` (1 write unit)."""
+        self._header_update(batch_id, BatchState.PREPARING, BatchState.FENCED, {HEADER_CHUNKS: str(chunk_count)})
+
+    def mark_done(self, batch_id: str, now_ms: int) -> None:
+        """FENCED -> DONE of a fenced batch, with when (``done_at``, which prunes of its marks wait on); a batch
+        already DONE is fine."""
+        try:
+            self._header_update(batch_id, BatchState.FENCED, BatchState.DONE, {HEADER_DONE_AT: str(now_ms)})
+        except BatchStateError:
+            record = self.read(batch_id)
+            if record is None or record.state is not BatchState.DONE:
+                raise
+
+    def _header_update(self, batch_id: str, expected: BatchState, new: BatchState, numbers: dict[str, str]) -> None:
+        names = {"#state": HEADER_STATE, **{f"#n{i}": name for i, name in enumerate(numbers)}}
+        values: dict[str, Any] = {":new": {"S": new}, ":expected": {"S": expected}}
+        values.update({f":n{i}": {"N": value} for i, value in enumerate(numbers.values())})
+        sets = ["#state = :new", *(f"#n{i} = :n{i}" for i in range(len(numbers)))]
+        try:
+            self._client.update_item(
+                TableName=self._markers,
+                Key={LEDGER_ID: {"S": header_id(batch_id)}},
+                UpdateExpression="SET " + ", ".join(sets),
+                ConditionExpression="#state = :expected",
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise BatchStateError(f"batch {batch_id} is not {expected}") from exc
+            raise translate(exc) from exc
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
+
+    def apply_fenced(self, write: FencedWrite) -> FenceAnswer:
+        """One part of one item of a fenced batch, as one plain conditional ``UpdateItem`` (``fenced_update``);
+        refused, the item's marks as they were, for the core to read why (``tally.core.fence.refusal``)."""
+        try:
+            answer = self._client.update_item(**fenced_update(self._counters, write))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise translate(exc) from exc
+            found: RawItem = exc.response.get("Item", {})  # type: ignore[assignment]  # ALL_OLD: botocore types it loosely
+            return FenceAnswer(committed=False, fence=fence_from_item(found))
+        except BotoCoreError as exc:
+            raise translate(exc) from exc
+        return FenceAnswer(committed=True, fence=fence_from_item(answer.get("Attributes", {})))
+
     def refuse_chunk(self, batch_id: str, index: int, reason: str, lease_until_ms: int) -> None:
         """Record that DynamoDB refuses chunk ``index`` (a counter would leave the Number range)."""
         self._transact([self._applied_put(batch_id, index, lease_until_ms, refused=reason[:1000] or "refused")])
@@ -249,6 +303,7 @@ class DynamoDBJournal:
             state=BatchState(item[HEADER_STATE]["S"]),
             lease_until_ms=int(item[HEADER_LEASE_UNTIL]["N"]),
             chunks=int(chunks["N"]) if chunks is not None else 0,
+            done_at_ms=int(item[HEADER_DONE_AT]["N"]) if HEADER_DONE_AT in item else None,
         )
 
     def read_progress(self, batch_id: str, chunk_count: int) -> tuple[list[JournalPage], set[int]]:

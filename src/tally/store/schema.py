@@ -107,6 +107,8 @@ HEADER_LEASE_UNTIL: Final = "lease_until"
 
 
 HEADER_CHUNKS: Final = "chunks"
+HEADER_DONE_AT: Final = "done_at"
+"""When a fenced batch was marked DONE (epoch ms, the marker's clock): its marks may go a horizon later."""
 
 
 PAGE_DATA: Final = "data"
@@ -121,6 +123,24 @@ APPLIED_REFUSED: Final = "refused"
 
 def header_id(batch_id: str) -> str:
     return "b#" + batch_id
+
+
+FENCE_PREFIX: Final = "f#"
+"""An epoch's mark on a counter item: ``f#<epoch>`` = the sequence and part of the last batch part it applied there
+(``tally.core.fence``), beside the ``c#`` counters."""
+
+
+def fence_attribute(epoch: str) -> str:
+    return FENCE_PREFIX + epoch
+
+
+def fence_from_item(item: RawItem) -> dict[str, int]:
+    """The epochs' marks of a raw counter item: epoch -> value."""
+    return {
+        name[len(FENCE_PREFIX) :]: int(value["N"])
+        for name, value in item.items()
+        if name.startswith(FENCE_PREFIX) and "N" in value
+    }
 
 
 def page_id(batch_id: str, index: int) -> str:

@@ -43,6 +43,12 @@ per-container memory, lost on a cold start: a second check costs a read, nothing
 ``BatchGetItem``, and moves what is due. A kill anywhere here leaves attributes that readers still count and a
 later batch writing the key moves. ``close_all`` (``tally windows close``) moves every key's ended windows, for keys
 no batch writes again.
+
+Marks: a key item written by fenced journal batches carries their writer epochs' marks (``f#<epoch>``,
+``tally.core.fence``). A move is a write the item gets anyway, so its ``REMOVE`` also takes the marks the container
+knows may go (``marks_due``: the applier's ``prunable_marks``, from the headers it has read), each on the condition
+that it still holds the value read; a mark that moved on cancels the move, which is planned again from the item the
+cancellation returned, where that mark is no longer due.
 """
 
 from __future__ import annotations
@@ -68,6 +74,8 @@ from tally.store.requests import RETRYABLE_REASONS, batch_get, scan_all_time_ite
 from tally.store.schema import (
     WINDOW_MOVES,
     counter_item_of,
+    fence_attribute,
+    fence_from_item,
     item_key,
     moved_pointer_attributes,
     moved_pointer_from_item,
@@ -78,7 +86,7 @@ from tally.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping, Sequence
+    from collections.abc import Callable, Iterable, Mapping, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -87,6 +95,7 @@ if TYPE_CHECKING:
     from tally.store.requests import Attempt
 
 logger = logging.getLogger(__name__)
+
 
 MAX_MOVED_ATTRIBUTES: Final = 100
 """Attributes one key item's ``REMOVE`` takes: its condition holds two operators each (``=``, ``AND``),
@@ -148,6 +157,8 @@ class _Move:
     """The pointer attributes it removes (totals no longer kept, units without levels now)."""
     moves: Decimal | None = None
     """The key item's count of moves as read: the move's condition when it keeps a pointer (planned from it)."""
+    pruned: Mapping[str, int] = field(default_factory=dict)
+    """Writer epochs' marks the move removes (epoch -> the value read, its condition)."""
 
     @property
     def keeps_pointers(self) -> bool:
@@ -161,6 +172,7 @@ def plan_move(
     *,
     move_at_bytes: int = MOVE_AT_BYTES,
     thresholds: CounterThresholds = NO_THRESHOLDS,
+    marks_due: Callable[[Mapping[str, int], int], Mapping[str, int]] | None = None,
 ) -> _Move | None:
     """What moving ``raw``'s ended windows writes; None when none has ended, or while none need move yet.
 
@@ -175,6 +187,7 @@ def plan_move(
 
     For each window unit with levels on the key (``thresholds``), the move also rewrites the unit's pointer
     (``tally.core.moved.next_pointer``) from the one read, and is then conditioned on the count of moves read.
+    ``marks_due`` names the writer epochs' marks the move removes besides (see the module's docstring).
     """
     ended = closed_windows(open_windows_from_item(raw), windows, now_ms)
     if not ended:
@@ -207,7 +220,8 @@ def plan_move(
             into[name] = EXACT.add(into.get(name, Decimal(0)), value)
     if not removed:
         return None
-    move = _Move(item, removed, tuple(adds.items()), len(taken))
+    due = dict(marks_due(fence_from_item(raw), now_ms)) if marks_due is not None else {}
+    move = _Move(item, removed, tuple(adds.items()), len(taken), pruned=due)
     return _with_pointers(move, raw, taken, windows, thresholds, now_ms=now_ms) if thresholds.rules else move
 
 
@@ -263,7 +277,10 @@ class DynamoDBWindowMover:
         max_actions: int = TRANSACT_MAX_ACTIONS,
         move_at_bytes: int = MOVE_AT_BYTES,
         thresholds: CounterThresholds = NO_THRESHOLDS,
+        marks_due: Callable[[Mapping[str, int], int], Mapping[str, int]] | None = None,
     ) -> None:
+        self._marks_due = marks_due
+        """Which writer epochs' marks a move may remove (the applier's ``prunable_marks``); None: none."""
         self._move_at_bytes = move_at_bytes
         """0: every ended window is moved as soon as a batch finds it (tests; ``close_all`` always does)."""
         self._client = client
@@ -323,7 +340,16 @@ class DynamoDBWindowMover:
         moves = [
             move
             for raw in raws
-            if (move := plan_move(raw, self._windows, now_ms, move_at_bytes=limit, thresholds=self._thresholds))
+            if (
+                move := plan_move(
+                    raw,
+                    self._windows,
+                    now_ms,
+                    move_at_bytes=limit,
+                    thresholds=self._thresholds,
+                    marks_due=self._marks_due,
+                )
+            )
             is not None
         ]
         total = WindowsMoved()
@@ -386,7 +412,12 @@ class DynamoDBWindowMover:
             code = reason.get("Code") or "None"
             if code == "ConditionalCheckFailed" and "Item" in reason:
                 replanned[owner] = plan_move(
-                    reason["Item"], self._windows, now_ms, move_at_bytes=0, thresholds=self._thresholds
+                    reason["Item"],
+                    self._windows,
+                    now_ms,
+                    move_at_bytes=0,
+                    thresholds=self._thresholds,
+                    marks_due=self._marks_due,
                 )
             elif code == "ConditionalCheckFailed":
                 replanned[owner] = None  # the key item is gone: nothing left to move
@@ -411,6 +442,10 @@ class DynamoDBWindowMover:
             names[f"#w{index}"] = attribute
             values[f":w{index}"] = {"N": to_wire(value)}
             conditions.append(f"#w{index} = :w{index}")
+        for index, (epoch, mark) in enumerate(move.pruned.items()):
+            names[f"#f{index}"] = fence_attribute(epoch)
+            values[f":f{index}"] = {"N": str(mark)}
+            conditions.append(f"#f{index} = :f{index}")
         removed = list(names)
         for index, attribute in enumerate(move.dropped):
             names[f"#d{index}"] = attribute

@@ -46,17 +46,19 @@ class Fault:
 
 
 class DynamoDBFaults:
-    """Queue faults for the next ``TransactWriteItems`` calls of one client; counts what happened."""
+    """Queue faults for the next ``TransactWriteItems`` calls (or ``operation``'s: a fenced journal write, a header
+    update, are ``UpdateItem``s) of one client; counts what happened."""
 
-    def __init__(self, client: DynamoDBClient) -> None:
+    def __init__(self, client: DynamoDBClient, operation: str = TRANSACT) -> None:
+        self.operation = operation
         self._faults: deque[Fault] = deque()
         self._lock = threading.Lock()
         self._pending_loss = threading.local()
         self.calls = 0
         self.injected: list[str] = []
         events = client.meta.events
-        events.register(f"before-call.dynamodb.{TRANSACT}", self._before_call)  # type: ignore[arg-type]
-        events.register(f"after-call.dynamodb.{TRANSACT}", self._after_call)
+        events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
+        events.register(f"after-call.dynamodb.{operation}", self._after_call)
 
     def lose_responses(self, count: int = 1) -> None:
         """The next ``count`` transactions commit on the server, but the caller gets a read timeout."""
@@ -98,6 +100,8 @@ class DynamoDBFaults:
             self._pending_loss.value = True
             return None
         if fault.kind == "cancel":
+            if self.operation != TRANSACT:  # a single-item write is throttled whole, never cancelled
+                return error_answer("ThrottlingException")
             return cancelled_answer({0: fault.reason}, len(transaction_actions(params)))
         return error_answer(fault.reason)
 

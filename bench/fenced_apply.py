@@ -1,0 +1,51 @@
+"""``python -m bench.fenced_apply``: write units per event with journal batches applied by fenced single-item writes
+(``tally.core.fence``) beside today's chunk transactions, on the same streams.
+
+Workload U (``bench.workloads``: 1,000 Zipf keys, two counters, numbered ids), the template's defaults (hour and
+day windows on the key's item), DynamoDB Local billed by ``tally_local.kit.meter``: packed messages of 100 events
+in batches of 700 records, and single events in batches of 100 records. Prints write and read units per event, the
+largest item a write touched, and whether every key read back exact. Single-event batches of 100 records mostly
+take direct transactions, which the fenced apply does not change (sending them through it is a next step).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+
+import click
+
+from bench.peers.tally_pipeline import TallyCounter
+from bench.results import console
+from bench.suite import run_peer
+from bench.workloads import PACK, u_stream
+from tally.runtime import CLIENT_CONFIG
+from tally_local.dynamodb_local import DynamoDBLocal
+
+SEED = 20_261_124
+
+
+@click.command()
+@click.option("--min-events", default=20_000, show_default=True, help="Events per configuration, at least 2 batches.")
+@click.option("--keys", default=1000, show_default=True)
+def main(*, min_events: int, keys: int) -> None:
+    """Each configuration chunked, then fenced, on one DynamoDB Local."""
+    out = console()
+    with DynamoDBLocal() as ddb:
+        admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
+        for packed, records in ((True, 700), (False, 100)):
+            per_batch = records * (PACK if packed else 1)
+            events = max(2, math.ceil(min_events / per_batch)) * per_batch
+            for fenced in (False, True):
+                stream = u_stream(events, packed=packed, keys=keys, seed=SEED, numbered=True)
+                peer = partial(TallyCounter, packed=packed, windows=True, fenced=fenced)
+                run = run_peer(peer, stream, client=client, admin=admin, batch_size=records)
+                out.print(
+                    f"{'packed' if packed else 'single'} {records} records, {'fenced ' if fenced else 'chunked'}: "
+                    f"{run.write_units_per_event:.5f} WU/event, {run.usage.read_units / run.events:.5f} RU/event, "
+                    f"largest item {run.usage.largest_item_bytes} B, {run.events} events, exact {run.correctness.exact}"
+                )
+
+
+if __name__ == "__main__":
+    main()

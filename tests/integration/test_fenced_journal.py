@@ -1,0 +1,367 @@
+"""On DynamoDB Local, through the production adapters: fenced journal batches (``Applier(fenced=True)``) where they
+can break.
+
+- killed after the n-th fenced write, for every n (and before DONE): the redelivery, in a new container, finishes
+  the batch with the owner's epoch and sequence; every counter exact, every item carrying the owner's mark only;
+- the answer of the n-th plain ``UpdateItem`` lost, for every n (the commit, each fenced write, DONE): exact;
+- a batch left unfinished ends the epoch: the container's next batch on the same keys is another epoch's, and the
+  batch left behind is finished later with its own;
+- two helpers at once finish a dead owner's batch: exact;
+- many containers on one hot key: one mark per epoch, exact.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tally.commit.applier import Applier, RetryPolicy, WriterEpochs
+from tally.config import Settings
+from tally.core.epochs import FencedBatch
+from tally.core.fence import mark_value
+from tally.core.limits import WIRE_LIMITS
+from tally.core.model import SourceRecord
+from tally.cost.capacity import item_size
+from tally.errors import RetryableStoreError
+from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.runtime import wire_pipeline
+from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import DynamoDBJournal
+from tally.store.schema import counters_from_item, fence_from_item, item_counters, item_key
+from tally_local.chaos.ttl import sweep_expired
+from tally_local.kit.faults import DynamoDBFaults
+from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.tables import scan_all
+
+if TYPE_CHECKING:
+    from tests.conftest import DynamoDBTables
+
+pytestmark = pytest.mark.integration
+
+TTL_S = 35 * 86_400
+NOW_MS = 4_102_444_800_000
+KEYS = [f"k{i}" for i in range(5)]
+POLICY = RetryPolicy(base_delay_s=0.0, max_delay_s=0.0, max_attempts=3, reserve_ms=0)
+
+
+class Crash(BaseException):
+    """The process dies: nothing after this point of the invocation happens."""
+
+
+def _records(prefix: str = "m") -> list[SourceRecord]:
+    bodies = [
+        {"id": f"{prefix}-{n}", "events": [{"key": key, "deltas": {"count": n + 1}} for key in KEYS]} for n in range(2)
+    ]
+    return [SourceRecord(f"rec-{uuid.uuid4().hex[:8]}", json.dumps(body), NOW_MS) for body in bodies]
+
+
+def _pipeline(tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs | None = None) -> BatchPipeline:
+    store = DynamoDBCounterStore(tables.client, tables.counters_table, tables.markers_table, TTL_S)
+    applier = Applier(
+        store,
+        journal or DynamoDBJournal(tables.client, tables.counters_table, tables.markers_table, TTL_S),
+        policy=POLICY,
+        sleep=lambda _: None,
+        max_actions=4,  # five keys: the unit takes the journal
+        fenced=True,
+    )
+    if epochs is not None:
+        applier.epochs = epochs
+    return BatchPipeline(
+        applier, RecordingDeadLetterQueue(), PipelineSettings(WIRE_LIMITS, dedup_horizon_ms=TTL_S * 1000)
+    )
+
+
+def _process(pipeline: BatchPipeline, records: list[SourceRecord], now_ms: int = NOW_MS) -> tuple[str, ...]:
+    return pipeline.process(records, now_ms, lambda: 60_000).failed_record_ids
+
+
+def _items(tables: DynamoDBTables) -> dict[str, dict[str, Any]]:
+    return {key: tables.client.get_item(TableName=tables.counters_table, Key=item_key(key))["Item"] for key in KEYS}
+
+
+def _headers(tables: DynamoDBTables) -> dict[str, str]:
+    return {
+        item["id"]["S"][2:]: item["state"]["S"]
+        for item in scan_all(tables.client, tables.markers_table)
+        if item["id"]["S"].startswith("b#") and "#" not in item["id"]["S"][2:]
+    }
+
+
+def _exact(tables: DynamoDBTables, times: int = 1) -> None:
+    for item in _items(tables).values():
+        assert item_counters(item) == {"count": 3 * times}  # 1 + 2 per key, once
+
+
+class _Dying:
+    """The journal, dying just before its n-th ``calls`` call."""
+
+    def __init__(self, journal: DynamoDBJournal, calls: tuple[str, ...], nth: int) -> None:
+        self._journal, self._calls, self._nth, self.seen = journal, calls, nth, 0
+
+    def __getattr__(self, name: str) -> Any:
+        attribute = getattr(self._journal, name)
+        if name not in self._calls:
+            return attribute
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.seen += 1
+            if self.seen == self._nth:
+                raise Crash
+            return attribute(*args, **kwargs)
+
+        return counted
+
+
+@pytest.mark.parametrize("nth", range(1, len(KEYS) + 2), ids=lambda n: f"killed-at-call-{n}")
+def test_killed_after_any_fenced_write_the_redelivery_finishes_with_the_owner_s_marks(
+    ddb_tables: DynamoDBTables, nth: int
+) -> None:
+    # GIVEN an owner killed just before its nth fenced call (the 6th: DONE)
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    dying = _Dying(journal, ("apply_fenced", "mark_done"), nth)
+    owner_epochs = WriterEpochs()
+    records = _records()
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, dying, owner_epochs), records)
+    ((batch_id, state),) = _headers(ddb_tables).items()
+    assert state == "FENCED"
+    owner = FencedBatch.parse(batch_id)
+    assert owner is not None
+    assert owner_epochs.current is None  # the epoch ended with its batch unfinished
+    # WHEN the records come back to a new container
+    assert _process(_pipeline(ddb_tables), records, NOW_MS + 7 * 60_000) == ()
+    # THEN the batch is DONE, counted once, every item carrying the owner's mark and no other
+    assert _headers(ddb_tables) == {batch_id: "DONE"}
+    _exact(ddb_tables)
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {owner.epoch: mark_value(owner.seq, 0)}
+
+
+@pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")
+def test_a_lost_answer_on_any_single_write_counts_once(ddb_tables: DynamoDBTables, nth: int) -> None:
+    # The plain UpdateItems of a fenced batch: its commit, one per key, DONE.
+    faults = DynamoDBFaults(ddb_tables.client, operation="UpdateItem")
+    faults.pass_through(nth)
+    faults.lose_responses(1)
+    assert _process(_pipeline(ddb_tables), _records()) == ()
+    assert faults.injected == (["lose_response"] if nth < len(KEYS) + 2 else [])
+    assert set(_headers(ddb_tables).values()) == {"DONE"}
+    _exact(ddb_tables)
+
+
+def test_a_batch_left_unfinished_ends_the_epoch_and_later_batches_on_its_keys_take_another(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    epochs = WriterEpochs()
+
+    class Throttled:
+        """DynamoDB keeps throttling the third fenced write: the batch stays FENCED."""
+
+        calls = 0
+
+        def __getattr__(self, name: str) -> Any:
+            attribute = getattr(journal, name)
+            if name != "apply_fenced":
+                return attribute
+
+            def throttled(*args: Any, **kwargs: Any) -> Any:
+                Throttled.calls += 1
+                if Throttled.calls >= 3:
+                    raise RetryableStoreError("ThrottlingException: injected")
+                return attribute(*args, **kwargs)
+
+            return throttled
+
+    first = _records("a")
+    assert set(_process(_pipeline(ddb_tables, Throttled(), epochs), first)) == {r.record_id for r in first}
+    ((left, state),) = _headers(ddb_tables).items()
+    assert state == "FENCED"
+    # The same container's next batch, on the same keys: another epoch.
+    second = _records("b")
+    assert _process(_pipeline(ddb_tables, journal, epochs), second) == ()
+    later = next(batch for batch in _headers(ddb_tables) if batch != left)
+    left_batch, later_batch = FencedBatch.parse(left), FencedBatch.parse(later)
+    assert left_batch is not None
+    assert later_batch is not None
+    assert later_batch.epoch != left_batch.epoch
+    assert later_batch.seq == 1
+    # The first batch's records come back: its batch is finished with its own epoch.
+    assert _process(_pipeline(ddb_tables, journal, epochs), first, NOW_MS + 7 * 60_000) == ()
+    assert set(_headers(ddb_tables).values()) == {"DONE"}
+    _exact(ddb_tables, times=2)
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {left_batch.epoch: mark_value(1, 0), later_batch.epoch: mark_value(1, 0)}
+
+
+def test_two_helpers_at_once_finish_a_dead_owner_s_batch_once(ddb_tables: DynamoDBTables) -> None:
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    records = _records()
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), 3)), records)
+    start = threading.Barrier(2)
+    failed: list[tuple[str, ...]] = []
+
+    def helper() -> None:
+        pipeline = _pipeline(ddb_tables)
+        start.wait(10)
+        failed.append(_process(pipeline, records, NOW_MS + 7 * 60_000))
+
+    helpers = [threading.Thread(target=helper) for _ in range(2)]
+    for thread in helpers:
+        thread.start()
+    for thread in helpers:
+        thread.join(60)
+    assert len(failed) == 2
+    assert set(_headers(ddb_tables).values()) == {"DONE"}
+    _exact(ddb_tables)
+
+
+def test_many_containers_on_one_hot_key_leave_one_mark_each_and_count_exactly(ddb_tables: DynamoDBTables) -> None:
+    # The template's default MaximumConcurrency (5) containers, each with its epoch, take turns on the same keys.
+    containers = [WriterEpochs() for _ in range(5)]
+    rounds = 3
+    for turn in range(rounds):
+        for index, epochs in enumerate(containers):
+            assert _process(_pipeline(ddb_tables, epochs=epochs), _records(f"c{index}-t{turn}")) == ()
+    _exact(ddb_tables, times=5 * rounds)
+    for item in _items(ddb_tables).values():
+        # One mark per live epoch, at its latest batch: marks grow with epochs, not with batches.
+        assert fence_from_item(item) == {epochs.current: mark_value(rounds, 0) for epochs in containers}
+        # Five marks and a counter: well inside the first KB. Without prunes (not sent yet), an ended epoch's mark
+        # stays: growth with container churn is bounded only once they are.
+        assert item_size(item) < 200
+
+
+HOUR_MS = 3_600_000
+
+
+def test_a_later_write_prunes_a_mark_whose_batch_is_done_past_the_horizon(ddb_tables: DynamoDBTables) -> None:
+    first, second = WriterEpochs(), WriterEpochs()
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a1")) == ()
+    # Container two writes the keys an hour later: its answers show container one's marks.
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b1"), NOW_MS + HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert set(fence_from_item(item)) == {first.current, second.current}
+    # Its next batch, past the horizon after the first's DONE: the first's marks go with its writes.
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b2"), NOW_MS + 2 * HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {second.current: mark_value(2, 0)}
+    # Container one writes again: its mark comes back at its next batch, and its retries would still be refused.
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a2"), NOW_MS + 3 * HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {second.current: mark_value(2, 0), first.current: mark_value(2, 0)}
+    _exact(ddb_tables, times=4)
+
+
+def test_a_prune_whose_mark_moved_on_is_sent_again_without_it(ddb_tables: DynamoDBTables) -> None:
+    first, second = WriterEpochs(), WriterEpochs()
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a1")) == ()
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b1"), NOW_MS + HOUR_MS) == ()
+    # Container one writes again: its marks move on, which container two has not seen.
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a2"), NOW_MS + 2 * HOUR_MS) == ()
+    # Container two's prune of the marks it saw is refused; the write goes again without it.
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    sent: list[tuple[dict[str, int], bool]] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            attribute = getattr(journal, name)
+            if name != "apply_fenced":
+                return attribute
+
+            def recorded(write: Any) -> Any:
+                answer = attribute(write)
+                sent.append((dict(write.prune), answer.committed))
+                return answer
+
+            return recorded
+
+    later = NOW_MS + 2 * HOUR_MS + 60_000
+    assert _process(_pipeline(ddb_tables, Recording(), epochs=second), _records("b2"), later) == ()
+    assert ({first.current: mark_value(1, 0)}, False) in sent  # the prune of the mark seen, refused
+    assert all(committed for prune, committed in sent if not prune)
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {first.current: mark_value(2, 0), second.current: mark_value(2, 0)}
+    _exact(ddb_tables, times=4)
+
+
+def test_a_mark_whose_header_ttl_deleted_goes_only_a_horizon_after_it_was_seen_gone(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN container one's batch DONE, then TTL sweeping everything of it on the markers table (its markers, pages
+    # and header: the header last, a day after the markers' TTL) while its marks stay on the items
+    first, second = WriterEpochs(), WriterEpochs()
+    assert _process(_pipeline(ddb_tables, epochs=first), _records("a1")) == ()
+    swept_at_ms = NOW_MS + (TTL_S + 2 * 86_400) * 1000
+    assert sweep_expired(ddb_tables.client, ddb_tables.markers_table, swept_at_ms // 1000) > 0
+    assert scan_all(ddb_tables.client, ddb_tables.markers_table) == []
+    assert all(first.current in fence_from_item(item) for item in _items(ddb_tables).values())
+    # WHEN container two writes the keys (it sees the marks), then again (it reads their header: gone), then again
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b1"), swept_at_ms) == ()
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b2"), swept_at_ms + HOUR_MS) == ()
+    # THEN a header found gone is not taken for a batch long DONE: the marks stay a horizon after the read
+    for item in _items(ddb_tables).values():
+        assert set(fence_from_item(item)) == {first.current, second.current}
+    # AND they go with the writes after it, every count exact throughout
+    assert _process(_pipeline(ddb_tables, epochs=second), _records("b3"), swept_at_ms + 2 * HOUR_MS) == ()
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {second.current: mark_value(3, 0)}
+    _exact(ddb_tables, times=4)
+
+
+WIDE = [f"w{i:03}" for i in range(120)]
+"""More keys than a transaction holds: a message on all of them takes the journal (the template's 100 actions)."""
+
+
+def _wired(tables: DynamoDBTables) -> BatchPipeline:
+    """A container as the handlers wire it (fenced by default), hour and day windows on the key's item."""
+    env = {
+        "TALLY_COUNTERS_TABLE": tables.counters_table,
+        "TALLY_MARKERS_TABLE": tables.markers_table,
+        "TALLY_DLQ_URL": "http://dlq",
+        "TALLY_WINDOWS": "hour,day",
+    }
+    return wire_pipeline(tables.client, RecordingDeadLetterQueue(), Settings.from_env(env))
+
+
+def _message(message_id: str, keys: list[str], delta: int, at_ms: int) -> list[SourceRecord]:
+    body = {"id": message_id, "events": [{"key": key, "deltas": {"count": delta}} for key in keys]}
+    return [SourceRecord(f"rec-{message_id}", json.dumps(body), at_ms)]
+
+
+def _wide_item(tables: DynamoDBTables, key: str) -> dict[str, Any]:
+    return tables.client.get_item(TableName=tables.counters_table, Key=item_key(key), ConsistentRead=True)["Item"]
+
+
+def test_a_window_move_takes_the_marks_the_container_knows_may_go(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN container one's fenced batch on 120 keys at 03:00, then container two's two batches on them: the first
+    # shows it one's marks, the second reads one's header (DONE, 20 minutes ago: within the horizon, nothing pruned)
+    first, second = _wired(ddb_tables), _wired(ddb_tables)
+    start = NOW_MS + 3 * HOUR_MS
+    for pipeline, message, delta, at_ms in (
+        (first, "a", 1, start),
+        (second, "b1", 2, start + 10 * 60_000),
+        (second, "b2", 3, start + 20 * 60_000),
+    ):
+        assert _process(pipeline, _message(message, WIDE, delta, at_ms), at_ms) == ()
+    two = second._applier.epochs.current  # type: ignore[attr-defined]  # the wiring's applier: its epoch
+    marks = [fence_from_item(_wide_item(ddb_tables, key)) for key in WIDE]
+    assert all(len(fence) == 2 and two in fence for fence in marks)
+    (one,) = set(marks[0]) - {two}
+    # WHEN container two counts a single event on the first key the next day, in a direct transaction, and the
+    # window step moves that key's ended hour and day off its item
+    next_day = start + 24 * HOUR_MS
+    result = second.process(_message("c", WIDE[:1], 5, next_day), next_day, lambda: 60_000)
+    assert (result.failed_record_ids, result.figures["WindowsMoved"] > 0) == ((), True)
+    # THEN the move took container one's mark with it (its batch DONE past the horizon), and only there
+    assert one not in fence_from_item(_wide_item(ddb_tables, WIDE[0]))
+    assert all(one in fence_from_item(_wide_item(ddb_tables, key)) for key in WIDE[1:])
+    # AND every count stays exact
+    assert counters_from_item(_wide_item(ddb_tables, WIDE[0])) == {"count": 1 + 2 + 3 + 5}
+    assert {key: counters_from_item(_wide_item(ddb_tables, key)) for key in WIDE[1:]} == {
+        key: {"count": 6} for key in WIDE[1:]
+    }
