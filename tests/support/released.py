@@ -1,8 +1,10 @@
 """The release users run today, run as its Lambda handler runs: for the tests of a deploy that mixes it with this code.
 
 ``RELEASED_COMMIT`` is the commit whose code is deployed before the fenced apply (the lead's main when the fenced
-path was switched on). Its ``src/tally`` is taken from git as it is (``git archive``: no copy kept in the tree,
-so nothing of it can drift), and its SQS handler is imported and invoked in a process of its own, on the test's
+path was switched on). Its ``src/tally`` is taken from git as it is (``git archive``), or, in a clone without that
+history (a shallow clone), from ``released-src.tar.xz`` beside this file: the same archive, compressed, which
+``tests/unit/test_released_snapshot.py`` compares with git's wherever the history is there, so it cannot drift. Its
+SQS handler is imported and invoked in a process of its own, on the test's
 DynamoDB Local, from an SQS event, with the environment the template gives it: exactly the code a container of
 the previous release runs while a deploy is rolling out, or after a rollback of the code.
 
@@ -14,6 +16,7 @@ finished. It prints one JSON line: the handler's response, or the exception that
 from __future__ import annotations
 
 import json
+import lzma
 import os
 import subprocess
 import sys
@@ -25,6 +28,8 @@ from typing import Any, Final, cast
 
 RELEASED_COMMIT: Final = "42b8b8848badc68254c80013a669c4a7a17eb7b2"
 """main before the fenced apply: what users run today."""
+SNAPSHOT: Final = Path(__file__).with_name("released-src.tar.xz")
+"""``git archive --format=tar RELEASED_COMMIT src/tally``, xz-compressed: the released code in a shallow clone."""
 KILLED_EXIT: Final = 86
 """The child's exit status when it killed itself on cue."""
 _REPOSITORY: Final = Path(__file__).resolve().parents[2]
@@ -47,22 +52,25 @@ class ReleasedInvocation:
 
 
 def released_source(into: Path) -> Path:
-    """``src`` of ``RELEASED_COMMIT``, extracted under ``into``; fails (never skips) without the repository's
-    history: the proof needs the released code itself."""
+    """``src`` of ``RELEASED_COMMIT``, extracted under ``into``: from git, or from the snapshot without the history."""
+    archive = released_archive_from_git()
+    if archive is None:
+        archive = lzma.decompress(SNAPSHOT.read_bytes())
+    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+        tar.extractall(into, filter="data")
+    return into / "src"
+
+
+def released_archive_from_git() -> bytes | None:
+    """``git archive`` of ``RELEASED_COMMIT``'s ``src/tally`` (a tar), or None when this clone lacks the commit."""
     try:
-        archive = subprocess.run(
+        return subprocess.run(
             ["git", "-C", str(_REPOSITORY), "archive", "--format=tar", RELEASED_COMMIT, "src/tally"],
             check=True,
             capture_output=True,
         ).stdout
-    except (OSError, subprocess.CalledProcessError) as exc:
-        detail = getattr(exc, "stderr", b"") or b""
-        raise AssertionError(
-            f"the released code ({RELEASED_COMMIT[:7]}) must be in this clone's history: {detail.decode()[:300]}"
-        ) from exc
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(into, filter="data")
-    return into / "src"
+    except (OSError, subprocess.CalledProcessError):
+        return None
 
 
 def invoke_released_sqs(
