@@ -275,7 +275,7 @@ def prune_without_the_done_horizon(
     horizon_ms: int,
 ) -> dict[str, int]:
     """BROKEN on purpose: every other epoch's mark a write meets may go, without waiting for its batch to be DONE
-    and for the horizon after that: a batch left COMMITTED loses its marks, and its finisher adds them again."""
+    and for the horizon after that: a batch left FENCED (not DONE) loses its marks, and its finisher adds them again."""
     del seen, now_ms, horizon_ms
     others = [(epoch, mark) for epoch, mark in fence.items() if epoch != own_epoch]
     return dict(others[:MAX_PRUNES_PER_WRITE])

@@ -63,7 +63,7 @@ class DynamoDBFaultRates:
     kill_after_fenced_write: float = 0.05
     """Per invocation that sends fenced journal writes (plain ``UpdateItem``s of one item part carrying its epoch's
     mark, ``tally.core.fence``), at its first: it is killed once its n-th is sent, n drawn from 1 to 64 (every n, an
-    owner's or a finisher's), so the batch stays COMMITTED with some items written until whoever meets its markers
+    owner's or a finisher's), so the batch stays FENCED with some items written until whoever meets its markers
     finishes it."""
     unprocessed_keys: float = 0.05
     """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in

@@ -73,7 +73,7 @@ the item writes, ``slow_fenced_write``: they are one request per item where a ch
 commit and the first DONE of a run lose their answer, the next are throttled), and one more:
 
 - ``kill_after_fenced_write``, drawn once per invocation at its first fenced write: the invocation is killed once its
-  n-th fenced write is sent (n from 1 to ``FENCED_KILL_SPAN``), its batch left COMMITTED for whoever meets its
+  n-th fenced write is sent (n from 1 to ``FENCED_KILL_SPAN``), its batch left FENCED for whoever meets its
   markers, the owner's container then restarted or not (``ChaosConfig``'s ``restart_after_kill``).
 
 A killed invocation sends nothing more: its other threads' requests (its write pool's) raise ``InvocationKilled``
@@ -330,7 +330,7 @@ class DynamoDBChaos:
     def _before_fenced(self, role: str) -> None:
         """Before a fenced write or DONE: Lambda kills an invocation at its deadline on the wall clock, which the run's
         virtual clock moves on while a consumer waits (as if the invocation were paused). The fenced apply's prune
-        horizon leans on that deadline (no write of a batch read COMMITTED comes a timeout after its invocation
+        horizon leans on that deadline (no write of a batch read FENCED comes a timeout after its invocation
         started), so such a request, past the deadline on the virtual clock, is never sent."""
         invocation = self.invocation
         if invocation is not None:

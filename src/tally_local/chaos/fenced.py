@@ -5,8 +5,8 @@ A fenced journal batch makes three kinds of plain ``UpdateItem`` (no transaction
 
 - ``write``: one part of one item, its ADDs and its epoch's mark (``f#<epoch>``), conditioned on the mark (a refusal
   means the part is on the item already), sometimes removing other epochs' marks (a prune);
-- ``commit``: the batch's header PREPARING -> COMMITTED, alone;
-- ``done``: the header COMMITTED -> DONE, with ``done_at``.
+- ``commit``: the batch's header PREPARING -> FENCED, alone (a state code without the fenced path refuses to finish);
+- ``done``: the header FENCED -> DONE, with ``done_at``.
 
 ``FencedWatch`` (one per consumer, on its client) counts, as ``situation.fenced_*``: each kind of request and each
 fault drawn on it, the writes sent by a container that did not commit their batch (a finisher: the owner was killed
@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 UPDATE: Final = "UpdateItem"
 _HEADER_MOVES: Final = {
-    (BatchState.PREPARING.value, BatchState.COMMITTED.value): "commit",
-    (BatchState.COMMITTED.value, BatchState.DONE.value): "done",
+    (BatchState.PREPARING.value, BatchState.FENCED.value): "commit",
+    (BatchState.FENCED.value, BatchState.DONE.value): "done",
 }
 
 

@@ -147,7 +147,12 @@ def wire_pipeline(
             declared.windows,
             gauges=DynamoDBGaugeStore(client, tables.counters),
             distinct=DynamoDBDistinctStore(client, tables.counters, declared.hot_keys),
-            mover=DynamoDBWindowMover(client, tables.counters, declared.windows),
+            mover=DynamoDBWindowMover(
+                client,
+                tables.counters,
+                declared.windows,
+                marks_due=applier.prunable_marks if applier.epochs is not None else None,
+            ),
             archive=archive,
             clock=clock or wall_clock_ms,
         ),
