@@ -63,12 +63,10 @@ if TYPE_CHECKING:
     from tally.commit.applier import Applier
     from tally.core.aggregate import Totals
     from tally.core.declarations import Declarations
-    from tally.core.defaults import CounterDefaults
     from tally.core.fence import HeaderSeen
-    from tally.core.items import ItemKey
     from tally.core.ledger import Claim
     from tally.core.model import Message, Rejection
-    from tally.core.plan import Chunk, CounterLimit
+    from tally.core.plan import Chunk
     from tally.core.write import FencedWrite, ReadFirst, Seen
     from tally.pipeline import BatchPipeline, BatchResult
     from tally.post_commit.step import SettledBatch
@@ -221,25 +219,12 @@ _planner_without_the_expression_bound = rewired(_drop_the_expression_bound)
 _markers_without_digests = rewired(write_planner=without_digests, journal_class=JournalWithoutDigests)
 
 
-def marks_forgotten(
-    increments: Totals,
-    batch: FencedBatch,
-    *,
-    defaults: CounterDefaults,
-    counter_limit: CounterLimit = no_counter_limit,
-    prune: Mapping[ItemKey, Mapping[str, int]] | None = None,
-) -> tuple[tuple[FencedWrite, ...], ...]:
+def marks_forgotten(increments: Totals, batch: FencedBatch, **options: Any) -> tuple[tuple[FencedWrite, ...], ...]:
     """BROKEN on purpose: each time a batch's writes are planned, their marks are set under an epoch drawn for that
     plan alone, so the batch's own mark is forgotten: a retry within the plan is refused as applied, but whoever
     finishes the batch later (a redelivery after a kill, another container) adds again what the owner added."""
     _, throwaway = WriterEpoch().next_batch(secrets.token_bytes)
-    return plan_fenced_apply(
-        increments,
-        FencedBatch(throwaway.epoch, batch.seq),
-        defaults=defaults,
-        counter_limit=counter_limit,
-        prune=prune,
-    )
+    return plan_fenced_apply(increments, FencedBatch(throwaway.epoch, batch.seq), **options)
 
 
 def _finish_with_own_epoch(
@@ -252,17 +237,10 @@ def _finish_with_own_epoch(
     if epochs is None:
         return  # a chunked container's finisher is not this variant's
 
-    def planner(
-        increments: Totals,
-        batch: FencedBatch,
-        *,
-        defaults: CounterDefaults,
-        counter_limit: CounterLimit = no_counter_limit,
-        prune: Mapping[ItemKey, Mapping[str, int]] | None = None,
-    ) -> tuple[tuple[FencedWrite, ...], ...]:
+    def planner(increments: Totals, batch: FencedBatch, **options: Any) -> tuple[tuple[FencedWrite, ...], ...]:
         if batch.epoch != epochs.current:
             batch = epochs.next_batch()
-        return plan_fenced_apply(increments, batch, defaults=defaults, counter_limit=counter_limit, prune=prune)
+        return plan_fenced_apply(increments, batch, **options)
 
     applier.fenced_planner = planner
 
