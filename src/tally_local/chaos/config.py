@@ -259,7 +259,7 @@ class ChaosConfig:
     """Packed messages of 100 keys of their own, published first on one Kinesis partition key: journal units,
     one after another in one shard's first batch, so that ``kill_after_claim`` draws on claims of Kinesis records
     (a crash whose lease the shard's retries must wait out: docs/explanation/sources.md)."""
-    fenced_messages: int = 60
+    fenced_messages: int = 300
     """Packed messages of 100 keys each, all drawn from 120 (``hot:0`` in every one), published anywhere on both
     sources: journal units applied by fenced and chunked containers at once on the same items (marks of several epochs
     on one item, finishers of each other's batches, prunes; ``tally_local.chaos.workload``)."""
