@@ -20,21 +20,24 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final, Protocol
 
 from tally.core.fence import mark_batch
 from tally.core.ledger import BatchState
 from tally.store.expressions import FENCE_MARK, FENCE_NAME
 from tally.store.schema import FENCE_PREFIX
 
-if TYPE_CHECKING:
-    from tally_local.chaos.faults import FaultLog
-
 UPDATE: Final = "UpdateItem"
 _HEADER_MOVES: Final = {
     (BatchState.PREPARING.value, BatchState.FENCED.value): "commit",
     (BatchState.FENCED.value, BatchState.DONE.value): "done",
 }
+
+
+class Counts(Protocol):
+    """Where the situations are counted (``tally_local.chaos.faults.FaultLog``, which imports this module)."""
+
+    def add(self, name: str, count: int = 1) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,7 @@ def fenced_request(operation: str, params: dict[str, Any]) -> FencedRequest | No
 class FencedWatch:
     """Counts one consumer's fenced requests and what they met (``situation.fenced_*``)."""
 
-    def __init__(self, log: FaultLog) -> None:
+    def __init__(self, log: Counts) -> None:
         self._log = log
         self._lock = threading.Lock()
         self._committed_here: set[str] = set()
