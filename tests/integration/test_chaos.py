@@ -454,7 +454,7 @@ FENCED = focused(
 """Packed messages of 100 keys on the same 120 (``fenced_messages``), from SQS two at a time: a dozen fenced journal
 batches on the same items by both containers (every one fenced), half the invocations that write them killed after
 their n-th fenced write, half of those restarted (a new epoch), finished by whoever meets their markers, and each
-container's later batches pruning the marks it saw (in most runs, not all: 0 prunes in 2 of 9 unbroken runs, so
+container's later batches pruning the marks it saw (in most runs, not all: none in 1 of 5 unbroken runs, so
 the unbroken run does not require them; the prune variant requires its own). Each broken variant doubled 97 to 1,211 events in each of 3 runs
 (seeds 7-9); with 6 messages the prune without its horizon doubled only 3 in one of them."""
 SPLIT_UNITS = focused(SMOKE, 300, split_pairs=SMOKE.split_pairs)
