@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import secrets
 import uuid
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
@@ -37,6 +38,8 @@ import tally.commit.protocol as protocol_module
 from tally.commit.fates import Fates
 from tally.core.archive import archive_record, encode_records, object_key
 from tally.core.digest import content_digest
+from tally.core.epochs import FencedBatch, WriterEpoch
+from tally.core.fence import MAX_PRUNES_PER_WRITE, plan_fenced_apply
 from tally.core.ledger import Commit
 from tally.core.model import RejectCode, SourceRecord
 from tally.core.plan import no_counter_limit
@@ -53,16 +56,18 @@ from tally_local.chaos.config import SMOKE, ArchiveFaultRates, DynamoDBFaultRate
 from tests.support.chaos import WINDOW_MOVES, assert_passes_unbroken, rewired, run_on, situations_missing, swap_step
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.commit.applier import Applier
     from tally.core.aggregate import Totals
     from tally.core.declarations import Declarations
+    from tally.core.fence import HeaderSeen
     from tally.core.ledger import Claim
     from tally.core.model import Message, Rejection
     from tally.core.plan import Chunk
-    from tally.core.write import ReadFirst, Seen
+    from tally.core.write import FencedWrite, ReadFirst, Seen
     from tally.pipeline import BatchPipeline, BatchResult
     from tally.post_commit.step import SettledBatch
     from tally_local.chaos.config import ChaosConfig
@@ -214,6 +219,51 @@ _planner_without_the_expression_bound = rewired(_drop_the_expression_bound)
 _markers_without_digests = rewired(write_planner=without_digests, journal_class=JournalWithoutDigests)
 
 
+def marks_forgotten(increments: Totals, batch: FencedBatch, **options: Any) -> tuple[tuple[FencedWrite, ...], ...]:
+    """BROKEN on purpose: each time a batch's writes are planned, their marks are set under an epoch drawn for that
+    plan alone, so the batch's own mark is forgotten: a retry within the plan is refused as applied, but whoever
+    finishes the batch later (a redelivery after a kill, another container) adds again what the owner added."""
+    _, throwaway = WriterEpoch().next_batch(secrets.token_bytes)
+    return plan_fenced_apply(increments, FencedBatch(throwaway.epoch, batch.seq), **options)
+
+
+def _finish_with_own_epoch(
+    pipeline: BatchPipeline, client: DynamoDBClient, tables: Tables, config: ChaosConfig
+) -> None:
+    """BROKEN on purpose: a finisher (a fenced container finishing a batch it did not number) writes under its own
+    epoch and a sequence of its own, not the batch's: the items the owner wrote before it stopped are added again."""
+    applier = cast("Applier", pipeline._applier)
+    epochs = applier.epochs
+    if epochs is None:
+        return  # a chunked container's finisher is not this variant's
+
+    def planner(increments: Totals, batch: FencedBatch, **options: Any) -> tuple[tuple[FencedWrite, ...], ...]:
+        if batch.epoch != epochs.current:
+            batch = epochs.next_batch()
+        return plan_fenced_apply(increments, batch, **options)
+
+    applier.fenced_planner = planner
+
+
+def prune_without_the_done_horizon(
+    fence: Mapping[str, int],
+    own_epoch: str | None,
+    seen: Mapping[FencedBatch, HeaderSeen],
+    now_ms: int,
+    horizon_ms: int,
+) -> dict[str, int]:
+    """BROKEN on purpose: every other epoch's mark a write meets may go, without waiting for its batch to be DONE
+    and for the horizon after that: a batch left FENCED (not DONE) loses its marks, and its finisher adds them again."""
+    del seen, now_ms, horizon_ms
+    others = [(epoch, mark) for epoch, mark in fence.items() if epoch != own_epoch]
+    return dict(others[:MAX_PRUNES_PER_WRITE])
+
+
+_fenced_marks_forgotten = rewired(fenced_planner=marks_forgotten)
+_fenced_finisher_with_own_epoch = rewired(_finish_with_own_epoch)
+_fenced_prune_without_the_done_horizon = rewired(prune_rule=prune_without_the_done_horizon)
+
+
 def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables
 ) -> None:
@@ -283,6 +333,20 @@ def test_smoke_run_counts_every_event_exactly_once_under_every_fault(
     }
     assert not {name for name in situations if not result.situations.get(name)}, result.situations
     assert result.counts.get("pipeline.refused_chunks", 0) == 0
+    # AND the fleet was mixed, fenced and chunked containers on the same keys (a deploy in progress, or a rollback by
+    # the setting), and the fenced apply met its faults: lost answers and throttles on its writes, commits and DONEs,
+    # kills after the n-th fenced write (a fault kind above), finishers, marks of several epochs on one item
+    fenced = {
+        "situation.fenced_containers",
+        "situation.chunked_containers",
+        "situation.fenced_write_lost_response",
+        "situation.fenced_write_throttle_request",
+        "situation.fenced_commit_lost_response",
+        "situation.fenced_done_lost_response",
+        "situation.fenced_writes_by_a_finisher",
+        "situation.fenced_items_marked_by_several_epochs",
+    }
+    assert not {name for name in fenced if not result.situations.get(name)}, result.situations
     # AND the counter patterns held: every gauge exact, including after kills between the
     # counters' commit and the gauge writes; started counters (stock) exact, so each start counted once
     assert verdict.gauges_checked > 0
@@ -339,9 +403,10 @@ JOURNAL_CHUNKS = focused(
     packed_share=0.6,
     max_packed_events=150,
     dynamodb=replace(SMOKE.dynamodb, lost_response=0.3),
+    chunked_consumers=SMOKE.sqs_consumers + SMOKE.kinesis_shards,
 )
 """Large packed messages over many keys make multi-chunk journal batches; lost responses make their chunks be
-applied again. Since hour and day windows ride on the key's item, a key is one item, not three, so messages of
+applied again (every container chunked: the variant breaks the chunk transactions). Since hour and day windows ride on the key's item, a key is one item, not three, so messages of
 up to 60 events on 200 keys rarely needed a second chunk: up to 150 events on 400 keys do. At 1,000 events one
 run of the variant in three doubled nothing; at 2,000, 298 to 1,806 doubled events in 3 runs."""
 REUSED_IDS = focused(SMOKE, 400, reuse_share=0.05)
@@ -377,6 +442,21 @@ ARCHIVED_REUSED = focused(
 """Ids reused with other content, from SQS in batches of 10, half the invocations killed before their archive
 write: a batch that counts an id and is killed before its archive write comes back with the id's other content
 first, which the marker refuses, and the copy behind it must still be archived (under the marker's commit)."""
+FENCED = focused(
+    SMOKE,
+    100,
+    fenced_messages=12,
+    sqs_share=1.0,
+    sqs_batch_size=2,
+    chunked_consumers=0,
+    dynamodb=replace(SMOKE.dynamodb, kill_after_fenced_write=0.5),
+)
+"""Packed messages of 100 keys on the same 120 (``fenced_messages``), from SQS two at a time: a dozen fenced journal
+batches on the same items by both containers (every one fenced), half the invocations that write them killed after
+their n-th fenced write, half of those restarted (a new epoch), finished by whoever meets their markers, and each
+container's later batches pruning the marks it saw (in most runs, not all: none in 1 of 5 unbroken runs, so
+the unbroken run does not require them; the prune variant requires its own). Each broken variant doubled 97 to 1,211 events in each of 3 runs
+(seeds 7-9); with 6 messages the prune without its horizon doubled only 3 in one of them."""
 SPLIT_UNITS = focused(SMOKE, 300, split_pairs=SMOKE.split_pairs)
 """Pairs of packed messages sharing a hub key: one unit the planner splits into two direct transactions."""
 
@@ -392,6 +472,22 @@ FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
     "numbered": (NUMBERED, ("situation.numbered_id_published", "producer.resend", "pipeline.already_applied")),
     "redelivered": (REDELIVERED, ("delivery.crash_after_commit", "pipeline.already_applied")),
     "split units": (SPLIT_UNITS, ("pipeline.transactions",)),
+    "fenced apply": (
+        FENCED,
+        (
+            "ddb.kill_after_fenced_write",
+            "situation.container_restarted_mid_fenced_apply",
+            "situation.fenced_writes_by_a_finisher",
+            "situation.fenced_writes_refused",
+            "situation.fenced_write_lost_response",
+            "situation.fenced_write_throttle_request",
+            "situation.fenced_commit_lost_response",
+            "situation.fenced_commit_throttle_request",
+            "situation.fenced_done_lost_response",
+            "situation.fenced_done_throttle_request",
+            "situation.fenced_items_marked_by_several_epochs",
+        ),
+    ),
     "archived reused ids": (
         ARCHIVED_REUSED,
         ("producer.id_reused", "archive.kill_before_archive", "situation.counted_copy_behind_its_ids_refused_content"),
@@ -411,6 +507,18 @@ def test_each_focused_run_passes_unbroken(dynamodb_local: DynamoDBLocal, ddb_tab
 
 
 BROKEN_VARIANTS: dict[str, tuple[PipelineFactory, ChaosConfig, tuple[str, ...]]] = {
+    # the fenced apply's three guards, each broken: a finisher adds again what the owner added before it was killed
+    "fenced writes whose marks are forgotten": (_fenced_marks_forgotten, FENCED, ("doubled_events", "counters_wrong")),
+    "fenced batches finished under the finisher's own epoch": (
+        _fenced_finisher_with_own_epoch,
+        FENCED,
+        ("situation.fenced_writes_by_a_finisher", "doubled_events", "counters_wrong"),
+    ),
+    "fenced marks pruned without the DONE horizon": (
+        _fenced_prune_without_the_done_horizon,
+        FENCED,
+        ("situation.fenced_prunes_sent", "doubled_events", "counters_wrong"),
+    ),
     # an exactly-once guard removed: re-sent and redelivered events counted again
     "direct transactions without markers": (_store_without_markers, PLAIN, ("doubled_events", "counters_wrong")),
     "journal chunks without applied-records": (

@@ -97,6 +97,13 @@ class JournalWhoseHeadersVanish(DynamoDBJournal):
 
     def finish(self, batch_id: str) -> None:
         super().finish(batch_id)
+        self._vanish(batch_id)
+
+    def mark_done(self, batch_id: str, now_ms: int) -> None:
+        super().mark_done(batch_id, now_ms)  # a fenced batch's DONE
+        self._vanish(batch_id)
+
+    def _vanish(self, batch_id: str) -> None:
         # On a thread of its own: the IAM contract attributes a call to the product's frames on the calling
         # thread's stack, and this deletion is not the function's (TTL's, which needs no grant).
         deletion = threading.Thread(

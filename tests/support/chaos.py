@@ -7,6 +7,7 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from tally.core.aggregate import message_totals
+from tally.core.fence import plan_fenced_apply, prunable
 from tally.core.items import item_parts, view_parts
 from tally.core.views import CounterViews, parse_counter_views
 from tally.core.write_planner import plan_write
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.commit.marker_reads import MarkerReadGate
+    from tally.core.fence import FencedPlanner, PruneRule
     from tally.core.model import Message, Rejection
     from tally.core.windows import WindowSpec
     from tally.core.write_planner import WritePlanner
@@ -88,11 +90,14 @@ def rewired(
     store_class: type[DynamoDBCounterStore] | None = None,
     journal_class: type[DynamoDBJournal] | None = None,
     write_planner: WritePlanner = plan_write,
+    fenced_planner: FencedPlanner = plan_fenced_apply,
+    prune_rule: PruneRule = prunable,
     wired_from: Callable[[ChaosConfig], ChaosConfig] | None = None,
 ) -> PipelineFactory:
     """The production wiring (``wire_pipeline``) with one part BROKEN: the store built from ``store_class`` (how
     it encodes or reads), the journal from ``journal_class``, each direct transaction's write decided by
-    ``write_planner`` (a variant of ``plan_write``), the pipeline wired from ``wired_from(config)`` (what the
+    ``write_planner`` (a variant of ``plan_write``), each fenced journal batch's writes decided by ``fenced_planner``
+    (a variant of ``plan_fenced_apply``) and its prunes by ``prune_rule`` (a variant of ``prunable``), the pipeline wired from ``wired_from(config)`` (what the
     pipeline is told, while the run's check knows the real configuration), or ``patch`` applied to each consumer's
     pipeline (it swaps a part for a broken one)."""
 
@@ -105,6 +110,7 @@ def rewired(
         marker_read_gate: MarkerReadGate | None = None,
         archive: ArchiveWriter | None = None,
         clock: Callable[[], int] | None = None,
+        fenced: bool = True,
     ) -> BatchPipeline:
         store = store_class(client, tables.counters, tables.markers, TTL_SECONDS) if store_class else None
         journal = journal_class(client, tables.counters, tables.markers, TTL_SECONDS) if journal_class else None
@@ -120,6 +126,9 @@ def rewired(
             archive=archive,
             clock=clock,
             write_planner=write_planner,
+            fenced=fenced,
+            fenced_planner=fenced_planner,
+            prune_rule=prune_rule,
         )
         if patch is not None:
             patch(pipeline, client, tables, config)

@@ -7,13 +7,23 @@ invocation has expired) without taking minutes. A jump is global, like a process
 running invocation may find that its journal lease expired under it, which the protocol must survive.
 
 An invocation's ``remaining_ms`` is its timeout minus the real time it has taken, minus the delay the
-"slow response" fault adds (``Invocation.slow_down``).
+"slow response" fault adds (``Invocation.slow_down``). Its deadline on the virtual clock (``past_virtual_deadline``)
+is its start on that clock plus its timeout: a jump may carry the clock past it while the invocation runs, as if
+Lambda had paused it for longer than Lambda ever lets an invocation run; the fenced apply's requests, whose prune
+horizon leans on that deadline, are not sent past it (``tally_local.chaos.faults``). So that a fenced apply can
+finish at all while other consumers wait minutes at a time, an invocation holds the clock from its first fenced
+request to its end (``Invocation.hold_clock``): a jump waits for the holds to end, at most ``HOLD_WAIT_S`` of real
+time (then it jumps anyway, and the deadline rule kills what it must).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from typing import Final
+
+HOLD_WAIT_S: Final = 2.0
+"""The longest a jump of the clock waits (real time) for the invocations holding it."""
 
 
 class VirtualClock:
@@ -21,8 +31,21 @@ class VirtualClock:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._released = threading.Condition(self._lock)
+        self._holds = 0
         self._skew_ms = 0
         self.jumped_ms = 0
+
+    def hold(self) -> None:
+        """Keep the clock from jumping until ``release`` (or ``HOLD_WAIT_S``)."""
+        with self._lock:
+            self._holds += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._holds -= 1
+            if not self._holds:
+                self._released.notify_all()
 
     def now_ms(self) -> int:
         with self._lock:
@@ -31,6 +54,7 @@ class VirtualClock:
     def advance_to(self, target_ms: int) -> None:
         """Make ``now_ms()`` at least ``target_ms`` (a wait that takes no real time)."""
         with self._lock:
+            self._released.wait_for(lambda: not self._holds, timeout=HOLD_WAIT_S)
             gap = target_ms - (time.time_ns() // 1_000_000 + self._skew_ms)
             if gap > 0:
                 self._skew_ms += gap
@@ -43,12 +67,41 @@ class VirtualClock:
 class Invocation:
     """One Lambda invocation's deadline; ``remaining_ms`` is what the pipeline is given."""
 
-    def __init__(self, timeout_ms: int) -> None:
+    def __init__(self, timeout_ms: int, clock: VirtualClock | None = None) -> None:
         self._timeout_ms = timeout_ms
         self._started = time.monotonic()
         self._lost_ms = 0
+        self._clock = clock
+        self._deadline_ms = clock.now_ms() + timeout_ms if clock is not None else None
+        self.killed = False
+        """Lambda stopped it (a kill the run drew): nothing it sends after that leaves, from any of its threads."""
+        self._holding = False
+        self._hold_lock = threading.Lock()
+
+    def hold_clock(self) -> None:
+        """Hold the run's clock until ``release_clock`` (once, whichever thread of the invocation asks first)."""
+        with self._hold_lock:
+            if self._clock is not None and not self._holding:
+                self._clock.hold()
+                self._holding = True
+
+    def release_clock(self) -> None:
+        with self._hold_lock:
+            if self._clock is not None and self._holding:
+                self._clock.release()
+                self._holding = False
+
+    def kill(self) -> None:
+        self.killed = True
+
+    @property
+    def past_virtual_deadline(self) -> bool:
+        """The run's clock has passed the invocation's start on it plus its timeout."""
+        return self._clock is not None and self._deadline_ms is not None and self._clock.now_ms() > self._deadline_ms
 
     def remaining_ms(self) -> int:
+        if self.killed:
+            return -1
         elapsed_ms = int((time.monotonic() - self._started) * 1000)
         return self._timeout_ms - elapsed_ms - self._lost_ms
 

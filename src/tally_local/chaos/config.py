@@ -33,6 +33,11 @@ class DynamoDBFaultRates:
     """A transaction is cancelled with ``TransactionConflict`` on one action."""
     slow: float = 0.02
     """The response comes back near (or past) the Lambda deadline: ``remaining_ms`` shrinks."""
+    slow_fenced_write: float = 0.001
+    """``slow`` for a fenced journal write (``tally.core.fence``: one plain ``UpdateItem`` per item, where the chunked
+    path sends one transaction for up to 98 items): a response near the deadline is a matter of an invocation's
+    time, not of its request count, and at ``slow``'s rate nearly every large fenced batch would stop at its first
+    hundred items, each invocation after it re-sending the items already written (each refused, each a request)."""
     kill_after_claim: float = 0.05
     """Per journal claim transaction (``open`` or ``claim``): it commits, then the invocation is killed
     before its batch commits; the source redelivers the batch after the visibility timeout or retry."""
@@ -55,6 +60,11 @@ class DynamoDBFaultRates:
     """Per window-move transaction: a late event changed a moved attribute between the move's read and its
     transaction (the condition's value is made stale, so DynamoDB refuses it with the item as it is): the move
     must re-plan from the returned item and move the new value, exactly once."""
+    kill_after_fenced_write: float = 0.05
+    """Per invocation that sends fenced journal writes (plain ``UpdateItem``s of one item part carrying its epoch's
+    mark, ``tally.core.fence``), at its first: it is killed once its n-th is sent, n drawn from 1 to 64 (every n, an
+    owner's or a finisher's), so the batch stays FENCED with some items written until whoever meets its markers
+    finishes it."""
     unprocessed_keys: float = 0.05
     """Per ``BatchGetItem`` of two keys or more: DynamoDB answers part of it and leaves the rest in
     ``UnprocessedKeys`` (HTTP 200: botocore does not retry it), and does the same to this consumer's next
@@ -99,6 +109,10 @@ class DeliveryFaultRates:
     """Per Kinesis batch: the shard restarts from an older checkpoint (a lease moved to another worker)."""
     dlq_refusal: float = 0.02
     """Per dead letter: the dead-letter queue refuses it; the record is reported failed and redelivered."""
+    restart_after_kill: float = 0.5
+    """Per killed invocation: Lambda starts a new execution environment for the consumer's next invocation (a new
+    pipeline: a new writer epoch, marks and headers seen forgotten, a new pool of write threads); otherwise the
+    container lives on (its epoch ended by the protocol itself)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +191,11 @@ class ChaosConfig:
     """Messages on ``r:`` keys' ``level`` (one in eight a reset, some corrections), on Kinesis only."""
     closed_gate_consumers: int = 1
     """Consumers per source in a warm container whose marker read gate has closed (it never reads)."""
+    chunked_consumers: int = 1
+    """Consumers per source (the last ones) whose container applies journal batches by chunk transactions with
+    applied-records (the fenced apply's setting off); the others are fenced (``tally.core.fence``, the default).
+    Both on the same keys: a fleet in the middle of a deploy, or rolled back by the setting, each finishing the
+    other's batches. 0: every container fenced; at least the consumers' count: none."""
     sqs_share: float = 0.5
     sqs_consumers: int = 3
     sqs_batch_size: int = 10
@@ -240,6 +259,10 @@ class ChaosConfig:
     """Packed messages of 100 keys of their own, published first on one Kinesis partition key: journal units,
     one after another in one shard's first batch, so that ``kill_after_claim`` draws on claims of Kinesis records
     (a crash whose lease the shard's retries must wait out: docs/explanation/sources.md)."""
+    fenced_messages: int = 300
+    """Packed messages of 100 keys each, all drawn from 120 (``hot:0`` in every one), published anywhere on both
+    sources: journal units applied by fenced and chunked containers at once on the same items (marks of several epochs
+    on one item, finishers of each other's batches, prunes; ``tally_local.chaos.workload``)."""
     claim_units: int = 1
     """Runs of 200 messages, each with an id of its own, all on one key (``claims:<n>``), published first on
     one Kinesis partition key: the first batch of that shard (250 records in the smoke run), or its first
@@ -286,17 +309,20 @@ SMOKE = ChaosConfig(
         throttle_cancel=0.02,
         conflict=0.04,
         slow=0.02,
+        slow_fenced_write=0.005,
         kill_after_claim=0.15,
         lost_claim_near_deadline=0.7,
         kill_before_gauges=0.1,
         kill_before_members=0.1,
         kill_before_window_transfer=0.3,
+        kill_after_fenced_write=0.4,
     ),
     delivery=DeliveryFaultRates(crash_after_commit=0.08, visibility_expiry=0.04, kinesis_rewind=0.3, dlq_refusal=0.05),
     archive_faults=ArchiveFaultRates(connect_failure=0.04, lost_response=0.05, throttle=0.05, kill_before_archive=0.1),
     bounded_sessions=4,
     expired_claims=12,
     kinesis_big_messages=4,
+    fenced_messages=8,
 )
 PRESETS = {"smoke": SMOKE, "full": FULL}
 
@@ -322,6 +348,7 @@ SECTIONS: dict[str, int | float] = {
     "expired_claims": 0,
     "bounded_sessions": 0,
     "claim_units": 0,
+    "fenced_messages": 0,
     "kinesis_big_messages": 0,
     "archive": False,
 }
@@ -343,3 +370,10 @@ def focused(config: ChaosConfig, events: int = FOCUSED_EVENTS, **sections: objec
     ``config`` itself draws among every other. docs/testing.md says how to find the smallest size that still
     draws the situation and fails the broken variant."""
     return replace(config, events=events, **(SECTIONS | sections))  # type: ignore[arg-type]
+
+
+FENCED = focused(FULL, name="fenced", fenced_messages=FULL.fenced_messages)
+"""The full run's faults and consumers (a fenced and a chunked container per source) with only its fenced messages and
+100 plain events: the fenced apply's situations at the full run's size, for a run of them alone
+(``python -m tally_local.chaos --config fenced``)."""
+PRESETS["fenced"] = FENCED

@@ -67,6 +67,20 @@ actions ``REMOVE`` ``w#`` attributes) draw two more:
   event had added to it between the move's read and its transaction; DynamoDB refuses the move and returns
   the item, from which the mover must re-plan (``situation.window_move_transactions`` counts the moves sent).
 
+The fenced apply's plain ``UpdateItem``s (``tally_local.chaos.fenced`` tells them apart: an item part's write with its
+epoch's mark, the header's commit, its DONE) draw the faults above as any request does (``slow`` at its own rate for
+the item writes, ``slow_fenced_write``: they are one request per item where a chunk transaction carries 98; the first
+commit and the first DONE of a run lose their answer, the next are throttled), and one more:
+
+- ``kill_after_fenced_write``, drawn once per invocation at its first fenced write: the invocation is killed once its
+  n-th fenced write is sent (n from 1 to ``FENCED_KILL_SPAN``), its batch left FENCED for whoever meets its
+  markers, the owner's container then restarted or not (``ChaosConfig``'s ``restart_after_kill``).
+
+A killed invocation sends nothing more: its other threads' requests (its write pool's) raise ``InvocationKilled``
+before they leave (``Invocation.kill``). And a fenced write or DONE is not sent once the invocation's deadline has
+passed on the run's virtual clock (``tally_local.chaos.clock``): Lambda never lets an invocation run past it, and the
+fenced apply's prune horizon leans on that.
+
 The archive's writes (S3 ``PutObject``, ``tally.archive_writer``) draw their own faults (``ArchiveChaos``, per
 write, on the consumer's S3 client): ``archive.connect_failure``, ``archive.lost_response`` (stored, answer lost),
 ``archive.throttle`` (``SlowDown``), and ``archive.kill_before_archive`` once per invocation (killed after the
@@ -87,6 +101,7 @@ from botocore.exceptions import EndpointConnectionError, ReadTimeoutError
 
 from tally.core.items import SHARD_SEPARATOR
 from tally.store.schema import GAUGE_PREFIXES, WINDOW_PREFIX, distinct_attribute
+from tally_local.chaos.fenced import FencedWatch, fenced_request
 from tally_local.kit.answers import (
     Answer,
     cancelled_answer,
@@ -110,11 +125,17 @@ FAULTABLE: Final = ("TransactWriteItems", "UpdateItem", "GetItem", "BatchWriteIt
 TRANSACT: Final = "TransactWriteItems"
 BATCH_GET: Final = "BatchGetItem"
 UNPROCESSED_BURST_MAX: Final = 11
+FENCED_HEADER_FAULTS: Final = ("lost_response", "throttle_request")
+"""Faults each run's first fenced commits and DONEs take, one after the other (then they draw at the rates)."""
+FENCED_KILL_SPAN: Final = 64
+"""An invocation drawn for ``kill_after_fenced_write`` is killed after its n-th fenced write, n from 1 to this."""
 UPDATE: Final = "UpdateItem"
 _AFTER: Final = "tally_chaos_after"
 """Key, in botocore's per-request context, of what ``after-call`` does to that request's answer."""
 _WITHHELD: Final = "tally_chaos_withheld"
 """Key of the ``UnprocessedKeys`` a ``BatchGetItem``'s answer is to carry."""
+_FENCED: Final = "tally_chaos_fenced"
+"""The fenced apply's request this one is (``tally_local.chaos.fenced``), for ``after-call`` to count its answer."""
 _FLYING: Final = "tally_chaos_in_flight"
 """The request's token in ``InFlightTransactions`` (a transaction sent and not yet answered)."""
 _SENT_FAULTS: Final = frozenset({"kill_after_claim", "lost_claim_near_deadline", "lost_response", "slow"})
@@ -172,6 +193,15 @@ class DynamoDBChaos:
         self.reserve_ms = 3_000
         self.enabled = True
         self.killed_after_claim = False
+        self.killed_after_fenced_write = False
+        """Set when ``kill_after_fenced_write`` fired in the current invocation."""
+        self.fenced = FencedWatch(log)
+        self._fenced_lock = threading.Lock()
+        self._fenced_writes = 0
+        """Fenced writes the current invocation sent (its write pool's threads included)."""
+        self._kill_after_write: int | None = None
+        """The fenced write after which the current invocation is killed (``kill_after_fenced_write``)."""
+        """What the consumer's fenced requests met (``tally_local.chaos.fenced``)."""
         self.killed_before: str | None = None
         self.refused_keys: frozenset[str] = frozenset()
         """Keys whose gauge and member writes are refused for good (the run's ``refused_keys``)."""
@@ -189,16 +219,35 @@ class DynamoDBChaos:
     def begin_invocation(self) -> None:
         """Forget what the previous invocation drew and suffered."""
         self.killed_after_claim = False
+        self.killed_after_fenced_write = False
         self.killed_before = None
         self._followers_drawn.clear()
+        with self._fenced_lock:
+            self._fenced_writes = 0
+            self._kill_after_write = None
 
-    def _draw(self, operation: str) -> str | None:
+    def _kill_now_after_fenced_write(self) -> bool:
+        """Whether the invocation is killed once this fenced write is sent: drawn at its first fenced write (at the
+        rate), then after its n-th, n drawn from 1 to ``FENCED_KILL_SPAN`` (an invocation that sends fewer is not)."""
+        with self._fenced_lock:
+            self._fenced_writes += 1
+            if self._fenced_writes == 1 and self._rng.random() < self._rates.kill_after_fenced_write:
+                self._kill_after_write = self._rng.randint(1, FENCED_KILL_SPAN)
+            return self._fenced_writes == self._kill_after_write
+
+    def kill_invocation(self, why: str) -> InvocationKilled:
+        """The invocation killed (Lambda stops it whole): what it sends after this, from any thread, never leaves."""
+        if self.invocation is not None:
+            self.invocation.kill()
+        return InvocationKilled(why)
+
+    def _draw(self, operation: str, *, fenced_write: bool = False) -> str | None:
         rates = self._rates
         table = [
             ("connect_failure", rates.connect_failure),
             ("lost_response", rates.lost_response),
             ("throttle_request", rates.throttle_request),
-            ("slow", rates.slow),
+            ("slow_fenced_write", rates.slow_fenced_write) if fenced_write else ("slow", rates.slow),
         ]
         if operation == TRANSACT:
             table += [("throttle_cancel", rates.throttle_cancel), ("conflict", rates.conflict)]
@@ -229,18 +278,33 @@ class DynamoDBChaos:
         # What ``after-call`` is to do rides in botocore's per-request context, not on this object: the
         # applier sends a round's transactions from several threads on one client.
         context.pop(_AFTER, None)
+        context.pop(_FENCED, None)
         operation = model.name
+        if self.invocation is not None and self.invocation.killed:
+            # a request of a killed invocation's other threads (its write pool): Lambda has stopped them all
+            raise InvocationKilled("the invocation was killed: nothing more is sent")
         if self.enabled and operation == BATCH_GET and self._withhold_keys(params, context):
             return None
         follower = _after_commit_write(operation, params) if self.enabled else None
         self._before_follower(follower, params)
         if (refusal := self._refuse_for_good(follower, operation, params)) is not None:
             return refusal
+        fenced = fenced_request(operation, params) if self.enabled else None
+        if fenced is not None:
+            self._before_fenced(fenced.role)
+            self.fenced.sent(fenced)
+            context[_FENCED] = fenced
         kind = None
         if self.enabled and operation == TRANSACT:
             kind = self._draw_claim_fault(params)
+        if kind is None and fenced is not None and fenced.role in ("commit", "done"):
+            kind = self._first_header_faults(fenced.role)
         if kind is None and self.enabled:
-            kind = self._draw(operation)
+            kind = self._draw(operation, fenced_write=fenced is not None and fenced.role == "write")
+        if kind is None and fenced is not None and fenced.role == "write" and self._kill_now_after_fenced_write():
+            kind = "kill_after_fenced_write"
+        if kind is not None and fenced is not None:
+            self.fenced.faulted(fenced, kind)
         if (kind is None or kind in _SENT_FAULTS) and operation == TRANSACT and self._in_flight is not None:
             # DynamoDB cancels it if another transaction in flight writes one of its items
             items = transaction_items(params)
@@ -251,9 +315,29 @@ class DynamoDBChaos:
             context[_FLYING] = token
         if kind is None:
             return None
-        if kind != "kill_after_claim":  # counted once the claim is known to have committed (``_after_call``)
+        if kind not in ("kill_after_claim", "kill_after_fenced_write"):  # counted once sent (``_after_call``)
             self._log.add(f"ddb.{kind}")
         return self._fault(kind, params, context)
+
+    def _first_header_faults(self, role: str) -> str | None:
+        """A run makes few fenced commits and DONEs (one each per fenced batch): the first of each loses its answer,
+        the next is throttled (``FENCED_HEADER_FAULTS``), the others draw at the rates."""
+        for kind in FENCED_HEADER_FAULTS:
+            if not self._log.count(f"situation.fenced_{role}_{kind}"):
+                return kind
+        return None
+
+    def _before_fenced(self, role: str) -> None:
+        """Before a fenced write or DONE: Lambda kills an invocation at its deadline on the wall clock, which the run's
+        virtual clock moves on while a consumer waits (as if the invocation were paused). The fenced apply's prune
+        horizon leans on that deadline (no write of a batch read FENCED comes a timeout after its invocation
+        started), so such a request, past the deadline on the virtual clock, is never sent."""
+        invocation = self.invocation
+        if invocation is not None:
+            invocation.hold_clock()
+        if role in ("write", "done") and invocation is not None and invocation.past_virtual_deadline:
+            self._log.add("situation.fenced_requests_past_the_virtual_deadline")
+            raise self.kill_invocation("the deadline passed (on the run's clock) before a fenced request was sent")
 
     def _before_follower(self, follower: str | None, params: dict[str, Any]) -> None:
         """Before a write that follows the counters' commit: the invocation killed (once per kind of follower), or a
@@ -271,12 +355,12 @@ class DynamoDBChaos:
         if kill:
             self._log.add(f"ddb.kill_before_{follower}")
             self.killed_before = follower
-            raise InvocationKilled(f"killed between the counters' commit and the {follower} write")
+            raise self.kill_invocation(f"killed between the counters' commit and the {follower} write")
 
     def _fault(self, kind: str, params: dict[str, Any], context: dict[str, Any]) -> Answer | None:
         """What the drawn fault ``kind`` does to the request: an answer in DynamoDB's place, an error, or None (the
         request is sent, and ``after-call`` does what ``context`` says)."""
-        if kind in ("kill_after_claim", "lost_claim_near_deadline"):
+        if kind in ("kill_after_claim", "lost_claim_near_deadline", "kill_after_fenced_write"):
             context[_AFTER] = kind
             return None
         if kind == "connect_failure":
@@ -284,7 +368,7 @@ class DynamoDBChaos:
         if kind == "lost_response":
             context[_AFTER] = "lose"
             return None
-        if kind == "slow":
+        if kind in ("slow", "slow_fenced_write"):
             invocation = self.invocation
             if invocation is not None:
                 remaining_after = self._rng.randint(-500, 2 * self.reserve_ms)
@@ -344,6 +428,9 @@ class DynamoDBChaos:
 
     def _after_call(self, context: dict[str, Any], parsed: dict[str, Any] | None = None, **_: Any) -> None:
         self._left(context)
+        fenced = context.pop(_FENCED, None)
+        if fenced is not None and parsed is not None:
+            self.fenced.answered(fenced, parsed)
         after = context.pop(_AFTER, None)
         if after == "withhold":
             withheld = context.pop(_WITHHELD, {})
@@ -363,13 +450,17 @@ class DynamoDBChaos:
         if after == "kill_after_claim":
             self._log.add("ddb.kill_after_claim")
             self.killed_after_claim = True
-            raise InvocationKilled("killed between a journal claim and the commit")
+            raise self.kill_invocation("killed between a journal claim and the commit")
+        if after == "kill_after_fenced_write":
+            self._log.add("ddb.kill_after_fenced_write")
+            self.killed_after_fenced_write = True
+            raise self.kill_invocation("killed after a fenced write, before its batch was DONE")
         if after == "lost_claim_near_deadline":
             if self.invocation is not None:
                 self.invocation.slow_down(self.reserve_ms + 50)  # a 10 s read timeout, late in the invocation
             raise ReadTimeoutError(endpoint_url="chaos://lost-claim-near-deadline")
         if after == "kill":
-            raise InvocationKilled("deadline passed while a DynamoDB request was in flight")
+            raise self.kill_invocation("deadline passed while a DynamoDB request was in flight")
 
 
 class ArchiveChaos:
@@ -402,7 +493,7 @@ class ArchiveChaos:
             if self._rng.random() < self._rates.kill_before_archive:
                 self._log.add("archive.kill_before_archive")
                 owner.killed_before = "archive"
-                raise InvocationKilled("killed between the counters' commit and the archive write")
+                raise owner.kill_invocation("killed between the counters' commit and the archive write")
         rates = self._rates
         roll = self._rng.random()
         kind = None

@@ -25,6 +25,7 @@ from tally.commit.applier import Applier, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
 from tally.core.declarations import parse_declarations
 from tally.core.defaults import parse_counter_defaults
+from tally.core.fence import fence_horizon_ms, plan_fenced_apply, prunable
 from tally.core.items import ALL_TIME
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.core.fence import FencedPlanner, PruneRule
     from tally.core.ledger import MarkerRecord
     from tally.core.write_planner import WritePlanner
     from tally.post_commit import ArchiveWriter
@@ -78,6 +80,9 @@ if TYPE_CHECKING:
 
 TTL_SECONDS = 35 * 86_400
 CHAOS_RETRIES = RetryPolicy(base_delay_s=0.005, max_delay_s=0.1, max_attempts=8, reserve_ms=3_000)
+FENCE_CLOCK_MARGIN_MS = 1_000
+"""The clock margin of the run's prune horizon: its consumers share one clock, so a second covers a request still in
+flight as its invocation's deadline passes."""
 
 
 ONE_ADD_NAMES = 331
@@ -98,9 +103,15 @@ def wire_pipeline(
     archive: ArchiveWriter | None = None,
     clock: Callable[[], int] | None = None,
     write_planner: WritePlanner = plan_write,
+    fenced: bool = True,
+    fenced_planner: FencedPlanner = plan_fenced_apply,
+    prune_rule: PruneRule = prunable,
 ) -> BatchPipeline:
     """``tally.runtime.build_pipeline``'s wiring, on the given client, dead-letter port and archive writer (a broken
-    variant passes its store, journal or ``write_planner``)."""
+    variant passes its store, journal, ``write_planner``, ``fenced_planner`` or ``prune_rule``); ``fenced``: journal
+    batches applied by fenced single-item writes (``tally.core.fence``), else by chunk transactions. The prune
+    horizon is the function timeout's (``fence_horizon_ms``), not the default of Lambda's longest: marks then go
+    within a run, whose clock jumps minutes at a time."""
     declared = parse_declarations(
         windows=config.windows,
         window_retention=config.window_retention,
@@ -121,6 +132,10 @@ def wire_pipeline(
         declarations=declared,
         write_planner=write_planner,
         write_concurrency=config.write_concurrency,
+        fenced=fenced,
+        fence_horizon=fence_horizon_ms(config.function_timeout_s, FENCE_CLOCK_MARGIN_MS),
+        fenced_planner=fenced_planner,
+        prune_rule=prune_rule,
     )
     # The gauge and member stores as production wires them: without them a message with gauges
     # or distinct members is dead-lettered.
@@ -132,7 +147,12 @@ def wire_pipeline(
             declared.windows,
             gauges=DynamoDBGaugeStore(client, tables.counters),
             distinct=DynamoDBDistinctStore(client, tables.counters, declared.hot_keys),
-            mover=DynamoDBWindowMover(client, tables.counters, declared.windows),
+            mover=DynamoDBWindowMover(
+                client,
+                tables.counters,
+                declared.windows,
+                marks_due=applier.prunable_marks if applier.epochs is not None else None,
+            ),
             archive=archive,
             clock=clock or wall_clock_ms,
         ),
@@ -254,8 +274,9 @@ class _Run:
         """A writer without faults (the setup and the past-horizon step), or None when the run archives nothing."""
         return self.archive.writer() if self.archive is not None else None
 
-    def consumer(self, name: str, index: int) -> Consumer:
-        """Consumer ``index`` of its source; the first ``closed_gate_consumers`` never read markers."""
+    def consumer(self, name: str, index: int, of: int) -> Consumer:
+        """Consumer ``index`` of its source's ``of``; the first ``closed_gate_consumers`` never read markers, the last
+        ``chunked_consumers`` apply journal batches by chunk transactions (the others fenced)."""
         config = self.config
         client = self.client_factory()
         self.limits.append(RequestLimits(client, [self.tables.counters, self.tables.markers]))
@@ -277,9 +298,29 @@ class _Run:
             s3 = self.archive.client()
             ArchiveChaos(s3, config.archive_faults, random.Random(f"{config.seed}:s3:{name}"), self.log, chaos)
             archive = self.archive.writer(s3)
-        pipeline = self.pipeline_factory(
-            client, self.tables, port, config, marker_read_gate=gate, archive=archive, clock=self.clock.now_ms
+        fenced = index < of - config.chunked_consumers
+        self.log.add("situation.fenced_containers" if fenced else "situation.chunked_containers")
+        chaos.fenced.container_fenced = fenced
+        build = partial(
+            self.pipeline_factory,
+            client,
+            self.tables,
+            port,
+            config,
+            marker_read_gate=gate,
+            archive=archive,
+            clock=self.clock.now_ms,
+            fenced=fenced,
         )
+        pipeline = build()
+
+        def restart(old: BatchPipeline) -> BatchPipeline:
+            # The old environment's write threads end with it: those of a killed invocation send nothing more.
+            pool = getattr(getattr(old, "_applier", None), "_pool", None)
+            if pool is not None:
+                pool.shutdown(wait=True)
+            return build()
+
         return Consumer(
             name=name,
             pipeline=pipeline,
@@ -297,6 +338,8 @@ class _Run:
             minute_windows=any(
                 unit.name == "minute" for unit in parse_window_spec(config.windows, config.window_retention).units
             ),
+            restart=restart,
+            restart_after_kill=config.delivery.restart_after_kill,
         )
 
 
@@ -481,11 +524,11 @@ def _run_chaos(
         interval_s=config.series_read_interval_s,
     )
     run.series_monitor = series_monitor
-    sqs_consumers = [run.consumer(f"sqs-{index}", index) for index in range(config.sqs_consumers)]
+    sqs_consumers = [run.consumer(f"sqs-{index}", index, config.sqs_consumers) for index in range(config.sqs_consumers)]
     shard_consumers = [
         ShardConsumer(
             shard,
-            run.consumer(f"kinesis-{index}", index),
+            run.consumer(f"kinesis-{index}", index, config.kinesis_shards),
             workload,
             run.ledger,
             run.clock,

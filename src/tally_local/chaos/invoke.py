@@ -112,6 +112,10 @@ class Consumer:
     """The bounded sessions' messages (``Workload.sessions``): body -> (session, whether the big one)."""
     minute_windows: bool = False
     """The run counts minute windows (the situations of the bounded sessions say so)."""
+    restart: Callable[[BatchPipeline], BatchPipeline] | None = None
+    """The pipeline of a new execution environment (a new writer epoch, nothing remembered), from the old one's."""
+    restart_after_kill: float = 0.0
+    """Per killed invocation: the chance that the next one runs in a new execution environment (``restart``)."""
     trail: MessageTrail | None = None
     """Where each record's delivery and its end are noted (the archive's verdict names messages with them)."""
     _records: Sequence[SourceRecord] = ()
@@ -217,8 +221,18 @@ class Consumer:
         if behind:
             self.log.add("situation.counted_copy_behind_its_ids_refused_content", behind)
 
+    def _maybe_restart(self) -> None:
+        """After a kill: Lambda may give the next invocation a new execution environment (a cold start)."""
+        if self.restart is None or self.rng.random() >= self.restart_after_kill:
+            return
+        self.log.add("situation.container_restarted_after_a_kill")
+        if self.chaos.killed_after_fenced_write:
+            self.log.add("situation.container_restarted_mid_fenced_apply")
+        self.pipeline = self.restart(self.pipeline)
+        self.chaos.fenced.restarted()
+
     def _begin(self) -> Invocation:
-        invocation = Invocation(self.timeout_ms)
+        invocation = Invocation(self.timeout_ms, self.clock)
         self.chaos.invocation = invocation
         self.chaos.begin_invocation()
         self._bodies = ()
@@ -227,7 +241,11 @@ class Consumer:
         return invocation
 
     def _invoke(self, handle: Callable[[], object], record_ids: Sequence[str]) -> BatchOutcome:
-        outcome = self._outcome(handle, record_ids)
+        try:
+            outcome = self._outcome(handle, record_ids)
+        finally:
+            if self.chaos.invocation is not None:
+                self.chaos.invocation.release_clock()  # held since its first fenced request, if it made one
         if self.trail is not None:
             self._note(outcome)
         return outcome
@@ -254,6 +272,10 @@ class Consumer:
         try:
             response = handle()
         except InvocationKilled:
+            self._maybe_restart()
+            if self.chaos.killed_after_fenced_write:
+                self.log.add("outcome.killed_after_fenced_write")
+                return function_error(record_ids, "killed after a fenced write, before its batch was DONE")
             if self.chaos.killed_after_claim:
                 self.log.add("outcome.killed_between_claim_and_commit")
                 self.killed.add(self._bodies, self.clock.now_ms())

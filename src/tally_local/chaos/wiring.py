@@ -27,7 +27,8 @@ class Tables:
 
 class PipelineFactory(Protocol):
     """Builds one consumer's pipeline on its client (production wiring: ``wire_pipeline``); ``archive`` is where
-    it archives what it counts (None: off), its records' times read from ``clock`` (the run's virtual clock)."""
+    it archives what it counts (None: off), its records' times read from ``clock`` (the run's virtual clock);
+    ``fenced``: its journal batches applied by fenced single-item writes, else by chunk transactions."""
 
     def __call__(
         self,
@@ -39,4 +40,5 @@ class PipelineFactory(Protocol):
         marker_read_gate: MarkerReadGate | None = None,
         archive: ArchiveWriter | None = None,
         clock: Callable[[], int] | None = None,
+        fenced: bool = True,
     ) -> BatchPipeline: ...

@@ -300,6 +300,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     sessions = _bounded_session_messages(config, base_ms)
     _publish_sessions(publications, sessions, random.Random(f"{config.seed}:sessions"), config.sqs_share)
     valid |= sessions
+    valid |= _publish_anywhere(publications, _fenced_messages(config), config, "fenced")
     everything = {m.message_id: m for m in [*valid.values(), *setup, *doomed]}
     expected: Sums = defaultdict(lambda: defaultdict(Decimal))
     with localcontext(REFERENCE):
@@ -601,6 +602,41 @@ def _kinesis_big_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
         parts: list[Part] = [(f"kbig:{number}:{n}", {TRACER: Decimal(1)}, None) for n in range(KINESIS_BIG_KEYS)]
         body = f'{{"id":"{message_id}","events":[' + ",".join("{" + _event_json(*p) + "}" for p in parts) + "]}"
         messages[message_id] = ValidMessage(message_id, body, "kbig", KINESIS_BIG_KEYS, _sums(parts))
+    return messages
+
+
+FENCED_KEYS: Final = 120
+"""Keys the fenced messages draw from (``hot:0``, a hot key of the run's shards, and ``fence:<n>``)."""
+FENCED_MESSAGE_KEYS: Final = 100
+"""Keys of one fenced message: with its marker, more than a direct transaction's 100 actions, so a journal unit of its
+own; five of six of the pool's keys, so that any two such batches write mostly the same items."""
+
+
+def _fenced_messages(config: ChaosConfig) -> dict[str, ValidMessage]:
+    """``ChaosConfig.fenced_messages`` packed messages of ``FENCED_MESSAGE_KEYS`` keys each, every one with ``hot:0``
+    and the others drawn from ``FENCED_KEYS``: journal units on the same items, applied by every container at once
+    (fenced writes of several epochs on one item, finishers of each other's batches, prunes). From a random stream of
+    their own, so that without them the load is what it was."""
+    rng = random.Random(f"{config.seed}:fenced")
+    pool = [f"fence:{number}" for number in range(FENCED_KEYS - 1)]
+    messages: dict[str, ValidMessage] = {}
+    for number in range(config.fenced_messages):
+        message_id = f"c{config.seed}-fenced-{number}"
+        keys = ["hot:0", *rng.sample(pool, FENCED_MESSAGE_KEYS - 1)]
+        parts: list[Part] = [(key, {TRACER: Decimal(1), "units": Decimal(rng.randint(1, 9))}, None) for key in keys]
+        body = f'{{"id":"{message_id}","events":[' + ",".join("{" + _event_json(*p) + "}" for p in parts) + "]}"
+        messages[message_id] = ValidMessage(message_id, body, f"fenced-{number}", len(parts), _sums(parts))
+    return messages
+
+
+def _publish_anywhere(
+    publications: list[Publication], messages: dict[str, ValidMessage], config: ChaosConfig, stream: str
+) -> dict[str, ValidMessage]:
+    """Each of ``messages`` published once, at a place and to a source drawn from a random stream of their own."""
+    rng = random.Random(f"{config.seed}:{stream}-publish")
+    for message in messages.values():
+        source = Source.SQS if rng.random() < config.sqs_share else Source.KINESIS
+        publications.insert(rng.randint(0, len(publications)), Publication(source, message.body, message.partition_key))
     return messages
 
 
