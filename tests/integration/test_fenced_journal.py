@@ -38,6 +38,8 @@ from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.tables import scan_all
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -140,6 +142,92 @@ def test_killed_after_any_fenced_write_the_redelivery_finishes_with_the_owner_s_
     _exact(ddb_tables)
     for item in _items(ddb_tables).values():
         assert fence_from_item(item) == {owner.epoch: mark_value(owner.seq, 0)}
+
+
+class _Counting:
+    """The journal, counting its ``apply_fenced`` calls (one plain ``UpdateItem`` each); ``marks`` replaces what
+    ``read_marks`` answers (a read that misses), ``None`` leaves it alone."""
+
+    def __init__(self, journal: DynamoDBJournal, marks: Callable[[dict[Any, int]], dict[Any, int]] | None = None):
+        self._journal, self._marks, self.fenced = journal, marks, 0
+
+    def apply_fenced(self, *args: Any) -> Any:
+        self.fenced += 1
+        return self._journal.apply_fenced(*args)
+
+    def read_marks(self, *args: Any) -> Any:
+        read = self._journal.read_marks(*args)
+        return read if self._marks is None else self._marks(read)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+
+def _update_items(tables: DynamoDBTables) -> Callable[[], int]:
+    """A count of the ``UpdateItem`` calls the tables' client makes from now on."""
+    calls: list[str] = []
+    tables.client.meta.events.register("before-call.dynamodb.UpdateItem", lambda **_: calls.append("UpdateItem"))
+    return lambda: len(calls)
+
+
+def _killed_after(tables: DynamoDBTables, applied: int) -> tuple[list[SourceRecord], FencedBatch]:
+    """An owner killed after its ``applied``-th fenced write (before DONE, at ``len(KEYS)``): its batch FENCED."""
+    journal = DynamoDBJournal(tables.client, tables.counters_table, tables.markers_table, TTL_S)
+    records = _records()
+    with pytest.raises(Crash):
+        _process(_pipeline(tables, _Dying(journal, ("apply_fenced", "mark_done"), applied + 1)), records)
+    ((batch_id, state),) = _headers(tables).items()
+    assert state == "FENCED"
+    batch = FencedBatch.parse(batch_id)
+    assert batch is not None
+    return records, batch
+
+
+@pytest.mark.parametrize("applied", range(len(KEYS) + 1), ids=lambda n: f"killed-after-{n}")
+def test_the_redelivery_sends_only_the_fenced_writes_the_owner_did_not(
+    ddb_tables: DynamoDBTables, applied: int
+) -> None:
+    # GIVEN an owner killed after its n-th fenced write
+    records, batch = _killed_after(ddb_tables, applied)
+    journal = _Counting(DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S))
+    update_items = _update_items(ddb_tables)
+    # WHEN the records come back to a new container
+    assert _process(_pipeline(ddb_tables, journal), records, NOW_MS + 7 * 60_000) == ()
+    # THEN it sends the N - n fenced writes missing (and DONE), and every counter is exact
+    assert journal.fenced == len(KEYS) - applied
+    assert update_items() == len(KEYS) - applied + 1
+    assert _headers(ddb_tables) == {batch.batch_id: "DONE"}
+    _exact(ddb_tables)
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {batch.epoch: mark_value(batch.seq, 0)}
+
+
+def _throttled(_: dict[Any, int]) -> dict[Any, int]:
+    raise RetryableStoreError("ThrottlingException: injected")
+
+
+MISSED_READS: dict[str, Callable[[dict[Any, int]], dict[Any, int]]] = {
+    "failed": _throttled,  # the read keeps failing: every part is sent
+    "absent": lambda _: {},
+    "stale": lambda read: {item: mark - 1 for item, mark in read.items()},  # an earlier batch's, as a lagging replica
+    "partly": lambda read: dict(list(read.items())[:1]),
+}
+
+
+@pytest.mark.parametrize("missed", MISSED_READS)
+def test_a_finisher_whose_read_misses_marks_sends_those_parts_again_and_counts_exactly(
+    ddb_tables: DynamoDBTables, missed: str
+) -> None:
+    records, batch = _killed_after(ddb_tables, 3)
+    journal = _Counting(
+        DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S),
+        MISSED_READS[missed],
+    )
+    assert _process(_pipeline(ddb_tables, journal), records, NOW_MS + 7 * 60_000) == ()
+    # The parts the read missed are sent again and refused by their condition: exact.
+    assert journal.fenced == {"failed": 5, "absent": 5, "stale": 5, "partly": 4}[missed]
+    assert _headers(ddb_tables) == {batch.batch_id: "DONE"}
+    _exact(ddb_tables)
 
 
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")
