@@ -230,6 +230,40 @@ def test_a_finisher_whose_read_misses_marks_sends_those_parts_again_and_counts_e
     _exact(ddb_tables)
 
 
+def test_the_finisher_s_read_is_one_eventually_consistent_projected_batch_get_and_an_empty_answer_stays_exact(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN an owner killed after 4 of its 5 fenced writes
+    records, batch = _killed_after(ddb_tables, 4)
+    asked: list[dict[str, Any]] = []
+
+    def ask(params: dict[str, Any], **_: Any) -> None:
+        if ddb_tables.counters_table in params["RequestItems"]:
+            asked.append(params["RequestItems"][ddb_tables.counters_table])
+
+    def answer(parsed: dict[str, Any], **_: Any) -> None:
+        parsed.get("Responses", {}).pop(ddb_tables.counters_table, None)  # a replica that has none of the marks yet
+
+    ddb_tables.client.meta.events.register("before-parameter-build.dynamodb.BatchGetItem", ask)
+    ddb_tables.client.meta.events.register("after-call.dynamodb.BatchGetItem", answer)
+    journal = _Counting(DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S))
+    try:
+        # WHEN the redelivery finishes the batch, its read of the marks answered empty on the wire
+        assert _process(_pipeline(ddb_tables, journal), records, NOW_MS + 7 * 60_000) == ()
+    finally:
+        ddb_tables.client.meta.events.unregister("before-parameter-build.dynamodb.BatchGetItem", ask)
+        ddb_tables.client.meta.events.unregister("after-call.dynamodb.BatchGetItem", answer)
+    # THEN it read the five items once, eventually consistent, the keys and the owner's mark alone
+    (request,) = asked
+    assert len(request["Keys"]) == len(KEYS)
+    assert request["ConsistentRead"] is False
+    assert sorted(request["ExpressionAttributeNames"].values()) == sorted(["pk", "sk", f"f#{batch.epoch}"])
+    # AND sent every part (four refused by their condition), counting exactly
+    assert journal.fenced == len(KEYS)
+    assert _headers(ddb_tables) == {batch.batch_id: "DONE"}
+    _exact(ddb_tables)
+
+
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")
 def test_a_lost_answer_on_any_single_write_counts_once(ddb_tables: DynamoDBTables, nth: int) -> None:
     # The plain UpdateItems of a fenced batch: its commit, one per key, DONE.
