@@ -876,6 +876,8 @@ class CommitProtocol:
         if not items:
             return plans
         try:
+            # Eventually consistent is enough: no mark of a batch still FENCED is pruned, and the batch's epoch
+            # writes no later batch before it is DONE, so a mark read, however stale, was set by a part applied.
             marks = self._steps.read(partial(self._journal.read_marks, items, batch.epoch))
         except RetryableStoreError:
             return plans

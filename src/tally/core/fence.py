@@ -148,10 +148,11 @@ def still_to_send(
     """The parts of a batch's ``plans`` (``plan_fenced_apply``) a finisher still sends, from the marks it read of
     the batch's epoch on the items (item -> value; an item absent: no mark read, every part sent).
 
-    A part whose mark value the read mark reaches is on the item: a mark is set only by the write that adds its
-    part, and only grows while its batch is unfinished (the epoch applies no later batch before this one is DONE,
-    and ``prunable`` removes no mark of a batch not DONE), so any read of it, however stale, shows a value some
-    write of this batch or an earlier one set. A read that misses (stale, absent) only leaves parts to send that
+    A part whose mark value the read mark reaches was applied to the item: a mark is set only by the write that
+    adds its part, and only grows while its batch is unfinished (the epoch applies no later batch before this one
+    is DONE, and ``prunable``, which a window move's prune follows too, removes only marks of batches DONE or
+    gone for a horizon), so any read of it, however stale, shows a value some write of this batch or an earlier
+    one set. A read that misses (stale, absent) only leaves parts to send that
     the condition then refuses as applied: the read saves requests, the condition stays the guard. An item whose
     parts are all on it drops out; the rest keep their order, the first one left still after its predecessor.
     """
