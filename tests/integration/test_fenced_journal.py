@@ -264,6 +264,32 @@ def test_the_finisher_s_read_is_one_eventually_consistent_projected_batch_get_an
     _exact(ddb_tables)
 
 
+def test_a_batch_of_hundreds_of_items_cut_short_twice_is_finished_by_what_each_finisher_left(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN a batch of 250 keys (its marks read in three BatchGetItems), the owner killed after 120 fenced writes
+    keys = [f"w{i:03}" for i in range(250)]
+    body = {"id": "wide", "events": [{"key": key, "deltas": {"count": 1}} for key in keys]}
+    records = [SourceRecord("rec-wide", json.dumps(body), NOW_MS)]
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), 121)), records)
+    # WHEN a first finisher is cut short after 100 more, and a second one finishes
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), 101)), records, NOW_MS + 7 * 60_000)
+    last = _Counting(journal)
+    assert _process(_pipeline(ddb_tables, last), records, NOW_MS + 14 * 60_000) == ()
+    # THEN the last one sent only the 30 writes left, and every key counts once
+    assert last.fenced == 30
+    assert set(_headers(ddb_tables).values()) == {"DONE"}
+    counted = {
+        item["pk"]["S"]: item_counters(item)
+        for item in scan_all(ddb_tables.client, ddb_tables.counters_table)
+        if item["pk"]["S"] in keys
+    }
+    assert counted == {key: {"count": 1} for key in keys}
+
+
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")
 def test_a_lost_answer_on_any_single_write_counts_once(ddb_tables: DynamoDBTables, nth: int) -> None:
     # The plain UpdateItems of a fenced batch: its commit, one per key, DONE.
