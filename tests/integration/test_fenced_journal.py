@@ -61,7 +61,9 @@ def _records(prefix: str = "m") -> list[SourceRecord]:
     return [SourceRecord(f"rec-{uuid.uuid4().hex[:8]}", json.dumps(body), NOW_MS) for body in bodies]
 
 
-def _pipeline(tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs | None = None) -> BatchPipeline:
+def _pipeline(
+    tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs | None = None, **options: Any
+) -> BatchPipeline:
     store = DynamoDBCounterStore(tables.client, tables.counters_table, tables.markers_table, TTL_S)
     applier = Applier(
         store,
@@ -70,6 +72,7 @@ def _pipeline(tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs 
         sleep=lambda _: None,
         max_actions=4,  # five keys: the unit takes the journal
         fenced=True,
+        **options,
     )
     if epochs is not None:
         applier.epochs = epochs
@@ -288,6 +291,32 @@ def test_a_batch_of_hundreds_of_items_cut_short_twice_is_finished_by_what_each_f
         if item["pk"]["S"] in keys
     }
     assert counted == {key: {"count": 1} for key in keys}
+
+
+@pytest.mark.parametrize("applied", [1, 2, 4, 14], ids=lambda n: f"killed-after-{n}")
+def test_items_in_several_parts_are_finished_from_the_first_part_their_mark_does_not_reach(
+    ddb_tables: DynamoDBTables, applied: int
+) -> None:
+    # GIVEN five keys of five counters, each item in three parts (two counters a write): 15 fenced writes, the
+    # owner killed after the n-th, mid-item or between items
+    body = {"id": "parts", "events": [{"key": k, "deltas": {f"c{i}": i + 1 for i in range(5)}} for k in KEYS]}
+    records = [SourceRecord("rec-parts", json.dumps(body), NOW_MS)]
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    small = {"counter_limit": lambda _: 2}
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), applied + 1), **small), records)
+    # WHEN the redelivery finishes it
+    last = _Counting(journal)
+    assert _process(_pipeline(ddb_tables, last, **small), records, NOW_MS + 7 * 60_000) == ()
+    # THEN it sent the 15 - n parts missing, each after its predecessor, and every counter counts once
+    assert last.fenced == 15 - applied
+    ((batch_id, state),) = _headers(ddb_tables).items()
+    batch = FencedBatch.parse(batch_id)
+    assert state == "DONE"
+    assert batch is not None
+    for item in _items(ddb_tables).values():
+        assert item_counters(item) == {f"c{i}": i + 1 for i in range(5)}
+        assert fence_from_item(item) == {batch.epoch: mark_value(batch.seq, 2)}
 
 
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")
