@@ -38,6 +38,8 @@ from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.tables import scan_all
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from tests.conftest import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -59,7 +61,9 @@ def _records(prefix: str = "m") -> list[SourceRecord]:
     return [SourceRecord(f"rec-{uuid.uuid4().hex[:8]}", json.dumps(body), NOW_MS) for body in bodies]
 
 
-def _pipeline(tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs | None = None) -> BatchPipeline:
+def _pipeline(
+    tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs | None = None, **options: Any
+) -> BatchPipeline:
     store = DynamoDBCounterStore(tables.client, tables.counters_table, tables.markers_table, TTL_S)
     applier = Applier(
         store,
@@ -68,6 +72,7 @@ def _pipeline(tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs 
         sleep=lambda _: None,
         max_actions=4,  # five keys: the unit takes the journal
         fenced=True,
+        **options,
     )
     if epochs is not None:
         applier.epochs = epochs
@@ -140,6 +145,178 @@ def test_killed_after_any_fenced_write_the_redelivery_finishes_with_the_owner_s_
     _exact(ddb_tables)
     for item in _items(ddb_tables).values():
         assert fence_from_item(item) == {owner.epoch: mark_value(owner.seq, 0)}
+
+
+class _Counting:
+    """The journal, counting its ``apply_fenced`` calls (one plain ``UpdateItem`` each); ``marks`` replaces what
+    ``read_marks`` answers (a read that misses), ``None`` leaves it alone."""
+
+    def __init__(self, journal: DynamoDBJournal, marks: Callable[[dict[Any, int]], dict[Any, int]] | None = None):
+        self._journal, self._marks, self.fenced = journal, marks, 0
+
+    def apply_fenced(self, *args: Any) -> Any:
+        self.fenced += 1
+        return self._journal.apply_fenced(*args)
+
+    def read_marks(self, *args: Any) -> Any:
+        read = self._journal.read_marks(*args)
+        return read if self._marks is None else self._marks(read)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+
+def _update_items(tables: DynamoDBTables) -> Callable[[], int]:
+    """A count of the ``UpdateItem`` calls the tables' client makes from now on."""
+    calls: list[str] = []
+    tables.client.meta.events.register("before-call.dynamodb.UpdateItem", lambda **_: calls.append("UpdateItem"))
+    return lambda: len(calls)
+
+
+def _killed_after(tables: DynamoDBTables, applied: int) -> tuple[list[SourceRecord], FencedBatch]:
+    """An owner killed after its ``applied``-th fenced write (before DONE, at ``len(KEYS)``): its batch FENCED."""
+    journal = DynamoDBJournal(tables.client, tables.counters_table, tables.markers_table, TTL_S)
+    records = _records()
+    with pytest.raises(Crash):
+        _process(_pipeline(tables, _Dying(journal, ("apply_fenced", "mark_done"), applied + 1)), records)
+    ((batch_id, state),) = _headers(tables).items()
+    assert state == "FENCED"
+    batch = FencedBatch.parse(batch_id)
+    assert batch is not None
+    return records, batch
+
+
+@pytest.mark.parametrize("applied", range(len(KEYS) + 1), ids=lambda n: f"killed-after-{n}")
+def test_the_redelivery_sends_only_the_fenced_writes_the_owner_did_not(
+    ddb_tables: DynamoDBTables, applied: int
+) -> None:
+    # GIVEN an owner killed after its n-th fenced write
+    records, batch = _killed_after(ddb_tables, applied)
+    journal = _Counting(DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S))
+    update_items = _update_items(ddb_tables)
+    # WHEN the records come back to a new container
+    assert _process(_pipeline(ddb_tables, journal), records, NOW_MS + 7 * 60_000) == ()
+    # THEN it sends the N - n fenced writes missing (and DONE), and every counter is exact
+    assert journal.fenced == len(KEYS) - applied
+    assert update_items() == len(KEYS) - applied + 1
+    assert _headers(ddb_tables) == {batch.batch_id: "DONE"}
+    _exact(ddb_tables)
+    for item in _items(ddb_tables).values():
+        assert fence_from_item(item) == {batch.epoch: mark_value(batch.seq, 0)}
+
+
+def _throttled(_: dict[Any, int]) -> dict[Any, int]:
+    raise RetryableStoreError("ThrottlingException: injected")
+
+
+MISSED_READS: dict[str, Callable[[dict[Any, int]], dict[Any, int]]] = {
+    "failed": _throttled,  # the read keeps failing: every part is sent
+    "absent": lambda _: {},
+    "stale": lambda read: {item: mark - 1 for item, mark in read.items()},  # an earlier batch's, as a lagging replica
+    "partly": lambda read: dict(list(read.items())[:1]),
+}
+
+
+@pytest.mark.parametrize("missed", MISSED_READS)
+def test_a_finisher_whose_read_misses_marks_sends_those_parts_again_and_counts_exactly(
+    ddb_tables: DynamoDBTables, missed: str
+) -> None:
+    records, batch = _killed_after(ddb_tables, 3)
+    journal = _Counting(
+        DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S),
+        MISSED_READS[missed],
+    )
+    assert _process(_pipeline(ddb_tables, journal), records, NOW_MS + 7 * 60_000) == ()
+    # The parts the read missed are sent again and refused by their condition: exact.
+    assert journal.fenced == {"failed": 5, "absent": 5, "stale": 5, "partly": 4}[missed]
+    assert _headers(ddb_tables) == {batch.batch_id: "DONE"}
+    _exact(ddb_tables)
+
+
+def test_the_finisher_s_read_is_one_eventually_consistent_projected_batch_get_and_an_empty_answer_stays_exact(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN an owner killed after 4 of its 5 fenced writes
+    records, batch = _killed_after(ddb_tables, 4)
+    asked: list[dict[str, Any]] = []
+
+    def ask(params: dict[str, Any], **_: Any) -> None:
+        if ddb_tables.counters_table in params["RequestItems"]:
+            asked.append(params["RequestItems"][ddb_tables.counters_table])
+
+    def answer(parsed: dict[str, Any], **_: Any) -> None:
+        parsed.get("Responses", {}).pop(ddb_tables.counters_table, None)  # a replica that has none of the marks yet
+
+    ddb_tables.client.meta.events.register("before-parameter-build.dynamodb.BatchGetItem", ask)
+    ddb_tables.client.meta.events.register("after-call.dynamodb.BatchGetItem", answer)
+    journal = _Counting(DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S))
+    try:
+        # WHEN the redelivery finishes the batch, its read of the marks answered empty on the wire
+        assert _process(_pipeline(ddb_tables, journal), records, NOW_MS + 7 * 60_000) == ()
+    finally:
+        ddb_tables.client.meta.events.unregister("before-parameter-build.dynamodb.BatchGetItem", ask)
+        ddb_tables.client.meta.events.unregister("after-call.dynamodb.BatchGetItem", answer)
+    # THEN it read the five items once, eventually consistent, the keys and the owner's mark alone
+    (request,) = asked
+    assert len(request["Keys"]) == len(KEYS)
+    assert request["ConsistentRead"] is False
+    assert sorted(request["ExpressionAttributeNames"].values()) == sorted(["pk", "sk", f"f#{batch.epoch}"])
+    # AND sent every part (four refused by their condition), counting exactly
+    assert journal.fenced == len(KEYS)
+    assert _headers(ddb_tables) == {batch.batch_id: "DONE"}
+    _exact(ddb_tables)
+
+
+def test_a_batch_of_hundreds_of_items_cut_short_twice_is_finished_by_what_each_finisher_left(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN a batch of 250 keys (its marks read in three BatchGetItems), the owner killed after 120 fenced writes
+    keys = [f"w{i:03}" for i in range(250)]
+    body = {"id": "wide", "events": [{"key": key, "deltas": {"count": 1}} for key in keys]}
+    records = [SourceRecord("rec-wide", json.dumps(body), NOW_MS)]
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), 121)), records)
+    # WHEN a first finisher is cut short after 100 more, and a second one finishes
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), 101)), records, NOW_MS + 7 * 60_000)
+    last = _Counting(journal)
+    assert _process(_pipeline(ddb_tables, last), records, NOW_MS + 14 * 60_000) == ()
+    # THEN the last one sent only the 30 writes left, and every key counts once
+    assert last.fenced == 30
+    assert set(_headers(ddb_tables).values()) == {"DONE"}
+    counted = {
+        item["pk"]["S"]: item_counters(item)
+        for item in scan_all(ddb_tables.client, ddb_tables.counters_table)
+        if item["pk"]["S"] in keys
+    }
+    assert counted == {key: {"count": 1} for key in keys}
+
+
+@pytest.mark.parametrize("applied", [1, 2, 4, 14], ids=lambda n: f"killed-after-{n}")
+def test_items_in_several_parts_are_finished_from_the_first_part_their_mark_does_not_reach(
+    ddb_tables: DynamoDBTables, applied: int
+) -> None:
+    # GIVEN five keys of five counters, each item in three parts (two counters a write): 15 fenced writes, the
+    # owner killed after the n-th, mid-item or between items
+    body = {"id": "parts", "events": [{"key": k, "deltas": {f"c{i}": i + 1 for i in range(5)}} for k in KEYS]}
+    records = [SourceRecord("rec-parts", json.dumps(body), NOW_MS)]
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    small = {"counter_limit": lambda _: 2}
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced",), applied + 1), **small), records)
+    # WHEN the redelivery finishes it
+    last = _Counting(journal)
+    assert _process(_pipeline(ddb_tables, last, **small), records, NOW_MS + 7 * 60_000) == ()
+    # THEN it sent the 15 - n parts missing, each after its predecessor, and every counter counts once
+    assert last.fenced == 15 - applied
+    ((batch_id, state),) = _headers(ddb_tables).items()
+    batch = FencedBatch.parse(batch_id)
+    assert state == "DONE"
+    assert batch is not None
+    for item in _items(ddb_tables).values():
+        assert item_counters(item) == {f"c{i}": i + 1 for i in range(5)}
+        assert fence_from_item(item) == {batch.epoch: mark_value(batch.seq, 2)}
 
 
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")

@@ -6,13 +6,15 @@ whose conditions are evaluated as DynamoDB evaluates the expression the store en
 
 - an owner applying its epoch's batches one after another, whose answers may be lost (it sends the write again),
   which may be killed or run out of time (its batch stays FENCED and its epoch ends), paused while others work;
-- finishers (any number at once) that read a FENCED batch's header and send its writes with the batch's own
-  epoch and sequence until their own deadline;
+- finishers (any number at once) that read a FENCED batch's header and the items' marks (as they are, or as they
+  were at any earlier point: an eventually consistent read) and send the writes those marks do not show applied
+  (``still_to_send``), with the batch's own epoch and sequence, until their own deadline;
 - marks pruned by the owner's writes when ``prunable`` says so, and headers swept by TTL once DONE;
 - a clock that moves on by any amount between steps.
 
-Broken variants of the planner (a mark forgotten, the finisher's epoch used, a prune without the DONE horizon) make
-the same model fail: the property can fail.
+Broken variants of the planner (a mark forgotten, the finisher's epoch used, a prune without the DONE horizon) and
+of the finisher's skip (a part skipped whose mark the read does not reach) make the same model fail: the property
+can fail.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from tally.core.fence import (
     plan_fenced_apply,
     prunable,
     refusal,
+    still_to_send,
     unstorable_sums,
     without_prune,
 )
@@ -286,6 +289,10 @@ class Model:
     """A broken variant: finishers plan with an epoch of their own."""
     forget_mark: bool = False
     """A broken variant: a write sets no mark."""
+    skip: Callable[..., tuple[tuple[FencedWrite, ...], ...]] = still_to_send
+    """What a finisher leaves out from the marks it read (``still_to_send``, or a broken variant)."""
+    history: list[dict[ItemKey, dict[str, int]]] = field(default_factory=lambda: [{}])
+    """The items' marks after each write: what an eventually consistent read may return."""
     now_ms: int = 0
     items: dict[ItemKey, _Item] = field(default_factory=dict)
     headers: dict[FencedBatch, _Header] = field(default_factory=dict)
@@ -307,6 +314,7 @@ class Model:
                 item.fence[write.epoch] = write.mark
             for epoch in write.prune:
                 del item.fence[epoch]
+            self.history.append({key: dict(state.fence) for key, state in self.items.items()})
             self.applied[(sender.batch, write.item, frozenset(write.adds))] += 1
             if not lost:
                 sender.sent += 1
@@ -357,7 +365,14 @@ class Model:
         if self.finisher_epoch:
             _, planned = WriterEpoch().next_batch(_draw(choice + 10_000))
             self.increments[planned] = self.increments[batch]
-        self.finishers.append(_Sender(batch, self.plan(planned, {}), self.now_ms + TIMEOUT_MS))
+        read = self.history[-1 - choice // len(committed) % len(self.history)]  # as now, or as it was
+        self.finishers.append(_Sender(batch, self.missing(planned, read), self.now_ms + TIMEOUT_MS))
+
+    def missing(self, batch: FencedBatch, read: Mapping[ItemKey, Mapping[str, int]]) -> list[FencedWrite]:
+        """A finisher's writes of ``batch``: those the marks it ``read`` do not show applied."""
+        marks = {item: fence[batch.epoch] for item, fence in read.items() if batch.epoch in fence}
+        plans = self.planner(self.increments[batch], batch, {})
+        return [write for writes in self.skip(plans, marks) for write in writes]
 
     def finisher_step(self, choice: int) -> None:
         if not self.finishers:
@@ -416,7 +431,8 @@ class Model:
         self.finishers.clear()
         for batch, header in sorted(self.headers.items()):
             if header.state is BatchState.FENCED:
-                finisher = _Sender(batch, self.plan(batch, {}), self.now_ms + TIMEOUT_MS)
+                now = {item: state.fence for item, state in self.items.items()}
+                finisher = _Sender(batch, self.missing(batch, now), self.now_ms + TIMEOUT_MS)
                 while finisher.sent < len(finisher.writes):
                     self.send(finisher)
                 self._done(batch)
@@ -561,3 +577,112 @@ def test_a_horizon_of_one_timeout_fails_the_model_when_done_at_is_the_invocation
     # batch FENCED late in that invocation runs up to two timeouts after done_at.
     assert _fails(A_PRUNE_AFTER_A_LONG_INVOCATION, Model(horizon_ms=TIMEOUT_MS + MARGIN_MS))
     assert not _fails(A_PRUNE_AFTER_A_LONG_INVOCATION, Model())
+
+
+# ------------------------------------------------------------------------------------------------ what a finisher sends
+A_PART_LEFT_BY_A_KILLED_OWNER = [
+    (0, 0),  # container 0 commits a batch on item "a" (two parts)
+    (0, 2),  # the owner sends the first part
+    (1, 0),  # and is killed: the batch stays FENCED, its first part on "a"; the last finisher reads that mark
+]
+A_FINISHER_READING_STALE_MARKS = [
+    *A_PART_LEFT_BY_A_KILLED_OWNER,
+    (2, 1),  # a finisher reads the batch FENCED and the marks as they were before the first part
+    (3, 1),  # it sends the first part again: refused, applied
+    (3, 1),
+]
+
+
+def _each_part_once(model: Model) -> bool:
+    return all(
+        model.applied[(batch, write.item, frozenset(write.adds))] == 1
+        for batch, increments in model.increments.items()
+        for writes in correct_planner(increments, batch, {})
+        for write in writes
+    )
+
+
+def skip_the_batch(
+    plans: Sequence[Sequence[FencedWrite]], marks: Mapping[ItemKey, int]
+) -> tuple[tuple[FencedWrite, ...], ...]:
+    """A broken variant: an item whose mark names the batch is taken as having all its parts."""
+    return tuple(
+        tuple(writes)
+        for writes in plans
+        if mark_batch(writes[0].epoch, marks.get(writes[0].item, 0)) != mark_batch(writes[0].epoch, writes[0].mark)
+    )
+
+
+@pytest.mark.parametrize("steps", [A_PART_LEFT_BY_A_KILLED_OWNER, A_FINISHER_READING_STALE_MARKS], ids=repr)
+def test_a_finisher_sends_what_the_marks_it_read_do_not_show_and_every_part_lands_once(
+    steps: list[tuple[int, int]],
+) -> None:
+    model = run(steps, Model())
+    model.finish_all()
+    assert _each_part_once(model)
+    assert not model.twice()
+
+
+def test_the_last_finisher_of_a_killed_owner_s_batch_plans_only_the_part_missing() -> None:
+    model = run(A_PART_LEFT_BY_A_KILLED_OWNER, Model())
+    ((batch, _),) = model.headers.items()
+    first, second = correct_planner(model.increments[batch], batch, {})[0]
+    assert model.missing(batch, {"a": model.items["a"].fence}) == [second]
+    assert model.missing(batch, {}) == [first, second]  # nothing read: everything, the condition refuses the first
+
+
+def test_a_finisher_skipping_a_part_its_read_mark_does_not_reach_fails_the_model() -> None:
+    model = run(A_PART_LEFT_BY_A_KILLED_OWNER, Model(skip=skip_the_batch))
+    model.finish_all()
+    assert not _each_part_once(model)  # the second part never lands
+
+
+PARTS = st.lists(st.integers(1, 4), min_size=1, max_size=len(ITEMS))
+"""Parts per item of a batch (counters beyond the limit of 2 per write)."""
+
+
+@st.composite
+def marks_read(draw: st.DrawFn) -> tuple[tuple[tuple[FencedWrite, ...], ...], list[int], dict[ItemKey, int], bool]:
+    """A batch's plans, how many parts of each item are on it, and marks a read returned: each as it is now, or as
+    it was (fewer parts, an earlier batch's mark, none), or not returned at all."""
+    _, batch = WriterEpoch().next_batch(_draw(draw(st.integers(0, 1000))))
+    batch = replace(batch, seq=draw(st.integers(2, MAX_SEQ)))
+    parts = draw(PARTS)
+    increments = {ITEMS[i]: {f"c{j}": 1 for j in range(2 * count)} for i, count in enumerate(parts)}
+    plans = plan_fenced_apply(increments, batch, defaults=NO_DEFAULTS, counter_limit=lambda _: 2)
+    applied = [draw(st.integers(0, count)) for count in parts]
+    marks: dict[ItemKey, int] = {}
+    exact = True
+    for writes, on_item in zip(plans, applied, strict=True):
+        item = writes[0].item
+        seen = draw(st.sampled_from(["now", "earlier", "older_batch", "none"]))
+        if seen == "now" or (seen == "earlier" and on_item == 0):
+            if on_item:
+                marks[item] = writes[on_item - 1].mark
+            continue
+        exact = False
+        if seen == "earlier":
+            parts_then = draw(st.integers(0, on_item - 1))
+            if parts_then:
+                marks[item] = writes[parts_then - 1].mark
+        elif seen == "older_batch":
+            marks[item] = mark_value(draw(st.integers(1, batch.seq - 1)), draw(st.integers(0, PART_SLOTS - 1)))
+    return plans, applied, marks, exact
+
+
+@given(marks_read())
+def test_a_finisher_never_skips_a_part_not_on_its_item_and_sends_nothing_more_when_the_read_is_current(
+    drawn: tuple[tuple[tuple[FencedWrite, ...], ...], list[int], dict[ItemKey, int], bool],
+) -> None:
+    plans, applied, marks, exact = drawn
+    left = {writes[0].item: writes for writes in still_to_send(plans, marks)}
+    for writes, on_item in zip(plans, applied, strict=True):
+        missing = writes[on_item:]
+        sent = left.get(writes[0].item, ())
+        # Never skips an unapplied part, in order, after its predecessor: the sent parts end with the missing ones.
+        assert sent[len(sent) - len(missing) :] == missing
+        assert sent == writes[len(writes) - len(sent) :]
+        if exact:
+            assert sent == missing  # a current read re-sends nothing
+    if exact and all(on_item == len(writes) for writes, on_item in zip(plans, applied, strict=True)):
+        assert still_to_send(plans, marks) == ()

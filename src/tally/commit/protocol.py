@@ -59,6 +59,7 @@ from tally.core.fence import (
     batches_to_look_up,
     plan_fenced_apply,
     prunable,
+    still_to_send,
     unstorable_sums,
     without_prune,
 )
@@ -838,7 +839,9 @@ class CommitProtocol:
 
     def _finish_fenced(self, record: BatchRecord, batch: FencedBatch, pages: Sequence[JournalPage] | None) -> bool:
         """Each item's fenced writes of a FENCED batch, with the batch's own epoch and sequence whoever sends
-        them (a write on an item that has it already is refused as applied), then DONE."""
+        them (a write on an item that has it already is refused as applied), then DONE. A finisher (the pages
+        not known: read here) sends only the parts the items' marks do not show on them already."""
+        finisher = pages is None
         if pages is None:
             try:
                 pages, _ = self._steps.read(partial(self._journal.read_progress, record.batch_id, record.chunks))
@@ -849,6 +852,8 @@ class CommitProtocol:
         plans = self._plan_fenced(
             increments, batch, defaults=self._declared.defaults, counter_limit=self._fenced_limit, prune=prune
         )
+        if finisher:
+            plans = self._missing(plans, batch)
         if self._pool is not None and len(plans) > 1:
             # Items are independent: each item's parts in order, the items at once.
             finished = all(list(self._pool.map(self._apply_item, plans)))
@@ -861,6 +866,22 @@ class CommitProtocol:
         except RetryableStoreError:
             return False
         return True
+
+    def _missing(
+        self, plans: tuple[tuple[FencedWrite, ...], ...], batch: FencedBatch
+    ) -> tuple[tuple[FencedWrite, ...], ...]:
+        """The parts of ``plans`` the items' marks, read (eventually consistent), do not show applied; all of them
+        when the read fails (it only saves requests: each write's condition is the guard)."""
+        items = [writes[0].item for writes in plans if writes]
+        if not items:
+            return plans
+        try:
+            # Eventually consistent is enough: no mark of a batch still FENCED is pruned, and the batch's epoch
+            # writes no later batch before it is DONE, so a mark read, however stale, was set by a part applied.
+            marks = self._steps.read(partial(self._journal.read_marks, items, batch.epoch))
+        except RetryableStoreError:
+            return plans
+        return still_to_send(plans, marks)
 
     def _prunes(self, batch: FencedBatch, increments: Totals) -> dict[ItemKey, dict[str, int]]:
         """Other epochs' marks the owner's writes of ``batch`` may remove, from what the container saw of the items'

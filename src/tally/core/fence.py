@@ -15,6 +15,11 @@ answer, a finisher from the pages, two finishers at once) adds it at most once; 
 sent until it committed or was refused. A write is sent with the batch's own epoch and sequence, never the
 sender's: a finisher reads them from the batch id.
 
+A finisher (a container meeting a marker of a FENCED batch, the owner's redelivery among them) first reads the
+items' marks of the batch's epoch and sends only the parts the marks do not show on the items (``still_to_send``):
+a finisher cut short by its deadline leaves its progress on the items for the next one, which then sends only
+what is missing.
+
 Marks are removed by writes the item gets anyway (``prunable``): another epoch's mark whose batch has been DONE for
 longer than any finisher that read it FENCED can still run (``fence_horizon_ms``), each removal conditioned on the
 mark still holding the value seen.
@@ -35,7 +40,7 @@ from tally.core.write import FencedWrite
 from tally.core.write_planner import start_values
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Mapping, Sequence
 
     from tally.core.aggregate import Totals
     from tally.core.defaults import CounterDefaults
@@ -135,6 +140,31 @@ def plan_fenced_apply(
             )
         plans.append(tuple(writes))
     return tuple(plans)
+
+
+def still_to_send(
+    plans: Sequence[Sequence[FencedWrite]], marks: Mapping[ItemKey, int]
+) -> tuple[tuple[FencedWrite, ...], ...]:
+    """The parts of a batch's ``plans`` (``plan_fenced_apply``) a finisher still sends, from the marks it read of
+    the batch's epoch on the items (item -> value; an item absent: no mark read, every part sent).
+
+    A part whose mark value the read mark reaches was applied to the item: a mark is set only by the write that
+    adds its part, and only grows while its batch is unfinished (the epoch applies no later batch before this one
+    is DONE, and ``prunable``, which a window move's prune follows too, removes only marks of batches DONE or
+    gone for a horizon), so any read of it, however stale, shows a value some write of this batch or an earlier
+    one set. A read that misses (stale, absent) only leaves parts to send that
+    the condition then refuses as applied: the read saves requests, the condition stays the guard. An item whose
+    parts are all on it drops out; the rest keep their order, the first one left still after its predecessor.
+    """
+    left: list[tuple[FencedWrite, ...]] = []
+    for writes in plans:
+        if not writes:
+            continue
+        seen = marks.get(writes[0].item)
+        rest = tuple(write for write in writes if seen is None or write.mark > seen)
+        if rest:
+            left.append(rest)
+    return tuple(left)
 
 
 class Refusal(Enum):

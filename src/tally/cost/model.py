@@ -23,6 +23,10 @@ as ``tally.commit.protocol`` and ``tally.store.journal`` write them:
   re-sends the read gate (``tally.commit.marker_reads``) closes after 10 batches per container, so the
   model bills no marker reads then (a warm-up of 10 batches a container is noise over a month).
 
+Finishing a batch left unfinished (an invocation killed or out of time) is not priced: a finisher's read of
+the items' marks (half a read unit per item of up to 4 KB, one ``BatchGetItem`` per 100) and the writes still
+missing come on top, in proportion to how often invocations die.
+
 What it assumes, and says so in its output: every event of a batch falls in the same time window
 (a batch spans seconds; one batch in ``window length / batch span`` writes a key's window twice);
 hot-key shards change which item a batch writes, not how many; request latencies (``Latencies``) are

@@ -23,7 +23,7 @@ from tally.store.expressions import condition_fits
 from tally.store.markers import marker_actions, marker_id, marker_records
 from tally.store.notifications import notification_put
 from tally.store.requests import batch_get, translate
-from tally.store.schema import LEDGER_ID, PARTITION_KEY, SORT_KEY, item_key, item_read
+from tally.store.schema import LEDGER_ID, item_key, item_read, item_where
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -93,9 +93,9 @@ class DynamoDBCounterStore:
         """Each of ``items`` as it is now (strongly consistent ``BatchGetItem``s; an item not there yet reads empty):
         what a write is planned from (``tally.core.write_planner``)."""
         keys = {item: item_key(item) for item in items}
-        wanted = {_where(key): key for key in keys.values()}  # two ItemKeys of one item: asked once
-        found = {_where(raw): raw for raw in batch_get(self.client, self.counters_table, list(wanted.values()))}
-        return {item: item_read(found.get(_where(key), {})) for item, key in keys.items()}
+        wanted = {item_where(key): key for key in keys.values()}  # two ItemKeys of one item: asked once
+        found = {item_where(raw): raw for raw in batch_get(self.client, self.counters_table, list(wanted.values()))}
+        return {item: item_read(found.get(item_where(key), {})) for item, key in keys.items()}
 
     def read_markers(self, message_ids: Sequence[str]) -> dict[str, MarkerRecord]:
         """The markers that exist among ``message_ids`` (eventually consistent ``BatchGetItem``s of 100).
@@ -128,11 +128,6 @@ class DynamoDBCounterStore:
             raise translate(exc) from exc
         item = response.get("Item")
         return None if item is None else marker_records(item, [message_id]).get(message_id)
-
-
-def _where(key: Mapping[str, Any]) -> tuple[str, str]:
-    """(pk, sk) of an item's key or of the item itself: a key's window items share its partition key."""
-    return key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]
 
 
 def _fits(action: TransactWriteItemTypeDef) -> bool:

@@ -38,10 +38,12 @@ from tally.store.schema import (
     SORT_KEY,
     RawItem,
     applied_id,
+    fence_attribute,
     fence_from_item,
     header_id,
     item_counters,
     item_key,
+    item_where,
     page_id,
 )
 
@@ -247,6 +249,27 @@ class DynamoDBJournal:
             raise translate(exc) from exc
         return FenceAnswer(committed=True, fence=fence_from_item(answer.get("Attributes", {})))
 
+    def read_marks(self, items: Sequence[ItemKey], epoch: str) -> dict[ItemKey, int]:
+        """``epoch``'s mark on each of ``items`` that has one: eventually consistent ``BatchGetItem``s of 100 (half
+        the read units of a consistent read), only the keys and the mark projected. What a finisher reads before
+        sending a FENCED batch's parts (``tally.core.fence.still_to_send``): a mark read is one some write set, and
+        one missed only costs a write the condition refuses."""
+        mark = fence_attribute(epoch)
+        keys = {item: item_key(item) for item in items}
+        wanted = {item_where(key): key for key in keys.values()}  # two ItemKeys of one item: asked once
+        found = {
+            item_where(raw): int(raw[mark]["N"])
+            for raw in batch_get(
+                self._client,
+                self._counters,
+                list(wanted.values()),
+                consistent=False,
+                attributes=(PARTITION_KEY, SORT_KEY, mark),
+            )
+            if mark in raw
+        }
+        return {item: found[item_where(key)] for item, key in keys.items() if item_where(key) in found}
+
     def refuse_chunk(self, batch_id: str, index: int, reason: str, lease_until_ms: int) -> None:
         """Record that DynamoDB refuses chunk ``index`` (a counter would leave the Number range)."""
         self._transact([self._applied_put(batch_id, index, lease_until_ms, refused=reason[:1000] or "refused")])
@@ -331,11 +354,9 @@ class DynamoDBJournal:
         Number range) is found while the batch can still be aborted. An absent counter
         with a declared start value reads as its start: that is what its write adds to.
         """
-        by_key = {(key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]): item for item in items for key in [item_key(item)]}
+        by_key = {item_where(item_key(item)): item for item in items}
         stored_items = batch_get(self._client, self._counters, [item_key(item) for item in items])
-        found = {
-            by_key[stored[PARTITION_KEY]["S"], stored[SORT_KEY]["S"]]: item_counters(stored) for stored in stored_items
-        }
+        found = {by_key[item_where(stored)]: item_counters(stored) for stored in stored_items}
         if self._defaults.has_starts:
             # What a started counter's write adds to when it is absent: its start, not zero.
             for item in items:

@@ -135,10 +135,12 @@ def batch_get(
     keys: Iterable[Mapping[str, Any]],
     *,
     consistent: bool = True,
+    attributes: Sequence[str] = (),
     sleep: Callable[[float], object] = time.sleep,
 ) -> list[RawItem]:
     """Every stored item of ``keys`` in ``table``: ``BatchGetItem``s of at most 100 keys (strongly consistent
-    unless ``consistent=False``), the keys DynamoDB leaves unprocessed asked again; errors translated once,
+    unless ``consistent=False``; only ``attributes`` when given, which must name the key attributes for the answer
+    to be matched to its keys), the keys DynamoDB leaves unprocessed asked again; errors translated once,
     here. The one BatchGetItem loop of tally: the reader, the counter store and the journal all use it.
 
     A partly throttled ``BatchGetItem`` succeeds with ``UnprocessedKeys`` (botocore retries only a call that
@@ -152,7 +154,7 @@ def batch_get(
     items: list[RawItem] = []
     pending = iter(keys)
     while page := list(islice(pending, BATCH_GET_MAX_KEYS)):
-        request: Any = {table: {"Keys": page, "ConsistentRead": consistent}}
+        request: Any = {table: {"Keys": page, "ConsistentRead": consistent, **_projection(attributes)}}
         for round_ in range(1, BATCH_GET_MAX_ROUNDS + 1):
             try:
                 response = client.batch_get_item(RequestItems=request)
@@ -168,6 +170,15 @@ def batch_get(
             left = len(request.get(table, {}).get("Keys", []))
             raise RetryableStoreError(f"{left} keys left unprocessed by {BATCH_GET_MAX_ROUNDS} BatchGetItem calls")
     return items
+
+
+def _projection(attributes: Sequence[str]) -> dict[str, Any]:
+    """A ``ProjectionExpression`` of ``attributes``, every name through a placeholder (an epoch's mark is named
+    with bytes DynamoDB reserves in expressions); nothing when none are named (the whole item)."""
+    if not attributes:
+        return {}
+    names = {f"#p{index}": name for index, name in enumerate(attributes)}
+    return {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
 
 
 def _read_marker_reason(

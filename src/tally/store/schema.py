@@ -160,6 +160,12 @@ sort key is never ``all`` alone (``top``'s scan skips them), and the partition a
 ``<key>`` a shard is a number, a member partition ``d``, a view ``v``."""
 
 
+def item_where(key: Mapping[str, Any]) -> tuple[str, str]:
+    """(pk, sk) of an item's key or of the item itself: a key's window items share its partition key, so two
+    ``ItemKey``s may name one item, which a ``BatchGetItem`` must ask for once."""
+    return key[PARTITION_KEY]["S"], key[SORT_KEY]["S"]
+
+
 def item_key(item: ItemKey) -> dict[str, Any]:
     """The primary key of a counter item: shards get their own partition key, windows their sort key; a view's
     item (``tally.core.items.view_item_key``) its view's partition (``VIEW_PARTITION_MARK``)."""
