@@ -33,11 +33,11 @@ class DynamoDBFaultRates:
     """A transaction is cancelled with ``TransactionConflict`` on one action."""
     slow: float = 0.02
     """The response comes back near (or past) the Lambda deadline: ``remaining_ms`` shrinks."""
-    slow_fenced_write: float = 0.001
+    slow_fenced_write: float = 0.02
     """``slow`` for a fenced journal write (``tally.core.fence``: one plain ``UpdateItem`` per item, where the chunked
-    path sends one transaction for up to 98 items): a response near the deadline is a matter of an invocation's
-    time, not of its request count, and at ``slow``'s rate nearly every large fenced batch would stop at its first
-    hundred items, each invocation after it re-sending the items already written (each refused, each a request)."""
+    path sends one transaction for up to 98 items), at ``slow``'s rate: a batch of a hundred items then nearly always
+    meets one and stops there, and the invocations after it must carry its progress on (a finisher reads the items'
+    marks and sends only the parts still missing) for the batch to finish before the run ends."""
     kill_after_claim: float = 0.05
     """Per journal claim transaction (``open`` or ``claim``): it commits, then the invocation is killed
     before its batch commits; the source redelivers the batch after the visibility timeout or retry."""
@@ -309,7 +309,7 @@ SMOKE = ChaosConfig(
         throttle_cancel=0.02,
         conflict=0.04,
         slow=0.02,
-        slow_fenced_write=0.005,
+        slow_fenced_write=0.02,
         kill_after_claim=0.15,
         lost_claim_near_deadline=0.7,
         kill_before_gauges=0.1,

@@ -68,9 +68,10 @@ actions ``REMOVE`` ``w#`` attributes) draw two more:
   the item, from which the mover must re-plan (``situation.window_move_transactions`` counts the moves sent).
 
 The fenced apply's plain ``UpdateItem``s (``tally_local.chaos.fenced`` tells them apart: an item part's write with its
-epoch's mark, the header's commit, its DONE) draw the faults above as any request does (``slow`` at its own rate for
-the item writes, ``slow_fenced_write``: they are one request per item where a chunk transaction carries 98; the first
-commit and the first DONE of a run lose their answer, the next are throttled), and one more:
+epoch's mark, the header's commit, its DONE) draw the faults above as any request does (``slow`` for the item writes is
+counted apart, ``slow_fenced_write``, at the same rate: they are one request per item where a chunk transaction
+carries 98, so most large fenced batches stop short and are finished by later invocations; the first commit and the
+first DONE of a run lose their answer, the next are throttled), and one more:
 
 - ``kill_after_fenced_write``, drawn once per invocation at its first fenced write: the invocation is killed once its
   n-th fenced write is sent (n from 1 to ``FENCED_KILL_SPAN``), its batch left FENCED for whoever meets its
