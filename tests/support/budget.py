@@ -11,7 +11,9 @@ What is measured: the CPU a test's processes spend in its setup and call: the te
 that of the children started or ended meanwhile (those still running read from ``/proc``, those that
 ended from ``os.times``). Not wall time, which on a shared machine measures the neighbours: a process waiting for a
 core accrues none. Children that ran throughout (a session's DynamoDB Local, a module's local stack) are reported as
-the tier's background, charged to the tier's budget but not to the test. The teardown is left out: the last test of a module runs the
+the tier's background, shown beside the tier and in no budget: their CPU moves with the machine's load far more
+than the calibration below follows (the same suite's DynamoDB Local JVMs: 107 reference CPU-s on a quiet machine,
+148 beside other engineers' runs), so a budget on it would fail CI for its neighbours. The teardown is left out: the last test of a module runs the
 module's finalizers there (the docs pages' local stack stopping cost the last page 3.7 s), and a test's own
 teardown deletes what its setup made.
 
@@ -69,18 +71,19 @@ TIER_BUDGETS_S: Final = {
     FAST: 90.0,
     SLOW: 140.0,
     MOTO: 15.0,
-    DYNAMODB_LOCAL: 540.0,
+    DYNAMODB_LOCAL: 500.0,
     BUILD: 60.0,
 }
-"""Reference CPU seconds each tier's tests may take together, with the background (the processes wider fixtures
-started, DynamoDB Local's JVMs above all, while the tier's tests ran); the collection, pytest-xdist's own work and
-the checks beside the tests (ruff, mypy, the docs build) come on top. fast: its 1,403 tests took 46.9 when this was
-set, and ``make test-fast`` 76 s of CPU in all. When the others were set (2026-12-02, 2,286 tests), CI's clean-clone
-runs on a quiet machine gave slow 93 to 104, moto 6 to 7, dynamodb_local 461 to 485 and build 31 to 39, for 447 to
-487 s of wall time; a run beside other engineers' (load average 10 to 13) slow 111, moto 8, dynamodb_local 524,
-build 34. The emulator tier is most of CI's time: about 100 reference CPU-s more of it is about 55 s more wall time,
-and 540 is about where CI on a quiet machine would pass 480 s. A tier over its budget fails the run: make its tests
-cheaper (docs/testing.md), or raise the budget in the same change, saying why and what CI then takes."""
+"""Reference CPU seconds each tier's tests may take together (their own processes, as the per-test budgets count
+them: the background and the collection, pytest-xdist's own work and the checks beside the tests come on top).
+fast: its 1,403 tests took 46.9 when this was set, and ``make test-fast`` 76 s of CPU in all. When the others were
+set (2026-12-02, 2,286 tests), CI's clean-clone runs on a quiet machine gave slow 93 to 104, moto 6 to 7,
+dynamodb_local 343 to 371 (with 107 to 114 of background) and build 30 to 38, for 447 to 487 s of wall time; runs
+beside other engineers' (load average 7 to 13) slow 108 to 109, moto 7 to 8, dynamodb_local 401 to 429, build 33 to
+36. A tripwire, not the 480-s target (which only a clean-clone run on a quiet machine measures): the calibration
+follows the load only so far, and 500 leaves the loaded runs 15% of margin; it still fails a change that adds a
+third to the emulator tier. A tier over its budget fails the run: make its tests cheaper (docs/testing.md), or
+raise the budget in the same change, saying why and what CI then takes."""
 
 REFERENCE_CALIBRATION_S: Final = 0.013
 """CPU seconds ``calibrate`` takes on the project's 2-vCPU VM (AMD EPYC) at a quiet hour: 12.8 to 13.3 ms over 40
@@ -185,11 +188,6 @@ class _Totals:
     background_s: float = 0.0
     slowest: tuple[float, str] = (0.0, "")
 
-    @property
-    def total_s(self) -> float:
-        """What the tier's budget holds: its tests' CPU and the background's meanwhile."""
-        return self.cpu_s + self.background_s
-
     def add(self, nodeid: str, wall_s: float, cpu_s: float, background_s: float) -> None:
         self.tests += 1
         self.wall_s += wall_s
@@ -291,10 +289,10 @@ class CpuBudget:
         if self._teardowns and not any(totals.tests for totals in self.tiers.values()):
             return f"no test's CPU figure reached this process ({self._teardowns} tests ran): tests/support/budget.py"
         over = [
-            f"the {tier} tier took {self.tiers[tier].total_s:.1f} reference CPU s, over its budget of "
+            f"the {tier} tier took {self.tiers[tier].cpu_s:.1f} reference CPU s, over its budget of "
             f"{TIER_BUDGETS_S[tier]:g}"
             for tier in TIERS
-            if self.tiers[tier].total_s > TIER_BUDGETS_S[tier]
+            if self.tiers[tier].cpu_s > TIER_BUDGETS_S[tier]
         ]
         if over:
             return "; ".join(over) + (
@@ -321,17 +319,17 @@ class CpuBudget:
             f"({len(self.calibrations)} taken: {low * 1000:.1f} to {high * 1000:.1f} ms, median {middle * 1000:.1f}) "
             f"against {REFERENCE_CALIBRATION_S * 1000:.1f} ms on the reference machine (tests/support/budget.py); "
             f"wall: the sum of the tests' durations; background: the CPU meanwhile of processes a wider fixture "
-            f"started (DynamoDB Local's JVM, a module's local stack), in its tier's budget, not in a test's"
+            f"started (DynamoDB Local's JVM, a module's local stack), in no budget"
         )
         states = ", ".join(
-            f"{tier} {self.tiers[tier].total_s:.1f} of {TIER_BUDGETS_S[tier]:g}"
-            + (" (over)" if self.tiers[tier].total_s > TIER_BUDGETS_S[tier] else "")
+            f"{tier} {self.tiers[tier].cpu_s:.1f} of {TIER_BUDGETS_S[tier]:g}"
+            + (" (over)" if self.tiers[tier].cpu_s > TIER_BUDGETS_S[tier] else "")
             for tier in TIERS
             if self.tiers[tier].tests
         )
         lines.append(
-            f"budgets{'' if self.enforce else ' (not enforced: ' + OPTION + ')'}, reference CPU s with the "
-            f"background: {states or 'no test ran'}; one test at most "
+            f"budgets{'' if self.enforce else ' (not enforced: ' + OPTION + ')'}, reference CPU s: "
+            f"{states or 'no test ran'}; one test at most "
             + ", ".join(f"{tier} {TEST_BUDGETS_S[tier]:g}" for tier in TIERS)
         )
         failure = self.failure()
