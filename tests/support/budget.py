@@ -1,16 +1,19 @@
-"""CPU budgets for the fast tier, and the time each tier took.
+"""CPU budgets for every tier, and the time each tier took.
 
 Why: ``make test-fast`` is the loop developers run while editing, and CI's time is mostly CPU (the workers keep both
 cores busy). A slow test is cheapest to fix where it is written, so every run of ``make test-fast`` and
-``make test`` (``--cpu-budget``) fails a test of the fast tier (no emulator, no build, not marked ``slow``) that
-takes more than ``FAST_TEST_BUDGET_S``, a test marked ``slow`` that takes more than ``SLOW_TEST_BUDGET_S``, and the
-run when the fast tier together takes more than ``FAST_TIER_BUDGET_S``.
+``make test`` (``--cpu-budget``) fails a test that takes more than its tier's ``TEST_BUDGETS_S`` (the fast tier: no
+emulator, no build, not marked ``slow``; ``slow``; ``moto``; ``dynamodb_local``; ``build``), and the run when a tier
+together takes more than its ``TIER_BUDGETS_S``: the emulator tiers are most of CI's time, and a feature's tests
+that would take CI past its target fail where they are added, not at the end of a round.
 
 What is measured: the CPU a test's processes spend in its setup and call: the test process's own (every thread) and
 that of the children started or ended meanwhile (those still running read from ``/proc``, those that
 ended from ``os.times``). Not wall time, which on a shared machine measures the neighbours: a process waiting for a
 core accrues none. Children that ran throughout (a session's DynamoDB Local, a module's local stack) are reported as
-the tier's background, not charged to the test. The teardown is left out: the last test of a module runs the
+the tier's background, shown beside the tier and in no budget: their CPU moves with the machine's load far more
+than the calibration below follows (the same suite's DynamoDB Local JVMs: 107 reference CPU-s on a quiet machine,
+148 beside other engineers' runs), so a budget on it would fail CI for its neighbours. The teardown is left out: the last test of a module runs the
 module's finalizers there (the docs pages' local stack stopping cost the last page 3.7 s), and a test's own
 teardown deletes what its setup made.
 
@@ -51,15 +54,36 @@ TIERS: Final = (FAST, SLOW, MOTO, DYNAMODB_LOCAL, BUILD)
 """A test's tier is the heaviest thing it needs, in this order (a test using a moto server and DynamoDB Local is
 in ``dynamodb_local``)."""
 
-FAST_TEST_BUDGET_S: Final = 2.0
-"""Reference CPU seconds one test of the fast tier may take (setup and call). The slowest took 1.1 at
-the ``dev`` profile when this was set; a test that needs more belongs to ``slow`` (marked by hand, with why)."""
-SLOW_TEST_BUDGET_S: Final = 20.0
-"""Reference CPU seconds one test marked ``slow`` may take: seconds of CPU, not minutes."""
-FAST_TIER_BUDGET_S: Final = 90.0
-"""Reference CPU seconds the fast tier's tests may take together (their own processes; the collection and
-pytest-xdist's own work come on top). Its 1,403 tests took 46.9 when this was set, and ``make test-fast`` 76 s of
-CPU in all."""
+TEST_BUDGETS_S: Final = {
+    FAST: 2.0,
+    SLOW: 20.0,
+    MOTO: 2.0,
+    DYNAMODB_LOCAL: 60.0,
+    BUILD: 25.0,
+}
+"""Reference CPU seconds one test of each tier may take (setup and call). fast: the slowest took 1.1 at the ``dev``
+profile when this was set; a test that needs more belongs to ``slow`` (marked by hand, with why), where it gets
+seconds of CPU, not minutes. moto: 0.66 at most. dynamodb_local: the smoke chaos run, every fault and section
+together, 30 to 40 in CI (the session's JVM its background; run alone, its JVM starts in its setup and counts); the
+next, a docs page whose stack starts, about 20. build: the first test of tests/artifact/test_built_package.py, whose
+setup builds the package, 10 to 15."""
+TIER_BUDGETS_S: Final = {
+    FAST: 90.0,
+    SLOW: 140.0,
+    MOTO: 15.0,
+    DYNAMODB_LOCAL: 500.0,
+    BUILD: 60.0,
+}
+"""Reference CPU seconds each tier's tests may take together (their own processes, as the per-test budgets count
+them: the background and the collection, pytest-xdist's own work and the checks beside the tests come on top).
+fast: its 1,403 tests took 46.9 when this was set, and ``make test-fast`` 76 s of CPU in all. When the others were
+set (2026-12-02, 2,286 tests), CI's clean-clone runs on a quiet machine gave slow 93 to 104, moto 6 to 7,
+dynamodb_local 343 to 371 (with 107 to 114 of background) and build 30 to 38, for 447 to 487 s of wall time; runs
+beside other engineers' (load average 7 to 13) slow 108 to 109, moto 7 to 8, dynamodb_local 401 to 429, build 33 to
+36. A tripwire, not the 480-s target (which only a clean-clone run on a quiet machine measures): the calibration
+follows the load only so far, and 500 leaves the loaded runs 15% of margin; it still fails a change that adds a
+third to the emulator tier. A tier over its budget fails the run: make its tests cheaper (docs/testing.md), or
+raise the budget in the same change, saying why and what CI then takes."""
 
 REFERENCE_CALIBRATION_S: Final = 0.013
 """CPU seconds ``calibrate`` takes on the project's 2-vCPU VM (AMD EPYC) at a quiet hour: 12.8 to 13.3 ms over 40
@@ -221,10 +245,10 @@ class CpuBudget:
         before, tier, ratio = self._started[item.nodeid]
         own_s, background_s = (self._called.pop(item.nodeid, None) or _Snapshot.now()).cpu_since(before)
         cpu_s = own_s / ratio
-        budget = {FAST: FAST_TEST_BUDGET_S, SLOW: SLOW_TEST_BUDGET_S}.get(tier)
+        budget = TEST_BUDGETS_S[tier]
         calibration_s = self.calibration_s()
         figure = cpu_s * REFERENCE_CALIBRATION_S / calibration_s
-        if self.enforce and budget is not None and figure > budget and report.passed:
+        if self.enforce and figure > budget and report.passed:
             again = calibrate()  # the machine may have slowed during the test: the slower calibration counts
             self.calibrations.append(again)
             calibration_s = max(calibration_s, again)
@@ -258,29 +282,36 @@ class CpuBudget:
             self.tiers[tier].add(report.nodeid, wall_s, figure, background_s)
 
     def failure(self) -> str | None:
-        """Why the run fails on its budgets (``enforce`` only): the fast tier over its own, or no figure at all
-        reached this process (a report that stopped carrying them would otherwise pass every run)."""
+        """Why the run fails on its budgets (``enforce`` only): a tier over its own, or no figure at all reached
+        this process (a report that stopped carrying them would otherwise pass every run)."""
         if not self.enforce:
             return None
         if self._teardowns and not any(totals.tests for totals in self.tiers.values()):
             return f"no test's CPU figure reached this process ({self._teardowns} tests ran): tests/support/budget.py"
-        fast = self.tiers[FAST].cpu_s
-        if fast > FAST_TIER_BUDGET_S:
-            return (
-                f"the fast tier took {fast:.1f} reference CPU s, over its budget of {FAST_TIER_BUDGET_S:g}: make the "
-                f"slowest tests above cheaper, or mark those that need seconds of CPU slow (docs/testing.md)"
+        over = [
+            f"the {tier} tier took {self.tiers[tier].cpu_s:.1f} reference CPU s, over its budget of "
+            f"{TIER_BUDGETS_S[tier]:g}"
+            for tier in TIERS
+            if self.tiers[tier].cpu_s > TIER_BUDGETS_S[tier]
+        ]
+        if over:
+            return "; ".join(over) + (
+                ": make the slowest tests above cheaper, or mark fast tests that need seconds of CPU slow "
+                "(docs/testing.md)"
             )
         return None
 
     def lines(self) -> list[str]:
-        lines = [f"{'tier':16}{'tests':>7}{'wall s':>10}{'CPU s':>10}{'+ background':>14}   slowest by CPU"]
+        lines = [
+            f"{'tier':16}{'tests':>7}{'wall s':>10}{'CPU s':>10}{'+ background':>14}{'budget':>8}   slowest by CPU"
+        ]
         for tier in TIERS:
             totals = self.tiers[tier]
             if totals.tests:
                 cpu, nodeid = totals.slowest
                 lines.append(
                     f"{tier:16}{totals.tests:7,}{totals.wall_s:10,.1f}{totals.cpu_s:10,.1f}"
-                    f"{totals.background_s:14,.1f}   {cpu:.2f} {nodeid}"
+                    f"{totals.background_s:14,.1f}{TIER_BUDGETS_S[tier]:8,.0f}   {cpu:.2f} {nodeid}"
                 )
         low, middle, high = min(self.calibrations), _median(self.calibrations), max(self.calibrations)
         lines.append(
@@ -288,14 +319,18 @@ class CpuBudget:
             f"({len(self.calibrations)} taken: {low * 1000:.1f} to {high * 1000:.1f} ms, median {middle * 1000:.1f}) "
             f"against {REFERENCE_CALIBRATION_S * 1000:.1f} ms on the reference machine (tests/support/budget.py); "
             f"wall: the sum of the tests' durations; background: the CPU meanwhile of processes a wider fixture "
-            f"started (DynamoDB Local's JVM, a module's local stack), not in the budgets"
+            f"started (DynamoDB Local's JVM, a module's local stack), in no budget"
         )
-        fast = self.tiers[FAST]
-        state = "over" if fast.cpu_s > FAST_TIER_BUDGET_S else "within"
+        states = ", ".join(
+            f"{tier} {self.tiers[tier].cpu_s:.1f} of {TIER_BUDGETS_S[tier]:g}"
+            + (" (over)" if self.tiers[tier].cpu_s > TIER_BUDGETS_S[tier] else "")
+            for tier in TIERS
+            if self.tiers[tier].tests
+        )
         lines.append(
-            f"budgets{'' if self.enforce else ' (not enforced: ' + OPTION + ')'}: the fast tier took "
-            f"{fast.cpu_s:.1f} of {FAST_TIER_BUDGET_S:g} reference CPU s ({state}); one fast test at most "
-            f"{FAST_TEST_BUDGET_S:g}, one slow test at most {SLOW_TEST_BUDGET_S:g}"
+            f"budgets{'' if self.enforce else ' (not enforced: ' + OPTION + ')'}, reference CPU s: "
+            f"{states or 'no test ran'}; one test at most "
+            + ", ".join(f"{tier} {TEST_BUDGETS_S[tier]:g}" for tier in TIERS)
         )
         failure = self.failure()
         if failure is not None:

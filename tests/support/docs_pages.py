@@ -42,12 +42,13 @@ if TYPE_CHECKING:
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = REPO_ROOT / ".venv" / "bin"
 STACK_COMMAND: Final = re.compile(r"^(?:python -m tally_local\.stack|(?:\.venv/bin/)?tally-local)(?:\s|$)")
-_VENV_PREFIX: Final = ".venv/bin/"
+_STACK_PROGRAM: Final = re.compile(r"^(?:python -m tally_local\.stack|(?:\.venv/bin/)?tally-local)(?=\s|$)")
 
 
 def stack_identity(command: str) -> str:
-    """What makes two pages' stack commands the same stack: the command, wherever the program is found."""
-    return command.removeprefix(_VENV_PREFIX)
+    """What makes two pages' stack commands the same stack: the arguments, however the program is spelled
+    (``tally-local`` runs ``python -m tally_local.stack``: tally_local/command.py) and wherever it is found."""
+    return _STACK_PROGRAM.sub("tally-local", command, count=1)
 
 
 STACK_READY: Final = "press Ctrl-C to stop"

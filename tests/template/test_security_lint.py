@@ -80,14 +80,17 @@ pytestmark = [
 ]
 
 
-def checkov(template: dict[str, Any], workdir: Path) -> dict[str, list[dict[str, Any]]]:
-    """Run checkov on one CloudFormation document; its results by outcome (passed/failed/skipped)."""
+def checkov(templates: dict[str, dict[str, Any]], workdir: Path) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Run checkov once on CloudFormation documents (by name); each one's results by outcome (passed/failed/skipped).
+    One run for all: checkov's start (loading every check) is most of its CPU, seconds a run."""
     executable = _checkov_executable()
     assert executable is not None
-    path = workdir / "template.json"
-    path.write_text(json.dumps(template, default=str), encoding="utf-8")
+    paths = {name: workdir / f"{name}.json" for name in templates}
+    for name, template in templates.items():
+        paths[name].write_text(json.dumps(template, default=str), encoding="utf-8")
+    files = [argument for path in paths.values() for argument in ("--file", str(path))]
     result = subprocess.run(
-        [executable, "--file", str(path), "--framework", "cloudformation", "--output", "json", "--skip-download"],
+        [executable, *files, "--framework", "cloudformation", "--output", "json", "--skip-download"],
         cwd=REPO_ROOT,
         # No Prisma Cloud API key, no network: checkov's built-in checks only.
         env={**os.environ, "BC_SKIP_MAPPING": "TRUE", "CHECKOV_RUN_SCA_PACKAGE_SCAN_V2": "false"},
@@ -100,7 +103,14 @@ def checkov(template: dict[str, Any], workdir: Path) -> dict[str, list[dict[str,
     assert result.returncode in (0, 1), result.stdout + result.stderr
     report = json.loads(result.stdout)
     results: dict[str, list[dict[str, Any]]] = report["results"]
-    return results
+    by_template: dict[str, dict[str, list[dict[str, Any]]]] = {
+        name: {outcome: [] for outcome in results} for name in templates
+    }
+    names = {path.name: name for name, path in paths.items()}
+    for outcome, checks in results.items():
+        for check in checks:
+            by_template[names[Path(check["file_path"]).name]][outcome].append(check)
+    return by_template
 
 
 def _resource_name(check: dict[str, Any]) -> str:
@@ -128,9 +138,29 @@ def full_stack() -> dict[str, Any]:
     return stack
 
 
+def weakened(full_stack: dict[str, Any]) -> dict[str, Any]:
+    """The stack with point-in-time recovery off on the counters, the stream unencrypted and a wildcard grant in the
+    stream function's role."""
+    stack = copy.deepcopy(full_stack)
+    resources = stack["Resources"]
+    del resources["CountersTable"]["Properties"]["PointInTimeRecoverySpecification"]
+    del resources["EventStream"]["Properties"]["StreamEncryption"]
+    policy = resources["StreamCounterFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]
+    policy["Statement"].append({"Effect": "Allow", "Action": "*", "Resource": "*"})
+    return stack
+
+
 @pytest.fixture(scope="module")
-def results(full_stack: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str, Any]]]:
-    return checkov(full_stack, tmp_path_factory.mktemp("checkov"))
+def checked(
+    full_stack: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """checkov's results for the stack and for its weakened copy, from one run."""
+    return checkov({"stack": full_stack, "weakened": weakened(full_stack)}, tmp_path_factory.mktemp("checkov"))
+
+
+@pytest.fixture(scope="module")
+def results(checked: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, list[dict[str, Any]]]:
+    return checked["stack"]
 
 
 def test_checkov_reports_no_finding(results: dict[str, list[dict[str, Any]]]) -> None:
@@ -153,17 +183,10 @@ def test_every_suppression_is_agreed_and_says_why(results: dict[str, list[dict[s
         assert AGREED[check_id, resource] in " ".join(comment.split()), (check_id, resource, comment)
 
 
-def test_checkov_catches_a_weakened_template(full_stack: dict[str, Any], tmp_path: Path) -> None:
+def test_checkov_catches_a_weakened_template(checked: dict[str, dict[str, list[dict[str, Any]]]]) -> None:
     # GIVEN the stack with point-in-time recovery off on the counters, the stream unencrypted and a
-    # wildcard grant in the stream function's role
-    weakened = copy.deepcopy(full_stack)
-    resources = weakened["Resources"]
-    del resources["CountersTable"]["Properties"]["PointInTimeRecoverySpecification"]
-    del resources["EventStream"]["Properties"]["StreamEncryption"]
-    policy = resources["StreamCounterFunctionRole"]["Properties"]["Policies"][0]["PolicyDocument"]
-    policy["Statement"].append({"Effect": "Allow", "Action": "*", "Resource": "*"})
-    # WHEN checkov checks it
-    results = checkov(weakened, tmp_path)
+    # wildcard grant in the stream function's role (``weakened``), WHEN checkov checks it beside the stack
+    results = checked["weakened"]
     # THEN each weakening is a finding
     failed = {(check["check_id"], _resource_name(check)) for check in results["failed_checks"]}
     assert ("CKV_AWS_28", "CountersTable") in failed, failed  # point-in-time recovery

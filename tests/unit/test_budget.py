@@ -3,6 +3,7 @@ fails with its name, its figure and the budget."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -94,9 +95,9 @@ def test_a_tests_tier_is_the_heaviest_thing_it_needs(markers: tuple[str, ...], t
 
 
 @pytest.mark.slow
-def test_a_fast_test_over_its_budget_fails_with_its_name_its_figure_and_the_budget() -> None:
-    # GIVEN a module whose fast-tier budgets are tiny (tests/support/budget_probe.py): one test spends 0.3 s of CPU,
-    # the other next to none
+def test_a_test_over_its_tiers_budget_fails_with_its_name_its_figure_and_the_budget() -> None:
+    # GIVEN a module whose fast and DynamoDB Local budgets are tiny (tests/support/budget_probe.py): a test of each
+    # tier spends 0.3 s of CPU, a third next to none
     probe = Path(__file__).resolve().parents[1] / "support" / "budget_probe.py"
     # WHEN pytest runs it with the budgets enforced, as make test and make test-fast do
     done = subprocess.run(
@@ -108,12 +109,16 @@ def test_a_fast_test_over_its_budget_fails_with_its_name_its_figure_and_the_budg
         check=False,
     )
     output = done.stdout + done.stderr
-    # THEN the spending test fails at its teardown, named, with its figure and the budget; the other passes; the
-    # tier's total is over its own budget, and the run fails
+    # THEN each spending test fails at its teardown, named, with its figure and its tier's budget; the other passes;
+    # each tier's total is over its own budget, and the run fails naming both
     assert done.returncode == 1, output
-    assert "2 passed, 1 error" in output, output  # the spending test's call passed; its teardown carries the verdict
+    assert "3 passed, 2 errors" in output, output  # the spending tests' calls passed; their teardowns carry the verdict
     assert "ERROR tests/support/budget_probe.py::test_spends_past_its_budget" in output, output
+    assert "ERROR tests/support/budget_probe.py::test_spends_past_its_dynamodb_local_budget" in output, output
     assert "test_spends_past_its_budget took " in output, output
     assert "reference CPU seconds, over the fast tier's budget of 0.05 per test" in output, output
-    assert "of 0.1 reference CPU s (over)" in output, output
+    assert "reference CPU seconds, over the dynamodb_local tier's budget of 0.05 per test" in output, output
+    assert re.search(r"fast [0-9.]+ of 0\.1 \(over\)", output), output
+    assert re.search(r"dynamodb_local [0-9.]+ of 0\.1 \(over\)", output), output
     assert "FAILED: the fast tier took " in output, output
+    assert "; the dynamodb_local tier took " in output, output

@@ -55,6 +55,16 @@ def test_one_stack_whether_the_page_activated_the_venv_or_not() -> None:
     assert not page_commands("p.md", "```console\n$ tally-localish\n```\n")[0].starts_stack
 
 
+def test_one_stack_whichever_way_the_page_spells_the_program() -> None:
+    """``python -m tally_local.stack`` is the program ``tally-local`` runs: the same arguments, the same stack."""
+    assert stack_identity("python -m tally_local.stack --param Source=SQS") == stack_identity(
+        ".venv/bin/tally-local --param Source=SQS"
+    )
+    assert stack_identity("python -m tally_local.stack --param Source=SQS") != stack_identity(
+        "tally-local --param Source=Kinesis"
+    )
+
+
 @pytest.mark.parametrize(
     ("shown", "printed", "matches"),
     [
