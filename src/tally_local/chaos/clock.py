@@ -12,8 +12,10 @@ is its start on that clock plus its timeout: a jump may carry the clock past it 
 Lambda had paused it for longer than Lambda ever lets an invocation run; the fenced apply's requests, whose prune
 horizon leans on that deadline, are not sent past it (``tally_local.chaos.faults``). So that a fenced apply can
 finish at all while other consumers wait minutes at a time, an invocation holds the clock from its first fenced
-request to its end (``Invocation.hold_clock``): a jump waits for the holds to end, at most ``HOLD_WAIT_S`` of real
-time (then it jumps anyway, and the deadline rule kills what it must).
+request to its end (``Invocation.hold_clock``): a jump waits for the holds taken before it was asked for to end, at
+most ``HOLD_WAIT_S`` of real time (then it jumps anyway, and the deadline rule kills what it must). A hold taken while
+a jump waits does not delay it: with a dozen consumers some invocation nearly always holds the clock, and a jump that
+waited for none to hold would wait its whole limit every time (the full run's jumps then took most of its time).
 """
 
 from __future__ import annotations
@@ -32,20 +34,22 @@ class VirtualClock:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._released = threading.Condition(self._lock)
-        self._holds = 0
+        self._holders: set[int] = set()
+        self._next_holder = 0
         self._skew_ms = 0
         self.jumped_ms = 0
 
-    def hold(self) -> None:
-        """Keep the clock from jumping until ``release`` (or ``HOLD_WAIT_S``)."""
+    def hold(self) -> int:
+        """Keep the clock from jumping until ``release`` of the token returned (or ``HOLD_WAIT_S``)."""
         with self._lock:
-            self._holds += 1
+            self._next_holder += 1
+            self._holders.add(self._next_holder)
+            return self._next_holder
 
-    def release(self) -> None:
+    def release(self, holder: int) -> None:
         with self._lock:
-            self._holds -= 1
-            if not self._holds:
-                self._released.notify_all()
+            self._holders.discard(holder)
+            self._released.notify_all()
 
     def now_ms(self) -> int:
         with self._lock:
@@ -54,7 +58,8 @@ class VirtualClock:
     def advance_to(self, target_ms: int) -> None:
         """Make ``now_ms()`` at least ``target_ms`` (a wait that takes no real time)."""
         with self._lock:
-            self._released.wait_for(lambda: not self._holds, timeout=HOLD_WAIT_S)
+            holding = set(self._holders)
+            self._released.wait_for(lambda: holding.isdisjoint(self._holders), timeout=HOLD_WAIT_S)
             gap = target_ms - (time.time_ns() // 1_000_000 + self._skew_ms)
             if gap > 0:
                 self._skew_ms += gap
@@ -75,21 +80,21 @@ class Invocation:
         self._deadline_ms = clock.now_ms() + timeout_ms if clock is not None else None
         self.killed = False
         """Lambda stopped it (a kill the run drew): nothing it sends after that leaves, from any of its threads."""
-        self._holding = False
+        self._holding: int | None = None
+        """The clock's token for this invocation's hold, while it holds it."""
         self._hold_lock = threading.Lock()
 
     def hold_clock(self) -> None:
         """Hold the run's clock until ``release_clock`` (once, whichever thread of the invocation asks first)."""
         with self._hold_lock:
-            if self._clock is not None and not self._holding:
-                self._clock.hold()
-                self._holding = True
+            if self._clock is not None and self._holding is None:
+                self._holding = self._clock.hold()
 
     def release_clock(self) -> None:
         with self._hold_lock:
-            if self._clock is not None and self._holding:
-                self._clock.release()
-                self._holding = False
+            if self._clock is not None and self._holding is not None:
+                self._clock.release(self._holding)
+                self._holding = None
 
     def kill(self) -> None:
         self.killed = True
