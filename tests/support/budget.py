@@ -58,20 +58,21 @@ TEST_BUDGETS_S: Final = {
     FAST: 2.0,
     SLOW: 20.0,
     MOTO: 2.0,
-    DYNAMODB_LOCAL: 60.0,
+    DYNAMODB_LOCAL: 90.0,
     BUILD: 25.0,
 }
 """Reference CPU seconds one test of each tier may take (setup and call). fast: the slowest took 1.1 at the ``dev``
 profile when this was set; a test that needs more belongs to ``slow`` (marked by hand, with why), where it gets
 seconds of CPU, not minutes. moto: 0.66 at most. dynamodb_local: the smoke chaos run, every fault and section
-together, 30 to 40 in CI (the session's JVM its background; run alone, its JVM starts in its setup and counts); the
+together, 30 to 40 in CI (the session's JVM its background; run alone, its JVM starts in its setup and counts),
+49 beside other engineers' runs, and more since its fenced writes are slow as often as any request; the
 next, a docs page whose stack starts, about 20. build: the first test of tests/artifact/test_built_package.py, whose
 setup builds the package, 10 to 15."""
 TIER_BUDGETS_S: Final = {
     FAST: 90.0,
     SLOW: 140.0,
     MOTO: 15.0,
-    DYNAMODB_LOCAL: 500.0,
+    DYNAMODB_LOCAL: 600.0,
     BUILD: 60.0,
 }
 """Reference CPU seconds each tier's tests may take together (their own processes, as the per-test budgets count
@@ -82,7 +83,9 @@ dynamodb_local 343 to 371 (with 107 to 114 of background) and build 30 to 38, fo
 beside other engineers' (load average 7 to 13) slow 108 to 109, moto 7 to 8, dynamodb_local 401 to 429, build 33 to
 36. A tripwire, not the 480-s target (which only a clean-clone run on a quiet machine measures): the calibration
 follows the load only so far, and 500 leaves the loaded runs 15% of margin; it still fails a change that adds a
-third to the emulator tier. A tier over its budget fails the run: make its tests cheaper (docs/testing.md), or
+third to the emulator tier. Raised to 600 (and one test's to 90) when the fenced apply's tests came in: its
+DynamoDB Local tests, its rollout test against the released code and four chaos tests (about 60 more: a loaded run
+would have passed 500). A tier over its budget fails the run: make its tests cheaper (docs/testing.md), or
 raise the budget in the same change, saying why and what CI then takes."""
 
 REFERENCE_CALIBRATION_S: Final = 0.013
