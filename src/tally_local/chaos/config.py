@@ -33,11 +33,13 @@ class DynamoDBFaultRates:
     """A transaction is cancelled with ``TransactionConflict`` on one action."""
     slow: float = 0.02
     """The response comes back near (or past) the Lambda deadline: ``remaining_ms`` shrinks."""
-    slow_fenced_write: float = 0.02
+    slow_fenced_write: float = 0.01
     """``slow`` for a fenced journal write (``tally.core.fence``: one plain ``UpdateItem`` per item, where the chunked
     path sends one transaction for up to 98 items), at ``slow``'s rate: a batch of a hundred items then nearly always
     meets one and stops there, and the invocations after it must carry its progress on (a finisher reads the items'
-    marks and sends only the parts still missing) for the batch to finish before the run ends."""
+    marks and sends only the parts still missing) for the batch to finish before the run ends. Half ``slow``'s
+    rate here (the smoke run: each stop costs a redelivery and a finisher, which doubled the smoke run's CPU at the
+    full rate; a dozen draws a run still), the full run at ``slow``'s."""
     kill_after_claim: float = 0.05
     """Per journal claim transaction (``open`` or ``claim``): it commits, then the invocation is killed
     before its batch commits; the source redelivers the batch after the visibility timeout or retry."""
