@@ -27,7 +27,8 @@ from typing import Final
 HOLD_WAIT_S: Final = 0.5
 """The longest a jump of the clock waits (real time) for the invocations holding it. Short: a fenced apply of a
 thousand items holds it for seconds, every consumer's jump waits for it, and an apply the jump cuts short loses
-nothing (the invocation after it sends only the parts still missing). At 2 s the full run's jumps took minutes."""
+nothing (the invocation after it sends only the parts still missing). At 2 s, 20 jumps of a ``--config fenced`` run
+waited 17.2 s of its 30.5 (7 of them the whole limit); at 0.5 s, 5.7 s of 21.0."""
 
 
 class VirtualClock:
