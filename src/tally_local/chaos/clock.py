@@ -28,8 +28,8 @@ HOLD_WAIT_S: Final = 0.1
 """The longest a jump of the clock waits (real time) for the invocations holding it. Short: a fenced apply of a
 thousand items holds it for seconds, every consumer's jump waits for it, and an apply the jump cuts short loses
 nothing (the invocation after it sends only the parts still missing). At 2 s, 20 jumps of a ``--config fenced`` run
-waited 17.2 s of its 30.5 (7 of them the whole limit); at 0.5 s, 5.7 s of 21.0, but the smoke run in CI, its applies
-slowed by the other workers, still spent about 70 s of its 144 waiting (75 s in all before the fenced apply)."""
+waited 17.2 s of its 30.5 (7 of them the whole limit); at 0.5 s, 5.7 s of 21.0; but in CI, its applies slowed by
+the other workers, the smoke run took 144 s of wall for 38 reference CPU-s (75 s for 31 before the fenced apply)."""
 
 
 class VirtualClock:
