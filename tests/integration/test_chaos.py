@@ -568,6 +568,10 @@ BROKEN_VARIANTS: dict[str, tuple[PipelineFactory, ChaosConfig, tuple[str, ...]]]
 configuration, and the figures of the run that show its defect (``situations_missing``: each above 0)."""
 
 
+VARIANT_RUNS = 3
+"""Runs a broken variant gets to show its defect's own figures; each of them must fail."""
+
+
 @pytest.mark.parametrize("variant", sorted(BROKEN_VARIANTS))
 def test_the_harness_catches_a_broken_variant(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, variant: str
@@ -575,13 +579,20 @@ def test_the_harness_catches_a_broken_variant(
     # GIVEN a pipeline with one part broken on purpose
     factory, config, defect = BROKEN_VARIANTS[variant]
 
-    # WHEN it runs under the same harness and faults
-    result = run_on(dynamodb_local, ddb_tables, config, pipeline_factory=factory)
+    # WHEN it runs under the same harness and faults, again with the next seed (up to VARIANT_RUNS runs) while the
+    # run fails without the figures that show this defect: the threads' interleaving is not the seed's, and under
+    # a loaded machine a run may meet the defect by another check first (the reported-done copies: the DLQ's)
+    for attempt in range(VARIANT_RUNS):
+        result = run_on(
+            dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt), pipeline_factory=factory
+        )
 
-    # THEN the run's figures show the defect and the harness fails the run (by the counts: nothing raised)
-    assert result.unexpected_errors == ()
+        # THEN every run fails (by the counts: nothing raised), and one shows the defect's own figures
+        assert result.unexpected_errors == ()
+        assert not result.passed
+        if not situations_missing(result, defect):
+            break
     assert not situations_missing(result, defect), result.verdict.examples
-    assert not result.passed
 
 
 def test_the_harness_catches_markers_without_content_digests(
