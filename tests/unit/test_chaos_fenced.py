@@ -7,7 +7,6 @@ import json
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-import boto3
 import pytest
 
 from tally.core.epochs import FencedBatch
@@ -17,6 +16,7 @@ from tally.errors import TallyError
 from tally.store.journal import DynamoDBJournal
 from tally_local.chaos.fenced import FencedRequest, fenced_request
 from tally_local.kit.answers import error_answer
+from tests.support.moto_server import client as boto_client
 
 if TYPE_CHECKING:
     from tally_local.kit.answers import Answer
@@ -28,13 +28,7 @@ OTHER = FencedBatch("BBBBBBBBBBB", 9)
 @pytest.fixture
 def sent() -> tuple[DynamoDBJournal, list[tuple[str, dict[str, Any]]]]:
     """A journal on a client whose requests are recorded and answered with a throttle (nothing leaves)."""
-    client = boto3.client(
-        "dynamodb",
-        region_name="us-east-1",
-        endpoint_url="http://127.0.0.1:9",
-        aws_access_key_id="x",
-        aws_secret_access_key="x",
-    )
+    client = boto_client("dynamodb", "http://127.0.0.1:9")
     requests: list[tuple[str, dict[str, Any]]] = []
 
     def record(model: Any, params: dict[str, Any], **_: Any) -> Answer:
