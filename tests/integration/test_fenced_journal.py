@@ -3,6 +3,7 @@ can break.
 
 - killed after the n-th fenced write, for every n (and before DONE): the redelivery, in a new container, finishes
   the batch with the owner's epoch and sequence; every counter exact, every item carrying the owner's mark only;
+  so too a small batch of single events, which the planner sends through the fenced journal for its cost;
 - the answer of the n-th plain ``UpdateItem`` lost, for every n (the commit, each fenced write, DONE): exact;
 - a batch left unfinished ends the epoch: the container's next batch on the same keys is another epoch's, and the
   batch left behind is finished later with its own;
@@ -62,7 +63,12 @@ def _records(prefix: str = "m") -> list[SourceRecord]:
 
 
 def _pipeline(
-    tables: DynamoDBTables, journal: Any = None, epochs: WriterEpochs | None = None, **options: Any
+    tables: DynamoDBTables,
+    journal: Any = None,
+    epochs: WriterEpochs | None = None,
+    *,
+    max_actions: int = 4,  # five keys: the unit takes the journal whatever it costs
+    **options: Any,
 ) -> BatchPipeline:
     store = DynamoDBCounterStore(tables.client, tables.counters_table, tables.markers_table, TTL_S)
     applier = Applier(
@@ -70,7 +76,7 @@ def _pipeline(
         journal or DynamoDBJournal(tables.client, tables.counters_table, tables.markers_table, TTL_S),
         policy=POLICY,
         sleep=lambda _: None,
-        max_actions=4,  # five keys: the unit takes the journal
+        max_actions=max_actions,
         fenced=True,
         **options,
     )
@@ -145,6 +151,31 @@ def test_killed_after_any_fenced_write_the_redelivery_finishes_with_the_owner_s_
     _exact(ddb_tables)
     for item in _items(ddb_tables).values():
         assert fence_from_item(item) == {owner.epoch: mark_value(owner.seq, 0)}
+
+
+SINGLE_KEYS = [f"s{i}" for i in range(8)]
+
+
+@pytest.mark.parametrize("nth", range(1, len(SINGLE_KEYS) + 2), ids=lambda n: f"killed-at-call-{n}")
+def test_a_small_batch_of_single_events_goes_fenced_and_the_redelivery_finishes_it_exactly(
+    ddb_tables: DynamoDBTables, nth: int
+) -> None:
+    # GIVEN 8 messages of one event each on 8 keys, a transaction's worth: cheaper as one fenced journal batch (each
+    # item 1 write unit instead of 2), so the planner sends it there; its owner killed just before its nth fenced call
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    bodies = [{"id": f"one-{key}", "events": [{"key": key, "deltas": {"count": 1}}]} for key in SINGLE_KEYS]
+    records = [SourceRecord(f"rec-{uuid.uuid4().hex[:8]}", json.dumps(body), NOW_MS) for body in bodies]
+    with pytest.raises(Crash):
+        _process(_pipeline(ddb_tables, _Dying(journal, ("apply_fenced", "mark_done"), nth), max_actions=100), records)
+    ((batch_id, state),) = _headers(ddb_tables).items()
+    assert state == "FENCED"
+    # WHEN the records come back to a new container
+    assert _process(_pipeline(ddb_tables, max_actions=100), records, NOW_MS + 7 * 60_000) == ()
+    # THEN the batch is DONE and every key counts its event once
+    assert _headers(ddb_tables) == {batch_id: "DONE"}
+    for key in SINGLE_KEYS:
+        item = ddb_tables.client.get_item(TableName=ddb_tables.counters_table, Key=item_key(key))["Item"]
+        assert item_counters(item) == {"count": 1}
 
 
 class _Counting:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tally.core.write_cost import planner_page_bytes
 from tally.cost.model import (
     PROXY_TO_MODEL_DURATION,
     SECONDS_PER_MONTH,
@@ -23,7 +24,6 @@ from tally.cost.model import (
     bill_batch,
     floor,
     keys_per_message,
-    planner_page_bytes,
     price,
     published_latencies,
     recommend,
@@ -90,12 +90,24 @@ def test_a_months_window_moves_once_a_month_not_once_a_day() -> None:
 
 def test_single_events_over_many_keys_cost_a_marker_and_an_add_per_distinct_key() -> None:
     # GIVEN single events on uniform keys far more numerous than a batch: (almost) every event its own key
-    traffic = Traffic(100, keys=10_000_000, zipf_s=0, windows=())
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, windows=(), fenced_apply=False)
     units = simulate(traffic, 50, batches=4)
     # THEN 2 x (marker + ADD) per event, in one transaction of 100 actions per batch
     assert units.write_units == pytest.approx(4.0, rel=0.01)
     assert units.transactions_per_batch == 1
     assert units.journal_share == 0
+
+
+def test_single_events_take_the_fenced_journal_where_it_costs_less() -> None:
+    # GIVEN the same single events with journal batches fenced (the default)
+    traffic = Traffic(100, keys=10_000_000, zipf_s=0, windows=())
+    units = simulate(traffic, 50, batches=4)
+    # THEN each batch is one journal unit: one claim transaction (50 markers and the header, 2 units each), a page of
+    # 50 x (17-byte key + 2 x (2 + 48)) + 60 bytes (6 units), the commit and DONE (1 each), 50 fenced writes (1 each)
+    assert units.write_units == pytest.approx((102 + 6 + 2 + 50) / 50)
+    assert units.journal_share == 1
+    assert units.transactions_per_batch == 1
+    assert units.single_writes_per_batch == 50 + 2
 
 
 def test_a_message_with_more_keys_than_a_transaction_goes_through_the_journal_chunked() -> None:

@@ -37,17 +37,10 @@ from tally.cost.model import (
     view_read_units,
 )
 from tally.producer.packing import DEFAULT_MAX_KEYS_PER_MESSAGE
-from tally.store.pages import encode_page
+from tally.store.pages import page_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
-
-    from tally.core.aggregate import Totals
-
-
-def _page_bytes(increments: Totals) -> int:
-    """A journal page's data as the store encodes it."""
-    return len(encode_page(increments))
 
 
 PACKED_EVENTS = 100
@@ -184,11 +177,11 @@ def plan(
 
         def bill_of(traffic: Traffic) -> Bill:
             if batch_size is None:
-                return recommend(traffic, latencies=latencies, page_bytes=_page_bytes)
-            return price(traffic, batch_size, latencies=latencies, page_bytes=_page_bytes)
+                return recommend(traffic, latencies=latencies, page_bytes=page_bytes)
+            return price(traffic, batch_size, latencies=latencies, page_bytes=page_bytes)
 
         bill = bill_of(traffic)
-        lowest = floor(traffic, latencies=latencies, page_bytes=_page_bytes)
+        lowest = floor(traffic, latencies=latencies, page_bytes=page_bytes)
         levers = _levers(traffic, bill, lowest, bill_of)
         fan_out = _views(bill, latencies) if views else None
     except (ValueError, KeyError) as exc:
@@ -247,7 +240,7 @@ def _views(bill: Bill, latencies: Latencies) -> dict[str, object]:
         dataclasses.replace(traffic, views=()),
         bill.parameters.batch_size,
         latencies=latencies,
-        page_bytes=_page_bytes,
+        page_bytes=page_bytes,
         window_s=bill.parameters.batching_window_s,
     )
     prices = Prices()

@@ -42,6 +42,7 @@ from tally.core.plan import plan_batch
 from tally.core.resets import commit_segments
 from tally.core.write_planner import plan_write
 from tally.store.expressions import counter_limit_for, counters_per_add
+from tally.store.pages import page_bytes
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -260,6 +261,8 @@ class Applier:
                 allow_journal=self.use_journal,
                 counter_limit=self.counter_limit,
                 bounded=self.declarations.conditioned(),
+                fenced_apply=self.epochs is not None,
+                page_bytes=page_bytes,
             )
             for message_id, rejection in plan.rejected.items():
                 fates.dead_lettered(message_id, rejection)

@@ -27,13 +27,19 @@ import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeAlias
 
-from tally.core.aggregate import MessageTotals, Totals, add_into
-from tally.core.items import ItemKey, item_label, item_parts
+from tally.core.aggregate import MessageTotals, Totals, add_into, merge_totals
+from tally.core.items import ItemKey, item_label
 from tally.core.limits import TRANSACT_MAX_ACTIONS
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.numbers import Number, add, storage_problem
 from tally.core.thresholds import CrossingPage
+from tally.core.write_cost import (
+    direct_write_units,
+    fenced_journal_write_units,
+    page_entry_bytes,
+    planner_page_bytes,
+)
 from tally.errors import StoreError
 
 if TYPE_CHECKING:
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
 
     from tally.core.thresholds import Crossing
     from tally.core.write import ItemRead
+    from tally.core.write_cost import PageBytes
 
 JournalPage: TypeAlias = "Totals | CrossingPage"
 """What one journal page holds and one apply chunk writes: increments (a unit too large for one transaction), or
@@ -278,6 +285,8 @@ def plan_batch(
     allow_journal: bool = True,
     counter_limit: CounterLimit = no_counter_limit,
     bounded: Callable[[ItemKey], bool] | None = None,
+    fenced_apply: bool = False,
+    page_bytes: PageBytes = planner_page_bytes,
 ) -> BatchPlan:
     """Plan a batch of distinct messages; ``replaces`` names those whose marker names an aborted batch.
 
@@ -302,6 +311,14 @@ def plan_batch(
     - a message is refused for its size only when it cannot fit the one path it may take (pinned: one
       transaction; any other: the journal, which holds any size);
     - sharing a block marker item or a key with another message may save an action, never changes that.
+
+    ``fenced_apply`` (the deployment's ``FencedApply``): journal units are applied by fenced single-item writes at 1
+    write unit per KB of each item, instead of chunk transactions at 2. Then the planner chooses each unfixed unit's
+    path by write units (``tally.core.write_cost``, the figures ``tally plan`` bills by), pages priced by
+    ``page_bytes`` (the store's encoding), every item priced under 1 KB: a unit too large for one transaction goes
+    where it costs fewer units, and the units small enough for one (none of them pinned, forced or operator) go
+    together as one journal unit when that costs fewer units than their direct transactions (``_route_small``).
+    Off, the journal's apply chunks are transactions too, and the choice counts actions, as it always has.
     """
     replaced = replaces if replaces is not None else {}
     parts = _PlanParts()
@@ -327,9 +344,24 @@ def plan_batch(
             small.append(component)
         else:
             _place_in_order(component, replaced, max_actions, counter_limit, into=parts)
+    fenced_pages = page_bytes if fenced_apply and allow_journal else None
+    fenceable: list[tuple[MessageTotals, ...]] = []
     for unit in _storable_units(_components(free, by_marker=True)):
         forced = any(message.message_id in replaced for message in unit)
-        _place_unit(unit, max_actions, counter_limit, forced=forced, direct_only=not allow_journal, into=parts)
+        if fenced_pages is not None and not forced and _fits_one_transaction(unit, max_actions, counter_limit):
+            (small if any(message.is_operator for message in unit) else fenceable).append(unit)
+            continue
+        _place_unit(
+            unit,
+            max_actions,
+            counter_limit,
+            forced=forced,
+            direct_only=not allow_journal,
+            fenced_pages=fenced_pages,
+            into=parts,
+        )
+    if fenced_pages is not None:
+        _route_small(fenceable, counter_limit, fenced_pages, into=parts)
     return parts.plan(max_actions)
 
 
@@ -356,14 +388,15 @@ def _place_unit(
     *,
     forced: bool,
     direct_only: bool,
+    fenced_pages: PageBytes | None = None,
     into: _PlanParts,
 ) -> None:
     """Put a unit on its path: packed with other small units when it fits one transaction, else split into
-    direct transactions or claimed by the journal, whichever costs fewer actions (``forced``: the journal;
-    ``direct_only``: never the journal, its messages too large for a transaction refused)."""
-    markers = _marker_count(unit)
-    keys = _action_count(unit) - markers
-    if not forced and markers + keys <= max_actions and _one_add_per_item(unit, counter_limit):
+    direct transactions or claimed by the journal, whichever costs less (``forced``: the journal;
+    ``direct_only``: never the journal, its messages too large for a transaction refused). The cost is write
+    units when the journal is fenced (``fenced_pages``: how its pages are priced) and no operator message is in
+    the unit (their paths stay as they were), else actions."""
+    if not forced and _fits_one_transaction(unit, max_actions, counter_limit):
         into.small.append(unit)
         return
     split = plan_transactions(unit, max_actions, counter_limit)
@@ -371,11 +404,71 @@ def _place_unit(
         into.direct.extend(split.chunks)
         into.rejected.update(split.rejected)
         return
-    direct_cost = sum(chunk.action_count for chunk in split.chunks)
-    if forced or split.rejected or direct_cost > markers + keys + journal_overhead(markers, keys):
+    if forced or split.rejected:
+        journal = True
+    elif fenced_pages is not None and not any(message.is_operator for message in unit):
+        direct_units = sum(_direct_write_units(chunk) for chunk in split.chunks)
+        journal = fenced_write_units(unit, counter_limit, fenced_pages) < direct_units
+    else:
+        markers = _marker_count(unit)
+        keys = _action_count(unit) - markers
+        direct_cost = sum(chunk.action_count for chunk in split.chunks)
+        journal = direct_cost > markers + keys + journal_overhead(markers, keys)
+    if journal:
         into.journals.append(unit)
     else:
         into.direct.extend(split.chunks)
+
+
+def _fits_one_transaction(unit: Sequence[MessageTotals], max_actions: int, counter_limit: CounterLimit) -> bool:
+    return _action_count(unit) <= max_actions and _one_add_per_item(unit, counter_limit)
+
+
+def _route_small(
+    units: Sequence[tuple[MessageTotals, ...]],
+    counter_limit: CounterLimit,
+    page_bytes: PageBytes,
+    *,
+    into: _PlanParts,
+) -> None:
+    """Units that each fit one transaction, none pinned, forced or carrying an operator message: packed into
+    direct transactions (``_pack_small_units``), or together one fenced journal unit when that costs fewer write
+    units. Each item costs 2 units in a transaction and 1 in a fenced write, and the journal adds its header's
+    writes and its pages, so it wins from about half a dozen items on (measured: ``docs/journal.md``, "Small
+    batches"); a batch of a few messages stays direct."""
+    if not units:
+        return
+    merged = tuple(message for unit in units for message in unit)
+    direct = sum(direct_write_units(_marker_count(unit), [1] * len(_unit_increments(unit))) for unit in units)
+    if fenced_write_units(merged, counter_limit, page_bytes) < direct:
+        into.journals.append(merged)
+    else:
+        into.small.extend(units)
+
+
+def fenced_write_units(unit: Sequence[MessageTotals], counter_limit: CounterLimit, page_bytes: PageBytes) -> int:
+    """The write units of ``unit`` as one fenced journal batch, every item priced under 1 KB (1 unit a write)."""
+    pages = plan_apply_chunks(_unit_increments(unit), counter_limit=counter_limit)
+    writes = sum(len(page) for page in pages)  # an item cut into parts takes one fenced write per part
+    return fenced_journal_write_units(_marker_count(unit), [1] * writes, [page_bytes(page) for page in pages])
+
+
+def _unit_increments(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
+    return nonzero_increments(merge_totals(message.totals for message in unit))
+
+
+def _direct_write_units(chunk: Chunk) -> int:
+    return direct_write_units(chunk.marker_items, [1] * len(chunk.increments))
+
+
+def plan_write_units(
+    plan: BatchPlan, *, counter_limit: CounterLimit = no_counter_limit, page_bytes: PageBytes = planner_page_bytes
+) -> int:
+    """The write units ``plan`` costs with its journal units fenced, every item priced under 1 KB: the figure the
+    planner minimises when the journal is fenced (crossings and aborted batches' checks left out)."""
+    return sum(_direct_write_units(chunk) for chunk in plan.direct) + sum(
+        fenced_write_units(unit, counter_limit, page_bytes) for unit in plan.journals
+    )
 
 
 def _place_in_order(
@@ -508,11 +601,9 @@ def plan_apply_chunks(
     sizes: list[int] = []
     first_open = 0  # every chunk before it is full
     for key, counters in increments.items():
-        parts = item_parts(key)
-        key_bytes = len(parts.key.encode("utf-8")) + len(parts.window)
         position = first_open
         for part in counter_parts(counters, counter_limit(key)):
-            entry = key_bytes + sum(len(name.encode("utf-8")) + 48 for name in part)
+            entry = page_entry_bytes(key, part)
             while position < len(chunks) and (
                 len(chunks[position]) >= max_keys or (chunks[position] and sizes[position] + entry > max_bytes)
             ):

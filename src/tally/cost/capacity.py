@@ -24,10 +24,24 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any, Final
 
-WRITE_UNIT_BYTES: Final = 1024
+# The write rules are the planner's too (it chooses a path by them): declared once, in the core.
+from tally.core.write_cost import TRANSACTION_FACTOR, WRITE_UNIT_BYTES, transactional_write_units, write_units
+
+__all__ = [
+    "READ_UNIT_BYTES",
+    "TRANSACTION_FACTOR",
+    "WRITE_UNIT_BYTES",
+    "AttributeValue",
+    "Item",
+    "item_size",
+    "number_size",
+    "read_units",
+    "transactional_write_units",
+    "value_size",
+    "write_units",
+]
+
 READ_UNIT_BYTES: Final = 4096
-TRANSACTION_FACTOR: Final = 2
-"""A transactional write does two underlying writes of every item: prepare and commit."""
 
 CONTAINER_OVERHEAD: Final = 3
 ELEMENT_OVERHEAD: Final = 1
@@ -78,16 +92,6 @@ def item_size(item: Item | None) -> int:
     if not item:
         return 0
     return sum(len(name.encode("utf-8")) + value_size(value) for name, value in item.items())
-
-
-def write_units(size_bytes: int) -> int:
-    """Write units of one non-transactional item write: per started KB, at least one."""
-    return max(1, math.ceil(size_bytes / WRITE_UNIT_BYTES))
-
-
-def transactional_write_units(size_bytes: int) -> int:
-    """Write units of one item in ``TransactWriteItems`` (prepare + commit)."""
-    return TRANSACTION_FACTOR * write_units(size_bytes)
 
 
 def read_units(size_bytes: int, *, consistent: bool) -> float:

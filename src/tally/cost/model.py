@@ -53,37 +53,40 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cache, lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
 from tally.core.aggregate import MessageTotals
-from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, item_parts, make_item, view_item_key, window_counter
-from tally.core.limits import BATCH_GET_MAX_KEYS, BATCH_WRITE_MAX_ITEMS, LAMBDA_PAYLOAD_MAX_BYTES, TRANSACT_MAX_ACTIONS
+from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, make_item, view_item_key, window_counter
+from tally.core.limits import BATCH_GET_MAX_KEYS, BATCH_WRITE_MAX_ITEMS, LAMBDA_PAYLOAD_MAX_BYTES
 from tally.core.numbered_ids import distinct_marker_items, numbered_id
 from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch
 from tally.core.windows import MOVE_AT_BYTES, hours_on_day_items, parse_window_spec
-from tally.cost.capacity import number_size, read_units, transactional_write_units, write_units
+from tally.core.write_cost import (
+    HEADER_BYTES,
+    MARKER_BYTES,
+    PAGE_OVERHEAD_BYTES,
+    TRANSACTION_FACTOR,
+    PageBytes,
+    claim_transactions,
+    direct_write_units,
+    fenced_journal_write_units,
+    planner_page_bytes,
+    transactional_write_units,
+    write_units,
+)
+from tally.cost.capacity import number_size, read_units
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
-    from tally.core.aggregate import Totals
 
 SECONDS_PER_MONTH: Final = 30 * 24 * 3600
 """A 30-day month, as AWS's pricing examples bill one."""
-MARKER_BYTES: Final = 127
-"""A marker item with its digest (docs/journal.md, "Cost"): under 1 KB, so 2 units in a transaction."""
-HEADER_BYTES: Final = 120
-"""A journal header or applied-record: id, state, lease, chunks, expiry: well under 1 KB."""
-PAGE_OVERHEAD_BYTES: Final = 60
-"""A page item besides its data: ``id`` (``b#<32 hex>#p<i>``), ``data``'s name, ``expires_at``."""
 WORST_NUMBER_BYTES: Final = number_size("9" * 38)
 """A counter value at DynamoDB's 38 digits: item sizes are billed on the largest they can be."""
-CLAIMS_PER_TRANSACTION: Final = TRANSACT_MAX_ACTIONS - 1
-"""A claim transaction holds the header (or its check) and up to 99 markers."""
 DIMENSION_BYTES: Final = 24
 """What a view adds to an event's JSON, priced as one dimension of its own (``"customer":"acme-corp",``; the
 first adds ``"dims":{}``): a bound above when views share dimensions."""
@@ -326,20 +329,6 @@ class UnitsPerEvent:
     """Plain single-item writes per batch (the fenced apply's), sent on the write pool."""
 
 
-PageBytes = Callable[["Totals"], int]
-"""Bytes of one journal page's data for a chunk's increments (the store's encoding, injected)."""
-
-
-def planner_page_bytes(increments: Totals) -> int:
-    """The planner's own bound on a page's size (``plan_apply_chunks``): used when no encoder is given."""
-    total = 0
-    for key, counters in increments.items():
-        parts = item_parts(key)
-        total += len(parts.key.encode("utf-8")) + len(parts.window)
-        total += sum(len(name.encode("utf-8")) + 48 for name in counters)
-    return total
-
-
 def simulate(
     traffic: Traffic,
     batch_records: int,
@@ -422,7 +411,7 @@ def bill_batch(
     messages: Sequence[MessageTotals], resent: int, traffic: Traffic, *, page_bytes: PageBytes = planner_page_bytes
 ) -> BatchBill:
     """Bill one batch of distinct new messages plus ``resent`` re-sends of messages applied earlier."""
-    plan = plan_batch(messages)
+    plan = plan_batch(messages, fenced_apply=traffic.fenced_apply, page_bytes=page_bytes)
     writes = 0.0
     reads = 0.0
     transactions = 0
@@ -438,28 +427,29 @@ def bill_batch(
         reads += read_units(MARKER_BYTES, consistent=False) * records
         batch_gets += -(-records // BATCH_GET_MAX_KEYS)
     for chunk in plan.direct:
-        writes += marker_units * chunk.marker_items + _adds(chunk.increments, traffic)
+        writes += direct_write_units(chunk.marker_items, _item_units(chunk.increments, traffic))
         transactions += 1
         items += chunk.action_count
     for unit in plan.journals:
         markers = distinct_marker_items(message.message_id for message in unit)
-        claim_transactions = -(-markers // CLAIMS_PER_TRANSACTION)
-        writes += marker_units * markers + header_units * claim_transactions
-        transactions += claim_transactions
-        items += markers + claim_transactions
+        claims = claim_transactions(markers)
+        transactions += claims
+        items += markers + claims
         increments = _merged(unit)
         chunks = plan_apply_chunks(increments, max_keys=MAX_JOURNAL_CHUNK_KEYS)
         if traffic.fenced_apply and chunks:
-            # Every item read and checked, the pages, the commit alone, each item's fenced write, DONE.
+            # The claims, every item read and checked, the pages, the commit alone, each item's fenced write, DONE.
             keys = len(increments)
             reads += read_units(_counter_item_bytes(traffic), consistent=True) * keys
             batch_gets += -(-keys // BATCH_GET_MAX_KEYS)
-            writes += sum(write_units(PAGE_OVERHEAD_BYTES + page_bytes(chunk)) for chunk in chunks)
+            writes += fenced_journal_write_units(
+                markers, _fenced_item_units(increments, traffic), [page_bytes(chunk) for chunk in chunks]
+            )
             batch_writes += -(-len(chunks) // BATCH_WRITE_MAX_ITEMS)
-            writes += 2 * write_units(HEADER_BYTES) + _fenced_adds(increments, traffic)
             single_writes += keys + 2
             items += len(chunks) + keys + 2
             continue
+        writes += marker_units * markers + header_units * claims
         if len(chunks) <= 1:
             writes += header_units + _adds(chunks[0] if chunks else {}, traffic)
             transactions += 1
@@ -502,17 +492,18 @@ def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, int]]:
 
 
 def _adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
-    return float(
-        sum(transactional_write_units(_item_bytes(item, counters, traffic)) for item, counters in increments.items())
-    )
+    return float(TRANSACTION_FACTOR * sum(_item_units(increments, traffic)))
 
 
-def _fenced_adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
+def _item_units(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> list[int]:
+    """Each item's plain write units (1 per started KB) at its largest."""
+    return [write_units(_item_bytes(item, counters, traffic)) for item, counters in increments.items()]
+
+
+def _fenced_item_units(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> list[int]:
     """Each item's fenced write: 1 unit per KB of the item with its marks (``FENCE_MARKS_PRICED``)."""
     marks = FENCE_MARKS_PRICED * FENCE_MARK_BYTES
-    return float(
-        sum(write_units(_item_bytes(item, counters, traffic) + marks) for item, counters in increments.items())
-    )
+    return [write_units(_item_bytes(item, counters, traffic) + marks) for item, counters in increments.items()]
 
 
 _COUNTER_NAME_BYTES: Final = 8

@@ -80,6 +80,11 @@ def encode_page(increments: Totals) -> bytes:
     return _PAGE_ENCODER.encode(_ViewPage(rows, views))
 
 
+def page_bytes(increments: Totals) -> int:
+    """A journal page's data as it is stored: what the planner and the cost model price a page by."""
+    return len(encode_page(increments))
+
+
 def decode_page(data: bytes) -> dict[ItemKey, dict[str, Decimal]]:
     page = _PAGE_DECODER.decode(data)
     if isinstance(page, list):

@@ -1,0 +1,158 @@
+"""Small batches through the fenced journal: with ``FencedApply`` on, ``plan_batch`` chooses each unfixed unit's path
+by write units (``tally.core.write_cost``), so single-event traffic takes the journal when its fenced writes (1 unit
+per item) cost less than direct transactions (2 per item); with it off, the routing is the action count's, as
+before. Pinned, forced and operator messages keep their paths.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tally.core.aggregate import MessageTotals
+from tally.core.bounds import parse_counter_bounds
+from tally.core.numbered_ids import numbered_id
+from tally.core.plan import BatchPlan, plan_batch, plan_write_units
+from tally.core.resets import OperatorKind, OperatorStamp
+
+if TYPE_CHECKING:
+    from tally.core.items import ItemKey
+    from tally.core.numbers import Number
+
+SESSION = "0123456789abcdef0123456789abcdef"
+STOCK = parse_counter_bounds("stock:*#stock>=0")
+
+
+def single_events(count: int, keys: int, *, numbered: bool = True, seed: int = 7) -> list[MessageTotals]:
+    """``count`` messages of one event each on Zipf-drawn keys of ``keys``, two counters (workload U's shape)."""
+    rng = random.Random(seed)
+    weights = [1 / rank for rank in range(1, keys + 1)]
+    messages = []
+    for number in range(count):
+        (rank,) = rng.choices(range(keys), weights=weights)
+        message_id = numbered_id(SESSION, number) if numbered else f"m{number}"
+        messages.append(MessageTotals(message_id, {f"key-{rank}": {"count": 1, "amount": rank}}, 1))
+    return messages
+
+
+def ids(messages: list[MessageTotals] | tuple[MessageTotals, ...]) -> set[str]:
+    return {message.message_id for message in messages}
+
+
+def journaled(plan: BatchPlan) -> set[str]:
+    return {message.message_id for unit in plan.journals for message in unit}
+
+
+def written_direct(plan: BatchPlan) -> set[str]:
+    return {message.message_id for chunk in plan.direct for message in chunk.messages}
+
+
+def test_a_batch_of_single_events_is_one_journal_unit_when_fenced() -> None:
+    messages = single_events(100, 1000)
+    assert 50 <= len({key for message in messages for key in message.totals}) <= 70
+    plan = plan_batch(messages, fenced_apply=True)
+    assert len(plan.journals) == 1
+    assert ids(plan.journals[0]) == ids(messages)
+    assert not plan.direct
+    assert not plan.rejected
+    assert plan_write_units(plan) < plan_write_units(plan_batch(messages))
+
+
+def test_unnumbered_single_events_join_one_journal_unit_too() -> None:
+    """Each message is a unit of its own (no shared block): small units go together, or not at all."""
+    messages = single_events(100, 1000, numbered=False)
+    plan = plan_batch(messages, fenced_apply=True)
+    assert [ids(unit) for unit in plan.journals] == [ids(messages)]
+
+
+def test_with_fenced_apply_off_single_events_go_direct_as_before() -> None:
+    plan = plan_batch(single_events(100, 1000))
+    assert not plan.journals
+    assert len(plan.direct) == 1
+
+
+def test_a_few_events_stay_direct() -> None:
+    """Below about half a dozen items the journal's header writes and page cost more than the unit each item saves."""
+    for keys in range(1, 6):
+        messages = [MessageTotals(numbered_id(SESSION, n), {f"k{n}": {"count": 1}}, 1) for n in range(keys)]
+        plan = plan_batch(messages, fenced_apply=True)
+        assert not plan.journals, keys
+    messages = [MessageTotals(numbered_id(SESSION, n), {f"k{n}": {"count": 1}}, 1) for n in range(6)]
+    assert len(plan_batch(messages, fenced_apply=True).journals) == 1
+
+
+def test_pinned_and_operator_messages_keep_their_direct_transactions() -> None:
+    messages = single_events(100, 1000)
+    sale = MessageTotals("sale", {"stock:a": {"stock": -1}, "key-0": {"count": 1}}, 1)
+    stamp = OperatorStamp(OperatorKind.RESET, "other", "reset", 0, {"count": 0})
+    reset = MessageTotals("reset", {}, 1, sets={"other": {"count": 0}}, stamp=stamp)
+    plan = plan_batch([*messages, sale, reset], fenced_apply=True, bounded=STOCK.is_bounded)
+    assert journaled(plan) == ids(messages)
+    assert written_direct(plan) == {"sale", "reset"}
+
+
+# ------------------------------------------------------------------------------------------------ any batch
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> tuple[list[MessageTotals], dict[str, str], int]:
+    """Messages of 0-4 keys over a small pool (so units join and split), numbered or not, some on a bounded counter,
+    some resets, some with more counters on one item than one ADD holds, some whose marker names an aborted batch."""
+    numbered = draw(st.booleans())
+    pool = draw(st.integers(1, 40))
+    messages = []
+    for number in range(draw(st.integers(0, 80))):
+        message_id = numbered_id(SESSION, number) if numbered else f"m{number}"
+        totals: dict[ItemKey, dict[str, Number]] = {}
+        for key in draw(st.lists(st.integers(0, pool), max_size=4, unique=True)):
+            totals[f"k{key}"] = {"count": draw(st.integers(-2, 3))}
+        kind = draw(st.integers(0, 19))
+        if kind == 0:
+            totals["stock:a"] = {"stock": -1}
+        elif kind == 1 and totals:
+            totals[next(iter(totals))] = {f"c{n}": 1 for n in range(4)}
+        if kind == 2:
+            stamp = OperatorStamp(OperatorKind.RESET, f"k{number % (pool + 1)}", message_id, 0, {"count": 0})
+            messages.append(MessageTotals(message_id, {}, 1, sets={stamp.key: {"count": 0}}, stamp=stamp))
+        else:
+            messages.append(MessageTotals(message_id, totals, len(totals)))
+    replaced = draw(st.lists(st.sampled_from([m.message_id for m in messages]), unique=True)) if messages else []
+    return messages, dict.fromkeys(replaced, "dead-1"), draw(st.sampled_from([6, 20, 100]))
+
+
+@given(batches())
+def test_fenced_routing_costs_no_more_and_gives_every_message_one_fate(
+    batch: tuple[list[MessageTotals], dict[str, str], int],
+) -> None:
+    messages, replaces, max_actions = batch
+
+    def limit(_: ItemKey) -> int:
+        return 3
+
+    def plan(**options: bool) -> BatchPlan:
+        return plan_batch(messages, max_actions, replaces, counter_limit=limit, bounded=STOCK.is_bounded, **options)
+
+    fenced = plan(fenced_apply=True)
+    as_before = plan()
+    direct_only = plan(allow_journal=False)
+    by_id = {message.message_id: message for message in messages}
+    journal = [message.message_id for unit in fenced.journals for message in unit]
+    direct = [message.message_id for chunk in fenced.direct for message in chunk.messages]
+    assert sorted([*journal, *direct, *fenced.rejected]) == sorted(by_id)
+    # The same refusals as the routing by actions: the fenced choice only moves messages between the two paths.
+    assert fenced.rejected.keys() == as_before.rejected.keys()
+    for message_id in journal:
+        message = by_id[message_id]
+        assert not any(STOCK.is_bounded(item) for item in message.totals)
+    # An operator message takes the path it took before.
+    operators = {message.message_id for message in messages if message.is_operator}
+    assert operators & set(journal) == operators & {m.message_id for unit in as_before.journals for m in unit}
+    # Chosen by write units: never more than the routing by actions, nor than all direct where that is a plan (it
+    # refuses nothing, and no marker names an aborted batch: only a claim replaces one).
+    cost = plan_write_units(fenced, counter_limit=limit)
+    assert cost <= plan_write_units(as_before, counter_limit=limit)
+    if not direct_only.rejected and not replaces:
+        assert cost <= plan_write_units(direct_only, counter_limit=limit)
