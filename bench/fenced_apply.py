@@ -4,8 +4,12 @@
 Workload U (``bench.workloads``: 1,000 Zipf keys, two counters, numbered ids), the template's defaults (hour and
 day windows on the key's item), DynamoDB Local billed by ``tally_local.kit.meter``: packed messages of 100 events
 in batches of 700 records, and single events in batches of 100 records. Prints write and read units per event, the
-largest item a write touched, and whether every key read back exact. Single-event batches of 100 records mostly
-take direct transactions, which the fenced apply does not change (sending them through it is a next step).
+largest item a write touched, and whether every key read back exact. With the fenced apply on, the planner sends a
+unit through the journal when its fenced writes cost fewer write units than direct transactions
+(``tally.core.write_cost``), so single-event batches take it too.
+
+``--sweep`` measures where that starts paying: single events in batches of 2 to 16 records, the routing as it was
+(the chunked apply: such batches take direct transactions) beside the fenced routing, write units per event each.
 """
 
 from __future__ import annotations
@@ -23,17 +27,24 @@ from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal
 
 SEED = 20_261_124
+SWEEP_RECORDS = (2, 4, 6, 8, 10, 12, 16)
 
 
 @click.command()
 @click.option("--min-events", default=20_000, show_default=True, help="Events per configuration, at least 2 batches.")
 @click.option("--keys", default=1000, show_default=True)
-def main(*, min_events: int, keys: int) -> None:
+@click.option(
+    "--sweep",
+    is_flag=True,
+    help="Single events in small batches (2-16 records, --min-events each): where the fenced routing starts paying.",
+)
+def main(*, min_events: int, keys: int, sweep: bool) -> None:
     """Each configuration chunked, then fenced, on one DynamoDB Local."""
     out = console()
+    configurations = [(False, records) for records in SWEEP_RECORDS] if sweep else [(True, 700), (False, 100)]
     with DynamoDBLocal() as ddb:
         admin, client = ddb.client(), ddb.client(CLIENT_CONFIG)
-        for packed, records in ((True, 700), (False, 100)):
+        for packed, records in configurations:
             per_batch = records * (PACK if packed else 1)
             events = max(2, math.ceil(min_events / per_batch)) * per_batch
             for fenced in (False, True):
