@@ -26,6 +26,7 @@ from tally.core.plan import (
     _unstorable,
     no_counter_limit,
 )
+from tally.core.write_cost import planner_page_bytes
 from tally_local.chaos.config import focused
 from tally_local.chaos.situations import VARIANTS
 from tests.support.chaos import run_on
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from tally.core.aggregate import MessageTotals
     from tally.core.items import ItemKey
     from tally.core.plan import BatchPlan, CounterLimit
+    from tally.core.write_cost import PageBytes
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -68,10 +70,13 @@ def plan_by_units(
     allow_journal: bool = True,
     counter_limit: CounterLimit = no_counter_limit,
     bounded: Callable[[ItemKey], bool] | None = None,
+    fenced_apply: bool = False,
+    page_bytes: PageBytes = planner_page_bytes,
 ) -> BatchPlan:
     """BROKEN on purpose: the planner that let a unit (a shared key or block) decide the path of
     every message in it: a unit forced through the journal took its bounded messages along (no condition),
-    and a unit touching a bounded item went direct only (its messages over 99 items refused)."""
+    and a unit touching a bounded item went direct only (its messages over 99 items refused). The other units'
+    paths are chosen as the real planner chooses them (by write units when the journal is fenced)."""
     parts = _PlanParts()
     writable: list[MessageTotals] = []
     for message in messages:
@@ -83,7 +88,16 @@ def plan_by_units(
     for unit in _storable_units(_components(writable, by_marker=True)):
         forced = any(message.message_id in force_journal for message in unit)
         direct_only = not allow_journal or (not forced and bounded is not None and _touches(unit, bounded))
-        _place_unit(unit, max_actions, counter_limit, forced=forced, direct_only=direct_only, into=parts)
+        fenced_pages = page_bytes if fenced_apply and allow_journal else None
+        _place_unit(
+            unit,
+            max_actions,
+            counter_limit,
+            forced=forced,
+            direct_only=direct_only,
+            fenced_pages=fenced_pages,
+            into=parts,
+        )
     return parts.plan(max_actions)
 
 
