@@ -1,7 +1,10 @@
 """What threshold notifications cost beside plain sums, and how long a crossing takes from commit to PutEvents.
 
 The shape of ``bench.bounded`` (the handlers' own wiring, windows off, single-event messages ``+1`` over
-``--keys`` keys in batches of 100 records, every call billed by ``tally_local.kit.meter`` from item sizes), three loads:
+``--keys`` keys in batches of 100 records, every call billed by ``tally_local.kit.meter`` from item sizes), with the
+fenced apply off (``FencedApply=false``): a thresholded message takes a direct transaction on either setting, and so
+then do the baselines' batches, which with it on take the fenced journal for its lower cost (docs/journal.md, "Small
+batches through the fenced path"): what a threshold costs is then what it adds to the same transactions. Loads:
 
 - ``sums``: no threshold: the baseline;
 - ``thresholds, never crossed``: ``CounterThresholds`` ``u:*#n>=1000000000``: every write carries its crossing
@@ -36,7 +39,7 @@ from bench.metered_load import BATCH, fresh_id, report_beside_sums
 from bench.peers.tables import tally_tables
 from bench.peers.tally_pipeline import RecordingDeadLetterQueue
 from bench.results import Row, field, load_options
-from tally.config import COUNTER_THRESHOLDS, NOTIFICATIONS_TABLE, WINDOWS
+from tally.config import COUNTER_THRESHOLDS, FENCED_APPLY, NOTIFICATIONS_TABLE, WINDOWS
 from tally.core.model import SourceRecord
 from tally.reader import CounterReader, NotificationReader
 from tally.runtime import CLIENT_CONFIG, wire_pipeline
@@ -104,7 +107,12 @@ def measure(load: str, events: int, keys: int, ddb: DynamoDBLocal) -> dict[str, 
         load, "u:*#n@day>=" + quarters if load == "day thresholds, late" else ""
     )
     windowed = load.startswith("day")
-    declared = {WINDOWS: "day" if windowed else "", COUNTER_THRESHOLDS: levels, NOTIFICATIONS_TABLE: notifications}
+    declared = {
+        WINDOWS: "day" if windowed else "",
+        COUNTER_THRESHOLDS: levels,
+        NOTIFICATIONS_TABLE: notifications,
+        FENCED_APPLY: "false",
+    }
     yesterday_ms = (time.time_ns() // 86_400_000_000_000 - 1) * 86_400_000 + 43_200_000  # noon, UTC
     pipeline = wire_pipeline(client, RecordingDeadLetterQueue(), default_settings(counters, markers, declared))
     meter = DynamoDBMeter()

@@ -200,7 +200,7 @@ def run_checks(
         stream = u_stream(
             batches * per_batch, packed=config.packed, keys=keys, seed=seed, pack=config.pack, numbered=config.numbered
         )
-        peer = partial(TallyCounter, packed=config.packed, windows=config.windows)
+        peer = partial(TallyCounter, packed=config.packed, windows=config.windows, fenced=True)
         run = run_peer(peer, stream, client=client, admin=admin, batch_size=config.batch_size)
         traffic = u_traffic(config.events_per_message, windows=config.windows, keys=keys, numbered_ids=config.numbered)
         # The run lasts minutes, within an hour: it moves no ended windows, so they are not priced here
