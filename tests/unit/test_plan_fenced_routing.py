@@ -7,6 +7,7 @@ before. Pinned, forced and operator messages keep their paths.
 from __future__ import annotations
 
 import random
+from fractions import Fraction
 from typing import TYPE_CHECKING
 
 from hypothesis import given
@@ -15,8 +16,10 @@ from hypothesis import strategies as st
 from tally.core.aggregate import MessageTotals
 from tally.core.bounds import parse_counter_bounds
 from tally.core.numbered_ids import numbered_id
-from tally.core.plan import BatchPlan, plan_batch, plan_write_units
+from tally.core.plan import BatchPlan, plan_batch, plan_price
 from tally.core.resets import OperatorKind, OperatorStamp
+from tally.core.write_cost import READ_UNIT_PRICE
+from tally.cost.model import Prices
 
 if TYPE_CHECKING:
     from tally.core.items import ItemKey
@@ -58,7 +61,7 @@ def test_a_batch_of_single_events_is_one_journal_unit_when_fenced() -> None:
     assert ids(plan.journals[0]) == ids(messages)
     assert not plan.direct
     assert not plan.rejected
-    assert plan_write_units(plan) < plan_write_units(plan_batch(messages))
+    assert plan_price(plan) < plan_price(plan_batch(messages))
 
 
 def test_unnumbered_single_events_join_one_journal_unit_too() -> None:
@@ -75,12 +78,14 @@ def test_with_fenced_apply_off_single_events_go_direct_as_before() -> None:
 
 
 def test_a_few_events_stay_direct() -> None:
-    """Below about half a dozen items the journal's header writes and page cost more than the unit each item saves."""
-    for keys in range(1, 6):
+    """Up to 6 items the journal's header writes, page and reads cost more than the unit each item saves: one block
+    marker and k items cost 2 + 2k write units direct, and 7 + k fenced (the claim's marker and header, a page, the
+    commit and DONE, the items) plus k reads at a fifth of a unit each, so from 7 items on the journal is cheaper."""
+    for keys in range(1, 7):
         messages = [MessageTotals(numbered_id(SESSION, n), {f"k{n}": {"count": 1}}, 1) for n in range(keys)]
         plan = plan_batch(messages, fenced_apply=True)
         assert not plan.journals, keys
-    messages = [MessageTotals(numbered_id(SESSION, n), {f"k{n}": {"count": 1}}, 1) for n in range(6)]
+    messages = [MessageTotals(numbered_id(SESSION, n), {f"k{n}": {"count": 1}}, 1) for n in range(7)]
     assert len(plan_batch(messages, fenced_apply=True).journals) == 1
 
 
@@ -150,9 +155,17 @@ def test_fenced_routing_costs_no_more_and_gives_every_message_one_fate(
     # An operator message takes the path it took before.
     operators = {message.message_id for message in messages if message.is_operator}
     assert operators & set(journal) == operators & {m.message_id for unit in as_before.journals for m in unit}
-    # Chosen by write units: never more than the routing by actions, nor than all direct where that is a plan (it
-    # refuses nothing, and no marker names an aborted batch: only a claim replaces one).
-    cost = plan_write_units(fenced, counter_limit=limit)
-    assert cost <= plan_write_units(as_before, counter_limit=limit)
+    # Chosen by price (write units, and the fenced path's reads): never more than the routing by actions, nor than
+    # all direct where that is a plan (it refuses nothing, and no marker names an aborted batch: only a claim
+    # replaces one).
+    cost = plan_price(fenced, counter_limit=limit)
+    assert cost <= plan_price(as_before, counter_limit=limit)
     if not direct_only.rejected and not replaces:
-        assert cost <= plan_write_units(direct_only, counter_limit=limit)
+        assert cost <= plan_price(direct_only, counter_limit=limit)
+
+
+def test_the_planner_prices_a_read_unit_as_the_bill_does() -> None:
+    """The planner weighs the fenced path's reads at the cost model's own ratio of a read unit's price to a write
+    unit's (the planner cannot import the cost model: its arrow points the other way)."""
+    prices = Prices()
+    assert Fraction(str(prices.read_unit)) / Fraction(str(prices.write_unit)) == READ_UNIT_PRICE

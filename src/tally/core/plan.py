@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import TYPE_CHECKING, TypeAlias
 
 from tally.core.aggregate import MessageTotals, Totals, add_into, merge_totals
@@ -36,7 +37,7 @@ from tally.core.numbers import Number, add, storage_problem
 from tally.core.thresholds import CrossingPage
 from tally.core.write_cost import (
     direct_write_units,
-    fenced_journal_write_units,
+    fenced_journal_price,
     page_entry_bytes,
     planner_page_bytes,
 )
@@ -408,7 +409,7 @@ def _place_unit(
         journal = True
     elif fenced_pages is not None and not any(message.is_operator for message in unit):
         direct_units = sum(_direct_write_units(chunk) for chunk in split.chunks)
-        journal = fenced_write_units(unit, counter_limit, fenced_pages) < direct_units
+        journal = fenced_price(unit, counter_limit, fenced_pages) < direct_units
     else:
         markers = _marker_count(unit)
         keys = _action_count(unit) - markers
@@ -432,27 +433,29 @@ def _route_small(
     into: _PlanParts,
 ) -> None:
     """Units that each fit one transaction, none pinned, forced or carrying an operator message: packed into
-    direct transactions (``_pack_small_units``), or together one fenced journal unit when that costs fewer write
-    units. Each item costs 2 units in a transaction and 1 in a fenced write, and the journal adds its header's
-    writes and its pages, so it wins from 6 items under 1 KB with a page under 1 KB on; a batch of a few messages
-    stays direct. Measured (``python -m bench.fenced_apply --sweep``, single events on 1,000 Zipf keys): batches of
-    up to 6 records stay direct, from 8 the fenced journal writes 7% fewer units, 22% at 16, 33% at 100
-    (``docs/journal.md``, "Small batches through the fenced path", also on the reads it adds)."""
+    direct transactions (``_pack_small_units``), or together one fenced journal unit when that costs less
+    (``fenced_price``: write units, and the fenced path's strong read of each item at a fifth of a write unit).
+    Each item costs 2 units in a transaction and 1 in a fenced write plus its read, and the journal adds its
+    header's writes and its pages, so it wins from about 8 items under 1 KB with a page under 1 KB on; a batch of a
+    few messages stays direct. Measured (``python -m bench.fenced_apply --sweep``, single events on 1,000 Zipf
+    keys): by write units alone the crossover was 6 records, and 8 records wrote 7% fewer units, 16 22%, 100 33%
+    (``docs/journal.md``, "Small batches through the fenced path", also on the reads)."""
     if not units:
         return
     merged = tuple(message for unit in units for message in unit)
     direct = sum(direct_write_units(_marker_count(unit), [1] * len(_unit_increments(unit))) for unit in units)
-    if fenced_write_units(merged, counter_limit, page_bytes) < direct:
+    if fenced_price(merged, counter_limit, page_bytes) < direct:
         into.journals.append(merged)
     else:
         into.small.extend(units)
 
 
-def fenced_write_units(unit: Sequence[MessageTotals], counter_limit: CounterLimit, page_bytes: PageBytes) -> int:
-    """The write units of ``unit`` as one fenced journal batch, every item priced under 1 KB (1 unit a write)."""
+def fenced_price(unit: Sequence[MessageTotals], counter_limit: CounterLimit, page_bytes: PageBytes) -> Fraction:
+    """The price of ``unit`` as one fenced journal batch, in write units (``fenced_journal_price``), every item
+    priced under 1 KB (1 unit a write, 1 read unit its read)."""
     pages = plan_apply_chunks(_unit_increments(unit), counter_limit=counter_limit)
     writes = sum(len(page) for page in pages)  # an item cut into parts takes one fenced write per part
-    return fenced_journal_write_units(_marker_count(unit), [1] * writes, [page_bytes(page) for page in pages])
+    return fenced_journal_price(_marker_count(unit), [1] * writes, [page_bytes(page) for page in pages], writes)
 
 
 def _unit_increments(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
@@ -463,13 +466,14 @@ def _direct_write_units(chunk: Chunk) -> int:
     return direct_write_units(chunk.marker_items, [1] * len(chunk.increments))
 
 
-def plan_write_units(
+def plan_price(
     plan: BatchPlan, *, counter_limit: CounterLimit = no_counter_limit, page_bytes: PageBytes = planner_page_bytes
-) -> int:
-    """The write units ``plan`` costs with its journal units fenced, every item priced under 1 KB: the figure the
-    planner minimises when the journal is fenced (crossings and aborted batches' checks left out)."""
+) -> Fraction:
+    """The price of ``plan`` in write units with its journal units fenced (their reads at a fifth of a unit), every
+    item priced under 1 KB: the figure the planner minimises when the journal is fenced (crossings and aborted
+    batches' checks left out)."""
     return sum(_direct_write_units(chunk) for chunk in plan.direct) + sum(
-        fenced_write_units(unit, counter_limit, page_bytes) for unit in plan.journals
+        (fenced_price(unit, counter_limit, page_bytes) for unit in plan.journals), Fraction(0)
     )
 
 

@@ -17,6 +17,7 @@ transaction: for items under 1 KB it is the cheaper path once a unit writes more
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TYPE_CHECKING, Final, TypeAlias
 
 from tally.core.items import item_parts
@@ -41,6 +42,11 @@ CLAIMS_PER_TRANSACTION: Final = TRANSACT_MAX_ACTIONS - 1
 """A claim transaction holds the header (or its check) and up to 99 marker items."""
 PAGE_BYTES_PER_COUNTER: Final = 48
 """What the planner's bound on a page's size allows a counter beside its name (its number and framing)."""
+
+READ_UNIT_PRICE: Final = Fraction(1, 5)
+"""A read request unit's price in write units: DynamoDB prices reads at a fifth of writes (on demand, $0.125 and
+$0.625 per million: ``tally.cost.model.Prices``, whose ratio a test holds to this). The fenced path reads each item it
+writes once, strongly consistently, before its commit (1 read unit per item under 4 KB); the planner weighs that."""
 
 PageBytes: TypeAlias = "Callable[[Totals], int]"
 """Bytes of one journal page's data for a chunk's increments (the store's encoding, passed in)."""
@@ -91,3 +97,12 @@ def fenced_journal_write_units(marker_items: int, item_units: Iterable[int], pag
     ) * claim_transactions(marker_items)
     pages = sum(write_units(PAGE_OVERHEAD_BYTES + size) for size in page_sizes)
     return claims + pages + 2 * write_units(HEADER_BYTES) + sum(item_units)
+
+
+def fenced_journal_price(
+    marker_items: int, item_units: Iterable[int], page_sizes: Iterable[int], items_read: int
+) -> Fraction:
+    """A fenced journal unit's price in write units: its write units (``fenced_journal_write_units``) and the strong
+    read of each of its ``items_read`` items before the commit, at ``READ_UNIT_PRICE``. A direct transaction reads
+    nothing more than a journal unit does (both read the markers first): its price is its write units."""
+    return fenced_journal_write_units(marker_items, item_units, page_sizes) + READ_UNIT_PRICE * items_read
