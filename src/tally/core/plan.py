@@ -436,7 +436,7 @@ def _route_small(
     direct transactions (``_pack_small_units``), or together one fenced journal unit when that costs less
     (``fenced_price``: write units, and the fenced path's strong read of each item at a fifth of a write unit).
     Each item costs 2 units in a transaction and 1 in a fenced write plus its read, and the journal adds its
-    header's writes and its pages, so it wins from about 8 items under 1 KB with a page under 1 KB on; a batch of a
+    header's writes and its pages, so it wins from 7 items under 1 KB with a page under 1 KB on; a batch of a
     few messages stays direct. Measured (``python -m bench.fenced_apply --sweep``, single events on 1,000 Zipf
     keys): by write units alone the crossover was 6 records, and 8 records wrote 7% fewer units, 16 22%, 100 33%
     (``docs/journal.md``, "Small batches through the fenced path", also on the reads)."""
