@@ -315,10 +315,11 @@ def plan_batch(
 
     ``fenced_apply`` (the deployment's ``FencedApply``): journal units are applied by fenced single-item writes at 1
     write unit per KB of each item, instead of chunk transactions at 2. Then the planner chooses each unfixed unit's
-    path by write units (``tally.core.write_cost``, the figures ``tally plan`` bills by), pages priced by
-    ``page_bytes`` (the store's encoding), every item priced under 1 KB: a unit too large for one transaction goes
-    where it costs fewer units, and the units small enough for one (none of them pinned, forced or operator) go
-    together as one journal unit when that costs fewer units than their direct transactions (``_route_small``).
+    path by price (``tally.core.write_cost``, the figures ``tally plan`` bills by: write units, and the fenced path's
+    read of each item at a fifth of a write unit), pages priced by ``page_bytes`` (the store's encoding), every item
+    priced under 1 KB: a unit too large for one transaction goes where it costs less, and the units small enough for
+    one (none of them pinned, forced or operator) go together as one journal unit when that costs less than their
+    direct transactions (``_route_small``).
     Off, the journal's apply chunks are transactions too, and the choice counts actions, as it always has.
     """
     replaced = replaces if replaces is not None else {}
@@ -394,9 +395,9 @@ def _place_unit(
 ) -> None:
     """Put a unit on its path: packed with other small units when it fits one transaction, else split into
     direct transactions or claimed by the journal, whichever costs less (``forced``: the journal;
-    ``direct_only``: never the journal, its messages too large for a transaction refused). The cost is write
-    units when the journal is fenced (``fenced_pages``: how its pages are priced) and no operator message is in
-    the unit (their paths stay as they were), else actions."""
+    ``direct_only``: never the journal, its messages too large for a transaction refused). The cost is the
+    price (``fenced_price``) when the journal is fenced (``fenced_pages``: how its pages are priced) and no operator
+    message is in the unit (their paths stay as they were), else actions."""
     if not forced and _fits_one_transaction(unit, max_actions, counter_limit):
         into.small.append(unit)
         return

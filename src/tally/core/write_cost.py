@@ -10,8 +10,9 @@ twice that (prepare and commit). A unit of messages costs, on each path:
   DONE (plain writes), and one plain conditional write per item, at 1 unit per KB.
 
 So the fenced path saves one unit per item and pays the header, the pages and one header action per claim
-transaction: for items under 1 KB it is the cheaper path once a unit writes more items than its page's KBs plus 4
-(``fenced_saves``). Pure: no I/O, sizes passed in.
+transaction; it also reads each item once before its commit, priced at ``READ_UNIT_PRICE`` (``fenced_journal_price``).
+For items under 1 KB and one page under 1 KB it is the cheaper path from 7 items (6 by write units alone). Pure: no
+I/O, sizes passed in.
 """
 
 from __future__ import annotations
