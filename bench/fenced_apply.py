@@ -5,8 +5,8 @@ Workload U (``bench.workloads``: 1,000 Zipf keys, two counters, numbered ids), t
 day windows on the key's item), DynamoDB Local billed by ``tally_local.kit.meter``: packed messages of 100 events
 in batches of 700 records, and single events in batches of 100 records. Prints write and read units per event, the
 largest item a write touched, and whether every key read back exact. With the fenced apply on, the planner sends a
-unit through the journal when its fenced writes cost fewer write units than direct transactions
-(``tally.core.write_cost``), so single-event batches take it too.
+unit through the journal when it costs less there than in direct transactions (``tally.core.write_cost``: write
+units, and the fenced path's reads), so single-event batches take it too.
 
 ``--sweep`` measures where that starts paying: single events in batches of 2 to 16 records, the routing as it was
 (the chunked apply: such batches take direct transactions) beside the fenced routing, write units per event each.

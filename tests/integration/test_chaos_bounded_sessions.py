@@ -76,7 +76,7 @@ def plan_by_units(
     """BROKEN on purpose: the planner that let a unit (a shared key or block) decide the path of
     every message in it: a unit forced through the journal took its bounded messages along (no condition),
     and a unit touching a bounded item went direct only (its messages over 99 items refused). The other units'
-    paths are chosen as the real planner chooses them (by write units when the journal is fenced)."""
+    paths are chosen as the real planner chooses them (by price when the journal is fenced)."""
     parts = _PlanParts()
     writable: list[MessageTotals] = []
     for message in messages:
@@ -85,10 +85,10 @@ def plan_by_units(
             writable.append(message)
         else:
             parts.rejected[message.message_id] = problem
+    fenced_pages = page_bytes if fenced_apply and allow_journal else None
     for unit in _storable_units(_components(writable, by_marker=True)):
         forced = any(message.message_id in force_journal for message in unit)
         direct_only = not allow_journal or (not forced and bounded is not None and _touches(unit, bounded))
-        fenced_pages = page_bytes if fenced_apply and allow_journal else None
         _place_unit(
             unit,
             max_actions,
