@@ -378,7 +378,8 @@ class Model:
         if not self.finishers:
             return
         finisher = self.finishers[choice % len(self.finishers)]
-        self._step(finisher, lost=choice % 4 == 0)
+        if finisher.sent < len(finisher.writes):  # one that read every part applied has only DONE to write
+            self._step(finisher, lost=choice % 4 == 0)
         if finisher in self.finishers and finisher.sent == len(finisher.writes):
             self._done(finisher.batch, finisher)
             self.finishers.remove(finisher)
@@ -503,6 +504,14 @@ A_PRUNE_PAST_THE_HORIZON = [
     (0, 3),
 ]
 
+A_FINISHER_WITH_NOTHING_LEFT = [
+    (0, 0),  # container 0 commits a batch on item "a" (two parts)
+    (0, 2),  # the owner sends the first part
+    (0, 0),  # the owner sends the second part, its answer lost
+    (2, 0),  # a finisher reads both parts applied: it has nothing to send
+    (3, 0),  # its step marks the batch DONE, sending nothing
+]
+
 
 @settings(suppress_health_check=[HealthCheck.too_slow])
 @given(STEPS)
@@ -510,6 +519,7 @@ A_PRUNE_PAST_THE_HORIZON = [
 @example(A_PRUNE_RACING_A_FINISHER)
 @example(A_PRUNE_PAST_THE_HORIZON)
 @example(A_PRUNE_AFTER_A_LONG_INVOCATION)
+@example(A_FINISHER_WITH_NOTHING_LEFT)
 def test_a_part_is_added_at_most_once_over_any_interleaving_and_exactly_once_when_finished(
     steps: list[tuple[int, int]],
 ) -> None:
