@@ -326,7 +326,10 @@ class StackProcess:
         if session.client("kinesis", endpoint_url=moto).list_streams()["StreamNames"]:
             raise ValueError(f"{self.command!r} has a stream: start it afresh instead")
         sqs = session.client("sqs", endpoint_url=moto)
-        _wait_until_delivered(sqs, variables["TALLY_QUEUE_URL"], timeout_s)
+        try:
+            _wait_until_delivered(sqs, variables["TALLY_QUEUE_URL"], timeout_s)
+        except TimeoutError as stuck:  # what the stack printed says why (a failed invocation, a poller's error)
+            raise TimeoutError(f"{stuck}\n{self.state()}") from stuck
         queues = sqs.list_queues().get("QueueUrls", [])
         for url in queues:
             _drain(sqs, url)
@@ -366,16 +369,17 @@ def _wait_until_delivered(sqs: Any, queue_url: str, timeout_s: float) -> None:
     """Wait until the queue holds no message, visible or in flight (a poller deletes one once its invocation
     ends), so nothing is written after the tables are emptied."""
     deadline = time.monotonic() + timeout_s
-    while _holds_messages(sqs, queue_url):
+    while held := _holds_messages(sqs, queue_url):
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{queue_url} still holds messages after {timeout_s:.0f} s")
+            raise TimeoutError(f"{queue_url} still holds messages after {timeout_s:.0f} s: {held}")
         time.sleep(0.2)
 
 
-def _holds_messages(sqs: Any, queue_url: str) -> bool:
+def _holds_messages(sqs: Any, queue_url: str) -> dict[str, str]:
+    """The queue's counts of visible and in-flight messages that are not 0 (empty: it holds none)."""
     names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
     attributes = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=names)["Attributes"]
-    return any(attributes[name] != "0" for name in names)
+    return {name: attributes[name] for name in names if attributes[name] != "0"}
 
 
 def _drain(sqs: Any, queue_url: str) -> None:
