@@ -95,6 +95,9 @@ CALIBRATE_EVERY_S: Final = 5.0
 """Wall seconds between two calibrations of a process (two runs, about 30 ms: under 1% of the time)."""
 _RECENT: Final = 5
 """Calibrations a test's figure is scaled by (their median): the last half minute or so."""
+COSTLIEST: Final = 25
+"""Tests listed by their CPU after the tiers: what CI's time is made of (the wall-time list beside it measures the
+workers' contention as much as the tests)."""
 DEV_EXAMPLES: Final = 50
 """Examples a property test draws at the ``dev`` profile (tests/conftest.py)."""
 
@@ -190,6 +193,8 @@ class _Totals:
     cpu_s: float = 0.0
     background_s: float = 0.0
     slowest: tuple[float, str] = (0.0, "")
+    costliest: list[tuple[float, float, str]] = field(default_factory=list)
+    """(CPU, wall, node id) of the tier's ``COSTLIEST`` tests by CPU."""
 
     def add(self, nodeid: str, wall_s: float, cpu_s: float, background_s: float) -> None:
         self.tests += 1
@@ -197,6 +202,7 @@ class _Totals:
         self.cpu_s += cpu_s
         self.background_s += background_s
         self.slowest = max(self.slowest, (cpu_s, nodeid))
+        self.costliest = sorted([*self.costliest, (cpu_s, wall_s, nodeid)], reverse=True)[:COSTLIEST]
 
 
 def _median(values: list[float]) -> float:
@@ -335,6 +341,10 @@ class CpuBudget:
             f"{states or 'no test ran'}; one test at most "
             + ", ".join(f"{tier} {TEST_BUDGETS_S[tier]:g}" for tier in TIERS)
         )
+        costliest = sorted((entry for totals in self.tiers.values() for entry in totals.costliest), reverse=True)
+        if costliest:
+            lines.append(f"the {COSTLIEST} costliest tests by reference CPU s (and their wall s):")
+            lines.extend(f"{cpu:8.2f} {wall:8.1f}  {nodeid}" for cpu, wall, nodeid in costliest[:COSTLIEST])
         failure = self.failure()
         if failure is not None:
             lines.append(f"FAILED: {failure}")
