@@ -52,6 +52,11 @@ def stack_identity(command: str) -> str:
 
 
 STACK_READY: Final = "press Ctrl-C to stop"
+DRAIN_DEADLINE_S: Final = 180.0
+"""How long a stack may take to deliver what an earlier page published before it is emptied for the next: a
+deadline against a hang, not a speed test. A page may check one key of a load while the rest is still being
+counted (docs/how-to/publish.md's 200 generated messages, then read.md's start): 60 s ran out once in a
+clean-clone run on a machine running at half the reference's speed."""
 SHELL_FENCES: Final = frozenset({"sh", "bash", "shell", "zsh", "console", "shell-session"})
 _FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\s`{]*)")
 _SENTINEL: Final = "__tally_docs_command_done__"
@@ -310,7 +315,7 @@ class StackProcess:
         """The ``export`` lines it printed, which the page tells the reader to paste."""
         return [line for line in self.printed.splitlines() if line.startswith("export ")]
 
-    def empty(self, timeout_s: float = 60.0) -> None:
+    def empty(self, timeout_s: float = DRAIN_DEADLINE_S) -> None:
         """Bring the running stack back to what a fresh start holds, for the next page: once its source queue
         has nothing left to deliver, every queue drained, every table's items and every bucket's objects (the
         archive) deleted.
