@@ -45,7 +45,9 @@ EXACT = Context(
 )
 
 _ZERO = Decimal(0)
-_INT_FAST_LIMIT = 10**MAX_SIGNIFICANT_DIGITS
+INT_STORABLE_BELOW: Final = 10**MAX_SIGNIFICANT_DIGITS
+"""An int of smaller magnitude has at most 38 digits, so it is storable: one comparison judges it, where
+``storage_problem`` is a call (the planner's loops over every counter of a batch take this shortcut)."""
 # An int of more than 420 bits has more than 126 digits: beyond 9.99E+125 whatever its digits.
 _INT_MAX_BITS = 420
 
@@ -53,7 +55,7 @@ _INT_MAX_BITS = 420
 def storage_problem(value: Number) -> str | None:
     """Say why ``value`` cannot be stored as a DynamoDB Number, or return ``None`` when it can."""
     if type(value) is int:
-        if -_INT_FAST_LIMIT < value < _INT_FAST_LIMIT:
+        if -INT_STORABLE_BELOW < value < INT_STORABLE_BELOW:
             return None
         if value.bit_length() > _INT_MAX_BITS:
             return "magnitude above 9.99E+125"
