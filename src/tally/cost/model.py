@@ -344,47 +344,16 @@ def simulate(
     run shorter than an hour measures them)."""
     if batch_records < 1 or batches < 1:
         raise ValueError("a simulation needs at least one batch of one record")
-    rng = random.Random(seed)
-    cumulative = list(accumulate(1.0 / rank**traffic.zipf_s for rank in range(1, traffic.keys + 1)))
-    names = tuple(f"c{index}" for index in range(traffic.counters))
-    value_weights = [list(accumulate(1.0 / rank**traffic.zipf_s for rank in range(1, n + 1))) for n in traffic.views]
-    spec = parse_window_spec(",".join(traffic.windows))
-    windows, _ = spec.windows_of(now_ms, now_ms)
-    # Minute windows are items of their own; hour and day windows are counters of the key's item.
-    window_items = [
-        (unit.window_id(start), unit.expires_at_s(start)) for unit, start in windows if not unit.on_key_item
-    ]
-    key_names = names + tuple(
-        window_counter(unit.window_id(start), name) for unit, start in windows if unit.on_key_item for name in names
-    )
     new_per_batch = max(1, round(batch_records / (1 + traffic.resend_rate)))
     session = f"{seed:032x}"[-32:]
     resent_per_batch = batch_records - new_per_batch
+    drawn = _drawn(_Shape.of(traffic), seed, now_ms).first(batches * new_per_batch)
     bills: list[BatchBill] = []
-    number = 0
-    for _ in range(batches):
-        messages = []
-        for _ in range(new_per_batch):
-            ranks = rng.choices(range(traffic.keys), cum_weights=cumulative, k=traffic.events_per_message)
-            totals: dict[ItemKey, dict[str, int]] = {}
-            for rank in ranks:
-                key = _key_name(rank, traffic.key_bytes)
-                # A view's value is an item like a key's (its windows on it, its minutes apart), in the same commit.
-                counted = [key] + [
-                    view_item_key(f"v{view}", key, (str(rng.choices(range(len(weights)), cum_weights=weights)[0]),))
-                    for view, weights in enumerate(value_weights)
-                ]
-                for owner in counted:
-                    for item, item_names in [
-                        (owner, key_names),
-                        *((make_item(owner, window, 0, expires), names) for window, expires in window_items),
-                    ]:
-                        counters = totals.setdefault(item, {})
-                        for name in item_names:
-                            counters[name] = counters.get(name, 0) + 1
-            message_id = numbered_id(session, number) if traffic.numbered_ids else f"m{number:032d}"
-            messages.append(MessageTotals(message_id, totals, len(ranks)))
-            number += 1
+    for start in range(0, len(drawn), new_per_batch):
+        messages = [
+            MessageTotals(numbered_id(session, number) if traffic.numbered_ids else f"m{number:032d}", totals, events)
+            for number, (totals, events) in enumerate(drawn[start : start + new_per_batch], start)
+        ]
         bills.append(bill_batch(messages, resent_per_batch, traffic, page_bytes=page_bytes))
     count = len(bills)
     events = sum(bill.events for bill in bills)
@@ -405,6 +374,104 @@ def simulate(
         journal_share=sum(1 for bill in bills if bill.journal_units) / count,
         single_writes_per_batch=sum(bill.single_writes for bill in bills) / count,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class _Shape:
+    """What the synthetic messages' contents depend on: traffics alike in these draw the same messages."""
+
+    keys: int
+    zipf_s: float
+    events_per_message: int
+    counters: int
+    key_bytes: int
+    windows: tuple[str, ...]
+    views: tuple[int, ...]
+
+    @classmethod
+    def of(cls, traffic: Traffic) -> _Shape:
+        return cls(
+            traffic.keys,
+            traffic.zipf_s,
+            traffic.events_per_message,
+            traffic.counters,
+            traffic.key_bytes,
+            traffic.windows,
+            traffic.views,
+        )
+
+
+class _Draws:
+    """The contents of a traffic's synthetic messages, drawn in order from one seed and kept.
+
+    Message n is the same whatever the batch size (the draw does not depend on where batches are cut), so the
+    simulations of one ``tally plan`` (each batch size, the floor, the levers that keep the shape) read one stream
+    instead of drawing theirs again; it is extended as a longer simulation asks for more.
+    """
+
+    def __init__(self, shape: _Shape, seed: int, now_ms: int) -> None:
+        self._shape = shape
+        self._rng = random.Random(seed)
+        self._cumulative = list(accumulate(1.0 / rank**shape.zipf_s for rank in range(1, shape.keys + 1)))
+        self._value_weights = [
+            list(accumulate(1.0 / rank**shape.zipf_s for rank in range(1, n + 1))) for n in shape.views
+        ]
+        names = tuple(f"c{index}" for index in range(shape.counters))
+        windows, _ = parse_window_spec(",".join(shape.windows)).windows_of(now_ms, now_ms)
+        # Minute windows are items of their own; hour and day windows are counters of the key's item.
+        self._window_items = [
+            (unit.window_id(start), unit.expires_at_s(start), names) for unit, start in windows if not unit.on_key_item
+        ]
+        self._key_names = names + tuple(
+            window_counter(unit.window_id(start), name) for unit, start in windows if unit.on_key_item for name in names
+        )
+        self._keys: dict[int, str] = {}
+        self._items: dict[str, tuple[tuple[ItemKey, tuple[str, ...]], ...]] = {}
+        self._drawn: list[tuple[dict[ItemKey, dict[str, int]], int]] = []
+
+    def first(self, count: int) -> Sequence[tuple[Mapping[ItemKey, Mapping[str, int]], int]]:
+        """The first ``count`` messages: each one's totals (item -> counter -> delta) and its events."""
+        while len(self._drawn) < count:
+            self._drawn.append(self._draw())
+        return self._drawn[:count]
+
+    def _draw(self) -> tuple[dict[ItemKey, dict[str, int]], int]:
+        shape, rng = self._shape, self._rng
+        ranks = rng.choices(range(shape.keys), cum_weights=self._cumulative, k=shape.events_per_message)
+        # Each event counts 1 in every counter of its key's items and of one value's items of each view: count the
+        # events per owner first, then write each item once (in the order the events first reach it).
+        owners: dict[str, int] = {}
+        for rank in ranks:
+            key = self._keys.get(rank)
+            if key is None:
+                key = self._keys[rank] = _key_name(rank, shape.key_bytes)
+            owners[key] = owners.get(key, 0) + 1
+            # A view's value is an item like a key's (its windows on it, its minutes apart), in the same commit.
+            for view, weights in enumerate(self._value_weights):
+                value = rng.choices(range(len(weights)), cum_weights=weights)[0]
+                owner = view_item_key(f"v{view}", key, (str(value),))
+                owners[owner] = owners.get(owner, 0) + 1
+        totals = {
+            item: dict.fromkeys(item_names, count)
+            for owner, count in owners.items()
+            for item, item_names in self._items_of(owner)
+        }
+        return totals, len(ranks)
+
+    def _items_of(self, owner: str) -> tuple[tuple[ItemKey, tuple[str, ...]], ...]:
+        """The items an event of ``owner`` counts in, each with the counters it adds there."""
+        items = self._items.get(owner)
+        if items is None:
+            items = self._items[owner] = (
+                (owner, self._key_names),
+                *((make_item(owner, window, 0, expires), names) for window, expires, names in self._window_items),
+            )
+        return items
+
+
+@lru_cache(maxsize=8)
+def _drawn(shape: _Shape, seed: int, now_ms: int) -> _Draws:
+    return _Draws(shape, seed, now_ms)
 
 
 def bill_batch(
