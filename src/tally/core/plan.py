@@ -190,15 +190,15 @@ def plan_transactions(
             rejected[message.message_id] = rejection
             continue
         new_keys = sum(1 for key in message.totals if key not in sums)
-        new_marker = marker_item(message.message_id) not in markers
+        marker = marker_item(message.message_id)
         if (
-            len(markers) + new_marker + len(sums) + new_keys > max_actions
+            len(markers) + (marker not in markers) + len(sums) + new_keys > max_actions
             or (check_sums and not _fits(sums, message.totals))
             or not _within_counter_limit(sums, message.totals, counter_limit)
         ):
             close()
         members.append(message)
-        markers.add(marker_item(message.message_id))
+        markers.add(marker)
         add_into(sums, message.totals)
     close()
     return WritePlan(tuple(chunks), rejected)
@@ -270,7 +270,11 @@ def _within_counter_limit(
     """Whether adding ``totals`` keeps every item's ADD within ``counter_limit`` counters."""
     for key, counters in totals.items():
         into = sums.get(key)
-        if into is not None and len(into.keys() | counters.keys()) > counter_limit(key):
+        if into is None:
+            continue
+        limit = counter_limit(key)
+        # The union is never larger than both together: it is only built when that could pass the limit.
+        if len(into) + len(counters) > limit and len(into.keys() | counters.keys()) > limit:
             return False
     return True
 
@@ -703,19 +707,21 @@ def _components(messages: Sequence[MessageTotals], *, by_marker: bool = False) -
             parent[node], node = root, parent[node]
         return root
 
+    firsts: list[Hashable | None] = []
     for message in messages:
         nodes = iter(_nodes(message, by_marker=by_marker))
         first = next(nodes, None)
+        firsts.append(first)
         if first is None:
             continue
         parent.setdefault(first, first)
+        root = find(first)  # stays the root: each union hangs another root under it
         for node in nodes:
             parent.setdefault(node, node)
-            parent[find(node)] = find(first)
+            parent[find(node)] = root
     groups: dict[Hashable, list[MessageTotals]] = {}
     alone: list[MessageTotals] = []
-    for message in messages:
-        first = next(iter(_nodes(message, by_marker=by_marker)), None)
+    for message, first in zip(messages, firsts, strict=True):
         if first is None:
             alone.append(message)  # every delta netted to zero: only a marker to write
         else:
