@@ -175,7 +175,7 @@ def plan_transactions(
     members: list[MessageTotals] = []
     markers: set[str] = set()
     sums: dict[ItemKey, dict[str, Number]] = {}
-    check_sums = not _sums_storable(messages)
+    sums_storable = _sums_storable(messages)
 
     def close() -> None:
         if members:
@@ -185,7 +185,7 @@ def plan_transactions(
             sums.clear()
 
     for message in messages:
-        rejection = _unwritable(message, max_actions, counter_limit)
+        rejection = _unwritable(message, max_actions, counter_limit, storable=sums_storable)
         if rejection is not None:
             rejected[message.message_id] = rejection
             continue
@@ -193,7 +193,7 @@ def plan_transactions(
         marker = marker_item(message.message_id)
         if (
             len(markers) + (marker not in markers) + len(sums) + new_keys > max_actions
-            or (check_sums and not _fits(sums, message.totals))
+            or (not sums_storable and not _fits(sums, message.totals))
             or not _within_counter_limit(sums, message.totals, counter_limit)
         ):
             close()
@@ -204,7 +204,10 @@ def plan_transactions(
     return WritePlan(tuple(chunks), rejected)
 
 
-def _unwritable(message: MessageTotals, max_actions: int, counter_limit: CounterLimit) -> Rejection | None:
+def _unwritable(
+    message: MessageTotals, max_actions: int, counter_limit: CounterLimit, *, storable: bool = False
+) -> Rejection | None:
+    """Why ``message`` cannot be one direct transaction, or None (``storable``: its deltas are known storable)."""
     if 1 + len(message.totals) > max_actions:
         return Rejection(
             RejectCode.TOO_MANY_KEYS,
@@ -217,7 +220,7 @@ def _unwritable(message: MessageTotals, max_actions: int, counter_limit: Counter
                 f"{len(counters)} counters on {item_label(key)!r} in one message: more than one ADD "
                 f"holds ({counter_limit(key)}) and a transaction holds one ADD per item",
             )
-    return _unstorable(message)
+    return None if storable else _unstorable(message)
 
 
 def _sums_storable(messages: Iterable[MessageTotals]) -> bool:
