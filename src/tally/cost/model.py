@@ -58,7 +58,7 @@ from functools import cache, lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
-from tally.core.aggregate import MessageTotals
+from tally.core.aggregate import MessageTotals, merge_totals
 from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, make_item, view_item_key, window_counter
 from tally.core.limits import BATCH_GET_MAX_KEYS, BATCH_WRITE_MAX_ITEMS, LAMBDA_PAYLOAD_MAX_BYTES
 from tally.core.numbered_ids import distinct_marker_items, numbered_id
@@ -81,6 +81,8 @@ from tally.cost.capacity import number_size, read_units
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
+
+    from tally.core.numbers import Number
 
 
 SECONDS_PER_MONTH: Final = 30 * 24 * 3600
@@ -412,10 +414,8 @@ class _Draws:
     def __init__(self, shape: _Shape, seed: int, now_ms: int) -> None:
         self._shape = shape
         self._rng = random.Random(seed)
-        self._cumulative = list(accumulate(1.0 / rank**shape.zipf_s for rank in range(1, shape.keys + 1)))
-        self._value_weights = [
-            list(accumulate(1.0 / rank**shape.zipf_s for rank in range(1, n + 1))) for n in shape.views
-        ]
+        self._cumulative = _cumulative_weights(shape.keys, shape.zipf_s)
+        self._value_weights = [_cumulative_weights(n, shape.zipf_s) for n in shape.views]
         names = tuple(f"c{index}" for index in range(shape.counters))
         windows, _ = parse_window_spec(",".join(shape.windows)).windows_of(now_ms, now_ms)
         # Minute windows are items of their own; hour and day windows are counters of the key's item.
@@ -467,6 +467,15 @@ class _Draws:
                 *((make_item(owner, window, 0, expires), names) for window, expires, names in self._window_items),
             )
         return items
+
+
+def _cumulative_weights(ranks: int, zipf_s: float) -> Sequence[float]:
+    """The running sums of the Zipf weights of ranks 1 to ``ranks`` (``random.choices``' ``cum_weights``)."""
+    if zipf_s == 0:
+        # Uniform: every weight is 1.0, so the sums are the integers themselves (exact in a float, and so drawn
+        # alike): a range, not a list of ten million floats for a traffic of ten million keys.
+        return range(1, ranks + 1)
+    return list(accumulate(1.0 / rank**zipf_s for rank in range(1, ranks + 1)))
 
 
 @lru_cache(maxsize=8)
@@ -548,13 +557,8 @@ def bill_batch(
     )
 
 
-def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, int]]:
-    merged: dict[ItemKey, dict[str, int]] = {}
-    for message in unit:
-        for key, counters in message.totals.items():
-            into = merged.setdefault(key, {})
-            for name, delta in counters.items():
-                into[name] = into.get(name, 0) + int(delta)
+def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
+    merged = merge_totals(message.totals for message in unit)
     return {key: counters for key, counters in merged.items() if any(counters.values())}
 
 
