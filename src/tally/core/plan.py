@@ -359,8 +359,11 @@ def plan_batch(
     rejected, small = parts.rejected, parts.small
     pinned: list[MessageTotals] = []
     free: list[MessageTotals] = []
+    # One pass over the batch's deltas proves, for nearly every batch, that no message nor any sum of them leaves the
+    # Number range: then no message is checked alone and no component is cut for its sums.
+    storable = _sums_storable(messages)
     for message in messages:
-        problem = _unstorable(message)
+        problem = None if storable else _unstorable(message)
         if problem is not None:
             rejected[message.message_id] = problem
         elif bounded is not None and _touches((message,), bounded):
@@ -368,7 +371,7 @@ def plan_batch(
         else:
             free.append(message)
     for component in _components(pinned, by_marker=True):
-        units = _storable_units([component])
+        units = [component] if storable else _storable_units([component])
         if (
             len(units) == 1
             and not any(message.message_id in replaced for message in component)
@@ -380,7 +383,8 @@ def plan_batch(
             _place_in_order(component, replaced, max_actions, counter_limit, into=parts)
     fenced_pages = page_bytes if fenced_apply and allow_journal else None
     fenceable: list[tuple[MessageTotals, ...]] = []
-    for unit in _storable_units(_components(free, by_marker=True)):
+    components = _components(free, by_marker=True)
+    for unit in components if storable else _storable_units(components):
         forced = any(message.message_id in replaced for message in unit)
         if fenced_pages is not None and not forced and _fits_one_transaction(unit, max_actions, counter_limit):
             (small if any(message.is_operator for message in unit) else fenceable).append(unit)
