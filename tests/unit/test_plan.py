@@ -107,6 +107,31 @@ PACKING: list[object] = [
         [(("a", "b"), {})],
         id="opposite-signs-combine",
     ),
+    # Ints whose magnitudes add up under 10**38 are packed without summing them: at the bound and just past it
+    pytest.param(
+        [mt("a", {"k": {"count": 10**37}}), mt("b", {"k": {"count": NINES_38 - 10**37}})],
+        10,
+        [(("a", "b"), {"k": {"count": NINES_38}})],
+        id="ints-summing-to-38-nines-together",
+    ),
+    pytest.param(
+        [mt("a", {"k": {"count": 10**37}}), mt("b", {"k": {"count": NINES_38 - 10**37 + 1}})],
+        10,
+        [(("a", "b"), {"k": {"count": 10**38}})],
+        id="ints-summing-to-1e38-together-one-significant-digit",
+    ),
+    pytest.param(
+        [mt("a", {"k": {"count": 10**37}}), mt("b", {"k": {"count": NINES_38 - 10**37 + 2}})],
+        10,
+        [(("a",), {"k": {"count": 10**37}}), (("b",), {"k": {"count": NINES_38 - 10**37 + 2}})],
+        id="ints-summing-to-39-digits-split",
+    ),
+    pytest.param(
+        [mt("a", {"k": {"count": NINES_38}}), mt("b", {"j": {"count": NINES_38}})],
+        10,
+        [(("a", "b"), {"k": {"count": NINES_38}, "j": {"count": NINES_38}})],
+        id="large-ints-on-different-keys-together",
+    ),
     pytest.param(
         [
             mt("a", {"k": {"count": NINES_38}}),
