@@ -2,11 +2,11 @@
 
 ``python -m bench.memory EVENT_FILE --mode pipeline --endpoint URL`` loads a Lambda SQS event from a JSON
 file (as the Lambda runtime hands it over), imports what the deployed handler imports, and runs tally's
-handler path once (``bench.peers.tally_pipeline.TallyCounter``: decode, aggregate, plan, write to
-DynamoDB Local). It prints, as JSON, the process's peak resident set (``VmHWM``: interpreter,
-libraries and the event included, the figure a Lambda memory size must hold) before and after the batch,
-and, with ``--tracemalloc``, the peak of Python allocations during the batch alone. ``--mode core``
-does the same for decode + validate + aggregate without I/O.
+handler path once (``bench.peers.tally_pipeline.TallyCounter`` with the template's default settings, the
+fenced apply on: decode, aggregate, plan, write to DynamoDB Local). It prints, as JSON, the process's peak
+resident set (``VmHWM``: interpreter, libraries and the event included, the figure a Lambda memory size must
+hold) before and after the batch, and, with ``--tracemalloc``, the peak of Python allocations during the
+batch alone. ``--mode core`` does the same for decode + validate + aggregate without I/O.
 
 ``measure`` (used by the suite) writes the event file and runs the four measurements.
 """
@@ -85,7 +85,7 @@ def _run(event_file: Path, mode: str, endpoint_url: str, traced: bool) -> dict[s
             aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
         )
         client = session.client("dynamodb", endpoint_url=endpoint_url)
-        peer = TallyCounter(client, client, uuid.uuid4().hex[:10], packed=False)
+        peer = TallyCounter(client, client, uuid.uuid4().hex[:10], packed=False, fenced=None)
     before = _max_rss_mb()
     if traced:
         tracemalloc.start()

@@ -25,7 +25,16 @@ from bench.peers import lambda_context, metered
 from bench.peers.naive import NaiveCounter
 from bench.peers.powertools_idempotency import PowertoolsIdempotentCounter
 from bench.peers.tally_pipeline import TallyCounter
-from bench.workloads import WorkloadSpec, deliver, hot_events, lambda_event, usage_events, write_floor
+from bench.workloads import (
+    WorkloadSpec,
+    batch_footprints,
+    deliver,
+    hot_events,
+    lambda_event,
+    usage_events,
+    write_floor,
+)
+from tally.config import FENCED_APPLY
 from tally.runtime import CLIENT_CONFIG
 
 if TYPE_CHECKING:
@@ -112,6 +121,11 @@ class PeerRun:
     redelivered: int
     dead_letters: int
     pipeline: Mapping[str, int] | None = None
+    fenced: bool = False
+    """tally with the fenced apply on (journal batches' items written plainly, not in transactions)."""
+    footprints: Sequence[tuple[int, int]] = ()
+    """tally: per batch as delivered, (new messages, distinct counter items they touch): what the write floor and
+    the request ceilings are computed from."""
 
     @property
     def events_per_second(self) -> float:
@@ -172,16 +186,24 @@ def peer_plans(config: SuiteConfig) -> list[PeerPlan]:
     plans = [PeerPlan(NaiveCounter, per_event=True), PeerPlan(PowertoolsIdempotentCounter, per_event=True)]
     if config.powertools_body_id:
         plans.append(PeerPlan(partial(PowertoolsIdempotentCounter, key="body-id"), per_event=True, workloads=("U",)))
+    # tally as the template deploys it (fenced=None: the settings' FencedApply, on by default), and once packed
+    # with FencedApply=false, the chunked transactions it can be rolled back to, so both paths are in one run.
+    tally = partial(TallyCounter, fenced=None)
     plans += [
-        PeerPlan(partial(TallyCounter, packed=False)),
-        PeerPlan(partial(TallyCounter, packed=True), packed=True),
+        PeerPlan(partial(tally, packed=False)),
+        PeerPlan(partial(tally, packed=True), packed=True),
+        PeerPlan(
+            partial(tally, packed=True, variant="-chunked", overrides={FENCED_APPLY: "false"}),
+            packed=True,
+            workloads=("U",),
+        ),
         # The same stream without its re-sends: what the marker read gate saves when nothing is duplicated.
-        PeerPlan(partial(TallyCounter, packed=False, variant="-no-resends"), workloads=("U",), resends=False),
+        PeerPlan(partial(tally, packed=False, variant="-no-resends"), workloads=("U",), resends=False),
     ]
     if config.tally_windows:
         plans += [
-            PeerPlan(partial(TallyCounter, packed=False, windows=True), per_event=True, workloads=("U",)),
-            PeerPlan(partial(TallyCounter, packed=True, windows=True), packed=True, workloads=("U",)),
+            PeerPlan(partial(tally, packed=False, windows=True), per_event=True, workloads=("U",)),
+            PeerPlan(partial(tally, packed=True, windows=True), packed=True, workloads=("U",)),
         ]
     return plans
 
@@ -259,6 +281,12 @@ def run_peer(
             progress(peer.name, len(handled), total)
         usage = meter.usage()
         counted = peer.read_counters(stream.keys)
+    fenced = isinstance(peer, TallyCounter) and peer.fenced
+    footprints = (
+        [(messages, peer.items_per_key * keys) for messages, keys in batch_footprints(handled, stream.events)]
+        if isinstance(peer, TallyCounter)
+        else []
+    )
     return PeerRun(
         peer=peer.name,
         workload=stream.workload,
@@ -269,10 +297,12 @@ def run_peer(
         seconds=handler_s - meter.overhead_s,
         usage=usage,
         correctness=compare(stream.expected(), stream.delivered(), counted),
-        floor_write_units=write_floor(handled, stream.events, peer.items_per_key),
+        floor_write_units=write_floor(handled, stream.events, peer.items_per_key, item_units=1 if fenced else 2),
         redelivered=redelivered,
         dead_letters=getattr(peer, "dead_letters", 0),
         pipeline=peer.totals.as_dict() if isinstance(peer, TallyCounter) else None,
+        fenced=fenced,
+        footprints=footprints,
     )
 
 

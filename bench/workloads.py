@@ -251,18 +251,27 @@ def event_sums(events: Sequence[Event], deliveries: Iterable[Delivery]) -> Total
     return {key: dict(counters) for key, counters in totals.items()}
 
 
-def write_floor(batches: Iterable[Sequence[Delivery]], events: Sequence[Event], items_per_key: int = 1) -> int:
-    """The design's floor in write units: 2 x (new messages + distinct counter items they touch), per batch.
-
-    One marker per new message and one ADD per distinct counter item per batch (``items_per_key`` items
-    per key: the all-time item and one per time window), each a transactional write of an item under
-    1 KB. Messages applied in an earlier batch (re-sends) write nothing.
-    """
+def batch_footprints(batches: Iterable[Sequence[Delivery]], events: Sequence[Event]) -> list[tuple[int, int]]:
+    """Per batch as delivered: (new messages, distinct keys they touch). Messages applied in an earlier batch
+    (re-sends) are not new and touch nothing."""
     applied: set[str] = set()
-    floor = 0
+    footprints = []
     for batch in batches:
         new = {delivery.message_id: delivery for delivery in batch if delivery.message_id not in applied}
         keys = {events[index].key for delivery in new.values() for index in _range(delivery)}
-        floor += 2 * (len(new) + items_per_key * len(keys))
+        footprints.append((len(new), len(keys)))
         applied.update(new)
-    return floor
+    return footprints
+
+
+def write_floor(
+    batches: Iterable[Sequence[Delivery]], events: Sequence[Event], items_per_key: int = 1, item_units: int = 2
+) -> int:
+    """The design's floor in write units: 2 x new messages + ``item_units`` x distinct counter items, per batch.
+
+    One marker per new message (a transactional write: 2 units) and one write per distinct counter item per batch
+    (``items_per_key`` items per key: the all-time item and one per time window), each item under 1 KB:
+    ``item_units`` is 2 where items are written in transactions, 1 where the fenced apply writes them plainly.
+    Messages applied in an earlier batch (re-sends) write nothing.
+    """
+    return sum(2 * messages + item_units * items_per_key * keys for messages, keys in batch_footprints(batches, events))

@@ -10,6 +10,10 @@ letters in memory.
 By default the time windows are switched off (``TALLY_WINDOWS`` empty): the peers count all-time totals
 only, and so does tally then. ``windows=True`` keeps the template's default windows (more counter items
 per key, each written once per batch).
+
+``fenced`` picks how journal batches are applied: None runs what the settings say, that is the template's
+``FencedApply`` default unless ``overrides`` sets ``TALLY_FENCED_APPLY`` (what ``make bench`` compares); True or False
+forces it (the experiments that set the two paths side by side).
 """
 
 from __future__ import annotations
@@ -97,7 +101,7 @@ class TallyCounter:
         variant: str = "",
         overrides: Mapping[str, str] | None = None,
         clock: Callable[[], int] | None = None,
-        fenced: bool = False,
+        fenced: bool | None = False,
     ) -> None:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
         """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
@@ -113,7 +117,9 @@ class TallyCounter:
             for table, logical in ((self.counters_table, "CountersTable"), (self.markers_table, "MarkersTable"))
         }
         self._dead_letters = RecordingDeadLetterQueue()
-        self._pipeline = wire_pipeline(client, self._dead_letters, self.settings, fenced=fenced)
+        self.fenced = self.settings.fenced_apply if fenced is None else fenced
+        """Whether journal batches are applied by fenced single-item writes (the write floor depends on it)."""
+        self._pipeline = wire_pipeline(client, self._dead_letters, self.settings, fenced=self.fenced)
         self.totals = PipelineTotals()
 
     @property

@@ -43,6 +43,22 @@ def test_every_peer_ran_on_every_workload(smoke: tuple[SuiteResults, Path]) -> N
     for workload in ("U", "H"):
         assert {(workload, peer) for peer in ("naive", "powertools", "tally-single", "tally-packed")} <= ran
     assert {("U", "powertools-body-id"), ("U", "tally-single-windows"), ("U", "tally-packed-windows")} <= ran
+    assert ("U", "tally-packed-chunked") in ran
+
+
+def test_tally_runs_the_template_default_apply_and_one_chunked_row(smoke: tuple[SuiteResults, Path]) -> None:
+    results, _ = smoke
+    tally = {run.peer: run for run in results.runs if run.peer.startswith("tally") and run.workload == "U"}
+    # GIVEN the template's FencedApply default (true) THEN every tally row runs the fenced apply but the one
+    # deployed with FencedApply=false, whose journal batches are applied by chunk transactions
+    assert {peer for peer, run in tally.items() if not run.fenced} == {"tally-packed-chunked"}
+    chunked, fenced = tally["tally-packed-chunked"], tally["tally-packed"]
+    # AND the floor bills the fenced path's items at 1 unit, the chunked path's at 2, from the same batches
+    assert chunked.footprints == fenced.footprints
+    messages = sum(m for m, _ in fenced.footprints)
+    items = sum(k for _, k in fenced.footprints)
+    assert (fenced.floor_write_units, chunked.floor_write_units) == (2 * messages + items, 2 * (messages + items))
+    assert fenced.usage.calls["UpdateItem"] >= items
 
 
 def test_tally_counts_exactly_and_applies_each_message_once(smoke: tuple[SuiteResults, Path]) -> None:

@@ -11,6 +11,7 @@ from bench.workloads import (
     Delivery,
     Event,
     WorkloadSpec,
+    batch_footprints,
     deliver,
     hot_events,
     lambda_event,
@@ -118,3 +119,6 @@ def test_write_floor_counts_new_messages_and_distinct_items_per_batch() -> None:
     # THEN the floor is 2 x (3 + 2) + 2 x (1 + 1), and windows multiply the counter items
     assert write_floor(batches, events) == 14
     assert write_floor(batches, events, items_per_key=3) == 2 * (3 + 6) + 2 * (1 + 3)
+    # AND with the fenced apply each item is a plain write: 1 unit, markers still 2
+    assert write_floor(batches, events, item_units=1) == (2 * 3 + 2) + (2 * 1 + 1)
+    assert batch_footprints(batches, events) == [(3, 2), (1, 1)]
