@@ -201,12 +201,14 @@ def verdicts(results: SuiteResults) -> list[Verdict]:
 
 def fenced_request_ceiling(run: PeerRun, *, marker_read: bool) -> int:
     """The requests the fenced path's design sends for ``run``'s batches, summed: per batch of ``m`` new messages
-    touching ``k`` counter items, the marker read (while the read gate is open), ``ceil(m / 99)`` claim
-    transactions, one ``BatchWriteItem`` of the pages, ``ceil(k / 100)`` strongly consistent ``BatchGetItem``
-    reads of the items, the header's commit, one ``UpdateItem`` per item and the header's DONE."""
+    touching ``k`` counter items, with ``r`` re-sent messages applied in an earlier batch, the marker read (while
+    the read gate is open), at most ``r`` header reads (a re-send whose marker names a journal batch reads that
+    batch's header, strongly consistent, to learn it is done), ``ceil(m / 99)`` claim transactions, one
+    ``BatchWriteItem`` of the pages, ``ceil(k / 100)`` strongly consistent ``BatchGetItem`` reads of the items,
+    the header's commit, one ``UpdateItem`` per item and the header's DONE."""
     return sum(
-        int(marker_read) + math.ceil(messages / 99) + 1 + math.ceil(items / 100) + 1 + items + 1
-        for messages, items in run.footprints
+        int(marker_read) + resent + math.ceil(messages / 99) + 1 + math.ceil(items / 100) + 1 + items + 1
+        for messages, items, resent in run.footprints
     )
 
 
@@ -222,8 +224,9 @@ def _fenced_request_verdicts(results: SuiteResults, peer: str, label: str, *, ga
     return [
         Verdict(
             label,
-            f"<= per batch {read}ceil(m/99) claims, 1 page write, ceil(k/100) item reads, commit, k item writes, "
-            f"DONE (k items, m new messages){gate}: {allowed / run.batches:.2f} per batch ({allowed / run.events:.5f})",
+            f"<= per batch {read}r header reads, ceil(m/99) claims, 1 page write, ceil(k/100) item reads, commit, "
+            f"k item writes, DONE (k items, m new messages, r re-sent){gate}: {allowed / run.batches:.2f} per batch "
+            f"({allowed / run.events:.5f})",
             f"{run.requests_per_event:.5f} ({run.usage.requests / run.batches:.2f} per batch)",
             run.usage.requests <= allowed,
         )
@@ -529,8 +532,10 @@ REBASED: Final = [
     "**write floor** bills an item 1 unit per KB on the fenced rows (markers stay 2: they are claimed in "
     "transactions), 2 on the chunked row; **requests per event** (U packed, U single, the read gate's row) grow "
     "because each item is a request of its own: the ceiling is, per batch of `m` new messages touching `k` counter "
-    "items, the marker read (while re-sends arrive), `ceil(m/99)` claim transactions, one `BatchWriteItem` of the "
-    "pages, `ceil(k/100)` strongly consistent reads of the items, the commit, `k` item writes and DONE, summed over "
+    "items and `r` re-sent messages, the marker read (while re-sends arrive), at most `r` header reads (a re-send's "
+    "marker names a journal batch, whose header says it is done), `ceil(m/99)` claim transactions, one "
+    "`BatchWriteItem` of the pages, `ceil(k/100)` strongly consistent reads of the items, the commit, `k` item "
+    "writes and DONE, summed over "
     "the run's batches as delivered. The chunked row keeps the packed targets (0.25 write units, 0.003 requests per "
     "event). The handler CPU share divides by tally's own time per event on U in the same run, whichever path it "
     "takes.",
@@ -775,7 +780,7 @@ def results_from_json(text: str) -> SuiteResults:
                 **{name: raw[name] for name in run_fields if name in raw},  # runs written before a field existed
                 usage=Usage(**raw["usage"]),
                 correctness=correctness,
-                footprints=[(messages, items) for messages, items in raw.get("footprints", [])],
+                footprints=[(messages, items, resent) for messages, items, resent in raw.get("footprints", [])],
             )
         )
     as_written = {

@@ -123,9 +123,9 @@ class PeerRun:
     pipeline: Mapping[str, int] | None = None
     fenced: bool = False
     """tally with the fenced apply on (journal batches' items written plainly, not in transactions)."""
-    footprints: Sequence[tuple[int, int]] = ()
-    """tally: per batch as delivered, (new messages, distinct counter items they touch): what the write floor and
-    the request ceilings are computed from."""
+    footprints: Sequence[tuple[int, int, int]] = ()
+    """tally: per batch as delivered, (new messages, distinct counter items they touch, re-sent messages applied in
+    an earlier batch): what the write floor and the request ceilings are computed from."""
 
     @property
     def events_per_second(self) -> float:
@@ -283,7 +283,10 @@ def run_peer(
         counted = peer.read_counters(stream.keys)
     fenced = isinstance(peer, TallyCounter) and peer.fenced
     footprints = (
-        [(messages, peer.items_per_key * keys) for messages, keys in batch_footprints(handled, stream.events)]
+        [
+            (messages, peer.items_per_key * keys, resent)
+            for messages, keys, resent in batch_footprints(handled, stream.events)
+        ]
         if isinstance(peer, TallyCounter)
         else []
     )

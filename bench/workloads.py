@@ -251,15 +251,16 @@ def event_sums(events: Sequence[Event], deliveries: Iterable[Delivery]) -> Total
     return {key: dict(counters) for key, counters in totals.items()}
 
 
-def batch_footprints(batches: Iterable[Sequence[Delivery]], events: Sequence[Event]) -> list[tuple[int, int]]:
-    """Per batch as delivered: (new messages, distinct keys they touch). Messages applied in an earlier batch
-    (re-sends) are not new and touch nothing."""
+def batch_footprints(batches: Iterable[Sequence[Delivery]], events: Sequence[Event]) -> list[tuple[int, int, int]]:
+    """Per batch as delivered: (new messages, distinct keys they touch, messages applied in an earlier batch).
+    Those re-sends are not new and touch nothing."""
     applied: set[str] = set()
     footprints = []
     for batch in batches:
         new = {delivery.message_id: delivery for delivery in batch if delivery.message_id not in applied}
         keys = {events[index].key for delivery in new.values() for index in _range(delivery)}
-        footprints.append((len(new), len(keys)))
+        resent = {delivery.message_id for delivery in batch if delivery.message_id in applied}
+        footprints.append((len(new), len(keys), len(resent)))
         applied.update(new)
     return footprints
 
@@ -274,4 +275,6 @@ def write_floor(
     ``item_units`` is 2 where items are written in transactions, 1 where the fenced apply writes them plainly.
     Messages applied in an earlier batch (re-sends) write nothing.
     """
-    return sum(2 * messages + item_units * items_per_key * keys for messages, keys in batch_footprints(batches, events))
+    return sum(
+        2 * messages + item_units * items_per_key * keys for messages, keys, _ in batch_footprints(batches, events)
+    )

@@ -55,8 +55,8 @@ def test_tally_runs_the_template_default_apply_and_one_chunked_row(smoke: tuple[
     chunked, fenced = tally["tally-packed-chunked"], tally["tally-packed"]
     # AND the floor bills the fenced path's items at 1 unit, the chunked path's at 2, from the same batches
     assert chunked.footprints == fenced.footprints
-    messages = sum(m for m, _ in fenced.footprints)
-    items = sum(k for _, k in fenced.footprints)
+    messages = sum(m for m, _, _ in fenced.footprints)
+    items = sum(k for _, k, _ in fenced.footprints)
     assert (fenced.floor_write_units, chunked.floor_write_units) == (2 * messages + items, 2 * (messages + items))
     assert fenced.usage.calls["UpdateItem"] >= items
 

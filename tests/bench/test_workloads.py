@@ -121,4 +121,4 @@ def test_write_floor_counts_new_messages_and_distinct_items_per_batch() -> None:
     assert write_floor(batches, events, items_per_key=3) == 2 * (3 + 6) + 2 * (1 + 3)
     # AND with the fenced apply each item is a plain write: 1 unit, markers still 2
     assert write_floor(batches, events, item_units=1) == (2 * 3 + 2) + (2 * 1 + 1)
-    assert batch_footprints(batches, events) == [(3, 2), (1, 1)]
+    assert batch_footprints(batches, events) == [(3, 2, 0), (1, 1, 1)]
