@@ -378,8 +378,11 @@ class Model:
         if not self.finishers:
             return
         finisher = self.finishers[choice % len(self.finishers)]
-        if finisher.sent < len(finisher.writes):  # one that read every part applied has only DONE to write
+        if finisher.sent < len(finisher.writes):
             self._step(finisher, lost=choice % 4 == 0)
+        elif self.now_ms > finisher.deadline_ms:  # it read every part applied, then was stopped before its DONE
+            self.finishers.remove(finisher)
+        # DONE once every part is sent: at once for a finisher that read every part applied (nothing to send)
         if finisher in self.finishers and finisher.sent == len(finisher.writes):
             self._done(finisher.batch, finisher)
             self.finishers.remove(finisher)
