@@ -35,7 +35,7 @@ from tests.support.archive import PREFIX, ArchiveBucket
 from tests.support.pipeline import make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Callable, Sequence
     from decimal import Decimal
 
     from tally.audit.corrections import PlannedCorrection
@@ -90,15 +90,22 @@ class Counted:
         bodies = [single_message(event, event.id or "").body for event in events]
         self.count(*(b.decode() for b in bodies), at_ms=at_ms)
 
-    def auditor(self, **settings: Any) -> Auditor:
+    def auditor(self, clock: Callable[[], int] | None = None, **settings: Any) -> Auditor:
         reader = CounterReader(
             self.tables.counters_table, client=self.tables.client, hot_keys=HOT, windows=SPEC, views=self.views
         )
         options = {"settle_s": 0.05, "attempts": 2, "tolerance_ms": 1, "views": self.views, **settings}
-        return Auditor(self.bucket.client, self.bucket.bucket, PREFIX, reader, AuditSettings(SPEC, **options))
+        return Auditor(
+            self.bucket.client,
+            self.bucket.bucket,
+            PREFIX,
+            reader,
+            AuditSettings(SPEC, **options),
+            **({} if clock is None else {"clock": clock}),
+        )
 
-    def audit(self, **settings: Any) -> AuditReport:
-        return self.auditor(**settings).run()
+    def audit(self, clock: Callable[[], int] | None = None, **settings: Any) -> AuditReport:
+        return self.auditor(clock, **settings).run()
 
     def value(self, key: str, counter: str = "count") -> Decimal:
         return (
@@ -363,8 +370,13 @@ def test_an_audit_right_after_the_last_counting_waits_until_it_settles(counted: 
     # first read, so that read cannot tell whether it holds them)
     now = time.time_ns() // 1_000_000
     counted.count(*(body(f"recent-{n}", f"k{n % 4}", 1) for n in range(20)), at_ms=now)
-    # WHEN audited at once, with a pause between looks shorter than that tolerance
-    report = counted.audit(settle_s=0.01, attempts=2, tolerance_ms=1_000)
+    # WHEN audited at once, with a pause between looks shorter than that tolerance; the auditor's clock starts at the
+    # countings' instant however long they took here (a slow machine's counting outlasted the tolerance: its first
+    # read was already settled), and runs at the machine's pace from there
+    started = time.monotonic()
+    report = counted.audit(
+        lambda: now + int((time.monotonic() - started) * 1000), settle_s=0.01, attempts=2, tolerance_ms=1_000
+    )
     # THEN the second look waits until the tolerance has passed and every value is exact, not unsettled
     assert verdicts(report) == {Verdict.EXACT: len(report.findings)}, report.with_verdict(Verdict.UNSETTLED)
     assert report.reads == 2
