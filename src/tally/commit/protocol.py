@@ -77,6 +77,7 @@ from tally.core.plan import (
     plan_apply_chunks,
     plan_transactions,
     split_refused,
+    unit_increments,
 )
 from tally.core.thresholds import CrossingPage
 from tally.core.write import DirectWrite, Seen
@@ -576,7 +577,7 @@ class CommitProtocol:
         if not claimed:
             self._abort_own(batch_id)
             return []
-        increments = nonzero_increments(merge_totals(message.totals for message in claimed))
+        increments = unit_increments(claimed)
         chunks = plan_apply_chunks(increments, max_keys=self._max_actions - 2, counter_limit=self._counter_limit)
         if fenced is not None:
             try:

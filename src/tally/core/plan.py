@@ -480,7 +480,7 @@ def _route_small(
     if not units:
         return
     merged = tuple(message for unit in units for message in unit)
-    direct = sum(direct_write_units(_marker_count(unit), [1] * len(_unit_increments(unit))) for unit in units)
+    direct = sum(direct_write_units(_marker_count(unit), [1] * len(unit_increments(unit))) for unit in units)
     if fenced_price(merged, counter_limit, page_bytes) < direct:
         into.journals.append(merged)
     else:
@@ -490,12 +490,14 @@ def _route_small(
 def fenced_price(unit: Sequence[MessageTotals], counter_limit: CounterLimit, page_bytes: PageBytes) -> Fraction:
     """The price of ``unit`` as one fenced journal batch, in write units (``fenced_journal_price``), every item
     priced under 1 KB (1 unit a write, 1 read unit its read)."""
-    pages = plan_apply_chunks(_unit_increments(unit), counter_limit=counter_limit)
+    pages = plan_apply_chunks(unit_increments(unit), counter_limit=counter_limit)
     writes = sum(len(page) for page in pages)  # an item cut into parts takes one fenced write per part
     return fenced_journal_price(_marker_count(unit), [1] * writes, [page_bytes(page) for page in pages], writes)
 
 
-def _unit_increments(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
+def unit_increments(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
+    """What a journal unit writes: its messages' deltas summed per item, counters netting to zero dropped (the planner
+    prices it, the commit protocol applies it, the cost model bills it)."""
     return nonzero_increments(merge_totals(message.totals for message in unit))
 
 

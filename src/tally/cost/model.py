@@ -58,11 +58,11 @@ from functools import cache, lru_cache
 from itertools import accumulate
 from typing import TYPE_CHECKING, Final
 
-from tally.core.aggregate import MessageTotals, merge_totals
+from tally.core.aggregate import MessageTotals
 from tally.core.items import WINDOW_COUNTER_MARK, ItemKey, make_item, view_item_key, window_counter
 from tally.core.limits import BATCH_GET_MAX_KEYS, BATCH_WRITE_MAX_ITEMS, LAMBDA_PAYLOAD_MAX_BYTES
 from tally.core.numbered_ids import distinct_marker_items, numbered_id
-from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch
+from tally.core.plan import MAX_JOURNAL_CHUNK_KEYS, plan_apply_chunks, plan_batch, unit_increments
 from tally.core.windows import MOVE_AT_BYTES, hours_on_day_items, parse_window_spec
 from tally.core.write_cost import (
     HEADER_BYTES,
@@ -81,8 +81,6 @@ from tally.cost.capacity import number_size, read_units
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
-
-    from tally.core.numbers import Number
 
 
 SECONDS_PER_MONTH: Final = 30 * 24 * 3600
@@ -392,15 +390,7 @@ class _Shape:
 
     @classmethod
     def of(cls, traffic: Traffic) -> _Shape:
-        return cls(
-            traffic.keys,
-            traffic.zipf_s,
-            traffic.events_per_message,
-            traffic.counters,
-            traffic.key_bytes,
-            traffic.windows,
-            traffic.views,
-        )
+        return cls(**{name: getattr(traffic, name) for name in cls.__dataclass_fields__})
 
 
 class _Draws:
@@ -511,7 +501,7 @@ def bill_batch(
         claims = claim_transactions(markers)
         transactions += claims
         items += markers + claims
-        increments = _merged(unit)
+        increments = unit_increments(unit)
         chunks = plan_apply_chunks(increments, max_keys=MAX_JOURNAL_CHUNK_KEYS)
         if traffic.fenced_apply and chunks:
             # The claims, every item read and checked, the pages, the commit alone, each item's fenced write, DONE.
@@ -555,11 +545,6 @@ def bill_batch(
         items=items,
         single_writes=single_writes,
     )
-
-
-def _merged(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
-    merged = merge_totals(message.totals for message in unit)
-    return {key: counters for key, counters in merged.items() if any(counters.values())}
 
 
 def _adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) -> float:
