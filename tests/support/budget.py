@@ -98,6 +98,9 @@ _RECENT: Final = 5
 COSTLIEST: Final = 25
 """Tests listed by their CPU after the tiers: what CI's time is made of (the wall-time list beside it measures the
 workers' contention as much as the tests)."""
+COSTLIEST_MODULES: Final = 15
+"""Test modules listed by their tests' CPU and the background meanwhile: many cheap tests of one module (a chaos
+section each, a docs page each) cost as much as one expensive test, and only their sum shows it."""
 DEV_EXAMPLES: Final = 50
 """Examples a property test draws at the ``dev`` profile (tests/conftest.py)."""
 
@@ -217,6 +220,7 @@ class CpuBudget:
     enforce: bool
     calibrations: list[float] = field(default_factory=lambda: [calibrate()])
     tiers: dict[str, _Totals] = field(default_factory=lambda: {tier: _Totals() for tier in TIERS})
+    modules: dict[str, _Totals] = field(default_factory=dict)
     _calibrated_at: float = field(default_factory=time.monotonic)
     _started: dict[str, tuple[_Snapshot, str, float]] = field(default_factory=dict)
     _durations: dict[str, float] = field(default_factory=dict)
@@ -289,6 +293,8 @@ class CpuBudget:
         if measured is not None:
             tier, figure, wall_s, background_s = measured
             self.tiers[tier].add(report.nodeid, wall_s, figure, background_s)
+            module = report.nodeid.split("::", 1)[0]
+            self.modules.setdefault(module, _Totals()).add(report.nodeid, wall_s, figure, background_s)
 
     def failure(self) -> str | None:
         """Why the run fails on its budgets (``enforce`` only): a tier over its own, or no figure at all reached
@@ -345,6 +351,15 @@ class CpuBudget:
         if costliest:
             lines.append(f"the {COSTLIEST} costliest tests by reference CPU s (and their wall s):")
             lines.extend(f"{cpu:8.2f} {wall:8.1f}  {nodeid}" for cpu, wall, nodeid in costliest[:COSTLIEST])
+        modules = sorted(self.modules.items(), key=lambda item: -(item[1].cpu_s + item[1].background_s))
+        if modules:
+            lines.append(
+                f"the {COSTLIEST_MODULES} costliest test modules by reference CPU s (tests, CPU + background, wall s):"
+            )
+            lines.extend(
+                f"{totals.tests:6,} {totals.cpu_s:8.1f} + {totals.background_s:6.1f} {totals.wall_s:8.1f}  {module}"
+                for module, totals in modules[:COSTLIEST_MODULES]
+            )
         failure = self.failure()
         if failure is not None:
             lines.append(f"FAILED: {failure}")

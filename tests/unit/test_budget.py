@@ -122,3 +122,5 @@ def test_a_test_over_its_tiers_budget_fails_with_its_name_its_figure_and_the_bud
     assert re.search(r"dynamodb_local [0-9.]+ of 0\.1 \(over\)", output), output
     assert "FAILED: the fast tier took " in output, output
     assert "; the dynamodb_local tier took " in output, output
+    # AND the module's three tests are summed in the costliest modules' list
+    assert re.search(r"^ +3 +[0-9.]+ \+ +[0-9.]+ +[0-9.]+  tests/support/budget_probe\.py$", output, re.M), output
