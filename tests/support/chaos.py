@@ -73,15 +73,39 @@ def run_on(
     return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory, reader_factory=reader_factory)
 
 
+UNBROKEN_RUNS = 3
+"""Runs a focused configuration gets to draw what its test needs: the threads' interleaving, not only the seed,
+decides which invocation a fault meets, so a rare combination (a big message killed after its claim and
+redelivered beside its session's sales) was missing from 1 of 40 sessions runs (seeds 7 to 26, either windows)
+and from one CI run at seed 7; each run must pass."""
+
+
+def run_until_drawn(
+    dynamodb_local: DynamoDBLocal,
+    ddb_tables: DynamoDBTables,
+    config: ChaosConfig,
+    needs: Iterable[str],
+    runs: int = UNBROKEN_RUNS,
+) -> ChaosResult:
+    """``config`` run through the production pipeline, again with the next seed (up to ``runs`` runs) while the run
+    did not draw ``needs`` (``situations_missing``); every run passes, and the last drew them all."""
+    wanted = tuple(needs)
+    for attempt in range(runs):
+        result = run_on(dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt))
+        assert result.passed, (result.verdict.examples, result.archive)
+        if not situations_missing(result, wanted):
+            return result
+    assert not situations_missing(result, wanted), result.counts
+    return result
+
+
 def assert_passes_unbroken(
     dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, config: ChaosConfig, needs: Iterable[str]
 ) -> None:
     """The focused configuration a broken variant runs on, run through the production pipeline, draws ``needs``
     (what the variant needs to be able to fail: ``situations_missing``) and passes: a variant failing it is then
     the defect's doing, not the configuration's."""
-    result = run_on(dynamodb_local, ddb_tables, config)
-    assert not situations_missing(result, needs), result.counts
-    assert result.passed, (result.verdict.examples, result.archive)
+    run_until_drawn(dynamodb_local, ddb_tables, config, needs)
 
 
 def rewired(
