@@ -102,19 +102,29 @@ def test_pinned_and_operator_messages_keep_their_direct_transactions() -> None:
 # ------------------------------------------------------------------------------------------------ any batch
 
 
+# The strategies a batch draws from are built once (the keys' per example, its pool being drawn), not at each of
+# up to 80 messages: a strategy built in a draw is validated and analysed again every time. Same batches.
+POOL = st.integers(1, 40)
+MESSAGE_COUNT = st.integers(0, 80)
+STEP = st.integers(-2, 3)
+KIND = st.integers(0, 19)
+MAX_ACTIONS = st.sampled_from([6, 20, 100])
+
+
 @st.composite
 def batches(draw: st.DrawFn) -> tuple[list[MessageTotals], dict[str, str], int]:
     """Messages of 0-4 keys over a small pool (so units join and split), numbered or not, some on a bounded counter,
     some resets, some with more counters on one item than one ADD holds, some whose marker names an aborted batch."""
     numbered = draw(st.booleans())
-    pool = draw(st.integers(1, 40))
+    pool = draw(POOL)
+    keys = st.lists(st.integers(0, pool), max_size=4, unique=True)
     messages = []
-    for number in range(draw(st.integers(0, 80))):
+    for number in range(draw(MESSAGE_COUNT)):
         message_id = numbered_id(SESSION, number) if numbered else f"m{number}"
         totals: dict[ItemKey, dict[str, Number]] = {}
-        for key in draw(st.lists(st.integers(0, pool), max_size=4, unique=True)):
-            totals[f"k{key}"] = {"count": draw(st.integers(-2, 3))}
-        kind = draw(st.integers(0, 19))
+        for key in draw(keys):
+            totals[f"k{key}"] = {"count": draw(STEP)}
+        kind = draw(KIND)
         if kind == 0:
             totals["stock:a"] = {"stock": -1}
         elif kind == 1 and totals:
@@ -125,7 +135,7 @@ def batches(draw: st.DrawFn) -> tuple[list[MessageTotals], dict[str, str], int]:
         else:
             messages.append(MessageTotals(message_id, totals, len(totals)))
     replaced = draw(st.lists(st.sampled_from([m.message_id for m in messages]), unique=True)) if messages else []
-    return messages, dict.fromkeys(replaced, "dead-1"), draw(st.sampled_from([6, 20, 100]))
+    return messages, dict.fromkeys(replaced, "dead-1"), draw(MAX_ACTIONS)
 
 
 @given(batches())
