@@ -101,15 +101,21 @@ texts = st.text(
 views = st.lists(st.from_regex(r"[A-Za-z0-9_-]{1,4}", fullmatch=True), min_size=1, max_size=3, unique=True).map(View.of)
 
 
+# Built once, not at each draw (a strategy built in a draw is validated and analysed again every time).
+WINDOW_IDS = st.sampled_from(("all", "h#2026-12-02T08:00Z", "d#2026-12-02"))
+EXPIRES = st.none() | st.integers(0, 2**40)
+SHARDS = st.integers(0, 8)
+
+
 @st.composite
 def item_keys(draw: st.DrawFn) -> ItemKey:
     key = draw(texts)
     if draw(st.booleans()):
         view = draw(views)
         key = view_item_key(view.name, key, tuple(draw(texts) for _ in view.dims))
-    window = draw(st.sampled_from(("all", "h#2026-12-02T08:00Z", "d#2026-12-02")))
-    expires = None if window == "all" else draw(st.none() | st.integers(0, 2**40))
-    return make_item(key, window, draw(st.integers(0, 8)), expires)
+    window = draw(WINDOW_IDS)
+    expires = None if window == "all" else draw(EXPIRES)
+    return make_item(key, window, draw(SHARDS), expires)
 
 
 numbers = st.decimals(allow_nan=False, allow_infinity=False, places=3, min_value=-(10**30), max_value=10**30)
