@@ -128,13 +128,15 @@ def test_single_bodies_are_exact_ascii_json(event: Event, body: bytes) -> None:
     assert (message.message_id, message.packed, message.events) == ("m", False, (event,))
 
 
-_names = st.text(st.characters(codec="utf-8"), min_size=1, max_size=20)
+# U+001F is the consumer's shard separator and marks an open window's counter on the key's item: left out of the
+# alphabet, where a filter on the text retried up to one draw in seven (--hypothesis-show-statistics, ci profile).
+_names = st.text(st.characters(codec="utf-8", exclude_characters="\x1f"), min_size=1, max_size=20)
 _numbers = st.one_of(
     st.integers(min_value=-(10**38) + 1, max_value=10**38 - 1),
     st.decimals(allow_nan=False, allow_infinity=False).filter(lambda d: storage_problem(d) is None),
 )
-_keys = _names.filter(lambda key: "\x1f" not in key)  # U+001F is the consumer's shard separator
-_counter_names = _keys  # and marks an open window's counter on the key's item
+_keys = _names
+_counter_names = _keys
 _events = st.builds(
     Event,
     key=_keys,
