@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import doctest
+import functools
 import os
 import queue
 import re
@@ -57,6 +58,10 @@ DRAIN_DEADLINE_S: Final = 180.0
 deadline against a hang, not a speed test. A page may check one key of a load while the rest is still being
 counted (docs/how-to/publish.md's 200 generated messages, then read.md's start): 60 s ran out once in a
 clean-clone run on a machine running at half the reference's speed."""
+DELIVERY_WAIT_S: Final = 10.0
+"""How long a command whose output the page shows waits for the stack to deliver what was published before it is run
+(``StackProcess.delivered``): a message failing its batch stays in flight for the visibility timeout (30 s
+locally), and a page may show what a read prints meanwhile."""
 SHELL_FENCES: Final = frozenset({"sh", "bash", "shell", "zsh", "console", "shell-session"})
 _FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\s`{]*)")
 _SENTINEL: Final = "__tally_docs_command_done__"
@@ -315,6 +320,29 @@ class StackProcess:
         """The ``export`` lines it printed, which the page tells the reader to paste."""
         return [line for line in self.printed.splitlines() if line.startswith("export ")]
 
+    @functools.cached_property
+    def _sqs(self) -> Any:
+        variables = dict(_exported(line) for line in self.exports)
+        session = boto3.session.Session(
+            aws_access_key_id=variables["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=variables["AWS_SECRET_ACCESS_KEY"],
+            region_name=variables["AWS_REGION"],
+        )
+        return session.client("sqs", endpoint_url=variables["AWS_ENDPOINT_URL"])
+
+    def delivered(self, timeout_s: float) -> bool:
+        """Wait until its source queue holds no message, visible or in flight, for up to ``timeout_s``: whether it
+        came to that. A reader who just published looks a second or two later (the page says to run a read again
+        if it printed nothing yet); the test looks once the stack has delivered what was published, instead of
+        starting a ``tally`` process every half second until the count shows (half a CPU-second each)."""
+        try:
+            _wait_until_delivered(
+                self._sqs, dict(_exported(line) for line in self.exports)["TALLY_QUEUE_URL"], timeout_s
+            )
+        except TimeoutError:
+            return False
+        return True
+
     def empty(self, timeout_s: float = DRAIN_DEADLINE_S) -> None:
         """Bring the running stack back to what a fresh start holds, for the next page: once its source queue
         has nothing left to deliver, every queue drained, every table's items and every bucket's objects (the
@@ -330,7 +358,7 @@ class StackProcess:
         moto = variables["AWS_ENDPOINT_URL"]
         if session.client("kinesis", endpoint_url=moto).list_streams()["StreamNames"]:
             raise ValueError(f"{self.command!r} has a stream: start it afresh instead")
-        sqs = session.client("sqs", endpoint_url=moto)
+        sqs = self._sqs
         try:
             _wait_until_delivered(sqs, variables["TALLY_QUEUE_URL"], timeout_s)
         except TimeoutError as stuck:  # what the stack printed says why (a failed invocation, a poller's error)
@@ -449,6 +477,9 @@ def _run_commands(
             continue
         deadline = time.monotonic() + settle_s
         while True:
+            if command.shown.strip():  # a command whose output the page shows may read what an earlier one published
+                for stack in stacks:
+                    stack.delivered(min(DELIVERY_WAIT_S, max(0.0, deadline - time.monotonic())))
             ran = shell.run(command.text)
             if ran.status != 0:
                 raise PageFailed(
