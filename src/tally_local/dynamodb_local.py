@@ -49,13 +49,13 @@ import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Final, Self
 
-import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from mirakuru import TCPExecutor
 from mirakuru.exceptions import ExecutorError
 
 from tally.errors import TallyError
+from tally_local.kit.clients import local_client
 from tally_local.service import BackgroundService
 
 if TYPE_CHECKING:
@@ -363,7 +363,7 @@ class DynamoDBLocal(BackgroundService):
     def client(self, config: Config | None = None) -> DynamoDBClient:
         """A low-level boto3 DynamoDB client for this instance (dummy credentials, ``us-east-1``).
 
-        A fresh ``Session`` per call keeps this safe to call from several threads.
+        Safe to call from several threads (``tally_local.kit.clients``: one session, creation under a lock).
         """
         return _make_client(self.endpoint_url, config)
 
@@ -384,7 +384,5 @@ def _free_port() -> int:
 
 
 def _make_client(endpoint_url: str, config: Config | None) -> DynamoDBClient:
-    session = boto3.session.Session(
-        aws_access_key_id="local", aws_secret_access_key="local", region_name=DEFAULT_REGION
-    )
-    return session.client("dynamodb", endpoint_url=endpoint_url, config=config)
+    client: DynamoDBClient = local_client("dynamodb", endpoint_url, region=DEFAULT_REGION, config=config)
+    return client

@@ -8,11 +8,10 @@ it creates nothing and starts nothing.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import botocore.session
+from tally_local.kit.clients import local_client
 
 LOCAL_ACCOUNT: Final = "123456789012"
 LOCAL_REGION: Final = "us-east-1"
@@ -23,12 +22,6 @@ SOURCE_QUEUE: Final = "EventsQueue"
 DEAD_LETTER_QUEUE: Final = "EventsDeadLetterQueue"
 STREAM: Final = "EventStream"
 ARCHIVE: Final = "ArchiveBucket"
-
-_SESSION = botocore.session.get_session()
-"""One session for every local client: its loader parses each service's model once. A new session per client
-parsed the models again for each of a stack's dozen clients (seconds of CPU per stack start)."""
-_SESSION_LOCK = threading.Lock()
-"""A botocore session does not promise thread-safe client creation; pollers may be started from threads."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,11 +90,10 @@ class LocalResources:
     def client(self, service: str) -> Any:
         """A boto3 client on the local endpoint of ``service`` (dummy credentials)."""
         endpoint = self.dynamodb_endpoint if service in {"dynamodb", "dynamodbstreams"} else self.aws_endpoint
-        with _SESSION_LOCK:
-            return _SESSION.create_client(
-                service,
-                region_name=self.region,
-                endpoint_url=endpoint,
-                aws_access_key_id=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-            )
+        return local_client(
+            service,
+            endpoint,
+            region=self.region,
+            access_key=LOCAL_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            secret_key=LOCAL_CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import TYPE_CHECKING, Any
 
-import boto3
+from tally_local.kit.clients import local_client
 
 if TYPE_CHECKING:
     from mypy_boto3_kinesis import KinesisClient
@@ -16,13 +16,7 @@ REGION = "us-east-1"
 
 def client(service: str, endpoint_url: str) -> Any:
     """A boto3 client on the moto server, with dummy credentials (nothing leaves the machine)."""
-    return boto3.session.Session().client(
-        service,  # type: ignore[call-overload]
-        endpoint_url=endpoint_url,
-        region_name=REGION,
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
-    )
+    return local_client(service, endpoint_url, region=REGION, access_key="testing", secret_key="testing")
 
 
 def unique(prefix: str) -> str:

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING
 
-import boto3
-
 from tally.archive_writer import S3ArchiveWriter
 from tally.audit.objects import read_archive
 from tally.audit.recount import recount
@@ -41,6 +39,7 @@ from tally.store.schema import (
     distinct_from_item,
     open_windows_from_item,
 )
+from tally_local.kit.clients import local_client
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -77,14 +76,8 @@ class ArchiveSite:
     bucket: str = BUCKET
 
     def client(self) -> S3Client:
-        return boto3.client(
-            "s3",
-            endpoint_url=self.endpoint_url,
-            region_name="us-east-1",
-            aws_access_key_id="chaos",
-            aws_secret_access_key="chaos",
-            config=CLIENT_CONFIG,
-        )
+        client: S3Client = local_client("s3", self.endpoint_url, region="us-east-1", config=CLIENT_CONFIG)
+        return client
 
     def writer(self, client: S3Client | None = None) -> S3ArchiveWriter:
         return S3ArchiveWriter(client or self.client(), self.bucket)

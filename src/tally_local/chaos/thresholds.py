@@ -76,7 +76,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeAlias
 
-import boto3
 import click
 
 from tally.config import Settings
@@ -94,6 +93,7 @@ from tally_local.chaos.clock import Invocation
 from tally_local.chaos.config import DynamoDBFaultRates
 from tally_local.chaos.faults import DynamoDBChaos, FaultLog, InvocationKilled
 from tally_local.dynamodb_local import DynamoDBLocal
+from tally_local.kit.clients import local_client
 from tally_local.kit.conflicts import InFlightTransactions
 from tally_local.kit.limits import RequestLimits
 from tally_local.pipe import LocalNotificationsPipe
@@ -532,7 +532,7 @@ class _Run:
         """One consumer: its own client, faults and pipeline, one invocation per batch until the queue stays empty."""
         config = self.config
         rng = random.Random(config.seed * 100 + index)
-        client = _session().client("dynamodb", endpoint_url=self.endpoint, config=CLIENT_CONFIG)
+        client = local_client("dynamodb", self.endpoint, region="us-east-1", config=CLIENT_CONFIG)
         limits = RequestLimits(client, [self.tables.counters, self.tables.markers, self.tables.notifications])
         with self.lock:
             self.limits.append(limits)
@@ -601,10 +601,6 @@ class _Run:
         return [by_record[record_id] for record_id in result.failed_record_ids]
 
 
-def _session() -> boto3.session.Session:
-    return boto3.session.Session(aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1")
-
-
 def run_threshold_chaos(
     endpoint: str,
     config: ThresholdChaosConfig = ThresholdChaosConfig(),
@@ -615,7 +611,7 @@ def run_threshold_chaos(
     """One run on the DynamoDB Local at ``endpoint`` (tables of its own); ``pipeline_factory`` and
     ``random_ids`` select the broken variants."""
     rng = random.Random(config.seed)
-    admin = _session().client("dynamodb", endpoint_url=endpoint)
+    admin = local_client("dynamodb", endpoint, region="us-east-1")
     template = load_template(ROOT / "template.yaml")
     tables = _create_tables(admin, template)
     messages = workload(config, rng)

@@ -12,5 +12,6 @@ One module per instrument, each used by the tests, the benchmarks, the chaos run
 - ``meter``: the bill of one client's DynamoDB calls in capacity units (``DynamoDBMeter``, over ``shadow``'s
   copy of the items), and ``writes``: the writes by kind of every client a process creates (``WriteMeter``);
 - ``calls``: every AWS call of a test session with the code that made it (the IAM contract's input);
-- ``lambda_events``: the events Lambda's SQS and Kinesis event source mappings deliver.
+- ``lambda_events``: the events Lambda's SQS and Kinesis event source mappings deliver;
+- ``clients``: clients on local endpoints (DynamoDB Local, moto's server), all from one botocore session.
 """
