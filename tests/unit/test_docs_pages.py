@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from tests.support import docs_pages
 from tests.support.docs_pages import output_matches, page_commands, stack_identity, unrun_shell_blocks
 
 PAGE = """\
@@ -108,3 +111,68 @@ def test_a_here_document_belongs_to_its_command() -> None:
     assert first.text == 'tally publish --file - <<\'END\'\n{"key": "k"}\nEND'
     assert first.shown == ""
     assert (second.text, second.shown) == ("tally get k --json", '{"count":1}')
+
+
+class QueueCounts:
+    """A queue whose counts (visible, in flight) follow a script, one entry per look, the last one kept."""
+
+    def __init__(self, script: list[tuple[int, int]]) -> None:
+        self.script = script
+        self.looks = 0
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        del QueueUrl, AttributeNames
+        visible, in_flight = self.script[min(self.looks, len(self.script) - 1)]
+        self.looks += 1
+        return {
+            "Attributes": {
+                "ApproximateNumberOfMessages": str(visible),
+                "ApproximateNumberOfMessagesNotVisible": str(in_flight),
+            }
+        }
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.mark.parametrize(
+    ("script", "settled"),
+    [
+        ([(3, 1), (0, 2), (0, 0)], False),  # delivered: nothing left
+        ([(2, 0), (0, 1)], True),  # one message in flight from then on, and nothing visible: waiting out its timeout
+    ],
+    ids=["delivered", "in flight for good"],
+)
+def test_emptying_waits_for_delivery_or_for_messages_no_invocation_holds(
+    script: list[tuple[int, int]], settled: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(docs_pages, "time", clock)
+    queue = QueueCounts(script)
+    assert docs_pages._wait_until_delivered(queue, "queue", 180.0, in_flight_settled_s=75.0) is settled
+    assert clock.now < 80.0
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        [(0, 1), (1, 0)] * 1000,  # a message turning visible again: a poller will take it
+        [(0, n % 3 + 1) for n in range(2000)],  # the messages in flight change: invocations are still at work
+    ],
+    ids=["visible again", "in flight changing"],
+)
+def test_emptying_does_not_take_messages_still_moving_for_settled(
+    script: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = Clock()
+    monkeypatch.setattr(docs_pages, "time", clock)
+    with pytest.raises(TimeoutError):
+        docs_pages._wait_until_delivered(QueueCounts(script), "queue", 180.0, in_flight_settled_s=75.0)
