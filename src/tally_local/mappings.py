@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final, Self
 
 from tally.errors import TallyError
 from tally_local.function import LocalFunction
-from tally_local.poller import KinesisShardPoller, QueueTraffic, SourceStats, SqsPoller
+from tally_local.poller import KinesisShardPoller, SourceStats, SqsPoller
 from tally_local.service import BackgroundService
 from tally_local.template import function_definition, function_event_sources, resource_created, stream_event_sources
 
@@ -152,24 +152,12 @@ class EventSourceMappings(BackgroundService):
             stats = self.stats.setdefault(event_name, SourceStats())
             url = self.resources.physical_ids[source.queue_logical_id]
             self._queues.append(url)
-            traffic = QueueTraffic()
             for index in range(source.maximum_concurrency or DEFAULT_SQS_POLLERS):
-                name = f"{event_name}-poller-{index}"
-                plans.append(
-                    functools.partial(self._sqs_poller, name, source, url, stats, traffic=traffic, parks=index > 0)
-                )
+                plans.append(functools.partial(self._sqs_poller, f"{event_name}-poller-{index}", source, url, stats))
         return plans
 
     def _sqs_poller(
-        self,
-        name: str,
-        source: SqsEventSource,
-        url: str,
-        stats: SourceStats,
-        function: LocalFunction,
-        *,
-        traffic: QueueTraffic,
-        parks: bool,
+        self, name: str, source: SqsEventSource, url: str, stats: SourceStats, function: LocalFunction
     ) -> _Poller:
         return SqsPoller(
             name,
@@ -181,8 +169,6 @@ class EventSourceMappings(BackgroundService):
             stats=stats,
             stop=self._stop,
             region=self.resources.region,
-            traffic=traffic,
-            parks=parks,
         )
 
     def _shard_pollers(self, logical_id: str) -> list[Callable[[LocalFunction], _Poller]]:

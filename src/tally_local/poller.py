@@ -5,8 +5,7 @@ against moto's endpoints: receive, batch, invoke, delete, checkpoint, send to th
 
 ``SqsPoller`` (several run concurrently, up to the mapping's ``MaximumConcurrency``):
 
-- ``ReceiveMessage`` (10 at a time, all attributes; short polls, see ``_IDLE_QUEUE_POLL_S``; while the queue has
-  been quiet for ``_PARK_AFTER_S``, only its first poller polls: ``QueueTraffic``) until
+- ``ReceiveMessage`` (10 at a time, all attributes; short polls, see ``_IDLE_QUEUE_POLL_S``) until
   the batch holds ``BatchSize`` messages, the ``MaximumBatchingWindowInSeconds`` since the first one
   has passed, or the 6 MB invocation payload limit is reached (counted on the event's JSON, as Lambda
   counts it; messages received beyond it start the next batch); with a window of 0, the first
@@ -69,8 +68,6 @@ _IDLE_QUEUE_POLL_S: Final = 0.5
 """Pause after an empty receive. Lambda long-polls; the local moto server serves one request at a time,
 where a waiting receive would hold up every other client, so the pollers short-poll and pause: with the
 mapping's five pollers a message waits 0.1 s for one of them on average, and an idle stack costs little CPU."""
-_PARK_AFTER_S: Final = 5.0
-"""How long a queue must have given no poller a message before all but its first poller park (``QueueTraffic``)."""
 _IDLE_SHARD_POLL_S: Final = 1.0
 _ERROR_PAUSE_S: Final = 1.0
 _RETRY_TIME_SCALE: Final = 0.2
@@ -133,33 +130,6 @@ class SourceStats:
             return round(self.metrics.get(name, 0.0))
 
 
-class QueueTraffic:
-    """When a queue last gave one of its pollers messages, shared by them: a stack left running between uses (a
-    reader's second terminal, the docs' pages) cost a tenth of a core while five pollers each sent a receive every
-    half second. While the queue has been quiet for ``_PARK_AFTER_S``, all but its first poller park: they send
-    nothing and look every ``_IDLE_QUEUE_POLL_S`` whether the first one has received since. A message still waits
-    at most half a second for a poller, and a burst brings the others back within half a second more. Lambda
-    scales its pollers down on an idle queue too."""
-
-    def __init__(self, quiet_after_s: float = _PARK_AFTER_S) -> None:
-        self._quiet_after_s = quiet_after_s
-        self._received = 0
-        """The number of non-empty receives so far: a parked poller resumes once it changes (two pollers adding at
-        once may count one, but either way it changes, which is all a parked poller looks for)."""
-        self._last_receipt = time.monotonic()
-
-    def received(self) -> None:
-        self._received += 1
-        self._last_receipt = time.monotonic()
-
-    def quiet(self) -> bool:
-        return time.monotonic() - self._last_receipt >= self._quiet_after_s
-
-    @property
-    def receipts(self) -> int:
-        return self._received
-
-
 class _Poller(threading.Thread, ABC):
     """A daemon thread that runs ``poll_once`` until stopped, keeping its failure for ``check``."""
 
@@ -170,15 +140,12 @@ class _Poller(threading.Thread, ABC):
         self.failure: Exception | None = None
         self._busy = threading.Event()
         self._last_empty_poll: float | None = None
-        self._parked = False
-        """Sending nothing until its queue has traffic again (``QueueTraffic``): it holds no records."""
 
     def caught_up_since(self, moment: float) -> bool:
         """True if the poller holds no records and a poll that STARTED at or after ``moment``
-        (``time.monotonic()``) found nothing, or it is parked: everything published before ``moment`` has been
-        handled, as far as this poller knows (``EventSourceMappings.drained`` asks every poller and the queues)."""
+        (``time.monotonic()``) found nothing: everything published before ``moment`` has been handled."""
         last = self._last_empty_poll
-        return not self._busy.is_set() and (self._parked or (last is not None and last >= moment))
+        return not self._busy.is_set() and last is not None and last >= moment
 
     def run(self) -> None:
         try:
@@ -226,15 +193,9 @@ class SqsPoller(_Poller):
         stats: SourceStats,
         stop: threading.Event,
         region: str,
-        traffic: QueueTraffic | None = None,
-        parks: bool = False,
     ) -> None:
-        """``traffic`` is shared by the queue's pollers; ``parks``: this poller parks while the queue is quiet (all
-        but the first)."""
         super().__init__(name, stop, stats)
         self._sqs = sqs
-        self._traffic = traffic or QueueTraffic()
-        self._parks = parks
         self._queue_url = queue_url
         self._queue_arn = queue_arn
         self._source = source
@@ -244,13 +205,10 @@ class SqsPoller(_Poller):
         """Messages received beyond the 6 MB payload: the first of the next batch."""
 
     def poll_once(self) -> bool:
-        if self._parks and self._traffic.quiet():
-            self._park()
         messages = self._receive_batch()
         if not messages:
             self.stop_event.wait(_IDLE_QUEUE_POLL_S)
             return False
-        self._traffic.received()
         self._set_busy()
         ids = [message["MessageId"] for message in messages]
         invocation = self._function.invoke(sqs_event(messages, self._queue_arn, self._region))
@@ -261,15 +219,6 @@ class SqsPoller(_Poller):
         settlement = settle_sqs(outcome, ids)
         self._delete_done([message for message in messages if message["MessageId"] in settlement.delete])
         return True
-
-    def _park(self) -> None:
-        receipts = self._traffic.receipts
-        self._parked = True
-        try:
-            while self._traffic.receipts == receipts and not self.stop_event.wait(_IDLE_QUEUE_POLL_S):
-                pass
-        finally:
-            self._parked = False
 
     def _receive_batch(self) -> list[dict[str, Any]]:
         messages, self._carried = self._carried, []

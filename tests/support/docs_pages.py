@@ -65,6 +65,10 @@ timeout), and purges them: no invocation lasts past the function's 60 s, so none
 docs/how-to/publish.md: a copy of an id that a concurrent batch was counting is handed back and comes again seven
 minutes later, to be dropped as a duplicate; left there, it would come after the tables were emptied and count in
 a later page's (a clean-clone run under load timed out emptying the stack for read.md, with one message in flight)."""
+IN_FLIGHT_PAUSE_S: Final = 2.0
+"""How long the same messages in flight, nothing visible, end a read's wait for delivery (``StackProcess.delivered``):
+a batch's invocation takes about a second here; a handed-back record would hold each read of its page for the whole
+``DELIVERY_WAIT_S``."""
 DELIVERY_WAIT_S: Final = 10.0
 """How long a command whose output the page shows waits for the stack to deliver what was published before it is run
 (``StackProcess.delivered``): a message failing its batch stays in flight for the visibility timeout (30 s
@@ -341,10 +345,15 @@ class StackProcess:
         """Wait until its source queue holds no message, visible or in flight, for up to ``timeout_s``: whether it
         came to that. A reader who just published looks a second or two later (the page says to run a read again
         if it printed nothing yet); the test looks once the stack has delivered what was published, instead of
-        starting a ``tally`` process every half second until the count shows (half a CPU-second each)."""
+        starting a ``tally`` process every half second until the count shows (half a CPU-second each). Messages
+        in flight, unchanged for ``IN_FLIGHT_PAUSE_S`` with nothing visible, end the wait too: a record handed back
+        stays in flight for the visibility timeout (``IN_FLIGHT_SETTLED_S``), and the read runs meanwhile."""
         try:
             _wait_until_delivered(
-                self._sqs, dict(_exported(line) for line in self.exports)["TALLY_QUEUE_URL"], timeout_s
+                self._sqs,
+                dict(_exported(line) for line in self.exports)["TALLY_QUEUE_URL"],
+                timeout_s,
+                in_flight_settled_s=IN_FLIGHT_PAUSE_S,
             )
         except TimeoutError:
             return False

@@ -1,20 +1,15 @@
 """When the local stack's event sources count as drained: never while a queue holds a message, whatever instant its
 visibility ends at and whatever receive is in flight (``tally_local.mappings.EventSourceMappings.drained``,
-``tally_local.poller``). Both holes let a test read a dead-letter queue before SQS had moved the message there.
-And a quiet queue's pollers but the first park, sending nothing, until it has traffic again (``QueueTraffic``)."""
+``tally_local.poller``). Both holes let a test read a dead-letter queue before SQS had moved the message there."""
 
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
-import pytest
-
-import tally_local.poller as poller_module
 from tally_local.mappings import EventSourceMappings
-from tally_local.poller import QueueTraffic, SourceStats, SqsPoller
+from tally_local.poller import SourceStats, SqsPoller
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -99,63 +94,3 @@ def test_a_poller_counts_as_busy_from_the_moment_its_receive_is_sent(tmp_path: P
     # THEN it was busy while the request was out, so no drain check could pass meanwhile; and is idle after
     assert queue.busy_while_receiving == [True]
     assert not poller._busy.is_set()
-
-
-class QueueCountingReceives:
-    """An empty queue that counts the receives sent to it."""
-
-    def __init__(self) -> None:
-        self.receives = 0
-
-    def receive_message(self, **_: Any) -> dict[str, Any]:
-        self.receives += 1
-        return {}
-
-
-def _until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + 10.0  # against a hang; each wait below is met within a few idle pauses
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.005)
-
-
-@pytest.mark.parametrize("parks", [True, False], ids=["parking", "first poller"])
-def test_a_quiet_queues_other_pollers_park_until_it_has_traffic_again(
-    parks: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # GIVEN a queue quiet for longer than the pollers wait before parking, and pollers pausing 10 ms when idle
-    monkeypatch.setattr(poller_module, "_IDLE_QUEUE_POLL_S", 0.01)
-    queue, traffic, stop = QueueCountingReceives(), QueueTraffic(quiet_after_s=0.0), threading.Event()
-    poller = SqsPoller(
-        "poller",
-        sqs=queue,  # type: ignore[arg-type]
-        queue_url="queue",
-        queue_arn="arn",
-        source=SimpleNamespace(batch_size=10, maximum_batching_window_seconds=0),  # type: ignore[arg-type]
-        function=None,  # type: ignore[arg-type]
-        stats=SourceStats(),
-        stop=stop,
-        region="us-east-1",
-        traffic=traffic,
-        parks=parks,
-    )
-    poller.start()
-    try:
-        # WHEN it has been idle for twenty of its pauses
-        _until(lambda: queue.receives >= 1 or poller._parked, "the poller neither received nor parked")
-        sent = queue.receives
-        time.sleep(0.2)
-        if not parks:
-            # THEN the first poller keeps polling (what the others did before they parked)
-            assert queue.receives > sent + 5
-            return
-        # THEN a parking poller sent nothing and counts as caught up: it holds nothing
-        assert (queue.receives, sent) == (0, 0)
-        assert poller.caught_up_since(time.monotonic())
-        # AND once another poller of the queue receives messages, it polls again
-        traffic.received()
-        _until(lambda: queue.receives > 0, "the parked poller never resumed")
-    finally:
-        stop.set()
-        poller.join(timeout=10)
-    assert not poller.is_alive()
