@@ -61,18 +61,17 @@ clean-clone run on a machine running at half the reference's speed."""
 IN_FLIGHT_SETTLED_S: Final = 75.0
 """How long messages may stay in flight with nothing visible before ``StackProcess.empty`` takes them for records a
 batch reported failed, waiting out the queue's visibility timeout (420 s, from the template's 60-s function
-timeout), and purges them: no invocation lasts past the function's 60 s, so none still holds them. One does so in
-docs/how-to/publish.md: a copy of an id that a concurrent batch was counting is handed back and comes again seven
-minutes later, to be dropped as a duplicate; left there, it would come after the tables were emptied and count in
-a later page's (a clean-clone run under load timed out emptying the stack for read.md, with one message in flight)."""
+timeout), and purges them: no invocation lasts past the function's 60 s, so none still holds them. Left there,
+such a record would come again after the tables were emptied and count in a later page's. docs/how-to/publish.md's
+200 messages (5% of ids re-sent) left one so under load: emptying the stack for read.md once waited out the whole
+deadline on it."""
 IN_FLIGHT_PAUSE_S: Final = 2.0
 """How long the same messages in flight, nothing visible, end a read's wait for delivery (``StackProcess.delivered``):
 a batch's invocation takes about a second here; a handed-back record would hold each read of its page for the whole
 ``DELIVERY_WAIT_S``."""
 DELIVERY_WAIT_S: Final = 10.0
 """How long a command whose output the page shows waits for the stack to deliver what was published before it is run
-(``StackProcess.delivered``): a message failing its batch stays in flight for the visibility timeout (30 s
-locally), and a page may show what a read prints meanwhile."""
+(``StackProcess.delivered``): a deadline; the retry until the output matches does the rest."""
 SHELL_FENCES: Final = frozenset({"sh", "bash", "shell", "zsh", "console", "shell-session"})
 _FENCE: Final = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\s`{]*)")
 _SENTINEL: Final = "__tally_docs_command_done__"
