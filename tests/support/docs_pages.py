@@ -331,14 +331,22 @@ class StackProcess:
         return [line for line in self.printed.splitlines() if line.startswith("export ")]
 
     @functools.cached_property
-    def _sqs(self) -> Any:
-        variables = dict(_exported(line) for line in self.exports)
-        session = boto3.session.Session(
-            aws_access_key_id=variables["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=variables["AWS_SECRET_ACCESS_KEY"],
-            region_name=variables["AWS_REGION"],
+    def _variables(self) -> dict[str, str]:
+        """What its ``export`` lines set."""
+        return dict(_exported(line) for line in self.exports)
+
+    @functools.cached_property
+    def _session(self) -> boto3.session.Session:
+        """A session with the credentials and region it printed (the endpoints are per service)."""
+        return boto3.session.Session(
+            aws_access_key_id=self._variables["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=self._variables["AWS_SECRET_ACCESS_KEY"],
+            region_name=self._variables["AWS_REGION"],
         )
-        return session.client("sqs", endpoint_url=variables["AWS_ENDPOINT_URL"])
+
+    @functools.cached_property
+    def _sqs(self) -> Any:
+        return self._session.client("sqs", endpoint_url=self._variables["AWS_ENDPOINT_URL"])
 
     def delivered(self, timeout_s: float) -> bool:
         """Wait until its source queue holds no message, visible or in flight, for up to ``timeout_s``: whether it
@@ -350,7 +358,7 @@ class StackProcess:
         try:
             _wait_until_delivered(
                 self._sqs,
-                dict(_exported(line) for line in self.exports)["TALLY_QUEUE_URL"],
+                self._variables["TALLY_QUEUE_URL"],
                 timeout_s,
                 in_flight_settled_s=IN_FLIGHT_PAUSE_S,
             )
@@ -364,12 +372,7 @@ class StackProcess:
         archive) deleted.
         What only a restart would renew (warm execution environments, the pollers' tallies) holds no count, so
         no page can see another's. A stack with a stream is refused: records cannot be taken back."""
-        variables = dict(_exported(line) for line in self.exports)
-        session = boto3.session.Session(
-            aws_access_key_id=variables["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=variables["AWS_SECRET_ACCESS_KEY"],
-            region_name=variables["AWS_REGION"],
-        )
+        variables, session = self._variables, self._session
         moto = variables["AWS_ENDPOINT_URL"]
         if session.client("kinesis", endpoint_url=moto).list_streams()["StreamNames"]:
             raise ValueError(f"{self.command!r} has a stream: start it afresh instead")
