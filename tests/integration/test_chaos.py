@@ -593,6 +593,11 @@ def test_the_harness_catches_a_broken_variant(
         if not situations_missing(result, defect):
             break
     assert not situations_missing(result, defect), result.verdict.examples
+    if "counters_wrong" in defect:
+        # AND the run explains its first wrong counter: the messages on that key, their markers and trails
+        assert result.explanation[0].startswith(f"{result.verdict.wrong_keys[0]}: "), result.explanation
+        assert any("marker" in line for line in result.explanation), result.explanation
+        assert any(" done" in line or "failed" in line for line in result.explanation), result.explanation
 
 
 def test_the_harness_catches_markers_without_content_digests(

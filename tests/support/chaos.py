@@ -92,7 +92,7 @@ def run_until_drawn(
     wanted = tuple(needs)
     for attempt in range(runs):
         result = run_on(dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt))
-        assert result.passed, (result.verdict.examples, result.archive)
+        assert result.passed, (result.verdict.examples, result.archive, "\n".join(result.explanation))
         if not situations_missing(result, wanted):
             return result
     assert not situations_missing(result, wanted), result.counts

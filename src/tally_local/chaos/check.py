@@ -72,6 +72,8 @@ class Verdict:
     """Resolved pairs where the content generated second is the one that counts (the race went that way)."""
     examples: tuple[str, ...]
     """A few of the wrong counters, for diagnosis."""
+    wrong_keys: tuple[str, ...] = ()
+    """The keys of the first wrong all-time counters (``tally_local.chaos.explain`` tells their messages' story)."""
     gauges_checked: int = 0
     gauges_wrong: int = 0
     bounded_messages: int = 0
@@ -172,7 +174,8 @@ def judge(
     reference, resolved, second_won = _with_reused_ids(workload, letters, examples)
     counted_bounded = _add_counted_bounded(workload, patterns, reference)
     unjudged = _add_levels(workload, reference, replayed)
-    checked, wrong, lost, doubled = _compare_counters(reference, read, unjudged, examples)
+    wrong_keys: list[str] = []
+    checked, wrong, lost, doubled = _compare_counters(reference, read, unjudged, examples, wrong_keys)
     stray = tuple(sorted(key for key in poison_keys(workload) if any(read(key).values())))
     pattern_figures = _judge_patterns(workload, read, letters, patterns, counted_bounded, examples=examples)
 
@@ -242,6 +245,7 @@ def judge(
         ids_reused_resolved=resolved,
         ids_reused_second_won=second_won,
         examples=tuple(examples),
+        wrong_keys=tuple(wrong_keys),
         **pattern_figures,
         levels_checked=len(workload.expected_levels) - len(unjudged),
         levels_unjudged=len(unjudged),
@@ -411,8 +415,10 @@ def _compare_counters(
     read: Callable[[str], dict[str, Decimal]],
     unjudged: set[str],
     examples: list[str],
+    wrong_keys: list[str] | None = None,
 ) -> tuple[int, int, int, int]:
-    """Counters checked and wrong, and events lost and doubled (read off ``count``)."""
+    """Counters checked and wrong, and events lost and doubled (read off ``count``); the first wrong counters' keys
+    go to ``wrong_keys``."""
     checked = wrong = lost = doubled = 0
     for key, expected in sorted(reference.items()):
         actual = {name: value for name, value in read(key).items() if value}
@@ -426,6 +432,8 @@ def _compare_counters(
                 wrong += 1
                 if len(examples) < 5:
                     examples.append(f"{key}/{name}: {have} != {want}")
+                if wrong_keys is not None and len(wrong_keys) < 5 and key not in wrong_keys:
+                    wrong_keys.append(key)
             if name == TRACER:
                 lost += int(max(Decimal(0), want - have))
                 doubled += int(max(Decimal(0), have - want))

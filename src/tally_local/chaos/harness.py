@@ -52,6 +52,7 @@ from tally_local.chaos.clock import VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
 from tally_local.chaos.dlq import ConsumerPort, DeadLetterStore
 from tally_local.chaos.expired_claims import run_expired_claims
+from tally_local.chaos.explain import explain_wrong_counters
 from tally_local.chaos.faults import ArchiveChaos, DynamoDBChaos, FaultLog
 from tally_local.chaos.horizon import run_past_horizon
 from tally_local.chaos.invoke import Consumer, KilledClaims
@@ -202,6 +203,9 @@ class ChaosResult:
     """The archive recounted against the tables (``tally_local.chaos.archive``); None: the run archived nothing."""
     requests_over_limits: tuple[str, ...] = ()
     """Requests of the consumers that broke one of DynamoDB's published limits (``tally_local.kit.limits``)."""
+    explanation: tuple[str, ...] = ()
+    """When a counter is wrong: the messages behind the first wrong keys, their markers, batches and trails
+    (``tally_local.chaos.explain``)."""
 
     @property
     def faults(self) -> dict[str, int]:
@@ -641,6 +645,14 @@ def _run_chaos(
         expired_claim_problems=tuple(expired_claims),
         archive=archived,
         requests_over_limits=tuple(violation for limits in run.limits for violation in limits.violations),
+        explanation=explain_wrong_counters(
+            workload,
+            verdict.wrong_keys,
+            run.trail,
+            client=client_factory,
+            tables=tables,
+            marker_ttl_seconds=TTL_SECONDS,
+        ),
     )
 
 

@@ -119,6 +119,8 @@ def _verdict_rows(table: Table, result: ChaosResult) -> None:
     ]
     for problem in problems:
         table.add_row(f"  [red]{escape(problem)}[/red]", "")
+    for line in result.explanation:
+        table.add_row(f"  {escape(line)}", "")
 
 
 def _archive_rows(table: Table, result: ChaosResult) -> None:
