@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +28,7 @@ from tally.core.fence import mark_value
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import SourceRecord
 from tally.cost.capacity import item_size
-from tally.errors import RetryableStoreError
+from tally.errors import RetryableStoreError, StoreError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.runtime import wire_pipeline
 from tally.store.dynamodb import DynamoDBCounterStore
@@ -348,6 +349,45 @@ def test_items_in_several_parts_are_finished_from_the_first_part_their_mark_does
     for item in _items(ddb_tables).values():
         assert item_counters(item) == {f"c{i}": i + 1 for i in range(5)}
         assert fence_from_item(item) == {batch.epoch: mark_value(batch.seq, 2)}
+
+
+class _FailingFirstItem:
+    """The journal, its fenced write of the first key failing for good (a denied permission) at once, and every
+    other item's taking a while: what was sent and what came back, counted."""
+
+    def __init__(self, journal: DynamoDBJournal) -> None:
+        self._journal = journal
+        self._lock = threading.Lock()
+        self.sent = self.answered = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+    def apply_fenced(self, write: Any) -> Any:
+        with self._lock:
+            self.sent += 1
+        if item_key(write.item) == item_key(KEYS[0]):
+            raise StoreError("AccessDeniedException: not authorized to perform dynamodb:UpdateItem")
+        time.sleep(0.3)
+        answer = self._journal.apply_fenced(write)
+        with self._lock:
+            self.answered += 1
+        return answer
+
+
+def test_an_item_write_failing_for_good_leaves_no_other_item_s_write_in_flight(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN items written four at a time, the first key's write denied for good, the others slow
+    journal = _FailingFirstItem(
+        DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    )
+    pipeline = _pipeline(ddb_tables, journal, write_concurrency=4)
+    # WHEN the batch fails for it
+    with pytest.raises(StoreError, match="AccessDenied"):
+        _process(pipeline, _records())
+    # THEN no write of the batch is still on its way when the error leaves: Lambda freezes the environment after
+    # the answer, and a write thawed with the next invocation would land long after its own invocation's
+    # deadline, where the fenced apply's prune horizon says no write of a batch read FENCED can come
+    assert (journal.sent, journal.answered) == (len(KEYS), len(KEYS) - 1)
 
 
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")

@@ -46,7 +46,7 @@ from concurrent.futures import FIRST_EXCEPTION, wait
 from dataclasses import replace
 from enum import Enum
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from tally.core.aggregate import merge_totals
 from tally.core.bounds import bounds_hold, refusal, runs_within_bounds
@@ -105,6 +105,9 @@ if TYPE_CHECKING:
     from tally.core.thresholds import Crossing
     from tally.core.write import FencedWrite, ItemRead
     from tally.core.write_planner import WritePlanner
+
+_Job = TypeVar("_Job")
+_Done = TypeVar("_Done")
 
 
 class Resolution(Enum):
@@ -293,19 +296,10 @@ class CommitProtocol:
         of this batch is still writing when the error leaves.
         """
         lanes = item_disjoint_lanes(chunks)
-        futures = [pool.submit(self._write_lane, [chunks[index] for index in lane]) for lane in lanes]
-        _, pending = wait(futures, return_when=FIRST_EXCEPTION)
-        if pending:  # an error came out of a transaction: start no more
-            for future in pending:
-                future.cancel()
-            wait(pending)
-        for future in futures:
-            error = None if future.cancelled() else future.exception()
-            if error is not None:
-                raise error
+        written = _each_on(pool, self._write_lane, [[chunks[index] for index in lane] for lane in lanes])
         outcomes: dict[int, DirectOutcome] = {}
-        for lane, future in zip(lanes, futures, strict=True):
-            outcomes.update(zip(lane, future.result(), strict=True))
+        for lane, lane_outcomes in zip(lanes, written, strict=True):
+            outcomes.update(zip(lane, lane_outcomes, strict=True))
         return [outcomes[index] for index in range(len(chunks))]
 
     def _write_lane(self, chunks: Sequence[Chunk]) -> list[DirectOutcome]:
@@ -857,7 +851,7 @@ class CommitProtocol:
             plans = self._missing(plans, batch)
         if self._pool is not None and len(plans) > 1:
             # Items are independent: each item's parts in order, the items at once.
-            finished = all(list(self._pool.map(self._apply_item, plans)))
+            finished = all(_each_on(self._pool, self._apply_item, plans))
         else:
             finished = all(self._apply_item(writes) for writes in plans)
         if not finished:
@@ -1098,6 +1092,25 @@ class CommitProtocol:
         if resolution is not Resolution.PENDING:
             self._resolutions[batch_id] = resolution
         return resolution
+
+
+def _each_on(pool: Executor, work: Callable[[_Job], _Done], jobs: Sequence[_Job]) -> list[_Done]:
+    """``work`` on each of ``jobs`` on ``pool``, the results in order. When one raises, the jobs not started are
+    cancelled and the running ones waited for before the first error is raised: nothing of the batch is still
+    writing when the error leaves. Lambda freezes the environment once the invocation has answered, and a write
+    thawed with a later invocation would land long past its own invocation's deadline, which the fenced apply's
+    prune horizon (and the lease) say no write of this invocation outlives."""
+    futures = [pool.submit(work, job) for job in jobs]
+    _, pending = wait(futures, return_when=FIRST_EXCEPTION)
+    if pending:  # an error came out of a job: start no more
+        for future in pending:
+            future.cancel()
+        wait(pending)
+    for future in futures:
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            raise error
+    return [future.result() for future in futures]
 
 
 _Settle: TypeAlias = "Callable[[CommitProtocol, Chunk, Any, bool], list[MessageTotals]]"
