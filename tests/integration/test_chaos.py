@@ -569,7 +569,7 @@ configuration, and the figures of the run that show its defect (``situations_mis
 
 
 VARIANT_RUNS = 3
-"""Runs a broken variant gets to show its defect's own figures; each of them must fail."""
+"""Runs a broken variant gets to fail showing its defect's own figures."""
 
 
 @pytest.mark.parametrize("variant", sorted(BROKEN_VARIANTS))
@@ -580,18 +580,19 @@ def test_the_harness_catches_a_broken_variant(
     factory, config, defect = BROKEN_VARIANTS[variant]
 
     # WHEN it runs under the same harness and faults, again with the next seed (up to VARIANT_RUNS runs) while the
-    # run fails without the figures that show this defect: the threads' interleaving is not the seed's, and under
-    # a loaded machine a run may meet the defect by another check first (the reported-done copies: the DLQ's)
+    # run did not fail with the figures that show this defect: the threads' interleaving is not the seed's, so under
+    # a loaded machine a run may meet the defect by another check first (the reported-done copies: the DLQ's) or
+    # not at all (a run of the chunks without applied-records once doubled nothing under two other modules' load)
     for attempt in range(VARIANT_RUNS):
         result = run_on(
             dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt), pipeline_factory=factory
         )
-
-        # THEN every run fails (by the counts: nothing raised), and one shows the defect's own figures
-        assert result.unexpected_errors == ()
-        assert not result.passed
-        if not situations_missing(result, defect):
+        assert result.unexpected_errors == ()  # the variant itself raises nothing: the counts catch it
+        if not result.passed and not situations_missing(result, defect):
             break
+
+    # THEN a run failed, showing the defect's own figures
+    assert not result.passed, result.situations
     assert not situations_missing(result, defect), result.verdict.examples
     if "counters_wrong" in defect:
         # AND the run explains its first wrong counter: the messages on that key, their markers and trails
