@@ -139,6 +139,8 @@ _FENCED: Final = "tally_chaos_fenced"
 """The fenced apply's request this one is (``tally_local.chaos.fenced``), for ``after-call`` to count its answer."""
 _FLYING: Final = "tally_chaos_in_flight"
 """The request's token in ``InFlightTransactions`` (a transaction sent and not yet answered)."""
+_LANDING: Final = "tally_chaos_landing"
+"""Key of a fenced write's or DONE's (invocation, token) while it is in flight on the run's clock."""
 _SENT_FAULTS: Final = frozenset({"kill_after_claim", "lost_claim_near_deadline", "lost_response", "slow"})
 """Faults of a request that still reaches DynamoDB (it may then conflict with a transaction in flight)."""
 
@@ -216,6 +218,7 @@ class DynamoDBChaos:
             client.meta.events.register(f"before-call.dynamodb.{operation}", self._before_call)  # type: ignore[arg-type]
             client.meta.events.register(f"after-call.dynamodb.{operation}", self._after_call)
         client.meta.events.register(f"after-call-error.dynamodb.{TRANSACT}", self._left)
+        client.meta.events.register(f"after-call-error.dynamodb.{UPDATE}", self._left)
 
     def begin_invocation(self) -> None:
         """Forget what the previous invocation drew and suffered."""
@@ -314,11 +317,12 @@ class DynamoDBChaos:
                 self._log.add("situation.transaction_overlaps")
                 return cancelled_answer({conflicted: "TransactionConflict"}, len(items), "chaos")
             context[_FLYING] = token
-        if kind is None:
-            return None
-        if kind not in ("kill_after_claim", "kill_after_fenced_write"):  # counted once sent (``_after_call``)
+        if kind is not None and kind not in ("kill_after_claim", "kill_after_fenced_write"):  # counted once sent
             self._log.add(f"ddb.{kind}")
-        return self._fault(kind, params, context)
+        answer = None if kind is None else self._fault(kind, params, context)
+        if answer is None and fenced is not None and fenced.role in ("write", "done"):
+            self._take_off(context)
+        return answer
 
     def _first_header_faults(self, role: str) -> str | None:
         """A run makes few fenced commits and DONEs (one each per fenced batch): the first of each loses its answer,
@@ -332,13 +336,27 @@ class DynamoDBChaos:
         """Before a fenced write or DONE: Lambda kills an invocation at its deadline on the wall clock, which the run's
         virtual clock moves on while a consumer waits (as if the invocation were paused). The fenced apply's prune
         horizon leans on that deadline (no write of a batch read FENCED comes a timeout after its invocation
-        started), so such a request, past the deadline on the virtual clock, is never sent."""
+        started), so such a request, past the deadline on the virtual clock, is never sent (checked here before any
+        fault is drawn on it, and again as it leaves: ``_take_off``)."""
         invocation = self.invocation
         if invocation is not None:
             invocation.hold_clock()
         if role in ("write", "done") and invocation is not None and invocation.past_virtual_deadline:
             self._log.add("situation.fenced_requests_past_the_virtual_deadline")
             raise self.kill_invocation("the deadline passed (on the run's clock) before a fenced request was sent")
+
+    def _take_off(self, context: dict[str, Any]) -> None:
+        """A fenced write or DONE leaves now: checked against the invocation's deadline after any jump of the clock
+        under way, and in flight (no jump passes over it) until ``after-call`` (``tally_local.chaos.clock``)."""
+        invocation = self.invocation
+        if invocation is None:
+            return
+        token = invocation.send_fenced()
+        if token is None:
+            self._left(context)
+            self._log.add("situation.fenced_requests_past_the_virtual_deadline")
+            raise self.kill_invocation("the deadline passed (on the run's clock) before a fenced request was sent")
+        context[_LANDING] = (invocation, token)
 
     def _before_follower(self, follower: str | None, params: dict[str, Any]) -> None:
         """Before a write that follows the counters' commit: the invocation killed (once per kind of follower), or a
@@ -422,10 +440,14 @@ class DynamoDBChaos:
         return True
 
     def _left(self, context: dict[str, Any], **_: Any) -> None:
-        """The transaction's answer came back (or its sending failed): it is no longer in flight."""
+        """The request's answer came back (or its sending failed): it is no longer in flight."""
         token = context.pop(_FLYING, None)
         if token is not None and self._in_flight is not None:
             self._in_flight.leave(token)
+        landing = context.pop(_LANDING, None)
+        if landing is not None:
+            invocation, flight = landing
+            invocation.landed(flight)
 
     def _after_call(self, context: dict[str, Any], parsed: dict[str, Any] | None = None, **_: Any) -> None:
         self._left(context)

@@ -48,7 +48,7 @@ from tally.store.journal import DynamoDBJournal
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.archive import BUCKET, ArchiveSite, ArchiveVerdict, CountedMessages, judge_archive
 from tally_local.chaos.check import PatternReads, Verdict, judge
-from tally_local.chaos.clock import VirtualClock
+from tally_local.chaos.clock import LANDING_WAIT_S, VirtualClock
 from tally_local.chaos.config import VISIBILITY_TIMEOUT_S
 from tally_local.chaos.dlq import ConsumerPort, DeadLetterStore
 from tally_local.chaos.expired_claims import run_expired_claims
@@ -634,7 +634,14 @@ def _run_chaos(
         verdict=verdict,
         jepsen_reads=jm.reads,
         jepsen_violations=tuple(jm.violations),
-        unexpected_errors=tuple(repr(exc) for exc in run.unexpected) + tuple(run.in_flight.self_overlaps),
+        unexpected_errors=(
+            tuple(repr(exc) for exc in run.unexpected)
+            + tuple(run.in_flight.self_overlaps)
+            + tuple(
+                f"the clock jumped over a fenced request in flight ({LANDING_WAIT_S} s)"
+                for _ in range(run.clock.late_landings)
+            )
+        ),
         seconds=time.perf_counter() - started,
         virtual_seconds=run.clock.jumped_ms / 1000,
         wide_items=wide_items(workload, ONE_ADD_NAMES),
