@@ -582,7 +582,7 @@ def test_the_harness_catches_a_broken_variant(
     # WHEN it runs under the same harness and faults, again with the next seed (up to VARIANT_RUNS runs) while the
     # run did not fail with the figures that show this defect: the threads' interleaving is not the seed's, so under
     # a loaded machine a run may meet the defect by another check first (the reported-done copies: the DLQ's) or
-    # not at all (a run of the chunks without applied-records once doubled nothing under two other modules' load)
+    # not at all (no chunk applied twice in that run: nothing doubled)
     for attempt in range(VARIANT_RUNS):
         result = run_on(
             dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt), pipeline_factory=factory

@@ -93,8 +93,8 @@ def test_sqs_end_to_end_with_concurrent_pollers_and_a_redrive(
             assert len(mappings.pollers) == 3
             # WHEN producers publish, send poison, and re-send some messages with the same ids once those are
             # counted: a copy met while its original's journal batch is still open is held by that batch's lease
-            # and comes back one visibility timeout later (420 s, as on AWS), which no drain here waits for (a
-            # clean-clone CI run met one); re-sends during processing are the chaos run's
+            # and comes back one visibility timeout later (420 s, as on AWS), which no drain here waits for;
+            # re-sends during processing are the chaos run's
             publisher = SqsPublisher(sqs, stack.queue_url)
             assert publisher.send(messages).ok
             for body in POISON:
