@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from tally.core.items import make_item
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
-from tally.store.schema import FENCE_PREFIX, WINDOW_MOVES, item_key
+from tally.store.schema import FENCE_PREFIX, WINDOW_MOVES, fence_from_item, item_key
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -91,7 +91,7 @@ def explain_wrong_counters(
 def _fence_of(item: Mapping[str, Any]) -> str:
     """What a key's item says of who wrote it: the writer epochs' marks (the fenced batches applied to it, as
     ``seq * 1024 + part``) and the window moves it has had."""
-    marks = ", ".join(f"{name} = {value['N']}" for name, value in sorted(item.items()) if name.startswith(FENCE_PREFIX))
+    marks = ", ".join(f"{FENCE_PREFIX}{epoch} = {mark}" for epoch, mark in sorted(fence_from_item(item).items()))
     moves = item.get(WINDOW_MOVES, {}).get("N", "0")
     return f"item marks {{{marks}}}, {moves} window moves" if item else "no item"
 

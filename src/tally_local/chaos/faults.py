@@ -342,8 +342,7 @@ class DynamoDBChaos:
         if invocation is not None:
             invocation.hold_clock()
         if role in ("write", "done") and invocation is not None and invocation.past_virtual_deadline:
-            self._log.add("situation.fenced_requests_past_the_virtual_deadline")
-            raise self.kill_invocation("the deadline passed (on the run's clock) before a fenced request was sent")
+            raise self._past_the_deadline()
 
     def _take_off(self, context: dict[str, Any]) -> None:
         """A fenced write or DONE leaves now: checked against the invocation's deadline after any jump of the clock
@@ -354,9 +353,14 @@ class DynamoDBChaos:
         token = invocation.send_fenced()
         if token is None:
             self._left(context)
-            self._log.add("situation.fenced_requests_past_the_virtual_deadline")
-            raise self.kill_invocation("the deadline passed (on the run's clock) before a fenced request was sent")
+            raise self._past_the_deadline()
         context[_LANDING] = (invocation, token)
+
+    def _past_the_deadline(self) -> InvocationKilled:
+        """A fenced request found the invocation's deadline passed on the run's clock: never sent, the invocation
+        killed."""
+        self._log.add("situation.fenced_requests_past_the_virtual_deadline")
+        return self.kill_invocation("the deadline passed (on the run's clock) before a fenced request was sent")
 
     def _before_follower(self, follower: str | None, params: dict[str, Any]) -> None:
         """Before a write that follows the counters' commit: the invocation killed (once per kind of follower), or a
