@@ -262,7 +262,7 @@ def _views(bill: Bill, latencies: Latencies) -> dict[str, object]:
 
 
 def _duration(bill: Bill) -> dict[str, float]:
-    """The handler duration as modeled, and the range the latency proxy measured for it (the model errs low)."""
+    """The handler duration as modeled, and the range the latency proxy measured around it."""
     low, high = PROXY_TO_MODEL_DURATION
     return {
         "handler_seconds": bill.handler_s,
@@ -403,10 +403,10 @@ def _print(bill: Bill, extra: dict[str, Any]) -> None:
     duration = extra["duration"]
     low, high = PROXY_TO_MODEL_DURATION
     console.print(
-        f"duration: the model errs low. Through the latency proxy (published AWS latencies; docs/explanation/costs.md) "
-        f"the handler took {low}x to {high}x the model's time per event: expect {duration['proxy_low_seconds']:,.1f} "
-        f"to {duration['proxy_high_seconds']:,.1f} s per batch. The model counts fewer requests than the handler "
-        "sends in a container's first 10 batches (their marker pre-read) and its CPU was measured on an x86 VM."
+        f"duration: through the latency proxy (published AWS latencies; docs/explanation/costs.md) the handler took "
+        f"{low}x to {high}x the model's time per event: expect {duration['proxy_low_seconds']:,.1f} to "
+        f"{duration['proxy_high_seconds']:,.1f} s per batch. The model's CPU was measured on an x86 VM, not on "
+        "Lambda's Graviton, and it leaves out a container's first 10 batches' marker pre-read."
     )
     for assumption in bill.assumptions:
         console.print(f"assumed: {assumption}")
