@@ -4,7 +4,9 @@ IAM is checked per call on AWS and never by DynamoDB Local or moto, so a call th
 allow passes every local test and fails on every batch once deployed (``BatchGetItem`` and
 ``BatchWriteItem``, ungranted, once did exactly that). The recorder wraps ``botocore.client.BaseClient._make_api_call``,
 which every client goes through however it was built (``boto3.client``, a ``Session``, DynamoDB Local's
-client, the clients moto's ``mock_aws`` intercepts), and keeps, per call:
+client, the clients moto's ``mock_aws`` intercepts), validates the request as botocore would for a client built
+without its validation (tally's own, ``tally.client_config``: an encoding mistake fails the test that makes it), and
+keeps, per call:
 
 - the service and operation, and each resource the request names (table and the key attributes of each
   item, index, queue, stream, stack), with the sub-operation of a transaction or batch item;
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from botocore.client import BaseClient
+from botocore.validate import ParamValidationDecorator, validate_parameters
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -216,6 +219,11 @@ class Recorder:
 
         def _make_api_call(client: BaseClient, operation_name: str, api_params: dict[str, Any]) -> Any:
             recorder.record(client.meta.service_model.service_name, operation_name, api_params)
+            if not isinstance(getattr(client, "_serializer", None), ParamValidationDecorator):
+                # tally's clients skip botocore's validation (tally.client_config): the session does it for them
+                shape = client.meta.service_model.operation_model(operation_name).input_shape
+                if shape is not None:  # an operation without input has nothing to validate
+                    validate_parameters(api_params, shape)
             return original(client, operation_name, api_params)
 
         self._original = original
