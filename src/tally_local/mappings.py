@@ -125,7 +125,14 @@ class EventSourceMappings(BackgroundService):
         deadline = since + timeout_s
         while not self.drained(since):
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"event sources not drained within {timeout_s:.0f} s: {self.stats}")
+                held = sum(stats.metrics.get("RecordsHeldByLease", 0.0) for stats in self.stats.values())
+                why = (
+                    f"; {held:.0f} records were held by an open journal batch's lease: they come back one visibility "
+                    "timeout later, as on AWS (a copy sent while its original's batch is open: drain first)"
+                    if held
+                    else ""
+                )
+                raise TimeoutError(f"event sources not drained within {timeout_s:.0f} s{why}: {self.stats}")
             time.sleep(0.1)
 
     # ----------------------------------------------------------------------------------------------
