@@ -8,6 +8,8 @@ import threading
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from tally_local.mappings import EventSourceMappings
 from tally_local.poller import SourceStats, SqsPoller
 
@@ -94,3 +96,27 @@ def test_a_poller_counts_as_busy_from_the_moment_its_receive_is_sent(tmp_path: P
     # THEN it was busy while the request was out, so no drain check could pass meanwhile; and is idle after
     assert queue.busy_while_receiving == [True]
     assert not poller._busy.is_set()
+
+
+class QueueWithAMessageInFlight:
+    """One message received and not deleted: its visibility lasts longer than any drain here waits."""
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        del QueueUrl
+        return {"Attributes": {name: str(int(name.endswith("NotVisible"))) for name in AttributeNames}}
+
+
+def test_a_drain_that_times_out_names_the_records_an_open_batchs_lease_held(tmp_path: Path) -> None:
+    # GIVEN a queue that keeps a message in flight, a copy the handler reported failed because an open journal
+    # batch's lease held its id
+    mappings = EventSourceMappings(Resources(QueueWithAMessageInFlight()), log_dir=tmp_path)  # type: ignore[arg-type]
+    mappings._queues.append("queue")
+    mappings.stats["EventsQueueBatch"] = SourceStats(metrics={"RecordsHeldByLease": 2.0})
+    # THEN the drain's timeout says so, and why they come back late
+    with pytest.raises(TimeoutError, match=r"2 records were held by an open journal batch's lease"):
+        mappings.wait_until_drained(0.2)
+    # AND without such records it says nothing of leases
+    mappings.stats["EventsQueueBatch"] = SourceStats()
+    with pytest.raises(TimeoutError) as raised:
+        mappings.wait_until_drained(0.2)
+    assert "lease" not in str(raised.value)
