@@ -13,14 +13,9 @@ unset, ``ci`` in ``make test``, ``thorough`` by hand) sets how many examples eve
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import sys
-import uuid
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -28,17 +23,14 @@ from aws_lambda_powertools import Metrics
 from hypothesis import settings
 
 from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
-from tally_local.template import load_template, table_definitions
 from tests.support import budget, tiers
 from tests.support.botocore_data import parse_each_data_file_once
 from tests.support.environment import MOTO_CREDENTIALS, set_environment
+from tests.support.tables import DynamoDBTables, fresh_tables
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from mypy_boto3_dynamodb import DynamoDBClient
-
-    from tally_local.template import TableDefinition
 
 parse_each_data_file_once()
 
@@ -52,32 +44,6 @@ settings.register_profile("dev", max_examples=50, deadline=None)
 settings.register_profile("ci", max_examples=300, deadline=None, print_blob=True)
 settings.register_profile("thorough", max_examples=3000, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get(HYPOTHESIS_PROFILE_VARIABLE, "dev"))
-
-TEMPLATE_PATH = Path(__file__).resolve().parents[1] / "template.yaml"
-COUNTERS_LOGICAL_ID = "CountersTable"
-MARKERS_LOGICAL_ID = "MarkersTable"
-
-
-@dataclass(frozen=True)
-class DynamoDBTables:
-    """Per-test tables on the session's DynamoDB Local."""
-
-    client: DynamoDBClient
-    counters_table: str
-    markers_table: str
-    endpoint_url: str
-
-
-@cache
-def _template_tables() -> dict[str, TableDefinition]:
-    return table_definitions(load_template(TEMPLATE_PATH))
-
-
-def _create_table(client: DynamoDBClient, definition: TableDefinition, name: str) -> None:
-    # TTL off: DynamoDB Local deletes expired items within seconds, AWS within days. The tests model TTL by
-    # sweeping when they choose (tally_local.chaos.ttl); DynamoDB Local's sweep, racing them, once deleted a
-    # journal header the chaos run had just written in the past and was about to sweep itself.
-    definition.create(client, name, ttl=False)
 
 
 @pytest.fixture(scope="session")
@@ -93,26 +59,8 @@ def ddb_tables(dynamodb_local: DynamoDBLocal) -> Iterator[DynamoDBTables]:
     """Fresh counters and markers tables (schemas from template.yaml), deleted after the test."""
     if not dynamodb_local.running:
         pytest.fail("DynamoDB Local is no longer running (the JVM exited during the session)")
-    client = dynamodb_local.client()
-    suffix = uuid.uuid4().hex[:12]
-    definitions = _template_tables()
-    names = {
-        COUNTERS_LOGICAL_ID: f"tally-test-counters-{suffix}",
-        MARKERS_LOGICAL_ID: f"tally-test-markers-{suffix}",
-    }
-    try:
-        for logical_id, name in names.items():
-            _create_table(client, definitions[logical_id], name)
-        yield DynamoDBTables(
-            client=client,
-            counters_table=names[COUNTERS_LOGICAL_ID],
-            markers_table=names[MARKERS_LOGICAL_ID],
-            endpoint_url=dynamodb_local.endpoint_url,
-        )
-    finally:
-        for name in names.values():
-            with contextlib.suppress(client.exceptions.ResourceNotFoundException):
-                client.delete_table(TableName=name)
+    with fresh_tables(dynamodb_local) as tables:
+        yield tables
 
 
 @pytest.fixture

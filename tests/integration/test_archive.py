@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from tally.store.dynamodb import DynamoDBCounterStore
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 NOW_MS = 1_796_169_600_000  # 2026-12-01T00:00:00Z
 DAY_MS = 86_400_000

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from tally.audit.corrections import PlannedCorrection
     from tally.pipeline import BatchPipeline
     from tally.store.dynamodb import DynamoDBCounterStore
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -38,7 +38,7 @@ from tests.support.threads import at_once
 from tests.support.workload import SENT_MS, generate
 
 if TYPE_CHECKING:
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
     from tally.core.bounds import CounterBounds
     from tally.core.defaults import CounterDefaults
     from tally.pipeline import BatchPipeline
-    from tests.conftest import DynamoDBTables
     from tests.support.pipeline import RecordingDeadLetterQueue
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -53,7 +53,15 @@ from tally.store import markers
 from tally.store.journal import DynamoDBJournal
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.config import SMOKE, ArchiveFaultRates, DynamoDBFaultRates, focused
-from tests.support.chaos import WINDOW_MOVES, assert_passes_unbroken, rewired, run_on, situations_missing, swap_step
+from tests.support.chaos import (
+    WINDOW_MOVES,
+    assert_passes_unbroken,
+    rewired,
+    run_on,
+    situations_missing,
+    swap_step,
+    tables_of_run,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -73,7 +81,7 @@ if TYPE_CHECKING:
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult, PipelineFactory, Tables
     from tally_local.dynamodb_local import DynamoDBLocal
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 # The chaos run archives to a moto server of its own (tally_local.chaos.archive).
 pytestmark = [pytest.mark.integration, pytest.mark.moto]
@@ -584,9 +592,10 @@ def test_the_harness_catches_a_broken_variant(
     # a loaded machine a run may meet the defect by another check first (the reported-done copies: the DLQ's) or
     # not at all (no chunk applied twice in that run: nothing doubled)
     for attempt in range(VARIANT_RUNS):
-        result = run_on(
-            dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt), pipeline_factory=factory
-        )
+        with tables_of_run(dynamodb_local, ddb_tables, attempt) as tables:
+            result = run_on(
+                dynamodb_local, tables, replace(config, seed=config.seed + attempt), pipeline_factory=factory
+            )
         assert result.unexpected_errors == ()  # the variant itself raises nothing: the counts catch it
         if not result.passed and not situations_missing(result, defect):
             break

@@ -23,17 +23,23 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tally.core.items import make_item
 from tally.core.ledger import Claim
 from tally.core.model import SourceRecord
 from tally.errors import MarkersExistError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
+from tally.store.schema import counter_attribute, item_key
 from tally_local.chaos.config import SMOKE, focused
+from tally_local.chaos.harness import require_empty
+from tally_local.chaos.workload import TRACER
 from tally_local.esm import RetryCadence
+from tests.support import chaos as chaos_support
 from tests.support.chaos import assert_passes_unbroken, rewired, run_on, views_written_after_the_commit
 from tests.support.counts import read_all
 from tests.support.pipeline import make_pipeline, make_store
@@ -43,8 +49,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from tally.core.write import DirectWrite
+    from tally_local.chaos.config import ChaosConfig
     from tally_local.dynamodb_local import DynamoDBLocal
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 # The chaos run archives to a moto server of its own (tally_local.chaos.archive).
 pytestmark = [pytest.mark.integration, pytest.mark.moto]
@@ -225,6 +232,50 @@ def test_the_harness_catches_a_bound_condition_sent_with_its_exact_ends(
     # bound, and the run fails
     assert result.verdict.valid_refused > 0, result.verdict.examples
     assert not result.passed
+
+
+# --- a run's tables: empty, its own --------------------------------------------------------------------------
+
+SESSION_KEYS = focused(SMOKE, 0, bounded_sessions=1)
+"""One bounded session alone: its keys (``bs:0:0`` ...) are named alike whatever the seed."""
+
+
+def test_a_chaos_run_refuses_tables_that_hold_items(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables) -> None:
+    # GIVEN tables another run wrote: a session key's count is on them
+    ddb_tables.client.update_item(
+        TableName=ddb_tables.counters_table,
+        Key=item_key(make_item("bs:0:0")),
+        UpdateExpression="ADD #c :one",
+        ExpressionAttributeNames={"#c": counter_attribute(TRACER)},
+        ExpressionAttributeValues={":one": {"N": "1"}},
+    )
+    # WHEN a run starts on them, THEN it refuses, naming the table, before judging that count as its own doubled
+    with pytest.raises(ValueError, match=f"{ddb_tables.counters_table} holds items"):
+        run_on(dynamodb_local, ddb_tables, SESSION_KEYS)
+
+
+def test_each_run_a_test_makes_until_it_draws_what_it_needs_has_empty_tables(
+    dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN runs that write their tables and never draw what the test needs (a clean-clone CI run's seed 7 did not,
+    # and seed 8 then ran on seed 7's tables: every key of its bounded session read as counted twice)
+    tables_met: list[str] = []
+
+    def run_writing(dynamodb_local: DynamoDBLocal, tables: DynamoDBTables, config: ChaosConfig) -> SimpleNamespace:
+        del dynamodb_local, config
+        require_empty(tables.client, (tables.counters_table, tables.markers_table))
+        tables_met.append(tables.counters_table)
+        tables.client.put_item(TableName=tables.counters_table, Item=item_key(make_item("bs:0:0")))
+        return SimpleNamespace(passed=True, counts={}, verdict=SimpleNamespace())
+
+    monkeypatch.setattr(chaos_support, "run_on", run_writing)
+    # WHEN the test runs again with the next seed, up to its three runs
+    with pytest.raises(AssertionError):  # the need is never drawn
+        chaos_support.run_until_drawn(dynamodb_local, ddb_tables, SMOKE, ("situation.never_drawn",))
+    # THEN each run found its tables empty: the test's own first, new ones after
+    assert len(tables_met) == chaos_support.UNBROKEN_RUNS
+    assert tables_met[0] == ddb_tables.counters_table
+    assert len(set(tables_met)) == len(tables_met)
 
 
 # --- views: counted in the commit of their event, never after it ----------------------------------------------

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import Tables
     from tally_local.dynamodb_local import DynamoDBLocal
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 # The chaos run archives to a moto server of its own (tally_local.chaos.archive).
 pytestmark = [pytest.mark.integration, pytest.mark.moto]

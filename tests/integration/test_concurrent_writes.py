@@ -22,9 +22,9 @@ from tally.core.model import SourceRecord
 from tally.core.numbered_ids import marker_item
 from tally.errors import RetryableStoreError
 from tally.store.dynamodb import DynamoDBCounterStore
-from tests.conftest import _create_table, _template_tables
 from tests.support.counts import nonzero, read_all
 from tests.support.pipeline import TTL_DAYS, make_pipeline, plenty
+from tests.support.tables import create_table, template_tables
 from tests.support.workload import SENT_MS, Workload, generate
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.write import DirectWrite
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 
@@ -101,10 +101,10 @@ def second_tables(ddb_tables: DynamoDBTables) -> Iterator[DynamoDBTables]:
     """Another pair of template tables on the same DynamoDB Local."""
     client: DynamoDBClient = ddb_tables.client
     suffix = uuid.uuid4().hex[:12]
-    definitions = _template_tables()
+    definitions = template_tables()
     counters, markers = f"tally-test-counters-{suffix}", f"tally-test-markers-{suffix}"
-    _create_table(client, definitions["CountersTable"], counters)
-    _create_table(client, definitions["MarkersTable"], markers)
+    create_table(client, definitions["CountersTable"], counters)
+    create_table(client, definitions["MarkersTable"], markers)
     yield type(ddb_tables)(client, counters, markers, ddb_tables.endpoint_url)
     for name in (counters, markers):
         client.delete_table(TableName=name)

@@ -25,7 +25,7 @@ from tests.support.pipeline import make_pipeline, make_store, plenty
 from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -34,7 +34,7 @@ from tests.support.properties import on_emulator
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

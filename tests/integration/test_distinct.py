@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from tally.pipeline import BatchPipeline
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

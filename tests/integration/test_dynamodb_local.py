@@ -17,12 +17,12 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tally_local.template import load_template, table_definitions
-from tests.conftest import TEMPLATE_PATH
+from tests.support.tables import TEMPLATE_PATH
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.type_defs import PutTypeDef, TransactWriteItemTypeDef
 
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -18,7 +18,7 @@ from tally.reader.store_view import read_counters, read_series
 from tests.support.pipeline import make_store
 
 if TYPE_CHECKING:
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

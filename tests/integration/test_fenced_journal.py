@@ -42,7 +42,7 @@ from tests.support.tables import scan_all
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

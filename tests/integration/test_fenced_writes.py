@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from tally.core.aggregate import Totals
     from tally.core.items import ItemKey
     from tally.store.schema import RawItem
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -26,7 +26,7 @@ from tests.support.workload import SENT_MS
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

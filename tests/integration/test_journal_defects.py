@@ -30,7 +30,7 @@ from tests.support.workload import SENT_MS
 if TYPE_CHECKING:
     from tally.pipeline import BatchPipeline
     from tally.store.dynamodb import DynamoDBCounterStore
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -46,10 +46,9 @@ from tally.store.pages import decode_page
 from tally.store.schema import fence_attribute
 from tally_local.kit.faults import DynamoDBFaults
 from tally_local.template import load_template, table_definitions
-from tests.conftest import TEMPLATE_PATH
 from tests.support.pipeline import RecordingDeadLetterQueue
 from tests.support.properties import on_emulator
-from tests.support.tables import scan_all
+from tests.support.tables import TEMPLATE_PATH, scan_all
 from tests.support.workload import message_body
 
 if TYPE_CHECKING:

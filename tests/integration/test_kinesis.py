@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from tally.pipeline import BatchPipeline, BatchResult
     from tally.store.dynamodb import DynamoDBCounterStore
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from tests.support.pipeline import TTL_DAYS, make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

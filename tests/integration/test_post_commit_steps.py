@@ -21,7 +21,7 @@ from tally.store.schema import item_key
 from tests.support.pipeline import RecordingDeadLetterQueue
 
 if TYPE_CHECKING:
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

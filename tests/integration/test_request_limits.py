@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 from tally_local.kit.limits import RequestLimits
 
 if TYPE_CHECKING:
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

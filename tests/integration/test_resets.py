@@ -36,8 +36,8 @@ from tests.support.reference import expected_values
 if TYPE_CHECKING:
     from tally.core.sharding import HotKeys
     from tally.pipeline import BatchPipeline
-    from tests.conftest import DynamoDBTables
     from tests.support.pipeline import RecordingDeadLetterQueue
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -42,10 +42,10 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.notifications import scan_notifications
 from tally_local.kit.faults import DynamoDBFaults
 from tally_local.kit.limits import RequestLimits
-from tests.conftest import _create_table, _template_tables
 from tests.support.pipeline import TTL_DAYS, make_pipeline
 from tests.support.properties import on_emulator, sent_in_batches
 from tests.support.reference import expected_crossings
+from tests.support.tables import create_table, template_tables
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from tally.core.thresholds import Crossing
     from tally.core.write import DirectWrite
     from tally.pipeline import BatchPipeline
-    from tests.conftest import DynamoDBTables
     from tests.support.pipeline import RecordingDeadLetterQueue
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +83,7 @@ class NotifyTables:
 def notify(ddb_tables: DynamoDBTables) -> Iterator[NotifyTables]:
     """The test's counters and markers tables, and a notifications table (schema and stream from template.yaml)."""
     name = f"tally-test-notifications-{uuid.uuid4().hex[:12]}"
-    _create_table(ddb_tables.client, _template_tables()["NotificationsTable"], name)
+    create_table(ddb_tables.client, template_tables()["NotificationsTable"], name)
     try:
         yield NotifyTables(ddb_tables, name)
     finally:

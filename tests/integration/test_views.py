@@ -39,7 +39,7 @@ from tests.support.pipeline import make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
     from tally.pipeline import BatchPipeline, BatchResult
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tally.core.windows import WindowSpec
     from tally.store.requests import Attempt
     from tally.store.windows import WindowsMoved
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

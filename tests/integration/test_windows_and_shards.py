@@ -19,7 +19,7 @@ from tally_local.kit.faults import DynamoDBFaults
 from tests.support.pipeline import make_pipeline, make_store
 
 if TYPE_CHECKING:
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -24,9 +25,10 @@ from tally_local.chaos.harness import (
     series_reader,
     wire_pipeline,
 )
+from tests.support.tables import fresh_tables
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
@@ -42,7 +44,7 @@ if TYPE_CHECKING:
     from tally_local.chaos.config import ChaosConfig
     from tally_local.chaos.harness import ChaosResult
     from tally_local.dynamodb_local import DynamoDBLocal
-    from tests.conftest import DynamoDBTables
+    from tests.support.tables import DynamoDBTables
 
 WINDOW_MOVES = focused(
     SMOKE,
@@ -73,6 +75,18 @@ def run_on(
     return run_chaos(config, client_factory, tables, pipeline_factory=pipeline_factory, reader_factory=reader_factory)
 
 
+@contextlib.contextmanager
+def tables_of_run(dynamodb_local: DynamoDBLocal, ddb_tables: DynamoDBTables, attempt: int) -> Iterator[DynamoDBTables]:
+    """The test's own tables for its first run, new empty ones (deleted after) for each later run: a run judges every
+    key it writes against its own workload, and a section's keys are named alike whatever the seed (``run_chaos``
+    refuses tables that hold items)."""
+    if attempt == 0:
+        yield ddb_tables
+        return
+    with fresh_tables(dynamodb_local) as tables:
+        yield tables
+
+
 UNBROKEN_RUNS = 3
 """Runs a focused configuration gets to draw what its test needs: the threads' interleaving, not only the seed,
 decides which invocation a fault meets, so a rare combination (a big message killed after its claim and
@@ -91,7 +105,8 @@ def run_until_drawn(
     did not draw ``needs`` (``situations_missing``); every run passes, and the last drew them all."""
     wanted = tuple(needs)
     for attempt in range(runs):
-        result = run_on(dynamodb_local, ddb_tables, replace(config, seed=config.seed + attempt))
+        with tables_of_run(dynamodb_local, ddb_tables, attempt) as tables:
+            result = run_on(dynamodb_local, tables, replace(config, seed=config.seed + attempt))
         assert result.passed, (result.verdict.examples, result.archive, "\n".join(result.explanation))
         if not situations_missing(result, wanted):
             return result

@@ -425,8 +425,13 @@ def run_chaos(
     on_progress: Callable[[str, int, int], None] | None = None,
     reader_factory: SeriesReaderFactory = series_reader,
 ) -> ChaosResult:
-    """Run ``config`` against the (empty) ``tables``; ``on_progress(phase, acknowledged, messages)``. With
-    ``config.archive``, on a moto server of its own for the archive's bucket, stopped at the end."""
+    """Run ``config`` against the empty ``tables``; ``on_progress(phase, acknowledged, messages)``. With
+    ``config.archive``, on a moto server of its own for the archive's bucket, stopped at the end.
+
+    Raises ``ValueError`` when a table holds an item: the run judges every key it writes against its own workload
+    alone, and keys of a section are named alike whatever the seed (``bs:0:0``), so another run's counts would be
+    judged as this run's events counted twice."""
+    require_empty(client_factory(), (tables.counters, tables.markers))
     options = {"pipeline_factory": pipeline_factory, "on_progress": on_progress, "reader_factory": reader_factory}
     if not config.archive:
         return _run_chaos(config, client_factory, tables, archive=None, **options)  # type: ignore[arg-type]
@@ -434,6 +439,15 @@ def run_chaos(
         # A bucket of its own: moto keeps its services' state per process, across servers.
         site = ArchiveSite(moto.endpoint_url, f"{BUCKET}-{uuid.uuid4().hex[:12]}").create()
         return _run_chaos(config, client_factory, tables, archive=site, **options)  # type: ignore[arg-type]
+
+
+def require_empty(client: DynamoDBClient, tables: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the first of ``tables`` that holds an item (one strongly consistent item read)."""
+    for table in tables:
+        if client.scan(TableName=table, Limit=1, ConsistentRead=True).get("Items"):
+            raise ValueError(
+                f"the chaos run needs empty tables, and {table} holds items (another run's?): give each run new tables"
+            )
 
 
 def _publish(workload: Workload, log: FaultLog, queue: Queue, stream: Stream, trail: MessageTrail) -> None:
