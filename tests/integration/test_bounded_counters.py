@@ -289,6 +289,33 @@ def test_a_36_digit_step_within_a_fractional_bound_is_counted(ddb_tables: Dynamo
     assert value_of(ddb_tables, "acct:1", "bal") == sign * THIRTY_SIX_DIGITS
 
 
+@pytest.mark.parametrize("windows", ["", "minute,hour,day"])
+@pytest.mark.parametrize("packed", [False, True], ids=["alone", "packed with a small step"])
+@pytest.mark.parametrize("stored", [0, 17])
+def test_a_step_past_its_ceiling_whose_sums_need_over_38_digits_is_refused_by_the_bound(
+    ddb_tables: DynamoDBTables, stored: int, packed: bool, windows: str
+) -> None:
+    # GIVEN a seat bounded to [0, 40] at ``stored`` (and another at 5), its windows counted or not
+    bounds = parse_counter_bounds("seats:*#taken>=0;seats:*#taken<=40")
+    spec = parse_window_spec(windows) if windows else None
+    pipeline, dlq = bounded_pipeline(ddb_tables, bounds, windows=spec)
+    setup = [record("fill", "seats:1", taken=stored), record("fill-2", "seats:2", taken=5)]
+    assert pipeline.process(setup, NOW_MS, lambda: 60_000).failed_record_ids == ()
+    # WHEN a step of 36 significant digits at 10^39 comes (alone, or packed with a step the other seat can take):
+    # from any value but 0 its sum needs 39 or 40 digits (the all-time value's, and each window's: windows are not
+    # bounded), which DynamoDB refuses before it looks at the condition (docs/aws-fidelity.md)
+    events = ['{"key": "seats:1", "deltas": {"taken": 1.23456789012345678901234567890123456E+39}}']
+    if packed:
+        events.append('{"key": "seats:2", "deltas": {"taken": 1}}')
+    body = '{"id": "big-step", "events": [' + ", ".join(events) + "]}"
+    result = pipeline.process([SourceRecord("r-big-step", body, NOW_MS)], NOW_MS, lambda: 60_000)
+    # THEN the bound refuses it, whole, whatever the stored value: the step leaves [0, 40] from every value in it
+    assert result.failed_record_ids == ()
+    assert [letter.rejection.code for letter in dlq.letters] == ["above_ceiling"], dlq.letters
+    assert value_of(ddb_tables, "seats:1", "taken") == (stored or None)
+    assert value_of(ddb_tables, "seats:2", "taken") == 5
+
+
 def test_a_journal_sized_unit_on_a_bounded_key_goes_through_direct_transactions(ddb_tables: DynamoDBTables) -> None:
     # GIVEN 150 packed messages, each selling 1 of stock:1 (start 140) and counting 4 of 20 shared keys: without
     # the bound, the commit journal's case (one ADD per key for the whole unit)

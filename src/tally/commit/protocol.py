@@ -549,6 +549,19 @@ class CommitProtocol:
             if resolution is Resolution.PENDING:
                 self._hold(message.message_id, marker.batch_id or "")
                 return
+        if refused.number_range and (bounded := [item for item in message.totals if self._bounds.is_bounded(item)]):
+            # A step past its bound whose sums DynamoDB cannot store (a 36-digit step onto a seat, or onto its
+            # unbounded windows): refused for the range before its condition is looked at. The bound is the rule
+            # the deployment declared, so it is the reason given whenever the values met say it is crossed.
+            try:
+                found = self._steps.read(partial(self._store.read_items, bounded))
+            except RetryableStoreError:
+                self._fates.failed([message.message_id])
+                return
+            crossed = refusal(message.totals, counters_met(found, self._declared.defaults), self._bounds)
+            if crossed is not None:
+                self._fates.dead_lettered(message.message_id, crossed)
+                return
         detail = f"DynamoDB refused the message's write: {refused.detail}"
         self._fates.dead_lettered(message.message_id, Rejection(refusal_code(refused), detail[:1000]))
 

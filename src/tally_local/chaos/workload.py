@@ -271,7 +271,7 @@ def generate(config: ChaosConfig, base_ms: int) -> Workload:
     publications = [Publication(source_of(m), m.body, m.partition_key) for m in [*valid.values(), *doomed]]
     publications += [Publication(source(), body, f"poison-{index}") for index, body in enumerate(poison)]
     rng.shuffle(publications)
-    _keep_split_pairs_together(publications, valid)
+    _keep_pairs_together(publications, valid)
     publications = _claim_units_first(publications, first_on_kinesis)
     respelled: dict[str, ValidMessage] = {}
     reuse_rng = random.Random(f"{config.seed}:reuse")  # its own stream: the rest of the load stays as it was
@@ -469,6 +469,29 @@ def _split_unit_messages(config: ChaosConfig, rng: random.Random) -> dict[str, V
             )
             messages[message_id] = ValidMessage(message_id, body, hub, len(keys), parts)
     return messages
+
+
+DIGIT_FILL: Final = "bounded-digit-fill-"
+"""The ids of the small steps each 36-digit seat step follows (``c<seed>-bounded-digit-fill-<index>``)."""
+
+
+def _keep_pairs_together(publications: list[Publication], valid: Mapping[str, ValidMessage]) -> None:
+    """The messages published as pairs: split pairs, and each 36-digit seat step behind its seat's small step."""
+    _keep_split_pairs_together(publications, valid)
+    _keep_digit_fills_before_their_steps(publications, valid)
+
+
+def _keep_digit_fills_before_their_steps(publications: list[Publication], valid: Mapping[str, ValidMessage]) -> None:
+    """Publish each 36-digit seat step right after its seat's small step, on the same source (one batch, often)."""
+    for message_id, message in valid.items():
+        prefix, found, index = message_id.partition(DIGIT_FILL)
+        if not found:
+            continue
+        step = valid[f"{prefix}bounded-digits-{index}"].body
+        fill = next(i for i, p in enumerate(publications) if p.body == message.body)
+        publication = publications.pop(fill)
+        place = next(i for i, p in enumerate(publications) if p.body == step)
+        publications.insert(place, replace(publication, source=publications[place].source))
 
 
 def _keep_split_pairs_together(publications: list[Publication], valid: Mapping[str, ValidMessage]) -> None:
@@ -738,6 +761,11 @@ class _PatternBuilder:
         digits = random.Random(f"{self.config.seed}:digit-steps")  # a stream of its own: the rest stays as it was
         for index in range(self.config.digit_bound_steps):
             seat = digits.randrange(keys)
+            # A small step onto the seat first (published right before it: ``_keep_digit_fills_before_their_steps``):
+            # from a seat, and its windows, above 0 the big step's sums need 39 or 40 digits, which DynamoDB refuses
+            # before it looks at the bound's condition.
+            fill: list[_PatternPart] = [(f"seats:{seat}", {"taken": Decimal(digits.randint(1, 4))}, {}, None, {})]
+            self._add(f"c{self.config.seed}-{DIGIT_FILL}{index}", fill, bounded=True)
             parts = [(f"seats:{seat}", {"taken": BIG_SEAT_STEP}, {}, None, {})]
             if index % 2 and keys > 1:  # packed with an ordinary step: the refusal must leave it untouched too
                 other = (seat + 1 + digits.randrange(keys - 1)) % keys
