@@ -75,6 +75,9 @@ _LIST_VISIBILITY_S: Final = 30
 _REDRIVE_VISIBILITY_S: Final = 120
 """Hides a message while it is being redriven; a re-dead-lettered one stays hidden this long, so the
 redrive never meets it again."""
+RECEIVE_WAIT_S: Final = 1
+"""Each receive long-polls this long: a short poll samples only some of SQS's servers and may answer empty while
+letters wait, so an empty answer would not mean an empty queue (every list and redrive ends on one)."""
 _MAX_REPLAY_RECORDS: Final = 10_000
 _PUT_RECORDS_MAX_BYTES: Final = 4 * 1024 * 1024
 """PutRecords takes 500 records and 5 MiB (data and partition keys) per call; a margin is kept."""
@@ -698,7 +701,7 @@ def _receive(sqs: SQSClient, queue_url: str, visibility_s: int) -> list[Letter]:
         QueueUrl=queue_url,
         MaxNumberOfMessages=SQS_BATCH_MAX_ENTRIES,
         VisibilityTimeout=visibility_s,
-        WaitTimeSeconds=1,
+        WaitTimeSeconds=RECEIVE_WAIT_S,
         AttributeNames=["All"],
         MessageAttributeNames=["All"],
     )
