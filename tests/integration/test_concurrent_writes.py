@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -24,15 +23,14 @@ from tally.errors import RetryableStoreError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tests.support.counts import nonzero, read_all
 from tests.support.pipeline import TTL_DAYS, make_pipeline, plenty
-from tests.support.tables import create_table, template_tables
+from tests.support.tables import fresh_tables
 from tests.support.workload import SENT_MS, Workload, generate
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-    from mypy_boto3_dynamodb import DynamoDBClient
-
     from tally.core.write import DirectWrite
+    from tally_local.dynamodb_local import DynamoDBLocal
     from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -97,17 +95,10 @@ def _items(write: DirectWrite) -> frozenset[object]:
 
 
 @pytest.fixture
-def second_tables(ddb_tables: DynamoDBTables) -> Iterator[DynamoDBTables]:
+def second_tables(dynamodb_local: DynamoDBLocal) -> Iterator[DynamoDBTables]:
     """Another pair of template tables on the same DynamoDB Local."""
-    client: DynamoDBClient = ddb_tables.client
-    suffix = uuid.uuid4().hex[:12]
-    definitions = template_tables()
-    counters, markers = f"tally-test-counters-{suffix}", f"tally-test-markers-{suffix}"
-    create_table(client, definitions["CountersTable"], counters)
-    create_table(client, definitions["MarkersTable"], markers)
-    yield type(ddb_tables)(client, counters, markers, ddb_tables.endpoint_url)
-    for name in (counters, markers):
-        client.delete_table(TableName=name)
+    with fresh_tables(dynamodb_local) as tables:
+        yield tables
 
 
 def test_direct_transactions_overlap_and_count_as_one_at_a_time(

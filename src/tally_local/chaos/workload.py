@@ -196,7 +196,7 @@ class Workload:
     @property
     def digit_steps(self) -> tuple[ValidMessage, ...]:
         """The bounded messages stepping a seat by a 36-digit amount (``ChaosConfig.digit_bound_steps``)."""
-        return tuple(m for m in self.valid.values() if "-bounded-digits-" in m.message_id)
+        return tuple(m for m in self.valid.values() if f"-{DIGIT_STEP}" in m.message_id)
 
     @property
     def precision_doomed(self) -> tuple[ValidMessage, ...]:
@@ -471,6 +471,8 @@ def _split_unit_messages(config: ChaosConfig, rng: random.Random) -> dict[str, V
     return messages
 
 
+DIGIT_STEP: Final = "bounded-digits-"
+"""The ids of the 36-digit seat steps (``c<seed>-bounded-digits-<index>``)."""
 DIGIT_FILL: Final = "bounded-digit-fill-"
 """The ids of the small steps each 36-digit seat step follows (``c<seed>-bounded-digit-fill-<index>``)."""
 
@@ -485,25 +487,22 @@ def _keep_digit_fills_before_their_steps(publications: list[Publication], valid:
     """Publish each 36-digit seat step right after its seat's small step, on the same source (one batch, often)."""
     for message_id, message in valid.items():
         prefix, found, index = message_id.partition(DIGIT_FILL)
-        if not found:
-            continue
-        step = valid[f"{prefix}bounded-digits-{index}"].body
-        fill = next(i for i, p in enumerate(publications) if p.body == message.body)
-        publication = publications.pop(fill)
-        place = next(i for i, p in enumerate(publications) if p.body == step)
-        publications.insert(place, replace(publication, source=publications[place].source))
+        if found:
+            _publish_beside(publications, message.body, valid[f"{prefix}{DIGIT_STEP}{index}"].body, after=False)
 
 
 def _keep_split_pairs_together(publications: list[Publication], valid: Mapping[str, ValidMessage]) -> None:
     """Publish each split pair's second message right after its first, on the same source (one batch, often)."""
     for message_id, message in valid.items():
-        if "-split-" not in message_id or not message_id.endswith("b"):
-            continue
-        first = valid[message_id[:-1] + "a"].body
-        second = next(i for i, p in enumerate(publications) if p.body == message.body)
-        publication = publications.pop(second)
-        place = next(i for i, p in enumerate(publications) if p.body == first)
-        publications.insert(place + 1, replace(publication, source=publications[place].source))
+        if "-split-" in message_id and message_id.endswith("b"):
+            _publish_beside(publications, message.body, valid[message_id[:-1] + "a"].body, after=True)
+
+
+def _publish_beside(publications: list[Publication], body: str, anchor: str, *, after: bool) -> None:
+    """Move ``body``'s publication right after (or before) ``anchor``'s, onto the anchor's source."""
+    publication = publications.pop(next(i for i, p in enumerate(publications) if p.body == body))
+    place = next(i for i, p in enumerate(publications) if p.body == anchor)
+    publications.insert(place + after, replace(publication, source=publications[place].source))
 
 
 def _window_messages(
@@ -770,7 +769,7 @@ class _PatternBuilder:
             if index % 2 and keys > 1:  # packed with an ordinary step: the refusal must leave it untouched too
                 other = (seat + 1 + digits.randrange(keys - 1)) % keys
                 parts.append((f"seats:{other}", {"taken": Decimal(_nonzero(digits, -4, 4))}, {}, None, {}))
-            self._add(f"c{self.config.seed}-bounded-digits-{index}", parts, bounded=True)
+            self._add(f"c{self.config.seed}-{DIGIT_STEP}{index}", parts, bounded=True)
 
     def distinct(self) -> None:
         """Viewers (of 80) and sometimes countries (of 12) on ``page:`` keys, some events with a ``ts``."""
