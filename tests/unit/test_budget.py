@@ -3,6 +3,7 @@ fails with its name, its figure and the budget."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -95,9 +96,11 @@ def test_a_tests_tier_is_the_heaviest_thing_it_needs(markers: tuple[str, ...], t
 
 
 @pytest.mark.slow
-def test_a_test_over_its_tiers_budget_fails_with_its_name_its_figure_and_the_budget() -> None:
+@pytest.mark.parametrize("slower", [1, 2], ids=["this machine", "a machine twice as slow"])
+def test_a_test_over_its_tiers_budget_fails_with_its_name_its_figure_and_the_budget(slower: int) -> None:
     # GIVEN a module whose fast and DynamoDB Local budgets are tiny (tests/support/budget_probe.py): a test of each
-    # tier spends 0.3 s of CPU, a third next to none
+    # tier spends four times its tier's budget, a third next to none; on this machine, and with figures scaled as on a
+    # machine twice as slow (a fixed spend of CPU seconds fell under the budget on the check machine)
     probe = Path(__file__).resolve().parents[1] / "support" / "budget_probe.py"
     # WHEN pytest runs it with the budgets enforced, as make test and make test-fast do
     done = subprocess.run(
@@ -107,6 +110,7 @@ def test_a_test_over_its_tiers_budget_fails_with_its_name_its_figure_and_the_bud
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "TALLY_BUDGET_PROBE_SLOWER": str(slower)},
     )
     output = done.stdout + done.stderr
     # THEN each spending test fails at its teardown, named, with its figure and its tier's budget; the other passes;
