@@ -1,22 +1,30 @@
 """The journal's pages: one apply chunk's increments, or the crossings it records, encoded compactly and exactly
 (numbers as decimal text).
 
-An increments page is msgpack. Without view items it is a list of rows, one per item: ``(key, window, shard,
-expires_at_s, [(counter, delta), ...])``. A page with view items is a map: ``k``, the other items' rows as before,
-and ``v``, one group per (view, key) the page touches, ``(view, key, counters, rows)``. A view's items share what
-their events share: the view and the key, and the counter names (the events' counters, and the open windows'
-counters riding on each item, ``\x1fh#2026-12-02T08:00Z\x1fcalls``), so a group writes them once and each of its
-rows names its item by its values alone (joined by U+001F, which no value holds, as in its sort key) and each
-counter by its place in ``counters``: ``(values, window, shard, expires_at_s, [(counter index, delta), ...])``.
-Pages are billed per KB (``BatchWriteItem``): a view item's row is a third of a published key's that counts the
-same thing (``api/customer=acme`` and its three counter names). Both shapes decode (a page written before view
-groups existed is a list).
+An increments page is a msgpack array, ``[2, names, rows, groups]``: ``names`` lists the page's counter names once
+each; ``rows`` holds a row per item, ``(key, window, shard, expires_at_s, [name index, ...], [delta, ...])``;
+``groups`` one per (view, key) the page touches, ``(view, key, rows)``, whose rows name their item by its values
+alone (joined by U+001F, which no value holds, as in its sort key): ``(values, window, shard, expires_at_s, [name
+index, ...], [delta, ...])``. The leading 2 is what code written before this shape cannot read past: it fails on
+such a page (its rows must be arrays) rather than finishing a batch from a page it would read as empty, so during a
+deploy, or after a rollback, only this code finishes a batch this code left.
+
+Pages are billed per KB (``BatchWriteItem``), and a batch's items share most of their counter names: the
+events' counters, and the open windows' counters riding on each key item (``\x1fh#2026-12-02T08:00Z\x1fcalls``,
+25 bytes and more), the same for every key of the hour. Written once a page, a name costs each row one byte: a
+key with two counters and hour and day windows takes 70 bytes instead of 167. A view's items share their view and
+key too, so a group writes them once (a view item's row is a third of a published key's that counts the same).
+
+Pages written before names were listed once a page still decode: a list of rows with their counter names
+``(key, window, shard, expires_at_s, [(counter, delta), ...])``, or, with view items, a map of such rows (``k``)
+and of groups carrying their own names (``v``: ``(view, key, counters, [(values, window, shard, expires_at_s,
+[(counter index, delta), ...]), ...])``). A journal batch another container left may hold either.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, Final, Literal, TypeAlias
 
 import msgspec
 
@@ -40,44 +48,53 @@ if TYPE_CHECKING:
 _PAGE_ENCODER = msgspec.msgpack.Encoder()
 
 
+NamedRow: TypeAlias = tuple[str, str, int, int | None, list[int], list[str]]
+"""One item's increments: (its key, or a view item's values; window; shard; expiry; its counters' places in the
+page's names; their deltas, in the same order)."""
+NamedGroup: TypeAlias = tuple[str, str, list[NamedRow]]
+"""A view's items on a page: (view, key, their rows)."""
+
 Row: TypeAlias = tuple[str, str, int, int | None, list[tuple[str, str]]]
-"""One item's increments: (its key, or a view item's values; window; shard; expiry; [(counter, delta), ...])."""
-
-
+"""A row of a page written before names were listed once: (key; window; shard; expiry; [(counter, delta), ...])."""
 ViewRow: TypeAlias = tuple[str, str, int, int | None, list[tuple[int, str]]]
-"""One view item's increments: (its values; window; shard; expiry; [(its group's counter index, delta), ...])."""
+"""A view item's row of such a page: (values; window; shard; expiry; [(its group's counter index, delta), ...])."""
 ViewGroup: TypeAlias = tuple[str, str, list[str], list[ViewRow]]
-"""A view's items on a page: (view, key, the counter names its rows index, its rows)."""
+"""A view's items on such a page: (view, key, the counter names its rows index, its rows)."""
+
+
+NAMED: Final = 2
+"""The first element of a page that lists its counter names once."""
+_NAMED_DECODER = msgspec.msgpack.Decoder(tuple[Literal[2], list[str], list[NamedRow], list[NamedGroup]])
 
 
 class _ViewPage(msgspec.Struct, frozen=True, omit_defaults=True):
-    """A page with view items (see the module): the other items' rows, and the view items' rows per (view, key)."""
+    """A page with view items written before names were listed once (see the module): rows (``k``), groups (``v``)."""
 
     k: list[Row] = msgspec.field(default_factory=list)
     v: list[ViewGroup] = msgspec.field(default_factory=list)
 
 
-_PAGE_DECODER = msgspec.msgpack.Decoder(list[Row] | _ViewPage)
+_EARLIER_DECODER = msgspec.msgpack.Decoder(list[Row] | _ViewPage)
 
 
 def encode_page(increments: Totals) -> bytes:
     """Compact, exact encoding of one apply chunk's increments (numbers as their decimal text)."""
-    rows: list[Row] = []
-    groups: dict[tuple[str, str], tuple[dict[str, int], list[ViewRow]]] = {}
+    names: dict[str, int] = {}
+    rows: list[NamedRow] = []
+    groups: dict[tuple[str, str], list[NamedRow]] = {}
     for item, counters in increments.items():
+        places = [names.setdefault(name, len(names)) for name in counters]
+        deltas = [to_wire(delta) for delta in counters.values()]
         parts = item_parts(item)
         view = view_parts(parts.key)
         if view is None:
-            deltas = [(name, to_wire(delta)) for name, delta in counters.items()]
-            rows.append((parts.key, parts.window, parts.shard, parts.expires_at_s, deltas))
-            continue
-        names, members = groups.setdefault((view.view, view.key), ({}, []))
-        indexed = [(names.setdefault(name, len(names)), to_wire(delta)) for name, delta in counters.items()]
-        members.append((VIEW_MARK.join(view.values), parts.window, parts.shard, parts.expires_at_s, indexed))
-    if not groups:
-        return _PAGE_ENCODER.encode(rows)
-    views = [(view, key, list(names), members) for (view, key), (names, members) in groups.items()]
-    return _PAGE_ENCODER.encode(_ViewPage(rows, views))
+            rows.append((parts.key, parts.window, parts.shard, parts.expires_at_s, places, deltas))
+        else:
+            row = (VIEW_MARK.join(view.values), parts.window, parts.shard, parts.expires_at_s, places, deltas)
+            groups.setdefault((view.view, view.key), []).append(row)
+    return _PAGE_ENCODER.encode(
+        (NAMED, list(names), rows, [(view, key, members) for (view, key), members in groups.items()])
+    )
 
 
 def page_bytes(increments: Totals) -> int:
@@ -86,15 +103,38 @@ def page_bytes(increments: Totals) -> int:
 
 
 def decode_page(data: bytes) -> dict[ItemKey, dict[str, Decimal]]:
-    page = _PAGE_DECODER.decode(data)
+    try:
+        _, names, rows, groups = _NAMED_DECODER.decode(data)
+    except msgspec.ValidationError:
+        return _earlier_page(data)
+    items = {
+        make_item(key, window, shard, expires): _counters(names, places, deltas)
+        for key, window, shard, expires, places, deltas in rows
+    }
+    for view, key, members in groups:
+        for values, window, shard, expires, places, deltas in members:
+            item = make_item(view_item_key(view, key, tuple(values.split(VIEW_MARK))), window, shard, expires)
+            items[item] = _counters(names, places, deltas)
+    return items
+
+
+def _earlier_page(data: bytes) -> dict[ItemKey, dict[str, Decimal]]:
+    """A page written before names were listed once: a list of rows, or a map of rows and view groups."""
+    page = _EARLIER_DECODER.decode(data)
     if isinstance(page, list):
         return _items(page)
     items = _items(page.k)
-    for view, key, names, members in page.v:
-        for values, window, shard, expires, indexed in members:
+    for view, key, group_names, view_rows in page.v:
+        for values, window, shard, expires, indexed in view_rows:
             item = make_item(view_item_key(view, key, tuple(values.split(VIEW_MARK))), window, shard, expires)
-            items[item] = {names[index]: Decimal(text) for index, text in indexed}
+            items[item] = {group_names[index]: Decimal(text) for index, text in indexed}
     return items
+
+
+def _counters(names: Sequence[str], places: Sequence[int], deltas: Sequence[str]) -> dict[str, Decimal]:
+    if len(places) != len(deltas):
+        raise ValueError(f"a page row names {len(places)} counters and carries {len(deltas)} deltas")
+    return {names[place]: Decimal(text) for place, text in zip(places, deltas, strict=True)}
 
 
 def _items(rows: Sequence[Row]) -> dict[ItemKey, dict[str, Decimal]]:
