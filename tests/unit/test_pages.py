@@ -111,7 +111,7 @@ def test_a_pages_counter_names_are_written_once_whatever_keys_carry_them() -> No
     assert len(page) < 98 * 70
 
 
-def test_a_view_item_is_named_by_its_values_once_its_view_key_and_counters_are_written() -> None:
+def test_a_view_item_is_named_by_its_values_once_its_view_and_key_are_written() -> None:
     # 50 customers of one key, each item with its all-time counter and the hour's and day's riding on it: the view
     # and the key once, each item by its value. Shorter than the same counts published as keys of their own
     # (api/customer=c<i>, which a producer without views sends) by each hand key's "api/customer=" (13 bytes) less a
