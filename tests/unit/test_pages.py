@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from tally.core.decode import decode_message
 from tally.core.items import SHARD_SEPARATOR, ItemKey, make_item, view_item_key, window_counter
 from tally.core.model import Message
+from tally.core.plan import MAX_JOURNAL_PAGE_BYTES, plan_apply_chunks
 from tally.core.views import View
+from tally.core.write_cost import planner_page_bytes
 from tally.store.pages import decode_page, encode_page
 
 PLAIN_PAGE = bytes.fromhex(
@@ -109,6 +111,18 @@ def test_a_pages_counter_names_are_written_once_whatever_keys_carry_them() -> No
     for name in windowed:  # each a msgpack string of under 32 bytes: its length in its first byte
         assert page.count(bytes([0xA0 + len(name.encode())]) + name.encode()) == 1
     assert len(page) < 98 * 70
+
+
+def test_a_page_of_a_chunk_cut_at_the_planners_most_fits_in_an_item() -> None:
+    # GIVEN chunks the planner cuts at its bound on a page (MAX_JOURNAL_PAGE_BYTES, by page_entry_bytes), of the
+    # counters that bound fits worst: every name distinct and short, every delta a 45-character number
+    widest = Decimal("-1.2345678901234567890123456789012345678E-120")
+    increments = {f"k{i}": {f"{j}x{i}": widest for j in range(500)} for i in range(40)}
+    chunks = plan_apply_chunks(increments)
+    assert max(map(planner_page_bytes, chunks)) > 0.98 * MAX_JOURNAL_PAGE_BYTES  # at the planner's most
+    # THEN each page, as the store encodes it, fits in a DynamoDB item (400 KB) with room for its key and lease
+    for chunk in chunks:
+        assert len(encode_page(chunk)) < 400 * 1024 - 1024
 
 
 def test_a_view_item_is_named_by_its_values_once_its_view_and_key_are_written() -> None:
