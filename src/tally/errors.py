@@ -45,7 +45,8 @@ class MarkersExistError(StoreError):
     ``batches`` names, for markers written by the commit journal, the batch each one belongs to; a
     message absent from it has a direct marker, written together with its deltas: it is applied.
     ``digests`` holds the content digest each marker stores (absent: a marker written without one), and
-    ``applied`` each marker's applied time, epoch ms (absent: the marker was not returned).
+    ``applied`` each marker's applied time, epoch ms (absent: the marker was not returned), and ``placed`` the
+    receive time each stores for its events without ``ts`` (absent: none stored).
     ``vanished`` names the messages whose claim found NO marker where it expected one: a claim replacing a
     dead batch's marker, on the condition that the marker still names that batch, after TTL deleted it; such a
     message has no marker at all (neither applied nor claimed), and is in none of the other two.
@@ -58,6 +59,8 @@ class MarkersExistError(StoreError):
         digests: Mapping[str, bytes] | None = None,
         vanished: frozenset[str] = frozenset(),
         applied: Mapping[str, int] | None = None,
+        *,
+        placed: Mapping[str, int] | None = None,
     ) -> None:
         super().__init__(f"{len(message_ids)} message(s) already have markers")
         self.message_ids = message_ids
@@ -65,6 +68,7 @@ class MarkersExistError(StoreError):
         self.digests: Mapping[str, bytes] = digests or {}
         self.vanished = vanished
         self.applied: Mapping[str, int] = applied or {}
+        self.placed: Mapping[str, int] = placed or {}
 
 
 class BatchStateError(StoreError):

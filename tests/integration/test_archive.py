@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tally.core.model import SourceRecord
-from tally.reader.store_view import read_counters
+from tally.core.numbered_ids import numbered_id
+from tally.core.windows import parse_window_spec
+from tally.reader.store_view import read_counters, read_series
 from tally_local.chaos.ttl import sweep_expired
 from tally_local.kit.faults import KilledBeforeWrite, ObjectFaults
 from tests.support.archive import ArchiveBucket
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from tests.support.tables import DynamoDBTables
 
 NOW_MS = 1_796_169_600_000  # 2026-12-01T00:00:00Z
+HOUR_MS = 3_600_000
 DAY_MS = 86_400_000
 
 
@@ -84,6 +87,52 @@ def test_a_crash_between_the_commit_and_the_archive_write_is_repaired_by_the_red
     else:
         assert archived["m1"].commit == f"direct-{NOW_MS}"
     assert archived["m3"].counted_here is True
+    assert_recount_matches(bucket, store)
+
+
+@pytest.mark.parametrize("path", ["direct", "numbered", "journal"])
+def test_a_message_without_ts_archived_only_by_a_later_resend_is_placed_where_its_commit_placed_it(
+    ddb_tables: DynamoDBTables, bucket: ArchiveBucket, path: str
+) -> None:
+    # GIVEN hour and day windows, and an invocation that commits messages without ts received at 23:59:59.900, then
+    # dies before its archive write (a message of its own marker, numbered messages sharing a block, a journal batch)
+    windows = parse_window_spec("hour,day")
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    pipeline, _ = make_pipeline(store, archive=bucket.writer, windows=windows)
+    bodies = {
+        "direct": [{"id": "m1", "key": "k", "delta": 1}, {"id": "m2", "key": "j", "delta": 2}],
+        "numbered": [
+            {"id": numbered_id("0123456789abcdef0123456789abcdef", seq), "key": "k", "delta": seq} for seq in (3, 4)
+        ],
+        "journal": [{"id": "m1", "events": [{"key": f"p:{i:03d}", "delta": 1} for i in range(150)]}],
+    }[path]
+    records = [SourceRecord(f"r{n}", json.dumps(body), NOW_MS - 100) for n, body in enumerate(bodies)]
+    faults = ObjectFaults(bucket.client)
+    faults.kill()
+    with pytest.raises(KilledBeforeWrite):
+        pipeline.process(records, NOW_MS, plenty)
+    # WHEN the producer re-sends them: new source records, received two hours later, on the next day
+    later = NOW_MS + 2 * HOUR_MS
+    resent = [SourceRecord(f"again-{record.record_id}", record.body, later - 100) for record in records]
+    result = pipeline.process(resent, later, plenty)
+    # THEN the re-sends archive them with the receive time that placed them, from their markers
+    assert result.failed_record_ids == ()
+    archived = bucket.records()
+    assert {(record.counted_here, record.received_ms, record.placed_ms) for record in archived} == {
+        (False, later - 100, NOW_MS - 100)
+    }
+    # AND the recount places every window where the table holds it: none is left unjudged
+    recounted = bucket.recount(windows)
+    assert recounted.unplaced == {}
+    assert recounted.windows
+    for key, recounted_windows in recounted.windows.items():
+        for unit in windows.units:
+            series = read_series(store, key, unit, NOW_MS - DAY_MS, later + HOUR_MS)
+            held = {unit.window_id(start): values for start, values in series if values}
+            assert held == {
+                window: values for window, values in recounted_windows.items() if window.startswith(unit.prefix + "#")
+            }
+            assert list(held) == [unit.window_id(unit.start_ms(NOW_MS - 100))]
     assert_recount_matches(bucket, store)
 
 

@@ -202,7 +202,8 @@ def test_a_claim_of_an_aborted_batch_in_a_block_is_replaced_beside_new_claims(dd
     # GIVEN a journal batch that claimed seqs 0-3 of a block with other content, then died (lease over)
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
-    dead = [Claim(numbered_id(SESSION, seq), digest=b"\x01" * DIGEST_BYTES) for seq in range(4)]
+    # (and the receive time that placed its events without ts)
+    dead = [Claim(numbered_id(SESSION, seq), None, b"\x01" * DIGEST_BYTES, NOW_MS - 5) for seq in range(4)]
     journal.open("dead-batch", NOW_MS - 1, dead, NOW_MS - 60_000)
     pipeline, dlq = pipeline_with_gate(store, reads_markers=True)
 
@@ -220,6 +221,8 @@ def test_a_claim_of_an_aborted_batch_in_a_block_is_replaced_beside_new_claims(dd
     assert marker is not None
     assert marker.batch_id not in {None, "dead-batch"}
     assert marker.digest != b"\x01" * DIGEST_BYTES
+    # AND no marker keeps the aborted claim's placing time (these count in no window: they keep none)
+    assert marker.placed_ms is None
 
 
 def test_a_full_block_of_journal_claims_stays_within_one_write_unit(ddb_tables: DynamoDBTables) -> None:
@@ -231,7 +234,7 @@ def test_a_full_block_of_journal_claims_stays_within_one_write_unit(ddb_tables: 
     seqs = list(range(last_block * BLOCK_SEQS, MAX_SEQ + 1))
     assert len(seqs) == BLOCK_SEQS
     claims = [Claim(numbered_id(SESSION, seq), digest=b"\xff" * DIGEST_BYTES) for seq in seqs]
-    journal.open("b" * 32, NOW_MS + 60_000, claims, NOW_MS)
+    journal.open("f" * 24, NOW_MS + 60_000, claims, NOW_MS)
 
     # WHEN the stored item is measured by DynamoDB's item size rules
     (item,) = [found for found in ledger_items(ddb_tables) if found["id"]["S"].startswith("s#")]
@@ -239,6 +242,24 @@ def test_a_full_block_of_journal_claims_stays_within_one_write_unit(ddb_tables: 
     # THEN it is within 1 KB: every transactional write to it costs 2 write units
     assert item_size(item) == 991
     assert len(store.read_markers([claim.message_id for claim in claims])) == BLOCK_SEQS
+
+
+def test_a_full_block_of_fenced_claims_with_placing_times_stays_within_one_write_unit(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN the last block of a session claimed whole by a fenced batch (24-character id), every message with a
+    # digest and the receive time that placed its events without ts (6 bytes more per message)
+    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
+    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
+    seqs = range((MAX_SEQ // BLOCK_SEQS) * BLOCK_SEQS, MAX_SEQ + 1)
+    claims = [Claim(numbered_id(SESSION, seq), None, b"\xff" * DIGEST_BYTES, NOW_MS - 1) for seq in seqs]
+    journal.open("f" * 24, NOW_MS + 60_000, claims, NOW_MS)
+    # WHEN the stored item is measured THEN it is still within 1 KB (a batch applied by chunks, whose ids are
+    # uuid4's 32 characters, makes this block 1,125 bytes: 2 units, docs/explanation/archive.md)
+    (item,) = [found for found in ledger_items(ddb_tables) if found["id"]["S"].startswith("s#")]
+    assert item_size(item) == 997
+    markers = store.read_markers([claim.message_id for claim in claims])
+    assert {marker.placed_ms for marker in markers.values()} == {NOW_MS - 1}
 
 
 def test_a_block_expires_after_its_latest_marker(ddb_tables: DynamoDBTables) -> None:

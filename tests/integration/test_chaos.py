@@ -108,6 +108,22 @@ class JournalWithoutDigests(DynamoDBJournal):
         return super()._claim_actions(batch_id, [replace(claim, digest=b"") for claim in claims], now_ms)
 
 
+def without_placing_times(chunk: Chunk, declared: Declarations, seen: Seen, *, now_ms: int) -> DirectWrite | ReadFirst:
+    """BROKEN on purpose: direct markers are written without the receive time that placed the message's events
+    without ``ts`` (as before markers kept it)."""
+    planned = plan_write(chunk, declared, seen, now_ms=now_ms)
+    if not isinstance(planned, DirectWrite):
+        return planned
+    return replace(planned, claims=tuple(replace(claim, placed_ms=None) for claim in planned.claims))
+
+
+class JournalWithoutPlacingTimes(DynamoDBJournal):
+    """BROKEN on purpose: journal claims are written without the receive time that placed their events."""
+
+    def _claim_actions(self, batch_id: str, claims: Sequence[Claim], now_ms: int) -> list[Any]:
+        return super()._claim_actions(batch_id, [replace(claim, placed_ms=None) for claim in claims], now_ms)
+
+
 class JournalWithoutAppliedRecords(DynamoDBJournal):
     """BROKEN on purpose: an apply chunk's ADDs are not conditional on its applied-record."""
 
@@ -225,6 +241,7 @@ _store_without_markers = rewired(write_planner=without_markers)
 _journal_without_applied_records = rewired(journal_class=JournalWithoutAppliedRecords)
 _planner_without_the_expression_bound = rewired(_drop_the_expression_bound)
 _markers_without_digests = rewired(write_planner=without_digests, journal_class=JournalWithoutDigests)
+_markers_without_placing_times = rewired(write_planner=without_placing_times, journal_class=JournalWithoutPlacingTimes)
 
 
 def marks_forgotten(increments: Totals, batch: FencedBatch, **options: Any) -> tuple[tuple[FencedWrite, ...], ...]:
@@ -505,7 +522,14 @@ FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
     ),
     "archived": (
         ARCHIVED,
-        ("producer.resend", "producer.id_reused", "archive.throttle", "archive.kill_before_archive", "archive.ok"),
+        (
+            "producer.resend",
+            "producer.id_reused",
+            "archive.throttle",
+            "archive.kill_before_archive",
+            "archive.ok",
+            "archive.placed_by_markers",
+        ),
     ),
 }
 
@@ -564,6 +588,9 @@ BROKEN_VARIANTS: dict[str, tuple[PipelineFactory, ChaosConfig, tuple[str, ...]]]
         ARCHIVED_REUSED,
         ("situation.counted_copy_behind_its_ids_refused_content", "archive.gap_count", "archive.counters_wrong"),
     ),
+    # markers that keep no placing time: a message without ts archived only by a later delivery (killed before its
+    # archive write, then re-sent or redelivered) cannot be placed in its windows, which the run does not allow
+    "markers without placing times": (_markers_without_placing_times, ARCHIVED, ("archive.unplaced",)),
     # the archive written before the commit: refused and handed-back messages archived, each delivery of a
     # message under a commit of its own (the counters exact, the archive's recount over them)
     "archive written before the commit": (

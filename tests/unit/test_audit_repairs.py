@@ -119,6 +119,22 @@ def test_a_void_negates_each_event_in_the_windows_of_its_time() -> None:
     ]
 
 
+def test_a_void_of_a_message_archived_only_by_a_later_delivery_negates_where_its_receive_time_placed_it() -> None:
+    # GIVEN a message without ts counted at T0 whose committing invocation never archived it (a crash); a producer's
+    # re-send received seven hours later met its marker and archived it
+    body = '{"id": "m", "key": "k", "delta": 2}'
+    kept = countings([record(body, received=T0 + 7 * HOUR, here=False, delivery="d2", placed=T0 + 5)])
+    # THEN the void goes where the counting went (the marker's placing time), not to the re-send's hour
+    assert [(c.key, dict(c.deltas), c.ts_ms) for c in plan_void("m", kept).corrections] == [
+        ("k", {"count": -2}, T0 + 5)
+    ]
+    # AND with a marker that kept no placing time (written before markers kept it), where it went is unknown:
+    # refused, never guessed
+    unknown = countings([record(body, received=T0 + 7 * HOUR, here=False, delivery="d2")])
+    with pytest.raises(VoidRefused, match="which window"):
+        plan_void("m", unknown)
+
+
 def test_voiding_twice_voids_once_and_a_void_already_counted_is_refused() -> None:
     found = countings([record('{"id": "m", "key": "k", "delta": 4}')])
     first = plan_void("m", found)

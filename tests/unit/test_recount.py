@@ -33,6 +33,7 @@ def record(
     seq: int = 0,
     here: bool = True,
     received: int | None = None,
+    placed: int | None = None,
 ) -> ArchiveRecord:
     body = body.replace("TS", str(T0))
     message = decode_message(body, WIRE_LIMITS, views=VIEWS)
@@ -40,7 +41,7 @@ def record(
     source = SourceRecord(f"r-{seq}", body, committed - 10 if received is None else received)
     return archive_record(
         message,
-        Commit.of_marker(committed, batch),
+        Commit.of_marker(committed, batch, placed),
         source,
         digest=content_digest(message),
         archived_ms=committed + 50 if archived is None else archived,
@@ -106,6 +107,40 @@ def test_a_window_placed_only_by_a_later_delivery_is_not_recounted_exactly() -> 
     assert result.inexact == {}
     assert set(result.unplaced) == {"k"}
     assert "later delivery" in result.unplaced["k"]
+
+
+def test_a_later_deliverys_copy_places_the_windows_by_the_receive_time_the_marker_kept() -> None:
+    # GIVEN the same message archived only by later deliveries, whose markers kept the receive time that placed it
+    # (a producer's re-send received two hours later, then the redelivery of the counted record)
+    records = [
+        record('{"id": "b", "key": "k", "delta": 3}', received=T0 + 2 * HOUR, here=False, delivery="d2", placed=T0),
+        record('{"id": "b", "key": "k", "delta": 3}', received=T0, here=False, delivery="d3", placed=T0),
+    ]
+    # WHEN recounted
+    result = recount(records, windows=WINDOWS)
+    # THEN its windows are the ones that receive time gives, not the re-send's, and nothing is left unplaced
+    assert result.windows == {"k": {"h#2025-12-02T00:00Z": {"count": 3}, "d#2025-12-02": {"count": 3}}}
+    assert result.unplaced == {}
+    # AND the copy the committing invocation wrote names no placing time of its own: its receive time is it
+    own = record('{"id": "b", "key": "k", "delta": 3}', received=T0 + 5, placed=T0 + 5)
+    assert own.placed_ms is None
+    assert countings([own])[0].placed_ms == T0 + 5
+
+
+def test_what_no_window_owes_to_a_receive_time_is_placed_whoever_archived_it() -> None:
+    # GIVEN messages without ts archived only by a later delivery whose marker kept no placing time: a reset (it
+    # sets the all-time value and adds to no window), and a count committed ten days after it was received, whose
+    # windows were past their retention (a day) when it counted
+    records = [
+        record('{"id": "r", "key": "k", "reset": {"count": 5}}', received=T0 + 2 * HOUR, here=False),
+        record('{"id": "a", "key": "j", "delta": 1}', committed=T0 + 240 * HOUR, received=T0, here=False, seq=1),
+    ]
+    kept_a_day = parse_window_spec("hour,day", "hour=1,day=1")
+    result = recount(records, windows=kept_a_day)
+    # THEN no window depends on the time it lacks: nothing is unplaced
+    assert result.unplaced == {}
+    # AND with windows that keep it, the count is unplaced, the reset still not
+    assert set(recount(records, windows=WINDOWS).unplaced) == {"j"}
 
 
 def test_start_values_count_once_on_the_all_time_value() -> None:

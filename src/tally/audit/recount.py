@@ -7,8 +7,9 @@ count must hold if each counted message was counted exactly once:
 1. **One counting per (message id, commit)** (``countings``): copies written again by a retry or by a
    redelivery (``counted_here`` False) are dropped; a message counted twice by design (re-sent past the marker
    horizon) has two commits and counts twice. The record kept is the one written by the invocation that
-   committed it when there is one (its ``received_ms`` placed the events without ``ts``), otherwise the first
-   written; ``hi_ms``, the earliest ``archived_ms`` of all copies, is when its deltas had certainly landed.
+   committed it when there is one (its ``received_ms`` placed the events without ``ts``; a later delivery's
+   copy names that time as the marker keeps it, ``placed_ms``), otherwise the first written; ``hi_ms``, the
+   earliest ``archived_ms`` of all copies, is when its deltas had certainly landed.
 2. **Counters, windows, gauges, distinct counts** from ``tally.core.aggregate.message_totals`` (the same
    netting, window placement and late-window rule as the commit: windows from ``ts`` or the receive time,
    a window already expired at the commit skipped; each view an event's ``dims`` count it in, derived by the same
@@ -27,8 +28,10 @@ count must hold if each counted message was counted exactly once:
 
 Also reported: records whose content does not hash to their digest (``Recount.digest_mismatches``: an archive
 edited by hand, or a marker written before digests existed), and the keys whose windows hold an event without
-``ts`` of a message no copy written by the committing invocation names (``Recount.unplaced``: a later delivery's
-receive time may not be the one that placed it, so which window it went to is unknown).
+``ts`` of a message whose placing receive time no copy knows (``Recount.unplaced``): the committing invocation's
+copy names it, and a later delivery's copy the one the message's marker keeps (``ArchiveRecord.placed_ms``); a
+marker written before markers kept it leaves only the later delivery's own receive time, which may not be the one
+that placed it, so which window it went to is unknown.
 
 Pure: no boto3, no clock, no environment. Exact: every sum in ``tally.core.numbers.EXACT``.
 """
@@ -76,10 +79,12 @@ class Counting:
     """The earliest ``archived_ms`` of every copy: its deltas had landed by then."""
     copies: int
     """Records of this (message id, commit) read, the kept one included."""
-    placed_here: bool = True
-    """A copy was written by the committing invocation, whose receive time placed the events without ``ts``. A
-    copy written by a later delivery (a repair, a duplicate) names that delivery's receive time, the same for a
-    redelivery of the same record and another for a producer's re-send or a redrive: not to be trusted."""
+    placed_ms: int | None = None
+    """The receive time that placed the message's events without ``ts`` in their windows: the committing
+    invocation's, from its copy (``received_ms``) or, on a later delivery's copy, from the message's marker
+    (``ArchiveRecord.placed_ms``). None: no copy knows it (the committing invocation's copy is missing and the
+    marker kept none); a later delivery's own receive time, the same for a redelivery of the same record and
+    another for a producer's re-send or a redrive, is not to be trusted."""
 
     @property
     def lo_ms(self) -> int:
@@ -106,12 +111,15 @@ def countings(records: Iterable[ArchiveRecord]) -> list[Counting]:
     for copies in groups.values():
         if len(copies) == 1:  # the common case: no copy to choose from
             (only,) = copies
-            found.append(Counting(only, record_message(only), only.archived_ms, 1, only.counted_here))
+            found.append(Counting(only, record_message(only), only.archived_ms, 1, only.placing_ms))
             continue
         here = [record for record in copies if record.counted_here]
         kept = min(here or copies, key=lambda record: (record.archived_ms, record.delivery, record.seq))
         hi_ms = min(record.archived_ms for record in copies)
-        found.append(Counting(kept, record_message(kept), hi_ms, len(copies), bool(here)))
+        placed = kept.placing_ms
+        if placed is None:
+            placed = next((record.placing_ms for record in copies if record.placing_ms is not None), None)
+        found.append(Counting(kept, record_message(kept), hi_ms, len(copies), placed))
     found.sort(key=lambda counting: counting.order)
     return found
 
@@ -140,7 +148,7 @@ class Recount:
     """(key, ``ALL_TIME``, counter) -> why that all-time value cannot be recounted exactly (a reset)."""
     unplaced: Mapping[str, str] = field(default_factory=dict)
     """Key -> why its windows cannot be recounted exactly: an event without ``ts`` whose placing receive time no
-    copy names (``Counting.placed_here``). Which window it went to is unknown; its all-time value is exact."""
+    copy knows (``Counting.placed_ms``). Which window it went to is unknown; its all-time value is exact."""
     records: int = 0
     """Records read."""
     messages: int = 0
@@ -202,16 +210,23 @@ def _recount(
     mismatches: list[str] = []
     for counting in found:
         record, message = counting.record, counting.message
-        net = message_totals(message, spec, record.received_ms, record.committed_ms, views)
+        placed_ms = counting.placed_ms
+        net = message_totals(
+            message, spec, record.received_ms if placed_ms is None else placed_ms, record.committed_ms, views
+        )
         if record.digest and net.digest.hex() != record.digest:
             mismatches.append(record.id)
         _add_totals(sums, window_sums, net.totals)
+        if placed_ms is None and net.placed_ms is not None:  # a window placed by a receive time not to be trusted
+            why = (
+                f"message {record.id!r} was archived only by a later delivery, whose receive time may not be the one "
+                "that placed its events without ts in their windows"
+            )
+            for event in message.events:
+                if event.ts_ms is None:
+                    for key in event_keys(event, views):
+                        unplaced.setdefault(key, why)
         for event in message.events:
-            if event.ts_ms is None and not counting.placed_here and event.key not in unplaced:
-                unplaced[event.key] = (
-                    f"message {record.id!r} was archived only by a later delivery, whose receive time may not be the "
-                    "one that placed its events without ts in their windows"
-                )
             if event.reset is not None:
                 operated.setdefault(views.reset_target(event.key, event.dims), []).append(counting)
             for name, member in (event.distinct or {}).items():

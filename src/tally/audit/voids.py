@@ -93,7 +93,7 @@ def plan_void(
     _refuse_after_reset(counting, key_countings, tolerance_ms)
     negated: dict[tuple[str, int], dict[str, Number]] = {}
     for event in message.events:
-        ts_ms = event.ts_ms if event.ts_ms is not None else record.received_ms
+        ts_ms = event.ts_ms if event.ts_ms is not None else _placing_time(counting)
         into = negated.setdefault((event.key, ts_ms), {})
         for name, delta in event.deltas.items():
             into[name] = add(into.get(name, 0), -delta)
@@ -111,6 +111,16 @@ def plan_void(
     if len(done) == len(ids):
         raise VoidRefused(f"{message_id!r} is already voided (by {', '.join(done)})")
     return VoidPlan(message_id, record.commit, tuple(corrections), tuple(parts), tuple(done))
+
+
+def _placing_time(counting: Counting) -> int:
+    """The receive time that placed the counting's events without ``ts`` in their windows, or the refusal."""
+    if counting.placed_ms is None:
+        raise VoidRefused(
+            f"{counting.record.id!r} has events without ts and was archived only by a later delivery whose marker "
+            "kept no receive time for them (written before markers kept it): which window they went to is unknown"
+        )
+    return counting.placed_ms
 
 
 def _the_counting(message_id: str, found: Sequence[Counting], commit: str | None) -> Counting:

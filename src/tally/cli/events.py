@@ -120,6 +120,7 @@ def event_json(counting: Counting, key: str) -> dict[str, Any]:
         "ts": iso_utc(ts) if ts is not None else None,
         "ts_ms": ts,
         "received_ms": record.received_ms,
+        "placed_ms": counting.placed_ms,
         "deltas": deltas,
         "commit": record.commit,
         "copies": counting.copies,

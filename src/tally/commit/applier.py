@@ -215,6 +215,7 @@ class Applier:
             figures,
             now_ms=now_ms,
             digests={message.message_id: message.digest for message in messages},
+            placements={message.message_id: message.placed_ms for message in messages if message.placed_ms is not None},
             max_actions=self.max_actions,
             counter_limit=self.counter_limit,
             new_batch_id=self.new_batch_id,

@@ -170,6 +170,7 @@ class CommitProtocol:
         *,
         now_ms: int,
         digests: Mapping[str, bytes],
+        placements: Mapping[str, int] | None = None,
         max_actions: int,
         counter_limit: CounterLimit,
         new_batch_id: Callable[[], str],
@@ -211,6 +212,8 @@ class CommitProtocol:
         self._now_ms = now_ms
         self._digests = digests
         """Message id -> the content digest of the message this call applies under it."""
+        self._placements: Mapping[str, int] = placements or {}
+        """Message id -> the receive time that placed its events without ``ts`` (``MessageTotals.placed_ms``)."""
         self._max_actions = max_actions
         self._counter_limit = counter_limit
         self._new_batch_id = new_batch_id
@@ -250,7 +253,10 @@ class CommitProtocol:
         batches = {mid: marker.batch_id for mid, marker in existing.items() if marker.batch_id is not None}
         digests = {mid: marker.digest for mid, marker in existing.items() if marker.digest is not None}
         applied = {mid: marker.applied_at_ms for mid, marker in existing.items()}
-        claimable = self.settle_existing(MarkersExistError(frozenset(existing), batches, digests, applied=applied))
+        placed = {mid: marker.placed_ms for mid, marker in existing.items() if marker.placed_ms is not None}
+        claimable = self.settle_existing(
+            MarkersExistError(frozenset(existing), batches, digests, applied=applied, placed=placed)
+        )
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
     # ----------------------------------------------------------------------- 1. direct transaction
@@ -778,7 +784,9 @@ class CommitProtocol:
             cost = (item not in items) + (replaces is not None)
             if actions + cost > self._max_actions:
                 break
-            claims.append(Claim(message_id, replaces, self._digests.get(message_id, b"")))
+            claims.append(
+                Claim(message_id, replaces, self._digests.get(message_id, b""), self._placements.get(message_id))
+            )
             items.add(item)
             actions += cost
         return claims
@@ -1012,7 +1020,8 @@ class CommitProtocol:
                 continue
             batch_id = exists.batches.get(message_id)
             applied_ms = exists.applied.get(message_id)
-            commit = None if applied_ms is None else Commit.of_marker(applied_ms, batch_id)
+            placed_ms = exists.placed.get(message_id)
+            commit = None if applied_ms is None else Commit.of_marker(applied_ms, batch_id, placed_ms)
             if batch_id is None:
                 self._settle_applied(message_id, exists.digests.get(message_id), commit)
                 continue

@@ -53,6 +53,10 @@ class MessageTotals(msgspec.Struct, frozen=True, gc=False):
     """A reset's writes: item -> counter -> the value it is set to (``tally.core.resets.reset_items``)."""
     stamp: OperatorStamp | None = None
     """A reset's or correction's record on the key's all-time item; None for every other message."""
+    placed_ms: int | None = None
+    """The receive time that placed an event without ``ts`` in a window (``received_ms``), kept on the message's
+    marker: a later delivery that archives the message (a repair after a crash, a producer's re-send) is received
+    at another time, and the recount needs this one. None when no window owes anything to it."""
 
     @property
     def is_operator(self) -> bool:
@@ -135,6 +139,7 @@ def message_totals(
     """
     totals: dict[ItemKey, dict[str, Number]] = {}
     late = 0
+    placed_ms: int | None = None
     for event in message.events:
         if event.reset is not None:
             continue  # a reset sets the all-time value only (``sets``): it adds nothing, to no window
@@ -145,6 +150,8 @@ def message_totals(
             ts_ms = event.ts_ms if event.ts_ms is not None else received_ms
             spans, was_late = windows.windows_of(ts_ms, now_ms)
             late += was_late
+            if event.ts_ms is None and spans:
+                placed_ms = received_ms
             for unit, start in spans:
                 window_id = unit.window_id(start)
                 if unit.on_key_item:
@@ -161,8 +168,8 @@ def message_totals(
         stamp = operator_stamp(message, received_ms, views)
         if stamp is not None:
             sets = reset_items(stamp) if stamp.kind is OperatorKind.RESET else {}
-            return MessageTotals(message.message_id, totals, 1, late, digest, sets, stamp)
-    return MessageTotals(message.message_id, totals, len(message.events), late, digest)
+            return MessageTotals(message.message_id, totals, 1, late, digest, sets, stamp, placed_ms)
+    return MessageTotals(message.message_id, totals, len(message.events), late, digest, placed_ms=placed_ms)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,8 @@ with what a recount needs (``tally.audit.recount``) and what a person needs to t
   one invocation, its place in the source's order (``delivery``, ``seq``, ``counted_here``): what orders a reset
   against the other messages of its key;
 - where it came from (``origin``: the source ARN and partition key or message group, ``record_id``,
-  ``received_ms``: the time that places an event without ``ts`` in its windows).
+  ``received_ms``: the time that places an event without ``ts`` in its windows) and, on a copy a later delivery
+  wrote, the committing delivery's receive time as the message's marker keeps it (``placed_ms``).
 
 **Format** (chosen by measurement: docs/explanation/archive.md): gzip-compressed JSON lines, one object per
 invocation, under Hive-style partitions of the hour it was written, ``<prefix>dt=YYYY-MM-DD/hour=HH/<archived
@@ -95,6 +96,17 @@ class ArchiveRecord(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     digest: str = ""
     """The content digest in hex (empty: unknown, a message built without one)."""
     origin: dict[str, str] = msgspec.field(default_factory=dict)
+    placed_ms: int | None = None
+    """On a record a later delivery wrote (``counted_here`` False): the receive time that placed the message's events
+    without ``ts`` in their windows, as its marker keeps it; this record's own ``received_ms`` is the later
+    delivery's (the same for a redelivery of the counted record, another for a producer's re-send or a redrive).
+    Absent: the committing invocation wrote it, or the marker kept none (no such event, or written before markers
+    kept it)."""
+
+    @property
+    def placing_ms(self) -> int | None:
+        """The receive time that placed this message's events without ``ts``, when this record knows it."""
+        return self.received_ms if self.counted_here else self.placed_ms
 
 
 _encoder: Final = msgspec.json.Encoder(decimal_format="number")
@@ -158,6 +170,7 @@ def archive_record(
         events=tuple(archived_event(event) for event in message.events),
         digest=digest.hex(),
         origin=dict(source.origin),
+        placed_ms=None if counted_here else commit.placed_ms,
     )
 
 

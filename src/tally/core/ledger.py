@@ -6,7 +6,7 @@ protocol code never needs to import the adapters to speak about what they store.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from tally.core.digest import short_digest
@@ -53,6 +53,9 @@ class Claim:
     replaces: str | None = None
     digest: bytes = b""
     """The message's content digest, stored on its marker (empty: none stored)."""
+    placed_ms: int | None = None
+    """The receive time that placed its events without ``ts`` in their windows, stored on its marker so that a
+    later delivery can archive it (``MessageTotals.placed_ms``); None: its windows owe nothing to it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +73,15 @@ class Commit:
 
     commit: str
     committed_ms: int
+    placed_ms: int | None = field(default=None, compare=False)
+    """What the marker says placed the message's events without ``ts`` (``Claim.placed_ms``), as a later delivery
+    learns it; not part of the commit's identity (the committing invocation knows its own receive time)."""
 
     @classmethod
-    def of_marker(cls, applied_at_ms: int, batch_id: str | None) -> Commit:
+    def of_marker(cls, applied_at_ms: int, batch_id: str | None, placed_ms: int | None = None) -> Commit:
         """The commit a marker names: its journal batch, or its own direct write."""
-        return cls(batch_id if batch_id is not None else f"{DIRECT_COMMIT_PREFIX}{applied_at_ms}", applied_at_ms)
+        commit = batch_id if batch_id is not None else f"{DIRECT_COMMIT_PREFIX}{applied_at_ms}"
+        return cls(commit, applied_at_ms, placed_ms)
 
 
 DIRECT_COMMIT_PREFIX = "direct-"
@@ -91,10 +98,13 @@ class MarkerRecord:
     expires_at_s: int
     batch_id: str | None
     digest: bytes | None = None
+    placed_ms: int | None = None
+    """The receive time that placed the message's events without ``ts`` (``Claim.placed_ms``); None: none was
+    stored (no such event, or a marker written before markers kept it)."""
 
     @property
     def commit(self) -> Commit:
-        return Commit.of_marker(self.applied_at_ms, self.batch_id)
+        return Commit.of_marker(self.applied_at_ms, self.batch_id, self.placed_ms)
 
 
 def content_conflict(counted: bytes | None, incoming: bytes | None, *, where: str) -> IdConflict | None:

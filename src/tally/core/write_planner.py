@@ -99,7 +99,7 @@ def plan_write(
     found = crossings(chunk.messages, thresholds, before, defaults, at_ms=now_ms) if before else []
     return DirectWrite(
         claims=tuple(
-            Claim(message.message_id, chunk.replaces.get(message.message_id), message.digest)
+            Claim(message.message_id, chunk.replaces.get(message.message_id), message.digest, message.placed_ms)
             for message in chunk.messages
         ),
         items=_item_writes(chunk, defaults, checks=checks, free=free, exact=exact, moves=moves),

@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any, Final
 from tally.core.ledger import MarkerRecord
 from tally.core.numbered_ids import marker_item, parse_numbered
 from tally.store.actions import Role
-from tally.store.schema import EXPIRES_AT, LEDGER_ID, MARKER_APPLIED_AT, MARKER_BATCH, MARKER_DIGEST
+from tally.store.schema import (
+    EXPIRES_AT,
+    LEDGER_ID,
+    MARKER_APPLIED_AT,
+    MARKER_BATCH,
+    MARKER_DIGEST,
+    MARKER_PLACED_AT,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -67,6 +74,7 @@ def marker_actions(
                     batch_id=batch_id,
                     replaces=claim.replaces,
                     digest=claim.digest,
+                    placed_ms=claim.placed_ms,
                 )
             )
     return actions
@@ -96,6 +104,13 @@ def block_update(
         names[f"#m{offset}"] = str(offset)
         values[f":m{offset}"] = {"B": now_ms.to_bytes(_BLOCK_TIME_BYTES, "big") + claim.digest}
         sets.append(f"#m{offset} = :m{offset}")
+        if claim.placed_ms is not None:
+            names[f"#p{offset}"] = f"p{offset}"
+            values[f":p{offset}"] = {"B": claim.placed_ms.to_bytes(_BLOCK_TIME_BYTES, "big")}
+            sets.append(f"#p{offset} = :p{offset}")
+        elif claim.replaces is not None:
+            names[f"#p{offset}"] = f"p{offset}"
+            removes.append(f"#p{offset}")  # the aborted claim's placing time is not this delivery's
         if batch_id is not None:
             names[f"#b{offset}"] = f"b{offset}"
             values[f":b{offset}"] = {"S": batch_id}
@@ -142,12 +157,14 @@ def marker_records(item: Mapping[str, Any], message_ids: Iterable[str]) -> dict[
             continue
         data = bytes(value["B"])
         batch = item.get(f"b{numbered.offset}")
+        placed = item.get(f"p{numbered.offset}")
         found[message_id] = MarkerRecord(
             message_id=message_id,
             applied_at_ms=int.from_bytes(data[:_BLOCK_TIME_BYTES], "big"),
             expires_at_s=expires_at_s,
             batch_id=batch["S"] if batch is not None else None,
             digest=data[_BLOCK_TIME_BYTES:] or None,
+            placed_ms=int.from_bytes(bytes(placed["B"]), "big") if placed is not None else None,
         )
     return found
 
@@ -155,12 +172,14 @@ def marker_records(item: Mapping[str, Any], message_ids: Iterable[str]) -> dict[
 def _own_marker_record(message_id: str, item: Mapping[str, Any], expires_at_s: int) -> MarkerRecord:
     batch = item.get(MARKER_BATCH)
     digest = item.get(MARKER_DIGEST)
+    placed = item.get(MARKER_PLACED_AT)
     return MarkerRecord(
         message_id=message_id,
         applied_at_ms=int(item[MARKER_APPLIED_AT]["N"]),
         expires_at_s=expires_at_s,
         batch_id=batch["S"] if batch is not None else None,
         digest=bytes(digest["B"]) if digest is not None else None,
+        placed_ms=int(placed["N"]) if placed is not None else None,
     )
 
 
@@ -173,6 +192,7 @@ def marker_put(
     batch_id: str | None = None,
     replaces: str | None = None,
     digest: bytes = b"",
+    placed_ms: int | None = None,
 ) -> tuple[TransactWriteItemTypeDef, Role]:
     """A message's marker; conditional on no marker, or on one of the (aborted) batch it replaces.
 
@@ -188,6 +208,8 @@ def marker_put(
         item[MARKER_BATCH] = {"S": batch_id}
     if digest:
         item[MARKER_DIGEST] = {"B": digest}
+    if placed_ms is not None:
+        item[MARKER_PLACED_AT] = {"N": str(placed_ms)}
     put: PutTypeDef = {"TableName": table, "Item": item, "ReturnValuesOnConditionCheckFailure": "ALL_OLD"}
     if replaces is None:
         put["ConditionExpression"] = "attribute_not_exists(#id)"

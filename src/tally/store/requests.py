@@ -34,6 +34,7 @@ from tally.store.schema import (
     MARKER_APPLIED_AT,
     MARKER_BATCH,
     MARKER_DIGEST,
+    MARKER_PLACED_AT,
     PARTITION_KEY,
     SORT_KEY,
     VIEW_PARTITION_MARK,
@@ -188,9 +189,10 @@ def _read_marker_reason(
     digests: dict[str, bytes],
     *,
     applied: dict[str, int],
+    placed: dict[str, int],
 ) -> bool:
-    """The batch, digest and applied time of an existing marker, from a cancellation reason's ``ALL_OLD`` item;
-    False when the reason returned no item (no marker at all: a replacing claim's condition failed because TTL
+    """The batch, digest, applied and placing times of an existing marker, from a cancellation reason's ``ALL_OLD``
+    item; False when the reason returned no item (no marker at all: a replacing claim's condition failed because TTL
     deleted the marker it replaces)."""
     if not old_item:
         return False
@@ -203,6 +205,9 @@ def _read_marker_reason(
     digest = old_item.get(MARKER_DIGEST)
     if digest is not None:
         digests[message_id] = bytes(digest["B"])
+    placed_at = old_item.get(MARKER_PLACED_AT)
+    if placed_at is not None:
+        placed[message_id] = int(placed_at["N"])
     return True
 
 
@@ -214,6 +219,7 @@ def _markers_in_the_way(
     *,
     vanished: set[str],
     applied: dict[str, int],
+    placed: dict[str, int],
 ) -> set[str]:
     """The messages of a cancelled marker or block action whose own condition failed (from ``ALL_OLD``).
 
@@ -223,7 +229,7 @@ def _markers_in_the_way(
     a batch, which would read as a direct marker, that is, applied.
     """
     if role.kind == "marker":
-        if not _read_marker_reason(role.name, old_item, batches, digests, applied=applied):
+        if not _read_marker_reason(role.name, old_item, batches, digests, applied=applied, placed=placed):
             vanished.add(role.name)
         return {role.name}
     stood: set[str] = set()
@@ -244,6 +250,8 @@ def _markers_in_the_way(
             batches[message_id] = record.batch_id
         if record.digest is not None:
             digests[message_id] = record.digest
+        if record.placed_ms is not None:
+            placed[message_id] = record.placed_ms
     return stood
 
 
@@ -285,6 +293,7 @@ class _Cancellation:
         self.digests: dict[str, bytes] = {}
         self.vanished: set[str] = set()
         self.applied: dict[str, int] = {}
+        self.placed: dict[str, int] = {}
         self.failed_batch: str | None = None
         self.applied_failed = False
         self.rejected = False
@@ -312,7 +321,13 @@ class _Cancellation:
 
     def marker(self, role: Role, reason: _Reason) -> None:
         stood = _markers_in_the_way(
-            role, reason.get("Item", {}), self.batches, self.digests, vanished=self.vanished, applied=self.applied
+            role,
+            reason.get("Item", {}),
+            self.batches,
+            self.digests,
+            vanished=self.vanished,
+            applied=self.applied,
+            placed=self.placed,
         )
         self.markers.update(stood)
         if not stood:
@@ -341,7 +356,12 @@ class _Cancellation:
     def error(self) -> StoreError:
         if self.markers:
             return MarkersExistError(
-                frozenset(self.markers), self.batches, self.digests, frozenset(self.vanished), self.applied
+                frozenset(self.markers),
+                self.batches,
+                self.digests,
+                frozenset(self.vanished),
+                self.applied,
+                placed=self.placed,
             )
         if self.failed_batch is not None:
             return BatchStateError(self.failed_batch)

@@ -17,10 +17,13 @@ Markers table (the idempotency ledger), partition key ``id`` with a prefix per k
   the message's deltas (a direct transaction). With ``batch`` it belongs to that journal batch and counts
   as applied exactly when that batch is COMMITTED or DONE. ``digest`` (Binary, 16 bytes) is the digest of
   the content it counts (``tally.core.digest``); markers written before digests existed have none.
+  ``placed_at`` (epoch ms), only on the marker of a message with an event without ``ts`` that counted in a
+  window: the receive time that placed it there, which a later delivery archives (``tally.core.archive``).
 - ``s#<session>#<block>``: the markers of numbered messages ``<session>.<seq>``
   (``tally.core.numbered_ids``) whose ``seq // 16`` is ``block``, one per attribute: ``<seq % 16>`` (Binary:
-  the applied time, 6 bytes of epoch ms, then the 16-byte digest if any) and, for a journal claim,
-  ``b<seq % 16>`` (the batch). Each says what an ``m#`` marker says about its message
+  the applied time, 6 bytes of epoch ms, then the 16-byte digest if any), for a journal claim
+  ``b<seq % 16>`` (the batch), and ``p<seq % 16>`` (Binary, 6 bytes of epoch ms) where an ``m#`` marker would
+  have ``placed_at``. Each says what an ``m#`` marker says about its message
   (``marker_records`` reads both kinds into the same ``MarkerRecord``).
 - ``b#<batch id>``: a journal header (``state``, ``lease_until``, ``chunks``).
 - ``b#<batch id>#p<i>``: page ``i`` of a committed batch, the encoded increments of apply chunk ``i`` (``data``),
@@ -98,6 +101,9 @@ MARKER_BATCH: Final = "batch"
 
 
 MARKER_DIGEST: Final = "digest"
+
+
+MARKER_PLACED_AT: Final = "placed_at"
 
 
 HEADER_STATE: Final = "state"

@@ -14,7 +14,9 @@ virtual clock: no tolerance between clocks), and the recount must equal what the
   and member writes DynamoDB refuses for good: their messages count (so are archived) and leave nothing there;
 - and no record's content may differ from its digest.
 
-A counter the recount cannot order against a reset (``Recount.inexact``) is counted as unjudged, not wrong.
+A counter the recount cannot order against a reset (``Recount.inexact``) is counted as unjudged, not wrong. A key
+whose windows it cannot place (``Recount.unplaced``) fails the run: every marker is this code's, and keeps the
+receive time a later delivery's copy needs.
 """
 
 from __future__ import annotations
@@ -103,8 +105,14 @@ class ArchiveVerdict:
     """Gauges and distinct counts."""
     patterns_wrong: int
     unjudged: int
-    """Counters the recount cannot give exactly (a reset it cannot order), and keys whose windows it cannot (an
-    event without ``ts`` archived only by a later delivery): not judged."""
+    """Counters the recount cannot give exactly (a reset it cannot order): not judged."""
+    unplaced: int
+    """Keys whose windows the recount cannot place (an event without ``ts`` archived only by a later delivery whose
+    copy names no placing time): every marker of a run is this code's, which keeps that time, so a run must have
+    none (``ok``)."""
+    placed_by_markers: int
+    """Countings archived only by later deliveries whose copies place events without ``ts`` by the receive time
+    their markers kept (``ArchiveRecord.placed_ms``): the situation that needs it."""
     digest_mismatches: int
     examples: tuple[str, ...] = field(default_factory=tuple)
     gaps: tuple[ArchiveGap, ...] = ()
@@ -117,6 +125,7 @@ class ArchiveVerdict:
             and self.windows_wrong == 0
             and self.patterns_wrong == 0
             and self.digest_mismatches == 0
+            and self.unplaced == 0
             and self.countings > 0
             and not self.gaps
         )
@@ -215,6 +224,7 @@ def judge_archive(
     )
     pattern_figures = _compare_patterns(result, patterns, refused_keys, examples)
     examples.extend(f"archived content differs from its digest: {mid}" for mid in result.digest_mismatches[:3])
+    examples.extend(f"windows of {key} not placed: {why}" for key, why in list(result.unplaced.items())[:3])
     examples[:0] = [gap.describe() for gap in gaps[:5]]
     return ArchiveVerdict(
         records=result.records,
@@ -225,11 +235,20 @@ def judge_archive(
         windows_wrong=windowed[1],
         patterns_checked=pattern_figures[0],
         patterns_wrong=pattern_figures[1],
-        unjudged=len(result.inexact) + len(result.unplaced),
+        unjudged=len(result.inexact),
+        unplaced=len(result.unplaced),
+        placed_by_markers=_placed_by_markers(records),
         digest_mismatches=len(result.digest_mismatches),
         examples=tuple(examples[:10]),
         gaps=tuple(gaps),
     )
+
+
+def _placed_by_markers(records: Sequence[ArchiveRecord]) -> int:
+    """Countings no committing invocation archived whose later copies name the placing time a marker kept."""
+    here = {(record.id, record.commit) for record in records if record.counted_here}
+    later = {(record.id, record.commit) for record in records if record.placed_ms is not None}
+    return len(later - here)
 
 
 WindowValues = dict[str, dict[str, dict[str, Decimal]]]
@@ -313,7 +332,7 @@ def _compare_windows(
     }
     for key, window in sorted(pairs):
         if key in result.unplaced:
-            continue  # which window an event went to is unknown: unjudged (ArchiveVerdict.unjudged)
+            continue  # which window an event went to is unknown (ArchiveVerdict.unplaced, which fails the run)
         name, start = parse_window_id(window)
         expiry = spec.unit(name).expires_at_s(start)
         if expiry is not None and expiry * 1000 <= now_ms:

@@ -138,7 +138,12 @@ def _archive_rows(table: Table, result: ChaosResult) -> None:
         f"archive recount: gauges and distinct counts wrong (of {archive.patterns_checked:,})",
         _flag(archive.patterns_wrong),
     )
-    table.add_row("archive recount: values not judged (not recountable exactly)", f"{archive.unjudged:,}")
+    table.add_row("archive recount: counters not judged (a reset it cannot order)", f"{archive.unjudged:,}")
+    table.add_row(
+        f"archive recount: keys whose windows it cannot place (countings placed by their markers: "
+        f"{archive.placed_by_markers:,})",
+        _flag(archive.unplaced),
+    )
     table.add_row("archive records whose digest is not their content's", _flag(archive.digest_mismatches))
 
 
