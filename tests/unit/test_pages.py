@@ -1,11 +1,12 @@
-"""The journal's increments pages: exact round trips, counter names once a page, view items named compactly, pages
-of every earlier shape readable."""
+"""The journal's increments pages: exact round trips, counter names once a page, view items named compactly, the
+layout compressed, pages of every earlier shape readable."""
 
 from __future__ import annotations
 
 import json
+import zlib
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pytest
@@ -47,14 +48,37 @@ VIEW_GROUPS_INCREMENTS = {
     view_item_key("customer", "api", ("c1",)): {"calls": Decimal("1.5")},
     view_item_key("customer", "api", ("c2",)): {"calls": Decimal(2), "bytes": Decimal(-4)},
 }
+NAMED_PLAIN_PAGE = bytes.fromhex(
+    "940292a5636f756e74a16e9396a3617069a3616c6c00c0910091a13396a3617069b36823323032362d31322d30325430383a30305a00ce6ab1"
+    "3b80910091a3312e3596a3686f74a3616c6c02c0910191a22d3190"
+)
+"""``PLAIN_INCREMENTS`` as the store wrote them when pages listed their names once, before it compressed them."""
+NAMED_VIEW_PAGE = bytes.fromhex(
+    "940293a563616c6c73ba1f6823323032362d31322d30325430383a30305a1f63616c6c73a562797465739196a3617069a3616c6c00c09200"
+    "0192a133a1339193a8637573746f6d6572a36170699296a26331a3616c6c00c0910091a3312e3596a26332a3616c6c00c092000292a132a2"
+    "2d34"
+)
+"""``VIEW_GROUPS_INCREMENTS`` the same way."""
+
+
+def layout(page: bytes) -> bytes:
+    """A page's layout, decompressed (``tally.store.pages``: ``[3, zlib(layout)]``)."""
+    version, compressed = msgspec.msgpack.decode(page)
+    assert version == 3
+    return zlib.decompress(compressed)
 
 
 @pytest.mark.parametrize(
     ("page", "increments"),
-    [(PLAIN_PAGE, PLAIN_INCREMENTS), (VIEW_GROUPS_PAGE, VIEW_GROUPS_INCREMENTS)],
-    ids=["rows", "rows and view groups"],
+    [
+        (PLAIN_PAGE, PLAIN_INCREMENTS),
+        (VIEW_GROUPS_PAGE, VIEW_GROUPS_INCREMENTS),
+        (NAMED_PLAIN_PAGE, PLAIN_INCREMENTS),
+        (NAMED_VIEW_PAGE, VIEW_GROUPS_INCREMENTS),
+    ],
+    ids=["rows", "rows and view groups", "names once", "names once and view groups"],
 )
-def test_a_page_written_before_names_were_listed_once_still_reads(
+def test_a_page_written_before_it_was_compressed_still_reads(
     page: bytes, increments: dict[ItemKey, dict[str, Decimal]]
 ) -> None:
     # a journal batch another container left, finished by this one
@@ -76,11 +100,20 @@ EARLIER_DECODERS = {
     "view groups": msgspec.msgpack.Decoder(
         list[tuple[str, str, int, int | None, list[tuple[str, str]]]] | _EarlierViewPage
     ),
+    # the code before pages were compressed (41e8fdb): names once, the layout in the page itself, led by 2
+    "names once": msgspec.msgpack.Decoder(
+        tuple[
+            Literal[2],
+            list[str],
+            list[tuple[str, str, int, int | None, list[int], list[str]]],
+            list[tuple[str, str, list[tuple[str, str, int, int | None, list[int], list[str]]]]],
+        ]
+    ),
 }
 
 
 @pytest.mark.parametrize("decoder", EARLIER_DECODERS.values(), ids=EARLIER_DECODERS.keys())
-def test_code_written_before_names_were_listed_once_fails_on_such_a_page_rather_than_reading_it_empty(
+def test_code_written_before_pages_were_compressed_fails_on_such_a_page_rather_than_reading_it_empty(
     decoder: msgspec.msgpack.Decoder[Any],
 ) -> None:
     # a batch this code left, met by a container of earlier code during a deploy or after a rollback: were the page
@@ -106,11 +139,14 @@ def test_a_pages_counter_names_are_written_once_whatever_keys_carry_them() -> No
     }
     page = encode_page(increments)
     assert decode_page(page) == increments
-    # THEN each name is on the page once, and a key's row costs its key, its deltas and a byte a counter: 167 bytes a
-    # key when each row spelled its names, under 70 now
+    # THEN each name is in its layout once, and a key's row costs its key, its deltas and a byte a counter: 167 bytes
+    # a key when each row spelled its names, under 70 now
     for name in windowed:  # each a msgpack string of under 32 bytes: its length in its first byte
-        assert page.count(bytes([0xA0 + len(name.encode())]) + name.encode()) == 1
-    assert len(page) < 98 * 70
+        assert layout(page).count(bytes([0xA0 + len(name.encode())]) + name.encode()) == 1
+    assert len(layout(page)) < 98 * 70
+    # AND compressed, the page is under half its layout (the keys share a prefix, each window repeats the all-time
+    # delta)
+    assert len(page) < len(layout(page)) / 2
 
 
 def test_a_page_of_a_chunk_cut_at_the_planners_most_fits_in_an_item() -> None:
@@ -134,11 +170,11 @@ def test_a_view_item_is_named_by_its_values_once_its_view_and_key_are_written() 
     views = {view_item_key("customer", "api", (f"c{i}",)): dict.fromkeys(names, Decimal(i + 1)) for i in range(50)}
     by_hand = {f"api/customer=c{i}": dict.fromkeys(names, Decimal(i + 1)) for i in range(50)}
     assert decode_page(encode_page(views)) == views
-    assert len(encode_page(views)) <= len(encode_page(by_hand)) - 50 * 10
+    assert len(layout(encode_page(views))) <= len(layout(encode_page(by_hand))) - 50 * 10
     # one counter and no window: the same
     views = {view_item_key("customer", "api", (f"c{i}",)): {"calls": Decimal(i + 1)} for i in range(50)}
     by_hand = {f"api/customer=c{i}": {"calls": Decimal(i + 1)} for i in range(50)}
-    assert len(encode_page(views)) <= len(encode_page(by_hand)) - 50 * 10
+    assert len(layout(encode_page(views))) <= len(layout(encode_page(by_hand))) - 50 * 10
 
 
 def test_a_groups_items_may_each_have_counters_of_their_own() -> None:
