@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally.commit.applier import unfenced_batch_id
 from tally.core.aggregate import message_totals
 from tally.core.digest import DIGEST_BYTES
 from tally.core.ledger import Claim
@@ -225,41 +226,35 @@ def test_a_claim_of_an_aborted_batch_in_a_block_is_replaced_beside_new_claims(dd
     assert marker.placed_ms is None
 
 
-def test_a_full_block_of_journal_claims_stays_within_one_write_unit(ddb_tables: DynamoDBTables) -> None:
-    # GIVEN the largest block there is: the last block of a session, every seq claimed by a journal batch
-    # (32-character batch id, the longest kind of marker) with a digest
+@pytest.mark.parametrize(
+    ("batch_id", "placed_ms", "size"),
+    [
+        pytest.param("f" * 24, NOW_MS - 1, 997, id="fenced batch, placing times"),
+        pytest.param(unfenced_batch_id(), NOW_MS - 1, 965, id="chunked batch, placing times"),
+        pytest.param(unfenced_batch_id(), None, 831, id="chunked batch"),
+        pytest.param("b" * 32, None, 991, id="a uuid4 batch of earlier code"),
+    ],
+)
+def test_a_full_block_of_journal_claims_stays_within_one_write_unit(
+    ddb_tables: DynamoDBTables, batch_id: str, placed_ms: int | None, size: int
+) -> None:
+    # GIVEN the largest block there is: the last block of a session, every seq claimed by one journal batch, each
+    # claim with a digest and, for messages without ts, the receive time that placed them (6 bytes more each)
     store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
     journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
-    last_block = MAX_SEQ // BLOCK_SEQS
-    seqs = list(range(last_block * BLOCK_SEQS, MAX_SEQ + 1))
-    assert len(seqs) == BLOCK_SEQS
-    claims = [Claim(numbered_id(SESSION, seq), digest=b"\xff" * DIGEST_BYTES) for seq in seqs]
-    journal.open("f" * 24, NOW_MS + 60_000, claims, NOW_MS)
+    seqs = range((MAX_SEQ // BLOCK_SEQS) * BLOCK_SEQS, MAX_SEQ + 1)
+    claims = [Claim(numbered_id(SESSION, seq), None, b"\xff" * DIGEST_BYTES, placed_ms) for seq in seqs]
+    journal.open(batch_id, NOW_MS + 60_000, claims, NOW_MS)
 
     # WHEN the stored item is measured by DynamoDB's item size rules
     (item,) = [found for found in ledger_items(ddb_tables) if found["id"]["S"].startswith("s#")]
 
-    # THEN it is within 1 KB: every transactional write to it costs 2 write units
-    assert item_size(item) == 991
-    assert len(store.read_markers([claim.message_id for claim in claims])) == BLOCK_SEQS
-
-
-def test_a_full_block_of_fenced_claims_with_placing_times_stays_within_one_write_unit(
-    ddb_tables: DynamoDBTables,
-) -> None:
-    # GIVEN the last block of a session claimed whole by a fenced batch (24-character id), every message with a
-    # digest and the receive time that placed its events without ts (6 bytes more per message)
-    store = make_store(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table)
-    journal = DynamoDBJournal(store.client, store.counters_table, store.markers_table, store.marker_ttl_seconds)
-    seqs = range((MAX_SEQ // BLOCK_SEQS) * BLOCK_SEQS, MAX_SEQ + 1)
-    claims = [Claim(numbered_id(SESSION, seq), None, b"\xff" * DIGEST_BYTES, NOW_MS - 1) for seq in seqs]
-    journal.open("f" * 24, NOW_MS + 60_000, claims, NOW_MS)
-    # WHEN the stored item is measured THEN it is still within 1 KB (a batch applied by chunks, whose ids are
-    # uuid4's 32 characters, makes this block 1,125 bytes: 2 units, docs/explanation/archive.md)
-    (item,) = [found for found in ledger_items(ddb_tables) if found["id"]["S"].startswith("s#")]
-    assert item_size(item) == 997
+    # THEN it is within 1 KB: every transactional write to it costs 2 write units (a uuid4 id, which earlier code
+    # drew for a chunked batch, with placing times, would make 1,125 bytes: 4 units)
+    assert item_size(item) == size <= 1024
     markers = store.read_markers([claim.message_id for claim in claims])
-    assert {marker.placed_ms for marker in markers.values()} == {NOW_MS - 1}
+    assert len(markers) == BLOCK_SEQS
+    assert {marker.placed_ms for marker in markers.values()} == {placed_ms}
 
 
 def test_a_block_expires_after_its_latest_marker(ddb_tables: DynamoDBTables) -> None:

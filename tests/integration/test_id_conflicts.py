@@ -305,7 +305,7 @@ def test_the_digest_keeps_a_marker_within_one_write_unit(ddb_tables: DynamoDBTab
         sizes[message_id] = (item_size(item), item_size({k: v for k, v in item.items() if k != "digest"}))
 
     # THEN the digest adds 22 bytes (name and value), and a marker stays far within 1 KB
-    assert sizes == {direct_id: (90, 68), journal_id: (127, 105)}
+    assert sizes == {direct_id: (90, 68), journal_id: (117, 95)}  # a chunked batch's id: 22 characters
 
 
 def test_a_stale_marker_read_never_decides_against_the_content_that_counts(ddb_tables: DynamoDBTables) -> None:

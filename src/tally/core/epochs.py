@@ -34,7 +34,8 @@ MAX_SEQ: Final = 0xFFFF_FFFF
 """The last batch an epoch numbers: the next one draws a new epoch (a batch id holds the sequence in 8 hex
 digits)."""
 _FENCED_ID: Final = re.compile(r"[0-9a-f]{16}[0-9a-f]{8}")
-"""A fenced batch's id: its epoch's bytes, then its sequence, in hex (24 characters; unfenced ids are uuid4's 32)."""
+"""A fenced batch's id: its epoch's bytes, then its sequence, in hex (24 characters; a chunked batch's are 22,
+``tally.commit.applier.UNFENCED_BATCH_ID_BYTES``, and earlier code's uuid4's 32)."""
 
 
 def _epoch_id(raw: bytes) -> str:

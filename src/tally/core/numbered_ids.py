@@ -31,10 +31,11 @@ if TYPE_CHECKING:
 BLOCK_SEQS: Final = 16
 """Seqs per block item. A write is billed on the whole item (the larger of its old and new size), so a full
 block must stay within 1 KB to cost 2 write units per transactional write: 16 seqs all claimed by journal
-batches (the largest a seq's entry gets: 22 bytes of applied time and digest, a 32-character batch id, and
-their names) with the longest block id make 991 bytes (``tests/integration/test_block_markers.py``
-measures it). Direct markers alone (22 bytes a seq) would fit 40, but a block written past 1 KB would cost
-4 units on every later write to it, and at 16 a batch of 100 consecutive messages already shares 7 items."""
+batches (the largest a seq's entry gets: 22 bytes of applied time and digest, a 24-character fenced batch id, 6
+bytes of placing time, and their names) with the longest block id make 997 bytes
+(``tests/integration/test_block_markers.py`` measures it, and a chunked batch's at 965). Direct markers alone (22
+bytes a seq) would fit 40, but a block written past 1 KB would cost 4 units on every later write to it, and at 16 a
+batch of 100 consecutive messages already shares 7 items."""
 
 SESSION_HEX_DIGITS: Final = 32
 MAX_SEQ: Final = 10**15 - 1

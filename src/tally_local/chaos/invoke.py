@@ -50,8 +50,8 @@ if TYPE_CHECKING:
     from tally_local.chaos.faults import DynamoDBChaos, FaultLog
     from tally_local.chaos.ledger import MessageTrail
 
-_HEX_ID = re.compile(r"[0-9a-f]{32}")
-"""Journal batch ids in error messages, replaced so that equal errors are counted together."""
+_HEX_ID = re.compile(r"[0-9a-f]{22,32}")
+"""Journal batch ids in error messages (22 to 32 hex characters), replaced so that equal errors are counted together."""
 LEASE_MARGIN_MS = RetryPolicy().lease_margin_ms
 
 
