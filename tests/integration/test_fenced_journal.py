@@ -352,25 +352,28 @@ def test_items_in_several_parts_are_finished_from_the_first_part_their_mark_does
 
 
 class _FailingFirstItem:
-    """The journal, its fenced write of the first key failing for good (a denied permission) at once, and every
-    other item's taking a while: what was sent and what came back, counted."""
+    """The journal, its fenced write of the first key failing for good (a denied permission) once four writes are on
+    their way (the pool's width), and every other item's taking a while: what was sent and what came back, counted."""
 
     def __init__(self, journal: DynamoDBJournal) -> None:
         self._journal = journal
-        self._lock = threading.Lock()
+        self._sending = threading.Condition()
         self.sent = self.answered = 0
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._journal, name)
 
     def apply_fenced(self, write: Any) -> Any:
-        with self._lock:
+        with self._sending:
             self.sent += 1
+            self._sending.notify_all()
         if item_key(write.item) == item_key(KEYS[0]):
+            with self._sending:
+                self._sending.wait_for(lambda: self.sent >= 4, timeout=10)
             raise StoreError("AccessDeniedException: not authorized to perform dynamodb:UpdateItem")
         time.sleep(0.3)
         answer = self._journal.apply_fenced(write)
-        with self._lock:
+        with self._sending:
             self.answered += 1
         return answer
 
@@ -386,8 +389,11 @@ def test_an_item_write_failing_for_good_leaves_no_other_item_s_write_in_flight(d
         _process(pipeline, _records())
     # THEN no write of the batch is still on its way when the error leaves: Lambda freezes the environment after
     # the answer, and a write thawed with the next invocation would land long after its own invocation's
-    # deadline, where the fenced apply's prune horizon says no write of a batch read FENCED can come
-    assert (journal.sent, journal.answered) == (len(KEYS), len(KEYS) - 1)
+    # deadline, where the fenced apply's prune horizon says no write of a batch read FENCED can come. Three were
+    # in flight with the failing one; the fifth key's is sent or not, as the pool's threads run (a worker freed by
+    # the failure may start it before the error cancels what has not started): either way it is answered.
+    assert journal.sent >= 4
+    assert journal.answered == journal.sent - 1
 
 
 @pytest.mark.parametrize("nth", range(len(KEYS) + 3), ids=lambda n: f"lost-answer-{n}")
