@@ -35,8 +35,6 @@ import time
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Final
 
-import boto3
-
 from tally.config import COUNTER_VIEWS, COUNTERS_TABLE, HOT_KEYS, WINDOW_RETENTION, WINDOWS
 from tally.core.items import SHARD_SEPARATOR, make_item, view_parts
 from tally.core.numbers import EXACT
@@ -145,7 +143,7 @@ class CounterReader:
         if not counters_table:
             raise ConfigurationError("the counters table's name is empty")
         self.counters_table = counters_table
-        self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
+        self.client: DynamoDBClient = client if client is not None else _default_client()
         self.views = parse_counter_views(views) if isinstance(views, str) else views
         self.hot_keys = parse_hot_keys(hot_keys, self.views) if isinstance(hot_keys, str) else hot_keys
         self.windows = parse_window_spec(windows) if isinstance(windows, str) else windows
@@ -459,3 +457,11 @@ class CounterReader:
 
     def _paginate(self, kwargs: dict[str, Any]) -> Iterator[Mapping[str, Any]]:
         return query_pages(self.client, kwargs)
+
+
+def _default_client() -> DynamoDBClient:
+    """boto3's default client, imported only when no client is given (the CLI gives its own: importing boto3
+    costs a command more than its work)."""
+    import boto3  # noqa: PLC0415 - only without a client of the caller's
+
+    return boto3.client("dynamodb")

@@ -20,8 +20,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-import boto3
-
 from tally.config import NOTIFICATIONS_TABLE
 from tally.core.thresholds import Crossing
 from tally.errors import ConfigurationError
@@ -45,7 +43,7 @@ class NotificationReader:
         if not notifications_table:
             raise ConfigurationError("the notifications table's name is empty")
         self.notifications_table = notifications_table
-        self.client: DynamoDBClient = client if client is not None else boto3.client("dynamodb")
+        self.client: DynamoDBClient = client if client is not None else _default_client()
 
     @classmethod
     def from_environment(
@@ -69,3 +67,11 @@ class NotificationReader:
             and (since_ms is None or crossing.at_ms >= since_ms)
         ]
         return sorted(found, key=lambda c: (c.at_ms, c.key, c.counter, c.message_id, c.level))
+
+
+def _default_client() -> DynamoDBClient:
+    """boto3's default client, imported only when no client is given (the CLI gives its own: importing boto3
+    costs a command more than its work)."""
+    import boto3  # noqa: PLC0415 - only without a client of the caller's
+
+    return boto3.client("dynamodb")
