@@ -26,6 +26,7 @@ stands for (its key schema). Calls are aggregated with a count, so the recording
 
 from __future__ import annotations
 
+import functools
 import sys
 import threading
 from collections import Counter
@@ -173,30 +174,59 @@ def _targets(service: str, operation: str, params: dict[str, Any]) -> tuple[Targ
     return tuple(sorted(set(found)))
 
 
+_TALLY = 1
+_OPERATOR = 2
+_READ_ENDPOINT = 4
+_FUNCTION_CODE = 8
+_ORCHESTRATION = 16
+_READER = 32
+_PRODUCER = 64
+
+
+@functools.cache
+def _kinds(module: str) -> int:
+    """The groups above ``module`` belongs to, as bits: computed once per module, since every API call of the
+    session walks its stack (a chaos run makes tens of thousands)."""
+    if not _within(module, ("tally",)):
+        return 0
+    groups = (
+        (_OPERATOR, OPERATOR_CODE),
+        (_READ_ENDPOINT, READ_ENDPOINT),
+        (_FUNCTION_CODE, FUNCTION_CODE),
+        (_ORCHESTRATION, ORCHESTRATION),
+        (_READER, READER_CODE),
+        (_PRODUCER, PRODUCER_CODE),
+    )
+    return _TALLY | sum(bit for bit, packages in groups if _within(module, packages))
+
+
 def _caller() -> tuple[str, str]:
     """(role, site) from the call stack; role "" when the call is nobody's the template grants to."""
     frame: FrameType | None = sys._getframe(1)
-    modules: list[str] = []
     site = ""
+    nearest = 0  # the kinds of the nearest tally frame (the site's module)
+    seen = 0  # of every tally frame on the stack
     while frame is not None:
-        module = str(frame.f_globals.get("__name__", ""))
-        if _within(module, ("tally",)):
-            modules.append(module)
+        kinds = _kinds(frame.f_globals.get("__name__", ""))
+        if kinds:
             if not site:
+                module = frame.f_globals["__name__"]
                 site = f"{module.replace('.', '/')}.py:{frame.f_lineno} {frame.f_code.co_name}"
+                nearest = kinds
+            seen |= kinds
         frame = frame.f_back
-    if not modules:
+    if not seen:
         return "", ""
-    if any(_within(module, OPERATOR_CODE) for module in modules):
+    if seen & _OPERATOR:
         return OPERATOR, site
-    if any(_within(module, READ_ENDPOINT) for module in modules):
+    if seen & _READ_ENDPOINT:
         return READ_FUNCTION, site
-    if _within(modules[0], FUNCTION_CODE) and any(_within(module, ORCHESTRATION) for module in modules):
+    if nearest & _FUNCTION_CODE and seen & _ORCHESTRATION:
         return FUNCTION, site
     # An application's reads and publishes, wherever they come from (a test, the demo, a benchmark's check)
-    if any(_within(module, READER_CODE) for module in modules):
+    if seen & _READER:
         return READER, site
-    if any(_within(module, PRODUCER_CODE) for module in modules):
+    if seen & _PRODUCER:
         return PRODUCER, site
     return "", site
 
