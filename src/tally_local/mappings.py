@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Final, Self
 
 from tally.errors import TallyError
 from tally_local.function import LocalFunction
-from tally_local.poller import KinesisShardPoller, SourceStats, SqsPoller
+from tally_local.poller import KinesisShardPoller, SourceStats, SqsPoller, SqsPollers
 from tally_local.service import BackgroundService
 from tally_local.template import function_definition, function_event_sources, resource_created, stream_event_sources
 
@@ -86,6 +86,8 @@ class EventSourceMappings(BackgroundService):
     def stop(self) -> None:
         """Stop the pollers (a batch in flight finishes), then the functions' environments."""
         self._stop.set()
+        for poller in self.pollers:
+            poller.release()
         for poller in self.pollers:
             poller.join()
         for function in self.functions.values():
@@ -159,12 +161,24 @@ class EventSourceMappings(BackgroundService):
             stats = self.stats.setdefault(event_name, SourceStats())
             url = self.resources.physical_ids[source.queue_logical_id]
             self._queues.append(url)
+            group = SqsPollers()
             for index in range(source.maximum_concurrency or DEFAULT_SQS_POLLERS):
-                plans.append(functools.partial(self._sqs_poller, f"{event_name}-poller-{index}", source, url, stats))
+                name = f"{event_name}-poller-{index}"
+                plans.append(
+                    functools.partial(self._sqs_poller, name, source, url, stats, group=group, first=index == 0)
+                )
         return plans
 
     def _sqs_poller(
-        self, name: str, source: SqsEventSource, url: str, stats: SourceStats, function: LocalFunction
+        self,
+        name: str,
+        source: SqsEventSource,
+        url: str,
+        stats: SourceStats,
+        function: LocalFunction,
+        *,
+        group: SqsPollers,
+        first: bool,
     ) -> _Poller:
         return SqsPoller(
             name,
@@ -176,6 +190,8 @@ class EventSourceMappings(BackgroundService):
             stats=stats,
             stop=self._stop,
             region=self.resources.region,
+            group=group,
+            first=first,
         )
 
     def _shard_pollers(self, logical_id: str) -> list[Callable[[LocalFunction], _Poller]]:
