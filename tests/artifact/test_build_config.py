@@ -7,6 +7,7 @@ another machine's libraries silently. ``make -n`` shows the commands a build wou
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import subprocess
@@ -25,8 +26,10 @@ WHEEL_MACHINES = {"arm64": "aarch64", "x86_64": "x86_64"}
 
 
 def _dry_run(tmp_path: Path, **variables: str) -> subprocess.CompletedProcess[str]:
-    """``make -n build-CounterFunction`` as SAM runs it (from a scratch directory, ``--makefile`` the original)."""
+    """``make -n build-CounterFunction`` as SAM runs it (from a scratch directory, ``--makefile`` the original), with
+    an empty dependency cache unless ``TALLY_CACHE_DIR`` is given."""
     environment = {name: value for name, value in os.environ.items() if not name.startswith("TALLY_")}
+    environment["TALLY_CACHE_DIR"] = str(tmp_path / "cache")
     environment.update(variables)
     return subprocess.run(
         ["make", "-n", "--makefile", str(MAKEFILE), "build-CounterFunction", f"ARTIFACTS_DIR={tmp_path / 'out'}"],
@@ -106,3 +109,22 @@ def test_each_function_is_built_by_its_makefile_target(function: str) -> None:
     targets = re.search(r"^(build-\S+(?: build-\S+)*):", makefile, re.MULTILINE)
     assert targets is not None
     assert f"build-{function}" in targets.group(1).split()
+
+
+def test_the_dependencies_are_installed_once_per_lock_and_architecture_then_copied(tmp_path: Path) -> None:
+    # GIVEN an empty dependency cache: the build installs the lock into a directory named by its digest and
+    # architecture (beside it first, then renamed: never a half-installed one), and copies that into the package
+    digest = hashlib.sha256((REPO_ROOT / "src" / "requirements.txt").read_bytes()).hexdigest()[:16]
+    installed = tmp_path / "cache" / "lambda-dependencies" / f"cp313-{DEPLOYED_ARCHITECTURE}-{digest}"
+    result = _dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "pip install" in result.stdout
+    assert f'mv -T "{installed}.' in result.stdout
+    assert f'cp -R "{installed}/." "{tmp_path / "out"}/"' in result.stdout
+    # WHEN that directory exists (an earlier function's build, or an earlier build of the same lock)
+    installed.mkdir(parents=True)
+    # THEN the build copies it and runs no pip
+    result = _dry_run(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "pip install" not in result.stdout
+    assert f'cp -R "{installed}/." "{tmp_path / "out"}/"' in result.stdout
