@@ -4,9 +4,11 @@
 Workload U (``bench.workloads``: 1,000 Zipf keys, two counters, numbered ids), the template's defaults (hour and
 day windows on the key's item), DynamoDB Local billed by ``tally_local.kit.meter``: packed messages of 100 events
 in batches of 700 records, and single events in batches of 100 records. Prints write and read units per event, the
-largest item a write touched, and whether every key read back exact. With the fenced apply on, the planner sends a
-unit through the journal when it costs less there than in direct transactions (``tally.core.write_cost``: write
-units, and the fenced path's reads), so single-event batches take it too.
+largest item a write touched, whether every key read back exact, and the write units per event of each class of
+item (``bench.views.item_class``: key items, markers, marker blocks, journal pages, headers, applied-records).
+With the fenced apply on, the planner sends a unit through the journal when it costs less there than in direct
+transactions (``tally.core.write_cost``: write units, and the fenced path's reads), so single-event batches take it
+too.
 
 ``--sweep`` measures where that starts paying: single events in batches of 2 to 16 records, the routing as it was
 (the chunked apply: such batches take direct transactions) beside the fenced routing, write units per event each.
@@ -22,6 +24,7 @@ import click
 from bench.peers.tally_pipeline import TallyCounter
 from bench.results import console
 from bench.suite import run_peer
+from bench.views import item_class
 from bench.workloads import PACK, u_stream
 from tally.runtime import CLIENT_CONFIG
 from tally_local.dynamodb_local import DynamoDBLocal
@@ -49,13 +52,18 @@ def main(*, min_events: int, keys: int, sweep: bool) -> None:
             events = max(2, math.ceil(min_events / per_batch)) * per_batch
             for fenced in (False, True):
                 stream = u_stream(events, packed=packed, keys=keys, seed=SEED, numbered=True)
-                peer = partial(TallyCounter, packed=packed, windows=True, fenced=fenced)
+                peer = partial(TallyCounter, packed=packed, windows=True, fenced=fenced, classify=item_class)
                 run = run_peer(peer, stream, client=client, admin=admin, batch_size=records)
                 out.print(
                     f"{'packed' if packed else 'single'} {records} records, {'fenced ' if fenced else 'chunked'}: "
                     f"{run.write_units_per_event:.5f} WU/event, {run.usage.read_units / run.events:.5f} RU/event, "
                     f"largest item {run.usage.largest_item_bytes} B, {run.events} events, exact {run.correctness.exact}"
                 )
+                for name, usage in sorted(run.usage.by_class.items(), key=lambda entry: -entry[1].write_units):
+                    out.print(
+                        f"    {name}: {usage.write_units / run.events:.5f} WU/event "
+                        f"({usage.write_units / run.usage.write_units:.0%}, {usage.writes} writes)"
+                    )
 
 
 if __name__ == "__main__":

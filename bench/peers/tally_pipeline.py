@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from bench.deployment import default_settings
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
 
     from tally.core.model import DeadLetter
+    from tally.cost.capacity import Item
     from tally.pipeline import BatchResult
     from tally_local.kit.meter import DynamoDBMeter
 
@@ -102,8 +104,11 @@ class TallyCounter:
         overrides: Mapping[str, str] | None = None,
         clock: Callable[[], int] | None = None,
         fenced: bool | None = False,
+        classify: Callable[[str, Item], str] | None = None,
     ) -> None:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self._classify = classify
+        """``counters`` or ``markers``, an item's primary key -> its class: the meter adds writes up per class."""
         """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
         self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}{variant}"
         self._admin = admin
@@ -147,7 +152,9 @@ class TallyCounter:
     def track(self, meter: DynamoDBMeter) -> None:
         aliases = {self.counters_table: "counters", self.markers_table: "markers"}
         for table, names in self._key_names.items():
-            meter.track(table, names, aliases[table])
+            alias = aliases[table]
+            classify = None if self._classify is None else partial(self._classify, alias)
+            meter.track(table, names, alias, classify=classify)
 
     def drop(self) -> None:
         drop_tables(self._admin, [self.counters_table, self.markers_table])
