@@ -8,20 +8,30 @@ from __future__ import annotations
 
 import random
 from fractions import Fraction
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from hypothesis import given
 from hypothesis import strategies as st
 
+import tally.core.plan as plan_module
 from tally.core.aggregate import MessageTotals
 from tally.core.bounds import parse_counter_bounds
 from tally.core.numbered_ids import numbered_id
-from tally.core.plan import BatchPlan, plan_batch, plan_price
+from tally.core.plan import (
+    BatchPlan,
+    least_direct_write_units,
+    plan_batch,
+    plan_price,
+    plan_transactions,
+    unit_increments,
+)
 from tally.core.resets import OperatorKind, OperatorStamp
-from tally.core.write_cost import READ_UNIT_PRICE
+from tally.core.write_cost import READ_UNIT_PRICE, direct_write_units
 from tally.cost.model import Prices
 
 if TYPE_CHECKING:
+    import pytest
+
     from tally.core.items import ItemKey
     from tally.core.numbers import Number
 
@@ -173,6 +183,42 @@ def test_fenced_routing_costs_no_more_and_gives_every_message_one_fate(
     assert cost <= plan_price(as_before, counter_limit=limit)
     if not direct_only.rejected and not replaces:
         assert cost <= plan_price(direct_only, counter_limit=limit)
+
+
+@given(batches())
+def test_no_split_into_direct_transactions_writes_less_than_the_least_the_planner_assumes(
+    batch: tuple[list[MessageTotals], dict[str, str], int],
+) -> None:
+    """The planner sends a unit to the journal without splitting it when the fenced price is under the least any
+    split writes (``least_direct_write_units``): that must be a floor of every split it would have made."""
+    messages, _, max_actions = batch
+
+    def limit(_: ItemKey) -> int:
+        return 3
+
+    split = plan_transactions(messages, max_actions, limit)
+    kept = [message for message in messages if message.message_id not in split.rejected]
+    written = sum(direct_write_units(chunk.marker_items, [1] * len(chunk.increments)) for chunk in split.chunks)
+    assert least_direct_write_units(kept, unit_increments(kept)) <= written
+
+
+def test_a_unit_the_journal_wins_by_its_floor_is_not_split_to_be_priced(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a packed batch (40 messages of 20 events over 30 keys: one unit, far cheaper fenced than direct)
+    rng = random.Random(7)
+    messages = [
+        MessageTotals(numbered_id(SESSION, n), {f"k{rng.randrange(30)}": {"count": 1} for _ in range(20)}, 20)
+        for n in range(40)
+    ]
+    as_split = plan_batch(messages, fenced_apply=True)
+
+    # WHEN the planner plans it with no way to split a unit into transactions
+    def no_split(*_: object, **__: object) -> NoReturn:
+        raise AssertionError("split to be priced")
+
+    monkeypatch.setattr(plan_module, "plan_transactions", no_split)
+    # THEN it plans the same journal unit all the same
+    assert plan_batch(messages, fenced_apply=True) == as_split
+    assert [len(unit) for unit in as_split.journals] == [40]
 
 
 def test_the_planner_prices_a_read_unit_as_the_bill_does() -> None:
