@@ -513,10 +513,10 @@ def fenced_price(
 
 
 def least_direct_write_units(unit: Sequence[MessageTotals], increments: Mapping[ItemKey, object]) -> int:
-    """The fewest write units any split of ``unit`` into direct transactions writes: each marker item once and each
-    item its deltas net to something in (``increments``) once. A split writes every marker item in some chunk (a block
-    shared by chunks once in each), and an item whose unit total is not zero in at least one chunk, whose sum is not
-    zero either; ``direct_write_units`` adds up linearly."""
+    """The fewest write units any split of ``unit`` into direct transactions writes: each of its marker items once,
+    and each item of ``increments`` (its nonzero totals) once. A split writes each marker item in at least one chunk
+    (a block of numbered ids shared by chunks, in each of them), and an item whose total over the unit is not zero in
+    at least one chunk (the chunks' sums add up to that total); ``direct_write_units`` adds up linearly."""
     return direct_write_units(_marker_count(unit), [1] * len(increments))
 
 
