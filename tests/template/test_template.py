@@ -31,6 +31,7 @@ from tally_local.template import (
     queue_definitions,
     table_definitions,
 )
+from tests.artifact.build import sam_process_environment
 from tests.template.conditions import deployed, parameter_values, prune
 
 if TYPE_CHECKING:
@@ -180,7 +181,7 @@ def _sam_executable() -> str | None:
 def test_sam_validate_lint() -> None:
     sam = _sam_executable()
     assert sam is not None
-    env = {**os.environ, "SAM_CLI_TELEMETRY": "0"}
+    env = sam_process_environment(os.environ)
     result = subprocess.run(
         [sam, "validate", "--lint", "--template", str(TEMPLATE_PATH)],
         cwd=REPO_ROOT,
