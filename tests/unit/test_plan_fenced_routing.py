@@ -209,7 +209,7 @@ def test_a_unit_the_journal_wins_by_its_floor_is_not_split_to_be_priced(monkeypa
         MessageTotals(numbered_id(SESSION, n), {f"k{rng.randrange(30)}": {"count": 1} for _ in range(20)}, 20)
         for n in range(40)
     ]
-    as_split = plan_batch(messages, fenced_apply=True)
+    unpatched = plan_batch(messages, fenced_apply=True)
 
     # WHEN the planner plans it with no way to split a unit into transactions
     def no_split(*_: object, **__: object) -> NoReturn:
@@ -217,8 +217,8 @@ def test_a_unit_the_journal_wins_by_its_floor_is_not_split_to_be_priced(monkeypa
 
     monkeypatch.setattr(plan_module, "plan_transactions", no_split)
     # THEN it plans the same journal unit all the same
-    assert plan_batch(messages, fenced_apply=True) == as_split
-    assert [len(unit) for unit in as_split.journals] == [40]
+    assert plan_batch(messages, fenced_apply=True) == unpatched
+    assert [len(unit) for unit in unpatched.journals] == [40]
 
 
 def test_the_planner_prices_a_read_unit_as_the_bill_does() -> None:
