@@ -107,9 +107,9 @@ class TallyCounter:
         classify: Callable[[str, Item], str] | None = None,
     ) -> None:
         self._clock = clock or (lambda: time.time_ns() // 1_000_000)
+        """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
         self._classify = classify
         """``counters`` or ``markers``, an item's primary key -> its class: the meter adds writes up per class."""
-        """The handler's clock (epoch ms): ``bench.windows_cost`` runs a simulated day through it."""
         self.name = f"tally-{'packed' if packed else 'single'}{'-windows' if windows else ''}{variant}"
         self._admin = admin
         definitions = template_definitions()

@@ -218,7 +218,7 @@ def generate_event(service: str, event_type: str, *options: str) -> str:
     """``sam local generate-event <service> <type> <options>``: the JSON the SAM CLI prints."""
     result = subprocess.run(
         [str(sam_cli()), "local", "generate-event", service, event_type, *options],
-        env={**os.environ, "SAM_CLI_TELEMETRY": "0"},
+        env=sam_process_environment(os.environ),
         capture_output=True,
         text=True,
         check=True,

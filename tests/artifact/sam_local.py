@@ -29,7 +29,15 @@ from tally.store.dynamodb import DynamoDBCounterStore
 from tally_local.relay import TcpRelay, interface_address
 from tally_local.resources import LOCAL_CREDENTIALS, LOCAL_REGION
 from tally_local.stack import DOCKER_BRIDGE, LocalStack, sam_env_vars
-from tests.artifact.build import REPO_ROOT, host_architecture, python313, sam_build, sam_cli
+from tests.artifact.build import (
+    REPO_ROOT,
+    generate_event,
+    host_architecture,
+    python313,
+    sam_build,
+    sam_cli,
+    sam_process_environment,
+)
 from tests.support.events import sample_views
 
 EVENTS_DIR = REPO_ROOT / "events"
@@ -80,14 +88,7 @@ def _generated_cases(work: Path) -> dict[str, dict[str, Any]]:
     """The documented ``sam local generate-event`` recipe, run as written, and what each event must count."""
     cases: dict[str, dict[str, Any]] = {}
     for source, arguments, counters in GENERATED:
-        event = subprocess.run(
-            [str(sam_cli()), "local", "generate-event", *arguments],
-            env={**os.environ, "SAM_CLI_TELEMETRY": "0"},
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=INVOKE_TIMEOUT_S,
-        ).stdout
+        event = generate_event(*arguments)
         path = work / f"generated-{source}.json"
         path.write_text(event, encoding="utf-8")
         cases[path.name] = {"source": source, "counters": counters, "dead_letters": [], "path": path}
@@ -176,7 +177,7 @@ def main(deliveries: int, only: tuple[str, ...], generated: bool) -> None:
         )
         reader = CounterReader(resources.counters_table, client=resources.client("dynamodb"))
         sqs = resources.client("sqs")
-        environment = {**os.environ, **LOCAL_CREDENTIALS, "AWS_REGION": LOCAL_REGION, "SAM_CLI_TELEMETRY": "0"}
+        environment = sam_process_environment(os.environ) | {**LOCAL_CREDENTIALS, "AWS_REGION": LOCAL_REGION}
         click.echo(f"[{time.monotonic() - started:.0f} s] local stack {resources.stack_name} up")
         for name, spec in cases.items():
             function = HANDLER_FUNCTIONS[spec["source"]]
