@@ -7,15 +7,11 @@ so the original stays attached for logs and traces.
 This module is the bottom of the package: it imports nothing of tally, so every layer can raise these.
 An error that carries a richer value lives beside that value (``tally.producer.result.PublishError``
 carries a ``PublishResult``; ``tally.core.plan.ConditionRefusedError`` the values a refused condition met, per
-``ItemKey``) and subclasses ``TallyError`` from there.
+``ItemKey``; ``tally.core.ledger.MarkersExistError`` what each marker in a write's way says) and subclasses
+``TallyError`` from there.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from collections.abc import Mapping
 
 
 class TallyError(Exception):
@@ -37,38 +33,6 @@ class RetryableStoreError(StoreError):
     earlier attempt did commit (the response was lost), the retry is cancelled by those markers instead
     of applying the deltas twice.
     """
-
-
-class MarkersExistError(StoreError):
-    """The transaction was cancelled because some messages already have markers.
-
-    ``batches`` names, for markers written by the commit journal, the batch each one belongs to; a
-    message absent from it has a direct marker, written together with its deltas: it is applied.
-    ``digests`` holds the content digest each marker stores (absent: a marker written without one), and
-    ``applied`` each marker's applied time, epoch ms (absent: the marker was not returned), and ``placed`` the
-    receive time each stores for its events without ``ts`` (absent: none stored).
-    ``vanished`` names the messages whose claim found NO marker where it expected one: a claim replacing a
-    dead batch's marker, on the condition that the marker still names that batch, after TTL deleted it; such a
-    message has no marker at all (neither applied nor claimed), and is in none of the other two.
-    """
-
-    def __init__(
-        self,
-        message_ids: frozenset[str],
-        batches: Mapping[str, str] | None = None,
-        digests: Mapping[str, bytes] | None = None,
-        vanished: frozenset[str] = frozenset(),
-        applied: Mapping[str, int] | None = None,
-        *,
-        placed: Mapping[str, int] | None = None,
-    ) -> None:
-        super().__init__(f"{len(message_ids)} message(s) already have markers")
-        self.message_ids = message_ids
-        self.batches: Mapping[str, str] = batches or {}
-        self.digests: Mapping[str, bytes] = digests or {}
-        self.vanished = vanished
-        self.applied: Mapping[str, int] = applied or {}
-        self.placed: Mapping[str, int] = placed or {}
 
 
 class BatchStateError(StoreError):

@@ -20,12 +20,11 @@ import pytest
 from tally.commit.applier import unfenced_batch_id
 from tally.core.aggregate import message_totals
 from tally.core.digest import DIGEST_BYTES
-from tally.core.ledger import Claim
+from tally.core.ledger import Claim, MarkersExistError
 from tally.core.model import CounterEvent, Message, SourceRecord
 from tally.core.numbered_ids import BLOCK_SEQS, MAX_SEQ, numbered_id
 from tally.core.plan import plan_transactions
 from tally.cost.capacity import item_size
-from tally.errors import MarkersExistError
 from tally.reader.store_view import read_counters
 from tally.store.journal import DynamoDBJournal
 from tally.store.markers import BLOCK_EXPIRY_MARGIN_S
@@ -100,7 +99,7 @@ def test_every_marker_read_says_what_an_own_marker_says(ddb_tables: DynamoDBTabl
         assert strongly == eventually[message.message_id]
         assert strongly is not None
         assert (strongly.applied_at_ms, strongly.batch_id, strongly.digest) == (NOW_MS, None, message.digest)
-        assert exists.value.digests[message.message_id] == message.digest
+        assert exists.value.markers[message.message_id].digest == message.digest
     assert store.read_marker(numbered_id(SESSION, 36)) is None
     own_marker, block_marker = store.read_marker(own), store.read_marker(numbered)
     assert own_marker is not None

@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from tally.core.items import make_item
-from tally.core.ledger import Claim
+from tally.core.ledger import Claim, MarkerMet, MarkersExistError
 from tally.core.model import SourceRecord
-from tally.errors import MarkersExistError
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
 from tally.store.schema import counter_attribute, item_key
@@ -90,7 +89,7 @@ replacing it; one case alone already fails without the fix, three cost a few ten
 
 def _read_as_before_the_fix(exists: MarkersExistError) -> MarkersExistError:
     """The cancellation as ``translate`` read it before the fix: a marker gone reported like a direct marker."""
-    return MarkersExistError(exists.message_ids, exists.batches, exists.digests)
+    return MarkersExistError({mid: exists.markers.get(mid, MarkerMet()) for mid in exists.message_ids})
 
 
 class StoreReadingVanishedMarkersAsDirect(DynamoDBCounterStore):

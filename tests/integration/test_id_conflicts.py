@@ -21,12 +21,11 @@ from tally.commit.marker_reads import MarkerReadGate
 from tally.core.aggregate import MessageTotals, message_totals
 from tally.core.decode import decode_message
 from tally.core.digest import DIGEST_BYTES, content_digest
-from tally.core.ledger import Claim
+from tally.core.ledger import Claim, MarkersExistError
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import CounterEvent, Message, SourceRecord
 from tally.core.plan import plan_transactions
 from tally.cost.capacity import item_size
-from tally.errors import MarkersExistError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.store.journal import DynamoDBJournal
 from tests.integration.test_stale_reads import answer_marker_reads
@@ -279,7 +278,7 @@ def test_markers_store_the_digest_and_every_read_returns_it(ddb_tables: DynamoDB
     eventually = store.read_markers(["m-1"])["m-1"]
 
     # THEN each says the digest the marker was written with
-    assert exists.value.digests == {"m-1": message.digest}
+    assert {mid: met.digest for mid, met in exists.value.markers.items()} == {"m-1": message.digest}
     assert strongly is not None
     assert strongly.digest == eventually.digest == message.digest
 

@@ -15,12 +15,11 @@ from tally.commit.applier import Applier, ApplyOutcome, RetryPolicy
 from tally.commit.marker_reads import MarkerReadGate
 from tally.commit.protocol import CommitProtocol
 from tally.core.aggregate import MessageTotals
-from tally.core.ledger import BatchRecord, BatchState, MarkerRecord
+from tally.core.ledger import BatchRecord, BatchState, MarkerMet, MarkerRecord, MarkersExistError
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbers import add
 from tally.core.plan import plan_transactions
 from tally.errors import (
-    MarkersExistError,
     RetryableStoreError,
     StoreError,
     UnsettledMessagesError,
@@ -115,7 +114,7 @@ class FakeCounterStore:
             self._check_range(chunk)
         existing = self.markers.intersection(chunk.message_ids)
         if existing:
-            raise MarkersExistError(frozenset(existing))
+            raise MarkersExistError(dict.fromkeys(existing, MarkerMet()))
         self._check_range(chunk)
         self.markers.update(chunk.message_ids)
         for key, counters in chunk.increments.items():
@@ -677,7 +676,7 @@ def test_a_plain_claim_reported_without_its_marker_goes_back_to_the_source_never
     # GIVEN a store whose answer to a claim conditioned on no marker says the condition failed for want of a
     # marker (DynamoDB never answers so: it returns the marker that stood in the way; only a claim replacing a
     # marker can fail because TTL deleted it)
-    store = FakeCounterStore(script=deque([MarkersExistError(frozenset({"a"}), vanished=frozenset({"a"}))]))
+    store = FakeCounterStore(script=deque([MarkersExistError({}, vanished=frozenset({"a"}))]))
     # WHEN the message is applied
     outcome = run(store, plan_transactions(batch("a"), max_actions=4))
     # THEN it is handed back to the source, neither settled as applied nor claimed in a loop

@@ -27,12 +27,13 @@ from tally.core.bounds import (
 )
 from tally.core.defaults import parse_counter_defaults
 from tally.core.items import ALL_TIME, CounterItem
+from tally.core.ledger import MarkersExistError
 from tally.core.limits import WIRE_LIMITS
 from tally.core.model import RejectCode
 from tally.core.plan import ConditionRefusedError, plan_batch, split_refused
 from tally.core.sharding import parse_hot_keys
 from tally.core.write import ItemRead
-from tally.errors import ConfigurationError, MarkersExistError
+from tally.errors import ConfigurationError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.sources import kinesis as kinesis_source
 from tally.store.actions import Role, add_update, bound_check

@@ -64,7 +64,15 @@ from tally.core.fence import (
     without_prune,
 )
 from tally.core.fence import refusal as fence_refusal
-from tally.core.ledger import BatchRecord, BatchState, Claim, Commit, content_conflict
+from tally.core.ledger import (
+    BatchRecord,
+    BatchState,
+    Claim,
+    Commit,
+    MarkerMet,
+    MarkersExistError,
+    content_conflict,
+)
 from tally.core.model import RejectCode, Rejection
 from tally.core.numbered_ids import marker_item
 from tally.core.plan import (
@@ -85,7 +93,6 @@ from tally.core.write_planner import counters_met, plan_write
 from tally.errors import (
     BatchStateError,
     ChunkAppliedError,
-    MarkersExistError,
     RetryableStoreError,
     StoreError,
     WriteRejectedError,
@@ -250,12 +257,8 @@ class CommitProtocol:
             return list(messages)
         if not existing:
             return list(messages)
-        batches = {mid: marker.batch_id for mid, marker in existing.items() if marker.batch_id is not None}
-        digests = {mid: marker.digest for mid, marker in existing.items() if marker.digest is not None}
-        applied = {mid: marker.applied_at_ms for mid, marker in existing.items()}
-        placed = {mid: marker.placed_ms for mid, marker in existing.items() if marker.placed_ms is not None}
         claimable = self.settle_existing(
-            MarkersExistError(frozenset(existing), batches, digests, applied=applied, placed=placed)
+            MarkersExistError({mid: MarkerMet.of(marker) for mid, marker in existing.items()})
         )
         return [m for m in messages if m.message_id not in existing or m.message_id in claimable]
 
@@ -727,7 +730,7 @@ class CommitProtocol:
                     self._steps.write(partial(self._journal.open, batch_id, lease_until_ms, claims, self._now_ms))
             except MarkersExistError as exists:
                 # Markers naming our own batch come from our own attempt whose answer was lost.
-                mine = [mid for mid in exists.message_ids if exists.batches.get(mid) == batch_id]
+                mine = [mid for mid, met in exists.markers.items() if met.batch_id == batch_id]
                 opened = opened or bool(mine)
                 claimed.extend(by_id[mid] for mid in mine)
                 claimable = self.settle_existing(exists, own_batch=batch_id)
@@ -1018,18 +1021,16 @@ class CommitProtocol:
             if message_id in exists.vanished:
                 self._vanished(message_id, claimable)
                 continue
-            batch_id = exists.batches.get(message_id)
-            applied_ms = exists.applied.get(message_id)
-            placed_ms = exists.placed.get(message_id)
-            commit = None if applied_ms is None else Commit.of_marker(applied_ms, batch_id, placed_ms)
+            met = exists.markers[message_id]
+            batch_id, commit = met.batch_id, met.commit
             if batch_id is None:
-                self._settle_applied(message_id, exists.digests.get(message_id), commit)
+                self._settle_applied(message_id, met.digest, commit)
                 continue
             if batch_id == own_batch:
                 continue  # our own claim, from an attempt whose response was lost: the caller keeps it
             resolution = self._resolve_or_pending(batch_id)
             if resolution is Resolution.APPLIED:
-                self._settle_applied(message_id, exists.digests.get(message_id), commit)
+                self._settle_applied(message_id, met.digest, commit)
             elif resolution is Resolution.PENDING:
                 self._hold(message_id, batch_id)
             else:

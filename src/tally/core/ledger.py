@@ -8,9 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from tally.core.digest import short_digest
 from tally.core.model import IdConflict, RejectCode
+from tally.errors import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 class BatchState(StrEnum):
@@ -105,6 +110,45 @@ class MarkerRecord:
     @property
     def commit(self) -> Commit:
         return Commit.of_marker(self.applied_at_ms, self.batch_id, self.placed_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerMet:
+    """What a marker found in a write's way says (DynamoDB's ``ALL_OLD`` on a cancellation, or a read of the
+    markers): the journal batch it names (None: a direct marker, written with its message's deltas: applied), the
+    digest of the content it counts, its applied time and the receive time that placed its events without ``ts``
+    (each None when the marker stores none, or the answer did not return it)."""
+
+    batch_id: str | None = None
+    digest: bytes | None = None
+    applied_ms: int | None = None
+    placed_ms: int | None = None
+
+    @classmethod
+    def of(cls, record: MarkerRecord) -> MarkerMet:
+        return cls(record.batch_id, record.digest, record.applied_at_ms, record.placed_ms)
+
+    @property
+    def commit(self) -> Commit | None:
+        """The commit the marker names, when its applied time is known."""
+        return None if self.applied_ms is None else Commit.of_marker(self.applied_ms, self.batch_id, self.placed_ms)
+
+
+class MarkersExistError(StoreError):
+    """A write was cancelled because some of its messages already have markers.
+
+    ``markers`` holds what each marker in the way says. ``vanished`` names the messages whose claim found NO
+    marker where it expected one: a claim replacing a dead batch's marker, on the condition that the marker still
+    names that batch, after TTL deleted it; such a message has no marker at all (neither applied nor claimed), and
+    is not in ``markers``. ``message_ids``: both.
+    """
+
+    def __init__(self, markers: Mapping[str, MarkerMet], vanished: frozenset[str] = frozenset()) -> None:
+        message_ids = frozenset(markers) | vanished
+        super().__init__(f"{len(message_ids)} message(s) already have markers")
+        self.markers: Mapping[str, MarkerMet] = markers
+        self.vanished = vanished
+        self.message_ids = message_ids
 
 
 def content_conflict(counted: bytes | None, incoming: bytes | None, *, where: str) -> IdConflict | None:

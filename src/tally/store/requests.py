@@ -19,12 +19,12 @@ from botocore.exceptions import ConnectionError as BotoConnectionError
 from tally.core.items import (
     ALL_TIME,
 )
+from tally.core.ledger import MarkerMet, MarkersExistError
 from tally.core.limits import BATCH_GET_MAX_KEYS
 from tally.core.plan import ConditionRefusedError
 from tally.errors import (
     BatchStateError,
     ChunkAppliedError,
-    MarkersExistError,
     RetryableStoreError,
     StoreError,
     WriteRejectedError,
@@ -182,46 +182,28 @@ def _projection(attributes: Sequence[str]) -> dict[str, Any]:
     return {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
 
 
-def _read_marker_reason(
-    message_id: str,
-    old_item: Mapping[str, Any],
-    batches: dict[str, str],
-    digests: dict[str, bytes],
-    *,
-    applied: dict[str, int],
-    placed: dict[str, int],
-) -> bool:
-    """The batch, digest, applied and placing times of an existing marker, from a cancellation reason's ``ALL_OLD``
-    item; False when the reason returned no item (no marker at all: a replacing claim's condition failed because TTL
-    deleted the marker it replaces)."""
+def _read_marker_reason(old_item: Mapping[str, Any]) -> MarkerMet | None:
+    """What an existing marker says, from a cancellation reason's ``ALL_OLD`` item; None when the reason returned
+    no item (no marker at all: a replacing claim's condition failed because TTL deleted the marker it replaces)."""
     if not old_item:
-        return False
+        return None
     applied_at = old_item.get(MARKER_APPLIED_AT)
-    if applied_at is not None:
-        applied[message_id] = int(applied_at["N"])
-    existing = old_item.get(MARKER_BATCH)
-    if existing is not None:
-        batches[message_id] = existing["S"]
+    batch = old_item.get(MARKER_BATCH)
     digest = old_item.get(MARKER_DIGEST)
-    if digest is not None:
-        digests[message_id] = bytes(digest["B"])
     placed_at = old_item.get(MARKER_PLACED_AT)
-    if placed_at is not None:
-        placed[message_id] = int(placed_at["N"])
-    return True
+    return MarkerMet(
+        batch_id=batch["S"] if batch is not None else None,
+        digest=bytes(digest["B"]) if digest is not None else None,
+        applied_ms=int(applied_at["N"]) if applied_at is not None else None,
+        placed_ms=int(placed_at["N"]) if placed_at is not None else None,
+    )
 
 
 def _markers_in_the_way(
-    role: Role,
-    old_item: Mapping[str, Any],
-    batches: dict[str, str],
-    digests: dict[str, bytes],
-    *,
-    vanished: set[str],
-    applied: dict[str, int],
-    placed: dict[str, int],
+    role: Role, old_item: Mapping[str, Any], met: dict[str, MarkerMet], vanished: set[str]
 ) -> set[str]:
-    """The messages of a cancelled marker or block action whose own condition failed (from ``ALL_OLD``).
+    """The messages of a cancelled marker or block action whose own condition failed (from ``ALL_OLD``), what
+    each marker says put in ``met``.
 
     A message whose attribute exists failed ``attribute_not_exists``, unless it claimed to replace an aborted
     batch's marker and the marker still names that batch. A replacing claim whose marker is gone failed too:
@@ -229,8 +211,11 @@ def _markers_in_the_way(
     a batch, which would read as a direct marker, that is, applied.
     """
     if role.kind == "marker":
-        if not _read_marker_reason(role.name, old_item, batches, digests, applied=applied, placed=placed):
+        found = _read_marker_reason(old_item)
+        if found is None:
             vanished.add(role.name)
+        else:
+            met[role.name] = found
         return {role.name}
     stood: set[str] = set()
     records = marker_records(old_item, [claim.message_id for claim in role.claims]) if old_item else {}
@@ -245,13 +230,7 @@ def _markers_in_the_way(
         if replaces is not None and record.batch_id == replaces:
             continue
         stood.add(message_id)
-        applied[message_id] = record.applied_at_ms
-        if record.batch_id is not None:
-            batches[message_id] = record.batch_id
-        if record.digest is not None:
-            digests[message_id] = record.digest
-        if record.placed_ms is not None:
-            placed[message_id] = record.placed_ms
+        met[message_id] = MarkerMet.of(record)
     return stood
 
 
@@ -289,11 +268,8 @@ class _Cancellation:
 
     def __init__(self) -> None:
         self.markers: set[str] = set()
-        self.batches: dict[str, str] = {}
-        self.digests: dict[str, bytes] = {}
+        self.met: dict[str, MarkerMet] = {}
         self.vanished: set[str] = set()
-        self.applied: dict[str, int] = {}
-        self.placed: dict[str, int] = {}
         self.failed_batch: str | None = None
         self.applied_failed = False
         self.rejected = False
@@ -320,15 +296,7 @@ class _Cancellation:
             self.out_of_range = self.out_of_range and NUMBER_RANGE.search(text) is not None
 
     def marker(self, role: Role, reason: _Reason) -> None:
-        stood = _markers_in_the_way(
-            role,
-            reason.get("Item", {}),
-            self.batches,
-            self.digests,
-            vanished=self.vanished,
-            applied=self.applied,
-            placed=self.placed,
-        )
+        stood = _markers_in_the_way(role, reason.get("Item", {}), self.met, self.vanished)
         self.markers.update(stood)
         if not stood:
             self.details.append(f"block condition failed without a marker in the way: {reason.get('Message', '')}")
@@ -355,14 +323,7 @@ class _Cancellation:
 
     def error(self) -> StoreError:
         if self.markers:
-            return MarkersExistError(
-                frozenset(self.markers),
-                self.batches,
-                self.digests,
-                frozenset(self.vanished),
-                self.applied,
-                placed=self.placed,
-            )
+            return MarkersExistError(self.met, frozenset(self.vanished))
         if self.failed_batch is not None:
             return BatchStateError(self.failed_batch)
         if self.applied_failed:
