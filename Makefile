@@ -14,14 +14,6 @@ CHECKOV_VENV := .venv-checkov
 export TALLY_SAM_BIN := $(CURDIR)/$(SAM_VENV)/bin/sam
 export TALLY_CHECKOV_BIN := $(CURDIR)/$(CHECKOV_VENV)/bin/checkov
 export SAM_CLI_TELEMETRY := 0
-# Every process make starts writes the bytecode of what it imports, beside the module, once: where
-# PYTHONDONTWRITEBYTECODE is set (this project's CI machines) each process would otherwise compile from source every
-# module it imports, and the suite starts hundreds (a local stack's start: 12 s of CPU without bytecode, 7.4 s with).
-# Compiling the whole venv at install instead took 35 s of CPU (19 s of wall time on two cores, ahead of everything),
-# most of it for modules no process here imports (sympy, matplotlib, fontTools, most of moto's services); the first
-# collection (test-collect) compiles most of what the tests import, and a .pyc its source has since changed is
-# ignored. A tally process started outside make under PYTHONDONTWRITEBYTECODE reads what these wrote.
-unexport PYTHONDONTWRITEBYTECODE
 
 # The Lambda runtime's Python (python3.13): `sam build` needs it, and tests/artifact runs the built package on it.
 # The first python3.13 on PATH, else pyenv's newest 3.13.x.
@@ -57,12 +49,12 @@ test: python313
 	if [ $$checked -ne 0 ]; then echo "make test: a check failed (ruff, import contracts, mypy or the docs build: see above)"; fi; \
 	exit $$(( tests != 0 || checked != 0 ))
 
-# pytest rewrites the asserts of each test module it imports and keeps the result beside the module's bytecode (not
-# where PYTHONDONTWRITEBYTECODE is set: each of the three workers then rewrote every module again, 10.2 s of CPU a
-# collection against 5.2 s from kept results). One collection, beside the SAM CLI's and checkov's installs, keeps them
-# for the workers and for the pytest runs tests start, and compiles the modules the tests import.
+# pytest rewrites the asserts of each test module it imports and keeps the result beside the module's bytecode, but
+# not where PYTHONDONTWRITEBYTECODE is set (this project's CI machines): there each of the three workers rewrote every
+# module again, 10.2 s of CPU a collection against 5.2 s from kept results. One collection with bytecode writing on,
+# beside the SAM CLI's and checkov's installs, keeps them for the workers and for the pytest runs tests start.
 test-collect: install
-	$(BIN)/pytest --collect-only -q > /dev/null
+	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -q > /dev/null
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
 # that starts one of them unmarked fails (tests/support/tiers.py); nor the few tests marked slow (seconds of CPU
@@ -116,13 +108,17 @@ integration: install
 
 install: $(VENV)/.installed
 
-# The virtual environment is not compiled to bytecode as it is installed: the processes make starts write the
-# bytecode of what they import (see unexport PYTHONDONTWRITEBYTECODE above).
+# The virtual environment is compiled to bytecode as it is installed (uv does not by default): where
+# PYTHONDONTWRITEBYTECODE is set, as on this project's CI machines, no import writes a .pyc, so every process would
+# compile from source every module it imports, and the test suite starts hundreds (a local stack's start: 12 s of
+# CPU without, 7.4 s with). src/ is compiled too; a .pyc its source has since changed is ignored. The SAM CLI's and
+# checkov's venvs are not: a few runs each save less (checkov: 1.4 s of CPU a run) than compiling them costs.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "tally needs Python 3.11+"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip install --quiet --python $(BIN)/python -e '.[dev]'
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev]'
+	$(BIN)/python -m compileall -q src
 	$(BIN)/python -c 'from tally_local.dynamodb_local import ensure_installed; print("DynamoDB Local:", ensure_installed())'
 	touch $@
 
