@@ -36,15 +36,13 @@ demo-smoke: install
 # tests wait on emulators about half their time, and three finished 40 s sooner than two.
 
 # What the tests need is installed first. The checks (ruff, the import contracts, mypy, the strict docs build) then
-# run beside the rest of the set-up (the SAM CLI's and checkov's venvs, the first collection: one core's work for
-# about 10 s) and the tests, rather than ahead of them (alone they took 18 s of wall time: mypy 15.6 s, the docs
-# 2.0 s, ruff and the contracts 0.7 s): each check's output is printed whole when it ends, and the target fails if the
-# checks, the set-up or the tests do.
+# run beside the tests, on the core time the tests leave idle while they wait on emulators, rather than ahead of them
+# (alone they took 18 s of wall time: mypy 15.6 s, the docs 2.0 s, ruff and the contracts 0.7 s): each check's output
+# is printed whole when it ends, and the target fails if the checks or the tests do.
 test: python313
-	$(MAKE) --no-print-directory install
+	$(MAKE) --no-print-directory -j3 --output-sync=target install sam checkov test-collect
 	@$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck docs & checks=$$!; \
-	$(MAKE) --no-print-directory -j3 --output-sync=target sam checkov test-collect \
-	  && TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 3 --dist loadgroup --durations=40 --cpu-budget; tests=$$?; \
+	TALLY_HYPOTHESIS_PROFILE=ci $(BIN)/pytest -n 3 --dist loadgroup --durations=40 --cpu-budget; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	if [ $$checked -ne 0 ]; then echo "make test: a check failed (ruff, import contracts, mypy or the docs build: see above)"; fi; \
 	exit $$(( tests != 0 || checked != 0 ))
