@@ -189,8 +189,9 @@ class SqsPollers:
     two empty receives of their own, until a receive (anyone's) brings messages, which wakes them all.
 
     Idle, a stack's five pollers sent ten receives a second between them, about a tenth of a core with moto's server
-    answering them (the idle stack of ``tally-local``, measured: 3.1 s of CPU in 30 s); parked, the first alone polls
-    (two a second). While anything arrives each poller polls as before, so the pollers' concurrency under load is
+    answering them (the idle stack of ``tally-local``, 30 s measured: its Python process 2.63 s of CPU, DynamoDB
+    Local's JVM about 0.5 s); parked, the first alone polls (two a second), and the Python process took 0.78 s.
+    While anything arrives each poller polls as before, so the pollers' concurrency under load is
     unchanged. A message published to an idle queue waits for the first poller's next receive: 0.25 s on average,
     against 0.1 s with five pollers, before the batching window (1 s locally) that follows it anyway."""
 
