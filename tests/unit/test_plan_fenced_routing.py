@@ -19,17 +19,21 @@ from tally.core.bounds import parse_counter_bounds
 from tally.core.numbered_ids import numbered_id
 from tally.core.plan import (
     BatchPlan,
+    fenced_price,
     least_direct_write_units,
+    plan_apply_chunks,
     plan_batch,
     plan_price,
     plan_transactions,
     unit_increments,
 )
 from tally.core.resets import OperatorKind, OperatorStamp
-from tally.core.write_cost import READ_UNIT_PRICE, direct_write_units
+from tally.core.write_cost import READ_UNIT_PRICE, direct_write_units, planner_page_bytes
 from tally.cost.model import Prices
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import pytest
 
     from tally.core.items import ItemKey
@@ -183,6 +187,74 @@ def test_fenced_routing_costs_no_more_and_gives_every_message_one_fate(
     assert cost <= plan_price(as_before, counter_limit=limit)
     if not direct_only.rejected and not replaces:
         assert cost <= plan_price(direct_only, counter_limit=limit)
+
+
+def assert_priced_as_again(plan: BatchPlan, counter_limit: Callable[[ItemKey], int]) -> int:
+    """Each journal unit the planner priced carries exactly what pricing it again gives: its increments (in their
+    order), its pages and their sizes (what ``tally plan``'s bill reads instead of pricing it again). How many were."""
+    assert not plan.journal_prices or len(plan.journal_prices) == len(plan.journals)
+    priced_units = 0
+    for unit, priced in plan.priced_journals():
+        if priced is None:
+            continue
+        increments = unit_increments(unit)
+        assert list(priced.increments.items()) == list(increments.items())
+        pages = plan_apply_chunks(increments, counter_limit=counter_limit)
+        assert priced.pages == pages
+        assert priced.page_sizes == tuple(planner_page_bytes(page) for page in pages)
+        priced_units += 1
+    return priced_units
+
+
+@given(batches())
+def test_a_priced_journal_unit_carries_what_pricing_it_again_gives(
+    batch: tuple[list[MessageTotals], dict[str, str], int],
+) -> None:
+    messages, replaces, max_actions = batch
+
+    def limit(_: ItemKey) -> int:
+        return 3
+
+    fenced = plan_batch(
+        messages, max_actions, replaces, counter_limit=limit, bounded=STOCK.is_bounded, fenced_apply=True
+    )
+    assert_priced_as_again(fenced, limit)
+    # AND a plan not fenced prices nothing (its journal is chosen by actions)
+    assert (
+        plan_batch(messages, max_actions, replaces, counter_limit=limit, bounded=STOCK.is_bounded).journal_prices == ()
+    )
+
+
+def test_small_units_merged_into_one_journal_unit_and_a_packed_unit_are_priced_as_again() -> None:
+    # GIVEN single events (small units merged into one journal unit) and packed messages on shared keys (one unit too
+    # large for a transaction, priced against its least split)
+    rng = random.Random(7)
+    packed = [
+        MessageTotals(numbered_id(SESSION, n), {f"k{rng.randrange(30)}": {"count": 1} for _ in range(20)}, 20)
+        for n in range(40)
+    ]
+    for messages in (single_events(100, 50), packed):
+        # WHEN planned fenced THEN its one journal unit was priced, as pricing it again gives
+        plan = plan_batch(messages, fenced_apply=True)
+        assert len(plan.journals) == 1
+        assert assert_priced_as_again(plan, lambda _: 10_000) == 1
+        assert fenced_price(plan.journals[0], lambda _: 10_000, planner_page_bytes) == plan_price(plan)
+
+
+def test_small_units_cut_for_their_sums_are_summed_again_when_merged() -> None:
+    # GIVEN single messages whose sum on one key needs 39 significant digits: cut into units that each store theirs,
+    # every unit sharing that key's item
+    big = 6 * 10**37 + 1
+    messages = [MessageTotals(f"m{n}", {"k": {"c": big}, f"own-{n}": {"c": 1}}, 1) for n in range(12)]
+    # WHEN they are planned fenced and merged into one journal unit
+    plan = plan_batch(messages, fenced_apply=True)
+    assert [len(unit) for unit in plan.journals] == [12]
+    # THEN its priced increments are the sums over the whole unit (the key's item once, its total), not the units'
+    # increments side by side
+    assert assert_priced_as_again(plan, lambda _: 10_000) == 1
+    (priced,) = plan.journal_prices
+    assert priced is not None
+    assert priced.increments["k"] == {"c": 12 * big}
 
 
 @given(batches())

@@ -44,7 +44,7 @@ from tally.core.write_cost import (
 from tally.errors import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 
     from tally.core.thresholds import Crossing
     from tally.core.write import ItemRead
@@ -308,6 +308,25 @@ class BatchPlan:
     direct: tuple[Chunk, ...]
     journals: tuple[tuple[MessageTotals, ...], ...]
     rejected: Mapping[str, Rejection] = field(default_factory=dict)
+    journal_prices: tuple[JournalPrice | None, ...] = ()
+    """For each journal unit, in order, what the planner priced it by when it chose the fenced journal for it by price
+    (``None``: forced, or chosen by actions; empty: none priced)."""
+
+    def priced_journals(self) -> Iterator[tuple[tuple[MessageTotals, ...], JournalPrice | None]]:
+        """Each journal unit with what the planner priced it by, if it did."""
+        return zip(self.journals, self.journal_prices or (None,) * len(self.journals), strict=True)
+
+
+@dataclass(frozen=True, slots=True)
+class JournalPrice:
+    """What a journal unit was priced by as a fenced journal batch (``fenced_price``): its increments
+    (``unit_increments``), its apply chunks, one journal page each (``plan_apply_chunks``), and each page's stored size
+    (the ``page_bytes`` it was priced with). A price of the unit as planned reads them here: ``tally plan`` bills every
+    batch it simulates, and computing them again was a third of its time."""
+
+    increments: Mapping[ItemKey, Mapping[str, Number]]
+    pages: tuple[Totals, ...]
+    page_sizes: tuple[int, ...]
 
 
 def plan_batch(
@@ -411,11 +430,20 @@ class _PlanParts:
     direct: list[Chunk] = field(default_factory=list)
     journals: list[tuple[MessageTotals, ...]] = field(default_factory=list)
     rejected: dict[str, Rejection] = field(default_factory=dict)
+    journal_prices: list[JournalPrice | None] = field(default_factory=list)
+
+    def journal(self, unit: tuple[MessageTotals, ...], price: JournalPrice | None = None) -> None:
+        """Send ``unit`` through the journal (``price``: what it was priced by as a fenced journal batch)."""
+        self.journals.append(unit)
+        self.journal_prices.append(price)
 
     def plan(self, max_actions: int) -> BatchPlan:
         """The plan: the direct transactions, then the small units packed into as few as hold them."""
         return BatchPlan(
-            (*self.direct, *_pack_small_units(self.small, max_actions)), tuple(self.journals), self.rejected
+            (*self.direct, *_pack_small_units(self.small, max_actions)),
+            tuple(self.journals),
+            self.rejected,
+            tuple(self.journal_prices) if any(self.journal_prices) else (),
         )
 
 
@@ -438,7 +466,7 @@ def _place_unit(
         into.small.append(unit)
         return
     if forced:
-        into.journals.append(unit)
+        into.journal(unit)
         return
     fenced = (
         None
@@ -448,7 +476,7 @@ def _place_unit(
     if fenced is not None and fenced[0] < fenced[1]:
         # Cheaper than any split could be: the journal, without cutting the unit into transactions to price them
         # (for a packed batch of 700 messages, that cut was two fifths of the planner's time).
-        into.journals.append(unit)
+        into.journal(unit, fenced[2])
         return
     split = plan_transactions(unit, max_actions, counter_limit)
     if direct_only:
@@ -465,7 +493,7 @@ def _place_unit(
         direct_cost = sum(chunk.action_count for chunk in split.chunks)
         journal = direct_cost > markers + keys + journal_overhead(markers, keys)
     if journal:
-        into.journals.append(unit)
+        into.journal(unit, None if fenced is None else fenced[2])
     else:
         into.direct.extend(split.chunks)
 
@@ -492,9 +520,20 @@ def _route_small(
     if not units:
         return
     merged = tuple(message for unit in units for message in unit)
-    direct = sum(direct_write_units(_marker_count(unit), [1] * len(unit_increments(unit))) for unit in units)
-    if fenced_price(merged, counter_limit, page_bytes) < direct:
-        into.journals.append(merged)
+    each = [unit_increments(unit) for unit in units]
+    direct = sum(
+        direct_write_units(_marker_count(unit), [1] * len(increments))
+        for unit, increments in zip(units, each, strict=True)
+    )
+    # Units that share no item: the merged unit's increments are theirs side by side, in the order its messages
+    # reach them (a unit cut for its sums, ``_storable_units``, may share an item with another: then summed again).
+    union: dict[ItemKey, Mapping[str, Number]] = {}
+    for increments in each:
+        union.update(increments)
+    shared = len(union) != sum(len(increments) for increments in each)
+    price, priced = _priced(merged, counter_limit, page_bytes, unit_increments(merged) if shared else union)
+    if price < direct:
+        into.journal(merged, priced)
     else:
         into.small.extend(units)
 
@@ -507,9 +546,21 @@ def fenced_price(
 ) -> Fraction:
     """The price of ``unit`` as one fenced journal batch, in write units (``fenced_journal_price``), every item
     priced under 1 KB (1 unit a write, 1 read unit its read); ``increments``: ``unit_increments(unit)``, if known."""
-    pages = plan_apply_chunks(unit_increments(unit) if increments is None else increments, counter_limit=counter_limit)
+    return _priced(unit, counter_limit, page_bytes, unit_increments(unit) if increments is None else increments)[0]
+
+
+def _priced(
+    unit: Sequence[MessageTotals],
+    counter_limit: CounterLimit,
+    page_bytes: PageBytes,
+    increments: Mapping[ItemKey, Mapping[str, Number]],
+) -> tuple[Fraction, JournalPrice]:
+    """``fenced_price``, with what it priced the unit by."""
+    pages = plan_apply_chunks(increments, counter_limit=counter_limit)
+    sizes = tuple(page_bytes(page) for page in pages)
     writes = sum(len(page) for page in pages)  # an item cut into parts takes one fenced write per part
-    return fenced_journal_price(_marker_count(unit), [1] * writes, [page_bytes(page) for page in pages], writes)
+    price = fenced_journal_price(_marker_count(unit), [1] * writes, sizes, writes)
+    return price, JournalPrice(increments, pages, sizes)
 
 
 def least_direct_write_units(unit: Sequence[MessageTotals], increments: Mapping[ItemKey, object]) -> int:
@@ -522,9 +573,10 @@ def least_direct_write_units(unit: Sequence[MessageTotals], increments: Mapping[
 
 def _fenced_price_and_least_direct(
     unit: Sequence[MessageTotals], counter_limit: CounterLimit, page_bytes: PageBytes
-) -> tuple[Fraction, int]:
+) -> tuple[Fraction, int, JournalPrice]:
     increments = unit_increments(unit)
-    return fenced_price(unit, counter_limit, page_bytes, increments), least_direct_write_units(unit, increments)
+    price, priced = _priced(unit, counter_limit, page_bytes, increments)
+    return price, least_direct_write_units(unit, increments), priced
 
 
 def unit_increments(unit: Sequence[MessageTotals]) -> dict[ItemKey, Mapping[str, Number]]:
