@@ -569,9 +569,9 @@ def _adds(increments: Mapping[ItemKey, Mapping[str, object]], traffic: Traffic) 
 def _journal_pages(
     unit: Sequence[MessageTotals], priced: JournalPrice | None
 ) -> tuple[Mapping[ItemKey, Mapping[str, Number]], Sequence[Mapping[ItemKey, Mapping[str, Number]]]]:
-    """A journal unit's increments and apply chunks (its pages): the planner's when it priced the unit, which are the
-    same (``bill_batch`` plans with no counter limit, and a chunk's default size is ``MAX_JOURNAL_CHUNK_KEYS``), with
-    their sizes by the same ``page_bytes``; computing them again was a third of ``tally plan``'s time."""
+    """A journal unit's increments and apply chunks (its pages): the planner's when it priced the unit, which are these
+    (``bill_batch`` plans with no counter limit, and a chunk's default size is ``MAX_JOURNAL_CHUNK_KEYS``), their
+    sizes by the same ``page_bytes``."""
     if priced is not None:
         return priced.increments, priced.pages
     increments = unit_increments(unit)
