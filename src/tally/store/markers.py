@@ -138,7 +138,7 @@ def block_update(
 def marker_records(item: Mapping[str, Any], message_ids: Iterable[str]) -> dict[str, MarkerRecord]:
     """The markers of ``message_ids`` that a raw marker item (``m#`` or block) holds, as ``MarkerRecord``s.
 
-    Every reader of markers goes through here (or ``translate``, for a cancellation's ``ALL_OLD``), so a
+    Every reader of markers goes through here (a cancellation's ``ALL_OLD`` item too, in ``translate``), so a
     message's marker reads the same whether it has an item of its own or shares its block's.
     """
     expires_at_s = int(item[EXPIRES_AT]["N"])

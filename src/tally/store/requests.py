@@ -31,10 +31,6 @@ from tally.errors import (
 )
 from tally.store.markers import marker_records
 from tally.store.schema import (
-    MARKER_APPLIED_AT,
-    MARKER_BATCH,
-    MARKER_DIGEST,
-    MARKER_PLACED_AT,
     PARTITION_KEY,
     SORT_KEY,
     VIEW_PARTITION_MARK,
@@ -182,23 +178,6 @@ def _projection(attributes: Sequence[str]) -> dict[str, Any]:
     return {"ProjectionExpression": ", ".join(names), "ExpressionAttributeNames": names}
 
 
-def _read_marker_reason(old_item: Mapping[str, Any]) -> MarkerMet | None:
-    """What an existing marker says, from a cancellation reason's ``ALL_OLD`` item; None when the reason returned
-    no item (no marker at all: a replacing claim's condition failed because TTL deleted the marker it replaces)."""
-    if not old_item:
-        return None
-    applied_at = old_item.get(MARKER_APPLIED_AT)
-    batch = old_item.get(MARKER_BATCH)
-    digest = old_item.get(MARKER_DIGEST)
-    placed_at = old_item.get(MARKER_PLACED_AT)
-    return MarkerMet(
-        batch_id=batch["S"] if batch is not None else None,
-        digest=bytes(digest["B"]) if digest is not None else None,
-        applied_ms=int(applied_at["N"]) if applied_at is not None else None,
-        placed_ms=int(placed_at["N"]) if placed_at is not None else None,
-    )
-
-
 def _markers_in_the_way(
     role: Role, old_item: Mapping[str, Any], met: dict[str, MarkerMet], vanished: set[str]
 ) -> set[str]:
@@ -211,11 +190,12 @@ def _markers_in_the_way(
     a batch, which would read as a direct marker, that is, applied.
     """
     if role.kind == "marker":
-        found = _read_marker_reason(old_item)
+        # Its own item: no item in the reason means no marker at all (a replacing claim whose marker TTL deleted).
+        found = marker_records(old_item, [role.name]).get(role.name) if old_item else None
         if found is None:
             vanished.add(role.name)
         else:
-            met[role.name] = found
+            met[role.name] = MarkerMet.of(found)
         return {role.name}
     stood: set[str] = set()
     records = marker_records(old_item, [claim.message_id for claim in role.claims]) if old_item else {}
