@@ -382,7 +382,9 @@ def test_an_audit_right_after_the_last_counting_waits_until_it_settles(counted: 
     auditor_ms = [now]
 
     def sleep(seconds: float) -> None:
-        auditor_ms[0] += int(seconds * 1000)
+        # rounded, not truncated: the auditor sleeps a whole number of ms as seconds, and 1001 / 1000 * 1000 is
+        # 1000.99...: a truncated wait starts the second read 1 ms short, where it still cannot place the countings
+        auditor_ms[0] += round(seconds * 1000)
 
     report = counted.audit(lambda: auditor_ms[0], sleep, settle_s=0.01, attempts=2, tolerance_ms=1_000)
     # THEN the second look waits until the tolerance has passed and every value is exact, not unsettled
