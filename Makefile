@@ -21,7 +21,7 @@ export SAM_CLI_TELEMETRY := 0
 PYTHON313 ?= $(shell python3.13 -c 'import sys; print(sys.executable)' 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.13*/bin/python3.13 2>/dev/null | sort -V | tail -1)
 export TALLY_PYTHON313 := $(PYTHON313)
 
-.PHONY: demo demo-smoke test test-collect test-fast docs docs-serve cli-reference python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
+.PHONY: demo demo-smoke test test-loaded test-collect test-fast docs docs-serve cli-reference python313 lock lint typecheck unit integration install sam checkov clean bench-hot-key bench-journal bench-plan bench-plan-numbered bench-cost bench-duration bench-patterns bench bench-smoke chaos chaos-smoke sam-local
 
 demo: install
 	$(BIN)/python -m tally_local.demo
@@ -54,6 +54,12 @@ test: python313
 # beside the SAM CLI's and checkov's installs, keeps them for the workers and for the pytest runs tests start.
 test-collect: install
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -q > /dev/null
+
+# make test on a machine at about half its speed: two busy loops beside it, stopped when it ends, whatever happens.
+# It finds what leans on the machine's pace: its first run (2026-12-04) found an audit test whose clock ran at it.
+test-loaded:
+	@$(PYTHON) -c 'while True: pass' & one=$$!; $(PYTHON) -c 'while True: pass' & two=$$!; \
+	trap 'kill $$one $$two' EXIT; $(MAKE) --no-print-directory test
 
 # No DynamoDB Local, no moto server, no `sam build`: the markers are set from the fixtures a test uses, and a test
 # that starts one of them unmarked fails (tests/support/tiers.py); nor the few tests marked slow (seconds of CPU
