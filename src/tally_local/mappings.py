@@ -102,8 +102,9 @@ class EventSourceMappings(BackgroundService):
     def drained(self, since: float) -> bool:
         """Everything published before ``since`` (``time.monotonic()``) is processed: every poller found
         nothing in a poll started after it (every shard read to its tip), and every queue is empty, with
-        nothing in flight or delayed."""
+        nothing in flight or delayed, and no poller delivered records while the queues were read."""
         self.check()
+        deliveries = [poller.deliveries for poller in self.pollers]
         if not all(poller.caught_up_since(since) for poller in self.pollers):
             return False
         sqs = self.resources.client("sqs")
@@ -119,7 +120,11 @@ class EventSourceMappings(BackgroundService):
                 attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=names)["Attributes"]
                 if any(int(attributes.get(name, "0")) for name in names):
                     return False
-        return all(poller.caught_up_since(since) for poller in self.pollers)
+        # A message whose visibility ended before the in-flight count, received before the visible one and failed
+        # since: both counts missed it, the poller is idle again, and its visibility timeout will bring it back.
+        return all(poller.caught_up_since(since) for poller in self.pollers) and deliveries == [
+            poller.deliveries for poller in self.pollers
+        ]
 
     def wait_until_drained(self, timeout_s: float) -> None:
         """Block until everything published so far is processed (``TimeoutError`` after ``timeout_s``)."""

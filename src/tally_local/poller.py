@@ -143,6 +143,13 @@ class _Poller(threading.Thread, ABC):
         self.failure: Exception | None = None
         self._busy = threading.Event()
         self._last_empty_poll: float | None = None
+        self._deliveries = 0
+
+    @property
+    def deliveries(self) -> int:
+        """How many polls delivered records so far, counted before the poller is idle again: a drain check that
+        reads it on both sides of reading the queues sees any delivery made meanwhile, busy or done."""
+        return self._deliveries
 
     def caught_up_since(self, moment: float) -> bool:
         """True if the poller holds no records and a poll that STARTED at or after ``moment``
@@ -164,6 +171,8 @@ class _Poller(threading.Thread, ABC):
                     self.stats.service_error(exc)
                     self.stop_event.wait(_ERROR_PAUSE_S)
                     continue
+                if worked:
+                    self._deliveries += 1
                 self._busy.clear()
                 if not worked:
                     self._last_empty_poll = started

@@ -1,15 +1,19 @@
 """When the local stack's event sources count as drained: never while a queue holds a message, whatever instant its
 visibility ends at and whatever receive is in flight (``tally_local.mappings.EventSourceMappings.drained``,
-``tally_local.poller``). Both holes let a test read a dead-letter queue before SQS had moved the message there."""
+``tally_local.poller``). Each hole let a test read a dead-letter queue before SQS had moved the message there, or
+stop the pollers before it was delivered ``MaxReceiveCount`` times."""
 
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tally_local.esm import REPORT_BATCH_ITEM_FAILURES
+from tally_local.function import Invocation
 from tally_local.mappings import EventSourceMappings
 from tally_local.poller import SourceStats, SqsPoller
 
@@ -120,3 +124,79 @@ def test_a_drain_that_times_out_names_the_records_an_open_batchs_lease_held(tmp_
     with pytest.raises(TimeoutError) as raised:
         mappings.wait_until_drained(0.2)
     assert "lease" not in str(raised.value)
+
+
+class QueueWhoseMessageIsTakenWhileTheCountsAreRead:
+    """One message whose visibility has just ended: the in-flight count finds it visible; before the visible count
+    is read a poller receives it, the function reports it failed and the poller is idle again, so the visible count
+    finds it in flight. Its visibility timeout would then bring it back: it is not drained."""
+
+    def __init__(self) -> None:
+        self.visible = False
+        self.poller: SqsPoller | None = None
+        self.invoked = threading.Event()
+
+    def receive_message(self, **_: Any) -> dict[str, Any]:
+        if not self.visible:
+            return {}
+        self.visible = False
+        message = {"MessageId": "m-1", "ReceiptHandle": "r-1", "Body": "{}", "MD5OfBody": "0" * 32}
+        return {"Messages": [message]}
+
+    def invoke(self, event: dict[str, Any]) -> Invocation:
+        (record,) = event["Records"]
+        self.invoked.set()
+        return Invocation(
+            response={"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}, error=None, duration_ms=1.0
+        )
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        del QueueUrl
+        if "ApproximateNumberOfMessagesNotVisible" in AttributeNames:
+            self.visible = True
+            return {"Attributes": {"ApproximateNumberOfMessagesNotVisible": "0"}}
+        assert self.poller is not None
+        # the poller takes it, and the function has answered, before this count is computed
+        assert self.invoked.wait(10)
+        deadline = time.monotonic() + 10
+        while not self.poller.caught_up_since(0.0):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        return {"Attributes": dict.fromkeys(AttributeNames, "0")}
+
+
+def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue_undrained(tmp_path: Path) -> None:
+    # GIVEN a poller that has found its queue empty, and a message becoming visible again as the drain reads the
+    # counts, taken, failed and out of sight by the time the visible count is computed
+    queue = QueueWhoseMessageIsTakenWhileTheCountsAreRead()
+    mappings = EventSourceMappings(Resources(queue), log_dir=tmp_path)  # type: ignore[arg-type]
+    mappings._queues.append("queue")
+    source = SimpleNamespace(
+        batch_size=10, maximum_batching_window_seconds=0, function_response_types=[REPORT_BATCH_ITEM_FAILURES]
+    )
+    stop = threading.Event()
+    poller = SqsPoller(
+        "poller",
+        sqs=queue,  # type: ignore[arg-type]
+        queue_url="queue",
+        queue_arn="arn",
+        source=source,  # type: ignore[arg-type]
+        function=queue,  # type: ignore[arg-type]
+        stats=SourceStats(),
+        stop=stop,
+        region="us-east-1",
+    )
+    queue.poller = poller
+    mappings.pollers.append(poller)
+    poller.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not poller.caught_up_since(0.0):
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        # THEN the sources are not drained: the message comes back after its visibility timeout
+        assert not mappings.drained(since=0.0)
+        assert poller.stats.records_reported_failed == 1
+    finally:
+        stop.set()
+        poller.join()
