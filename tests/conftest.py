@@ -58,7 +58,9 @@ def dynamodb_local() -> Iterator[DynamoDBLocal]:
 def ddb_tables(dynamodb_local: DynamoDBLocal) -> Iterator[DynamoDBTables]:
     """Fresh counters and markers tables (schemas from template.yaml), deleted after the test."""
     if not dynamodb_local.running:
-        pytest.fail("DynamoDB Local is no longer running (the JVM exited during the session)")
+        pytest.fail(
+            f"DynamoDB Local is no longer running (the JVM exited during the session): {dynamodb_local.exit_report()}"
+        )
     with fresh_tables(dynamodb_local) as tables:
         yield tables
 

@@ -52,7 +52,7 @@ from typing import IO, TYPE_CHECKING, Final, Self
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from mirakuru import TCPExecutor
-from mirakuru.exceptions import ExecutorError
+from mirakuru.exceptions import AlreadyRunning, ExecutorError
 
 from tally.errors import TallyError
 from tally_local.kit.clients import local_client
@@ -82,6 +82,9 @@ _NPM_TIMEOUT_S: Final = 600.0
 _STARTUP_TIMEOUT_S: Final = 60.0
 _PORT_ATTEMPTS: Final = 3
 _JVM_SIGTERM_EXIT: Final = 143
+_REPORTED_LINES: Final = 20
+_SERVER_HEADER_PREFIX: Final = "Jetty"
+"""DynamoDB Local's HTTP server, named in each answer's ``Server`` header (``Jetty(12.0.31)`` in 3.3.0)."""
 """The JVM exits 128 + 15 on SIGTERM, after its shutdown hooks (mirakuru expects -15 otherwise)."""
 
 
@@ -278,7 +281,13 @@ def build_command(
 
 
 class _DynamoDBLocalExecutor(TCPExecutor):
-    """Started once the port accepts connections and ``ListTables`` is answered."""
+    """Started once the port accepts connections and DynamoDB Local (its Jetty server) answers ``ListTables``.
+
+    The port is picked free an instant before the JVM binds it, about a second later: another process binding a
+    port the kernel picks (a moto server, which answers ``ListTables`` too) can take it meanwhile. The JVM then
+    exits on its ``BindException`` while the other server answers in its place; only the answer's ``Server``
+    header tells them apart, and ``DynamoDBLocal.start`` tries another port.
+    """
 
     def after_start_check(self) -> bool:
         if not super().after_start_check():
@@ -288,10 +297,10 @@ class _DynamoDBLocalExecutor(TCPExecutor):
             Config(connect_timeout=1, read_timeout=2, retries={"total_max_attempts": 1}),
         )
         try:
-            probe.list_tables(Limit=1)
+            answer = probe.list_tables(Limit=1)
         except (BotoCoreError, ClientError):
             return False
-        return True
+        return answer["ResponseMetadata"]["HTTPHeaders"].get("server", "").startswith(_SERVER_HEADER_PREFIX)
 
 
 class DynamoDBLocal(BackgroundService):
@@ -330,7 +339,7 @@ class DynamoDBLocal(BackgroundService):
                 output = self._read_log()
                 executor.kill()
                 self.stop()
-                if attempt < _PORT_ATTEMPTS and "BindException" in output:
+                if attempt < _PORT_ATTEMPTS and (isinstance(exc, AlreadyRunning) or "BindException" in output):
                     logger.warning("port %d was taken before DynamoDB Local bound it; retrying", port)
                     continue
                 raise DynamoDBLocalError(f"DynamoDB Local did not start: {exc}\n--- its output ---\n{output}") from exc
@@ -352,6 +361,14 @@ class DynamoDBLocal(BackgroundService):
     def running(self) -> bool:
         """True while the JVM is started and has not exited."""
         return self._executor is not None and bool(self._executor.running())
+
+    def exit_report(self) -> str:
+        """How the JVM ended, for a failure message: its exit code and the last lines of its output."""
+        if self._executor is None or self._executor.process is None:
+            return "not started"
+        code = self._executor.process.poll()
+        tail = "\n".join(self._read_log().splitlines()[-_REPORTED_LINES:])
+        return f"{'still running' if code is None else f'exit code {code}'}; its output ends:\n{tail}"
 
     @property
     def endpoint_url(self) -> str:

@@ -6,13 +6,30 @@ empty cache, readiness as an answered ``ListTables``, and a stop that leaves not
 
 from __future__ import annotations
 
+import http.server
 import ipaddress
 import socket
+import threading
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from tally_local.dynamodb_local import JAR_NAME, LIB_DIR_NAME, DynamoDBLocal, DynamoDBLocalError, ensure_installed
+from tally_local import dynamodb_local
+from tally_local.dynamodb_local import (
+    JAR_NAME,
+    LIB_DIR_NAME,
+    DynamoDBLocal,
+    DynamoDBLocalError,
+    _free_port,
+    ensure_installed,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mirakuru import TCPExecutor
 
 # It starts DynamoDB Local itself (from a cache of its own), not through the session fixture: marked by hand.
 pytestmark = [pytest.mark.integration, pytest.mark.dynamodb_local]
@@ -80,3 +97,74 @@ def test_the_listening_address_reader_sees_a_socket_on_every_interface() -> None
         sock.bind(("0.0.0.0", 0))
         sock.listen()
         assert _listening_addresses(sock.getsockname()[1]) == {"0.0.0.0"}
+
+
+class _AnswersListTables(http.server.BaseHTTPRequestHandler):
+    """Any POST answered as DynamoDB answers ``ListTables`` (as a moto server would), from another server."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        body = b'{"TableNames": []}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+def test_a_server_that_takes_its_port_first_is_not_taken_for_dynamodb_local(monkeypatch: pytest.MonkeyPatch) -> None:
+    # GIVEN a port that is free when DynamoDB Local picks it and checks it, taken right after by another server that
+    # answers ListTables too (a moto server of another test worker: they bind ports the kernel picks, as this does)
+    taken = _free_port()
+    squatters: list[http.server.ThreadingHTTPServer] = []
+    monkeypatch.setattr(dynamodb_local, "_free_port", _ports_starting_with(taken))
+    checked = dynamodb_local._DynamoDBLocalExecutor.pre_start_check
+
+    def free_when_checked_then_taken(executor: TCPExecutor) -> bool:
+        # mirakuru checks the port before it starts the JVM, and again in each readiness check
+        answered = checked(executor)
+        if executor.port == taken and not squatters:
+            squatter = http.server.ThreadingHTTPServer(("127.0.0.1", taken), _AnswersListTables)
+            threading.Thread(target=squatter.serve_forever, daemon=True).start()
+            squatters.append(squatter)
+        return answered
+
+    monkeypatch.setattr(dynamodb_local._DynamoDBLocalExecutor, "pre_start_check", free_when_checked_then_taken)
+    try:
+        # WHEN DynamoDB Local starts: its JVM cannot bind the port and exits
+        with DynamoDBLocal() as ddb:
+            # THEN start returned a DynamoDB Local that runs and answers, on another port
+            assert squatters
+            assert ddb.running
+            assert not ddb.endpoint_url.endswith(f":{taken}")
+            answer = ddb.client().list_tables(Limit=1)["ResponseMetadata"]["HTTPHeaders"]
+            assert answer["server"].startswith("Jetty")
+            time.sleep(0.5)  # a JVM that lost its port exits within moments of its start
+            assert ddb.running
+    finally:
+        for squatter in squatters:
+            squatter.shutdown()
+            squatter.server_close()
+
+
+def _ports_starting_with(first: int) -> Callable[[], int]:
+    ports = iter([first])
+    return lambda: next(ports, 0) or _free_port()
+
+
+def test_a_jvm_that_died_is_reported_with_its_exit_code_and_output() -> None:
+    # GIVEN a DynamoDB Local whose JVM was killed under it
+    with DynamoDBLocal() as ddb:
+        process = ddb._executor.process if ddb._executor is not None else None
+        assert process is not None
+        process.kill()
+        process.wait(timeout=30)
+        # THEN it is not running, and its report says how it ended and what it printed
+        assert not ddb.running
+        report = ddb.exit_report()
+        assert report.startswith("exit code -9; its output ends:\n")
+        assert "Port:" in report
+    assert ddb.exit_report() == "not started"
