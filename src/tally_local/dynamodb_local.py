@@ -82,10 +82,11 @@ _NPM_TIMEOUT_S: Final = 600.0
 _STARTUP_TIMEOUT_S: Final = 60.0
 _PORT_ATTEMPTS: Final = 3
 _JVM_SIGTERM_EXIT: Final = 143
-_REPORTED_LINES: Final = 20
+"""The JVM exits 128 + 15 on SIGTERM, after its shutdown hooks (mirakuru expects -15 otherwise)."""
 _SERVER_HEADER_PREFIX: Final = "Jetty"
 """DynamoDB Local's HTTP server, named in each answer's ``Server`` header (``Jetty(12.0.31)`` in 3.3.0)."""
-"""The JVM exits 128 + 15 on SIGTERM, after its shutdown hooks (mirakuru expects -15 otherwise)."""
+_REPORTED_LINES: Final = 20
+"""How much of a dead JVM's output ``DynamoDBLocal.exit_report`` gives."""
 
 
 class DynamoDBLocalError(TallyError):

@@ -147,8 +147,9 @@ class _Poller(threading.Thread, ABC):
 
     @property
     def deliveries(self) -> int:
-        """How many polls delivered records so far, counted before the poller is idle again: a drain check that
-        reads it on both sides of reading the queues sees any delivery made meanwhile, busy or done."""
+        """How many polls delivered records so far (or may have: one that a service error ended), counted before
+        the poller is idle again: a drain check that reads it on both sides of reading the queues sees any
+        delivery made meanwhile, busy or done."""
         return self._deliveries
 
     def caught_up_since(self, moment: float) -> bool:
@@ -164,6 +165,8 @@ class _Poller(threading.Thread, ABC):
                 try:
                     worked = self.poll_once()
                 except (BotoCoreError, ClientError) as exc:
+                    # it may have delivered before the error (a failed delete): counted, for the drain check
+                    self._deliveries += 1
                     self._busy.clear()
                     if self.stop_event.is_set():
                         return

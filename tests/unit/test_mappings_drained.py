@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tally_local.esm import REPORT_BATCH_ITEM_FAILURES
 from tally_local.function import Invocation
@@ -128,13 +129,21 @@ def test_a_drain_that_times_out_names_the_records_an_open_batchs_lease_held(tmp_
 
 class QueueWhoseMessageIsTakenWhileTheCountsAreRead:
     """One message whose visibility has just ended: the in-flight count finds it visible; before the visible count
-    is read a poller receives it, the function reports it failed and the poller is idle again, so the visible count
-    finds it in flight. Its visibility timeout would then bring it back: it is not drained."""
+    is read a poller receives it, the function reports it failed (or counts it, and the delete is refused) and the
+    poller is idle again, so the visible count finds it in flight. Its visibility timeout would then bring it back:
+    it is not drained."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, delete_refused: bool) -> None:
         self.visible = False
         self.poller: SqsPoller | None = None
         self.invoked = threading.Event()
+        self.delete_refused = delete_refused
+        self.deletes_refused = 0
+
+    def delete_message_batch(self, **_: Any) -> dict[str, Any]:
+        assert self.delete_refused
+        self.deletes_refused += 1
+        raise ClientError({"Error": {"Code": "ServiceUnavailable", "Message": "try again"}}, "DeleteMessageBatch")
 
     def receive_message(self, **_: Any) -> dict[str, Any]:
         if not self.visible:
@@ -146,9 +155,8 @@ class QueueWhoseMessageIsTakenWhileTheCountsAreRead:
     def invoke(self, event: dict[str, Any]) -> Invocation:
         (record,) = event["Records"]
         self.invoked.set()
-        return Invocation(
-            response={"batchItemFailures": [{"itemIdentifier": record["messageId"]}]}, error=None, duration_ms=1.0
-        )
+        failures = [] if self.delete_refused else [{"itemIdentifier": record["messageId"]}]
+        return Invocation(response={"batchItemFailures": failures}, error=None, duration_ms=1.0)
 
     def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
         del QueueUrl
@@ -165,10 +173,13 @@ class QueueWhoseMessageIsTakenWhileTheCountsAreRead:
         return {"Attributes": dict.fromkeys(AttributeNames, "0")}
 
 
-def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue_undrained(tmp_path: Path) -> None:
+@pytest.mark.parametrize("delete_refused", [False, True], ids=["reported failed", "delete refused"])
+def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue_undrained(
+    tmp_path: Path, delete_refused: bool
+) -> None:
     # GIVEN a poller that has found its queue empty, and a message becoming visible again as the drain reads the
-    # counts, taken, failed and out of sight by the time the visible count is computed
-    queue = QueueWhoseMessageIsTakenWhileTheCountsAreRead()
+    # counts, taken, left undeleted and out of sight by the time the visible count is computed
+    queue = QueueWhoseMessageIsTakenWhileTheCountsAreRead(delete_refused=delete_refused)
     mappings = EventSourceMappings(Resources(queue), log_dir=tmp_path)  # type: ignore[arg-type]
     mappings._queues.append("queue")
     source = SimpleNamespace(
@@ -196,7 +207,8 @@ def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue
             time.sleep(0.001)
         # THEN the sources are not drained: the message comes back after its visibility timeout
         assert not mappings.drained(since=0.0)
-        assert poller.stats.records_reported_failed == 1
+        # (what the poller did, counted before it was idle again)
+        assert (poller.stats.records_reported_failed, queue.deletes_refused) == ((0, 1) if delete_refused else (1, 0))
     finally:
         stop.set()
         poller.join()
