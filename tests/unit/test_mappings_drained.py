@@ -83,19 +83,7 @@ class QueueSeenDuringReceive:
 def test_a_poller_counts_as_busy_from_the_moment_its_receive_is_sent(tmp_path: Path) -> None:
     # GIVEN a poller whose receive is in flight: the message it takes is out of sight, neither visible nor in hand
     queue = QueueSeenDuringReceive()
-    source = SimpleNamespace(batch_size=10, maximum_batching_window_seconds=0)
-    poller = SqsPoller(
-        "poller",
-        sqs=queue,  # type: ignore[arg-type]
-        queue_url="queue",
-        queue_arn="arn",
-        source=source,  # type: ignore[arg-type]
-        function=None,  # type: ignore[arg-type]
-        stats=SourceStats(),
-        stop=threading.Event(),
-        region="us-east-1",
-    )
-    queue.poller = poller
+    poller = queue.poller = _poller(queue, function=None, stop=threading.Event())
     # WHEN it receives nothing
     assert poller._receive_batch() == []
     # THEN it was busy while the request was out, so no drain check could pass meanwhile; and is idle after
@@ -182,22 +170,8 @@ def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue
     queue = QueueWhoseMessageIsTakenWhileTheCountsAreRead(delete_refused=delete_refused)
     mappings = EventSourceMappings(Resources(queue), log_dir=tmp_path)  # type: ignore[arg-type]
     mappings._queues.append("queue")
-    source = SimpleNamespace(
-        batch_size=10, maximum_batching_window_seconds=0, function_response_types=[REPORT_BATCH_ITEM_FAILURES]
-    )
     stop = threading.Event()
-    poller = SqsPoller(
-        "poller",
-        sqs=queue,  # type: ignore[arg-type]
-        queue_url="queue",
-        queue_arn="arn",
-        source=source,  # type: ignore[arg-type]
-        function=queue,  # type: ignore[arg-type]
-        stats=SourceStats(),
-        stop=stop,
-        region="us-east-1",
-    )
-    queue.poller = poller
+    poller = queue.poller = _poller(queue, function=queue, stop=stop)
     mappings.pollers.append(poller)
     poller.start()
     try:
@@ -212,3 +186,21 @@ def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue
     finally:
         stop.set()
         poller.join()
+
+
+def _poller(sqs: object, *, function: object, stop: threading.Event) -> SqsPoller:
+    """A poller of one queue (batches of 10, no batching window, partial batch responses) on fakes."""
+    source = SimpleNamespace(
+        batch_size=10, maximum_batching_window_seconds=0, function_response_types=[REPORT_BATCH_ITEM_FAILURES]
+    )
+    return SqsPoller(
+        "poller",
+        sqs=sqs,  # type: ignore[arg-type]
+        queue_url="queue",
+        queue_arn="arn",
+        source=source,  # type: ignore[arg-type]
+        function=function,  # type: ignore[arg-type]
+        stats=SourceStats(),
+        stop=stop,
+        region="us-east-1",
+    )
