@@ -154,10 +154,7 @@ class QueueWhoseMessageIsTakenWhileTheCountsAreRead:
         assert self.poller is not None
         # the poller takes it, and the function has answered, before this count is computed
         assert self.invoked.wait(10)
-        deadline = time.monotonic() + 10
-        while not self.poller.caught_up_since(0.0):
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        _wait_until_idle(self.poller)
         return {"Attributes": dict.fromkeys(AttributeNames, "0")}
 
 
@@ -175,10 +172,7 @@ def test_a_message_received_and_failed_while_the_counts_are_read_keeps_the_queue
     mappings.pollers.append(poller)
     poller.start()
     try:
-        deadline = time.monotonic() + 10
-        while not poller.caught_up_since(0.0):
-            assert time.monotonic() < deadline
-            time.sleep(0.001)
+        _wait_until_idle(poller)
         # THEN the sources are not drained: the message comes back after its visibility timeout
         assert not mappings.drained(since=0.0)
         # (what the poller did, counted before it was idle again)
@@ -204,3 +198,11 @@ def _poller(sqs: object, *, function: object, stop: threading.Event) -> SqsPolle
         stop=stop,
         region="us-east-1",
     )
+
+
+def _wait_until_idle(poller: SqsPoller) -> None:
+    """Until the poller holds nothing after an empty poll (10 s at most: a thread that never gets there fails)."""
+    deadline = time.monotonic() + 10
+    while not poller.caught_up_since(0.0):
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
