@@ -33,8 +33,7 @@ demo-smoke: install
 # The whole suite, Hypothesis at its `ci` profile (tests/conftest.py), the 40 slowest tests listed at the end.
 # loadgroup: tests go to the workers one by one, a module sharing a module-scoped fixture as one group
 # (tests/support/tiers.py), so no long file holds one worker while the other idles. Four workers on two cores: the
-# tests wait on emulators about half their time; on clean clones (2026-12-04) four finished in 319-368 s (mean 345,
-# six runs) against 356-365 s (mean 362, four) for three, and beside two busy loops in 486 and 510 s against 606 s.
+# tests wait on emulators about half their time, and four finish sooner than three (measured: docs/testing.md).
 
 # What the tests need is installed first. The checks (ruff, the import contracts, mypy, the strict docs build) then
 # run beside the tests, on the core time the tests leave idle while they wait on emulators, rather than ahead of them
