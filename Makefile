@@ -4,11 +4,15 @@
 #               DynamoDB Local, template, the docs' commands, and the built Lambda package under the Runtime
 #               Interface Emulator: tests/artifact)
 #   make test-fast  the developer's loop: every test that needs no emulator and no build (tests/support/tiers.py)
-#   make lock   recompile src/requirements.txt (the package's pinned dependencies) from pyproject.toml
+#   make lock   recompile the locks from pyproject.toml: src/requirements.txt (the Lambda package's dependencies) and
+#               tests/requirements-dev.txt (the development environment's); LOCK_ARGS=--upgrade moves every pin to
+#               the newest release, LOCK_ARGS='--upgrade-package moto' one
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+DEV_LOCK := tests/requirements-dev.txt
+LOCK_ARGS ?=
 SAM_VENV := .venv-sam
 CHECKOV_VENV := .venv-checkov
 export TALLY_SAM_BIN := $(CURDIR)/$(SAM_VENV)/bin/sam
@@ -90,11 +94,19 @@ python313:
 # The package's dependencies, pinned with hashes for every platform (src/Makefile installs the arm64 or x86_64
 # wheels from it); tests/artifact/test_lock.py fails when it no longer satisfies pyproject.toml. Also the
 # stand-in for Lambda's runtime in tests/artifact (awslambdaric and an older boto3 than the package's).
+# The development environment is installed from its own lock (every tool the tests, lint, docs and benchmarks use,
+# for Python 3.11 and newer), so that a release published between two runs of one commit cannot turn CI red (moto
+# 5.2.6 did, on 2026-12-04); tests/artifact/test_lock.py fails when it no longer satisfies pyproject.toml's extras,
+# or the venv running the tests was not installed from it. `make lock LOCK_ARGS=--upgrade && make test` tries the
+# newest releases of everything.
 lock: install
-	$(BIN)/uv pip compile pyproject.toml --python-version 3.13 --universal --generate-hashes --quiet \
+	$(BIN)/uv pip compile pyproject.toml --python-version 3.13 --universal --generate-hashes --quiet $(LOCK_ARGS) \
 	  --custom-compile-command 'make lock' -o src/requirements.txt
 	$(BIN)/uv pip compile tests/artifact/runtime-requirements.in --python-version 3.13 --universal --generate-hashes \
-	  --quiet --custom-compile-command 'make lock' -o tests/artifact/runtime-requirements.txt
+	  --quiet $(LOCK_ARGS) --custom-compile-command 'make lock' -o tests/artifact/runtime-requirements.txt
+	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 --universal --generate-hashes --quiet \
+	  $(LOCK_ARGS) --custom-compile-command 'make lock' -o $(DEV_LOCK)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --require-hashes -r $(DEV_LOCK)
 
 lint: install
 	$(BIN)/ruff check src tests bench
@@ -117,11 +129,15 @@ install: $(VENV)/.installed
 # compile from source every module it imports, and the test suite starts hundreds (a local stack's start: 12 s of
 # CPU without, 7.4 s with). src/ is compiled too; a .pyc its source has since changed is ignored. The SAM CLI's and
 # checkov's venvs are not: a few runs each save less (checkov: 1.4 s of CPU a run) than compiling them costs.
-$(VENV)/.installed: pyproject.toml
+# Every package from the lock, hash-checked (uv at the lock's version first, so that it never replaces itself), then
+# tally itself, editable, without dependencies: the lock holds them all.
+$(VENV)/.installed: pyproject.toml $(DEV_LOCK)
 	$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "tally needs Python 3.11+"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet uv
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -e '.[dev]'
+	awk '/^uv==/ { keep = 1 } /^[^ ]/ && !/^uv==/ { keep = 0 } keep && !/#/' $(DEV_LOCK) > $(VENV)/uv-requirement.txt
+	$(BIN)/pip install --quiet --require-hashes -r $(VENV)/uv-requirement.txt
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --require-hashes -r $(DEV_LOCK)
+	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --no-deps -e .
 	$(BIN)/python -m compileall -q src
 	$(BIN)/python -c 'from tally_local.dynamodb_local import ensure_installed; print("DynamoDB Local:", ensure_installed())'
 	touch $@

@@ -29,7 +29,17 @@ class Pin:
 
 
 def read_lock(path: Path) -> dict[str, Pin]:
-    """The lock's pins by canonical name. Raises ``ValueError`` on a line that pins nothing exactly."""
+    """The lock's pins by canonical name, for a lock that pins each package once (``read_pins``: every line)."""
+    pins = read_pins(path)
+    by_name = {pin.name: pin for pin in pins}
+    if len(by_name) != len(pins):
+        raise ValueError(f"{path.name} pins a package twice (under markers): read it with read_pins")
+    return by_name
+
+
+def read_pins(path: Path) -> list[Pin]:
+    """Every pin of the lock, in its order (a universal lock may pin one package at two versions under two
+    markers). Raises ``ValueError`` on a line that pins nothing exactly."""
     entries: list[tuple[str, list[str]]] = []
     pending = ""
     for raw in path.read_text(encoding="utf-8").splitlines():
@@ -49,7 +59,7 @@ def read_lock(path: Path) -> dict[str, Pin]:
         if pending.strip():
             entries.append((pending.strip(), []))
         pending = ""
-    pins: dict[str, Pin] = {}
+    pins: list[Pin] = []
     for line, via in entries:
         hashes = tuple(_HASH.findall(line))
         requirement = Requirement(_HASH.sub("", line).strip())
@@ -57,11 +67,13 @@ def read_lock(path: Path) -> dict[str, Pin]:
         if len(specifiers) != 1 or specifiers[0].operator != "==":
             raise ValueError(f"{path.name}: {requirement} is not pinned with ==")
         name = canonicalize_name(requirement.name)
-        pins[name] = Pin(
-            name=name,
-            version=Version(specifiers[0].version),
-            hashes=hashes,
-            marker=str(requirement.marker) if requirement.marker else None,
-            via=tuple(via),
+        pins.append(
+            Pin(
+                name=name,
+                version=Version(specifiers[0].version),
+                hashes=hashes,
+                marker=str(requirement.marker) if requirement.marker else None,
+                via=tuple(via),
+            )
         )
     return pins

@@ -1,31 +1,63 @@
-"""The lock the Lambda package is installed from (``src/requirements.txt``, ``make lock``), offline.
+"""The locks (``make lock``), offline: the Lambda package's (``src/requirements.txt``) and the development
+environment's (``tests/requirements-dev.txt``).
 
-It must still be what pyproject.toml asks for (a dependency added, dropped or raised there and not
-recompiled fails here), pin every package exactly with hashes (``pip install --require-hashes`` in
-src/Makefile then refuses anything unpinned), and keep boto3 and botocore together.
+Each must still be what pyproject.toml asks for (a dependency added, dropped or raised there and not
+recompiled fails here) and pin every package exactly with hashes (``pip install --require-hashes`` in
+src/Makefile and the Makefile's install then refuse anything unpinned); the package keeps boto3 and botocore
+together, and the environment running these tests is the development lock's.
 """
 
 from __future__ import annotations
 
 import tomllib
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
+from packaging.markers import Marker
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
-from tests.artifact.lock import Pin, read_lock
+from tests.artifact.lock import Pin, read_lock, read_pins
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 LOCK = REPO_ROOT / "src" / "requirements.txt"
 RUNTIME_LOCK = Path(__file__).resolve().parent / "runtime-requirements.txt"
+DEV_LOCK = REPO_ROOT / "tests" / "requirements-dev.txt"
 PROJECT_VIA = "tally (pyproject.toml)"
 
 
+def _project() -> dict[str, Any]:
+    project: dict[str, Any] = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return project
+
+
 def _project_dependencies() -> dict[str, Requirement]:
-    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    requirements = (Requirement(text) for text in project["dependencies"])
+    requirements = (Requirement(text) for text in _project()["dependencies"])
     return {canonicalize_name(requirement.name): requirement for requirement in requirements}
+
+
+def _extra_requirements(extra: str) -> list[Requirement]:
+    """What ``pip install '.[extra]'`` asks for: the project's dependencies and the extra's, with the extras it
+    names of the project itself (``tally[cli]``) expanded."""
+    project = _project()
+    extras: dict[str, list[str]] = project["optional-dependencies"]
+    own = canonicalize_name(str(project["name"]))
+    wanted = list(_project_dependencies().values())
+    pending, seen = [extra], set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for requirement in map(Requirement, extras[name]):
+            if canonicalize_name(requirement.name) == own:
+                pending.extend(requirement.extras)
+            else:
+                wanted.append(requirement)
+    return wanted
 
 
 @pytest.fixture(scope="module")
@@ -54,11 +86,47 @@ def test_lock_holds_nothing_pyproject_no_longer_needs(pins: dict[str, Pin]) -> N
     assert not orphans, f"pinned for packages the lock no longer holds: {orphans} (run `make lock`)"
 
 
-@pytest.mark.parametrize("lock", [LOCK, RUNTIME_LOCK], ids=["package", "runtime-stand-in"])
+@pytest.mark.parametrize("lock", [LOCK, RUNTIME_LOCK, DEV_LOCK], ids=["package", "runtime-stand-in", "dev"])
 def test_every_pin_is_exact_and_hashed(lock: Path) -> None:
-    pinned = read_lock(lock)  # raises on anything but ==
+    pinned = read_pins(lock)  # raises on anything but ==
     assert pinned
-    assert [name for name, pin in pinned.items() if not pin.hashes] == []
+    assert [pin.name for pin in pinned if not pin.hashes] == []
+
+
+def test_the_dev_lock_pins_what_the_dev_extra_asks_for() -> None:
+    """Every requirement of ``.[dev]`` (the project's own extras expanded) is pinned, and every version pinned
+    for it (one per marker, in a universal lock) satisfies it."""
+    pins = read_pins(DEV_LOCK)
+    versions: dict[str, list[Pin]] = {}
+    for pin in pins:
+        versions.setdefault(pin.name, []).append(pin)
+    wanted = _extra_requirements("dev")
+    missing = sorted({req.name for req in wanted if canonicalize_name(req.name) not in versions})
+    assert not missing, f"in pyproject.toml's dev extra, not in {DEV_LOCK.name}: {missing} (run `make lock`)"
+    outside = [
+        f"{pin.name}=={pin.version} ({req})"
+        for req in wanted
+        for pin in versions[canonicalize_name(req.name)]
+        if not req.specifier.contains(pin.version, prereleases=True)
+    ]
+    assert not outside, f"{DEV_LOCK.name}'s pins no longer satisfy pyproject.toml: {outside} (run `make lock`)"
+
+
+def test_the_environment_running_the_tests_is_the_dev_locks() -> None:
+    """The Makefile installs .venv from the lock: a package at another version than its pin here means the
+    environment came from somewhere else (a hand install, a lock changed since), and CI would not run what this
+    run ran. The lock's pins whose markers hold here, each at its version."""
+    here = [pin for pin in read_pins(DEV_LOCK) if pin.marker is None or Marker(pin.marker).evaluate()]
+    installed: dict[str, Version | None] = {}
+    for pin in here:
+        try:
+            installed[pin.name] = Version(metadata.version(pin.name))
+        except metadata.PackageNotFoundError:
+            installed[pin.name] = None
+    other = [
+        f"{pin.name}: {installed[pin.name]}, pinned {pin.version}" for pin in here if installed[pin.name] != pin.version
+    ]
+    assert not other, f"not the dev lock's versions (run `make install`): {other}"
 
 
 def test_boto3_and_botocore_are_pinned_together(pins: dict[str, Pin]) -> None:
