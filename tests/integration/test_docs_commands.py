@@ -57,6 +57,7 @@ CHECKOUT: Final = (
     "pyproject.toml",
     "src",
     "events",
+    "tests",  # the development lock (tests/requirements-dev.txt) the Makefile installs .venv from
     ".venv",
     ".venv-sam",
 )
