@@ -96,17 +96,17 @@ python313:
 # stand-in for Lambda's runtime in tests/artifact (awslambdaric and an older boto3 than the package's).
 # The development environment is installed from its own lock (every tool the tests, lint, docs and benchmarks use,
 # for Python 3.11 and newer), so that a release published between two runs of one commit cannot turn CI red (moto
-# 5.2.6 did, on 2026-12-04); tests/artifact/test_lock.py fails when it no longer satisfies pyproject.toml's extras,
-# or the venv running the tests was not installed from it. `make lock LOCK_ARGS=--upgrade && make test` tries the
-# newest releases of everything.
+# 5.2.6 did, on 2026-12-04). It is compiled under the package's lock, so the tests run the versions Lambda runs.
+# tests/artifact/test_lock.py fails when it no longer satisfies pyproject.toml's extras, pins a package the package
+# ships at another version, or the venv running the tests was not installed from it. .ci/latest (the scheduled job)
+# moves every pin to its newest release (LOCK_ARGS=--upgrade) and runs CI.
 lock: install
 	$(BIN)/uv pip compile pyproject.toml --python-version 3.13 --universal --generate-hashes --quiet $(LOCK_ARGS) \
 	  --custom-compile-command 'make lock' -o src/requirements.txt
 	$(BIN)/uv pip compile tests/artifact/runtime-requirements.in --python-version 3.13 --universal --generate-hashes \
 	  --quiet $(LOCK_ARGS) --custom-compile-command 'make lock' -o tests/artifact/runtime-requirements.txt
 	$(BIN)/uv pip compile pyproject.toml --extra dev --python-version 3.11 --universal --generate-hashes --quiet \
-	  $(LOCK_ARGS) --custom-compile-command 'make lock' -o $(DEV_LOCK)
-	$(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python --require-hashes -r $(DEV_LOCK)
+	  $(LOCK_ARGS) -c src/requirements.txt --custom-compile-command 'make lock' -o $(DEV_LOCK)
 
 lint: install
 	$(BIN)/ruff check src tests bench

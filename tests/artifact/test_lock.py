@@ -112,6 +112,17 @@ def test_the_dev_lock_pins_what_the_dev_extra_asks_for() -> None:
     assert not outside, f"{DEV_LOCK.name}'s pins no longer satisfy pyproject.toml: {outside} (run `make lock`)"
 
 
+def test_the_tests_run_the_versions_the_package_ships(pins: dict[str, Pin]) -> None:
+    """The development lock is compiled under the package's (``make lock``): a package both hold is pinned alike,
+    so the core is tested on the msgspec, boto3 and Powertools that Lambda runs."""
+    apart = [
+        f"{pin.name}: {pin.version} in the package, {dev.version} in the dev lock"
+        for dev in read_pins(DEV_LOCK)
+        if (pin := pins.get(dev.name)) is not None and pin.version != dev.version
+    ]
+    assert not apart, f"run `make lock`: {apart}"
+
+
 def test_the_environment_running_the_tests_is_the_dev_locks() -> None:
     """The Makefile installs .venv from the lock: a package at another version than its pin here means the
     environment came from somewhere else (a hand install, a lock changed since), and CI would not run what this
