@@ -25,7 +25,6 @@ loaded 2-core machine ran past the read function's own 10 s once. Speed has its 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -35,6 +34,8 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
+
+import psutil
 
 from tally_local.service import BackgroundService
 
@@ -46,6 +47,8 @@ INVOKE_PATH = "/2015-03-31/functions/function/invocations"
 REGION = "us-east-1"
 START_TIMEOUT_S = 120.0
 """How long the RIE may take to listen: generous, a loaded machine is not what these tests test."""
+START_ATTEMPTS = 5
+"""Starts on new ports after the RIE exited on a port another process took first."""
 EMULATED_TIMEOUT_S = 300
 """The timeout an emulated function of the template gets (Lambda allows up to 900 s)."""
 INVOKE_MARGIN_S = 60.0
@@ -137,7 +140,20 @@ class EmulatedFunction(BackgroundService):
         self._url = ""
 
     def start(self) -> Self:
-        emulator_port, runtime_api_port = _free_port(), _free_port()
+        """The RIE on two ports picked free. Another process (a server of a test beside this one) may take a port
+        between the pick and the RIE's bind: the RIE then exits (status 2), and is started again on new ports. It
+        is ready once it listens on both itself; a port that merely accepts may be that other server's."""
+        for _ in range(START_ATTEMPTS):
+            emulator_port, runtime_api_port = _free_port(), _free_port()
+            self._spawn(emulator_port, runtime_api_port)
+            if self._wait_listening(emulator_port, runtime_api_port):
+                self._url = f"http://127.0.0.1:{emulator_port}{INVOKE_PATH}"
+                return self
+        raise FunctionError(
+            f"the RIE exited on each of {START_ATTEMPTS} starts, on ports picked free:\n{self.log_tail()}"
+        )
+
+    def _spawn(self, emulator_port: int, runtime_api_port: int) -> None:
         command = [
             str(self._runtime.rie),
             "--runtime-interface-emulator-address",
@@ -157,19 +173,32 @@ class EmulatedFunction(BackgroundService):
                 stdout=log,
                 stderr=subprocess.STDOUT,
             )
-        self._url = f"http://127.0.0.1:{emulator_port}{INVOKE_PATH}"
-        self._wait_listening(emulator_port)
-        return self
 
-    def _wait_listening(self, port: int) -> None:
+    def _wait_listening(self, *ports: int) -> bool:
+        """True once the RIE's own process listens on every one of ``ports``; False if it exited first."""
+        process = self._process
+        assert process is not None
         deadline = time.monotonic() + START_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self._process is not None and self._process.poll() is not None:
-                raise FunctionError(f"the RIE exited ({self._process.returncode}):\n{self.log_tail()}")
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
+            try:
+                listening = {
+                    connection.laddr.port
+                    for connection in psutil.Process(process.pid).net_connections(kind="tcp")
+                    if connection.status == psutil.CONN_LISTEN
+                }
+            except psutil.NoSuchProcess:
+                listening = set()
+            if listening.issuperset(ports):
+                return True
+            if process.poll() is not None:
+                return False
             time.sleep(0.05)
-        raise FunctionError(f"the RIE did not listen on port {port} within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+        raise FunctionError(f"the RIE did not listen on ports {ports} within {START_TIMEOUT_S} s:\n{self.log_tail()}")
+
+    @property
+    def invoke_url(self) -> str:
+        """Where ``invoke`` posts (set by ``start``)."""
+        return self._url
 
     def invoke(self, event: Mapping[str, Any]) -> Any:
         """The handler's answer to ``event``; a function error raises ``FunctionError`` with the logs."""

@@ -1,4 +1,5 @@
-"""The emulator harness itself: a function that runs out of time is reported as a timeout, with the limit.
+"""The emulator harness itself: a function that runs out of time is reported as a timeout, with the limit; a port
+taken by another process before the emulator binds it is not taken for the emulator.
 
 Under the Runtime Interface Emulator a timed-out invocation answers HTTP 200 with the text ``Task timed out
 after N.00 seconds``, not JSON: read as JSON, it surfaced as a ``JSONDecodeError`` that did not say what
@@ -7,10 +8,12 @@ happened (a cold start on a loaded machine had run past the function's own 10 s)
 
 from __future__ import annotations
 
+import socket
 from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.artifact import emulator
 from tests.artifact.build import (
     ToolMissing,
     host_architecture,
@@ -63,3 +66,29 @@ def test_a_function_that_runs_out_of_time_is_reported_as_a_timeout(runtime: Func
             function.invoke({"sleep_s": 30})
         # AND the emulator starts a fresh execution environment for the next invocation, as Lambda does
         assert function.invoke({"sleep_s": 0}) == {"slept_s": 0}
+
+
+def test_a_port_another_process_takes_first_is_not_taken_for_the_emulator(
+    runtime: FunctionRuntime, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # GIVEN a server of another test listening on the port the emulator picks first (it took the port between the
+    # pick and the RIE's bind: the RIE exits on it)
+    package = tmp_path / "package"
+    package.mkdir()
+    (package / "slow.py").write_text(SLOW_HANDLER, encoding="utf-8")
+    config = FunctionConfig(
+        name="Slow", handler="slow.handler", package_dir=package, memory_mb=128, timeout_s=5, template_environment={}
+    )
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = other.getsockname()[1]
+        picks = iter([taken])
+        free_port = emulator._free_port
+        monkeypatch.setattr(emulator, "_free_port", lambda: next(picks, None) or free_port())
+        # WHEN the emulator starts
+        with EmulatedFunction(config, runtime, tmp_path / "rie.log") as function:
+            # THEN it runs on ports of its own, and the handler answers
+            assert f":{taken}/" not in function.invoke_url
+            assert function.invoke({"sleep_s": 0}) == {"slept_s": 0}
+        assert "address already in use" in (tmp_path / "rie.log").read_text(encoding="utf-8")
