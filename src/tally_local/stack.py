@@ -41,7 +41,7 @@ import click
 from tally.cli.resolve import export_lines
 from tally.config import COUNTERS_TABLE, Settings
 from tally.errors import ConfigurationError
-from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal
+from tally_local.dynamodb_local import SHORT_LIVED_JVM_OPTIONS, DynamoDBLocal, DynamoDBLocalError
 from tally_local.mappings import EventSourceMappings
 from tally_local.moto_server import SerialMotoServer
 from tally_local.pipe import LocalNotificationsPipe
@@ -106,6 +106,8 @@ class LocalStack:
         self._aws_endpoint = aws_endpoint
         self._port = port
         self._stack = contextlib.ExitStack()
+        self._dynamodb: DynamoDBLocal | None = None
+        """The DynamoDB Local this stack started (None: it uses a shared endpoint, or is not started)."""
         self.resources: LocalResources | None = None
 
     def start(self) -> LocalResources:
@@ -126,6 +128,7 @@ class LocalStack:
     def stop(self) -> None:
         """Stop the endpoints this stack started (resources on shared endpoints are left to their owner)."""
         self.resources = None
+        self._dynamodb = None
         self._stack.close()
 
     def __enter__(self) -> LocalResources:
@@ -140,8 +143,15 @@ class LocalStack:
         server = self._stack.enter_context(SerialMotoServer(port=self._port + 1 if self._port else 0))
         return server.endpoint_url
 
+    def check(self) -> None:
+        """Raise ``DynamoDBLocalError`` if the DynamoDB Local this stack started is no longer running: every table
+        is gone with it, and a stack left up would answer every request with a refused connection."""
+        if self._dynamodb is not None and not self._dynamodb.running:
+            raise DynamoDBLocalError(f"DynamoDB Local stopped under the stack: {self._dynamodb.exit_report()}")
+
     def _start_dynamodb(self) -> str:
-        endpoint = self._stack.enter_context(DynamoDBLocal(jvm_options=SHORT_LIVED_JVM_OPTIONS)).endpoint_url
+        self._dynamodb = self._stack.enter_context(DynamoDBLocal(jvm_options=SHORT_LIVED_JVM_OPTIONS))
+        endpoint = self._dynamodb.endpoint_url
         if not self._port:
             return endpoint
         # DynamoDB Local takes a free port of its own; the fixed one is a relay in front of it.
@@ -448,9 +458,12 @@ def main(  # click passes every option by name
             sys.stdout.flush()
             while True:
                 mappings.check()
+                local.check()
                 time.sleep(0.5)
     except KeyboardInterrupt:
         click.echo("stopped")
+    except DynamoDBLocalError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 if __name__ == "__main__":

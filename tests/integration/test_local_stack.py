@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
 import pytest
 
 from tally_local.template import function_event_sources, queue_definitions, resolve, table_definitions
@@ -233,3 +234,29 @@ def test_python_m_tally_local_stack_prints_commands_that_work_and_keeps_its_name
         assert (state_dir / "env").read_text(encoding="utf-8") == exports
     finally:
         assert _stop(process) == 0
+
+
+@pytest.mark.dynamodb_local  # the program starts both itself, in a subprocess
+@pytest.mark.moto
+def test_the_program_stops_and_says_why_when_its_dynamodb_local_dies(tmp_path: Path) -> None:
+    # GIVEN the local stack run as a program
+    process, output = _start_stack("--state-dir", str(tmp_path / "state"), "--container-host", "none")
+    try:
+        assert "press Ctrl-C" in output, output
+        jvms = [
+            child
+            for child in psutil.Process(process.pid).children(recursive=True)
+            if any("DynamoDBLocal" in word for word in child.cmdline())
+        ]
+        assert len(jvms) == 1, jvms
+        # WHEN its DynamoDB Local dies under it (every table gone with it)
+        jvms[0].kill()
+        # THEN the program stops, non-zero, saying which endpoint stopped and how, instead of leaving a stack whose
+        # every request is refused
+        rest, _ = process.communicate(timeout=60)
+        assert process.returncode == 1, rest
+        assert "DynamoDB Local stopped under the stack: exit code -9" in rest, rest
+        assert not (tmp_path / "state" / "env").exists()
+    finally:
+        if process.poll() is None:
+            _stop(process)
