@@ -22,6 +22,7 @@ from tests.artifact.build import (
     runtime_interface_emulator,
 )
 from tests.artifact.emulator import EmulatedFunction, FunctionConfig, FunctionRuntime, FunctionTimeout
+from tests.support.ports import ports_starting_with
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -51,14 +52,24 @@ def runtime() -> FunctionRuntime:
     return FunctionRuntime(rie=rie, python=lang_python, runtime_dir=runtime_dir)
 
 
-def test_a_function_that_runs_out_of_time_is_reported_as_a_timeout(runtime: FunctionRuntime, tmp_path: Path) -> None:
-    # GIVEN a function that sleeps as long as it is told, with a 1 s timeout on purpose
+def _slow_function(tmp_path: Path, timeout_s: int) -> FunctionConfig:
+    """A function that sleeps as long as its event says, with ``timeout_s``."""
     package = tmp_path / "package"
     package.mkdir()
     (package / "slow.py").write_text(SLOW_HANDLER, encoding="utf-8")
-    config = FunctionConfig(
-        name="Slow", handler="slow.handler", package_dir=package, memory_mb=128, timeout_s=1, template_environment={}
+    return FunctionConfig(
+        name="Slow",
+        handler="slow.handler",
+        package_dir=package,
+        memory_mb=128,
+        timeout_s=timeout_s,
+        template_environment={},
     )
+
+
+def test_a_function_that_runs_out_of_time_is_reported_as_a_timeout(runtime: FunctionRuntime, tmp_path: Path) -> None:
+    # GIVEN a function that sleeps as long as it is told, with a 1 s timeout on purpose
+    config = _slow_function(tmp_path, timeout_s=1)
     with EmulatedFunction(config, runtime, tmp_path / "slow.log") as function:
         assert function.invoke({"sleep_s": 0}) == {"slept_s": 0}
         # WHEN an invocation outlasts the timeout THEN the error says it was a timeout, and which one
@@ -73,19 +84,12 @@ def test_a_port_another_process_takes_first_is_not_taken_for_the_emulator(
 ) -> None:
     # GIVEN a server of another test listening on the port the emulator picks first (it took the port between the
     # pick and the RIE's bind: the RIE exits on it)
-    package = tmp_path / "package"
-    package.mkdir()
-    (package / "slow.py").write_text(SLOW_HANDLER, encoding="utf-8")
-    config = FunctionConfig(
-        name="Slow", handler="slow.handler", package_dir=package, memory_mb=128, timeout_s=5, template_environment={}
-    )
+    config = _slow_function(tmp_path, timeout_s=5)
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
         taken = other.getsockname()[1]
-        picks = iter([taken])
-        free_port = emulator._free_port
-        monkeypatch.setattr(emulator, "_free_port", lambda: next(picks, None) or free_port())
+        monkeypatch.setattr(emulator, "_free_port", ports_starting_with(taken, emulator._free_port))
         # WHEN the emulator starts
         with EmulatedFunction(config, runtime, tmp_path / "rie.log") as function:
             # THEN it runs on ports of its own, and the handler answers

@@ -24,10 +24,9 @@ from tally_local.dynamodb_local import (
     _free_port,
     ensure_installed,
 )
+from tests.support.ports import ports_starting_with
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from mirakuru import TCPExecutor
 
 # It starts DynamoDB Local itself (from a cache of its own), not through the session fixture: marked by hand.
@@ -119,7 +118,7 @@ def test_a_server_that_takes_its_port_first_is_not_taken_for_dynamodb_local(monk
     # answers ListTables too (a moto server of another test worker: they bind ports the kernel picks, as this does)
     taken = _free_port()
     squatters: list[http.server.ThreadingHTTPServer] = []
-    monkeypatch.setattr(dynamodb_local, "_free_port", _ports_starting_with(taken))
+    monkeypatch.setattr(dynamodb_local, "_free_port", ports_starting_with(taken, _free_port))
     checked = dynamodb_local._DynamoDBLocalExecutor.pre_start_check
 
     def free_when_checked_then_taken(executor: TCPExecutor) -> bool:
@@ -145,12 +144,6 @@ def test_a_server_that_takes_its_port_first_is_not_taken_for_dynamodb_local(monk
         for squatter in squatters:
             squatter.shutdown()
             squatter.server_close()
-
-
-def _ports_starting_with(first: int) -> Callable[[], int]:
-    """A ``_free_port`` that gives ``first``, then what the kernel picks."""
-    ports = iter([first])
-    return lambda: next(ports, 0) or _free_port()
 
 
 def test_a_jvm_that_died_is_reported_with_its_exit_code_and_output() -> None:
