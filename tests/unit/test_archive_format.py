@@ -95,9 +95,9 @@ def test_the_same_records_make_the_same_bytes() -> None:
 
 
 def test_a_later_format_or_a_stranger_object_is_refused() -> None:
-    with pytest.raises(ArchiveFormatError, match="format 2"):
+    with pytest.raises(ArchiveFormatError, match="format 3"):
         decode_records(
-            b'{"v": 2, "id": "a", "commit": "c", "committed_ms": 1, "archived_ms": 1, "delivery": "d", "seq": 0, '
+            b'{"v": 3, "id": "a", "commit": "c", "committed_ms": 1, "archived_ms": 1, "delivery": "d", "seq": 0, '
             b'"counted_here": true, "record_id": "r", "received_ms": 1, "events": []}\n'
         )
     with pytest.raises(ArchiveFormatError):

@@ -44,7 +44,13 @@ if TYPE_CHECKING:
     from tally.core.model import SourceRecord
 
 ARCHIVE_VERSION: Final = 1
-"""``v`` of every record this code writes; a reader refuses a record of a later version it cannot read."""
+"""``v`` of a record written after its commit's deltas landed; a reader refuses a record of a later version than it
+reads (``READ_VERSION``)."""
+LANDING_VERSION: Final = 2
+"""``v`` of a record written while its commit's deltas were still landing (``ArchiveRecord.before_landing``): a reader
+of format 1 would take its ``archived_ms`` for a time by which they had landed, so it must refuse it."""
+READ_VERSION: Final = LANDING_VERSION
+"""The latest format this code reads."""
 OBJECT_SUFFIX: Final = ".jsonl.gz"
 CONTENT_TYPE: Final = "application/x-ndjson"
 CONTENT_ENCODING: Final = "gzip"
@@ -102,6 +108,10 @@ class ArchiveRecord(msgspec.Struct, frozen=True, omit_defaults=True, gc=False):
     delivery's (the same for a redelivery of the counted record, another for a producer's re-send or a redrive).
     Absent: the committing invocation wrote it, or the marker kept none (no such event, or written before markers
     kept it)."""
+    before_landing: bool = False
+    """True: written while the deltas of its commit (a fenced journal batch, FENCED then) were still landing, so
+    ``archived_ms`` does not bound their landing; an audit learns it from the batch's header instead
+    (``tally.audit.cut``). Such a record is of format ``LANDING_VERSION``; absent (False) otherwise."""
 
     @property
     def placing_ms(self) -> int | None:
@@ -154,10 +164,12 @@ def archive_record(
     delivery: str,
     seq: int,
     counted_here: bool,
+    before_landing: bool = False,
 ) -> ArchiveRecord:
-    """The record of ``message``, counted by ``commit``, delivered as ``source``."""
+    """The record of ``message``, counted by ``commit``, delivered as ``source``; ``before_landing`` when written
+    while the commit's deltas were still landing."""
     return ArchiveRecord(
-        v=ARCHIVE_VERSION,
+        v=LANDING_VERSION if before_landing else ARCHIVE_VERSION,
         id=message.message_id,
         commit=commit.commit,
         committed_ms=commit.committed_ms,
@@ -171,6 +183,7 @@ def archive_record(
         digest=digest.hex(),
         origin=dict(source.origin),
         placed_ms=None if counted_here else commit.placed_ms,
+        before_landing=before_landing,
     )
 
 
@@ -198,8 +211,8 @@ def decode_records(body: bytes) -> list[ArchiveRecord]:
     except (OSError, EOFError, msgspec.DecodeError) as exc:
         raise ArchiveFormatError(f"not an archive object: {exc}") from exc
     for record in records:
-        if record.v > ARCHIVE_VERSION:
-            raise ArchiveFormatError(f"record {record.id!r} is of format {record.v}; this code reads {ARCHIVE_VERSION}")
+        if record.v > READ_VERSION:
+            raise ArchiveFormatError(f"record {record.id!r} is of format {record.v}; this code reads {READ_VERSION}")
     return records
 
 
