@@ -19,15 +19,21 @@ from tally.audit.compare import Scope, Verdict
 from tally.audit.recount import countings
 from tally.audit.repairs import plan_repairs
 from tally.audit.voids import VoidRefused, plan_void
+from tally.core.archive import archive_record, encode_records, object_key
+from tally.core.decode import decode_message
+from tally.core.digest import content_digest
 from tally.core.items import item_label, view_item_key
-from tally.core.model import SourceRecord
+from tally.core.ledger import BatchState, Commit
+from tally.core.limits import WIRE_LIMITS
+from tally.core.model import Message, SourceRecord
 from tally.core.sharding import parse_hot_keys
 from tally.core.views import NO_VIEWS, CounterViews, parse_counter_views
 from tally.core.windows import DAY_MS, HOUR_MS, parse_window_spec
 from tally.producer import Event
 from tally.producer.wire import single_message
 from tally.reader import CounterReader
-from tally.store.schema import item_key
+from tally.store.journal import landed_batches
+from tally.store.schema import HEADER_STATE, LEDGER_ID, header_id, item_key
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.chaos.ttl import sweep_expired
 from tally_local.kit.faults import KilledBeforeWrite, ObjectFaults
@@ -35,9 +41,10 @@ from tests.support.archive import PREFIX, ArchiveBucket
 from tests.support.pipeline import make_pipeline, make_store, plenty
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Collection, Sequence
     from decimal import Decimal
 
+    from tally.audit.auditor import Landings
     from tally.audit.corrections import PlannedCorrection
     from tally.pipeline import BatchPipeline
     from tally.store.dynamodb import DynamoDBCounterStore
@@ -91,7 +98,11 @@ class Counted:
         self.count(*(b.decode() for b in bodies), at_ms=at_ms)
 
     def auditor(
-        self, clock: Callable[[], int] | None = None, sleep: Callable[[float], object] | None = None, **settings: Any
+        self,
+        clock: Callable[[], int] | None = None,
+        sleep: Callable[[float], object] | None = None,
+        landings: Landings | None = None,
+        **settings: Any,
     ) -> Auditor:
         reader = CounterReader(
             self.tables.counters_table, client=self.tables.client, hot_keys=HOT, windows=SPEC, views=self.views
@@ -105,12 +116,17 @@ class Counted:
             AuditSettings(SPEC, **options),
             **({} if clock is None else {"clock": clock}),
             **({} if sleep is None else {"sleep": sleep}),
+            landings=landings,
         )
 
     def audit(
-        self, clock: Callable[[], int] | None = None, sleep: Callable[[float], object] | None = None, **settings: Any
+        self,
+        clock: Callable[[], int] | None = None,
+        sleep: Callable[[float], object] | None = None,
+        landings: Landings | None = None,
+        **settings: Any,
     ) -> AuditReport:
-        return self.auditor(clock, sleep, **settings).run()
+        return self.auditor(clock, sleep, landings, **settings).run()
 
     def value(self, key: str, counter: str = "count") -> Decimal:
         return (
@@ -390,6 +406,64 @@ def test_an_audit_right_after_the_last_counting_waits_until_it_settles(counted: 
     # THEN the second look waits until the tolerance has passed and every value is exact, not unsettled
     assert verdicts(report) == {Verdict.EXACT: len(report.findings)}, report.with_verdict(Verdict.UNSETTLED)
     assert report.reads == 2
+
+
+FENCED_BATCH = "0011223344556677" + "0000002a"
+"""A fenced journal batch's id: the commit of the record written before its deltas landed."""
+
+
+def test_a_counting_archived_before_its_batch_landed_is_unsettled_until_its_header_says_landed(
+    counted: Counted,
+) -> None:
+    # GIVEN key k counted, and a fenced batch committed (its header FENCED) whose item writes have not landed: the
+    # record of its message was written beside them, a minute before the audit
+    counted.count(*(body(f"seed-{n}", "k", 1) for n in range(3)))
+    tables, now = counted.tables, time.time_ns() // 1_000_000
+    header = {LEDGER_ID: {"S": header_id(FENCED_BATCH)}}
+    tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.FENCED}})
+
+    def archive_beside_the_landing(*, flagged: bool) -> None:
+        text = body("landing", "k", 5, ts=now - 60_000)
+        message = decode_message(text, WIRE_LIMITS)
+        assert isinstance(message, Message)
+        written = archive_record(
+            message,
+            Commit.of_marker(now - 60_000, FENCED_BATCH),
+            SourceRecord("r-landing", text, now - 60_050),
+            digest=content_digest(message),
+            archived_ms=now - 59_990,
+            delivery="beside",
+            seq=0,
+            counted_here=True,
+            before_landing=flagged,
+        )
+        key = object_key(PREFIX, written.archived_ms, "beside")
+        counted.bucket.client.put_object(Bucket=counted.bucket.bucket, Key=key, Body=encode_records([written]))
+
+    def landings(batch_ids: Collection[str]) -> set[str]:
+        return landed_batches(tables.client, tables.markers_table, batch_ids)
+
+    archive_beside_the_landing(flagged=True)
+    # WHEN audited while the batch is FENCED, THEN the values it touches are unsettled, never drift
+    fenced = counted.audit(landings=landings, attempts=1)  # judged on its first read, not only on a second look
+    assert Verdict.DRIFT not in verdicts(fenced), fenced.with_verdict(Verdict.DRIFT)
+    assert {f.slot.key for f in fenced.with_verdict(Verdict.UNSETTLED)} == {"k"}
+    # AND without a markers table to read headers from, the same
+    assert Verdict.DRIFT not in verdicts(counted.audit())
+    # WHEN the header says DONE (or is gone: expired), THEN the landing is placed before the read, and the deltas
+    # the table lacks are drift
+    tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.DONE}})
+    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k"}
+    tables.client.delete_item(TableName=tables.markers_table, Key=header)
+    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k"}
+    # AND the same record written without saying so, its batch FENCED again: drift while the deltas are landing
+    # (what an audit would report, and --fix "repair", if the writer did not flag it)
+    tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.FENCED}})
+    for listed in counted.bucket.client.list_objects_v2(Bucket=counted.bucket.bucket)["Contents"]:
+        if listed["Key"].endswith("-beside.jsonl.gz"):
+            counted.bucket.client.delete_object(Bucket=counted.bucket.bucket, Key=listed["Key"])
+    archive_beside_the_landing(flagged=False)
+    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k"}
 
 
 def test_a_time_ranged_audit_compares_only_the_windows_in_range(counted: Counted) -> None:

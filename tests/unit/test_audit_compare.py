@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 from tally.audit.auditor import _identities
 from tally.audit.compare import Kind, Scope, Slot, Verdict, compare_key, summarise, with_pending
-from tally.audit.cut import Place, ReadInterval, place, split
+from tally.audit.cut import Place, ReadInterval, Split, place, split
 from tally.audit.recount import recount
 from tally.audit.shares import ShareSettings, merge, recount_share, share_of
-from tally.core.archive import encode_records
+from tally.core.archive import LANDING_VERSION, ArchiveFormatError, decode_records, encode_records
 from tally.core.defaults import NO_DEFAULTS
 from tally.core.items import ALL_TIME
 from tally.core.windows import parse_window_spec
@@ -136,6 +138,51 @@ def test_copies_of_a_counting_are_placed_together_by_the_earliest() -> None:
     late = record('{"id": "b", "key": "k", "delta": 1}', committed=T0 + 90_000, archived=T0 + 90_100, seq=1)
     parted = split([first, repair, late], ReadInterval(T0 + 30_000, T0 + 30_100), tolerance_ms=0)
     assert (parted.before, parted.uncertain) == ([first, repair], [])
+
+
+FENCED_BATCH = "0011223344556677" + "0000002a"
+"""A fenced journal batch's id (an epoch's 8 bytes, then its sequence): the commit of a record written before its
+deltas landed."""
+
+
+def test_a_counting_archived_before_its_deltas_landed_is_placed_by_when_its_batch_was_seen_landed() -> None:
+    # GIVEN a counting whose record was written beside its batch's item writes, long before a read of the table
+    early = record('{"id": "a", "key": "k", "delta": 1}', committed=T0, batch=FENCED_BATCH, before_landing=True)
+    read = ReadInterval(T0 + 30_000, T0 + 30_100)
+    # WHEN no header read saw its batch landed, THEN the record's time places nothing: uncertain, not before
+    assert split([early], read, tolerance_ms=0) == Split([], [early])
+    assert split([early], read, tolerance_ms=0, landed={"another": T0}) == Split([], [early])
+    # WHEN a header read that ended before the table read saw it DONE (or gone), THEN it is before
+    assert split([early], read, tolerance_ms=500, landed={FENCED_BATCH: T0 + 30_000}) == Split([early], [])
+    # WHEN the header read saw it landed only after the table read began, THEN the read may or may not hold it
+    assert split([early], read, tolerance_ms=0, landed={FENCED_BATCH: T0 + 30_001}) == Split([], [early])
+    # WHEN the counting began after the read, THEN it is after, landed or not
+    later = record(
+        '{"id": "b", "key": "k", "delta": 1}', committed=T0 + 31_000, batch=FENCED_BATCH, before_landing=True
+    )
+    assert split([later], read, tolerance_ms=0) == Split([], [])
+
+
+def test_a_copy_written_after_the_landing_places_a_counting_whose_first_record_came_before_it() -> None:
+    # GIVEN the record written before the landing, and a redelivery's copy written after it finished the batch
+    early = record('{"id": "a", "key": "k", "delta": 1}', committed=T0, batch=FENCED_BATCH, before_landing=True)
+    repair = record(
+        '{"id": "a", "key": "k", "delta": 1}', committed=T0, archived=T0 + 20_000, batch=FENCED_BATCH, here=False
+    )
+    # WHEN a read after the copy's write is split, no header having been read
+    parted = split([early, repair], ReadInterval(T0 + 30_000, T0 + 30_100), tolerance_ms=0)
+    # THEN the copy's time places both (one counting); before the copy's write, neither's early time does
+    assert parted == Split([early, repair], [])
+    assert split([early, repair], ReadInterval(T0 + 10_000, T0 + 10_100), tolerance_ms=0) == Split([], [early, repair])
+
+
+def test_a_record_written_before_its_landing_names_a_fenced_batch_or_is_refused() -> None:
+    fenced = record('{"id": "a", "key": "k", "delta": 1}', batch=FENCED_BATCH, before_landing=True)
+    assert fenced.v == LANDING_VERSION
+    assert decode_records(encode_records([fenced])) == [fenced]
+    direct = record('{"id": "a", "key": "k", "delta": 1}', before_landing=True)  # a direct marker's commit
+    with pytest.raises(ArchiveFormatError, match="no fenced journal batch"):
+        decode_records(encode_records([direct]))
 
 
 def test_ids_counted_twice_are_told_apart_by_their_content() -> None:

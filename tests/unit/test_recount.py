@@ -34,6 +34,7 @@ def record(
     here: bool = True,
     received: int | None = None,
     placed: int | None = None,
+    before_landing: bool = False,
 ) -> ArchiveRecord:
     body = body.replace("TS", str(T0))
     message = decode_message(body, WIRE_LIMITS, views=VIEWS)
@@ -48,6 +49,7 @@ def record(
         delivery=delivery,
         seq=seq,
         counted_here=here,
+        before_landing=before_landing,
     )
 
 

@@ -9,7 +9,10 @@
    aside: they are not recounted (``tally.audit.corrections``).
 3. **Table.** Read every key the recount names (and, in a full audit, every key the table holds: a ``Scan``,
    so a counter the archive knows nothing of is found) with ``CounterReader.states``, ``keys_per_read`` keys a
-   read, several reads at once, each read's ``ReadInterval`` noted.
+   read, several reads at once, each read's ``ReadInterval`` noted. Before each round of reads, the journal
+   headers of the batches whose records were written before their deltas landed, and not yet seen landed, are
+   read (``landings``): the cut places such a counting by when its batch was seen landed (``tally.audit.cut``),
+   and a key it touches is judged against the cut until then.
 4. **Archive again.** List what was written since the first listing began (less ``WRITE_SLACK_MS``), read it.
 5. **Judge** each key (``tally.audit.compare``) against the countings its read can hold
    (``tally.audit.cut``): a key no new record touches against the recount of step 2; the others against a
@@ -47,7 +50,7 @@ from tally.core.views import NO_VIEWS
 from tally.core.windows import MINUTE_MS
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 
     from mypy_boto3_s3 import S3Client
 
@@ -68,6 +71,12 @@ function's timeout, at most 15 minutes): the second listing starts this far befo
 CLOCK_TOLERANCE_MS: Final = 2_000
 """How far the auditor's clock may be from the functions' (``tally.audit.cut``): a machine synchronised by
 NTP is within tens of milliseconds; the rest is margin, paid only in values read again."""
+
+
+class Landings(Protocol):
+    """Which of the given fenced batches have landed every item write (``tally.store.journal.landed_batches``)."""
+
+    def __call__(self, batch_ids: Collection[str], /) -> set[str]: ...
 
 
 class Progress(Protocol):
@@ -165,11 +174,19 @@ class Auditor:
         sleep: Callable[[float], object] = time.sleep,
         progress: Progress = NO_PROGRESS,
         waiting: Callable[[set[str]], Mapping[str, int]] | None = None,
+        landings: Landings | None = None,
     ) -> None:
         self.client, self.bucket, self.archive_prefix = client, bucket, archive_prefix
         self.reader = reader
         self.settings = settings
         self.clock, self.sleep, self.progress, self.waiting = clock, sleep, progress, waiting
+        self.landings = landings
+        """None: no header can be read (no markers table known), and a counting written before its deltas landed
+        is never placed before a read (its values stay unsettled, never drift)."""
+        self._before_landing: dict[str, set[str]] = {}
+        """Commit (a fenced batch) -> the keys its records written before the landing touch."""
+        self._landed: dict[str, int] = {}
+        """Commit -> the time (this clock) by which a header read saw it landed; final once there."""
         self.bodies: list[bytes] = []
         """The first listing's objects, as stored."""
         self.later: list[ArchiveRecord] = []
@@ -212,7 +229,7 @@ class Auditor:
         new = self._read_new()
         earliest = min((read.start_ms for read in reads.values()), default=self.clock())
         late = {key for key, archived in self._last.items() if archived + settings.tolerance_ms >= earliest}
-        touched = _keys_of(new, settings.views) | late
+        touched = _keys_of(new, settings.views) | late | self._unlanded_keys()
         dirty = {key for key in states if key in touched or owner_key(key) in touched}
         for key, state in states.items():
             if key not in dirty:
@@ -275,6 +292,8 @@ class Auditor:
             self._identities.extend(share.identities)
             for key, archived in share.last_archived.items():
                 self._last[key] = max(self._last.get(key, 0), archived)
+            for commit, keys in share.before_landing.items():
+                self._before_landing.setdefault(commit, set()).update(keys)
         merged = merge(shares)
         self._mismatches.update(merged.digest_mismatches)
         self._read_count = merged.records
@@ -299,6 +318,8 @@ class Auditor:
             self._identities.append((record.id, record.commit, record.digest))
             for key in _keys_of([record], self.settings.views):
                 self._last[key] = max(self._last.get(key, 0), record.archived_ms)
+            if record.before_landing:
+                self._before_landing.setdefault(record.commit, set()).update(event.key for event in record.events)
         return found
 
     def _touching(self, keys: set[str]) -> list[ArchiveRecord]:
@@ -329,6 +350,7 @@ class Auditor:
 
     def _read_states(self, keys: Sequence[str]) -> tuple[dict[str, KeyState], dict[str, ReadInterval]]:
         """Every key's state, ``keys_per_read`` keys a read, ``readers`` reads at once; each key's read interval."""
+        self._learn_landings()
         size = self.settings.keys_per_read
         groups = [keys[start : start + size] for start in range(0, len(keys), size)]
         self.progress.phase("reading the table", len(keys))
@@ -346,6 +368,22 @@ class Auditor:
                 reads.update(dict.fromkeys(group_states, interval))
                 self.progress.advance(len(group_states))
         return states, reads
+
+    def _learn_landings(self) -> None:
+        """Read the headers of the batches written before their landing and not seen landed yet: those landed now
+        are placed by the time this read ended (before any table read that follows it)."""
+        waiting = [commit for commit in self._before_landing if commit not in self._landed]
+        if not waiting or self.landings is None:
+            return
+        self.progress.phase("reading journal headers", len(waiting))
+        landed = self.landings(waiting)
+        seen_ms = self.clock()
+        for commit in landed:
+            self._landed[commit] = seen_ms
+
+    def _unlanded_keys(self) -> set[str]:
+        """The keys touched by a counting whose deltas no header read has seen landed yet."""
+        return {key for commit, keys in self._before_landing.items() if commit not in self._landed for key in keys}
 
     def _compare(self, state: KeyState, recounted: Recount, unsettled: Iterable[Slot] = ()) -> list[Finding]:
         settings = self.settings
@@ -374,7 +412,7 @@ class Auditor:
         self.progress.phase("recounting what changed", len(states))
         for interval, keys in by_read.items():
             records = list({id(r): r for key in keys for r in touching.get(key, [])}.values())
-            parted = split(records, interval, self.settings.tolerance_ms)
+            parted = split(records, interval, self.settings.tolerance_ms, self._landed)
             latest = max((record.archived_ms for record in parted.uncertain), default=0)
             self._uncertain_until_ms = max(self._uncertain_until_ms, latest + self.settings.tolerance_ms + 1)
             before = self._recount(parted.before)

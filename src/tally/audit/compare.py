@@ -202,7 +202,10 @@ def compare_key(
             continue
         have, want = stored.get(slot), recounted.get(slot)
         if slot in unsettled:
-            verdict, reason = Verdict.UNSETTLED, "a counting committed while the table was read"
+            verdict, reason = (
+                Verdict.UNSETTLED,
+                "a counting committed, or its deltas still landing, while the table was read",
+            )
         elif slot in inexact:
             verdict, reason = Verdict.INEXACT, inexact[slot]
         elif _same(slot, have, want):

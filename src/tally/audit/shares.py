@@ -8,8 +8,8 @@ auditor runs the shares in processes of their own (``tally.audit.auditor``): the
 core each. ``merge`` puts the shares' recounts back together.
 
 Each share also returns what the auditor keeps of every record without holding them all: (id, commit, digest)
-for the identities (``tally.audit.auditor``: ids counted twice, ids reused), the repairs (never recounted), and
-each key's latest ``archived_ms``.
+for the identities (``tally.audit.auditor``: ids counted twice, ids reused), the repairs (never recounted),
+each key's latest ``archived_ms``, and the keys of the records written before their deltas landed, by commit.
 
 Pure: no I/O (the bodies are passed in), no clock.
 """
@@ -56,6 +56,9 @@ class Share:
     repairs: list[ArchiveRecord] = field(default_factory=list)
     last_archived: dict[str, int] = field(default_factory=dict)
     """Key -> the latest ``archived_ms`` of the records touching it."""
+    before_landing: dict[str, set[str]] = field(default_factory=dict)
+    """Commit (a fenced batch) -> the keys touched by its records written before its deltas landed: what the
+    auditor cannot place until it sees the batch landed (``tally.audit.cut``)."""
 
 
 def share_of(key: str, shares: int) -> int:
@@ -76,6 +79,7 @@ def _recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings)
     repairs: list[ArchiveRecord] = []
     identities: list[tuple[str, str, str]] = []
     last: dict[str, int] = {}
+    unlanded: dict[str, set[str]] = {}
     read = 0
     prefix, shares = settings.prefix, settings.shares
     for body in bodies:
@@ -95,6 +99,8 @@ def _recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings)
             for key in mine:
                 if record.archived_ms > last.get(key, -1):
                     last[key] = record.archived_ms
+            if record.before_landing:
+                unlanded.setdefault(record.commit, set()).update(mine)
     recounted = recount(
         kept,
         windows=settings.spec,
@@ -104,7 +110,7 @@ def _recount_share(bodies: Sequence[bytes], index: int, settings: ShareSettings)
     )
     if shares > 1:
         recounted = restricted(recounted, lambda key: share_of(key, shares) == index)
-    return Share(recounted, read, identities, repairs, last)
+    return Share(recounted, read, identities, repairs, last, unlanded)
 
 
 def restricted(recounted: Recount, wanted: Callable[[str], bool]) -> Recount:

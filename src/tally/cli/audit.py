@@ -19,7 +19,7 @@ from tally.cli.resolve import Resolver
 from tally.core.items import item_label, owner_key
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Collection, Mapping, Sequence
 
     from rich.console import Console
 
@@ -90,6 +90,11 @@ _SHOWN = 50
 @archive_options
 @click.option("--table", "table_name", help="The counters table (default: the stack's, or $TALLY_COUNTERS_TABLE).")
 @click.option(
+    "--markers-table",
+    help="The markers table, whose journal headers say when a batch archived before its deltas landed has landed"
+    " (default: the stack's, or $TALLY_MARKERS_TABLE; without it such countings are never placed: unsettled).",
+)
+@click.option(
     "--dlq-url", help="The dead-letter queue, whose messages make drift pending (default: the stack's, $TALLY_DLQ_URL)."
 )
 @target_options
@@ -111,6 +116,7 @@ def audit(  # click passes every option by name
     archive_prefix: str | None,
     stack_name: str | None,
     table_name: str | None,
+    markers_table: str | None,
     dlq_url: str | None,
     queue_url: str | None,
     stream_name: str | None,
@@ -155,6 +161,7 @@ def audit(  # click passes every option by name
         views=archive.views,
     )
     letters_url = resolver.value("TALLY_DLQ_URL", dlq_url)
+    markers = resolver.value("TALLY_MARKERS_TABLE", markers_table)
     auditor = Auditor(
         archive.client(),
         archive.bucket,
@@ -162,6 +169,7 @@ def audit(  # click passes every option by name
         reader,
         settings,
         waiting=_waiting(letters_url, archive) if letters_url else None,
+        landings=_landings(markers) if markers else None,
     )
     report = _guarded(auditor.run, f"audit s3://{archive.bucket}/{archive.prefix} against {counters!r}", auditor)
     document = audit_document(report, scope, prefix)
@@ -218,6 +226,19 @@ def _scope(since: str | None, until: str | None, windows: Sequence[str]) -> Scop
         raise click.BadParameter("--since is after --until")
     ranged = since_ms is not None or until_ms is not None or bool(windows)
     return Scope(all_time=not ranged, units=frozenset(windows) or None, since_ms=since_ms, until_ms=until_ms)
+
+
+def _landings(markers_table: str) -> Callable[[Collection[str]], set[str]]:
+    """Which fenced batches have landed, from their journal headers (read when the archive holds records written
+    before their landing)."""
+
+    def landings(batch_ids: Collection[str]) -> set[str]:
+        from tally.cli.aws import client
+        from tally.store.journal import landed_batches
+
+        return landed_batches(client("dynamodb"), markers_table, batch_ids)
+
+    return landings
 
 
 def _waiting(dlq_url: str, archive: Any) -> Callable[[set[str]], Mapping[str, int]]:

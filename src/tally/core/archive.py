@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from tally.core.epochs import FencedBatch
 from tally.core.model import CounterEvent, Gauge, GaugeKind, Message
 
 if TYPE_CHECKING:
@@ -213,6 +214,13 @@ def decode_records(body: bytes) -> list[ArchiveRecord]:
     for record in records:
         if record.v > READ_VERSION:
             raise ArchiveFormatError(f"record {record.id!r} is of format {record.v}; this code reads {READ_VERSION}")
+        if record.before_landing and FencedBatch.parse(record.commit) is None:
+            # Only a fenced batch's landing can run beside the archive write, and only its header tells an audit
+            # when the deltas landed: any other commit here would leave its counting unplaceable forever.
+            raise ArchiveFormatError(
+                f"record {record.id!r} says it was written before its deltas landed, and its commit "
+                f"{record.commit!r} is no fenced journal batch"
+            )
     return records
 
 

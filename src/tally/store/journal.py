@@ -48,7 +48,7 @@ from tally.store.schema import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from mypy_boto3_dynamodb.client import DynamoDBClient
     from mypy_boto3_dynamodb.type_defs import TransactWriteItemTypeDef
@@ -422,3 +422,25 @@ class DynamoDBJournal:
             self._client.transact_write_items(TransactItems=[action for action, _ in actions])
         except (ClientError, BotoCoreError) as exc:
             raise translate(exc, [role for _, role in actions]) from exc
+
+
+LANDED_STATES: Final = frozenset({BatchState.DONE})
+"""Header states that say every item write of a batch has landed (DONE is written after the last of them)."""
+
+
+def landed_batches(client: DynamoDBClient, markers_table: str, batch_ids: Iterable[str]) -> set[str]:
+    """Which of ``batch_ids`` have landed every item write, by their headers in ``markers_table`` (strongly
+    consistent ``BatchGetItem``s): DONE, or no header at all. A header is deleted by its TTL only after every
+    marker of its batch (``JOURNAL_GRACE_SECONDS``), so once it is gone no finisher can meet a marker and land
+    what is missing: what landed then is all that ever will."""
+    wanted = sorted(set(batch_ids))
+    if not wanted:
+        return set()
+    items = batch_get(
+        client,
+        markers_table,
+        ({LEDGER_ID: {"S": header_id(batch_id)}} for batch_id in wanted),
+        attributes=(LEDGER_ID, HEADER_STATE),
+    )
+    states = {item[LEDGER_ID]["S"].removeprefix(header_id("")): BatchState(item[HEADER_STATE]["S"]) for item in items}
+    return {batch_id for batch_id in wanted if batch_id not in states or states[batch_id] in LANDED_STATES}
