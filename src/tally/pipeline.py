@@ -17,6 +17,7 @@ redelivers, rather than being turned into an empty failure list that would delet
 from __future__ import annotations
 
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -24,7 +25,7 @@ from tally.core.aggregate import aggregate_batch, copy_conflict, deduplicate
 from tally.core.declarations import NO_DECLARATIONS, Declarations
 from tally.core.decode import decode_message
 from tally.core.model import DeadLetter, Message, RejectCode, Rejection
-from tally.post_commit import SettledBatch, attempt_within, post_commit_steps
+from tally.post_commit import BESIDE_LANDING, SettledBatch, attempt_within, post_commit_steps
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping, Sequence
@@ -50,8 +51,27 @@ class ApplyPort(Protocol):
         """How its retries wait (the post-commit steps' wait the same way)."""
         ...
 
-    def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
-        """Give every message one fate; ``remaining_ms`` reports the invocation's time left."""
+    def commit(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> CommitPort:
+        """Give every message one fate, but land the last FENCED batch's item writes only when asked
+        (``CommitPort.land``); ``remaining_ms`` reports the invocation's time left."""
+        ...
+
+
+class CommitPort(Protocol):
+    """A batch committed but maybe not landed (``tally.commit.applier.Committed``)."""
+
+    @property
+    def landing(self) -> frozenset[str]:
+        """The messages whose deltas are still landing (committed: they count either way)."""
+        ...
+
+    @property
+    def counted(self) -> ApplyOutcome:
+        """The outcome if they land: what a step that needs only the fates is given beside the landing."""
+        ...
+
+    def land(self) -> ApplyOutcome:
+        """Land them; the outcome that counts (they are handed back if the landing must wait)."""
         ...
 
 
@@ -123,6 +143,9 @@ class BatchPipeline:
         self._steps = tuple(steps) if steps is not None else post_commit_steps(settings.declarations.windows)
         """The work after the commit, in order (``tally.post_commit``). By default steps without stores,
         which refuse messages carrying gauges or distinct members rather than drop what they carry."""
+        self._beside = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-beside-landing")
+        """Where a step that needs only the fates (``BESIDE_LANDING``: the archive's write) runs while the last
+        FENCED batch's item writes land; built once per container, like the clients."""
 
     @property
     def steps(self) -> tuple[PostCommitStep, ...]:
@@ -145,24 +168,39 @@ class BatchPipeline:
             choose_shard=self._rng.randrange,
             views=self._settings.declarations.views,
         )
-        outcome = self._applier.apply(batch.messages, now_ms, remaining_ms)
-        counted = outcome.applied | outcome.already_applied
-        settled = SettledBatch(
-            [message for message in unique if message.message_id in counted],
-            [net for net in batch.messages if net.message_id in counted],
-            now_ms,
-            remaining_ms,
-            # Every step sends through it: the commit's retries, and nothing started in the time kept for reporting.
-            attempt_within(self._applier.policy, remaining_ms, self._applier.sleep),
-            commits=outcome.commits,
-            counted_here=outcome.applied,
-            sources={
-                message.message_id: admitted.records[position]
-                for position, message in zip(copies.unique, unique, strict=True)
-                if message.message_id in counted
-            },
-        )
-        steps = [step.settle(settled) for step in self._steps]
+        committed = self._applier.commit(batch.messages, now_ms, remaining_ms)
+
+        def settled_by(outcome: ApplyOutcome, landing: frozenset[str] = frozenset()) -> SettledBatch:
+            counted = outcome.applied | outcome.already_applied
+            return SettledBatch(
+                [message for message in unique if message.message_id in counted],
+                [net for net in batch.messages if net.message_id in counted],
+                now_ms,
+                remaining_ms,
+                # Every step sends through it: the commit's retries, and nothing started in the time kept for
+                # reporting.
+                attempt_within(self._applier.policy, remaining_ms, self._applier.sleep),
+                commits=outcome.commits,
+                counted_here=outcome.applied,
+                sources={
+                    message.message_id: admitted.records[position]
+                    for position, message in zip(copies.unique, unique, strict=True)
+                    if message.message_id in counted
+                },
+                landing=landing,
+            )
+
+        # Every message's fate is decided once its last batch is FENCED: a step that needs only that runs while
+        # the batch's item writes land, the others after them, as before (they read or write what landed).
+        beside = [step for step in self._steps if committed.landing and getattr(step, BESIDE_LANDING, False)]
+        early = [self._beside.submit(step.settle, settled_by(committed.counted, committed.landing)) for step in beside]
+        try:
+            outcome = committed.land()
+        finally:
+            # Waited for whatever stopped the landing: the step's own outcome, or its error, is the batch's.
+            done = {id(step): future.result() for step, future in zip(beside, early, strict=True)}
+        settled = settled_by(outcome)
+        steps = [done[id(step)] if id(step) in done else step.settle(settled) for step in self._steps]
         retry = outcome.unapplied.union(*(step.retry for step in steps))
         refused = {key: why for step in steps for key, why in step.refused.items() if key not in retry}
         refused.update(outcome.rejected)

@@ -479,6 +479,7 @@ FENCED = focused(
     sqs_batch_size=2,
     chunked_consumers=0,
     dynamodb=replace(SMOKE.dynamodb, kill_after_fenced_write=0.5),
+    archive=True,
 )
 """Packed messages of 100 keys on the same 120 (``fenced_messages``), from SQS two at a time: a dozen fenced journal
 batches on the same items by both containers (every one fenced), half the invocations that write them killed after
@@ -518,6 +519,8 @@ FOCUSED: dict[str, tuple[ChaosConfig, tuple[str, ...]]] = {
             "situation.fenced_done_lost_response",
             "situation.fenced_done_throttle_request",
             "situation.fenced_items_marked_by_several_epochs",
+            "archive.written_before_landing",
+            "archive.ok",
         ),
     ),
     "archived reused ids": (

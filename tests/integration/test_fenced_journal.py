@@ -23,6 +23,7 @@ import pytest
 
 from tally.commit.applier import Applier, RetryPolicy, WriterEpochs
 from tally.config import Settings
+from tally.core.archive import decode_records
 from tally.core.epochs import FencedBatch
 from tally.core.fence import mark_value
 from tally.core.limits import WIRE_LIMITS
@@ -30,6 +31,7 @@ from tally.core.model import SourceRecord
 from tally.cost.capacity import item_size
 from tally.errors import RetryableStoreError, StoreError
 from tally.pipeline import BatchPipeline, PipelineSettings
+from tally.post_commit import ArchiveStep
 from tally.runtime import wire_pipeline
 from tally.store.dynamodb import DynamoDBCounterStore
 from tally.store.journal import DynamoDBJournal
@@ -42,6 +44,7 @@ from tests.support.tables import scan_all
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from tally.core.archive import ArchiveRecord
     from tests.support.tables import DynamoDBTables
 
 pytestmark = pytest.mark.integration
@@ -618,4 +621,91 @@ def test_a_window_move_takes_the_marks_the_container_knows_may_go(ddb_tables: Dy
     assert counters_from_item(_wide_item(ddb_tables, WIDE[0])) == {"count": 1 + 2 + 3 + 5}
     assert {key: counters_from_item(_wide_item(ddb_tables, key)) for key in WIDE[1:]} == {
         key: {"count": 6} for key in WIDE[1:]
+    }
+
+
+class _Archive:
+    """An archive writer keeping what it is given; ``began`` is set when a write begins."""
+
+    def __init__(self) -> None:
+        self.began = threading.Event()
+        self.bodies: list[bytes] = []
+
+    def put(self, key: str, body: bytes) -> None:
+        self.began.set()
+        self.bodies.append(body)
+
+    def records(self) -> list[ArchiveRecord]:
+        return [record for body in self.bodies for record in decode_records(body)]
+
+
+class _LandingWaitsForTheArchive:
+    """The journal, each fenced write waiting (at most ``WAIT_S``) for the archive's write to begin, and noting
+    whether it had: the archive written beside the landing never makes it wait; written after it, always."""
+
+    WAIT_S = 2.0
+
+    def __init__(self, journal: DynamoDBJournal, archive: _Archive) -> None:
+        self._journal, self._archive, self.waited_in_vain = journal, archive, 0
+
+    def apply_fenced(self, *args: Any) -> Any:
+        if not self._archive.began.wait(self.WAIT_S):
+            self.waited_in_vain += 1
+        return self._journal.apply_fenced(*args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._journal, name)
+
+
+def _archiving(tables: DynamoDBTables, journal: Any, archive: _Archive) -> BatchPipeline:
+    store = DynamoDBCounterStore(tables.client, tables.counters_table, tables.markers_table, TTL_S)
+    applier = Applier(store, journal, policy=POLICY, sleep=lambda _: None, max_actions=4, fenced=True)
+    settings = PipelineSettings(WIRE_LIMITS, dedup_horizon_ms=TTL_S * 1000)
+    return BatchPipeline(applier, RecordingDeadLetterQueue(), settings, steps=[ArchiveStep(archive)])
+
+
+def test_the_archive_is_written_while_the_last_fenced_batch_lands_and_its_records_say_so(
+    ddb_tables: DynamoDBTables,
+) -> None:
+    # GIVEN a batch committed as one fenced journal batch, whose item writes wait for the archive's write to begin
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    archive = _Archive()
+    waiting = _LandingWaitsForTheArchive(journal, archive)
+    # WHEN it is processed
+    assert _process(_archiving(ddb_tables, waiting, archive), _records()) == ()
+    # THEN the archive's write began before the first item write was sent (no write waited for it), every record
+    # says it was written before its deltas landed, under the fenced batch, and every key counts once
+    assert waiting.waited_in_vain == 0
+    ((batch_id, state),) = _headers(ddb_tables).items()
+    assert state == "DONE"
+    records = archive.records()
+    assert len(records) == 2
+    assert {(record.commit, record.before_landing, record.v) for record in records} == {(batch_id, True, 2)}
+    _exact(ddb_tables)
+
+
+@pytest.mark.parametrize("nth", [1, len(KEYS) + 1], ids=["killed-at-its-first-item-write", "killed-before-done"])
+def test_a_landing_killed_beside_its_archive_write_is_finished_and_archived_again_by_the_redelivery(
+    ddb_tables: DynamoDBTables, nth: int
+) -> None:
+    # GIVEN an owner whose archive write (records saying "before the landing") lands while the invocation is killed
+    # at its landing: at its first item write, or after every item write and before DONE
+    journal = DynamoDBJournal(ddb_tables.client, ddb_tables.counters_table, ddb_tables.markers_table, TTL_S)
+    archive = _Archive()
+    records = _records()
+    dying = _Dying(_LandingWaitsForTheArchive(journal, archive), ("apply_fenced", "mark_done"), nth)  # type: ignore[arg-type]
+    with pytest.raises(Crash):
+        _process(_archiving(ddb_tables, dying, archive), records)
+    ((batch_id, state),) = _headers(ddb_tables).items()
+    assert state == "FENCED"
+    assert [record.before_landing for record in archive.records()] == [True, True]
+    # WHEN the records come back to a new container
+    assert _process(_archiving(ddb_tables, journal, archive), records, NOW_MS + 7 * 60_000) == ()
+    # THEN it finishes the batch, counts each message once, and archives them again after the landing, under the
+    # same commit: one counting each, which the audit places by the copy written after the landing
+    assert _headers(ddb_tables) == {batch_id: "DONE"}
+    _exact(ddb_tables)
+    again = archive.records()[2:]
+    assert {(record.commit, record.before_landing, record.counted_here) for record in again} == {
+        (batch_id, False, False)
     }

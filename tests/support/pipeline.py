@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.commit.fates import ApplyOutcome
     from tally.commit.marker_reads import MarkerReadGate
     from tally.core.model import DeadLetter
     from tally.core.plan import Chunk
@@ -170,3 +171,18 @@ def write_chunk(
     write = plan_write(chunk, declarations, Seen(), now_ms=now_ms)
     assert isinstance(write, DirectWrite), write
     store.write(write)
+
+
+@dataclass(frozen=True)
+class Landed:
+    """A fake applier's commit with nothing left to land (``tally.pipeline.CommitPort``): ``outcome`` is final."""
+
+    outcome: ApplyOutcome
+    landing: frozenset[str] = frozenset()
+
+    @property
+    def counted(self) -> ApplyOutcome:
+        return self.outcome
+
+    def land(self) -> ApplyOutcome:
+        return self.outcome

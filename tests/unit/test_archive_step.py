@@ -22,7 +22,7 @@ from tally.core.windows import WindowSpec
 from tally.errors import ConfigurationError, RetryableStoreError, StoreError
 from tally.pipeline import BatchPipeline, PipelineSettings
 from tally.post_commit import post_commit_steps
-from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.pipeline import Landed, RecordingDeadLetterQueue
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -60,16 +60,18 @@ class Decides:
             set(unnamed),
         )
 
-    def apply(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> ApplyOutcome:
+    def commit(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> Landed:
         ids = [m.message_id for m in messages]
         applied = frozenset(i for i in ids if i not in self.before | self.refused | self.unapplied | self.unnamed)
         commits = {i: Commit.of_marker(now_ms, None) for i in applied} | {i: EARLIER for i in self.before}
-        return ApplyOutcome(
-            applied=applied,
-            already_applied=frozenset(self.before | self.unnamed),
-            rejected={i: Rejection(RejectCode.BELOW_FLOOR, "refused") for i in self.refused},
-            unapplied=frozenset(self.unapplied),
-            commits=commits,
+        return Landed(
+            ApplyOutcome(
+                applied=applied,
+                already_applied=frozenset(self.before | self.unnamed),
+                rejected={i: Rejection(RejectCode.BELOW_FLOOR, "refused") for i in self.refused},
+                unapplied=frozenset(self.unapplied),
+                commits=commits,
+            )
         )
 
 

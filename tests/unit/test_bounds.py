@@ -40,7 +40,7 @@ from tally.store.actions import Role, add_update, bound_check
 from tally.store.expressions import bound_condition
 from tally.store.requests import translate
 from tests.support.events import load_event
-from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.pipeline import Landed, RecordingDeadLetterQueue
 from tests.support.reference import expected_value
 
 if TYPE_CHECKING:
@@ -302,9 +302,9 @@ class RecordingApplier:
     def sleep(self, seconds: float) -> None:
         """Nothing here waits (no step has a store)."""
 
-    def apply(self, messages: Any, now_ms: int, remaining_ms: Any) -> ApplyOutcome:
+    def commit(self, messages: Any, now_ms: int, remaining_ms: Any) -> Landed:
         self.order = [m.message_id for m in messages]
-        return ApplyOutcome(applied=frozenset(self.order))
+        return Landed(ApplyOutcome(applied=frozenset(self.order)))
 
 
 def test_the_pipeline_hands_messages_over_in_the_sources_order() -> None:

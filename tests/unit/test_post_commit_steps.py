@@ -35,7 +35,7 @@ from tally.store.gauges import DynamoDBGaugeStore
 from tally.store.schema import window_attribute
 from tally.store.windows import DynamoDBWindowMover
 from tally_local.template import load_template, table_definitions
-from tests.support.pipeline import RecordingDeadLetterQueue
+from tests.support.pipeline import Landed, RecordingDeadLetterQueue
 from tests.template.test_template import TEMPLATE_PATH
 
 if TYPE_CHECKING:
@@ -56,9 +56,9 @@ class AppliesAll:
         self.policy = policy
         self.sleep = sleep or no_sleep
 
-    def apply(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> ApplyOutcome:
+    def commit(self, messages: Sequence[Any], now_ms: int, remaining_ms: Any) -> Landed:
         applied = frozenset(m.message_id for m in messages)
-        return ApplyOutcome(applied=applied, commits=dict.fromkeys(applied, Commit.of_marker(now_ms, None)))
+        return Landed(ApplyOutcome(applied=applied, commits=dict.fromkeys(applied, Commit.of_marker(now_ms, None))))
 
 
 class RefusingGauges:

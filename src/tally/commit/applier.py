@@ -50,10 +50,11 @@ if TYPE_CHECKING:
     from tally.core.aggregate import MessageTotals
     from tally.core.fence import FencedPlanner, HeaderSeen, PruneRule
     from tally.core.items import ItemKey
+    from tally.core.ledger import Commit
     from tally.core.plan import CounterLimit
     from tally.core.write_planner import WritePlanner
 
-__all__ = ["Applier", "ApplyOutcome", "RetryPolicy", "Stall"]
+__all__ = ["Applier", "ApplyOutcome", "Committed", "RetryPolicy", "Stall"]
 
 ROUNDS = 3
 """Direct or journal, then (markers of aborted batches met) a journal claim replacing them, then a last try."""
@@ -218,6 +219,16 @@ class Applier:
 
     def apply(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> ApplyOutcome:
         """Apply every message once; ``remaining_ms`` reports the invocation's time left."""
+        return self._apply(messages, now_ms, remaining_ms, defer_landing=False).land()
+
+    def commit(self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int]) -> Committed:
+        """Apply every message once, except the item writes of the call's last FENCED batch, which the caller
+        lands (``Committed.land``) beside what needs only the fates (``Committed.counted``)."""
+        return self._apply(messages, now_ms, remaining_ms, defer_landing=True)
+
+    def _apply(
+        self, messages: Sequence[MessageTotals], now_ms: int, remaining_ms: Callable[[], int], *, defer_landing: bool
+    ) -> Committed:
         fates = Fates(message.message_id for message in messages)
         figures = Figures()
         protocol = CommitProtocol(
@@ -240,6 +251,8 @@ class Applier:
             fence_horizon_ms=self.fence_horizon_ms,
             fenced_planner=self.fenced_planner,
             prune_rule=self.prune_rule,
+            # Resets do not commute with sums: a segment must be settled, landing included, before the next.
+            defer_landing=defer_landing and not any(message.is_operator for message in messages),
         )
         pending = list(messages)
         if pending and self.marker_read_gate.is_open:
@@ -261,7 +274,7 @@ class Applier:
                     fates.failed(fates.without_fate(later))
                     break
         self.marker_read_gate.observe(met_existing_markers=figures.markers_met > 0)
-        return fates.close(figures)
+        return Committed(protocol, fates, figures)
 
     def _rounds(self, protocol: CommitProtocol, fates: Fates, pending: list[MessageTotals]) -> None:
         """Settle ``pending`` in up to ``ROUNDS`` rounds; what is still unsettled after them is handed back."""
@@ -292,3 +305,30 @@ class Applier:
                     again.extend(protocol.journal(rest))
             pending = again
         fates.failed(message.message_id for message in pending)
+
+
+class Committed:
+    """An apply call whose every message's fate is decided, save whether its last FENCED batch's item writes land
+    now: ``counted`` is the outcome if they do (a FENCED batch counts either way; what needs only that, the
+    archive's write, may run beside the landing), ``land()`` sends them and gives the outcome that counts (their
+    messages handed back if the landing must wait: a redelivery meets the FENCED markers and finishes it)."""
+
+    def __init__(self, protocol: CommitProtocol, fates: Fates, figures: Figures) -> None:
+        self._protocol, self._fates, self._figures = protocol, fates, figures
+        landing = protocol.landing
+        self.landing: frozenset[str] = (
+            frozenset(message.message_id for message in landing[0]) if landing else frozenset()
+        )
+        """The messages whose deltas are still landing (their batch FENCED)."""
+        self.landing_commit: Commit | None = landing[1] if landing else None
+        self.counted: ApplyOutcome = (
+            fates.if_landed(landing[0], landing[1], figures) if landing else fates.close(figures)
+        )
+        self._outcome: ApplyOutcome | None = None if landing else self.counted
+
+    def land(self) -> ApplyOutcome:
+        """Land what is pending (once) and return the call's outcome."""
+        if self._outcome is None:
+            self._protocol.land_pending()
+            self._outcome = self._fates.close(self._figures)
+        return self._outcome

@@ -173,32 +173,45 @@ class Fates:
     def close(self, figures: Figures) -> ApplyOutcome:
         """The outcome of the call; refuses a batch in which some message has no fate."""
         self._closed = True
-        without = self._expected.difference(self._fates)
-        if without:
-            raise UnsettledMessagesError(
-                f"{len(self._expected)} message(s), {len(self._fates)} fate(s); without a fate: {sorted(without)[:5]}"
-            )
-        by_kind: dict[type, list[str]] = {}
-        for message_id, fate in self._fates.items():
-            by_kind.setdefault(type(fate), []).append(message_id)
-        fates = self._fates
-        return ApplyOutcome(
-            applied=frozenset(by_kind.get(Applied, ())),
-            already_applied=frozenset(by_kind.get(AlreadyApplied, ())),
-            rejected={mid: fate.rejection for mid, fate in fates.items() if isinstance(fate, DeadLettered)},
-            unapplied=frozenset(by_kind.get(Failed, ())),
-            applied_events=sum(fate.events for fate in fates.values() if isinstance(fate, Applied)),
-            transactions=figures.requests,
-            retries=figures.retries,
-            journal_batches=figures.journal_batches,
-            refused_chunks=figures.refused_chunks,
-            marker_reads=figures.marker_reads,
-            threshold_rewrites=figures.exact_writes,
-            spilled_crossings=figures.spilled_crossings,
-            stalls=tuple(fate.held_by for fate in fates.values() if isinstance(fate, Failed) and fate.held_by),
-            commits={
-                mid: fate.commit
-                for mid, fate in fates.items()
-                if isinstance(fate, Applied | AlreadyApplied) and fate.commit is not None
-            },
+        return _outcome(self._expected, self._fates, figures)
+
+    def if_landed(self, landing: Iterable[MessageTotals], commit: Commit, figures: Figures) -> ApplyOutcome:
+        """The outcome the call will have if ``landing`` (committed under ``commit``, its deltas still landing) is
+        applied: what may run beside the landing is given it (the archive's write needs only the fates); the fates
+        stay open for the landing's own, and ``close`` gives the outcome that counts."""
+        fates = dict(self._fates)
+        for message in landing:
+            fates[message.message_id] = Applied(message.event_count, commit)
+        return _outcome(self._expected, fates, figures)
+
+
+def _outcome(expected: frozenset[str], fates: Mapping[str, Fate], figures: Figures) -> ApplyOutcome:
+    """The outcome of ``fates``; refuses a batch in which some message has no fate."""
+    without = expected.difference(fates)
+    if without:
+        raise UnsettledMessagesError(
+            f"{len(expected)} message(s), {len(fates)} fate(s); without a fate: {sorted(without)[:5]}"
         )
+    by_kind: dict[type, list[str]] = {}
+    for message_id, fate in fates.items():
+        by_kind.setdefault(type(fate), []).append(message_id)
+    return ApplyOutcome(
+        applied=frozenset(by_kind.get(Applied, ())),
+        already_applied=frozenset(by_kind.get(AlreadyApplied, ())),
+        rejected={mid: fate.rejection for mid, fate in fates.items() if isinstance(fate, DeadLettered)},
+        unapplied=frozenset(by_kind.get(Failed, ())),
+        applied_events=sum(fate.events for fate in fates.values() if isinstance(fate, Applied)),
+        transactions=figures.requests,
+        retries=figures.retries,
+        journal_batches=figures.journal_batches,
+        refused_chunks=figures.refused_chunks,
+        marker_reads=figures.marker_reads,
+        threshold_rewrites=figures.exact_writes,
+        spilled_crossings=figures.spilled_crossings,
+        stalls=tuple(fate.held_by for fate in fates.values() if isinstance(fate, Failed) and fate.held_by),
+        commits={
+            mid: fate.commit
+            for mid, fate in fates.items()
+            if isinstance(fate, Applied | AlreadyApplied) and fate.commit is not None
+        },
+    )

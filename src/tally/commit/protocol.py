@@ -43,7 +43,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from concurrent.futures import FIRST_EXCEPTION, wait
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
@@ -164,6 +164,15 @@ class _ClaimRefused(Exception):
         self.error = error
 
 
+@dataclass(frozen=True, slots=True)
+class _PendingLanding:
+    """A FENCED batch of this call whose item writes and DONE are still to be sent."""
+
+    record: BatchRecord
+    pages: Sequence[Totals]
+    claimed: tuple[MessageTotals, ...]
+
+
 class CommitProtocol:
     """The protocol for one apply call (one invocation): its steps, and what it learned on the way."""
 
@@ -189,8 +198,14 @@ class CommitProtocol:
         fence_horizon_ms: int = 0,
         fenced_planner: FencedPlanner = plan_fenced_apply,
         prune_rule: PruneRule = prunable,
+        defer_landing: bool = False,
     ) -> None:
         self._store = store
+        self._defer_landing = defer_landing
+        """Keep a FENCED batch's item writes (its landing) pending until the next step of this call that reaches
+        items or markers, which lands it first: what is pending when the caller's rounds end is landed by the
+        caller (``land_pending``), beside work that needs only the messages' fates (the archive's write)."""
+        self._pending: _PendingLanding | None = None
         self._plan_fenced = fenced_planner
         """Decides each item's fenced writes (``tally.core.fence.plan_fenced_apply``; a broken one in tests)."""
         self._prunable = prune_rule
@@ -238,6 +253,32 @@ class CommitProtocol:
         """A round's direct transactions are planned on the pool's threads too (``_key_items``)."""
 
     @property
+    def landing(self) -> tuple[list[MessageTotals], Commit] | None:
+        """The messages of the FENCED batch whose item writes are pending, and its commit; None if none is."""
+        pending = self._pending
+        if pending is None:
+            return None
+        return list(pending.claimed), Commit.of_marker(self._now_ms, pending.record.batch_id)
+
+    def land_pending(self) -> None:
+        """Land the pending FENCED batch, if any: its item writes, then DONE; its messages applied, or handed back
+        (and the epoch ended: no later batch of it may reach an item before this one is DONE) if that must wait.
+        Whatever stops it (a kill, an error), the epoch ends too."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        try:
+            landed = self.finish(pending.record, pages=pending.pages, done=())
+        except BaseException:
+            self._end_epoch()
+            raise
+        if landed:
+            self._fates.applied(pending.claimed, Commit.of_marker(self._now_ms, pending.record.batch_id))
+        else:
+            self._end_epoch()
+            self._fates.failed(message.message_id for message in pending.claimed)
+
+    @property
     def replaceable(self) -> dict[str, str]:
         """Messages whose marker names an aborted batch -> that batch: the planner sends them to a journal
         claim, or (a bounded one) to a direct transaction that replaces the marker (``Chunk.replaces``)."""
@@ -250,6 +291,7 @@ class CommitProtocol:
         The read is advice: the conditional marker writes still catch every duplicate, at the price of a
         cancelled transaction, so a read DynamoDB keeps throttling must not fail the batch.
         """
+        self.land_pending()
         ids = [message.message_id for message in messages]
         try:
             existing = self._steps.read(partial(self._store.read_markers, ids))
@@ -270,6 +312,7 @@ class CommitProtocol:
         refuses it all the same (the value moved meanwhile), its messages go one by one. ``write``: the chunk's
         write, already planned (else it is planned here).
         """
+        self.land_pending()
         return self._settle_direct(chunk, self._write_direct(chunk, write), predicted=predicted)
 
     def direct_all(self, chunks: Sequence[Chunk]) -> list[MessageTotals]:
@@ -283,6 +326,7 @@ class CommitProtocol:
         Sequential still where order matters: a bounded counter's chunks (their worst-prefix order) and a
         reset or correction (its segment's order, ``tally.core.resets``).
         """
+        self.land_pending()
         if (
             self._pool is None
             or len(chunks) < 2  # one transaction has nothing to overlap with
@@ -577,6 +621,7 @@ class CommitProtocol:
     # -------------------------------------------------------------------------------- 2. journal
     def journal(self, unit: Sequence[MessageTotals], *, isolate: bool = False) -> list[MessageTotals]:
         """Apply one unit through a new journal batch; returns the messages to plan again."""
+        self.land_pending()
         if not self._steps.may_start():
             self._fates.failed(message.message_id for message in unit)
             return []
@@ -667,6 +712,10 @@ class CommitProtocol:
         except WriteRejectedError as refused:
             return self._isolate(batch_id, claimed, {}, isolate=isolate, refused=refused)
         record = BatchRecord(batch_id, BatchState.FENCED, lease_until_ms, len(pages))
+        if self._defer_landing:
+            # Committed: its messages count whether or not its item writes land now (a finisher lands them).
+            self._pending = _PendingLanding(record, pages, tuple(claimed))
+            return []
         if self.finish(record, pages=pages, done=()):
             self._fates.applied(claimed, Commit.of_marker(self._now_ms, batch_id))
         else:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from tally.post_commit.archive import DEFAULT_PREFIX, ArchiveStep, ArchiveWriter, wall_clock_ms
 from tally.post_commit.gauges import GaugeStep, GaugeStore
 from tally.post_commit.members import DistinctStore, MemberStep
-from tally.post_commit.step import PostCommitStep, SettledBatch, StepResult, attempt_within
+from tally.post_commit.step import BESIDE_LANDING, PostCommitStep, SettledBatch, StepResult, attempt_within
 from tally.post_commit.windows import WindowMover, WindowStep
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from tally.core.windows import WindowSpec
 
 __all__ = [
+    "BESIDE_LANDING",
     "ArchiveStep",
     "ArchiveWriter",
     "DistinctStore",

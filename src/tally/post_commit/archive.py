@@ -68,6 +68,11 @@ def wall_clock_ms() -> int:
 class ArchiveStep:
     """Writes the records of every counted message of the batch in one object (see the module)."""
 
+    beside_landing = True
+    """It needs only the messages' fates and commits: the pipeline runs it while the last FENCED batch's item writes
+    land, and the records of that batch's messages say so (``before_landing``: their ``archived_ms`` does not
+    bound the landing; an audit reads the batch's header instead, ``tally.audit.cut``)."""
+
     def __init__(
         self,
         writer: ArchiveWriter | None,
@@ -80,7 +85,8 @@ class ArchiveStep:
         """None: the archive is off (the template's ``ArchiveEnabled=false``); nothing is written."""
         self._prefix = prefix
         self._clock = clock
-        """Read after the commit: the records' ``archived_ms``, by which their deltas had landed."""
+        """Read after the commit: the records' ``archived_ms``, by which their deltas had landed (save those of
+        ``SettledBatch.landing``, written before their landing)."""
         self._new_delivery = new_delivery
 
     def admit(self, message: Message) -> Rejection | None:
@@ -109,6 +115,7 @@ class ArchiveStep:
                     delivery=delivery,
                     seq=seq,
                     counted_here=message.message_id in batch.counted_here,
+                    before_landing=message.message_id in batch.landing,
                 )
             )
         if not records:

@@ -30,7 +30,7 @@ holds every step of the handlers' list to the rule.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from tally.commit.retrying import retried
 from tally.errors import RetryableStoreError
@@ -64,6 +64,14 @@ class SettledBatch:
     """The ids this invocation committed (the others' markers were met: counted before)."""
     sources: Mapping[str, SourceRecord] = field(default_factory=dict)
     """Message id -> the record that delivered it (the first, when the batch held copies)."""
+    landing: frozenset[str] = frozenset()
+    """The ids whose deltas were still landing when the step was given the batch (their FENCED batch's item writes
+    in flight beside it): only a step that declares ``BESIDE_LANDING`` is ever given such a batch."""
+
+
+BESIDE_LANDING: Final = "beside_landing"
+"""The class attribute (True) of a step that needs only the messages' fates, not their deltas on the items: the
+pipeline runs it while the last FENCED batch's item writes land (``tally.pipeline``). The archive's write does."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,6 +114,9 @@ class ArchiveVerdict:
     """Countings archived only by later deliveries whose copies place events without ``ts`` by the receive time
     their markers kept (``ArchiveRecord.placed_ms``): the situation that needs it."""
     digest_mismatches: int
+    written_before_landing: int = 0
+    """Countings whose first record was written while their fenced batch's item writes were landing
+    (``ArchiveRecord.before_landing``): the archive's write beside the landing, the situation that needs the flag."""
     examples: tuple[str, ...] = field(default_factory=tuple)
     gaps: tuple[ArchiveGap, ...] = ()
     """The messages whose counting the archive misses, or holds with other content or under another commit."""
@@ -239,6 +242,7 @@ def judge_archive(
         unplaced=len(result.unplaced),
         placed_by_markers=_placed_by_markers(records),
         digest_mismatches=len(result.digest_mismatches),
+        written_before_landing=len({(record.id, record.commit) for record in records if record.before_landing}),
         examples=tuple(examples[:10]),
         gaps=tuple(gaps),
     )

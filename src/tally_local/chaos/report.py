@@ -145,6 +145,9 @@ def _archive_rows(table: Table, result: ChaosResult) -> None:
         _flag(archive.unplaced),
     )
     table.add_row("archive records whose digest is not their content's", _flag(archive.digest_mismatches))
+    table.add_row(
+        "archive: countings recorded while their fenced batch was landing", f"{archive.written_before_landing:,}"
+    )
 
 
 def _positive(value: int) -> str:
