@@ -17,7 +17,7 @@ redelivers, rather than being turned into an empty failure list that would delet
 from __future__ import annotations
 
 import random
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -197,8 +197,9 @@ class BatchPipeline:
         try:
             outcome = committed.land()
         finally:
-            # Waited for whatever stopped the landing: the step's own outcome, or its error, is the batch's.
-            done = {id(step): future.result() for step, future in zip(beside, early, strict=True)}
+            wait(early)  # whatever stopped the landing, nothing of this batch runs on after it
+        # The step's own outcome, or its error, is the batch's as when it ran after the landing.
+        done = {id(step): future.result() for step, future in zip(beside, early, strict=True)}
         settled = settled_by(outcome)
         steps = [done[id(step)] if id(step) in done else step.settle(settled) for step in self._steps]
         retry = outcome.unapplied.union(*(step.retry for step in steps))
