@@ -38,6 +38,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -56,6 +57,7 @@ from tally.ops.dead_letters import list_letters, redrive
 from tally.reader.dynamodb import CounterReader
 from tally.reader.store_view import read_counters
 from tally.store.dynamodb import DynamoDBCounterStore
+from tally.store.journal import landed_batches
 from tally_local.demo_report import (
     OK,
     WRONG,
@@ -545,6 +547,7 @@ def _audit(console: Console, resources: LocalResources) -> bool:
                 views=settings.declarations.views,
             ),
             progress=bar,
+            landings=partial(landed_batches, resources.client("dynamodb"), settings.markers_table),
         ).run()
     counts = summarise(report.findings).values
     seconds = (report.finished_ms - report.started_ms) / 1000

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
     from mypy_boto3_dynamodb import DynamoDBClient
 
+    from tally.commit.applier import Committed
     from tally.commit.fates import ApplyOutcome
     from tally.core.model import Message, Rejection
     from tally.pipeline import BatchPipeline
@@ -67,14 +68,21 @@ def _write_gauges_of_new_messages_only(
     step = GaugesOfNewMessagesOnly(DynamoDBGaugeStore(client, tables.counters))
     swap_step(pipeline, step)
     applier = pipeline._applier
-    apply = applier.apply
+    commit = applier.commit
 
-    def remembering(*args: Any, **kwargs: Any) -> ApplyOutcome:
-        outcome = apply(*args, **kwargs)
-        step.newly_applied = outcome.applied
-        return outcome
+    def remembering(*args: Any, **kwargs: Any) -> Committed:
+        committed = commit(*args, **kwargs)
+        land = committed.land
 
-    applier.apply = remembering  # type: ignore[method-assign]
+        def landed() -> ApplyOutcome:
+            outcome = land()
+            step.newly_applied = outcome.applied
+            return outcome
+
+        committed.land = landed  # type: ignore[method-assign]
+        return committed
+
+    applier.commit = remembering  # type: ignore[method-assign]
 
 
 _gauges_of_new_messages_only = rewired(_write_gauges_of_new_messages_only)
