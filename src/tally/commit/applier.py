@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from tally.core.aggregate import MessageTotals
     from tally.core.fence import FencedPlanner, HeaderSeen, PruneRule
     from tally.core.items import ItemKey
-    from tally.core.ledger import Commit
     from tally.core.plan import CounterLimit
     from tally.core.write_planner import WritePlanner
 
@@ -320,7 +319,6 @@ class Committed:
             frozenset(message.message_id for message in landing[0]) if landing else frozenset()
         )
         """The messages whose deltas are still landing (their batch FENCED)."""
-        self.landing_commit: Commit | None = landing[1] if landing else None
         self.counted: ApplyOutcome = (
             fates.if_landed(landing[0], landing[1], figures) if landing else fates.close(figures)
         )
