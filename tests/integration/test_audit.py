@@ -416,54 +416,62 @@ def test_a_counting_archived_before_its_batch_landed_is_unsettled_until_its_head
     counted: Counted,
 ) -> None:
     # GIVEN key k counted, and a fenced batch committed (its header FENCED) whose item writes have not landed: the
-    # record of its message was written beside them, a minute before the audit
+    # records of its two messages (one of k, one of a key the table does not hold yet) were written beside them, a
+    # minute before the audit
     counted.count(*(body(f"seed-{n}", "k", 1) for n in range(3)))
     tables, now = counted.tables, time.time_ns() // 1_000_000
     header = {LEDGER_ID: {"S": header_id(FENCED_BATCH)}}
     tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.FENCED}})
 
     def archive_beside_the_landing(*, flagged: bool) -> None:
-        text = body("landing", "k", 5, ts=now - 60_000)
-        message = decode_message(text, WIRE_LIMITS)
-        assert isinstance(message, Message)
-        written = archive_record(
-            message,
-            Commit.of_marker(now - 60_000, FENCED_BATCH),
-            SourceRecord("r-landing", text, now - 60_050),
-            digest=content_digest(message),
-            archived_ms=now - 59_990,
-            delivery="beside",
-            seq=0,
-            counted_here=True,
-            before_landing=flagged,
-        )
-        key = object_key(PREFIX, written.archived_ms, "beside")
-        counted.bucket.client.put_object(Bucket=counted.bucket.bucket, Key=key, Body=encode_records([written]))
+        written = []
+        for seq, key in enumerate(("k", "fresh")):
+            text = body(f"landing-{key}", key, 5, ts=now - 60_000)
+            message = decode_message(text, WIRE_LIMITS)
+            assert isinstance(message, Message)
+            written.append(
+                archive_record(
+                    message,
+                    Commit.of_marker(now - 60_000, FENCED_BATCH),
+                    SourceRecord(f"r-landing-{key}", text, now - 60_050),
+                    digest=content_digest(message),
+                    archived_ms=now - 59_990,
+                    delivery="beside",
+                    seq=seq,
+                    counted_here=True,
+                    before_landing=flagged,
+                )
+            )
+        name = object_key(PREFIX, written[0].archived_ms, "beside")
+        counted.bucket.client.put_object(Bucket=counted.bucket.bucket, Key=name, Body=encode_records(written))
 
     def landings(batch_ids: Collection[str]) -> set[str]:
         return landed_batches(tables.client, tables.markers_table, batch_ids)
 
     archive_beside_the_landing(flagged=True)
-    # WHEN audited while the batch is FENCED, THEN the values it touches are unsettled, never drift
+    # WHEN audited while the batch is FENCED, THEN the values it touches are unsettled, never drift, the new key's
+    # too (neither the table nor the recount before the read holds it: it is reported, not left out)
     fenced = counted.audit(landings=landings, attempts=1)  # judged on its first read, not only on a second look
     assert Verdict.DRIFT not in verdicts(fenced), fenced.with_verdict(Verdict.DRIFT)
-    assert {f.slot.key for f in fenced.with_verdict(Verdict.UNSETTLED)} == {"k"}
+    assert {f.slot.key for f in fenced.with_verdict(Verdict.UNSETTLED)} == {"k", "fresh"}
     # AND without a markers table to read headers from, the same
-    assert Verdict.DRIFT not in verdicts(counted.audit())
+    blind = counted.audit()
+    assert Verdict.DRIFT not in verdicts(blind)
+    assert {f.slot.key for f in blind.with_verdict(Verdict.UNSETTLED)} == {"k", "fresh"}
     # WHEN the header says DONE (or is gone: expired), THEN the landing is placed before the read, and the deltas
     # the table lacks are drift
     tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.DONE}})
-    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k"}
+    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k", "fresh"}
     tables.client.delete_item(TableName=tables.markers_table, Key=header)
-    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k"}
-    # AND the same record written without saying so, its batch FENCED again: drift while the deltas are landing
+    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k", "fresh"}
+    # AND the same records written without saying so, their batch FENCED again: drift while the deltas are landing
     # (what an audit would report, and --fix "repair", if the writer did not flag it)
     tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.FENCED}})
     for listed in counted.bucket.client.list_objects_v2(Bucket=counted.bucket.bucket)["Contents"]:
         if listed["Key"].endswith("-beside.jsonl.gz"):
             counted.bucket.client.delete_object(Bucket=counted.bucket.bucket, Key=listed["Key"])
     archive_beside_the_landing(flagged=False)
-    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k"}
+    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k", "fresh"}
 
 
 def test_a_time_ranged_audit_compares_only_the_windows_in_range(counted: Counted) -> None:

@@ -97,6 +97,16 @@ def test_values_a_racing_counting_touches_are_unsettled_and_the_others_still_jud
     assert found[Slot("k", ALL_TIME, Kind.COUNTER, "m")][2] is Verdict.EXACT
 
 
+def test_a_value_only_a_racing_counting_touches_is_unsettled_though_neither_side_holds_it() -> None:
+    # GIVEN a key the table does not hold yet, whose one counting raced the read (or is still landing): the recount
+    # placed before the read holds nothing of it either
+    racing = {Slot("k", ALL_TIME, Kind.COUNTER, "n"), Slot("j", ALL_TIME, Kind.COUNTER, "n")}
+    # WHEN the key is compared
+    found = findings_of(KeyState("k"), [], unsettled=racing)
+    # THEN its value is reported unsettled (never silently left out), and only its own key's slots are
+    assert found == {Slot("k", ALL_TIME, Kind.COUNTER, "n"): (None, None, Verdict.UNSETTLED)}
+
+
 def test_gauges_and_distinct_counts_are_compared() -> None:
     records = [
         record(

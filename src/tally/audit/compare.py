@@ -186,8 +186,8 @@ def compare_key(
     now_ms: int,
     unsettled: Collection[Slot] = (),
 ) -> list[Finding]:
-    """One finding per value of ``state.key`` either side has, within ``scope``, in slot order. ``unsettled``
-    are the slots a counting that raced the read touches (``tally.audit.cut``)."""
+    """One finding per value of ``state.key`` either side has, or a racing counting touches, within ``scope``, in
+    slot order. ``unsettled`` are the slots a counting that raced the read touches (``tally.audit.cut``)."""
     key = state.key
     recounted = recounted_slots(recount, (key,))
     stored = stored_slots(state)
@@ -196,8 +196,11 @@ def compare_key(
         for (doubted, window, name), why in recount.inexact.items()
         if doubted == key
     }
+    # A value only a racing counting touches is held by neither side yet (a key's first counting, still landing):
+    # reported unsettled, never left out.
+    racing = {slot for slot in unsettled if slot.key == key}
     findings = []
-    for slot in sorted(recounted.keys() | stored.keys()):
+    for slot in sorted(recounted.keys() | stored.keys() | racing):
         if not scope.covers(slot.window, spec, now_ms):
             continue
         have, want = stored.get(slot), recounted.get(slot)
