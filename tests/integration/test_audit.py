@@ -454,14 +454,18 @@ def test_a_counting_archived_before_its_batch_landed_is_unsettled_until_its_head
     fenced = counted.audit(landings=landings, attempts=1)  # judged on its first read, not only on a second look
     assert Verdict.DRIFT not in verdicts(fenced), fenced.with_verdict(Verdict.DRIFT)
     assert {f.slot.key for f in fenced.with_verdict(Verdict.UNSETTLED)} == {"k", "fresh"}
+    assert fenced.not_landed == (FENCED_BATCH,)
     # AND without a markers table to read headers from, the same
     blind = counted.audit()
     assert Verdict.DRIFT not in verdicts(blind)
     assert {f.slot.key for f in blind.with_verdict(Verdict.UNSETTLED)} == {"k", "fresh"}
+    assert blind.not_landed == (FENCED_BATCH,)
     # WHEN the header says DONE (or is gone: expired), THEN the landing is placed before the read, and the deltas
     # the table lacks are drift
     tables.client.put_item(TableName=tables.markers_table, Item={**header, HEADER_STATE: {"S": BatchState.DONE}})
-    assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k", "fresh"}
+    done = counted.audit(landings=landings)
+    assert {f.slot.key for f in done.with_verdict(Verdict.DRIFT)} == {"k", "fresh"}
+    assert done.not_landed == ()
     tables.client.delete_item(TableName=tables.markers_table, Key=header)
     assert {f.slot.key for f in counted.audit(landings=landings).with_verdict(Verdict.DRIFT)} == {"k", "fresh"}
     # AND the same records written without saying so, their batch FENCED again: drift while the deltas are landing

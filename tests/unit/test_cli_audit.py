@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tally.audit.auditor import AuditReport
 from tally.audit.compare import Finding, Kind, Scope, Slot, Verdict
-from tally.cli.audit import audit_document
+from tally.cli.audit import audit_document, unplaced_warning
 from tally.cli.main import cli
 from tally.cli.resolve import OUTPUT_VARIABLES, StackDescription
 from tests.support.environment import set_environment
@@ -76,3 +76,31 @@ def test_the_json_counts_values_and_keys_by_verdict_and_lists_every_value_not_ex
     (drift,) = document["findings"]
     assert (drift["stored"], drift["recounted"], drift["difference"]) == (5, 7, 2)
     assert (document["seconds"], document["recounted_twice"], document["reads"]) == (2.5, ["p"], 2)
+    assert document["not_landed"] == []
+
+
+def test_batches_never_seen_landed_are_listed_and_without_a_markers_table_warned_of() -> None:
+    # GIVEN an audit that could not place the records two fenced batches wrote before their deltas landed
+    report = AuditReport(
+        findings=(Finding(Slot("a", "all", Kind.COUNTER, "count"), None, None, Verdict.UNSETTLED, "landing"),),
+        objects=1,
+        records=2,
+        countings=2,
+        repairs=(),
+        digest_mismatches=(),
+        recounted_twice=(),
+        reused_ids=(),
+        reads=1,
+        last_counted={},
+        started_ms=0,
+        finished_ms=1,
+        not_landed=("e1:00000001", "e2:00000007"),
+    )
+    # THEN --json lists them; a run that had no markers table warns why their values are unsettled, one that read
+    # the headers (they were still landing) does not
+    assert audit_document(report, Scope(), "")["not_landed"] == ["e1:00000001", "e2:00000007"]
+    warning = unplaced_warning(report, markers_known=False)
+    assert warning is not None
+    assert warning.startswith("warning: 2 batch(es) archived before their deltas landed")
+    assert "--markers-table" in warning
+    assert unplaced_warning(report, markers_known=True) is None

@@ -142,6 +142,9 @@ class AuditReport:
     """Drifted key -> the latest ``archived_ms`` of its countings (is it quiet enough for a reset repair?)."""
     started_ms: int
     finished_ms: int
+    not_landed: tuple[str, ...] = ()
+    """The fenced batches records written before their deltas landed name that no header read saw landed (all of
+    them when the audit read no headers): the values their countings touch are unsettled."""
 
     def with_verdict(self, *verdicts: Verdict) -> list[Finding]:
         return [finding for finding in self.findings if finding.verdict in verdicts]
@@ -466,6 +469,7 @@ class Auditor:
             last_counted=last,
             started_ms=self.started_ms,
             finished_ms=self.clock(),
+            not_landed=tuple(sorted(commit for commit in self._before_landing if commit not in self._landed)),
         )
 
 

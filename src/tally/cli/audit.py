@@ -172,6 +172,9 @@ def audit(  # click passes every option by name
         landings=_landings(markers) if markers else None,
     )
     report = _guarded(auditor.run, f"audit s3://{archive.bucket}/{archive.prefix} against {counters!r}", auditor)
+    warning = unplaced_warning(report, markers_known=bool(markers))
+    if warning:
+        click.echo(warning, err=True)
     document = audit_document(report, scope, prefix)
     drifted = bool(report.with_verdict(Verdict.DRIFT))
     if not fix:
@@ -313,6 +316,17 @@ def finding_json(finding: Finding) -> dict[str, Any]:
     return document
 
 
+def unplaced_warning(report: AuditReport, *, markers_known: bool) -> str | None:
+    """What to say on stderr when records written before their batch landed could not be placed for want of a
+    markers table to read the batches' headers from (their values are unsettled, whatever the table holds)."""
+    if markers_known or not report.not_landed:
+        return None
+    return (
+        f"warning: {len(report.not_landed)} batch(es) archived before their deltas landed, and no markers table to"
+        " learn whether they have: their values stay unsettled (pass --markers-table, or --stack)"
+    )
+
+
 def audit_document(report: AuditReport, scope: Scope, prefix: str) -> dict[str, Any]:
     """The audit for scripts: counts of values and keys by verdict, every value not exact, what the archive held."""
     from tally.audit.compare import Verdict, summarise
@@ -334,6 +348,7 @@ def audit_document(report: AuditReport, scope: Scope, prefix: str) -> dict[str, 
         "recounted_twice": list(report.recounted_twice),
         "reused_ids": list(report.reused_ids),
         "digest_mismatches": list(report.digest_mismatches),
+        "not_landed": list(report.not_landed),
         "reads": report.reads,
         "seconds": round((report.finished_ms - report.started_ms) / 1000, 3),
         "scope": {
@@ -422,6 +437,7 @@ def _print_report(out: Console, report: AuditReport, document: dict[str, Any], t
         ("counted twice by design (re-sent past the marker horizon, same content)", report.recounted_twice),
         ("ids counted again with other content (reused past the marker horizon)", report.reused_ids),
         ("archived content that does not hash to its digest", report.digest_mismatches),
+        ("batches archived before their deltas landed, not seen landed (values unsettled)", report.not_landed),
     ):
         if ids:
             out.print(f"{label}: {len(ids)}: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
