@@ -10,6 +10,7 @@ import pytest
 from bench import archive_cost, archive_format
 from tally.core.archive import decode_records
 from tally_local.chaos.archive import ArchiveSite
+from tally_local.latency_proxy import LatencyProxy
 
 if TYPE_CHECKING:
     from tally_local.dynamodb_local import DynamoDBLocal
@@ -37,3 +38,30 @@ def test_the_cost_bench_runs_the_handlers_wiring_with_and_without_the_archive(
     assert figures.batches == 2
     assert figures.object_bytes > 0
     assert figures.step_ms > 0
+
+
+@pytest.mark.integration
+def test_the_cost_bench_through_the_proxy_runs_the_step_beside_and_after_the_landing(
+    dynamodb_local: DynamoDBLocal, moto_endpoint: str
+) -> None:
+    # GIVEN DynamoDB Local behind the latency proxy and a writer whose PutObject answers 30 ms late (what
+    # `python -m bench archive-cost --proxy` runs, at 2 batches)
+    site = ArchiveSite(moto_endpoint, f"tally-bench-{uuid.uuid4().hex[:12]}").create()
+    with LatencyProxy(dynamodb_local.endpoint_url) as proxy:
+        # WHEN the three pipelines (archive off, beside the landing, after it) take the same batches
+        figures = archive_cost.measure(
+            dynamodb_local,
+            site.client(),
+            site.bucket,
+            packed=False,
+            batches=2,
+            endpoint_url=proxy.endpoint_url,
+            put_delay_s=0.03,
+            after=True,
+        )
+    # THEN each counted every event and each archive recounts them (checked inside: a mismatch raises), and both
+    # archiving pipelines waited for their late PutObject (lower bounds only: no figure here leans on the
+    # machine's speed)
+    assert figures.batches == 2
+    assert figures.with_ms >= 30
+    assert figures.after_ms >= 30
