@@ -6,13 +6,25 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tally.audit.auditor import _identities
-from tally.audit.compare import Kind, Scope, Slot, Verdict, compare_key, summarise, with_pending
+from tally.audit.compare import (
+    Kind,
+    Scope,
+    Slot,
+    Verdict,
+    compare_key,
+    recounted_slots,
+    stored_slots,
+    summarise,
+    with_pending,
+)
 from tally.audit.cut import Place, ReadInterval, Split, place, split
 from tally.audit.recount import recount
 from tally.audit.shares import ShareSettings, merge, recount_share, share_of
-from tally.core.archive import LANDING_VERSION, ArchiveFormatError, decode_records, encode_records
+from tally.core.archive import LANDING_VERSION, ArchiveFormatError, ArchiveRecord, decode_records, encode_records
 from tally.core.defaults import NO_DEFAULTS
 from tally.core.items import ALL_TIME
 from tally.core.windows import parse_window_spec
@@ -230,3 +242,50 @@ def test_the_recount_split_in_shares_of_keys_is_the_recount() -> None:
         assert (merged.counters, merged.windows, merged.inexact) == (whole.counters, whole.windows, whole.inexact)
         assert sum(len(part.identities) for part in parts) >= len(records)
         assert merged.records == len(records)
+
+
+@st.composite
+def _countings_around_a_read(draw: st.DrawFn) -> tuple[list[ArchiveRecord], dict[str, int]]:
+    """Up to six countings of keys k and j, each committed and archived around a read of T0 + 10 s to + 10.1 s,
+    some written before their fenced batch landed (each batch drawn landed, by a header read at some time, or not)."""
+    records = []
+    landed: dict[str, int] = {}
+    for seq in range(draw(st.integers(0, 6))):
+        key, name = draw(st.sampled_from(("k", "j"))), draw(st.sampled_from(("a", "b", "c")))
+        committed = T0 + draw(st.integers(0, 20_000))
+        body = f'{{"id": "m{seq}", "key": "{key}", "deltas": {{"{name}": {draw(st.integers(-3, 3))}}}, "ts": {T0}}}'
+        if draw(st.booleans()):
+            batch = f"0011223344556677{seq + 1:08x}"
+            records.append(record(body, committed=committed, batch=batch, before_landing=True, seq=seq))
+            if draw(st.booleans()):
+                landed[batch] = committed + draw(st.integers(0, 20_000))
+        else:
+            records.append(record(body, committed=committed, archived=committed + draw(st.integers(1, 200)), seq=seq))
+    return records, landed
+
+
+@given(
+    _countings_around_a_read(),
+    st.dictionaries(st.sampled_from(("a", "b", "d")), st.integers(-5, 5).map(Decimal), max_size=3),
+)
+def test_every_value_a_side_holds_or_a_racing_counting_touches_has_one_finding(
+    countings: tuple[list[ArchiveRecord], dict[str, int]], stored: dict[str, Decimal]
+) -> None:
+    # GIVEN countings placed against a read of key k (before it, after it, or racing it), and what the read found
+    records, landed = countings
+    parted = split(records, ReadInterval(T0 + 10_000, T0 + 10_100), 0, landed)
+    before = recount(parted.before, windows=WINDOWS)
+    racing = recounted_slots(recount(parted.uncertain, windows=WINDOWS), ("k", "j"))
+    state = KeyState("k", stored)
+    # WHEN k is compared
+    found = compare_key(state, before, scope=Scope(), spec=WINDOWS, now_ms=NOW, unsettled=frozenset(racing))
+    # THEN one finding per value the table holds, the recount before the read gives, or a racing counting of k
+    # touches (none left out, whatever side holds it), in slot order; each value a racing counting touches is
+    # unsettled, never drift
+    slots = [finding.slot for finding in found]
+    assert slots == sorted(set(slots))
+    assert set(slots) == set(recounted_slots(before, ("k",))) | set(stored_slots(state)) | {
+        slot for slot in racing if slot.key == "k"
+    }
+    assert all(f.verdict is Verdict.UNSETTLED for f in found if f.slot in racing)
+    assert all(f.verdict is not Verdict.UNSETTLED for f in found if f.slot not in racing)
