@@ -144,7 +144,8 @@ class AuditReport:
     finished_ms: int
     not_landed: tuple[str, ...] = ()
     """The fenced batches records written before their deltas landed name that no header read saw landed (all of
-    them when the audit read no headers): the values their countings touch are unsettled."""
+    them when the audit read no headers): only a copy written after the landing places their countings, and the
+    values a counting not so placed touches are unsettled."""
 
     def with_verdict(self, *verdicts: Verdict) -> list[Finding]:
         return [finding for finding in self.findings if finding.verdict in verdicts]

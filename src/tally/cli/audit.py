@@ -317,13 +317,13 @@ def finding_json(finding: Finding) -> dict[str, Any]:
 
 
 def unplaced_warning(report: AuditReport, *, markers_known: bool) -> str | None:
-    """What to say on stderr when records written before their batch landed could not be placed for want of a
-    markers table to read the batches' headers from (their values are unsettled, whatever the table holds)."""
+    """What to say on stderr when records written before their batch landed could not be placed by the batches'
+    headers for want of a markers table to read them from (only a later copy places such a counting)."""
     if markers_known or not report.not_landed:
         return None
     return (
         f"warning: {len(report.not_landed)} batch(es) archived before their deltas landed, and no markers table to"
-        " learn whether they have: their values stay unsettled (pass --markers-table, or --stack)"
+        " learn whether they have: values their countings touch may stay unsettled (pass --markers-table, or --stack)"
     )
 
 
