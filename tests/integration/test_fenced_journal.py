@@ -495,6 +495,45 @@ def test_many_containers_on_one_hot_key_leave_one_mark_each_and_count_exactly(dd
         assert item_size(item) < 200
 
 
+def test_a_batch_reads_the_headers_of_the_epochs_it_meets_in_one_request(ddb_tables: DynamoDBTables) -> None:
+    # GIVEN five containers that took turns on the same keys: the last one's answers showed it the other four's marks
+    containers = [WriterEpochs() for _ in range(5)]
+    for index, epochs in enumerate(containers):
+        assert _process(_pipeline(ddb_tables, epochs=epochs), _records(f"c{index}")) == ()
+    sent: list[tuple[str, dict[str, Any]]] = []
+
+    def keep(model: Any, params: dict[str, Any], **_: Any) -> None:
+        sent.append((model.name, params))
+
+    # WHEN the last one writes the keys again
+    ddb_tables.client.meta.events.register("before-parameter-build.dynamodb", keep)
+    try:
+        assert _process(_pipeline(ddb_tables, epochs=containers[-1]), _records("again")) == ()
+    finally:
+        ddb_tables.client.meta.events.unregister("before-parameter-build.dynamodb", keep)
+    # THEN it asked for the four other epochs' batch headers (whether their marks may go) in one strongly
+    # consistent request, not one request each
+    asked = [_keys_asked(operation, params, ddb_tables.markers_table) for operation, params in sent]
+    header_reads = [(ids, consistent) for ids, consistent in asked if ids and all(_is_header(i) for i in ids)]
+    expected = {f"b#{FencedBatch(epochs.current, 1).batch_id}" for epochs in containers[:-1]}
+    assert [(set(ids), consistent) for ids, consistent in header_reads] == [(expected, True)]
+    _exact(ddb_tables, times=6)
+
+
+def _keys_asked(operation: str, params: dict[str, Any], table: str) -> tuple[list[str], bool]:
+    """The ids a read asks ``table`` for, and whether it is strongly consistent."""
+    if operation == "GetItem" and params["TableName"] == table:
+        return [params["Key"]["id"]["S"]], params.get("ConsistentRead") is True
+    if operation == "BatchGetItem" and table in params["RequestItems"]:
+        asked = params["RequestItems"][table]
+        return [key["id"]["S"] for key in asked["Keys"]], asked.get("ConsistentRead") is True
+    return [], False
+
+
+def _is_header(ledger_id: str) -> bool:
+    return ledger_id.startswith("b#") and "#" not in ledger_id[2:]
+
+
 HOUR_MS = 3_600_000
 
 

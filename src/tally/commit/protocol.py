@@ -953,31 +953,36 @@ class CommitProtocol:
 
     def _prunes(self, batch: FencedBatch, increments: Totals) -> dict[ItemKey, dict[str, int]]:
         """Other epochs' marks the owner's writes of ``batch`` may remove, from what the container saw of the items'
-        marks and of those epochs' headers (a few read here: a header found DONE or gone is final); a finisher
-        prunes nothing."""
+        marks and of those epochs' headers (a few read here, in one request: a header found DONE or gone is final);
+        a finisher prunes nothing."""
         epochs = self._epochs
         if epochs is None or self._fence_horizon_ms <= 0 or batch.epoch != epochs.current:
             return {}
-        prune: dict[ItemKey, dict[str, int]] = {}
-        reads = 0
-        for item in increments:
-            fence = epochs.marks_of(item)
-            if all(epoch == batch.epoch for epoch in fence):
-                continue
-            for other in batches_to_look_up(fence, batch.epoch, epochs.headers_seen()):
-                if reads >= MAX_HEADER_READS_PER_BATCH:
-                    break
-                reads += 1
-                try:
-                    record = self._steps.read(partial(self._journal.read, other.batch_id))
-                except RetryableStoreError:
-                    return prune
+        fences = {item: epochs.marks_of(item) for item in increments}
+        fences = {item: fence for item, fence in fences.items() if any(epoch != batch.epoch for epoch in fence)}
+        seen = epochs.headers_seen()
+        wanted = dict.fromkeys(b for fence in fences.values() for b in batches_to_look_up(fence, batch.epoch, seen))
+        if wanted:
+            # One strongly consistent BatchGetItem for all of them: the same read units as a GetItem each, and one
+            # round trip where a batch meeting many live epochs on hot keys waited for one per epoch in turn.
+            looked_up = list(wanted)[:MAX_HEADER_READS_PER_BATCH]
+            try:
+                records = self._steps.read(partial(self._journal.read_headers, [b.batch_id for b in looked_up]))
+            except RetryableStoreError:
+                records = {}
+            for other in looked_up:
+                if other.batch_id not in records:
+                    continue  # not read (the read failed): nothing learnt
+                record = records[other.batch_id]
                 if record is None:
                     # Gone: counted from no earlier than this read (the lease's end is past it).
                     epochs.remember_header(other, HeaderSeen(None, self._steps.lease_until_ms(), consistent=True))
                 elif record.state is BatchState.DONE:
                     epochs.remember_header(other, HeaderSeen(record.state, self._now_ms, record.done_at_ms))
-            due = self._prunable(fence, batch.epoch, epochs.headers_seen(), self._now_ms, self._fence_horizon_ms)
+            seen = epochs.headers_seen()
+        prune: dict[ItemKey, dict[str, int]] = {}
+        for item, fence in fences.items():
+            due = self._prunable(fence, batch.epoch, seen, self._now_ms, self._fence_horizon_ms)
             if due:
                 prune[item] = due
         return prune
