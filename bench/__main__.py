@@ -34,6 +34,9 @@ EXPERIMENTS: Final[dict[str, Experiment]] = {
     "views": Experiment("bench.views", "cost per event of 0, 1 and 3 views beside the same keys published by hand"),
     "resets": Experiment("bench.resets", "cost of corrections and resets beside plain sums"),
     "hot-key": Experiment("bench.hot_key", "one hot key under concurrent consumers, with and without write sharding"),
+    "fenced-headers": Experiment(
+        "bench.fenced_headers", "the requests fenced batches send for other epochs' headers when containers share keys"
+    ),
     "journal": Experiment("bench.journal_compare", "the commit journal against the chunked path (docs/journal.md)"),
     "plan-check": Experiment("bench.plan_check", "tally plan's predicted write units against measured runs"),
     "cost-chart": Experiment("bench.cost_chart", "write units per event against batch size, windows on and off"),
