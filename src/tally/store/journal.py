@@ -325,16 +325,10 @@ class DynamoDBJournal:
     def read_headers(self, batch_ids: Sequence[str]) -> dict[str, BatchRecord | None]:
         """The headers of ``batch_ids`` (strongly consistent ``BatchGetItem``s of 100), None for each that has none:
         one request where ``read`` would send one per batch."""
-        wanted = sorted(set(batch_ids))
-        if not wanted:
-            return {}
-        found = {
-            item[LEDGER_ID]["S"]: item
-            for item in batch_get(self._client, self._markers, [{LEDGER_ID: {"S": header_id(b)}} for b in wanted])
-        }
+        found = _header_items(self._client, self._markers, batch_ids)
         return {
-            batch_id: None if (item := found.get(header_id(batch_id))) is None else _header_record(batch_id, item)
-            for batch_id in wanted
+            batch_id: None if (item := found[batch_id]) is None else _header_record(batch_id, item)
+            for batch_id in found
         }
 
     def read_progress(self, batch_id: str, chunk_count: int) -> tuple[list[JournalPage], set[int]]:
@@ -430,6 +424,19 @@ class DynamoDBJournal:
             raise translate(exc, [role for _, role in actions]) from exc
 
 
+def _header_items(
+    client: DynamoDBClient, markers_table: str, batch_ids: Iterable[str], attributes: Sequence[str] = ()
+) -> dict[str, RawItem | None]:
+    """Batch id -> its header item (only ``attributes`` when given), None where it has none: strongly consistent
+    ``BatchGetItem``s of 100, each id asked once, in id order."""
+    wanted = {header_id(batch_id): batch_id for batch_id in sorted(set(batch_ids))}
+    if not wanted:
+        return {}
+    keys = [{LEDGER_ID: {"S": ledger_id}} for ledger_id in wanted]
+    found = {item[LEDGER_ID]["S"]: item for item in batch_get(client, markers_table, keys, attributes=attributes)}
+    return {batch_id: found.get(ledger_id) for ledger_id, batch_id in wanted.items()}
+
+
 def _header_record(batch_id: str, item: RawItem) -> BatchRecord:
     chunks = item.get(HEADER_CHUNKS)
     return BatchRecord(
@@ -450,14 +457,9 @@ def landed_batches(client: DynamoDBClient, markers_table: str, batch_ids: Iterab
     consistent ``BatchGetItem``s): DONE, or no header at all. A header is deleted by its TTL only after every
     marker of its batch (``JOURNAL_GRACE_SECONDS``), so once it is gone no finisher can meet a marker and land
     what is missing: what landed then is all that ever will."""
-    wanted = sorted(set(batch_ids))
-    if not wanted:
-        return set()
-    items = batch_get(
-        client,
-        markers_table,
-        ({LEDGER_ID: {"S": header_id(batch_id)}} for batch_id in wanted),
-        attributes=(LEDGER_ID, HEADER_STATE),
-    )
-    states = {item[LEDGER_ID]["S"].removeprefix(header_id("")): BatchState(item[HEADER_STATE]["S"]) for item in items}
-    return {batch_id for batch_id in wanted if batch_id not in states or states[batch_id] in LANDED_STATES}
+    headers = _header_items(client, markers_table, batch_ids, attributes=(LEDGER_ID, HEADER_STATE))
+    return {
+        batch_id
+        for batch_id, item in headers.items()
+        if item is None or BatchState(item[HEADER_STATE]["S"]) in LANDED_STATES
+    }
