@@ -18,6 +18,12 @@ runs past its timeout (``AWS_LAMBDA_FUNCTION_TIMEOUT``, which the RIE enforces o
 invocation together) the RIE answers, still with HTTP 200, the text ``Task timed out after N.00 seconds``
 and resets the environment: ``invoke`` raises ``FunctionTimeout`` for it.
 
+The reset runs after that answer. An invocation that comes while it still runs can have its gate canceled before
+the new runtime starts (``error=ErrGateCanceled``, HTTP 502; seen once in CI, 100 ms after a timeout on a busy
+machine): the event reached no handler, and Lambda would have run it on a fresh environment, so ``invoke`` sends
+it again, up to ``INVOKE_ATTEMPTS`` times. Any other failure is the function's, and is never sent again: the
+handler may have run.
+
 Time limits: these tests check answers, counts and dead letters, never speed, so an emulated function gets
 ``EMULATED_TIMEOUT_S`` however short the template's timeout is: a cold start (imports, first clients) on a
 loaded 2-core machine ran past the read function's own 10 s once. Speed has its own tests (tests/bench).
@@ -31,6 +37,7 @@ import re
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Self
@@ -54,7 +61,14 @@ EMULATED_TIMEOUT_S = 300
 INVOKE_MARGIN_S = 60.0
 """How much longer than the function's timeout the client waits for the RIE's answer (its timeout answer
 included)."""
+INVOKE_ATTEMPTS = 3
+"""How many times ``invoke`` sends an event the RIE canceled before any runtime took it."""
+LOG_WAIT_S = 5.0
+"""How long ``invoke`` reads the log, after a 502, for the lines that say why (the RIE writes them as it answers)."""
 _TIMED_OUT = re.compile(rb"Task timed out after [0-9.]+ seconds")
+_GATE_CANCELED = "error=ErrGateCanceled"
+_RUNTIME_STARTED = re.compile(r"INIT RTDONE|INVOKE RTDONE")
+_INVOCATION_DONE = re.compile(r"Invoke DONE|INVOKE RTDONE")
 
 
 @dataclass(frozen=True)
@@ -202,14 +216,17 @@ class EmulatedFunction(BackgroundService):
 
     def invoke(self, event: Mapping[str, Any]) -> Any:
         """The handler's answer to ``event``; a function error raises ``FunctionError`` with the logs."""
-        request = urllib.request.Request(
-            self._url, data=json.dumps(event).encode(), method="POST", headers={"Content-Type": "application/json"}
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self._config.timeout_s + INVOKE_MARGIN_S) as response:
-                body = response.read()
-        except OSError as exc:
-            raise FunctionError(f"invocation failed: {exc}\n{self.log_tail()}") from exc
+        for attempt in range(1, INVOKE_ATTEMPTS + 1):
+            logged_before = self._log_size()
+            try:
+                body = self._post(event)
+                break
+            except urllib.error.HTTPError as exc:
+                if attempt < INVOKE_ATTEMPTS and self._canceled_before_any_runtime(logged_before):
+                    continue
+                raise FunctionError(f"invocation failed (attempt {attempt}): {exc}\n{self.log_tail()}") from exc
+            except OSError as exc:
+                raise FunctionError(f"invocation failed: {exc}\n{self.log_tail()}") from exc
         if _TIMED_OUT.fullmatch(body.strip()):
             raise FunctionTimeout(
                 f"{self._config.name} {body.strip().decode()} (its timeout_s={self._config.timeout_s}, cold start "
@@ -224,6 +241,28 @@ class EmulatedFunction(BackgroundService):
         if isinstance(answer, dict) and "errorType" in answer:
             raise FunctionError(f"the function raised {answer}\n{self.log_tail()}")
         return answer
+
+    def _post(self, event: Mapping[str, Any]) -> bytes:
+        request = urllib.request.Request(
+            self._url, data=json.dumps(event).encode(), method="POST", headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, timeout=self._config.timeout_s + INVOKE_MARGIN_S) as response:
+            body: bytes = response.read()
+            return body
+
+    def _log_size(self) -> int:
+        return self._log_path.stat().st_size if self._log_path.exists() else 0
+
+    def _canceled_before_any_runtime(self, logged_before: int) -> bool:
+        """Whether the RIE's log since ``logged_before`` shows the invocation canceled before a runtime took it."""
+        deadline = time.monotonic() + LOG_WAIT_S
+        while True:
+            with self._log_path.open("rb") as log:
+                log.seek(logged_before)
+                logged = log.read().decode(errors="replace")
+            if _INVOCATION_DONE.search(logged) or time.monotonic() >= deadline:
+                return _GATE_CANCELED in logged and not _RUNTIME_STARTED.search(logged)
+            time.sleep(0.05)
 
     def log_tail(self, lines: int = 60) -> str:
         if not self._log_path.exists():
