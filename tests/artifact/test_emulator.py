@@ -42,7 +42,6 @@ import http.server
 import os
 import socket
 import sys
-from dataclasses import replace
 
 # The RIE's arguments: its own address and the runtime API's (the bootstrap's command follows).
 arguments = sys.argv[1:]
