@@ -58,7 +58,7 @@ test: python313
 test-collect: install
 	env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest --collect-only -q > /dev/null
 
-# make test on a machine at about half its speed: two busy loops beside it, stopped when it ends, whatever happens.
+# make test with each core shared: two busy loops beside it, stopped when it ends, whatever happens.
 # It finds what leans on the machine's pace: its first run (2026-12-04) found an audit test whose clock ran at it.
 test-loaded:
 	@$(PYTHON) -c 'while True: pass' & one=$$!; $(PYTHON) -c 'while True: pass' & two=$$!; \
